@@ -1,0 +1,74 @@
+# dtrain: plain make. `make` builds build/dtrain; `make test` runs the tests;
+# `make test SAN=1` under AddressSanitizer + UBSan; `make test TSAN=1` under
+# ThreadSanitizer. Objects of each flavour go to their own build folder.
+
+CC      ?= cc
+CSTD    := -std=c11 -D_GNU_SOURCE
+WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
+OPT     := -O3 -march=native -fno-math-errno
+BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu)
+LIBS    := -lopenblas -lz -lm -lpthread
+
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+ifneq ($(MPI_LIBS),)
+  HAVE_MPI := 1
+endif
+
+BUILD := build
+ifeq ($(SAN),1)
+  OPT   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  BUILD := build-san
+endif
+ifeq ($(TSAN),1)
+  OPT   := -O1 -g -fsanitize=thread
+  BUILD := build-tsan
+endif
+
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude $(BLAS_INC)
+LDFLAGS += $(filter -fsanitize=%,$(OPT))
+
+LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \
+             src/comm/*.c src/coll/*.c src/dist/*.c))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+ifeq ($(HAVE_MPI),1)
+  $(BUILD)/src/comm/mpi.o: CFLAGS += -DDTRAIN_HAVE_MPI $(MPI_CFLAGS)
+  $(BENCH_BIN): CFLAGS += -DDTRAIN_HAVE_MPI $(MPI_CFLAGS)
+  LIBS += $(MPI_LIBS)
+endif
+
+.PHONY: all test bench clean
+all: $(BUILD)/dtrain $(TEST_BIN) $(BENCH_BIN)
+
+$(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libdtrain.a: $(LIB_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/dtrain: $(CLI_OBJ) $(BUILD)/libdtrain.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
+
+# The test runner runs every unit test binary and the end-to-end scripts,
+# then prints "N passed, N failed".
+test: $(BUILD)/dtrain $(TEST_BIN)
+	@BUILD=$(BUILD) SAN=$(SAN) TSAN=$(TSAN) sh tests/run.sh
+
+clean:
+	rm -rf build build-san build-tsan

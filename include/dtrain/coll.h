@@ -1,0 +1,54 @@
+/* coll: collectives written on comm_t point-to-point (not MPI's own).
+ * One algorithm per file (src/coll/allreduce_ring.c, ...), each headed by
+ * its communication steps and bytes on the wire. All reduce in a fixed
+ * order so results are bitwise identical run to run.
+ * Buffers are float32; counts are element counts and may be 0. Reductions
+ * are sums (callers scale to average). */
+#ifndef DTRAIN_COLL_H
+#define DTRAIN_COLL_H
+
+#include "dtrain/comm.h"
+
+typedef enum {
+  ALLREDUCE_AUTO = 0,
+  ALLREDUCE_RING,      /* reduce-scatter + allgather, chunked */
+  ALLREDUCE_RHD,       /* recursive halving-doubling (Rabenseifner) */
+  ALLREDUCE_TREE,      /* binomial reduce + broadcast */
+  ALLREDUCE_NAIVE,     /* gather to rank 0 + broadcast (single PS baseline) */
+  ALLREDUCE_HIER,      /* two-level: within host groups, then across */
+  ALLREDUCE_COUNT
+} allreduce_algo_t;
+
+const char *allreduce_algo_name(allreduce_algo_t a);
+int allreduce_algo_parse(const char *name, allreduce_algo_t *out); /* error names the choices */
+
+/* Per-communicator scratch: allocated once, grown when needed, reused.
+ * Collectives take it so that the training loop never allocates. */
+typedef struct coll_ctx coll_ctx_t;
+int coll_ctx_new(comm_t *c, coll_ctx_t **out);
+void coll_ctx_free(coll_ctx_t *ctx);
+comm_t *coll_ctx_comm(coll_ctx_t *ctx);
+/* For ALLREDUCE_HIER: ranks per host group (consecutive ranks). */
+void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group);
+/* For ALLREDUCE_AUTO: measured link parameters (seconds, bytes/s). */
+void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth);
+
+int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count);
+int allreduce_ring(coll_ctx_t *ctx, float *buf, size_t count);
+int allreduce_rhd(coll_ctx_t *ctx, float *buf, size_t count);
+int allreduce_tree(coll_ctx_t *ctx, float *buf, size_t count);
+int allreduce_naive(coll_ctx_t *ctx, float *buf, size_t count);
+int allreduce_hier(coll_ctx_t *ctx, float *buf, size_t count);
+/* The algorithm `auto` would pick for this size on this communicator. */
+allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count);
+
+int broadcast_tree(coll_ctx_t *ctx, int root, float *buf, size_t count);
+int reduce_tree(coll_ctx_t *ctx, int root, float *buf, size_t count);
+/* Rank r ends with the sum of block r in out (block sizes from
+ * coll_block(): count split into size nearly equal contiguous parts). */
+int reduce_scatter_ring(coll_ctx_t *ctx, const float *in, float *out, size_t count);
+/* Each rank contributes block r (in place in buf); all end with all. */
+int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
+int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_t count_per_rank);
+void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
+#endif

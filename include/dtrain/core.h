@@ -1,0 +1,89 @@
+/* core: errors, logging, memory, RNG, BLAS kernels, option parsing.
+ * Every other module includes this and nothing below it. */
+#ifndef DTRAIN_CORE_H
+#define DTRAIN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- errors ------------------------------------------------------------
+ * Fallible functions return 0 on success and -1 on failure, after writing
+ * one line (what was wrong and where) into a per-thread buffer with
+ * dt_error(). Callers that add context use dt_error_prefix(). Thread-local
+ * because the local transport runs ranks as threads of one process. */
+int dt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int dt_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *dt_errmsg(void);
+void dt_error_clear(void);
+
+#define DT_TRY(expr) do { if ((expr) != 0) return -1; } while (0)
+
+/* ---- logging (stderr) -------------------------------------------------- */
+enum { DT_LOG_ERROR = 0, DT_LOG_WARN = 1, DT_LOG_INFO = 2, DT_LOG_DEBUG = 3 };
+extern int dt_log_level;
+void dt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- memory -------------------------------------------------------------
+ * 64-byte aligned, zeroed allocations. dt_alloc returns NULL after setting
+ * the error message. */
+void *dt_alloc(size_t bytes);
+void dt_free(void *p);
+float *dt_alloc_floats(size_t n);
+
+/* ---- time ---------------------------------------------------------------- */
+double dt_now(void);               /* monotonic seconds */
+void dt_sleep_until(double t);     /* monotonic deadline */
+
+/* ---- RNG: xoshiro256**, seeded by splitmix64. The state is four words so
+ * it can be saved in a checkpoint and restored bit for bit. */
+typedef struct { uint64_t s[4]; } rng_t;
+void rng_seed(rng_t *r, uint64_t seed);
+uint64_t rng_next(rng_t *r);
+uint32_t rng_below(rng_t *r, uint32_t n);  /* uniform in [0, n) */
+float rng_uniform(rng_t *r);               /* uniform in [0, 1) */
+float rng_normal(rng_t *r);                /* standard normal */
+void rng_shuffle_u32(rng_t *r, uint32_t *a, size_t n);
+/* A seed derived from (seed, stream, index): independent streams for
+ * epochs, ranks and layers without storing generators. */
+uint64_t rng_derive(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* ---- kernels -------------------------------------------------------------
+ * Row-major single-precision GEMM through CBLAS:
+ *   C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C
+ * with op = transpose when ta/tb is nonzero. */
+void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
+               const float *a, int lda, const float *b, int ldb,
+               float beta, float *c, int ldc);
+void kern_set_threads(int n);   /* BLAS thread count (process-wide) */
+int kern_get_threads(void);
+void kern_axpy(size_t n, float a, const float *x, float *y);   /* y += a x */
+void kern_scale(size_t n, float a, float *x);                  /* x *= a */
+void kern_add(size_t n, const float *x, float *y);             /* y += x */
+void kern_copy(size_t n, const float *x, float *y);
+void kern_zero(size_t n, float *x);
+double kern_dot(size_t n, const float *x, const float *y);
+double kern_sumsq(size_t n, const float *x);
+float kern_maxabs(size_t n, const float *x);
+int kern_all_finite(size_t n, const float *x);
+
+/* ---- option parsing helpers -------------------------------------------
+ * Each parses text for the option named `opt` and on failure writes
+ * "option --opt: 'text' is not ..." into the error buffer. */
+int parse_int(const char *opt, const char *text, long lo, long hi, long *out);
+int parse_float(const char *opt, const char *text, double lo, double hi, double *out);
+/* "50us", "2ms", "1s" -> seconds */
+int parse_duration(const char *opt, const char *text, double *seconds);
+/* "1Gbit", "100Mbit", "10GB", "500MB" (per second) -> bytes per second */
+int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec);
+/* "25", "0.5" megabytes -> bytes */
+int parse_megabytes(const char *opt, const char *text, size_t *bytes);
+
+/* ---- files --------------------------------------------------------------- */
+/* Write `len` bytes to `path` atomically: temp file in the same folder,
+ * fsync, rename, fsync of the folder. On failure nothing is left behind. */
+int file_write_atomic(const char *path, const void *data, size_t len);
+/* Read a whole file (gzip-transparent when gz != 0). Caller frees. */
+int file_read_all(const char *path, int gz, uint8_t **data, size_t *len);
+
+#endif

@@ -1,0 +1,89 @@
+/* Option value parsing with errors that name the option and the value. */
+#include "dtrain/core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int parse_int(const char *opt, const char *text, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  if (!text || !*text) return dt_error("option --%s: missing value (expected an integer)", opt);
+  long v = strtol(text, &end, 10);
+  if (errno || *end) return dt_error("option --%s: '%s' is not an integer", opt, text);
+  if (v < lo || v > hi)
+    return dt_error("option --%s: %ld is out of range (expected %ld..%ld)", opt, v, lo, hi);
+  *out = v;
+  return 0;
+}
+
+int parse_float(const char *opt, const char *text, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  if (!text || !*text) return dt_error("option --%s: missing value (expected a number)", opt);
+  double v = strtod(text, &end);
+  if (errno || *end || !isfinite(v)) return dt_error("option --%s: '%s' is not a number", opt, text);
+  if (v < lo || v > hi)
+    return dt_error("option --%s: %g is out of range (expected %g..%g)", opt, v, lo, hi);
+  *out = v;
+  return 0;
+}
+
+/* Split "12.5unit" into a number and a unit suffix. */
+static int number_and_unit(const char *text, double *v, const char **unit) {
+  char *end;
+  errno = 0;
+  *v = strtod(text, &end);
+  if (errno || end == text || !isfinite(*v) || *v < 0) return -1;
+  *unit = end;
+  return 0;
+}
+
+int parse_duration(const char *opt, const char *text, double *seconds) {
+  double v;
+  const char *u;
+  static const struct { const char *name; double scale; } units[] = {
+      {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
+  if (text && number_and_unit(text, &v, &u) == 0)
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+      if (strcasecmp(u, units[i].name) == 0) {
+        *seconds = v * units[i].scale;
+        return 0;
+      }
+  return dt_error("option --%s: '%s' is not a duration (examples: 50us, 2ms, 0.1s)", opt,
+                  text ? text : "");
+}
+
+int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec) {
+  double v;
+  const char *u;
+  static const struct { const char *name; double scale; } units[] = {
+      {"bit", 1.0 / 8},  {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
+      {"b", 1},          {"kb", 1e3},       {"mb", 1e6},       {"gb", 1e9},
+      {"bps", 1.0 / 8},  {"kbps", 1e3 / 8}, {"mbps", 1e6 / 8}, {"gbps", 1e9 / 8}};
+  if (text && number_and_unit(text, &v, &u) == 0 && v > 0) {
+    char lower[16];
+    size_t n = strlen(u);
+    if (n < sizeof lower) {
+      for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)u[i]);
+      if (n > 2 && strcmp(lower + n - 2, "/s") == 0) lower[n - 2] = 0;
+      for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(lower, units[i].name) == 0) {
+          *bytes_per_sec = v * units[i].scale;
+          return 0;
+        }
+    }
+  }
+  return dt_error("option --%s: '%s' is not a bandwidth (examples: 1Gbit, 100Mbit, 10GB)", opt,
+                  text ? text : "");
+}
+
+int parse_megabytes(const char *opt, const char *text, size_t *bytes) {
+  double v;
+  if (parse_float(opt, text, 0, 1e6, &v) != 0) return -1;
+  *bytes = (size_t)(v * 1024 * 1024);
+  return 0;
+}

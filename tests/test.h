@@ -1,0 +1,75 @@
+/* A minimal test harness: each test is a function; RUN prints one
+ * "PASS name" or "FAIL name" line, which tests/run.sh counts. */
+#ifndef DTRAIN_TEST_H
+#define DTRAIN_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dtrain/core.h"
+
+static int test_failures_in_current;
+static int tests_passed, tests_failed;
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      test_failures_in_current++;                                                \
+    }                                                                            \
+  } while (0)
+
+/* expr returns 0 on success; on failure print the library's error line. */
+#define CHECK_OK(expr)                                                              \
+  do {                                                                              \
+    if ((expr) != 0) {                                                              \
+      fprintf(stderr, "  %s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,        \
+              dt_errmsg());                                                         \
+      test_failures_in_current++;                                                   \
+    }                                                                               \
+  } while (0)
+
+/* expr must fail, and its error line must contain `needle`. */
+#define CHECK_FAILS_WITH(expr, needle)                                              \
+  do {                                                                              \
+    dt_error_clear();                                                               \
+    if ((expr) == 0) {                                                              \
+      fprintf(stderr, "  %s:%d: %s succeeded, expected failure\n", __FILE__,        \
+              __LINE__, #expr);                                                     \
+      test_failures_in_current++;                                                   \
+    } else if (!strstr(dt_errmsg(), (needle))) {                                    \
+      fprintf(stderr, "  %s:%d: error '%s' does not mention '%s'\n", __FILE__,      \
+              __LINE__, dt_errmsg(), (needle));                                     \
+      test_failures_in_current++;                                                   \
+    }                                                                               \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                       \
+  do {                                                                              \
+    double a_ = (a), b_ = (b);                                                      \
+    if (!(fabs(a_ - b_) <= (tol))) {                                                \
+      fprintf(stderr, "  %s:%d: %s = %.9g, expected %.9g (tol %g)\n", __FILE__,     \
+              __LINE__, #a, a_, b_, (double)(tol));                                 \
+      test_failures_in_current++;                                                   \
+    }                                                                               \
+  } while (0)
+
+static inline void test_run(const char *name, void (*fn)(void)) {
+  test_failures_in_current = 0;
+  dt_error_clear();
+  fn();
+  if (test_failures_in_current) {
+    printf("FAIL %s\n", name);
+    tests_failed++;
+  } else {
+    printf("PASS %s\n", name);
+    tests_passed++;
+  }
+  fflush(stdout);
+}
+
+#define RUN(fn) test_run(#fn, fn)
+#define TEST_MAIN_END() return tests_failed ? 1 : 0
+
+#endif
