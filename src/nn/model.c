@@ -1,0 +1,246 @@
+/* The model: layers over one parameter arena, one gradient arena of the
+ * same layout, one buffer arena (batch-norm running statistics) and one
+ * activation arena sized once for max_batch. Nothing is allocated after
+ * model_build. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/nn.h"
+
+/* "dense; relu" and "conv2d; relu" become one layer with a fused ReLU when
+ * nothing else reads the dense output. Returns the fused spec list. */
+static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *count) {
+  int n = spec->nlayers;
+  layer_spec_t *ls = malloc((size_t)n * sizeof *ls);
+  int *newidx = malloc((size_t)n * sizeof *newidx), *consumers = calloc((size_t)n, sizeof(int));
+  if (!ls || !newidx || !consumers) {
+    free(ls), free(newidx), free(consumers);
+    return dt_error("out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    if (spec->layers[i].input >= 0) consumers[spec->layers[i].input]++;
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    const layer_spec_t *s = &spec->layers[i];
+    if (s->kind == LAYER_RELU && k > 0 && s->input == i - 1 && consumers[i - 1] == 1 &&
+        (ls[k - 1].kind == LAYER_DENSE || ls[k - 1].kind == LAYER_CONV2D) &&
+        ls[k - 1].act == ACT_NONE) {
+      ls[k - 1].act = ACT_RELU;
+      newidx[i] = k - 1;
+      continue;
+    }
+    ls[k] = *s;
+    ls[k].input = s->input < 0 ? -1 : newidx[s->input];
+    newidx[i] = k++;
+  }
+  free(newidx);
+  free(consumers);
+  *out = ls;
+  *count = k;
+  return 0;
+}
+
+static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *what, size_t off,
+                       size_t len, int ndim, const int *dims) {
+  snprintf(t->name, sizeof t->name, "layers.%d.%s", l->spec.index, what);
+  t->off = off;
+  t->len = len;
+  t->ndim = ndim;
+  for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
+  t->layer = li;
+}
+
+/* Names and shapes of the parameter and buffer tensors, PyTorch style. */
+static int describe_tensors(model_t *m) {
+  m->tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->tensors);
+  m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
+  if (!m->tensors || !m->buf_tensors) return dt_error("out of memory");
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    if (l->param_len == 0) continue;
+    int wd[4], nd = 1;
+    size_t nb = l->param_len - l->nweight;
+    switch (l->spec.kind) {
+      case LAYER_DENSE:
+        wd[0] = l->out_shape.c * l->out_shape.h * l->out_shape.w, wd[1] = (int)shape_size(l->in_shape), nd = 2;
+        break;
+      case LAYER_CONV2D:
+        wd[0] = l->spec.filters, wd[1] = l->spec.kernel, wd[2] = l->spec.kernel, wd[3] = l->in_shape.c;
+        nd = 4;
+        break;
+      default:
+        wd[0] = (int)l->nweight;
+    }
+    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, l->nweight, nd, wd);
+    int bd[1] = {(int)nb};
+    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, nb, 1, bd);
+    if (l->buf_len) {
+      int cd[1] = {(int)(l->buf_len / 2)};
+      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off,
+                 l->buf_len / 2, 1, cd);
+      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_var",
+                 l->buf_off + l->buf_len / 2, l->buf_len / 2, 1, cd);
+    }
+  }
+  return 0;
+}
+
+/* Flatten only reinterprets NHWC memory: it aliases its input. */
+static int is_alias(const layer_t *l) { return l->spec.kind == LAYER_FLATTEN; }
+
+static int setup_layers(model_t *m, const char *source) {
+  size_t poff = 0, boff = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    layer_t *l = &m->layers[i];
+    if (l->spec.input >= i) return dt_error("%s:%d: a layer can only read an earlier one", source, l->spec.line);
+    for (int j = 0; j < i; j++)
+      if (m->layers[j].spec.input == l->spec.input)
+        return dt_error("%s:%d: two layers read the same input; branching with several "
+                        "consumers is not supported yet", source, l->spec.line);
+    l->ops = layer_ops_for(l->spec.kind);
+    l->in_shape = l->spec.input < 0 ? m->input : m->layers[l->spec.input].out_shape;
+    if (l->ops->setup(l, m->max_batch) != 0)
+      return dt_error_prefix("%s:%d: ", source, l->spec.line);
+    l->param_off = poff;
+    l->buf_off = boff;
+    poff += l->param_len;
+    boff += l->buf_len;
+  }
+  m->nparams = poff;
+  m->nbuffers = boff;
+  const layer_t *last = &m->layers[m->nlayers - 1];
+  if (shape_size(last->out_shape) != (size_t)m->nclasses)
+    return dt_error("%s:%d: the last layer gives %zu outputs but the data has %d classes", source,
+                    last->spec.line, shape_size(last->out_shape), m->nclasses);
+  return 0;
+}
+
+/* One allocation for every layer's out, dout and scratch. */
+static int allocate_activations(model_t *m) {
+  size_t total = (size_t)m->max_batch * (size_t)m->nclasses;
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    if (!is_alias(l)) total += 2 * (size_t)m->max_batch * shape_size(l->out_shape);
+    total += l->scratch_len;
+  }
+  float *p = dt_alloc_floats(total);
+  if (!p) return -1;
+  m->act_arena = p;
+  m->probs = p;
+  p += (size_t)m->max_batch * m->nclasses;
+  for (int i = 0; i < m->nlayers; i++) {
+    layer_t *l = &m->layers[i];
+    if (is_alias(l)) {
+      const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
+      l->out = src ? src->out : NULL;
+      l->dout = src ? src->dout : NULL;
+    } else {
+      size_t sz = (size_t)m->max_batch * shape_size(l->out_shape);
+      l->out = p, p += sz;
+      l->dout = p, p += sz;
+    }
+    l->scratch = l->scratch_len ? p : NULL;
+    p += l->scratch_len;
+  }
+  return 0;
+}
+
+static void assign_views(model_t *m) {
+  for (int i = 0; i < m->nlayers; i++) {
+    layer_t *l = &m->layers[i];
+    l->w = m->params + l->param_off;
+    l->dw = m->grads + l->param_off;
+    l->b = l->w + l->nweight;
+    l->db = l->dw + l->nweight;
+    l->running_mean = l->buf_len ? m->buffers + l->buf_off : NULL;
+    l->running_var = l->buf_len ? m->buffers + l->buf_off + l->buf_len / 2 : NULL;
+  }
+}
+
+int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_batch,
+                model_t **out) {
+  if (spec->input.c) {
+    if (spec->input.c != input.c || spec->input.h != input.h || spec->input.w != input.w)
+      return dt_error("%s: the model expects input %dx%dx%d but the data is %dx%dx%d",
+                      spec->source, spec->input.c, spec->input.h, spec->input.w, input.c,
+                      input.h, input.w);
+  }
+  model_t *m = calloc(1, sizeof *m);
+  if (!m) return dt_error("out of memory");
+  m->input = input;
+  m->nclasses = nclasses;
+  m->max_batch = max_batch;
+  layer_spec_t *ls = NULL;
+  if (fuse_activations(spec, &ls, &m->nlayers) != 0) goto fail;
+  m->layers = calloc((size_t)m->nlayers, sizeof *m->layers);
+  if (!m->layers) { dt_error("out of memory"); goto fail; }
+  for (int i = 0; i < m->nlayers; i++) m->layers[i].spec = ls[i];
+  free(ls);
+  ls = NULL;
+  if (setup_layers(m, spec->source) != 0) goto fail;
+  m->params = dt_alloc_floats(m->nparams);
+  m->grads = dt_alloc_floats(m->nparams);
+  m->buffers = dt_alloc_floats(m->nbuffers);
+  if (!m->params || !m->grads || !m->buffers) goto fail;
+  assign_views(m);
+  if (allocate_activations(m) != 0 || describe_tensors(m) != 0) goto fail;
+  *out = m;
+  return 0;
+fail:
+  free(ls);
+  model_free(m);
+  return -1;
+}
+
+void model_free(model_t *m) {
+  if (!m) return;
+  dt_free(m->params);
+  dt_free(m->grads);
+  dt_free(m->buffers);
+  dt_free(m->act_arena);
+  free(m->layers);
+  free(m->tensors);
+  free(m->buf_tensors);
+  free(m);
+}
+
+void model_init_params(model_t *m, uint64_t seed) {
+  for (int i = 0; i < m->nlayers; i++) {
+    layer_t *l = &m->layers[i];
+    rng_t rng;
+    rng_seed(&rng, rng_derive(seed, 0x1417, (uint64_t)l->spec.index));
+    if (l->ops->init) l->ops->init(l, &rng);
+  }
+}
+
+static const float *layer_input(const model_t *m, const layer_t *l, const float *x) {
+  return l->spec.input < 0 ? x : m->layers[l->spec.input].out;
+}
+
+const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *rng) {
+  for (int i = 0; i < m->nlayers; i++) {
+    layer_t *l = &m->layers[i];
+    if (is_alias(l)) {
+      if (l->spec.input < 0) l->out = (float *)x;
+      continue;
+    }
+    l->ops->forward(l, layer_input(m, l, x), n, train, rng);
+  }
+  return m->layers[m->nlayers - 1].out;
+}
+
+double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct) {
+  layer_t *last = &m->layers[m->nlayers - 1];
+  return softmax_xent(last->out, labels, n, m->nclasses, denom, m->probs, last->dout, correct);
+}
+
+void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    layer_t *l = &m->layers[i];
+    if (is_alias(l)) continue;
+    const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
+    float *dx = src ? src->dout : NULL;
+    l->ops->backward(l, layer_input(m, l, x), dx, n);
+    if (ready && l->param_len) ready(ctx, i);
+  }
+}
