@@ -1,0 +1,176 @@
+/* 2-D convolution as im2col + one GEMM for the whole batch.
+ *
+ * In NHWC a row of the column matrix (one output pixel) is kh runs of
+ * kw·in_c floats, each contiguous in the input, so im2col is a few memcpy
+ * per row. Columns [n·oh·ow, K] with K = kh·kw·in_c, weight [out_c, K]:
+ *   forward   out[n·oh·ow, out_c] = cols · wᵀ     (this is NHWC output)
+ *   backward  dw = doutᵀ · cols, db = column sums of dout,
+ *             dcols = dout · w (into the same column buffer), col2im into dx.
+ * The column buffer is the layer's scratch, sized for max_batch. A 1x1
+ * kernel with stride 1 and no padding needs no columns: cols is x itself. */
+#include "dtrain/nn.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  int h, w, c;        /* input */
+  int oh, ow, oc;     /* output */
+  int k, s, p;
+  int kdim;           /* k·k·c: one column row */
+} geom_t;
+
+static geom_t geom(const layer_t *l) {
+  geom_t g = {l->in_shape.h,   l->in_shape.w,  l->in_shape.c,  l->out_shape.h, l->out_shape.w,
+              l->out_shape.c, l->spec.kernel, l->spec.stride, l->spec.pad,    0};
+  g.kdim = g.k * g.k * g.c;
+  return g;
+}
+
+static int is_pointwise(const geom_t *g) { return g->k == 1 && g->s == 1 && g->p == 0; }
+
+static int conv_setup(layer_t *l, int max_batch) {
+  const layer_spec_t *s = &l->spec;
+  if (s->filters <= 0) return dt_error("conv2d: filters must be > 0 (got %d)", s->filters);
+  if (s->kernel <= 0) return dt_error("conv2d: kernel must be > 0 (got %d)", s->kernel);
+  if (s->stride <= 0) return dt_error("conv2d: stride must be > 0 (got %d)", s->stride);
+  if (s->pad < 0) return dt_error("conv2d: pad must be >= 0 (got %d)", s->pad);
+  if (l->in_shape.c <= 0 || l->in_shape.h <= 0 || l->in_shape.w <= 0)
+    return dt_error("conv2d: empty input shape %dx%dx%d", l->in_shape.h, l->in_shape.w,
+                    l->in_shape.c);
+  int ph = l->in_shape.h + 2 * s->pad, pw = l->in_shape.w + 2 * s->pad;
+  if (s->kernel > ph || s->kernel > pw)
+    return dt_error("conv2d: kernel %d larger than padded input %dx%d", s->kernel, ph, pw);
+  l->out_shape = (shape_t){.c = s->filters, .h = (ph - s->kernel) / s->stride + 1,
+                     .w = (pw - s->kernel) / s->stride + 1};
+  geom_t g = geom(l);
+  size_t rows = (size_t)max_batch * g.oh * g.ow;
+  if (rows > INT_MAX || (size_t)g.kdim * g.oc > INT_MAX)
+    return dt_error("conv2d: batch %d of %dx%d outputs is too large for one GEMM", max_batch,
+                    g.oh, g.ow);
+  l->nweight = (size_t)g.oc * g.kdim;
+  l->param_len = l->nweight + (size_t)g.oc;
+  l->buf_len = 0;
+  l->scratch_len = is_pointwise(&g) ? 0 : rows * g.kdim;
+  return 0;
+}
+
+/* PyTorch's nn.Conv2d: U(±1/√fan_in) with fan_in = in_c·kh·kw, bias likewise. */
+static void conv_init(layer_t *l, rng_t *rng) {
+  float bound = 1.0f / sqrtf((float)(l->spec.kernel * l->spec.kernel * l->in_shape.c));
+  for (size_t i = 0; i < l->nweight; i++) l->w[i] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+  for (int j = 0; j < l->spec.filters; j++) l->b[j] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+}
+
+/* The valid kernel columns [kx0, kx1) of output column ox: those whose
+ * input column lies inside the image. */
+static void valid_kx(const geom_t *g, int ox, int *kx0, int *kx1) {
+  int ix0 = ox * g->s - g->p;
+  *kx0 = ix0 < 0 ? -ix0 : 0;
+  *kx1 = g->w - ix0 < g->k ? g->w - ix0 : g->k;
+}
+
+static void im2col(const geom_t *g, const float *x, int n, float *cols) {
+  size_t run = (size_t)g->k * g->c;   /* one kernel row of a column row */
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + (size_t)b * g->h * g->w * g->c;
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++) {
+        float *row = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * g->kdim;
+        int kx0, kx1;
+        valid_kx(g, ox, &kx0, &kx1);
+        int ix0 = ox * g->s - g->p;
+        for (int ky = 0; ky < g->k; ky++) {
+          float *dst = row + ky * run;
+          int iy = oy * g->s - g->p + ky;
+          if (iy < 0 || iy >= g->h || kx0 >= kx1) {
+            memset(dst, 0, run * sizeof(float));
+            continue;
+          }
+          if (kx0 > 0) memset(dst, 0, (size_t)kx0 * g->c * sizeof(float));
+          memcpy(dst + (size_t)kx0 * g->c, xb + ((size_t)iy * g->w + ix0 + kx0) * g->c,
+                 (size_t)(kx1 - kx0) * g->c * sizeof(float));
+          if (kx1 < g->k)
+            memset(dst + (size_t)kx1 * g->c, 0, (size_t)(g->k - kx1) * g->c * sizeof(float));
+        }
+      }
+  }
+}
+
+/* dx += scatter of dcols (dx zeroed by the caller). */
+static void col2im(const geom_t *g, const float *cols, int n, float *dx) {
+  size_t run = (size_t)g->k * g->c;
+  for (int b = 0; b < n; b++) {
+    float *xb = dx + (size_t)b * g->h * g->w * g->c;
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++) {
+        const float *row = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * g->kdim;
+        int kx0, kx1;
+        valid_kx(g, ox, &kx0, &kx1);
+        int ix0 = ox * g->s - g->p;
+        for (int ky = 0; ky < g->k; ky++) {
+          int iy = oy * g->s - g->p + ky;
+          if (iy < 0 || iy >= g->h || kx0 >= kx1) continue;
+          const float *src = row + ky * run + (size_t)kx0 * g->c;
+          float *dst = xb + ((size_t)iy * g->w + ix0 + kx0) * g->c;
+          size_t len = (size_t)(kx1 - kx0) * g->c;
+          for (size_t i = 0; i < len; i++) dst[i] += src[i];
+        }
+      }
+  }
+}
+
+static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
+  geom_t g = geom(l);
+  int rows = n * g.oh * g.ow;
+  const float *cols = x;
+  if (!is_pointwise(&g)) {
+    im2col(&g, x, n, l->scratch);
+    cols = l->scratch;
+  }
+  float *out = l->out;
+  const float *b = l->b;
+  kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, out, g.oc);
+  for (int r = 0; r < rows; r++) {
+    float *o = out + (size_t)r * g.oc;
+    if (l->spec.act == ACT_RELU)
+      for (int j = 0; j < g.oc; j++) {
+        float v = o[j] + b[j];
+        o[j] = v > 0.0f ? v : 0.0f;
+      }
+    else
+      for (int j = 0; j < g.oc; j++) o[j] += b[j];
+  }
+}
+
+static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
+  geom_t g = geom(l);
+  int rows = n * g.oh * g.ow;
+  float *dout = l->dout, *db = l->db;
+  size_t len = (size_t)rows * g.oc;
+  if (l->spec.act == ACT_RELU) {
+    const float *out = l->out;
+    for (size_t i = 0; i < len; i++) dout[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+  }
+  int pointwise = is_pointwise(&g);
+  const float *cols = pointwise ? x : l->scratch;
+  kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, 0.0f, l->dw, g.kdim);
+  for (int j = 0; j < g.oc; j++) db[j] = 0.0f;
+  for (int r = 0; r < rows; r++) {
+    const float *d = dout + (size_t)r * g.oc;
+    for (int j = 0; j < g.oc; j++) db[j] += d[j];
+  }
+  if (!dx) return;
+  if (pointwise) {
+    kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);
+    return;
+  }
+  /* The columns are no longer needed: dcols overwrites them. */
+  kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
+  kern_zero((size_t)n * g.h * g.w * g.c, dx);
+  col2im(&g, l->scratch, n, dx);
+}
+
+const layer_ops_t layer_conv2d_ops = {"conv2d", conv_setup, conv_init, conv_forward,
+                                      conv_backward};

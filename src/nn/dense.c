@@ -1,0 +1,66 @@
+/* Fully connected layer: out[n, units] = x[n, in] · wᵀ + b, weight [units, in]
+ * as PyTorch. An input of any shape is read as a flat vector of
+ * c·h·w features (NHWC order). With spec.act == ACT_RELU the ReLU is fused:
+ * bias and ReLU are one pass over the output, and backward masks dout by
+ * out > 0 before the GEMMs. */
+#include "dtrain/nn.h"
+
+#include <math.h>
+
+static int dense_setup(layer_t *l, int max_batch) {
+  if (l->spec.units <= 0) return dt_error("dense: units must be > 0 (got %d)", l->spec.units);
+  size_t in = shape_size(l->in_shape);
+  if (in == 0)
+    return dt_error("dense: empty input shape %dx%dx%d", l->in_shape.h, l->in_shape.w,
+                    l->in_shape.c);
+  l->out_shape = (shape_t){.c = l->spec.units, .h = 1, .w = 1};
+  l->nweight = (size_t)l->spec.units * in;
+  l->param_len = l->nweight + (size_t)l->spec.units;
+  l->buf_len = 0;
+  l->scratch_len = 0;
+  return 0;
+}
+
+/* PyTorch's nn.Linear: kaiming_uniform(a=√5) ⇒ U(±1/√fan_in), bias likewise. */
+static void dense_init(layer_t *l, rng_t *rng) {
+  float bound = 1.0f / sqrtf((float)shape_size(l->in_shape));
+  for (size_t i = 0; i < l->nweight; i++) l->w[i] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+  for (int j = 0; j < l->spec.units; j++) l->b[j] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+}
+
+static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
+  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  float *out = l->out;
+  const float *b = l->b;
+  kern_gemm(0, 1, n, units, in, 1.0f, x, in, l->w, in, 0.0f, out, units);
+  for (int r = 0; r < n; r++) {
+    float *o = out + (size_t)r * units;
+    if (l->spec.act == ACT_RELU)
+      for (int j = 0; j < units; j++) {
+        float v = o[j] + b[j];
+        o[j] = v > 0.0f ? v : 0.0f;
+      }
+    else
+      for (int j = 0; j < units; j++) o[j] += b[j];
+  }
+}
+
+static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
+  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  float *dout = l->dout, *db = l->db;
+  size_t len = (size_t)n * units;
+  if (l->spec.act == ACT_RELU) {
+    const float *out = l->out;
+    for (size_t i = 0; i < len; i++) dout[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+  }
+  kern_gemm(1, 0, units, in, n, 1.0f, dout, units, x, in, 0.0f, l->dw, in);
+  for (int j = 0; j < units; j++) db[j] = 0.0f;
+  for (int r = 0; r < n; r++) {
+    const float *d = dout + (size_t)r * units;
+    for (int j = 0; j < units; j++) db[j] += d[j];
+  }
+  if (dx) kern_gemm(0, 0, n, in, units, 1.0f, dout, units, l->w, in, 0.0f, dx, in);
+}
+
+const layer_ops_t layer_dense_ops = {"dense", dense_setup, dense_init, dense_forward,
+                                     dense_backward};

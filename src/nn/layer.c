@@ -1,0 +1,48 @@
+/* The layer kinds: one table maps a kind to its name and its operations.
+ * Each kind's operations live in a file of its own (dense.c, conv2d.c,
+ * pool.c, activation.c, flatten.c, dropout.c, batchnorm.c).
+ *
+ * State kept between forward and backward: backward uses what the most
+ * recent forward of the same layer left in l->scratch (im2col columns,
+ * pooling argmax, dropout mask, batch statistics) and l->out, so a caller
+ * that runs several forwards before their backwards (pipelines) needs one
+ * layer_t (and scratch) per forward in flight. */
+#include "dtrain/nn.h"
+
+#include <string.h>
+
+/* Defined in the per-kind files; no header of their own because nothing
+ * but this table should reach them. */
+extern const layer_ops_t layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
+    layer_avgpool_ops, layer_flatten_ops, layer_relu_ops, layer_tanh_ops,
+    layer_sigmoid_ops, layer_dropout_ops, layer_batchnorm_ops;
+
+static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
+    [LAYER_DENSE] = &layer_dense_ops,         [LAYER_CONV2D] = &layer_conv2d_ops,
+    [LAYER_MAXPOOL] = &layer_maxpool_ops,     [LAYER_AVGPOOL] = &layer_avgpool_ops,
+    [LAYER_FLATTEN] = &layer_flatten_ops,     [LAYER_RELU] = &layer_relu_ops,
+    [LAYER_TANH] = &layer_tanh_ops,           [LAYER_SIGMOID] = &layer_sigmoid_ops,
+    [LAYER_DROPOUT] = &layer_dropout_ops,     [LAYER_BATCHNORM] = &layer_batchnorm_ops,
+};
+
+const layer_ops_t *layer_ops_for(layer_kind_t kind) {
+  return (unsigned)kind < LAYER_KIND_COUNT ? kinds[kind] : NULL;
+}
+
+const char *layer_kind_name(layer_kind_t kind) {
+  return (unsigned)kind < LAYER_KIND_COUNT ? kinds[kind]->name : "unknown";
+}
+
+int layer_kind_parse(const char *name, layer_kind_t *out) {
+  for (int k = 0; k < LAYER_KIND_COUNT; k++)
+    if (strcmp(name, kinds[k]->name) == 0) {
+      *out = (layer_kind_t)k;
+      return 0;
+    }
+  char list[256] = "";
+  for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+    strcat(list, k ? ", " : "");
+    strcat(list, kinds[k]->name);
+  }
+  return dt_error("unknown layer kind '%s' (expected one of: %s)", name, list);
+}
