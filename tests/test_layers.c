@@ -1,0 +1,683 @@
+/* Layer tests: every kind's backward against central finite differences of
+ * the scalar L = Σ out·r (so dout = r), conv2d forward against a direct
+ * convolution, batchnorm statistics against hand-computed values, and the
+ * setup errors. Layers are built here without a model: a small helper
+ * allocates the views. */
+#include <string.h>
+
+#include "dtrain/nn.h"
+#include "test.h"
+
+/* ---- a layer with its own buffers ---------------------------------------- */
+
+typedef struct {
+  layer_t l;
+  int max_batch;
+  float *params, *grads, *bufs;
+} tlayer_t;
+
+static layer_spec_t spec_of(layer_kind_t kind) {
+  layer_spec_t s;
+  memset(&s, 0, sizeof s);
+  s.kind = kind;
+  s.stride = 1;
+  s.rate = 0.5f;
+  s.eps = 1e-5f;
+  s.momentum = 0.1f;
+  s.input = -1;
+  return s;
+}
+
+static int tl_setup(tlayer_t *t, layer_spec_t spec, shape_t in, int max_batch) {
+  memset(t, 0, sizeof *t);
+  t->max_batch = max_batch;
+  t->l.spec = spec;
+  t->l.ops = layer_ops_for(spec.kind);
+  t->l.in_shape = in;
+  return t->l.ops->setup(&t->l, max_batch);
+}
+
+/* setup, then allocate and assign every view. */
+static int tl_make(tlayer_t *t, layer_spec_t spec, shape_t in, int max_batch, uint64_t seed) {
+  if (tl_setup(t, spec, in, max_batch) != 0) return -1;
+  layer_t *l = &t->l;
+  size_t out_len = (size_t)max_batch * shape_size(l->out_shape);
+  t->params = dt_alloc_floats(l->param_len + 1);
+  t->grads = dt_alloc_floats(l->param_len + 1);
+  t->bufs = dt_alloc_floats(l->buf_len + 1);
+  l->scratch = dt_alloc_floats(l->scratch_len + 1);
+  l->out = dt_alloc_floats(out_len);
+  l->dout = dt_alloc_floats(out_len);
+  /* Garbage where a layer must not read before writing. */
+  for (size_t i = 0; i < l->scratch_len; i++) l->scratch[i] = NAN;
+  for (size_t i = 0; i < out_len; i++) l->out[i] = NAN;
+  l->w = t->params;
+  l->b = t->params + l->nweight;
+  l->dw = t->grads;
+  l->db = t->grads + l->nweight;
+  l->running_mean = t->bufs;
+  l->running_var = t->bufs + l->buf_len / 2;
+  rng_t rng;
+  rng_seed(&rng, seed);
+  l->ops->init(l, &rng);
+  return 0;
+}
+
+static void tl_free(tlayer_t *t) {
+  dt_free(t->params);
+  dt_free(t->grads);
+  dt_free(t->bufs);
+  dt_free(t->l.scratch);
+  dt_free(t->l.out);
+  dt_free(t->l.dout);
+}
+
+static size_t in_len(const tlayer_t *t, int n) { return (size_t)n * shape_size(t->l.in_shape); }
+static size_t out_len(const tlayer_t *t, int n) { return (size_t)n * shape_size(t->l.out_shape); }
+
+static void fill_uniform(float *a, size_t n, float lo, float hi, rng_t *rng) {
+  for (size_t i = 0; i < n; i++) a[i] = lo + (hi - lo) * rng_uniform(rng);
+}
+
+/* ---- finite-difference gradient check ----------------------------------- */
+
+typedef struct {
+  double dx, dw, db;  /* max relative error of each gradient */
+  int skipped;        /* coordinates skipped because a ReLU kink was crossed */
+} gerr_t;
+
+/* Relative error with a floor, so that tiny gradients compare absolutely. */
+static double rel_err(double a, double b) {
+  double s = fmax(fmax(fabs(a), fabs(b)), 0.1);
+  return fabs(a - b) / s;
+}
+
+typedef struct {
+  tlayer_t *t;
+  float *x;
+  int n, train;
+  rng_t rng;          /* the same state for every evaluation: same dropout mask */
+  const float *r;
+  unsigned char *sign; /* out > 0 at the unperturbed point, or NULL */
+} objective_t;
+
+/* L = Σ out·r in double; *kinked set when the ReLU pattern moved. */
+static double objective(objective_t *o, int *kinked) {
+  rng_t rng = o->rng;
+  layer_t *l = &o->t->l;
+  l->ops->forward(l, o->x, o->n, o->train, &rng);
+  size_t len = out_len(o->t, o->n);
+  double s = 0;
+  for (size_t i = 0; i < len; i++) s += (double)l->out[i] * o->r[i];
+  if (kinked) {
+    *kinked = 0;
+    if (o->sign)
+      for (size_t i = 0; i < len; i++) *kinked |= (l->out[i] > 0.0f) != o->sign[i];
+  }
+  return s;
+}
+
+/* Central difference of the objective in one float, skipping kinks. */
+static int numeric(objective_t *o, float *v, double eps, double *g) {
+  float saved = *v;
+  int k1, k2;
+  *v = saved + (float)eps;
+  double lp = objective(o, &k1);
+  *v = saved - (float)eps;
+  double lm = objective(o, &k2);
+  *v = saved;
+  double h = ((double)(saved + (float)eps) - (double)(saved - (float)eps)) / 2.0;
+  *g = (lp - lm) / (2.0 * h);
+  return !(k1 || k2);
+}
+
+/* Checks dx, dw, db of t's layer at x (n samples) against finite
+ * differences. kink: skip coordinates whose perturbation changes which
+ * outputs are positive (ReLU). Also checks that backward overwrites dw/db
+ * and that dx == NULL gives the same parameter gradients. */
+static gerr_t grad_check(tlayer_t *t, float *x, int n, int train, uint64_t seed, double eps,
+                         int kink) {
+  layer_t *l = &t->l;
+  gerr_t e = {0, 0, 0, 0};
+  size_t nx = in_len(t, n), ny = out_len(t, n), np = l->param_len;
+  float *r = dt_alloc_floats(ny), *dx = dt_alloc_floats(nx + 1);
+  float *dw = dt_alloc_floats(np + 1);
+  unsigned char *sign = kink ? malloc(ny) : NULL;
+  rng_t rng;
+  rng_seed(&rng, seed);
+  fill_uniform(r, ny, -1, 1, &rng);
+  objective_t o = {t, x, n, train, rng, r, NULL};
+
+  /* Analytic gradients, into buffers pre-filled with garbage. */
+  objective(&o, NULL);
+  if (sign)
+    for (size_t i = 0; i < ny; i++) sign[i] = l->out[i] > 0.0f;
+  memcpy(l->dout, r, ny * sizeof(float));
+  for (size_t i = 0; i < nx; i++) dx[i] = 1e3f;
+  for (size_t i = 0; i < np; i++) t->grads[i] = 1e3f;
+  l->ops->backward(l, x, dx, n);
+  memcpy(dw, t->grads, np * sizeof(float));
+
+  /* Same parameter gradients without dx (first layer), and no accumulation. */
+  objective(&o, NULL);
+  memcpy(l->dout, r, ny * sizeof(float));
+  for (size_t i = 0; i < np; i++) t->grads[i] = -7.0f;
+  l->ops->backward(l, x, NULL, n);
+  for (size_t i = 0; i < np; i++) CHECK(fabsf(t->grads[i] - dw[i]) <= 1e-6f * (1 + fabsf(dw[i])));
+
+  o.sign = sign;
+  for (size_t i = 0; i < nx; i++) {
+    double g;
+    if (!numeric(&o, &x[i], eps, &g)) {
+      e.skipped++;
+      continue;
+    }
+    e.dx = fmax(e.dx, rel_err(dx[i], g));
+  }
+  for (size_t i = 0; i < np; i++) {
+    double g;
+    if (!numeric(&o, &t->params[i], eps, &g)) {
+      e.skipped++;
+      continue;
+    }
+    double err = rel_err(dw[i], g);
+    if (i < l->nweight) e.dw = fmax(e.dw, err);
+    else e.db = fmax(e.db, err);
+  }
+  dt_free(r);
+  dt_free(dx);
+  dt_free(dw);
+  free(sign);
+  return e;
+}
+
+static const double TOL = 1e-2;
+
+static void report(const char *what, gerr_t e) {
+  fprintf(stderr, "  %-34s max rel err  dx %.1e  dw %.1e  db %.1e%s", what, e.dx, e.dw, e.db,
+          e.skipped ? "" : "\n");
+  if (e.skipped) fprintf(stderr, "  (%d kink coords skipped)\n", e.skipped);
+  CHECK(e.dx <= TOL);
+  CHECK(e.dw <= TOL);
+  CHECK(e.db <= TOL);
+}
+
+/* Builds a layer, draws x, checks the gradients, frees. */
+static gerr_t check_layer(const char *what, layer_spec_t spec, shape_t in, int n, int train,
+                          double eps, int kink, uint64_t seed) {
+  tlayer_t t;
+  gerr_t e = {1, 1, 1, 0};
+  if (tl_make(&t, spec, in, n, seed) != 0) {
+    fprintf(stderr, "  %s: setup failed: %s\n", what, dt_errmsg());
+    CHECK(0);
+    return e;
+  }
+  rng_t rng;
+  rng_seed(&rng, seed + 1);
+  /* Non-trivial gamma/beta for batchnorm (init gives 1 and 0). */
+  if (spec.kind == LAYER_BATCHNORM) fill_uniform(t.params, t.l.param_len, 0.5f, 1.5f, &rng);
+  float *x = dt_alloc_floats(in_len(&t, n));
+  fill_uniform(x, in_len(&t, n), -1, 1, &rng);
+  e = grad_check(&t, x, n, train, seed + 2, eps, kink);
+  report(what, e);
+  dt_free(x);
+  tl_free(&t);
+  return e;
+}
+
+/* ---- dense ---------------------------------------------------------------- */
+
+static void test_dense_gradients(void) {
+  layer_spec_t s = spec_of(LAYER_DENSE);
+  s.units = 4;
+  check_layer("dense 2x3x1 -> 4", s, (shape_t){1, 2, 3}, 3, 1, 1e-2, 0, 11);
+  s.act = ACT_RELU;
+  s.units = 7;
+  check_layer("dense 6 -> 7 fused relu", s, (shape_t){6, 1, 1}, 3, 1, 1e-2, 1, 12);
+}
+
+static void test_dense_forward(void) {
+  /* 2 inputs -> 2 units by hand: w = [[1,2],[3,-4]], b = [0.5, -1]. */
+  tlayer_t t;
+  layer_spec_t s = spec_of(LAYER_DENSE);
+  s.units = 2;
+  s.act = ACT_RELU;
+  CHECK_OK(tl_make(&t, s, (shape_t){2, 1, 1}, 2, 1));
+  CHECK(t.l.nweight == 4 && t.l.param_len == 6);
+  float w[6] = {1, 2, 3, -4, 0.5f, -1}, x[4] = {1, 1, 2, -1};
+  memcpy(t.params, w, sizeof w);
+  t.l.ops->forward(&t.l, x, 2, 1, NULL);
+  CHECK_NEAR(t.l.out[0], 3.5, 1e-6);   /* 1+2+0.5 */
+  CHECK_NEAR(t.l.out[1], 0.0, 1e-6);   /* 3-4-1 < 0 */
+  CHECK_NEAR(t.l.out[2], 0.5, 1e-6);   /* 2-2+0.5 */
+  CHECK_NEAR(t.l.out[3], 9.0, 1e-6);   /* 6+4-1 */
+  tl_free(&t);
+}
+
+/* PyTorch's defaults: U(±1/√fan_in) for weight and bias. */
+static void test_init_bounds(void) {
+  tlayer_t t;
+  layer_spec_t s = spec_of(LAYER_DENSE);
+  s.units = 50;
+  CHECK_OK(tl_make(&t, s, (shape_t){16, 1, 1}, 1, 5));
+  float lo = 1, hi = -1;
+  for (size_t i = 0; i < t.l.param_len; i++) {
+    lo = fminf(lo, t.params[i]);
+    hi = fmaxf(hi, t.params[i]);
+  }
+  CHECK(lo >= -0.25f && hi <= 0.25f && lo < -0.2f && hi > 0.2f);
+  tl_free(&t);
+  s = spec_of(LAYER_CONV2D);
+  s.filters = 8;
+  s.kernel = 3;
+  CHECK_OK(tl_make(&t, s, (shape_t){4, 6, 6}, 1, 5));   /* fan_in 36: bound 1/6 */
+  lo = 1, hi = -1;
+  for (size_t i = 0; i < t.l.param_len; i++) {
+    lo = fminf(lo, t.params[i]);
+    hi = fmaxf(hi, t.params[i]);
+  }
+  CHECK(lo >= -1.0f / 6 && hi <= 1.0f / 6 && lo < -0.15f && hi > 0.15f);
+  tl_free(&t);
+}
+
+/* ---- conv2d --------------------------------------------------------------- */
+
+/* Direct convolution, NHWC, weight [oc][k][k][ic], zero padding. */
+static void conv_naive(const tlayer_t *t, const float *x, int n, float *y) {
+  const layer_t *l = &t->l;
+  int H = l->in_shape.h, W = l->in_shape.w, C = l->in_shape.c;
+  int OH = l->out_shape.h, OW = l->out_shape.w, OC = l->out_shape.c;
+  int k = l->spec.kernel, s = l->spec.stride, p = l->spec.pad;
+  for (int b = 0; b < n; b++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int oc = 0; oc < OC; oc++) {
+          double acc = l->b[oc];
+          for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) {
+              int iy = oy * s - p + ky, ix = ox * s - p + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int c = 0; c < C; c++)
+                acc += (double)l->w[((oc * k + ky) * k + kx) * C + c] *
+                       x[((b * H + iy) * W + ix) * C + c];
+            }
+          if (l->spec.act == ACT_RELU && acc < 0) acc = 0;
+          y[((b * OH + oy) * OW + ox) * OC + oc] = (float)acc;
+        }
+}
+
+typedef struct {
+  int h, w, c, filters, k, s, p, relu, oh, ow;
+} conv_case_t;
+
+static const conv_case_t conv_cases[] = {
+    {5, 5, 2, 3, 3, 1, 0, 0, 3, 3},  {5, 5, 2, 3, 3, 1, 1, 0, 5, 5},
+    {5, 5, 2, 3, 3, 2, 0, 0, 2, 2},  {5, 5, 2, 3, 3, 2, 1, 1, 3, 3},
+    {6, 4, 3, 2, 2, 2, 1, 0, 4, 3},  {4, 5, 3, 4, 1, 1, 0, 1, 4, 5},   /* pointwise */
+    {3, 3, 1, 2, 3, 1, 0, 0, 1, 1},  {3, 4, 2, 2, 1, 2, 1, 0, 3, 3},   /* pad ≥ kernel */
+};
+
+static layer_spec_t conv_spec(const conv_case_t *c) {
+  layer_spec_t s = spec_of(LAYER_CONV2D);
+  s.filters = c->filters;
+  s.kernel = c->k;
+  s.stride = c->s;
+  s.pad = c->p;
+  s.act = c->relu ? ACT_RELU : ACT_NONE;
+  return s;
+}
+
+static void test_conv_forward_matches_direct(void) {
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+    const conv_case_t *c = &conv_cases[i];
+    tlayer_t t;
+    int n = 3;
+    if (tl_make(&t, conv_spec(c), (shape_t){c->c, c->h, c->w}, n, 100 + i) != 0) {
+      CHECK(0);
+      continue;
+    }
+    CHECK(t.l.out_shape.h == c->oh && t.l.out_shape.w == c->ow && t.l.out_shape.c == c->filters);
+    rng_t rng;
+    rng_seed(&rng, 200 + i);
+    float *x = dt_alloc_floats(in_len(&t, n)), *y = dt_alloc_floats(out_len(&t, n));
+    fill_uniform(x, in_len(&t, n), -1, 1, &rng);
+    t.l.ops->forward(&t.l, x, n, 1, NULL);
+    conv_naive(&t, x, n, y);
+    float worst = 0;
+    for (size_t j = 0; j < out_len(&t, n); j++) worst = fmaxf(worst, fabsf(y[j] - t.l.out[j]));
+    if (worst > 1e-5f) fprintf(stderr, "  conv case %zu: max |direct - im2col| %g\n", i, worst);
+    CHECK(worst <= 1e-5f);
+    /* A smaller batch than max_batch must give the first samples' rows. */
+    t.l.ops->forward(&t.l, x, 1, 1, NULL);
+    for (size_t j = 0; j < out_len(&t, 1); j++) CHECK(fabsf(y[j] - t.l.out[j]) <= 1e-5f);
+    dt_free(x);
+    dt_free(y);
+    tl_free(&t);
+  }
+}
+
+static void test_conv_gradients(void) {
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+    const conv_case_t *c = &conv_cases[i];
+    char what[80];
+    snprintf(what, sizeof what, "conv2d %dx%dx%d f%d k%d s%d p%d%s", c->h, c->w, c->c, c->filters,
+             c->k, c->s, c->p, c->relu ? " relu" : "");
+    check_layer(what, conv_spec(c), (shape_t){c->c, c->h, c->w}, 2, 1, 1e-2, c->relu, 300 + i);
+  }
+}
+
+/* ---- pools ---------------------------------------------------------------- */
+
+/* Maxpool inputs must have no near-ties (a finite difference across a tie
+ * is meaningless): a shuffle of well-separated values. */
+static void check_maxpool(const char *what, int h, int w, int c, int k, int s, int n) {
+  layer_spec_t spec = spec_of(LAYER_MAXPOOL);
+  spec.kernel = k;
+  spec.stride = s;
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, spec, (shape_t){c, h, w}, n, 7));
+  size_t len = in_len(&t, n);
+  uint32_t *perm = malloc(len * sizeof *perm);
+  float *x = dt_alloc_floats(len);
+  for (size_t i = 0; i < len; i++) perm[i] = (uint32_t)i;
+  rng_t rng;
+  rng_seed(&rng, 8);
+  rng_shuffle_u32(&rng, perm, len);
+  for (size_t i = 0; i < len; i++) x[i] = 0.05f * (float)perm[i] - 1.0f;
+  gerr_t e = grad_check(&t, x, n, 1, 9, 1e-2, 0);
+  report(what, e);
+  /* The forward is the max of each window. */
+  int OH = t.l.out_shape.h, OW = t.l.out_shape.w;
+  for (int b = 0; b < n; b++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int ch = 0; ch < c; ch++) {
+          float m = -1e30f;
+          for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++)
+              m = fmaxf(m, x[((b * h + oy * s + ky) * w + ox * s + kx) * c + ch]);
+          CHECK(t.l.out[((b * OH + oy) * OW + ox) * c + ch] == m);
+        }
+  free(perm);
+  dt_free(x);
+  tl_free(&t);
+}
+
+static void test_maxpool(void) {
+  check_maxpool("maxpool 4x4x2 k2 s2", 4, 4, 2, 2, 2, 3);
+  check_maxpool("maxpool 5x5x3 k3 s1 (overlapping)", 5, 5, 3, 3, 1, 2);
+  check_maxpool("maxpool 5x4x1 k2 s2 (ragged)", 5, 4, 1, 2, 2, 2);
+}
+
+static void test_avgpool(void) {
+  layer_spec_t s = spec_of(LAYER_AVGPOOL);
+  s.kernel = 2;
+  s.stride = 2;
+  check_layer("avgpool 4x5x2 k2 s2", s, (shape_t){2, 4, 5}, 3, 1, 1e-2, 0, 21);
+  s.kernel = 3;
+  s.stride = 1;
+  check_layer("avgpool 5x5x3 k3 s1", s, (shape_t){3, 5, 5}, 2, 1, 1e-2, 0, 22);
+  /* By hand: 2x2 window over 1,2,3,4. */
+  tlayer_t t;
+  s.kernel = 2;
+  s.stride = 2;
+  CHECK_OK(tl_make(&t, s, (shape_t){1, 2, 2}, 1, 1));
+  float x[4] = {1, 2, 3, 4};
+  t.l.ops->forward(&t.l, x, 1, 0, NULL);
+  CHECK_NEAR(t.l.out[0], 2.5, 1e-6);
+  tl_free(&t);
+}
+
+/* ---- flatten, activations ------------------------------------------------- */
+
+static void test_flatten(void) {
+  layer_spec_t s = spec_of(LAYER_FLATTEN);
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, s, (shape_t){3, 2, 4}, 2, 1));
+  CHECK(t.l.out_shape.c == 24 && t.l.out_shape.h == 1 && t.l.out_shape.w == 1);
+  tl_free(&t);
+  check_layer("flatten 2x4x3", s, (shape_t){3, 2, 4}, 2, 1, 1e-2, 0, 31);
+}
+
+static void test_activations(void) {
+  check_layer("relu 3x3x2", spec_of(LAYER_RELU), (shape_t){2, 3, 3}, 2, 1, 1e-2, 1, 41);
+  check_layer("tanh 3x3x2", spec_of(LAYER_TANH), (shape_t){2, 3, 3}, 2, 1, 1e-2, 0, 42);
+  check_layer("sigmoid 3x3x2", spec_of(LAYER_SIGMOID), (shape_t){2, 3, 3}, 2, 1, 1e-2, 0, 43);
+  /* Saturation: no NaN or inf for extreme inputs. */
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, spec_of(LAYER_SIGMOID), (shape_t){4, 1, 1}, 1, 1));
+  float x[4] = {-1000, -90, 90, 1000};
+  t.l.ops->forward(&t.l, x, 1, 1, NULL);
+  CHECK(t.l.out[0] == 0.0f && t.l.out[3] == 1.0f && kern_all_finite(4, t.l.out));
+  tl_free(&t);
+}
+
+/* ---- dropout -------------------------------------------------------------- */
+
+static void test_dropout(void) {
+  layer_spec_t s = spec_of(LAYER_DROPOUT);
+  s.rate = 0.4f;
+  check_layer("dropout p=0.4 (fixed mask)", s, (shape_t){5, 2, 2}, 3, 1, 1e-2, 0, 51);
+
+  tlayer_t t;
+  s.rate = 0.5f;
+  int n = 100;
+  CHECK_OK(tl_make(&t, s, (shape_t){100, 1, 1}, n, 1));
+  size_t len = in_len(&t, n);
+  float *x = dt_alloc_floats(len);
+  for (size_t i = 0; i < len; i++) x[i] = 1.0f + (float)(i % 7);
+  rng_t rng;
+  rng_seed(&rng, 3);
+  t.l.ops->forward(&t.l, x, n, 1, &rng);
+  size_t zeros = 0, bad = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (t.l.out[i] == 0.0f) zeros++;
+    else if (t.l.out[i] != 2.0f * x[i]) bad++;
+  }
+  CHECK(bad == 0);
+  CHECK(zeros > 4700 && zeros < 5300);   /* 10000 draws at p = 0.5: ±6σ */
+  /* Evaluation: identity, and backward passes dout through. */
+  t.l.ops->forward(&t.l, x, n, 0, &rng);
+  CHECK(memcmp(t.l.out, x, len * sizeof(float)) == 0);
+  float *dx = dt_alloc_floats(len);
+  memcpy(t.l.dout, x, len * sizeof(float));
+  t.l.ops->backward(&t.l, x, dx, n);
+  CHECK(memcmp(dx, x, len * sizeof(float)) == 0);
+  dt_free(dx);
+  dt_free(x);
+  tl_free(&t);
+}
+
+/* ---- batchnorm ------------------------------------------------------------ */
+
+static void test_batchnorm_gradients(void) {
+  layer_spec_t s = spec_of(LAYER_BATCHNORM);
+  check_layer("batchnorm train 2x2x3 (conv)", s, (shape_t){3, 2, 2}, 3, 1, 1e-2, 0, 61);
+  check_layer("batchnorm train 5 (dense)", s, (shape_t){5, 1, 1}, 4, 1, 1e-2, 0, 62);
+  check_layer("batchnorm eval 2x2x3", s, (shape_t){3, 2, 2}, 2, 0, 1e-2, 0, 63);
+}
+
+/* Two channels, 2 samples of 1x2 pixels: 4 values per channel. */
+static void test_batchnorm_values(void) {
+  layer_spec_t s = spec_of(LAYER_BATCHNORM);
+  s.momentum = 0.25f;
+  s.eps = 1e-3f;
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, s, (shape_t){2, 1, 2}, 2, 1));
+  CHECK(t.l.param_len == 4 && t.l.nweight == 2 && t.l.buf_len == 4);
+  CHECK(t.params[0] == 1 && t.params[1] == 1 && t.params[2] == 0 && t.params[3] == 0);
+  CHECK(t.bufs[0] == 0 && t.bufs[1] == 0 && t.bufs[2] == 1 && t.bufs[3] == 1);
+  float gamma[2] = {2.0f, 0.5f}, beta[2] = {1.0f, -1.0f};
+  memcpy(t.l.w, gamma, sizeof gamma);
+  memcpy(t.l.b, beta, sizeof beta);
+  /* channel 0: 1, 2, 3, 6 (mean 3, biased var 3.5, unbiased 14/3);
+   * channel 1: 4, 4, 8, 0 (mean 4, biased var 8, unbiased 32/3). */
+  float x[8] = {1, 4, 2, 4, 3, 8, 6, 0};
+  double mean[2] = {3, 4}, var[2] = {3.5, 8}, uvar[2] = {14.0 / 3, 32.0 / 3};
+  t.l.ops->forward(&t.l, x, 2, 1, NULL);
+  for (int i = 0; i < 8; i++) {
+    int c = i % 2;
+    double want = gamma[c] * (x[i] - mean[c]) / sqrt(var[c] + 1e-3) + beta[c];
+    CHECK_NEAR(t.l.out[i], want, 1e-5);
+  }
+  for (int c = 0; c < 2; c++) {
+    CHECK_NEAR(t.l.running_mean[c], 0.25 * mean[c], 1e-6);
+    CHECK_NEAR(t.l.running_var[c], 0.75 + 0.25 * uvar[c], 1e-6);
+  }
+  /* A second training step moves them again. */
+  t.l.ops->forward(&t.l, x, 2, 1, NULL);
+  for (int c = 0; c < 2; c++) {
+    CHECK_NEAR(t.l.running_mean[c], 0.75 * 0.25 * mean[c] + 0.25 * mean[c], 1e-6);
+    CHECK_NEAR(t.l.running_var[c], 0.75 * (0.75 + 0.25 * uvar[c]) + 0.25 * uvar[c], 1e-5);
+  }
+  /* Eval uses the running statistics and leaves them alone. */
+  float rm[2] = {t.l.running_mean[0], t.l.running_mean[1]};
+  float rv[2] = {t.l.running_var[0], t.l.running_var[1]};
+  t.l.ops->forward(&t.l, x, 2, 0, NULL);
+  for (int i = 0; i < 8; i++) {
+    int c = i % 2;
+    double want = gamma[c] * (x[i] - rm[c]) / sqrt(rv[c] + 1e-3) + beta[c];
+    CHECK_NEAR(t.l.out[i], want, 1e-5);
+  }
+  CHECK(t.l.running_mean[0] == rm[0] && t.l.running_var[1] == rv[1]);
+  tl_free(&t);
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------ */
+
+static void test_softmax_xent(void) {
+  /* Hand-computed: logits (0, ln 2, ln 5) -> p = (1/8, 2/8, 5/8). */
+  float z[6] = {0, logf(2), logf(5), 1000, 0, -1000};   /* second row: overflow guard */
+  int32_t y[2] = {1, 0};
+  float p[6], g[6];
+  int correct = -1;
+  double loss = softmax_xent(z, y, 2, 3, 4, p, g, &correct);
+  CHECK_NEAR(loss, log(4.0) + 0.0, 1e-5);    /* -log(2/8) + -log(1) */
+  CHECK_NEAR(p[0], 0.125, 1e-6);
+  CHECK_NEAR(p[2], 0.625, 1e-6);
+  CHECK_NEAR(g[1], (0.25 - 1) / 4, 1e-6);
+  CHECK_NEAR(g[2], 0.625 / 4, 1e-6);
+  CHECK_NEAR(p[3], 1.0, 1e-6);
+  CHECK_NEAR(g[3], 0.0, 1e-6);
+  CHECK(correct == 1);                        /* row 0 predicts 2, row 1 predicts 0 */
+  CHECK(kern_all_finite(6, p) && kern_all_finite(6, g));
+  /* Evaluation: no probs, no gradient, same loss. */
+  int c2 = -1;
+  CHECK_NEAR(softmax_xent(z, y, 2, 3, 4, NULL, NULL, &c2), loss, 1e-9);
+  CHECK(c2 == 1);
+  CHECK_NEAR(softmax_xent(z, y, 2, 3, 4, NULL, g, NULL), loss, 1e-9);
+  CHECK_NEAR(g[1], (0.25 - 1) / 4, 1e-6);
+  /* Bad labels are ignored, not read out of bounds. */
+  int32_t bad[2] = {3, -1};
+  CHECK(softmax_xent(z, bad, 2, 3, 4, p, g, &c2) == 0.0 && c2 == 0);
+  for (int j = 0; j < 6; j++) CHECK(g[j] == 0.0f);
+
+  /* Finite differences of loss/denom against dlogits. */
+  enum { N = 3, K = 5, DENOM = 7 };
+  float logits[N * K], dl[N * K], probs[N * K];
+  int32_t labels[N] = {4, 0, 2};
+  rng_t rng;
+  rng_seed(&rng, 71);
+  fill_uniform(logits, N * K, -3, 3, &rng);
+  softmax_xent(logits, labels, N, K, DENOM, probs, dl, NULL);
+  double worst = 0, eps = 1e-2;
+  for (int i = 0; i < N * K; i++) {
+    float v = logits[i];
+    logits[i] = v + (float)eps;
+    double lp = softmax_xent(logits, labels, N, K, DENOM, NULL, NULL, NULL);
+    logits[i] = v - (float)eps;
+    double lm = softmax_xent(logits, labels, N, K, DENOM, NULL, NULL, NULL);
+    logits[i] = v;
+    worst = fmax(worst, rel_err(dl[i], (lp - lm) / (2 * eps) / DENOM));
+  }
+  fprintf(stderr, "  %-34s max rel err  dlogits %.1e\n", "softmax_xent 3x5", worst);
+  CHECK(worst <= TOL);
+}
+
+/* ---- setup errors, kind table --------------------------------------------- */
+
+static void test_setup_errors(void) {
+  tlayer_t t;
+  layer_spec_t s = spec_of(LAYER_CONV2D);
+  s.filters = 4;
+  s.kernel = 5;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 3, 3}, 2),
+                   "conv2d: kernel 5 larger than padded input 3x3");
+  s.pad = 1;
+  CHECK_OK(tl_setup(&t, s, (shape_t){1, 3, 3}, 2));   /* 5x5 padded: fits */
+  s.filters = 0;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 8, 8}, 2), "filters must be > 0");
+  s.filters = 2;
+  s.stride = 0;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 8, 8}, 2), "stride must be > 0");
+
+  s = spec_of(LAYER_DENSE);
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){10, 1, 1}, 2), "dense: units must be > 0");
+
+  s = spec_of(LAYER_MAXPOOL);
+  s.kernel = 3;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 2, 2}, 2),
+                   "maxpool: kernel 3 larger than input 2x2");
+  s.kernel = 2;
+  s.pad = 1;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 4, 4}, 2), "pad=1 is not supported");
+  s = spec_of(LAYER_AVGPOOL);
+  s.kernel = 0;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 4, 4}, 2), "avgpool: kernel must be > 0");
+
+  s = spec_of(LAYER_DROPOUT);
+  s.rate = 1.0f;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 4, 4}, 2), "dropout: rate must be in [0, 1)");
+  s = spec_of(LAYER_BATCHNORM);
+  s.eps = 0;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){3, 4, 4}, 2), "batchnorm: eps must be > 0");
+  CHECK_FAILS_WITH(tl_setup(&t, spec_of(LAYER_RELU), (shape_t){0, 4, 4}, 2),
+                   "relu: empty input");
+
+  /* Output shapes. */
+  s = spec_of(LAYER_CONV2D);
+  s.filters = 6;
+  s.kernel = 5;
+  s.pad = 2;
+  CHECK_OK(tl_setup(&t, s, (shape_t){1, 28, 28}, 2));
+  CHECK(t.l.out_shape.c == 6 && t.l.out_shape.h == 28 && t.l.out_shape.w == 28);
+  CHECK(t.l.scratch_len == 2u * 28 * 28 * 25);
+  s = spec_of(LAYER_MAXPOOL);
+  s.kernel = 2;
+  s.stride = 2;
+  CHECK_OK(tl_setup(&t, s, (shape_t){6, 28, 28}, 2));
+  CHECK(t.l.out_shape.c == 6 && t.l.out_shape.h == 14 && t.l.out_shape.w == 14);
+}
+
+static void test_kind_table(void) {
+  for (int k = 0; k < LAYER_KIND_COUNT; k++) {
+    layer_kind_t back;
+    const layer_ops_t *ops = layer_ops_for((layer_kind_t)k);
+    CHECK(ops && ops->setup && ops->init && ops->forward && ops->backward);
+    CHECK_OK(layer_kind_parse(layer_kind_name((layer_kind_t)k), &back));
+    CHECK(back == (layer_kind_t)k);
+  }
+  CHECK(strcmp(layer_kind_name(LAYER_CONV2D), "conv2d") == 0);
+  layer_kind_t k;
+  CHECK_FAILS_WITH(layer_kind_parse("convolution", &k), "unknown layer kind 'convolution'");
+  CHECK(layer_ops_for(LAYER_KIND_COUNT) == NULL);
+}
+
+int main(void) {
+  RUN(test_kind_table);
+  RUN(test_setup_errors);
+  RUN(test_init_bounds);
+  RUN(test_dense_forward);
+  RUN(test_dense_gradients);
+  RUN(test_conv_forward_matches_direct);
+  RUN(test_conv_gradients);
+  RUN(test_maxpool);
+  RUN(test_avgpool);
+  RUN(test_flatten);
+  RUN(test_activations);
+  RUN(test_dropout);
+  RUN(test_batchnorm_gradients);
+  RUN(test_batchnorm_values);
+  RUN(test_softmax_xent);
+  TEST_MAIN_END();
+}
