@@ -40,6 +40,11 @@ int dataset_load(const char *spec, int train, uint64_t seed, dataset_t *out);
 /* Gaussian class prototypes plus noise: learnable, deterministic for a seed. */
 int dataset_synthetic(size_t n, int c, int h, int w, int nclasses, uint64_t seed,
                       dataset_t *out);
+/* The train (train != 0) or test split of the synthetic task of `seed`:
+ * both splits share the class prototypes and differ in their samples.
+ * dataset_synthetic() is the train split. */
+int dataset_synthetic_split(size_t n, int c, int h, int w, int nclasses, uint64_t seed,
+                            int train, dataset_t *out);
 /* For pixel data sets scale/shift so that x = (pixel/255 - mean)/std;
  * for float data normalises x in place. */
 void dataset_normalize(dataset_t *d, float mean, float std);
