@@ -52,3 +52,19 @@ int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
 int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_t count_per_rank);
 void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
 #endif
+
+/* ---- overlap: allreduces run by a progress thread ----------------------
+ * Data parallelism starts a bucket's allreduce as soon as backpropagation
+ * has produced its gradients, and keeps computing. Requests run in
+ * submission order on one thread per context, so every rank must submit
+ * the same sequence (which synchronous training does). */
+#ifndef DTRAIN_COLL_ASYNC
+#define DTRAIN_COLL_ASYNC
+typedef struct coll_async coll_async_t;
+int coll_async_new(coll_ctx_t *ctx, coll_async_t **out);
+int coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count);
+/* Blocks until every submitted request is done. *busy_sec: seconds the
+ * progress thread spent communicating since the previous wait. */
+int coll_async_wait(coll_async_t *a, double *busy_sec);
+void coll_async_free(coll_async_t *a);
+#endif

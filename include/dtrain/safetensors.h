@@ -9,7 +9,7 @@
 #include "dtrain/core.h"
 
 typedef struct {
-  char name[96];
+  char name[128];
   int ndim;
   int64_t dims[4];
   size_t len;             /* elements */

@@ -43,7 +43,7 @@ static int number_and_unit(const char *text, double *v, const char **unit) {
 }
 
 int parse_duration(const char *opt, const char *text, double *seconds) {
-  double v;
+  double v = 0;
   const char *u;
   static const struct { const char *name; double scale; } units[] = {
       {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
@@ -58,7 +58,7 @@ int parse_duration(const char *opt, const char *text, double *seconds) {
 }
 
 int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec) {
-  double v;
+  double v = 0;
   const char *u;
   static const struct { const char *name; double scale; } units[] = {
       {"bit", 1.0 / 8},  {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
@@ -82,7 +82,7 @@ int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec) {
 }
 
 int parse_megabytes(const char *opt, const char *text, size_t *bytes) {
-  double v;
+  double v = 0;
   if (parse_float(opt, text, 0, 1e6, &v) != 0) return -1;
   *bytes = (size_t)(v * 1024 * 1024);
   return 0;

@@ -269,7 +269,7 @@ static int parse_header(safetensors_t *st, const char *hdr, size_t hlen, size_t 
   skip_ws(&j);
   if (j.p < j.end && *j.p == '}') return 0;
   for (int more = 1; more;) {
-    char name[96];
+    char name[128];
     if (parse_string(&j, name, sizeof name) != 0 || expect(&j, ':') != 0) return -1;
     if (!strcmp(name, "__metadata__")) {
       if (parse_metadata(&j, st) != 0) return -1;

@@ -1,0 +1,148 @@
+/* dist: the training run and its strategies. The taxonomy is the
+ * configuration: each axis is a field of train_config_t, presets fill the
+ * axes in, and train_config_check refuses combinations that do not exist.
+ * A strategy is a small file (data_parallel.c, ...) that runs the epoch
+ * loop of one rank with the worker helpers below, speaking comm_t and
+ * coll only. */
+#ifndef DTRAIN_DIST_H
+#define DTRAIN_DIST_H
+
+#include "dtrain/coll.h"
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
+#include "dtrain/nn.h"
+#include "dtrain/optim.h"
+
+typedef enum { COMM_LOCAL, COMM_MPI } comm_kind_t;
+typedef enum { OPTIMIZATION_CENTRAL, OPTIMIZATION_DECENTRAL } optimization_t;
+typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP } schedule_t;
+typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHBORS,
+               EXCHANGE_GOSSIP, EXCHANGE_TREE } exchange_t;
+
+typedef struct {
+  /* what to train */
+  char model[256], data[256];
+  int epochs, batch;            /* batch per worker */
+  uint64_t seed;
+  int threads;                  /* BLAS threads per worker */
+  /* optimizer and schedule */
+  optim_config_t optim;
+  double lr;
+  lr_kind_t lr_schedule;
+  double warmup_epochs, lr_step_epochs, lr_gamma;
+  /* taxonomy axes */
+  char preset[32];
+  int workers;
+  comm_kind_t comm;
+  optimization_t optimization;
+  schedule_t schedule;
+  double schedule_param;        /* ssp:S, value:V, backup:B */
+  exchange_t exchange;
+  allreduce_algo_t algo;        /* for EXCHANGE_ALLREDUCE */
+  int ps_servers;               /* ps:K (0 = ps:n, co-located) */
+  size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
+  int overlap;                  /* start bucket allreduces during backprop */
+  /* emulated network (local) */
+  comm_net_t net;
+  double net_latency, net_bandwidth;
+  int straggler_rank;           /* -1 = none */
+  double straggler_slowdown;
+  /* files and output */
+  char metrics[256], checkpoint[256], resume[256];
+  int progress;                 /* live progress line on stderr */
+  int64_t max_steps;            /* stop after this many steps in total (0 = no limit; for tests and benches) */
+} train_config_t;
+
+void train_config_default(train_config_t *cfg);
+/* Refuses invalid values and combinations of axes with one line naming the
+ * options and what exists. */
+int train_config_check(const train_config_t *cfg);
+const char *schedule_name(schedule_t s);
+const char *exchange_name(exchange_t e);
+
+/* Parses --schedule and --exchange values. */
+int schedule_parse(const char *text, schedule_t *out, double *param);
+int exchange_parse(const char *text, exchange_t *out, allreduce_algo_t *algo, int *servers);
+
+/* Presets: named systems of the literature as settings of the axes. */
+typedef struct {
+  const char *name;
+  const char *axes;             /* human-readable: which axes it sets */
+  const char *source;           /* paper or system */
+  const char *options;          /* the equivalent command-line options */
+} preset_t;
+const preset_t *preset_list(int *count);
+const preset_t *preset_find(const char *name);
+
+/* Runs the whole training: loads the data once, starts the ranks on the
+ * chosen transport, and returns 0 when every rank finished. With
+ * COMM_MPI, argc/argv are handed to MPI_Init. */
+int train_run(train_config_t *cfg, int *argc, char ***argv);
+
+/* ---- the worker: what every strategy composes ----------------------------- */
+
+typedef struct {
+  double compute, comm, comm_exposed, wait;   /* seconds in this epoch */
+  size_t bytes_sent;
+} step_timers_t;
+
+typedef struct worker {
+  const train_config_t *cfg;
+  comm_t *comm;
+  coll_ctx_t *coll;
+  int rank, nranks;
+  const dataset_t *train, *test;
+  model_t *model;
+  optimizer_t *opt;
+  optim_segment_t *segs;        /* one per parameter tensor (LARS) */
+  int nsegs;
+  lr_schedule_t sched;
+  float *x;                     /* batch buffer [batch, dim] */
+  int32_t *y;
+  uint32_t *order;              /* this epoch's permutation */
+  uint32_t *eval_idx;           /* [batch] test indices being evaluated */
+  int64_t steps_per_epoch;
+  int64_t step;                 /* global steps done */
+  int first_epoch;              /* 0, or the epoch after the resumed one */
+  FILE *metrics;                /* rank 0 only */
+  step_timers_t timers;
+  double epoch_loss_sum;        /* summed over this rank's samples */
+  int64_t epoch_samples, epoch_correct;
+  double run_start;
+  void *strategy;               /* the strategy's own state */
+} worker_t;
+
+int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
+                const dataset_t *test);
+void worker_free(worker_t *w);
+/* This rank's slice of global step `k` of the epoch, under synchronous data
+ * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
+ * of the epoch order, out of `global` in the step. */
+void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global);
+/* Forward, loss and backward on `count` samples of the epoch order starting
+ * at `begin`; the gradient is averaged over `denom` samples (the global
+ * batch). ready/ctx: see model_backward. Fails on a NaN/inf loss. */
+int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
+                            grad_ready_fn ready, void *ctx);
+void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
+/* Summed test loss and correct count of this worker's model over test
+ * samples [begin, end) (strategies shard the test set over ranks). */
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct);
+/* Epoch bookkeeping on rank 0: the live progress line (stderr), the epoch
+ * summary (stdout), the metrics line and the checkpoint. */
+typedef struct {
+  int epoch;
+  double train_loss, train_acc, test_loss, test_acc;
+  double epoch_sec, samples_per_sec, lr;
+  step_timers_t timers;
+  const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
+} epoch_report_t;
+void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
+int worker_report_epoch(worker_t *w, const epoch_report_t *r);
+int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
+int worker_save_checkpoint(worker_t *w, int epoch);
+int worker_load_checkpoint(worker_t *w, const char *path);
+
+/* Strategies: each runs the epochs of one rank. */
+int strategy_data_parallel(worker_t *w);
+#endif

@@ -1,0 +1,129 @@
+/* Checkpoints: the model's parameters and buffers, the optimizer state and
+ * the position in training, as one safetensors file written atomically.
+ * Every random choice of a run is a pure function of (seed, epoch, step,
+ * rank), so the seed and the step are the whole RNG state. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dist.h"
+#include "dtrain/safetensors.h"
+
+#define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
+
+static void tensor_entry(st_tensor_t *t, const char *prefix, const tensor_info_t *ti,
+                         const float *base) {
+  snprintf(t->name, sizeof t->name, "%s%s", prefix, ti->name);
+  t->ndim = ti->ndim;
+  for (int d = 0; d < ti->ndim; d++) t->dims[d] = ti->dims[d];
+  t->len = ti->len;
+  t->data = base + ti->off;
+}
+
+static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
+  va_list ap;
+  snprintf(m[*n].key, sizeof m[*n].key, "%s", key);
+  va_start(ap, fmt);
+  vsnprintf(m[*n].value, sizeof m[*n].value, fmt, ap);
+  va_end(ap);
+  (*n)++;
+}
+
+int worker_save_checkpoint(worker_t *w, int epoch) {
+  model_t *m = w->model;
+  int cap = m->ntensors * (1 + w->opt->nstate) + m->nbuf_tensors, nt = 0, nm = 0;
+  st_tensor_t *t = calloc((size_t)cap + 1, sizeof *t);
+  if (!t) return dt_error("out of memory");
+  for (int i = 0; i < m->ntensors; i++) tensor_entry(&t[nt++], "", &m->tensors[i], m->params);
+  for (int i = 0; i < m->nbuf_tensors; i++)
+    tensor_entry(&t[nt++], "", &m->buf_tensors[i], m->buffers);
+  for (int s = 0; s < w->opt->nstate; s++) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "optimizer.%s.", optim_state_name(w->opt, s));
+    for (int i = 0; i < m->ntensors; i++)
+      tensor_entry(&t[nt++], prefix, &m->tensors[i], w->opt->state[s]);
+  }
+  st_meta_t md[8];
+  meta(md, &nm, "format", CHECKPOINT_FORMAT);
+  meta(md, &nm, "epoch", "%d", epoch + 1);
+  meta(md, &nm, "step", "%" PRId64, w->step);
+  meta(md, &nm, "seed", "%" PRIu64, w->cfg->seed);
+  meta(md, &nm, "optimizer", "%s", optim_kind_name(w->cfg->optim.kind));
+  meta(md, &nm, "model", "%s", w->cfg->model);
+  meta(md, &nm, "rng", "all randomness derives from (seed, epoch, step, rank)");
+  int rc = safetensors_write(w->cfg->checkpoint, t, nt, md, nm);
+  free(t);
+  if (rc != 0) return dt_error_prefix("--checkpoint: ");
+  return 0;
+}
+
+/* Copies one tensor from the file after checking its shape. */
+static int restore_tensor(const safetensors_t *st, const char *prefix, const tensor_info_t *ti,
+                          float *base) {
+  char name[160];
+  snprintf(name, sizeof name, "%s%s", prefix, ti->name);
+  const st_tensor_t *t = safetensors_find(st, name);
+  if (!t) return dt_error("%s: no tensor '%s' (was the checkpoint written for another model?)",
+                          st->path, name);
+  int same = t->ndim == ti->ndim;
+  for (int d = 0; same && d < ti->ndim; d++) same = t->dims[d] == ti->dims[d];
+  if (!same || t->len != ti->len)
+    return dt_error("%s: tensor '%s' has %zu values in the file but the model has %zu "
+                    "(different model?)", st->path, name, t->len, ti->len);
+  memcpy(base + ti->off, t->data, ti->len * sizeof(float));
+  return 0;
+}
+
+static int read_meta_int(const safetensors_t *st, const char *key, long long *v) {
+  const char *s = safetensors_meta(st, key);
+  char *end;
+  if (!s) return dt_error("%s: metadata '%s' missing (not a dtrain checkpoint?)", st->path, key);
+  *v = strtoll(s, &end, 10);
+  if (*end || *v < 0) return dt_error("%s: metadata '%s' = '%s' is not a count", st->path, key, s);
+  return 0;
+}
+
+int worker_load_checkpoint(worker_t *w, const char *path) {
+  safetensors_t st;
+  if (safetensors_read(path, &st) != 0) return dt_error_prefix("--resume: ");
+  model_t *m = w->model;
+  int rc = -1;
+  long long epoch = 0, step = 0;
+  const char *fmt = safetensors_meta(&st, "format"), *opt = safetensors_meta(&st, "optimizer");
+  if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) != 0) {
+    dt_error("--resume %s: not a dtrain checkpoint (format '%s', expected '%s')", path,
+             fmt ? fmt : "none", CHECKPOINT_FORMAT);
+    goto done;
+  }
+  if (!opt || strcmp(opt, optim_kind_name(w->cfg->optim.kind)) != 0) {
+    dt_error("--resume %s: written with --optimizer %s but this run uses %s", path,
+             opt ? opt : "?", optim_kind_name(w->cfg->optim.kind));
+    goto done;
+  }
+  if (read_meta_int(&st, "epoch", &epoch) != 0 || read_meta_int(&st, "step", &step) != 0) goto done;
+  for (int i = 0; i < m->ntensors; i++)
+    if (restore_tensor(&st, "", &m->tensors[i], m->params) != 0) goto done;
+  for (int i = 0; i < m->nbuf_tensors; i++)
+    if (restore_tensor(&st, "", &m->buf_tensors[i], m->buffers) != 0) goto done;
+  for (int s = 0; s < w->opt->nstate; s++) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "optimizer.%s.", optim_state_name(w->opt, s));
+    for (int i = 0; i < m->ntensors; i++)
+      if (restore_tensor(&st, prefix, &m->tensors[i], w->opt->state[s]) != 0) goto done;
+  }
+  if (epoch >= w->cfg->epochs) {
+    dt_error("--resume %s: the checkpoint is at epoch %lld already; ask for more with --epochs",
+             path, epoch);
+    goto done;
+  }
+  w->first_epoch = (int)epoch;
+  w->step = step;
+  w->opt->steps = step;
+  rc = 0;
+done:
+  safetensors_free(&st);
+  return rc;
+}

@@ -1,0 +1,127 @@
+/* The taxonomy axes as configuration: defaults, parsing of --schedule and
+ * --exchange, and the check that refuses combinations that do not exist. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dist.h"
+
+void train_config_default(train_config_t *c) {
+  memset(c, 0, sizeof *c);
+  strcpy(c->model, "mlp");
+  strcpy(c->data, "fashion-mnist");
+  c->epochs = 1;
+  c->batch = 64;
+  c->seed = 1;
+  c->threads = 1;
+  optim_config_default(OPTIM_SGD, &c->optim);
+  c->lr = 0.05;
+  c->lr_schedule = LR_CONSTANT;
+  c->lr_step_epochs = 1;
+  c->lr_gamma = 0.1;
+  c->workers = 1;
+  c->comm = COMM_LOCAL;
+  c->optimization = OPTIMIZATION_CENTRAL;
+  c->schedule = SCHEDULE_SYNC;
+  c->exchange = EXCHANGE_ALLREDUCE;
+  c->algo = ALLREDUCE_AUTO;
+  c->bucket_bytes = 25u << 20; /* PyTorch DDP's bucket_cap_mb */
+  c->overlap = 1;
+  c->straggler_rank = -1;
+  c->straggler_slowdown = 1;
+  c->progress = 1;
+}
+
+const char *schedule_name(schedule_t s) {
+  static const char *names[] = {"sync", "async", "ssp", "value", "backup"};
+  return names[s];
+}
+
+const char *exchange_name(exchange_t e) {
+  static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree"};
+  return names[e];
+}
+
+int schedule_parse(const char *text, schedule_t *out, double *param) {
+  const char *colon = strchr(text, ':');
+  size_t n = colon ? (size_t)(colon - text) : strlen(text);
+  for (int s = SCHEDULE_SYNC; s <= SCHEDULE_BACKUP; s++) {
+    if (strlen(schedule_name(s)) != n || strncmp(text, schedule_name(s), n) != 0) continue;
+    int needs = s == SCHEDULE_SSP || s == SCHEDULE_VALUE || s == SCHEDULE_BACKUP;
+    if (needs != (colon != NULL))
+      return dt_error("option --schedule: '%s': %s", text,
+                      needs ? "needs a parameter (ssp:S, value:V, backup:B)"
+                            : "takes no parameter");
+    *out = s;
+    *param = 0;
+    if (colon) {
+      if (s == SCHEDULE_SSP && !strcmp(colon + 1, "inf")) *param = INFINITY;
+      else if (parse_float("schedule", colon + 1, 0, 1e9, param) != 0) return -1;
+    }
+    return 0;
+  }
+  return dt_error("option --schedule: unknown schedule '%s' (expected sync, async, ssp:S, "
+                  "value:V, backup:B)", text);
+}
+
+int exchange_parse(const char *text, exchange_t *out, allreduce_algo_t *algo, int *servers) {
+  if (!strcmp(text, "allreduce") || !strncmp(text, "allreduce:", 10)) {
+    *out = EXCHANGE_ALLREDUCE;
+    *algo = ALLREDUCE_AUTO;
+    if (text[9] == ':' && allreduce_algo_parse(text + 10, algo) != 0)
+      return dt_error_prefix("option --exchange: ");
+    return 0;
+  }
+  if (!strncmp(text, "ps:", 3)) {
+    long k;
+    *out = EXCHANGE_PS;
+    if (!strcmp(text + 3, "n")) {
+      *servers = 0;
+      return 0;
+    }
+    if (parse_int("exchange", text + 3, 1, 1024, &k) != 0) return -1;
+    *servers = (int)k;
+    return 0;
+  }
+  static const struct { const char *name; exchange_t e; } plain[] = {
+      {"master", EXCHANGE_MASTER}, {"neighbors", EXCHANGE_NEIGHBORS}};
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+    if (!strcmp(text, plain[i].name)) {
+      *out = plain[i].e;
+      return 0;
+    }
+  if (!strncmp(text, "gossip", 6)) {
+    *out = EXCHANGE_GOSSIP;
+    return 0;
+  }
+  if (!strncmp(text, "tree", 4)) {
+    *out = EXCHANGE_TREE;
+    return 0;
+  }
+  return dt_error("option --exchange: unknown exchange '%s' (expected allreduce:ring|rhd|tree|"
+                  "naive|hier|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F)", text);
+}
+
+/* Which strategies exist today: the rest of the taxonomy is refused with a
+ * message that says what does exist. */
+int train_config_check(const train_config_t *c) {
+  if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
+  if (c->batch < 1) return dt_error("option --batch: must be at least 1");
+  if (!(c->lr >= 0)) return dt_error("option --lr: %g is negative (expected >= 0)", c->lr);
+  if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
+  if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
+  if (c->straggler_rank >= c->workers)
+    return dt_error("option --straggler: rank %d does not exist with --workers %d",
+                    c->straggler_rank, c->workers);
+  if (c->optimization == OPTIMIZATION_DECENTRAL)
+    return dt_error("option --optimization decentral: not available yet; what exists is "
+                    "--optimization central with --exchange allreduce:* --schedule sync");
+  if (c->exchange != EXCHANGE_ALLREDUCE)
+    return dt_error("option --exchange %s: not available yet; what exists is --exchange "
+                    "allreduce:ring|rhd|tree|naive|hier|auto", exchange_name(c->exchange));
+  if (c->schedule != SCHEDULE_SYNC)
+    return dt_error("options --schedule %s and --exchange allreduce do not combine: allreduce "
+                    "is synchronous (use --schedule sync; %s needs a parameter server, "
+                    "--exchange ps:K)", schedule_name(c->schedule), schedule_name(c->schedule));
+  return 0;
+}

@@ -1,0 +1,146 @@
+/* Synchronous data parallelism (Horovod, PyTorch DDP, FireCaffe, a single
+ * parameter server as gather+broadcast): every rank computes the gradient
+ * of its slice of the global batch, the gradients are summed by allreduce
+ * over buckets of the gradient arena, and every rank applies the same
+ * update. With overlap, a bucket's allreduce starts as soon as backprop has
+ * produced all of its gradients (the arena is in layer order and backprop
+ * runs last layer first, so buckets are cut from the end). One rank is the
+ * plain single-worker trainer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dist.h"
+
+typedef struct {
+  size_t off, len;      /* range of the gradient arena */
+  int first_layer;      /* the bucket is complete once this layer's grads are */
+} bucket_t;
+
+typedef struct {
+  worker_t *w;
+  bucket_t *buckets;
+  int nbuckets, next;   /* next bucket to start */
+  coll_async_t *async;
+} dp_state_t;
+
+/* Buckets of at most cfg->bucket_bytes, whole layers each (a layer larger
+ * than the cap gets a bucket of its own), cut from the last layer down. */
+static int plan_buckets(dp_state_t *s) {
+  const model_t *m = s->w->model;
+  size_t cap = s->w->cfg->bucket_bytes / sizeof(float);
+  s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
+  if (!s->buckets) return dt_error("out of memory");
+  bucket_t *cur = NULL;
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    const layer_t *l = &m->layers[i];
+    if (!l->param_len) continue;
+    if (!cur || cap == 0 || cur->len + l->param_len > cap) {
+      cur = &s->buckets[s->nbuckets++];
+      cur->off = l->param_off + l->param_len;
+    }
+    cur->off = l->param_off;
+    cur->len += l->param_len;
+    cur->first_layer = i;
+  }
+  return 0;
+}
+
+static void start_ready_buckets(void *ctx, int layer) {
+  dp_state_t *s = ctx;
+  while (s->next < s->nbuckets && s->buckets[s->next].first_layer >= layer) {
+    const bucket_t *b = &s->buckets[s->next++];
+    coll_async_allreduce(s->async, s->w->cfg->algo, s->w->model->grads + b->off, b->len);
+  }
+}
+
+/* Sums the gradients over ranks: during backprop (overlap) or after it. */
+static int exchange_gradients(dp_state_t *s, double backward_end) {
+  worker_t *w = s->w;
+  if (w->nranks == 1) return 0;
+  double t0 = dt_now(), busy = 0;
+  if (s->async) {
+    int rc = coll_async_wait(s->async, &busy);
+    w->timers.comm += busy;
+    w->timers.comm_exposed += dt_now() - backward_end;
+    return rc;
+  }
+  for (int i = 0; i < s->nbuckets; i++)
+    if (allreduce(w->coll, w->cfg->algo, w->model->grads + s->buckets[i].off, s->buckets[i].len) != 0)
+      return -1;
+  double dt = dt_now() - t0;
+  w->timers.comm += dt;
+  w->timers.comm_exposed += dt;
+  return 0;
+}
+
+static int train_step(dp_state_t *s, int64_t k) {
+  worker_t *w = s->w;
+  size_t begin, count, global;
+  worker_step_slice(w, k, &begin, &count, &global);
+  s->next = 0;
+  int overlap = s->async != NULL;
+  if (worker_compute_gradient(w, begin, count, (int)global, overlap ? start_ready_buckets : NULL,
+                              s) != 0)
+    return -1;
+  if (exchange_gradients(s, dt_now()) != 0) return -1;
+  worker_apply_update(w);
+  return 0;
+}
+
+/* Test metrics on a shard of the test set per rank, and the epoch's train
+ * loss and accuracy, summed over ranks in one small allreduce. */
+static int epoch_metrics(worker_t *w, epoch_report_t *r) {
+  size_t off, len;
+  data_shard(w->test->n, w->rank, w->nranks, &off, &len);
+  double test_loss;
+  int64_t test_correct;
+  worker_evaluate(w, off, off + len, &test_loss, &test_correct);
+  float sums[5] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
+                   (float)w->epoch_samples, (float)w->epoch_correct};
+  if (w->nranks > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, 5) != 0) return -1;
+  r->test_loss = sums[0] / (double)w->test->n;
+  r->test_acc = sums[1] / (double)w->test->n;
+  r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
+  r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
+  return 0;
+}
+
+static int run_epochs(dp_state_t *s) {
+  worker_t *w = s->w;
+  const train_config_t *cfg = w->cfg;
+  epoch_report_t r = {0};
+  int have_report = 0;
+  double run_t0 = dt_now();
+  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
+    double t0 = dt_now();
+    memset(&w->timers, 0, sizeof w->timers);
+    w->epoch_loss_sum = 0;
+    w->epoch_samples = w->epoch_correct = 0;
+    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
+    int64_t k = 0;
+    for (; k < w->steps_per_epoch; k++) {
+      if (cfg->max_steps && w->step >= cfg->max_steps) break;
+      if (train_step(s, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+      worker_progress(w, epoch, k, w->steps_per_epoch);
+    }
+    double train_sec = dt_now() - t0;
+    r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+    r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
+    size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * w->nranks;
+    r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
+    if (epoch_metrics(w, &r) != 0 || worker_report_epoch(w, &r) != 0) return -1;
+    have_report = 1;
+    if (cfg->max_steps && w->step >= cfg->max_steps) break;
+  }
+  return worker_report_done(w, have_report ? &r : NULL, dt_now() - run_t0);
+}
+
+int strategy_data_parallel(worker_t *w) {
+  dp_state_t s = {.w = w};
+  int rc = plan_buckets(&s);
+  if (rc == 0 && w->nranks > 1 && w->cfg->overlap) rc = coll_async_new(w->coll, &s.async);
+  if (rc == 0) rc = run_epochs(&s);
+  coll_async_free(s.async);
+  free(s.buckets);
+  return rc;
+}

@@ -1,0 +1,150 @@
+/* The worker: one rank's model, optimizer, data slice and bookkeeping.
+ * Strategies compose these helpers; none of them communicates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dist.h"
+
+static int build_model(worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  model_spec_t spec;
+  if (model_spec_load(cfg->model, &spec) != 0) return -1;
+  shape_t in = {w->train->c, w->train->h, w->train->w};
+  int rc = model_build(&spec, in, w->train->nclasses, cfg->batch, &w->model);
+  model_spec_free(&spec);
+  if (rc != 0) return -1;
+  model_init_params(w->model, cfg->seed);
+  return 0;
+}
+
+static int build_optimizer(worker_t *w) {
+  model_t *m = w->model;
+  if (optim_new(&w->cfg->optim, m->nparams, &w->opt) != 0) return -1;
+  w->segs = calloc((size_t)m->ntensors + 1, sizeof *w->segs);
+  if (!w->segs) return dt_error("out of memory");
+  for (int i = 0; i < m->ntensors; i++) w->segs[i] = (optim_segment_t){m->tensors[i].off, m->tensors[i].len};
+  w->nsegs = m->ntensors;
+  return 0;
+}
+
+/* Steps per epoch under synchronous data parallelism: the global batch is
+ * nranks * batch; the last step of an epoch takes what is left. */
+static void build_schedule(worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  int64_t global = (int64_t)cfg->batch * w->nranks;
+  w->steps_per_epoch = ((int64_t)w->train->n + global - 1) / global;
+  w->sched = (lr_schedule_t){
+      .kind = cfg->lr_schedule,
+      .base = cfg->lr,
+      .total_steps = w->steps_per_epoch * cfg->epochs,
+      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)w->steps_per_epoch),
+      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)w->steps_per_epoch),
+      .gamma = cfg->lr_gamma,
+  };
+  if (w->sched.step_size < 1) w->sched.step_size = 1;
+}
+
+int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
+                const dataset_t *test) {
+  memset(w, 0, sizeof *w);
+  w->cfg = cfg;
+  w->comm = comm;
+  w->rank = comm ? comm_rank(comm) : 0;
+  w->nranks = comm ? comm_size(comm) : 1;
+  w->train = train;
+  w->test = test;
+  w->run_start = dt_now();
+  if (comm && coll_ctx_new(comm, &w->coll) != 0) return -1;
+  if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
+  build_schedule(w);
+  w->x = dt_alloc_floats((size_t)cfg->batch * train->dim);
+  w->y = dt_alloc((size_t)cfg->batch * sizeof(int32_t));
+  w->order = dt_alloc(train->n * sizeof(uint32_t));
+  w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
+  if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
+  if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
+  if (w->rank == 0 && cfg->metrics[0]) {
+    w->metrics = fopen(cfg->metrics, cfg->resume[0] ? "a" : "w");
+    if (!w->metrics) return dt_error("--metrics %s: cannot open for writing", cfg->metrics);
+  }
+  return 0;
+}
+
+void worker_free(worker_t *w) {
+  if (w->metrics) fclose(w->metrics);
+  model_free(w->model);
+  optim_free(w->opt);
+  free(w->segs);
+  dt_free(w->x);
+  dt_free(w->y);
+  dt_free(w->order);
+  dt_free(w->eval_idx);
+  if (w->coll) coll_ctx_free(w->coll);
+  memset(w, 0, sizeof *w);
+}
+
+void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
+  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
+  size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
+  size_t off, len;
+  data_shard(in_step, w->rank, w->nranks, &off, &len);
+  *begin = start + off;
+  *count = len;
+  *global = in_step;
+}
+
+int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
+                            grad_ready_fn ready, void *ctx) {
+  double t0 = dt_now();
+  model_t *m = w->model;
+  if (count == 0) { /* a rank with no samples in a short last step */
+    kern_zero(m->nparams, m->grads);
+    if (ready)
+      for (int i = m->nlayers - 1; i >= 0; i--)
+        if (m->layers[i].param_len) ready(ctx, i);
+    return 0;
+  }
+  data_gather(w->train, w->order + begin, count, w->x, w->y);
+  rng_t rng; /* dropout masks: a pure function of (seed, step, rank) */
+  rng_seed(&rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * w->nranks + w->rank)));
+  model_forward(m, w->x, (int)count, 1, &rng);
+  int correct = 0;
+  double loss = model_loss(m, w->y, (int)count, denom, &correct);
+  if (!isfinite(loss))
+    return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
+                    "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
+  w->epoch_loss_sum += loss;
+  w->epoch_samples += (int64_t)count;
+  w->epoch_correct += correct;
+  model_backward(m, w->x, (int)count, ready, ctx);
+  double dt = dt_now() - t0;
+  if (w->comm) comm_compute_delay(w->comm, dt);
+  w->timers.compute += dt_now() - t0;
+  return 0;
+}
+
+void worker_apply_update(worker_t *w) {
+  double t0 = dt_now();
+  float lr = (float)lr_at(&w->sched, w->step);
+  optim_step(w->opt, w->model->params, w->model->grads, w->segs, w->nsegs, lr);
+  w->step++;
+  w->timers.compute += dt_now() - t0;
+}
+
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {
+  model_t *m = w->model;
+  size_t bs = (size_t)w->cfg->batch;
+  const layer_t *last = &m->layers[m->nlayers - 1];
+  *loss_sum = 0;
+  *correct = 0;
+  for (size_t i = begin; i < end; i += bs) {
+    size_t cnt = end - i < bs ? end - i : bs;
+    for (size_t j = 0; j < cnt; j++) w->eval_idx[j] = (uint32_t)(i + j);
+    data_gather(w->test, w->eval_idx, cnt, w->x, w->y);
+    model_forward(m, w->x, (int)cnt, 0, NULL);
+    int c = 0;
+    *loss_sum += softmax_xent(last->out, w->y, (int)cnt, m->nclasses, (int)cnt, m->probs, NULL, &c);
+    *correct += c;
+  }
+}
