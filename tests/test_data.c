@@ -98,12 +98,17 @@ static const char *write_labels(const char *name, uint32_t n, int gz) {
  * (60000, 28, 28) [9, 0, 0, 3, 0, 2, 7, 2, 5, 5] [0, 0, 237, 226, 217] 252 76247 5
  * (10000, 28, 28) [9, 2, 1, 1, 6, 1, 4, 6, 5, 7] [126, 127, 146, 185, 195] 5 */
 
+/* The normalised value of element i, as data_gather would produce it. */
+static double value_at(const dataset_t *d, size_t i) {
+  return d->pixels ? (double)d->pixels[i] * d->scale + d->shift : d->x[i];
+}
+
 static void check_pixels(const dataset_t *d, size_t i, int row, int col0, const int *want, int k,
                          int normalised) {
   for (int j = 0; j < k; j++) {
     double v = want[j] / 255.0;
     if (normalised) v = (v - FASHION_MNIST_MEAN) / FASHION_MNIST_STD;
-    CHECK_NEAR(d->x[i * d->dim + (size_t)row * 28 + (size_t)(col0 + j)], v, 1e-6);
+    CHECK_NEAR(value_at(d, i * d->dim + (size_t)row * 28 + (size_t)(col0 + j)), v, 1e-6);
   }
 }
 
@@ -111,7 +116,7 @@ static void test_fashion_mnist_train_raw(void) {
   dataset_t d;
   CHECK_OK(dataset_load_idx(FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz",
                             FASHION_MNIST_DIR "/train-labels-idx1-ubyte.gz", &d));
-  if (!d.x) return;
+  if (!d.pixels) return;
   CHECK(d.n == 60000 && d.c == 1 && d.h == 28 && d.w == 28 && d.dim == 784);
   CHECK(d.nclasses == 10);
   static const int labels[10] = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};
@@ -119,9 +124,9 @@ static void test_fashion_mnist_train_raw(void) {
   CHECK(d.y[59999] == 5);
   static const int row14[5] = {0, 0, 237, 226, 217};
   check_pixels(&d, 0, 14, 10, row14, 5, 0);
-  CHECK_NEAR(d.x[1 * 784 + 10 * 28 + 10], 252 / 255.0, 1e-6);
+  CHECK_NEAR(value_at(&d, 1 * 784 + 10 * 28 + 10), 252 / 255.0, 1e-6);
   double sum = 0;
-  for (int j = 0; j < 784; j++) sum += d.x[j] * 255.0;
+  for (int j = 0; j < 784; j++) sum += d.pixels[j];
   CHECK_NEAR(sum, 76247, 1e-2);
   dataset_free(&d);
 }
@@ -129,13 +134,20 @@ static void test_fashion_mnist_train_raw(void) {
 static void test_fashion_mnist_test_normalised(void) {
   dataset_t d;
   CHECK_OK(dataset_load("fashion-mnist", 0, 1, &d));
-  if (!d.x) return;
+  if (!d.pixels) return;
   CHECK(d.n == 10000 && d.h == 28 && d.w == 28 && d.nclasses == 10);
   static const int labels[10] = {9, 2, 1, 1, 6, 1, 4, 6, 5, 7};
   for (int i = 0; i < 10; i++) CHECK(d.y[i] == labels[i]);
   CHECK(d.y[9999] == 5);
   static const int row20[5] = {126, 127, 146, 185, 195};
   check_pixels(&d, 0, 20, 10, row20, 5, 1);
+  /* data_gather applies the same normalisation while copying a batch */
+  float x[2 * 784];
+  int32_t y[2];
+  const uint32_t order[2] = {1, 0};
+  data_gather(&d, order, 2, x, y);
+  CHECK(y[0] == 2 && y[1] == 9);
+  CHECK_NEAR(x[784 + 20 * 28 + 12], (146 / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD, 1e-5);
   CHECK(strstr(d.source, "fashion-mnist test") != NULL);
   dataset_free(&d);
 }
@@ -145,9 +157,9 @@ static void test_fashion_mnist_test_normalised(void) {
 static void check_small(const dataset_t *d, uint32_t n, uint32_t h, uint32_t w) {
   CHECK(d->n == n && d->c == 1 && d->h == (int)h && d->w == (int)w && d->dim == h * w);
   CHECK(d->nclasses == 7);
-  for (size_t i = 0; i < n && d->x; i++) {
+  for (size_t i = 0; i < n && d->pixels; i++) {
     CHECK(d->y[i] == label_of(i));
-    CHECK_NEAR(d->x[i * d->dim + 5], pixel_of(i, 5) / 255.0, 1e-7);
+    CHECK_NEAR(value_at(d, i * d->dim + 5), pixel_of(i, 5) / 255.0, 1e-7);
   }
 }
 
@@ -184,7 +196,7 @@ static void test_idx_truncated_plain(void) {
   free(b);
   CHECK_FAILS_WITH(dataset_load_idx(im, lb, &d),
                    "t3-labels-idx1-ubyte: truncated: header says 5 labels (13 bytes)");
-  CHECK(d.x == NULL && d.y == NULL);
+  CHECK(d.pixels == NULL && d.x == NULL && d.y == NULL);
 }
 
 static void test_idx_trailing_bytes(void) {
@@ -278,8 +290,8 @@ static void test_load_folder(void) {
   for (int train = 0; train <= 1; train++) {
     CHECK_OK(dataset_load(dir, train, 1, &d));
     CHECK(d.n == (train ? 12u : 4u) && d.h == 5 && d.w == 5);
-    for (size_t i = 0; i < d.n && d.x; i++)
-      CHECK_NEAR(d.x[i * 25 + 3], (pixel_of(i, 3) / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD,
+    for (size_t i = 0; i < d.n && d.pixels; i++)
+      CHECK_NEAR(value_at(&d, i * 25 + 3), (pixel_of(i, 3) / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD,
                  1e-5);
     dataset_free(&d);
   }

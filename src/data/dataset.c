@@ -73,11 +73,18 @@ int dataset_load(const char *spec, int train, uint64_t seed, dataset_t *out) {
 
 void dataset_normalize(dataset_t *d, float mean, float std) {
   const float inv = 1.0f / std;
+  if (d->pixels) { /* applied by data_gather: x = pixel/255 scaled */
+    d->scale = inv / 255.0f;
+    d->shift = -mean * inv;
+    return;
+  }
   float *restrict x = d->x;
   for (size_t i = 0; i < d->n * d->dim; i++) x[i] = (x[i] - mean) * inv;
 }
 
 void dataset_free(dataset_t *d) {
+  free(d->pixels);
+  d->pixels = NULL;
   dt_free(d->x);
   dt_free(d->y);
   d->x = NULL;

@@ -94,15 +94,21 @@ static int idx_open_labels(const char *path, idx_file_t *f) {
   return idx_check_size(f, IDX_LABELS_HEADER, 1, "labels", "");
 }
 
-/* Pixels scaled to [0, 1]; labels as int32; nclasses = max label + 1
- * (at most 256, as labels are bytes). */
-static int idx_fill(const idx_file_t *im, const idx_file_t *lb, dataset_t *out) {
+/* Pixels stay uint8 (a quarter of the memory of float32), with scale 1/255
+ * until dataset_normalize; labels as int32; nclasses = max label + 1 (at
+ * most 256, as labels are bytes). The file buffer becomes the pixel
+ * storage in place, so loading never holds two copies. */
+static int idx_fill(idx_file_t *im, const idx_file_t *lb, dataset_t *out) {
   size_t n = im->count, dim = (size_t)im->rows * im->cols;
-  out->x = dt_alloc_floats(n * dim);
   out->y = dt_alloc(n * sizeof *out->y);
-  if (!out->x || !out->y) return dt_error_prefix("%s: ", im->path);
-  const uint8_t *px = im->bytes + IDX_IMAGES_HEADER, *lab = lb->bytes + IDX_LABELS_HEADER;
-  for (size_t i = 0; i < n * dim; i++) out->x[i] = (float)px[i] / 255.0f;
+  if (!out->y) return dt_error_prefix("%s: ", im->path);
+  memmove(im->bytes, im->bytes + IDX_IMAGES_HEADER, n * dim);
+  uint8_t *shrunk = realloc(im->bytes, n * dim);
+  out->pixels = shrunk ? shrunk : im->bytes;
+  im->bytes = NULL;
+  out->scale = 1.0f / 255.0f;
+  out->shift = 0.0f;
+  const uint8_t *lab = lb->bytes + IDX_LABELS_HEADER;
   int max_label = 0;
   for (size_t i = 0; i < n; i++) {
     out->y[i] = lab[i];

@@ -27,10 +27,18 @@ void data_shard(size_t n, int r, int parts, size_t *off, size_t *len) {
   *len = base + (i < extra ? 1 : 0);
 }
 
+/* Normalising while copying: the pixels are read once either way. */
+static void gather_pixels(const uint8_t *restrict px, size_t dim, float scale, float shift,
+                          float *restrict x) {
+  for (size_t j = 0; j < dim; j++) x[j] = (float)px[j] * scale + shift;
+}
+
 void data_gather(const dataset_t *d, const uint32_t *order, size_t count, float *x, int32_t *y) {
   const size_t dim = d->dim;
   for (size_t i = 0; i < count; i++) {
-    memcpy(x + i * dim, d->x + (size_t)order[i] * dim, dim * sizeof *x);
+    size_t src = (size_t)order[i] * dim;
+    if (d->pixels) gather_pixels(d->pixels + src, dim, d->scale, d->shift, x + i * dim);
+    else memcpy(x + i * dim, d->x + src, dim * sizeof *x);
     y[i] = d->y[order[i]];
   }
 }
