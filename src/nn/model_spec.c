@@ -76,9 +76,9 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
       }
     return dt_error("%s: no earlier layer is named '%s'", opt, val);
   }
-  return dt_error("%s: unknown key '%s' (expected units, filters, kernel, stride, pad, rate, "
+  return dt_error("%s:%d: unknown key '%s' (expected units, filters, kernel, stride, pad, rate, "
                   "eps, momentum, name, input)",
-                  opt, key);
+                  spec->source, line, key);
 }
 
 static int parse_input_shape(const model_spec_t *spec, int line, char *args) {

@@ -1,0 +1,34 @@
+# Shared by the end-to-end scripts: PASS/FAIL lines that tests/run.sh counts.
+DTRAIN=${DTRAIN:-build/dtrain}
+PY=/usr/bin/python3
+TMP=$(mktemp -d /tmp/dtrain-e2e.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1${2:+: $2}"; }
+# check NAME CONDITION-COMMAND...: PASS when the command succeeds
+check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+# expect_error NAME EXIT-CODE TEXT -- COMMAND...: the command must exit with
+# EXIT-CODE and print exactly one line on stderr containing TEXT
+expect_error() {
+  name=$1 code=$2 text=$3; shift 4
+  "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+  if [ "$rc" -ne "$code" ]; then fail "$name" "exit $rc, expected $code: $(head -c 300 "$TMP/err")"; return; fi
+  if ! grep -q -- "$text" "$TMP/err"; then fail "$name" "stderr lacks '$text': $(head -c 300 "$TMP/err")"; return; fi
+  if [ "$(grep -c . "$TMP/err")" -ne 1 ]; then fail "$name" "expected one line on stderr, got: $(cat "$TMP/err")"; return; fi
+  pass "$name"
+}
+# A small Fashion-MNIST folder (first N train / M test samples) for fast runs.
+make_small_fashion() {
+  dir=$1 ntrain=$2 ntest=$3
+  mkdir -p "$dir"
+  $PY - "$dir" "$ntrain" "$ntest" <<'PYEOF'
+import gzip, sys, os
+d, ntr, nte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+src = "/usr/share/datasets/fashion-mnist"
+for split, n in (("train", ntr), ("t10k", nte)):
+    for kind, hdr, per in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
+        b = gzip.open(f"{src}/{split}-{kind}-ubyte.gz").read()
+        head = bytearray(b[:hdr]); head[4:8] = n.to_bytes(4, "big")
+        open(os.path.join(d, f"{split}-{kind}-ubyte"), "wb").write(bytes(head) + b[hdr:hdr + n * per])
+PYEOF
+}
