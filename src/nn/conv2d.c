@@ -71,53 +71,145 @@ static void valid_kx(const geom_t *g, int ox, int *kx0, int *kx1) {
   *kx1 = g->w - ix0 < g->k ? g->w - ix0 : g->k;
 }
 
+/* memcpy of a run, inlined when short: the runs of a small kernel over
+ * few channels (5 floats for a 5x5 kernel on one channel) are too short
+ * for a library call to pay off. Fixed-size chunks, the last overlapping. */
+static inline void copy_run(float *restrict d, const float *restrict s, size_t n) {
+  if (n > 32) {
+    memcpy(d, s, n * sizeof(float));
+  } else if (n >= 8) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) memcpy(d + i, s + i, 8 * sizeof(float));
+    if (i < n) memcpy(d + n - 8, s + n - 8, 8 * sizeof(float));
+  } else if (n >= 4) {
+    memcpy(d, s, 4 * sizeof(float));
+    memcpy(d + n - 4, s + n - 4, 4 * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+  }
+}
+
+/* One column row per output pixel: k runs of k·c floats. Windows inside
+ * the image (all of them without padding) take the fast path. */
 static void im2col(const geom_t *g, const float *x, int n, float *cols) {
-  size_t run = (size_t)g->k * g->c;   /* one kernel row of a column row */
+  size_t run = (size_t)g->k * g->c, line = (size_t)g->w * g->c;
   for (int b = 0; b < n; b++) {
-    const float *xb = x + (size_t)b * g->h * g->w * g->c;
-    for (int oy = 0; oy < g->oh; oy++)
-      for (int ox = 0; ox < g->ow; ox++) {
-        float *row = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * g->kdim;
-        int kx0, kx1;
+    const float *xb = x + (size_t)b * g->h * line;
+    for (int oy = 0; oy < g->oh; oy++) {
+      int iy0 = oy * g->s - g->p, rows_inside = iy0 >= 0 && iy0 + g->k <= g->h;
+      float *row = cols + ((size_t)b * g->oh + oy) * g->ow * g->kdim;
+      for (int ox = 0; ox < g->ow; ox++, row += g->kdim) {
+        int kx0, kx1, ix0 = ox * g->s - g->p;
         valid_kx(g, ox, &kx0, &kx1);
-        int ix0 = ox * g->s - g->p;
+        if (rows_inside && kx0 == 0 && kx1 == g->k) {
+          const float *src = xb + (size_t)iy0 * line + (size_t)ix0 * g->c;
+          for (int ky = 0; ky < g->k; ky++) copy_run(row + ky * run, src + ky * line, run);
+          continue;
+        }
         for (int ky = 0; ky < g->k; ky++) {
           float *dst = row + ky * run;
-          int iy = oy * g->s - g->p + ky;
+          int iy = iy0 + ky;
           if (iy < 0 || iy >= g->h || kx0 >= kx1) {
             memset(dst, 0, run * sizeof(float));
             continue;
           }
-          if (kx0 > 0) memset(dst, 0, (size_t)kx0 * g->c * sizeof(float));
-          memcpy(dst + (size_t)kx0 * g->c, xb + ((size_t)iy * g->w + ix0 + kx0) * g->c,
-                 (size_t)(kx1 - kx0) * g->c * sizeof(float));
-          if (kx1 < g->k)
-            memset(dst + (size_t)kx1 * g->c, 0, (size_t)(g->k - kx1) * g->c * sizeof(float));
+          memset(dst, 0, (size_t)kx0 * g->c * sizeof(float));
+          copy_run(dst + (size_t)kx0 * g->c, xb + (size_t)iy * line + (size_t)(ix0 + kx0) * g->c,
+                   (size_t)(kx1 - kx0) * g->c);
+          memset(dst + (size_t)kx1 * g->c, 0, (size_t)(g->k - kx1) * g->c * sizeof(float));
         }
       }
+    }
   }
 }
 
-/* dx += scatter of dcols (dx zeroed by the caller). */
+static inline void add_run(float *restrict d, const float *restrict s, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+/* dx += scatter of dcols (dx zeroed by the caller): im2col's adjoint. */
 static void col2im(const geom_t *g, const float *cols, int n, float *dx) {
-  size_t run = (size_t)g->k * g->c;
+  size_t run = (size_t)g->k * g->c, line = (size_t)g->w * g->c;
   for (int b = 0; b < n; b++) {
-    float *xb = dx + (size_t)b * g->h * g->w * g->c;
-    for (int oy = 0; oy < g->oh; oy++)
-      for (int ox = 0; ox < g->ow; ox++) {
-        const float *row = cols + (((size_t)b * g->oh + oy) * g->ow + ox) * g->kdim;
-        int kx0, kx1;
+    float *xb = dx + (size_t)b * g->h * line;
+    for (int oy = 0; oy < g->oh; oy++) {
+      int iy0 = oy * g->s - g->p, rows_inside = iy0 >= 0 && iy0 + g->k <= g->h;
+      const float *row = cols + ((size_t)b * g->oh + oy) * g->ow * g->kdim;
+      for (int ox = 0; ox < g->ow; ox++, row += g->kdim) {
+        int kx0, kx1, ix0 = ox * g->s - g->p;
         valid_kx(g, ox, &kx0, &kx1);
-        int ix0 = ox * g->s - g->p;
+        if (rows_inside && kx0 == 0 && kx1 == g->k) {
+          float *dst = xb + (size_t)iy0 * line + (size_t)ix0 * g->c;
+          for (int ky = 0; ky < g->k; ky++) add_run(dst + ky * line, row + ky * run, run);
+          continue;
+        }
         for (int ky = 0; ky < g->k; ky++) {
-          int iy = oy * g->s - g->p + ky;
+          int iy = iy0 + ky;
           if (iy < 0 || iy >= g->h || kx0 >= kx1) continue;
-          const float *src = row + ky * run + (size_t)kx0 * g->c;
-          float *dst = xb + ((size_t)iy * g->w + ix0 + kx0) * g->c;
-          size_t len = (size_t)(kx1 - kx0) * g->c;
-          for (size_t i = 0; i < len; i++) dst[i] += src[i];
+          add_run(xb + (size_t)iy * line + (size_t)(ix0 + kx0) * g->c,
+                  row + ky * run + (size_t)kx0 * g->c, (size_t)(kx1 - kx0) * g->c);
         }
       }
+    }
+  }
+}
+
+/* The bias/ReLU pass and the bias-gradient sums run over [rows, cols] with
+ * few columns (one per filter), so a loop per row would be mostly loop
+ * overhead. They work on blocks of R rows as one flat vector of up to
+ * TILE floats instead, against the bias repeated R times (forward) or
+ * into R partial sums (backward). */
+enum { TILE = 256 };
+
+static size_t rows_per_block(int cols) { return cols < TILE ? (size_t)(TILE / cols) : 1; }
+
+static void bias_act(float *out, const float *b, size_t rows, int cols, int relu) {
+  float tile[TILE];
+  size_t per = rows_per_block(cols);
+  const float *bias = b;
+  if (per > 1) {
+    for (size_t r = 0; r < per; r++) memcpy(tile + r * cols, b, (size_t)cols * sizeof(float));
+    bias = tile;
+  }
+  for (size_t r0 = 0; r0 < rows; r0 += per) {
+    size_t len = (rows - r0 < per ? rows - r0 : per) * (size_t)cols;
+    float *o = out + r0 * cols;
+    if (relu)
+      for (size_t i = 0; i < len; i++) {
+        float v = o[i] + bias[i];
+        o[i] = v > 0.0f ? v : 0.0f;
+      }
+    else
+      for (size_t i = 0; i < len; i++) o[i] += bias[i];
+  }
+}
+
+/* db = column sums of dout, after masking dout by out > 0 for a fused
+ * ReLU: one pass over dout. */
+static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, int cols,
+                         float *db) {
+  float tile[TILE];
+  size_t per = rows_per_block(cols);
+  float *acc = per > 1 ? tile : db;
+  size_t span = per * (size_t)cols;
+  for (size_t i = 0; i < span; i++) acc[i] = 0.0f;
+  for (size_t r0 = 0; r0 < rows; r0 += per) {
+    size_t len = (rows - r0 < per ? rows - r0 : per) * (size_t)cols;
+    float *restrict d = dout + r0 * cols;
+    if (relu) {
+      const float *restrict o = out + r0 * cols;
+      for (size_t i = 0; i < len; i++) {
+        d[i] = o[i] > 0.0f ? d[i] : 0.0f;
+        acc[i] += d[i];
+      }
+    } else {
+      for (size_t i = 0; i < len; i++) acc[i] += d[i];
+    }
+  }
+  if (per > 1) {
+    for (int j = 0; j < cols; j++) db[j] = 0.0f;
+    for (size_t r = 0; r < per; r++)
+      for (int j = 0; j < cols; j++) db[j] += acc[r * cols + j];
   }
 }
 
@@ -129,38 +221,18 @@ static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
     im2col(&g, x, n, l->scratch);
     cols = l->scratch;
   }
-  float *out = l->out;
-  const float *b = l->b;
-  kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, out, g.oc);
-  for (int r = 0; r < rows; r++) {
-    float *o = out + (size_t)r * g.oc;
-    if (l->spec.act == ACT_RELU)
-      for (int j = 0; j < g.oc; j++) {
-        float v = o[j] + b[j];
-        o[j] = v > 0.0f ? v : 0.0f;
-      }
-    else
-      for (int j = 0; j < g.oc; j++) o[j] += b[j];
-  }
+  kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, l->out, g.oc);
+  bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
 
 static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
-  float *dout = l->dout, *db = l->db;
-  size_t len = (size_t)rows * g.oc;
-  if (l->spec.act == ACT_RELU) {
-    const float *out = l->out;
-    for (size_t i = 0; i < len; i++) dout[i] = out[i] > 0.0f ? dout[i] : 0.0f;
-  }
+  float *dout = l->dout;
+  mask_and_sum(dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db);
   int pointwise = is_pointwise(&g);
   const float *cols = pointwise ? x : l->scratch;
   kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, 0.0f, l->dw, g.kdim);
-  for (int j = 0; j < g.oc; j++) db[j] = 0.0f;
-  for (int r = 0; r < rows; r++) {
-    const float *d = dout + (size_t)r * g.oc;
-    for (int j = 0; j < g.oc; j++) db[j] += d[j];
-  }
   if (!dx) return;
   if (pointwise) {
     kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);

@@ -45,21 +45,30 @@ static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *r
   }
 }
 
+/* db = column sums of dout, after masking dout by out > 0 for a fused
+ * ReLU: one pass over dout. */
+static void mask_and_sum(float *restrict dout, const float *restrict out, int relu, int rows,
+                         int cols, float *restrict db) {
+  for (int j = 0; j < cols; j++) db[j] = 0.0f;
+  for (int r = 0; r < rows; r++) {
+    float *d = dout + (size_t)r * cols;
+    if (relu) {
+      const float *o = out + (size_t)r * cols;
+      for (int j = 0; j < cols; j++) {
+        d[j] = o[j] > 0.0f ? d[j] : 0.0f;
+        db[j] += d[j];
+      }
+    } else {
+      for (int j = 0; j < cols; j++) db[j] += d[j];
+    }
+  }
+}
+
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
   int in = (int)shape_size(l->in_shape), units = l->spec.units;
-  float *dout = l->dout, *db = l->db;
-  size_t len = (size_t)n * units;
-  if (l->spec.act == ACT_RELU) {
-    const float *out = l->out;
-    for (size_t i = 0; i < len; i++) dout[i] = out[i] > 0.0f ? dout[i] : 0.0f;
-  }
-  kern_gemm(1, 0, units, in, n, 1.0f, dout, units, x, in, 0.0f, l->dw, in);
-  for (int j = 0; j < units; j++) db[j] = 0.0f;
-  for (int r = 0; r < n; r++) {
-    const float *d = dout + (size_t)r * units;
-    for (int j = 0; j < units; j++) db[j] += d[j];
-  }
-  if (dx) kern_gemm(0, 0, n, in, units, 1.0f, dout, units, l->w, in, 0.0f, dx, in);
+  mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, n, units, l->db);
+  kern_gemm(1, 0, units, in, n, 1.0f, l->dout, units, x, in, 0.0f, l->dw, in);
+  if (dx) kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
 }
 
 const layer_ops_t layer_dense_ops = {"dense", dense_setup, dense_init, dense_forward,

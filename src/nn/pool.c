@@ -38,33 +38,40 @@ static int avgpool_setup(layer_t *l, int max_batch) {
 
 static void pool_init(layer_t *l, rng_t *rng) {}
 
+/* The argmax of an output is kept as the offset of its window element
+ * relative to the window's first input, (ky·W + kx)·C: the same for all
+ * channels of one window element, so tracking it is a blend with a
+ * constant, and backward adds the window base and the channel. Ties go to
+ * the first maximum, as in PyTorch. */
 static void maxpool_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   int W = l->in_shape.w, C = l->in_shape.c, OH = l->out_shape.h, OW = l->out_shape.w;
   int k = l->spec.kernel, s = l->spec.stride;
   size_t in_len = shape_size(l->in_shape), out_len = shape_size(l->out_shape);
-  /* The scratch is only ever accessed as int32. */
+  /* Only ever accessed as int32: the scratch holds no floats. */
   int32_t *arg = (int32_t *)l->scratch;
   for (int b = 0; b < n; b++) {
     const float *xb = x + (size_t)b * in_len;
     for (int oy = 0; oy < OH; oy++)
       for (int ox = 0; ox < OW; ox++) {
         size_t o = (size_t)b * out_len + ((size_t)oy * OW + ox) * C;
-        float *best = l->out + o;
-        int32_t *at = arg + o;
-        int32_t first = (int32_t)(((size_t)oy * s * W + (size_t)ox * s) * C);
+        float *restrict best = l->out + o;
+        int32_t *restrict at = arg + o;
+        const float *win = xb + ((size_t)oy * s * W + (size_t)ox * s) * C;
         for (int c = 0; c < C; c++) {
-          best[c] = xb[first + c];
-          at[c] = first + c;
+          best[c] = win[c];
+          at[c] = 0;
         }
         for (int ky = 0; ky < k; ky++)
-          for (int kx = 0; kx < k; kx++) {
-            if (ky == 0 && kx == 0) continue;
-            int32_t base = (int32_t)((((size_t)oy * s + ky) * W + (size_t)ox * s + kx) * C);
-            const float *v = xb + base;
+          for (int kx = ky == 0; kx < k; kx++) {
+            int32_t rel = (ky * W + kx) * C;
+            const float *restrict v = win + rel;
             for (int c = 0; c < C; c++) {
-              int better = v[c] > best[c];
-              best[c] = better ? v[c] : best[c];
-              at[c] = better ? base + c : at[c];
+              /* Select with a mask, not a conditional store: gcc would
+               * turn the latter into slow masked stores. */
+              float cur = best[c], in = v[c];
+              int32_t m = -(int32_t)(in > cur);
+              best[c] = in > cur ? in : cur;
+              at[c] = (at[c] & ~m) | (rel & m);
             }
           }
       }
@@ -73,15 +80,21 @@ static void maxpool_forward(layer_t *l, const float *x, int n, int train, rng_t 
 
 static void maxpool_backward(layer_t *l, const float *x, float *dx, int n) {
   if (!dx) return;
+  int W = l->in_shape.w, C = l->in_shape.c, OH = l->out_shape.h, OW = l->out_shape.w;
+  int s = l->spec.stride;
   size_t in_len = shape_size(l->in_shape), out_len = shape_size(l->out_shape);
   const int32_t *arg = (const int32_t *)l->scratch;
-  const float *dout = l->dout;
   kern_zero((size_t)n * in_len, dx);
   for (int b = 0; b < n; b++) {
     float *dxb = dx + (size_t)b * in_len;
-    const float *d = dout + (size_t)b * out_len;
-    const int32_t *a = arg + (size_t)b * out_len;
-    for (size_t i = 0; i < out_len; i++) dxb[a[i]] += d[i];
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++) {
+        size_t o = (size_t)b * out_len + ((size_t)oy * OW + ox) * C;
+        const float *d = l->dout + o;
+        const int32_t *at = arg + o;
+        float *win = dxb + ((size_t)oy * s * W + (size_t)ox * s) * C;
+        for (int c = 0; c < C; c++) win[at[c] + c] += d[c];
+      }
   }
 }
 
