@@ -6,7 +6,8 @@
  *   forward   out[n·oh·ow, out_c] = cols · wᵀ     (this is NHWC output)
  *   backward  dw = doutᵀ · cols, db = column sums of dout,
  *             dcols = dout · w (into the same column buffer), col2im into dx.
- * The column buffer is the layer's scratch, sized for max_batch. A 1x1
+ * The column buffer is the layer's scratch, sized for max_batch; backward
+ * overwrites it with dcols, so each backward needs its own forward. A 1x1
  * kernel with stride 1 and no padding needs no columns: cols is x itself. */
 #include "dtrain/nn.h"
 
@@ -42,8 +43,9 @@ static int conv_setup(layer_t *l, int max_batch) {
   int ph = l->in_shape.h + 2 * s->pad, pw = l->in_shape.w + 2 * s->pad;
   if (s->kernel > ph || s->kernel > pw)
     return dt_error("conv2d: kernel %d larger than padded input %dx%d", s->kernel, ph, pw);
-  l->out_shape = (shape_t){.c = s->filters, .h = (ph - s->kernel) / s->stride + 1,
-                     .w = (pw - s->kernel) / s->stride + 1};
+  l->out_shape = (shape_t){.c = s->filters,
+                           .h = (ph - s->kernel) / s->stride + 1,
+                           .w = (pw - s->kernel) / s->stride + 1};
   geom_t g = geom(l);
   size_t rows = (size_t)max_batch * g.oh * g.ow;
   if (rows > INT_MAX || (size_t)g.kdim * g.oc > INT_MAX)

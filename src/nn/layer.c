@@ -6,7 +6,8 @@
  * recent forward of the same layer left in l->scratch (im2col columns,
  * pooling argmax, dropout mask, batch statistics) and l->out, so a caller
  * that runs several forwards before their backwards (pipelines) needs one
- * layer_t (and scratch) per forward in flight. */
+ * layer_t (and scratch) per forward in flight. conv2d's backward also
+ * reuses its column buffer, so a second backward needs a new forward. */
 #include "dtrain/nn.h"
 
 #include <string.h>

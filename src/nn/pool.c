@@ -1,7 +1,7 @@
 /* Max and average pooling over k×k windows with stride s, no padding.
  * NHWC keeps the channels of one pixel contiguous, so every inner loop runs
- * over channels. Max pooling keeps the argmax of each output (its offset
- * inside the sample, as int32 in the float scratch) for backward. */
+ * over channels. Max pooling keeps the argmax of each output (as int32 in
+ * the float scratch) for backward. */
 #include "dtrain/nn.h"
 
 #include <limits.h>
