@@ -17,7 +17,7 @@ typedef enum { COMM_LOCAL, COMM_MPI } comm_kind_t;
 typedef enum { OPTIMIZATION_CENTRAL, OPTIMIZATION_DECENTRAL } optimization_t;
 typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP } schedule_t;
 typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHBORS,
-               EXCHANGE_GOSSIP, EXCHANGE_TREE } exchange_t;
+               EXCHANGE_GOSSIP, EXCHANGE_TREE, EXCHANGE_SHARED } exchange_t;
 
 typedef struct {
   /* what to train */
@@ -40,8 +40,22 @@ typedef struct {
   exchange_t exchange;
   allreduce_algo_t algo;        /* for EXCHANGE_ALLREDUCE */
   int ps_servers;               /* ps:K (0 = ps:n, co-located) */
+  double gossip_p;              /* gossip:p */
+  int tree_fanout;              /* tree:F */
   size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
   int overlap;                  /* start bucket allreduces during backprop */
+  /* parameter servers (issue: centralized optimization) */
+  int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
+  int staleness_lr;             /* divide the step by the staleness */
+  double dc_asgd;               /* delay compensation lambda (0 = off) */
+  int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
+  int64_t kill_step;
+  char checkpoint_dir[256];     /* one file per shard + manifest */
+  /* decentralized optimization */
+  int tau;                      /* local steps between merges [1] */
+  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default) */
+  int tau_up, tau_down;         /* TreeEASGD exchange periods */
+  double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
   /* emulated network (local) */
   comm_net_t net;
   double net_latency, net_bandwidth;
@@ -60,9 +74,9 @@ int train_config_check(const train_config_t *cfg);
 const char *schedule_name(schedule_t s);
 const char *exchange_name(exchange_t e);
 
-/* Parses --schedule and --exchange values. */
+/* Parse --schedule and --exchange values into the config. */
 int schedule_parse(const char *text, schedule_t *out, double *param);
-int exchange_parse(const char *text, exchange_t *out, allreduce_algo_t *algo, int *servers);
+int exchange_parse(const char *text, train_config_t *cfg);
 
 /* Presets: named systems of the literature as settings of the axes. */
 typedef struct {
@@ -144,5 +158,10 @@ int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);
 
 /* Strategies: each runs the epochs of one rank. */
+typedef int (*strategy_fn)(worker_t *w);
 int strategy_data_parallel(worker_t *w);
+/* The strategy the configuration's axes select, and how many ranks it
+ * needs in all (workers plus any server ranks). */
+int strategy_select(const train_config_t *cfg, strategy_fn *fn, const char **name);
+int strategy_total_ranks(const train_config_t *cfg);
 #endif

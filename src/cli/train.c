@@ -45,6 +45,19 @@ static const char *TRAIN_HELP =
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local\n"
     "  --straggler rank=R,slowdown=F        slow down one rank's compute F times\n"
     "\n"
+    "parameter servers (--exchange ps:K | ps:n):\n"
+    "  --fetch-every N --push-every N   Downpour: pull / push every N steps [1]\n"
+    "  --staleness-lr            divide each update by its staleness (async)\n"
+    "  --dc-asgd LAMBDA          delay-compensated ASGD (async)\n"
+    "  --kill rank=R,at-step=S   stop worker R at step S (fault injection, local)\n"
+    "  --checkpoint-dir DIR      one checkpoint file per server shard plus a manifest\n"
+    "\n"
+    "decentralized (--optimization decentral):\n"
+    "  --tau T                   local steps between merges [1]\n"
+    "  --alpha X --beta X | --rho X   EASGD elastic coefficients\n"
+    "  --tau-up T --tau-down T   TreeEASGD exchange periods\n"
+    "  --neighbor-weight W       D-PSGD weight of each ring neighbour [1/3]\n"
+    "\n"
     "files and output:\n"
     "  --metrics FILE.jsonl      one JSON object per epoch and a final 'done' line\n"
     "  --checkpoint FILE         safetensors checkpoint, written atomically after every epoch\n"
@@ -121,6 +134,16 @@ static int parse_straggler(const char *val, train_config_t *c) {
   return 0;
 }
 
+/* "rank=3,at-step=200" */
+static int parse_kill(const char *val, train_config_t *c) {
+  long r = -1, s = -1;
+  if (sscanf(val, "rank=%ld,at-step=%ld", &r, &s) != 2 || r < 0 || s < 0)
+    return dt_error("option --kill: '%s' (expected rank=R,at-step=S)", val);
+  c->kill_rank = (int)r;
+  c->kill_step = s;
+  return 0;
+}
+
 /* Applies one option. *used tells whether it consumed val. */
 static int apply_option(parse_state_t *st, const char *name, const char *val, int *used) {
   train_config_t *c = st->cfg;
@@ -136,6 +159,11 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   }
   if (!strcmp(name, "quiet")) {
     c->progress = 0;
+    *used = 0;
+    return 0;
+  }
+  if (!strcmp(name, "staleness-lr")) {
+    c->staleness_lr = 1;
     *used = 0;
     return 0;
   }
@@ -191,11 +219,23 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
     return 0;
   }
   if (!strcmp(name, "schedule")) return schedule_parse(val, &c->schedule, &c->schedule_param);
-  if (!strcmp(name, "exchange")) return exchange_parse(val, &c->exchange, &c->algo, &c->ps_servers);
+  if (!strcmp(name, "exchange")) return exchange_parse(val, c);
   if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
+  if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
+  if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
+  if (!strcmp(name, "dc-asgd")) return parse_float(name, val, 0, 1e3, &c->dc_asgd);
+  if (!strcmp(name, "kill")) return parse_kill(val, c);
+  if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);
+  if (!strcmp(name, "tau")) return parse_int(name, val, -1000000, 1000000, &iv) ? -1 : (c->tau = (int)iv, 0);
+  if (!strcmp(name, "tau-up")) return parse_int(name, val, 1, 1000000, &iv) ? -1 : (c->tau_up = (int)iv, 0);
+  if (!strcmp(name, "tau-down")) return parse_int(name, val, 1, 1000000, &iv) ? -1 : (c->tau_down = (int)iv, 0);
+  if (!strcmp(name, "alpha")) return parse_float(name, val, 0, 1e3, &c->alpha);
+  if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
+  if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
+  if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
   if (!strcmp(name, "preset")) return 0; /* applied before the loop */
 #undef NEED_VAL
   return dt_error("unknown option --%s (see dtrain train --help)", name);

@@ -28,6 +28,11 @@ void train_config_default(train_config_t *c) {
   c->bucket_bytes = 25u << 20; /* PyTorch DDP's bucket_cap_mb */
   c->overlap = 1;
   c->straggler_rank = -1;
+  c->fetch_every = c->push_every = 1;
+  c->kill_rank = -1;
+  c->tau = 1;
+  c->tau_up = c->tau_down = 1;
+  c->neighbor_weight = 1.0 / 3.0;
   c->straggler_slowdown = 1;
   c->progress = 1;
 }
@@ -38,7 +43,7 @@ const char *schedule_name(schedule_t s) {
 }
 
 const char *exchange_name(exchange_t e) {
-  static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree"};
+  static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree", "shared"};
   return names[e];
 }
 
@@ -64,7 +69,14 @@ int schedule_parse(const char *text, schedule_t *out, double *param) {
                   "value:V, backup:B)", text);
 }
 
-int exchange_parse(const char *text, exchange_t *out, allreduce_algo_t *algo, int *servers) {
+static int exchange_parse_param(const char *text, exchange_t *out, double *gossip_p, int *fanout);
+
+int exchange_parse(const char *text, train_config_t *c) {
+  exchange_t *out = &c->exchange;
+  allreduce_algo_t *algo = &c->algo;
+  int *servers = &c->ps_servers;
+  int with_param = exchange_parse_param(text, out, &c->gossip_p, &c->tree_fanout);
+  if (with_param != 0) return with_param < 0 ? -1 : 0;
   if (!strcmp(text, "allreduce") || !strncmp(text, "allreduce:", 10)) {
     *out = EXCHANGE_ALLREDUCE;
     *algo = ALLREDUCE_AUTO;
@@ -84,44 +96,59 @@ int exchange_parse(const char *text, exchange_t *out, allreduce_algo_t *algo, in
     return 0;
   }
   static const struct { const char *name; exchange_t e; } plain[] = {
-      {"master", EXCHANGE_MASTER}, {"neighbors", EXCHANGE_NEIGHBORS}};
+      {"master", EXCHANGE_MASTER}, {"neighbors", EXCHANGE_NEIGHBORS}, {"shared", EXCHANGE_SHARED}};
   for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
     if (!strcmp(text, plain[i].name)) {
       *out = plain[i].e;
       return 0;
     }
-  if (!strncmp(text, "gossip", 6)) {
-    *out = EXCHANGE_GOSSIP;
-    return 0;
-  }
-  if (!strncmp(text, "tree", 4)) {
-    *out = EXCHANGE_TREE;
-    return 0;
-  }
   return dt_error("option --exchange: unknown exchange '%s' (expected allreduce:ring|rhd|tree|"
-                  "naive|hier|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F)", text);
+                  "naive|hier|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F, shared)", text);
 }
 
-/* Which strategies exist today: the rest of the taxonomy is refused with a
- * message that says what does exist. */
+/* gossip:p and tree:F carry a parameter; parsed here so that their errors
+ * name the option. */
+static int exchange_parse_param(const char *text, exchange_t *out, double *gossip_p, int *fanout) {
+  if (!strncmp(text, "gossip:", 7)) {
+    double p;
+    char *end;
+    p = strtod(text + 7, &end);
+    if (end == text + 7 || *end || !(p > 0 && p <= 1))
+      return dt_error("option --exchange %s: the gossip probability must be in (0, 1]", text);
+    *out = EXCHANGE_GOSSIP;
+    *gossip_p = p;
+    return 1;
+  }
+  if (!strncmp(text, "tree:", 5)) {
+    long f;
+    char *end;
+    f = strtol(text + 5, &end, 10);
+    if (end == text + 5 || *end || f < 1 || f > 1024)
+      return dt_error("option --exchange %s: the tree fan-out must be an integer >= 1", text);
+    *out = EXCHANGE_TREE;
+    *fanout = (int)f;
+    return 1;
+  }
+  if (!strcmp(text, "gossip") || !strcmp(text, "tree"))
+    return dt_error("option --exchange %s: needs a parameter (gossip:p, tree:F)", text);
+  return 0;
+}
+
+/* Values first, then whether the axes combine (strategy_select). */
 int train_config_check(const train_config_t *c) {
   if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
   if (c->batch < 1) return dt_error("option --batch: must be at least 1");
   if (!(c->lr >= 0)) return dt_error("option --lr: %g is negative (expected >= 0)", c->lr);
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
+  if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with --workers %d",
                     c->straggler_rank, c->workers);
-  if (c->optimization == OPTIMIZATION_DECENTRAL)
-    return dt_error("option --optimization decentral: not available yet; what exists is "
-                    "--optimization central with --exchange allreduce:* --schedule sync");
-  if (c->exchange != EXCHANGE_ALLREDUCE)
-    return dt_error("option --exchange %s: not available yet; what exists is --exchange "
-                    "allreduce:ring|rhd|tree|naive|hier|auto", exchange_name(c->exchange));
-  if (c->schedule != SCHEDULE_SYNC)
-    return dt_error("options --schedule %s and --exchange allreduce do not combine: allreduce "
-                    "is synchronous (use --schedule sync; %s needs a parameter server, "
-                    "--exchange ps:K)", schedule_name(c->schedule), schedule_name(c->schedule));
-  return 0;
+  if (c->kill_rank >= c->workers)
+    return dt_error("option --kill: rank %d does not exist with --workers %d", c->kill_rank,
+                    c->workers);
+  strategy_fn fn;
+  const char *name;
+  return strategy_select(c, &fn, &name);
 }

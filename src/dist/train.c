@@ -27,9 +27,12 @@ static int run_rank(comm_t *comm, void *arg) {
   run_t *r = arg;
   kern_set_threads(r->cfg->threads);
   if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
+  strategy_fn strategy;
+  const char *name;
+  if (strategy_select(r->cfg, &strategy, &name) != 0) return -1;
   worker_t w;
   int rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
-  if (rc == 0) rc = strategy_data_parallel(&w);
+  if (rc == 0) rc = strategy(&w);
   worker_free(&w);
   return rc;
 }
@@ -61,7 +64,7 @@ int train_run(train_config_t *cfg, int *argc, char ***argv) {
     rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
   } else {
     rc = load_data(&r);
-    if (rc == 0) rc = comm_local_run(cfg->workers, &net, run_rank, &r);
+    if (rc == 0) rc = comm_local_run(strategy_total_ranks(cfg), &net, run_rank, &r);
   }
   free(slowdown);
   dataset_free(&r.train);
