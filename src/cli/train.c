@@ -290,6 +290,7 @@ int cmd_train(int argc, char **argv) {
       fputs(TRAIN_HELP, stdout);
       return 0;
     }
+  kern_set_threads(1); /* before any BLAS call: idle pool threads must not spin */
   train_config_t cfg;
   train_config_default(&cfg);
   parse_state_t st = {&cfg, 0};
