@@ -147,7 +147,7 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
 typedef struct {
   int epoch;
   double train_loss, train_acc, test_loss, test_acc;
-  double epoch_sec, samples_per_sec, lr;
+  double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
   step_timers_t timers;
   const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
 } epoch_report_t;

@@ -128,7 +128,10 @@ static int run_epochs(dp_state_t *s) {
     r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
     size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * w->nranks;
     r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
-    if (epoch_metrics(w, &r) != 0 || worker_report_epoch(w, &r) != 0) return -1;
+    double eval_t0 = dt_now();
+    if (epoch_metrics(w, &r) != 0) return -1;
+    r.eval_sec = dt_now() - eval_t0;
+    if (worker_report_epoch(w, &r) != 0) return -1;
     have_report = 1;
     if (cfg->max_steps && w->step >= cfg->max_steps) break;
   }

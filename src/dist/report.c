@@ -53,10 +53,11 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
     fprintf(w->metrics,
             "{\"event\":\"epoch\",\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,"
             "\"test_loss\":%.6f,\"test_acc\":%.6f,\"samples_per_sec\":%.1f,\"epoch_sec\":%.4f,"
+            "\"eval_sec\":%.4f,"
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
-            r->samples_per_sec, r->epoch_sec, r->lr, (long long)w->step, w->nranks,
+            r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
             r->timers.comm - r->timers.comm_exposed,
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Synchronous data parallelism, side by side with PyTorch DDP (gloo) in the
+same run:
+  1. scaling: dtrain mlp samples/s with 2 workers over 1 worker (same
+     per-worker batch 64);
+  2. speed: dtrain 2 workers over PyTorch DDP 2 processes (1 thread each,
+     batch 64 per process);
+  3. time to accuracy: wall time until test accuracy >= --target, same
+     model, optimizer and cosine schedule on both;
+  4. overlap: lenet, 2 workers, emulated 1 Gbit/s link: the part of the
+     communication time hidden behind backprop (from dtrain's metrics).
+usage: bench/ddp_vs_pytorch.py [--epochs 5] [--lr 0.05] [--target 0.88] [--skip-accuracy]"""
+import argparse, json, os, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DTRAIN = os.path.join(ROOT, "build", "dtrain")
+PY = "/usr/bin/python3"
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+
+def dtrain(*opts):
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
+        out = subprocess.run([DTRAIN, "train", "--quiet", "--metrics", m.name, *map(str, opts)],
+                             env=ENV, capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"dtrain failed: {out.stderr}")
+        return [json.loads(l) for l in open(m.name)]
+
+
+def pytorch_ddp(*opts):
+    out = subprocess.run([PY, os.path.join(ROOT, "bench", "pytorch_ddp.py"), *map(str, opts)],
+                         env=ENV, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"pytorch ddp failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_to(epochs, target, acc_key, time_key):
+    for e in epochs:
+        if e[acc_key] is not None and e[acc_key] >= target:
+            return e[time_key], e["epoch"]
+    return None, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--skip-accuracy", action="store_true")
+    args = ap.parse_args()
+    common = ["--model", "mlp", "--batch", 64, "--lr", args.lr, "--momentum", 0.9, "--lr-schedule", "cosine"]
+    one = dtrain(*common, "--max-steps", args.steps)[0]["samples_per_sec"]
+    two = dtrain(*common, "--workers", 2, "--preset", "pytorch-ddp", "--max-steps", args.steps)[0]["samples_per_sec"]
+    ddp = pytorch_ddp("--model", "mlp", "--procs", 2, "--lr", args.lr, "--max-steps", args.steps)["samples_per_sec"]
+    print(f"mlp, batch 64 per worker, {args.steps} steps:")
+    print(f"  dtrain 1 worker      {one:9.0f} samples/s")
+    print(f"  dtrain 2 workers     {two:9.0f} samples/s   scaling {two / one:.2f}x")
+    print(f"  PyTorch DDP 2 procs  {ddp:9.0f} samples/s   dtrain/DDP {two / ddp:.2f}x")
+    rows = [{"bench": "ddp_scaling", "dtrain_1": round(one), "dtrain_2": round(two), "scaling": round(two / one, 3),
+             "pytorch_ddp_2": round(ddp), "ratio_vs_ddp": round(two / ddp, 3)}]
+    if not args.skip_accuracy:
+        d = dtrain(*common, "--workers", 2, "--preset", "pytorch-ddp", "--epochs", args.epochs)
+        ep = [e for e in d if e["event"] == "epoch"]
+        wall = 0
+        for e in ep:  # the run's wall clock at each epoch's end: training + evaluation
+            wall += e["epoch_sec"] + e.get("eval_sec", 0)
+            e["wall_sec"] = wall
+        p = pytorch_ddp("--model", "mlp", "--procs", 2, "--lr", args.lr, "--epochs", args.epochs)
+        dt, de = time_to(ep, args.target, "test_acc", "wall_sec")
+        pt, pe = time_to(p["epochs"], args.target, "test_acc", "wall_sec")
+        print(f"time to {args.target:.0%} test accuracy (mlp, 2 workers, {args.epochs} epochs, cosine, lr {args.lr}):")
+        print(f"  dtrain       {'%.1f s (epoch %d)' % (dt, de) if dt else 'not reached'}; accuracies {[round(e['test_acc'], 4) for e in ep]}")
+        print(f"  PyTorch DDP  {'%.1f s (epoch %d)' % (pt, pe) if pt else 'not reached'}; accuracies {[round(e['test_acc'], 4) for e in p['epochs']]}")
+        rows.append({"bench": "ddp_time_to_accuracy", "target": args.target, "dtrain_sec": dt, "pytorch_ddp_sec": pt,
+                     "dtrain_acc": [e["test_acc"] for e in ep], "pytorch_acc": [e["test_acc"] for e in p["epochs"]]})
+    o = dtrain("--model", "lenet", "--workers", 2, "--preset", "pytorch-ddp", "--bucket-mb", 0,
+               "--net", "latency=50us,bandwidth=1Gbit", "--max-steps", 100)[0]
+    hidden = o["comm_hidden_sec"] / o["comm_sec"] if o["comm_sec"] else 0
+    print(f"overlap (lenet, 2 workers, emulated 1 Gbit/s, per-layer buckets, 100 steps): "
+          f"communication {o['comm_sec']:.2f} s, hidden {o['comm_hidden_sec']:.2f} s = {hidden:.0%}, "
+          f"compute {o['compute_sec']:.2f} s (emulated)")
+    rows.append({"bench": "ddp_overlap", "emulated": True, "comm_sec": o["comm_sec"],
+                 "comm_hidden_sec": o["comm_hidden_sec"], "hidden_fraction": round(hidden, 3)})
+    for r in rows:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
