@@ -44,6 +44,7 @@ static const char *TRAIN_HELP =
     "  --overlap on|off          start bucket allreduces during backprop [on]\n"
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local\n"
     "  --straggler rank=R,slowdown=F        slow down one rank's compute F times\n"
+    "  --comm-timeout SEC        a rank waiting longer than this on a peer fails [300]\n"
     "\n"
     "parameter servers (--exchange ps:K | ps:n):\n"
     "  --fetch-every N --push-every N   Downpour: pull / push every N steps [1]\n"
@@ -224,6 +225,7 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
+  if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);
   if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
   if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
   if (!strcmp(name, "dc-asgd")) return parse_float(name, val, 0, 1e3, &c->dc_asgd);

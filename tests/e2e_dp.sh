@@ -1,0 +1,86 @@
+#!/bin/sh
+# Synchronous data parallelism end to end: N workers with batch b equal one
+# worker with batch N*b (to float rounding), on both transports; fixed
+# reduction order gives the same weights run to run and across transports;
+# presets run; invalid combinations are refused.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 20 --epochs 1"
+MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
+have_mpi() { command -v mpirun >/dev/null 2>&1; }
+
+# max |a - b| over all tensors of two checkpoints must be <= tol
+cat >"$TMP/cmp.py" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def load(p):
+    raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype="<f4") for k, v in h.items()}
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys()
+d = max(float(np.abs(a[k] - b[k]).max()) for k in a if not k.startswith("optimizer"))
+print(f"max abs difference {d:.3g} (tolerance {tol:g})")
+sys.exit(0 if d <= tol else 1)
+PYEOF
+close() { $PY "$TMP/cmp.py" "$1" "$2" "$3" >"$TMP/cmp.out" 2>&1; }
+
+# float sums in another order: tolerance 2e-5 absolute on weights of size ~0.05
+TOL=2e-5
+for n in 2 3 4 8; do
+  "$DTRAIN" train $BASE --batch $((8 * n)) --workers 1 --checkpoint "$TMP/one_$n.st" >/dev/null
+  "$DTRAIN" train $BASE --batch 8 --workers $n --checkpoint "$TMP/local_$n.st" >/dev/null
+  if close "$TMP/one_$n.st" "$TMP/local_$n.st" $TOL; then pass "local_${n}_workers_equal_one_worker_${n}x_batch($(cat "$TMP/cmp.out"))"; else fail "local_${n}_workers_equal_one_worker_${n}x_batch" "$(cat "$TMP/cmp.out")"; fi
+  if have_mpi; then
+    $MPIRUN -np $n "$DTRAIN" train $BASE --batch 8 --comm mpi --checkpoint "$TMP/mpi_$n.st" >/dev/null 2>"$TMP/mpi.err"
+    if close "$TMP/one_$n.st" "$TMP/mpi_$n.st" $TOL; then pass "mpi_${n}_workers_equal_one_worker_${n}x_batch($(cat "$TMP/cmp.out"))"; else fail "mpi_${n}_workers_equal_one_worker_${n}x_batch" "$(cat "$TMP/cmp.out") $(tail -c 300 "$TMP/mpi.err")"; fi
+    check "mpi_${n}_bitwise_equals_local_${n}" cmp -s "$TMP/local_$n.st" "$TMP/mpi_$n.st"
+  else
+    echo "SKIP mpi_${n}: no mpirun"
+  fi
+done
+
+# every algorithm: the same sums, deterministic run to run
+for algo in ring rhd tree naive hier; do
+  "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:$algo --checkpoint "$TMP/$algo.a" >/dev/null
+  "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:$algo --checkpoint "$TMP/$algo.b" >/dev/null
+  check "allreduce_${algo}_deterministic" cmp -s "$TMP/$algo.a" "$TMP/$algo.b"
+  if close "$TMP/one_4.st" "$TMP/$algo.a" $TOL; then pass "allreduce_${algo}_equals_one_worker"; else fail "allreduce_${algo}_equals_one_worker" "$(cat "$TMP/cmp.out")"; fi
+done
+# overlap on or off, buckets large or per layer: same result
+"$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:ring --overlap off --bucket-mb 0 --checkpoint "$TMP/nooverlap.st" >/dev/null
+check overlap_does_not_change_result cmp -s "$TMP/ring.a" "$TMP/nooverlap.st"
+
+for p in horovod pytorch-ddp firecaffe naive-ps; do
+  check "preset_${p}_runs" sh -c "'$DTRAIN' train $BASE --workers 2 --preset $p --metrics '$TMP/$p.jsonl' >/dev/null && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
+done
+check preset_option_overrides sh -c "'$DTRAIN' train $BASE --workers 2 --preset firecaffe --exchange allreduce:ring >/dev/null"
+
+# metrics carry the split of compute and communication
+"$DTRAIN" train $BASE --batch 8 --workers 2 --net latency=50us,bandwidth=1Gbit --metrics "$TMP/net.jsonl" >/dev/null
+check emulated_metrics_labelled $PY -c "
+import json; e=json.loads(open('$TMP/net.jsonl').readline())
+assert e['emulated'] is True and e['comm_sec'] > 0 and 'comm_hidden_sec' in e and e['compute_sec'] > 0, e"
+
+# ---- invalid combinations and values: one line naming the option ------------
+expect_error ssp_with_allreduce 2 "--schedule ssp and --exchange allreduce do not combine" -- "$DTRAIN" train --schedule ssp:3 --exchange allreduce:ring
+expect_error zero_workers 2 "option --workers" -- "$DTRAIN" train --workers 0
+expect_error bad_bandwidth 2 "'fast' is not a bandwidth" -- "$DTRAIN" train --net bandwidth=fast
+expect_error bad_algorithm 2 "option --exchange" -- "$DTRAIN" train --exchange allreduce:butterfly
+expect_error straggler_rank 2 "option --straggler: rank 5 does not exist" -- "$DTRAIN" train --workers 2 --straggler rank=5,slowdown=2
+expect_error unknown_preset 2 "unknown preset 'horovodd'" -- "$DTRAIN" train --preset horovodd
+
+# ---- a rank that dies under mpi does not leave the others hanging ------------
+if have_mpi; then
+  $MPIRUN -np 2 "$DTRAIN" train --data "$SMALL" --comm mpi --epochs 50 --quiet >/dev/null 2>"$TMP/die.err" &
+  job=$!
+  sleep 4
+  victim=$(pgrep -f "dtrain train --data $SMALL --comm mpi" | tail -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  waited=0
+  while kill -0 $job 2>/dev/null && [ $waited -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+  if kill -0 $job 2>/dev/null; then kill -9 $job; fail mpi_dead_rank_ends_job "still running after 60 s"; else
+    wait $job; rc=$?
+    if [ $rc -ne 0 ]; then pass "mpi_dead_rank_ends_job(${waited}s)"; else fail mpi_dead_rank_ends_job "exit 0"; fi
+  fi
+fi
