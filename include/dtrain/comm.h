@@ -44,6 +44,12 @@ typedef struct {
   int (*barrier)(comm_t *c);
   int (*split)(comm_t *c, int color, int key, comm_t **out);
   void (*free)(comm_t *c);
+  /* Additions (see comm_irecv_reduce, comm_wait_src, comm_cancel). */
+  int (*irecv_reduce)(comm_t *c, int src, int tag, float *buf, size_t count, float *scratch,
+                      comm_req_t **req);
+  int (*wait_src)(comm_t *c, comm_req_t *req, int *src, size_t *received); /* frees req */
+  int (*cancel)(comm_t *c, comm_req_t *req);                                /* frees req */
+  int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
 struct comm {
@@ -52,6 +58,11 @@ struct comm {
   int emulated;              /* nonzero when the network is emulated */
   double slowdown;           /* this rank's compute slow-down (1 = none) */
   void *impl;                /* backend state */
+  /* Link estimate for choosing algorithms (ALLREDUCE_AUTO). The same on
+   * every rank of a communicator, so that every rank picks the same. */
+  double link_latency;       /* seconds per message */
+  double link_bandwidth;     /* bytes per second */
+  int thread_multiple;       /* several threads of one rank may call comm_* at once */
 };
 
 static inline int comm_rank(const comm_t *c) { return c->rank; }
@@ -72,6 +83,21 @@ int comm_waitall(comm_t *c, int n, comm_req_t **reqs);
 int comm_sendrecv(comm_t *c, int dst, int stag, const void *sbuf, size_t slen,
                   int src, int rtag, void *rbuf, size_t rlen);
 int comm_barrier(comm_t *c);
+/* Receive `count` floats from src and add them into buf (buf[i] += msg[i]),
+ * one pass: local adds straight from the sender's buffer (scratch unused,
+ * may be NULL); mpi receives into `scratch` (count floats, untouched by the
+ * caller until the wait) and adds when the request completes. */
+int comm_irecv_reduce(comm_t *c, int src, int tag, float *buf, size_t count, float *scratch,
+                      comm_req_t **req);
+int comm_recv_reduce(comm_t *c, int src, int tag, float *buf, size_t count, float *scratch);
+/* Abandon a request (frees it). A receive that has not matched is
+ * withdrawn; a send that has not been received is withdrawn and its
+ * matched receiver, if any, fails with "sender cancelled". Every request
+ * must end in exactly one wait or cancel. */
+int comm_cancel(comm_t *c, comm_req_t *req);
+/* Tags: user tags are 0 .. COMM_TAG_MAX. Tags from 1 << 20 up are
+ * reserved for the collectives (coll.h, COLL_TAG_BASE). */
+#define COMM_TAG_MAX ((1 << 24) - 1)
 /* Ranks with the same color form a new communicator, ordered by key
  * (ties by old rank). Collective over c. */
 int comm_split(comm_t *c, int color, int key, comm_t **out);
@@ -87,8 +113,15 @@ void comm_compute_delay(comm_t *c, double seconds);
 typedef int (*comm_rank_fn)(comm_t *c, void *arg);
 int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg);
 
-/* mpi: MPI_Init (thread level FUNNELED), then fn on this process's rank.
+/* mpi: MPI_Init_thread (asks for MPI_THREAD_MULTIPLE and records what it
+ * got in c->thread_multiple; at least FUNNELED), then fn on this process's
+ * rank, then MPI_Finalize. Call it once per process. If fn fails, prints
+ * "rank R: message" and calls MPI_Abort so the other ranks do not hang.
+ * net: timeout and rank_slowdown apply; latency/bandwidth are local only.
  * Fails with a clear message when dtrain was built without MPI. */
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg);
 int comm_mpi_available(void);
+/* MPI's own MPI_Allreduce (sum, in place) on an mpi communicator: the
+ * yardstick that dtrain's collectives are measured against. */
+int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count);
 #endif

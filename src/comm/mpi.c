@@ -1,0 +1,423 @@
+/* mpi: one rank per MPI process.
+ *
+ * Each dtrain communicator holds two duplicates of the MPI communicator:
+ * one for headers, one for payloads. A message is a comm_header_t on the
+ * first followed by the payload on the second, both with MPI tag = user
+ * tag; the payload goes from the sender's buffer to the receiver's with
+ * no staging copy. A receive from a known rank posts both receives at
+ * once; from ANY_SOURCE it takes the header first, then posts the payload
+ * receive for the rank the header came from. (The two streams pair up in
+ * order; do not mix an ANY_SOURCE receive and a receive from a specific
+ * rank with the same tag at the same time.)
+ *
+ * Waits poll MPI_Test (yielding the core between polls, since ranks
+ * often outnumber cores) so that they can give up after net->timeout
+ * instead of hanging on a dead rank. */
+#include "dtrain/comm.h"
+
+#ifndef DTRAIN_HAVE_MPI
+
+int comm_mpi_available(void) { return 0; }
+
+int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg) {
+  return dt_error("dtrain was built without MPI; install libopenmpi-dev and rebuild");
+}
+
+int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
+  return dt_error("dtrain was built without MPI; install libopenmpi-dev and rebuild");
+}
+
+#else
+
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT 300.0
+#define CANCEL_GRACE 0.1 /* seconds a cancelled request may take to settle */
+
+typedef struct {
+  MPI_Comm hc, pc;          /* headers, payloads */
+  double timeout;
+} mcomm_t;
+
+typedef struct mreq mreq_t;
+struct mreq {
+  mreq_t *next;             /* free list */
+  int is_send, src, tag, reduce, payload_posted, mpi_err;
+  MPI_Request r[2];         /* header, payload */
+  comm_header_t hdr;        /* outgoing, or the one received */
+  void *buf;                /* the caller's buffer */
+  float *scratch;           /* reduce: the payload lands here, then buf += scratch */
+  size_t len;
+  int got_src;
+  int payload_count;
+};
+
+static const comm_ops_t mpi_ops;
+
+/* Requests are recycled through one free list per process. */
+static pthread_mutex_t free_mu = PTHREAD_MUTEX_INITIALIZER;
+static mreq_t *free_reqs;
+
+static mreq_t *req_get(void) {
+  pthread_mutex_lock(&free_mu);
+  mreq_t *q = free_reqs;
+  if (q) free_reqs = q->next;
+  pthread_mutex_unlock(&free_mu);
+  if (!q && !(q = malloc(sizeof *q))) {
+    dt_error("out of memory allocating an MPI request");
+    return NULL;
+  }
+  memset(q, 0, sizeof *q);
+  q->r[0] = q->r[1] = MPI_REQUEST_NULL;
+  return q;
+}
+
+static void req_put(mreq_t *q) {
+  pthread_mutex_lock(&free_mu);
+  q->next = free_reqs;
+  free_reqs = q;
+  pthread_mutex_unlock(&free_mu);
+}
+
+static void free_all_reqs(void) {
+  pthread_mutex_lock(&free_mu);
+  for (mreq_t *q = free_reqs, *n; q; q = n) n = q->next, free(q);
+  free_reqs = NULL;
+  pthread_mutex_unlock(&free_mu);
+}
+
+static int mpi_fail(int err, const char *what) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(err, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", err);
+  return dt_error("%s: %s", what, s);
+}
+
+static int check_len(size_t len, const char *what, int peer, int tag) {
+  if (len > INT_MAX)
+    return dt_error("%s rank %d tag %d: %zu bytes exceed MPI's limit of %d bytes per message",
+                    what, peer, tag, len, INT_MAX);
+  return 0;
+}
+
+/* ---- posting ------------------------------------------------------------ */
+
+static int m_isend(comm_t *c, int dst, int tag, const void *buf, size_t len, comm_req_t **out) {
+  mcomm_t *m = c->impl;
+  DT_TRY(check_len(len, "send to", dst, tag));
+  mreq_t *q = req_get();
+  if (!q) return -1;
+  q->is_send = 1, q->src = dst, q->tag = tag, q->len = len, q->buf = (void *)buf;
+  q->hdr = (comm_header_t){COMM_MAGIC, COMM_VERSION, c->rank, tag, len};
+  int err = MPI_Isend(&q->hdr, sizeof q->hdr, MPI_BYTE, dst, tag, m->hc, &q->r[0]);
+  if (err == MPI_SUCCESS) err = MPI_Isend(buf, (int)len, MPI_BYTE, dst, tag, m->pc, &q->r[1]);
+  if (err != MPI_SUCCESS) {
+    req_put(q); /* an MPI error here is fatal for the run anyway */
+    char what[64];
+    snprintf(what, sizeof what, "send to rank %d tag %d", dst, tag);
+    return mpi_fail(err, what);
+  }
+  q->payload_posted = 1;
+  *out = (comm_req_t *)q;
+  return 0;
+}
+
+static int post_payload(mcomm_t *m, mreq_t *q, int src) {
+  void *target = q->reduce ? (void *)q->scratch : q->buf;
+  q->payload_posted = 1;
+  return MPI_Irecv(target, (int)q->len, MPI_BYTE, src, q->tag, m->pc, &q->r[1]);
+}
+
+static int post_receive(comm_t *c, int src, int tag, void *buf, size_t len, int reduce,
+                        float *scratch, comm_req_t **out) {
+  mcomm_t *m = c->impl;
+  DT_TRY(check_len(len, "recv from", src, tag));
+  if (reduce && len && !scratch)
+    return dt_error("recv from rank %d tag %d: reduce on mpi needs a scratch buffer", src, tag);
+  mreq_t *q = req_get();
+  if (!q) return -1;
+  q->src = src, q->tag = tag, q->buf = buf, q->len = len, q->reduce = reduce, q->scratch = scratch;
+  int err = MPI_Irecv(&q->hdr, sizeof q->hdr, MPI_BYTE, src == COMM_ANY_SOURCE ? MPI_ANY_SOURCE : src,
+                      tag, m->hc, &q->r[0]);
+  if (err == MPI_SUCCESS && src != COMM_ANY_SOURCE) err = post_payload(m, q, src);
+  if (err != MPI_SUCCESS) {
+    req_put(q);
+    char what[64];
+    snprintf(what, sizeof what, "recv from rank %d tag %d", src, tag);
+    return mpi_fail(err, what);
+  }
+  *out = (comm_req_t *)q;
+  return 0;
+}
+
+static int m_irecv(comm_t *c, int src, int tag, void *buf, size_t len, comm_req_t **out) {
+  return post_receive(c, src, tag, buf, len, 0, NULL, out);
+}
+
+static int m_irecv_reduce(comm_t *c, int src, int tag, float *buf, size_t count, float *scratch,
+                          comm_req_t **out) {
+  return post_receive(c, src, tag, buf, count * sizeof(float), 1, scratch, out);
+}
+
+/* ---- progress and completion ------------------------------------------- */
+
+/* One non-blocking step; *done when both parts have completed. */
+static int poll_once(mcomm_t *m, mreq_t *q, int *done) {
+  MPI_Status st;
+  int flag = 0, err;
+  if (q->r[0] != MPI_REQUEST_NULL) {
+    err = MPI_Test(&q->r[0], &flag, &st);
+    if (err != MPI_SUCCESS) return q->mpi_err = err, -1;
+    if (flag && !q->is_send) {
+      q->got_src = st.MPI_SOURCE;
+      if (!q->payload_posted && (err = post_payload(m, q, st.MPI_SOURCE)) != MPI_SUCCESS)
+        return q->mpi_err = err, -1;
+    }
+  }
+  if (q->r[0] == MPI_REQUEST_NULL && q->r[1] != MPI_REQUEST_NULL) {
+    err = MPI_Test(&q->r[1], &flag, &st);
+    int cls = MPI_SUCCESS;
+    if (err != MPI_SUCCESS) MPI_Error_class(err, &cls);
+    if (cls == MPI_ERR_TRUNCATE) { /* the sender sent more than we expect */
+      q->r[1] = MPI_REQUEST_NULL;
+      q->payload_count = -1;
+    } else if (err != MPI_SUCCESS) {
+      return q->mpi_err = err, -1;
+    } else if (flag && !q->is_send) {
+      MPI_Get_count(&st, MPI_BYTE, &q->payload_count);
+    }
+  }
+  *done = q->r[0] == MPI_REQUEST_NULL && q->r[1] == MPI_REQUEST_NULL;
+  return 0;
+}
+
+/* The header must be a dtrain header for this tag whose length is what
+ * the receive expects, and the payload must have that length too. */
+static int check_received(mreq_t *q) {
+  const comm_header_t *h = &q->hdr;
+  if (h->magic != COMM_MAGIC || h->version != COMM_VERSION || h->tag != q->tag)
+    return dt_error("message from rank %d tag %d: bad header (magic 0x%08x version %u tag %d; "
+                    "expected a dtrain version %u message)",
+                    q->got_src, q->tag, h->magic, h->version, h->tag, COMM_VERSION);
+  if (h->len != q->len)
+    return dt_error("message from rank %d tag %d: length %llu bytes but receive expects %zu",
+                    q->got_src, q->tag, (unsigned long long)h->len, q->len);
+  if (q->payload_count != (int)q->len)
+    return dt_error("message from rank %d tag %d: header says %zu bytes but %d arrived",
+                    q->got_src, q->tag, q->len, q->payload_count);
+  return 0;
+}
+
+/* Withdraws what can be withdrawn; what cannot is detached (MPI frees it
+ * when it completes). Only reached when the run is failing. */
+static void cancel_parts(mreq_t *q) {
+  double until = dt_now() + CANCEL_GRACE;
+  for (int i = 0; i < 2; i++) {
+    if (q->r[i] == MPI_REQUEST_NULL) continue;
+    if (!q->is_send) MPI_Cancel(&q->r[i]);
+    int flag = 0;
+    while (!flag && dt_now() < until) {
+      MPI_Test(&q->r[i], &flag, MPI_STATUS_IGNORE);
+      if (!flag) sched_yield();
+    }
+    if (!flag) MPI_Request_free(&q->r[i]);
+  }
+}
+
+static int wait_fail(comm_t *c, mreq_t *q, const char *why) {
+  const char *dir = q->is_send ? "send to" : "recv from";
+  if (q->src == COMM_ANY_SOURCE) dt_error("%s any rank tag %d: %s", dir, q->tag, why);
+  else dt_error("%s rank %d tag %d: %s", dir, q->src, q->tag, why);
+  cancel_parts(q);
+  req_put(q);
+  return -1;
+}
+
+static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
+  mcomm_t *m = c->impl;
+  mreq_t *q = (mreq_t *)req;
+  double deadline = dt_now() + m->timeout;
+  int done = 0;
+  for (unsigned polls = 0;; polls++) {
+    if (poll_once(m, q, &done) != 0) {
+      char s[MPI_MAX_ERROR_STRING];
+      int n = 0;
+      MPI_Error_string(q->mpi_err, s, &n);
+      return wait_fail(c, q, s);
+    }
+    if (done) break;
+    if ((polls & 63) == 63 && dt_now() >= deadline) {
+      char why[160];
+      snprintf(why, sizeof why, "timed out after %g s (%s)", m->timeout,
+               q->is_send ? "the receiver never took the message"
+               : q->r[0] != MPI_REQUEST_NULL ? "no matching message arrived"
+                                             : "the header arrived but not the payload");
+      return wait_fail(c, q, why);
+    }
+    sched_yield();
+  }
+  int rc = 0;
+  if (!q->is_send) {
+    rc = check_received(q);
+    if (rc == 0 && q->reduce) kern_add(q->len / sizeof(float), q->scratch, q->buf);
+  }
+  if (src) *src = q->is_send ? c->rank : q->got_src;
+  if (received) *received = rc == 0 ? q->len : 0;
+  req_put(q);
+  return rc;
+}
+
+static int m_wait(comm_t *c, comm_req_t *req, size_t *received) {
+  return m_wait_src(c, req, NULL, received);
+}
+
+/* A completed receive still needs its wait (checks, reduce, free). */
+static int m_test(comm_t *c, comm_req_t *req, int *done) {
+  mreq_t *q = (mreq_t *)req;
+  if (poll_once(c->impl, q, done) != 0) return mpi_fail(q->mpi_err, "test on a request");
+  return 0;
+}
+
+static int m_cancel(comm_t *c, comm_req_t *req) {
+  cancel_parts((mreq_t *)req);
+  req_put((mreq_t *)req);
+  return 0;
+}
+
+/* ---- collective operations --------------------------------------------- */
+
+static int m_barrier(comm_t *c) {
+  mcomm_t *m = c->impl;
+  MPI_Request r;
+  int err = MPI_Ibarrier(m->hc, &r), flag = 0;
+  if (err != MPI_SUCCESS) return mpi_fail(err, "barrier");
+  double deadline = dt_now() + m->timeout;
+  while (!flag) {
+    if ((err = MPI_Test(&r, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(err, "barrier");
+    if (!flag && dt_now() >= deadline) {
+      MPI_Request_free(&r);
+      return dt_error("barrier: timed out after %g s (some rank never reached it)", m->timeout);
+    }
+    if (!flag) sched_yield();
+  }
+  return 0;
+}
+
+static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *like, comm_t **out);
+
+static int m_split(comm_t *c, int color, int key, comm_t **out) {
+  mcomm_t *m = c->impl;
+  MPI_Comm hc = MPI_COMM_NULL, pc = MPI_COMM_NULL;
+  int err = MPI_Comm_split(m->hc, color < 0 ? 0 : color, key, &hc);
+  if (err == MPI_SUCCESS) err = MPI_Comm_split(m->pc, color < 0 ? 0 : color, key, &pc);
+  if (err != MPI_SUCCESS) return mpi_fail(err, "split");
+  return make_comm(hc, pc, m->timeout, c, out);
+}
+
+static void m_free(comm_t *c) {
+  mcomm_t *m = c->impl;
+  MPI_Comm_free(&m->hc);
+  MPI_Comm_free(&m->pc);
+  free(m);
+  free(c);
+}
+
+static const comm_ops_t mpi_ops = {
+    .name = "mpi",
+    .isend = m_isend,
+    .irecv = m_irecv,
+    .wait = m_wait,
+    .test = m_test,
+    .barrier = m_barrier,
+    .split = m_split,
+    .free = m_free,
+    .irecv_reduce = m_irecv_reduce,
+    .wait_src = m_wait_src,
+    .cancel = m_cancel,
+    .reduce_zero_copy = 0,
+};
+
+static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *like, comm_t **out) {
+  comm_t *c = calloc(1, sizeof *c);
+  mcomm_t *m = calloc(1, sizeof *m);
+  if (!c || !m) {
+    free(c), free(m);
+    return dt_error("out of memory creating a communicator");
+  }
+  MPI_Comm_set_errhandler(hc, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(pc, MPI_ERRORS_RETURN);
+  *m = (mcomm_t){hc, pc, timeout};
+  *c = *like;
+  c->ops = &mpi_ops;
+  c->impl = m;
+  MPI_Comm_rank(hc, &c->rank);
+  MPI_Comm_size(hc, &c->size);
+  *out = c;
+  return 0;
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+int comm_mpi_available(void) { return 1; }
+
+int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
+  if (c->ops != &mpi_ops) return dt_error("MPI_Allreduce: the communicator is not an mpi one");
+  if (count > INT_MAX) return dt_error("MPI_Allreduce: %zu floats exceed MPI's int count", count);
+  int err = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, ((mcomm_t *)c->impl)->pc);
+  return err == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Allreduce");
+}
+
+static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
+  int rank, size, *tag_ub = NULL, flag = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  if (flag && *tag_ub < COMM_TAG_MAX)
+    return dt_error("this MPI allows tags up to %d; dtrain needs %d", *tag_ub, COMM_TAG_MAX);
+  if (net && (net->latency > 0 || net->bandwidth > 0 || net->rank_latency || net->rank_bandwidth) &&
+      rank == 0)
+    dt_log(DT_LOG_WARN, "the emulated network (latency, bandwidth) is local only; "
+                        "on mpi the real network is measured");
+  comm_t like = {.slowdown = 1, .link_latency = 3e-6, .link_bandwidth = 5e9,
+                 .thread_multiple = provided >= MPI_THREAD_MULTIPLE};
+  if (net && net->rank_slowdown && net->rank_slowdown[rank] > 1) like.slowdown = net->rank_slowdown[rank];
+  MPI_Comm hc, pc;
+  MPI_Comm_dup(MPI_COMM_WORLD, &hc);
+  MPI_Comm_dup(MPI_COMM_WORLD, &pc);
+  return make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out);
+}
+
+int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg) {
+  int inited = 0, finalized = 0, provided = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (finalized) return dt_error("comm_mpi_run: MPI was already finalized (one run per process)");
+  if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    return dt_error("MPI_Init_thread failed");
+  if (inited) MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_FUNNELED) {
+    MPI_Finalize();
+    return dt_error("MPI provides thread level %d; dtrain needs at least MPI_THREAD_FUNNELED",
+                    provided);
+  }
+  comm_t *c = NULL;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  dt_error_clear();
+  if (world_comm(net, provided, &c) != 0 || fn(c, arg) != 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, dt_errmsg());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  m_free(c);
+  free_all_reqs();
+  MPI_Finalize();
+  return 0;
+}
+
+#endif

@@ -1,0 +1,515 @@
+/* comm: the local transport. Ordering, ANY_SOURCE, both posting orders,
+ * length and header errors, timeouts, fail-fast, split, the emulated
+ * network's timing and the straggler delay. Rank functions report a
+ * failed check by returning -1 with the check in the error line, and the
+ * test checks comm_local_run's result. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "dtrain/comm.h"
+#include "test.h"
+
+#define RCHECK(cond)                                                              \
+  do {                                                                            \
+    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
+  } while (0)
+
+#define RCHECK_OK(expr)                                                           \
+  do {                                                                            \
+    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
+  } while (0)
+
+/* expr must fail with an error line containing needle. */
+#define RCHECK_FAILS_WITH(expr, needle)                                           \
+  do {                                                                            \
+    dt_error_clear();                                                             \
+    if ((expr) == 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
+    if (!strstr(dt_errmsg(), (needle)))                                           \
+      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
+  } while (0)
+
+/* ---- ordering and matching ---------------------------------------------- */
+
+/* 200 messages on two tags: each tag's messages arrive in order, and a
+ * receive on tag 2 skips the earlier tag-1 messages. */
+static int rank_ordering(comm_t *c, void *arg) {
+  enum { N = 100 };
+  if (comm_rank(c) == 0) {
+    comm_req_t *r[2 * N];
+    int v[2 * N];
+    for (int i = 0; i < N; i++) {
+      v[i] = i, v[N + i] = 1000 + i;
+      RCHECK_OK(comm_isend(c, 1, 1, &v[i], sizeof(int), &r[i]));
+      RCHECK_OK(comm_isend(c, 1, 2, &v[N + i], sizeof(int), &r[N + i]));
+    }
+    RCHECK_OK(comm_waitall(c, 2 * N, r));
+  } else {
+    for (int i = 0; i < N; i++) {
+      int x = -1;
+      RCHECK_OK(comm_recv(c, 0, 2, &x, sizeof x));
+      RCHECK(x == 1000 + i);
+    }
+    for (int i = 0; i < N; i++) {
+      int x = -1;
+      RCHECK_OK(comm_recv(c, 0, 1, &x, sizeof x));
+      RCHECK(x == i);
+    }
+  }
+  return 0;
+}
+
+static void test_ordering_by_tag(void) { CHECK_OK(comm_local_run(2, NULL, rank_ordering, NULL)); }
+
+/* Ranks 1..4 each send their rank twice to rank 0 with ANY_SOURCE
+ * receives: every message says who sent it, and each sender's two
+ * messages arrive in order. */
+static int rank_any_source(comm_t *c, void *arg) {
+  int me = comm_rank(c), P = comm_size(c);
+  if (me != 0) {
+    int v[2] = {me * 10, me * 10 + 1};
+    RCHECK_OK(comm_send(c, 0, 5, &v[0], sizeof(int)));
+    RCHECK_OK(comm_send(c, 0, 5, &v[1], sizeof(int)));
+    return 0;
+  }
+  int seen[8] = {0};
+  for (int i = 0; i < 2 * (P - 1); i++) {
+    int x = -1, src = -1;
+    size_t got = 0;
+    comm_req_t *r;
+    RCHECK_OK(comm_irecv(c, COMM_ANY_SOURCE, 5, &x, sizeof x, &r));
+    RCHECK_OK(comm_wait_src(c, r, &src, &got));
+    RCHECK(src >= 1 && src < P && got == sizeof x);
+    RCHECK(x == src * 10 + seen[src]);
+    seen[src]++;
+  }
+  for (int s = 1; s < P; s++) RCHECK(seen[s] == 2);
+  return 0;
+}
+
+static void test_any_source(void) { CHECK_OK(comm_local_run(5, NULL, rank_any_source, NULL)); }
+
+/* The send is posted before the receive (arg 0) or after it (arg 1); the
+ * barrier orders the two. The isend's wait returns only after the copy. */
+static int rank_post_order(comm_t *c, void *arg) {
+  int recv_first = *(int *)arg;
+  float data[1000], got[1000];
+  for (int i = 0; i < 1000; i++) data[i] = (float)i * 0.5f, got[i] = -1;
+  comm_req_t *r;
+  if (comm_rank(c) == 0) {
+    if (recv_first) RCHECK_OK(comm_barrier(c));
+    RCHECK_OK(comm_isend(c, 1, 3, data, sizeof data, &r));
+    if (!recv_first) RCHECK_OK(comm_barrier(c));
+    RCHECK_OK(comm_wait(c, r));
+  } else {
+    if (!recv_first) RCHECK_OK(comm_barrier(c));
+    RCHECK_OK(comm_irecv(c, 0, 3, got, sizeof got, &r));
+    if (recv_first) RCHECK_OK(comm_barrier(c));
+    RCHECK_OK(comm_wait(c, r));
+    RCHECK(memcmp(data, got, sizeof got) == 0);
+  }
+  return 0;
+}
+
+static void test_send_before_recv(void) {
+  int recv_first = 0;
+  CHECK_OK(comm_local_run(2, NULL, rank_post_order, &recv_first));
+}
+
+static void test_recv_before_send(void) {
+  int recv_first = 1;
+  CHECK_OK(comm_local_run(2, NULL, rank_post_order, &recv_first));
+}
+
+/* Both ranks post a receive, then a blocking send to each other: the
+ * receiver copies inside its own blocked send, so neither waits forever. */
+static int rank_cross_send(comm_t *c, void *arg) {
+  int peer = 1 - comm_rank(c), out = comm_rank(c) + 7, in = -1;
+  comm_req_t *r;
+  RCHECK_OK(comm_irecv(c, peer, 0, &in, sizeof in, &r));
+  RCHECK_OK(comm_send(c, peer, 0, &out, sizeof out));
+  RCHECK_OK(comm_wait(c, r));
+  RCHECK(in == peer + 7);
+  return 0;
+}
+
+static void test_irecv_then_blocking_send(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_cross_send, NULL));
+}
+
+/* A wait on an isend lasts until the receiver has taken the message. */
+static int rank_rendezvous(comm_t *c, void *arg) {
+  double x = 3.25, y = 0;
+  if (comm_rank(c) == 0) {
+    double t0 = dt_now();
+    RCHECK_OK(comm_send(c, 1, 0, &x, sizeof x));
+    RCHECK(dt_now() - t0 >= 0.04);
+  } else {
+    dt_sleep_until(dt_now() + 0.05);
+    RCHECK_OK(comm_recv(c, 0, 0, &y, sizeof y));
+    RCHECK(y == 3.25);
+  }
+  return 0;
+}
+
+static void test_send_waits_for_receiver(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_rendezvous, NULL));
+}
+
+/* recv_reduce adds the message into the buffer; test() reports
+ * completion without freeing; sendrecv swaps. */
+static int rank_reduce_and_test(comm_t *c, void *arg) {
+  int me = comm_rank(c), peer = 1 - me;
+  float mine[5], acc[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < 5; i++) mine[i] = (float)(me * 10 + i);
+  comm_req_t *r;
+  RCHECK_OK(comm_irecv_reduce(c, peer, 1, acc, 5, NULL, &r));
+  RCHECK_OK(comm_send(c, peer, 1, mine, sizeof mine));
+  int done = 0;
+  while (!done) RCHECK_OK(comm_test(c, r, &done));
+  RCHECK_OK(comm_wait(c, r));
+  for (int i = 0; i < 5; i++) RCHECK(acc[i] == 1 + (float)(peer * 10 + i));
+  int a = me, b = -1;
+  RCHECK_OK(comm_sendrecv(c, peer, 2, &a, sizeof a, peer, 2, &b, sizeof b));
+  RCHECK(b == peer);
+  return 0;
+}
+
+static void test_recv_reduce_test_sendrecv(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_reduce_and_test, NULL));
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* Lengths disagree: both sides fail, naming the peer, tag and lengths
+ * from the header. Afterwards the link still works. */
+static int rank_length_mismatch(comm_t *c, void *arg) {
+  char buf[200] = {0};
+  if (comm_rank(c) == 0) {
+    RCHECK_FAILS_WITH(comm_send(c, 2, 5, buf, 100), "receiver expects 200 bytes but the message has 100");
+  } else if (comm_rank(c) == 2) {
+    RCHECK_FAILS_WITH(comm_recv(c, 0, 5, buf, 200),
+                      "message from rank 0 tag 5: length 100 bytes but receive expects 200");
+  }
+  RCHECK_OK(comm_barrier(c));
+  return 0;
+}
+
+static void test_length_mismatch(void) {
+  CHECK_OK(comm_local_run(3, NULL, rank_length_mismatch, NULL));
+}
+
+/* Bad arguments are refused before anything is posted. */
+static int rank_bad_args(comm_t *c, void *arg) {
+  int x = 0;
+  RCHECK_FAILS_WITH(comm_send(c, 2, 0, &x, sizeof x), "send to rank 2: no such rank (communicator has 2)");
+  RCHECK_FAILS_WITH(comm_recv(c, -3, 0, &x, sizeof x), "no such rank");
+  RCHECK_FAILS_WITH(comm_send(c, 0, -1, &x, sizeof x), "tag -1 is out of range");
+  RCHECK_FAILS_WITH(comm_send(c, 0, COMM_TAG_MAX + 1, &x, sizeof x), "out of range");
+  return 0;
+}
+
+static void test_bad_arguments(void) { CHECK_OK(comm_local_run(2, NULL, rank_bad_args, NULL)); }
+
+/* Rank 1 waits for a message rank 0 never sends, while rank 0 is alive
+ * (it waits for rank 1's later message): the wait times out after about
+ * net.timeout and names the peer and tag. */
+static int rank_timeout(comm_t *c, void *arg) {
+  int x = 0;
+  if (comm_rank(c) == 0) { /* outlives rank 1's timeout: retry our own */
+    for (int i = 0; i < 50; i++)
+      if (comm_recv(c, 1, 8, &x, sizeof x) == 0 || !strstr(dt_errmsg(), "timed out")) break;
+    return x == 42 ? 0 : dt_error("rank 0 never got rank 1's message: %s", dt_errmsg());
+  }
+  double t0 = dt_now();
+  RCHECK_FAILS_WITH(comm_recv(c, 0, 7, &x, sizeof x), "recv from rank 0 tag 7 (4 bytes): timed out after 0.2 s");
+  double dt = dt_now() - t0;
+  RCHECK(dt >= 0.19 && dt < 2.0);
+  x = 42;
+  return comm_send(c, 0, 8, &x, sizeof x);
+}
+
+static void test_timeout_names_peer_and_tag(void) {
+  comm_net_t net = {.timeout = 0.2};
+  CHECK_OK(comm_local_run(2, &net, rank_timeout, NULL));
+}
+
+/* Rank 0 returns without sending: rank 1 fails at once, not after the
+ * 300 s default timeout. */
+static int rank_peer_exits(comm_t *c, void *arg) {
+  int x = 0;
+  if (comm_rank(c) == 0) return 0;
+  RCHECK_FAILS_WITH(comm_recv(c, 0, 1, &x, sizeof x), "rank 0 finished without sending it");
+  return 0;
+}
+
+static void test_peer_exit_fails_fast(void) {
+  double t0 = dt_now();
+  CHECK_OK(comm_local_run(2, NULL, rank_peer_exits, NULL));
+  CHECK(dt_now() - t0 < 5);
+}
+
+/* Rank 2 fails; the others are blocked on each other and must stop
+ * promptly. The run reports the failing rank's own message. */
+static int rank_one_fails(comm_t *c, void *arg) {
+  if (comm_rank(c) == 2) return dt_error("boom at step 3");
+  int x = 0;
+  return comm_recv(c, (comm_rank(c) + 1) % 4 == 2 ? 3 : (comm_rank(c) + 1) % 4, 0, &x, sizeof x);
+}
+
+static void test_one_rank_fails_others_stop(void) {
+  double t0 = dt_now();
+  CHECK_FAILS_WITH(comm_local_run(4, NULL, rank_one_fails, NULL), "rank 2: boom at step 3");
+  CHECK(dt_now() - t0 < 5);
+}
+
+/* A peer blocked in a send to the failing rank stops too, naming it. */
+static atomic_int stop_message_ok;
+static int rank_fails_late(comm_t *c, void *arg) {
+  int x = 0;
+  if (comm_rank(c) == 1) {
+    dt_sleep_until(dt_now() + 0.02);
+    return dt_error("disk full");
+  }
+  if (comm_send(c, 1, 4, &x, sizeof x) == 0) return dt_error("send to a failed rank succeeded");
+  if (strstr(dt_errmsg(), "send to rank 1 tag 4: stopped because peer rank 1 failed"))
+    atomic_store(&stop_message_ok, 1);
+  return -1;
+}
+
+static void test_blocked_sender_names_failed_rank(void) {
+  atomic_store(&stop_message_ok, 0);
+  CHECK_FAILS_WITH(comm_local_run(2, NULL, rank_fails_late, NULL), "rank 1: disk full");
+  CHECK(atomic_load(&stop_message_ok));
+}
+
+/* cancel withdraws an unmatched receive and an unmatched send; a
+ * receiver matched to a cancelled send fails with a clear message. The
+ * flags order the ranks without a comm call, which would copy the message. */
+static atomic_int recv_posted, send_cancelled;
+static int rank_cancel(comm_t *c, void *arg) {
+  int x = 1, y = 0;
+  comm_req_t *r;
+  if (comm_rank(c) == 0) {
+    RCHECK_OK(comm_irecv(c, 1, 9, &y, sizeof y, &r));
+    RCHECK_OK(comm_cancel(c, r));
+    RCHECK_OK(comm_isend(c, 1, 9, &x, sizeof x, &r)); /* rank 1 never receives this */
+    RCHECK_OK(comm_cancel(c, r));
+    while (!atomic_load(&recv_posted)) dt_sleep_until(dt_now() + 1e-4);
+    RCHECK_OK(comm_isend(c, 1, 10, &x, sizeof x, &r)); /* matches at once */
+    RCHECK_OK(comm_cancel(c, r));
+    atomic_store(&send_cancelled, 1);
+  } else {
+    RCHECK_OK(comm_irecv(c, 0, 10, &y, sizeof y, &r));
+    atomic_store(&recv_posted, 1);
+    while (!atomic_load(&send_cancelled)) dt_sleep_until(dt_now() + 1e-4);
+    RCHECK_FAILS_WITH(comm_wait(c, r), "recv from rank 0 tag 10: the sender cancelled the message");
+  }
+  RCHECK_OK(comm_sendrecv(c, 1 - comm_rank(c), 9, &x, sizeof x, 1 - comm_rank(c), 9, &y, sizeof y));
+  RCHECK(y == 1);
+  return 0;
+}
+
+static void test_cancel(void) {
+  comm_net_t net = {.timeout = 5};
+  atomic_store(&recv_posted, 0), atomic_store(&send_cancelled, 0);
+  CHECK_OK(comm_local_run(2, &net, rank_cancel, NULL));
+}
+
+/* ---- split -------------------------------------------------------------- */
+
+/* Six ranks split by parity, keys reversed: sizes and ranks follow
+ * (key, old rank); a message on the sub-communicator never matches a
+ * receive on the parent with the same tag, and vice versa. */
+static int rank_split(comm_t *c, void *arg) {
+  int me = comm_rank(c);
+  comm_t *sub;
+  RCHECK_OK(comm_split(c, me % 2, -me, &sub));
+  RCHECK(comm_size(sub) == 3);
+  RCHECK(comm_rank(sub) == 2 - me / 2);
+  /* sub rank 0 sends on the parent first, then on the sub-communicator,
+   * both tag 3, to sub rank 1 (parent rank me - 2) */
+  int parent_msg = 100 + me, sub_msg = 200 + me, x = -1;
+  if (comm_rank(sub) == 0) {
+    comm_req_t *r[2];
+    RCHECK_OK(comm_isend(c, me - 2, 3, &parent_msg, sizeof(int), &r[0]));
+    RCHECK_OK(comm_isend(sub, 1, 3, &sub_msg, sizeof(int), &r[1]));
+    RCHECK_OK(comm_waitall(c, 2, r));
+  } else if (comm_rank(sub) == 1) {
+    RCHECK_OK(comm_recv(sub, 0, 3, &x, sizeof x));
+    RCHECK(x == 200 + me + 2);
+    RCHECK_OK(comm_recv(c, me + 2, 3, &x, sizeof x));
+    RCHECK(x == 100 + me + 2);
+  }
+  /* a split of a split, and a barrier on each */
+  comm_t *single;
+  RCHECK_OK(comm_split(sub, comm_rank(sub), 0, &single));
+  RCHECK(comm_size(single) == 1 && comm_rank(single) == 0);
+  RCHECK_OK(comm_barrier(single));
+  RCHECK_OK(comm_barrier(sub));
+  comm_free(single);
+  comm_free(sub);
+  return 0;
+}
+
+static void test_split(void) { CHECK_OK(comm_local_run(6, NULL, rank_split, NULL)); }
+
+/* ---- emulated network --------------------------------------------------- */
+
+typedef struct {
+  double sent_at;
+  double arrived[2];
+} timing_t;
+
+/* 1 MB over a 1 Gbit/s link with 1 ms latency takes 8 ms + 1 ms; a second
+ * message sent at the same time waits for the link: 17 ms. */
+static int rank_link(comm_t *c, void *arg) {
+  timing_t *t = arg;
+  size_t n = 1000000;
+  char *buf = malloc(2 * n);
+  RCHECK(buf);
+  RCHECK(c->emulated);
+  int rc = 0;
+  if (comm_rank(c) == 0) {
+    comm_req_t *r[2];
+    t->sent_at = dt_now();
+    if (comm_isend(c, 1, 0, buf, n, &r[0]) || comm_isend(c, 1, 0, buf + n, n, &r[1]) ||
+        comm_waitall(c, 2, r))
+      rc = -1;
+  } else {
+    for (int i = 0; i < 2 && rc == 0; i++) {
+      rc = comm_recv(c, 0, 0, buf + i * n, n);
+      t->arrived[i] = dt_now();
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+static void test_emulated_link_timing(void) {
+  comm_net_t net = {.latency = 1e-3, .bandwidth = 125e6};
+  timing_t t = {0};
+  CHECK_OK(comm_local_run(2, &net, rank_link, &t));
+  double first = t.arrived[0] - t.sent_at, second = t.arrived[1] - t.sent_at;
+  CHECK(first >= 0.009 && first < 0.009 + 0.015);
+  CHECK(second >= 0.017 && second < 0.017 + 0.015);
+}
+
+/* Per-rank overrides: rank 1's link is 10x slower than rank 0's. */
+static int rank_per_rank_link(comm_t *c, void *arg) {
+  double *elapsed = arg;
+  char buf[100000];
+  int peer = 1 - comm_rank(c);
+  comm_req_t *r[2];
+  RCHECK_OK(comm_barrier(c));
+  double t0 = dt_now();
+  RCHECK_OK(comm_irecv(c, peer, 0, buf + sizeof buf / 2, sizeof buf / 2, &r[0]));
+  RCHECK_OK(comm_isend(c, peer, 0, buf, sizeof buf / 2, &r[1]));
+  RCHECK_OK(comm_wait(c, r[0]));
+  elapsed[comm_rank(c)] = dt_now() - t0;
+  return comm_wait(c, r[1]);
+}
+
+static void test_emulated_per_rank_bandwidth(void) {
+  double bw[2] = {50e6, 5e6}, lat[2] = {0, 0}, elapsed[2] = {0};
+  comm_net_t net = {.rank_bandwidth = bw, .rank_latency = lat};
+  CHECK_OK(comm_local_run(2, &net, rank_per_rank_link, elapsed));
+  /* rank 0 receives rank 1's 50 KB over 5 MB/s: 10 ms; rank 1 gets 1 ms */
+  CHECK(elapsed[0] >= 0.0095 && elapsed[0] < 0.03);
+  CHECK(elapsed[1] < 0.0095);
+}
+
+/* A straggler with slowdown 3 really computes 3x as long. */
+static int rank_straggler(comm_t *c, void *arg) {
+  double t0 = dt_now();
+  comm_compute_delay(c, 0.02);
+  double dt = dt_now() - t0;
+  if (comm_rank(c) == 1) {
+    RCHECK(c->slowdown == 3);
+    RCHECK(dt >= 0.04 && dt < 0.1);
+  } else {
+    RCHECK(c->slowdown == 1);
+    RCHECK(dt < 0.01);
+  }
+  return 0;
+}
+
+static void test_straggler_delay(void) {
+  double slow[2] = {1, 3};
+  comm_net_t net = {.rank_slowdown = slow};
+  CHECK_OK(comm_local_run(2, &net, rank_straggler, NULL));
+}
+
+/* ---- the runner --------------------------------------------------------- */
+
+static int rank_single(comm_t *c, void *arg) {
+  RCHECK(comm_size(c) == 1 && comm_rank(c) == 0 && !c->emulated && c->thread_multiple);
+  int x = 4, y = 0;
+  RCHECK_OK(comm_sendrecv(c, 0, 1, &x, sizeof x, 0, 1, &y, sizeof y));
+  RCHECK(y == 4);
+  return comm_barrier(c);
+}
+
+static void test_single_rank_and_bad_size(void) {
+  CHECK_OK(comm_local_run(1, NULL, rank_single, NULL));
+  CHECK_FAILS_WITH(comm_local_run(0, NULL, rank_single, NULL), "0 ranks requested");
+}
+
+/* Two threads of each rank talk at once (a progress thread, as the
+ * strategies use): the local transport allows it. */
+typedef struct {
+  comm_t *c;
+  int tag, rc;
+  char err[256];
+} side_t;
+
+static void *side_thread(void *p) {
+  side_t *s = p;
+  int peer = 1 - comm_rank(s->c);
+  for (int i = 0; i < 200 && s->rc == 0; i++) {
+    int out = i, in = -1;
+    s->rc = comm_sendrecv(s->c, peer, s->tag, &out, sizeof out, peer, s->tag, &in, sizeof in);
+    if (s->rc == 0 && in != i) s->rc = dt_error("thread tag %d got %d, expected %d", s->tag, in, i);
+  }
+  if (s->rc) snprintf(s->err, sizeof s->err, "%s", dt_errmsg());
+  return NULL;
+}
+
+static int rank_two_threads(comm_t *c, void *arg) {
+  side_t a = {c, 1, 0, ""}, b = {c, 2, 0, ""};
+  pthread_t t;
+  RCHECK(pthread_create(&t, NULL, side_thread, &a) == 0);
+  side_thread(&b);
+  pthread_join(t, NULL);
+  if (a.rc) return dt_error("%s", a.err);
+  if (b.rc) return dt_error("%s", b.err);
+  return 0;
+}
+
+static void test_two_threads_per_rank(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_two_threads, NULL));
+}
+
+int main(void) {
+  RUN(test_ordering_by_tag);
+  RUN(test_any_source);
+  RUN(test_send_before_recv);
+  RUN(test_recv_before_send);
+  RUN(test_irecv_then_blocking_send);
+  RUN(test_send_waits_for_receiver);
+  RUN(test_recv_reduce_test_sendrecv);
+  RUN(test_length_mismatch);
+  RUN(test_bad_arguments);
+  RUN(test_timeout_names_peer_and_tag);
+  RUN(test_peer_exit_fails_fast);
+  RUN(test_one_rank_fails_others_stop);
+  RUN(test_blocked_sender_names_failed_rank);
+  RUN(test_cancel);
+  RUN(test_split);
+  RUN(test_emulated_link_timing);
+  RUN(test_emulated_per_rank_bandwidth);
+  RUN(test_straggler_delay);
+  RUN(test_single_rank_and_bad_size);
+  RUN(test_two_threads_per_rank);
+  TEST_MAIN_END();
+}
