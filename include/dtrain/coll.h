@@ -22,6 +22,13 @@ typedef enum {
 const char *allreduce_algo_name(allreduce_algo_t a);
 int allreduce_algo_parse(const char *name, allreduce_algo_t *out); /* error names the choices */
 
+/* Tags from COLL_TAG_BASE up are reserved for the collectives; strategies
+ * use tags below it (comm.h allows 0 .. COMM_TAG_MAX). Every rank must call
+ * the collectives of a communicator in the same order; two collectives run
+ * at the same time (e.g. from a progress thread) need two communicators
+ * (comm_split) or must be serialized, as one coll_ctx is not thread-safe. */
+#define COLL_TAG_BASE (1 << 20)
+
 /* Per-communicator scratch: allocated once, grown when needed, reused.
  * Collectives take it so that the training loop never allocates. */
 typedef struct coll_ctx coll_ctx_t;
@@ -30,8 +37,14 @@ void coll_ctx_free(coll_ctx_t *ctx);
 comm_t *coll_ctx_comm(coll_ctx_t *ctx);
 /* For ALLREDUCE_HIER: ranks per host group (consecutive ranks). */
 void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group);
-/* For ALLREDUCE_AUTO: measured link parameters (seconds, bytes/s). */
+/* For ALLREDUCE_AUTO: measured link parameters (seconds, bytes/s). Must be
+ * the same on every rank, or ranks would pick different algorithms. The
+ * default is the communicator's estimate (c->link_latency, c->link_bandwidth). */
 void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth);
+/* Pipelining: messages are cut into segments of this many bytes (rounded
+ * to floats; 0 = the transport's default: whole blocks on local, where the
+ * receiver reads the sender's buffer, 128 KiB on mpi). Same on every rank. */
+void coll_ctx_set_segment(coll_ctx_t *ctx, size_t bytes);
 
 int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count);
 int allreduce_ring(coll_ctx_t *ctx, float *buf, size_t count);
@@ -43,12 +56,15 @@ int allreduce_hier(coll_ctx_t *ctx, float *buf, size_t count);
 allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count);
 
 int broadcast_tree(coll_ctx_t *ctx, int root, float *buf, size_t count);
+/* The sum ends in root's buf; other ranks' buf is used as scratch and
+ * holds a partial sum afterwards. */
 int reduce_tree(coll_ctx_t *ctx, int root, float *buf, size_t count);
 /* Rank r ends with the sum of block r in out (block sizes from
  * coll_block(): count split into size nearly equal contiguous parts). */
 int reduce_scatter_ring(coll_ctx_t *ctx, const float *in, float *out, size_t count);
 /* Each rank contributes block r (in place in buf); all end with all. */
 int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
+/* root's out (size x count_per_rank floats) gets rank i's in at i x count. */
 int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_t count_per_rank);
 void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
 #endif

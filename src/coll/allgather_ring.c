@@ -1,0 +1,17 @@
+/* allgather_ring: every rank contributes block r (coll_block) of buf, in
+ * place, and all end with all blocks.
+ *
+ *   steps:  P-1 ring steps, pipelined in segments
+ *   bytes:  each rank sends (P-1)/P x S
+ *
+ * These are the last P-1 steps of the unified ring of allreduce_ring.c:
+ * at step t rank r sends block r-t to the right and receives block r-t-1
+ * from the left, forwarding each segment as it arrives. */
+#include "coll_internal.h"
+
+int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count) {
+  int P = ctx->comm->size;
+  if (coll_ring_steps(ctx, buf, count, P - 1, 2 * P - 2, TAG_ALLGATHER) != 0)
+    return dt_error_prefix("allgather ring: ");
+  return 0;
+}

@@ -1,0 +1,61 @@
+/* allreduce_auto: the decision rule, kept apart from the algorithms (as
+ * Open MPI's coll/tuned decision file).
+ *
+ * Cost of an allreduce of S bytes on P ranks, with link latency a and
+ * bandwidth b (alpha-beta model, P' = 2^floor(lg P), L = ceil(lg P)):
+ *
+ *   algorithm  messages in sequence         bytes in sequence
+ *   tree       2 L                          2 L S
+ *   rhd        2 lg P' (+2 if P != P')      2 (P'-1)/P' S (+2 S if P != P')
+ *   ring       2 (P-1) (x segments)         2 (P-1)/P S
+ *
+ * and auto takes the cheapest: small messages are latency-bound and go to
+ * tree or rhd, large ones are bandwidth-bound and go to ring or rhd. Ties
+ * go to the earlier row. naive and hier are never chosen (naive is a
+ * baseline; hier needs to know the hosts). a and b come from the
+ * communicator's link estimate (the emulated network's, on local) or from
+ * coll_ctx_set_link; they are the same on every rank, so every rank picks
+ * the same algorithm. */
+#include <math.h>
+
+#include "coll_internal.h"
+
+typedef struct {
+  allreduce_algo_t algo;
+  double messages, bytes; /* coefficients of a and of S / b */
+} cost_t;
+
+static int ceil_lg(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return l;
+}
+
+static int floor_lg(int p) { return ceil_lg(p + 1) - 1; }
+
+static void costs(int P, size_t segments, cost_t out[3]) {
+  int L = ceil_lg(P), lp = floor_lg(P), pof2 = 1 << lp, odd = P != pof2;
+  out[0] = (cost_t){ALLREDUCE_TREE, 2.0 * L, 2.0 * L};
+  out[1] = (cost_t){ALLREDUCE_RHD, 2.0 * lp + 2 * odd, 2.0 * (pof2 - 1) / pof2 + 2 * odd};
+  out[2] = (cost_t){ALLREDUCE_RING, 2.0 * (P - 1) * (double)segments, 2.0 * (P - 1) / P};
+}
+
+allreduce_algo_t coll_choose_flat(coll_ctx_t *ctx, size_t count) {
+  int P = ctx->comm->size;
+  if (P <= 2) return ALLREDUCE_RHD; /* one exchange of halves each way: nothing beats it */
+  double S = (double)count * sizeof(float);
+  size_t segs = coll_nsegs(ctx, count / (size_t)P + 1);
+  cost_t c[3];
+  costs(P, segs ? segs : 1, c);
+  int best = 0;
+  double best_t = INFINITY;
+  for (int i = 0; i < 3; i++) {
+    double t = c[i].messages * ctx->latency + c[i].bytes * S / ctx->bandwidth;
+    if (t < best_t) best_t = t, best = i;
+  }
+  return c[best].algo;
+}
+
+allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count) {
+  return coll_choose_flat(ctx, count);
+}

@@ -1,0 +1,358 @@
+/* coll: every collective on 1..9 ranks, for counts that do not divide
+ * evenly (0, 1, ..., primes, a few large ones), with whole-block and with
+ * small segments. Results are compared with a double-precision reference
+ * sum, must be bitwise equal on every rank, and bitwise equal between a
+ * plain run and a run under an emulated network with uneven latencies
+ * (different timing, same order of additions).
+ *
+ * The checks (coll_check_rank) run on any comm_t: tests/mpi_coll_check.c
+ * includes this file with COLL_CHECKS_ONLY and runs them on mpi. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/coll.h"
+#include "test.h"
+
+#define RCHECK(cond)                                                                  \
+  do {                                                                                \
+    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
+  } while (0)
+
+#define RCHECK_OK(expr)                                                                \
+  do {                                                                                 \
+    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
+  } while (0)
+
+/* Inputs with magnitudes over 20 binades, so that a different order of
+ * additions would change the rounded result. */
+static float input(int rank, size_t i) {
+  uint64_t x = (uint64_t)rank * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 12345;
+  x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+  static const float scale[20] = {0x1p-10f, 0x1p-9f, 0x1p-8f, 0x1p-7f, 0x1p-6f, 0x1p-5f, 0x1p-4f,
+                                  0x1p-3f,  0x1p-2f, 0x1p-1f, 1.0f,    0x1p1f,  0x1p2f,  0x1p3f,
+                                  0x1p4f,   0x1p5f,  0x1p6f,  0x1p7f,  0x1p8f,  0x1p9f};
+  float u = (float)(x >> 40) * 0x1p-23f - 1.0f;
+  return u * scale[(i * 7 + (size_t)rank * 3) % 20];
+}
+
+static uint64_t hash_floats(const float *x, size_t n, uint64_t h) {
+  const unsigned char *b = (const unsigned char *)x;
+  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001B3ull;
+  return h;
+}
+
+enum { OP_ALLREDUCE, OP_BCAST, OP_REDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_GATHER };
+
+typedef struct {
+  int op, algo, group, small_seg;
+} op_t;
+
+static const op_t ops[] = {
+    {OP_ALLREDUCE, ALLREDUCE_AUTO, 0, 0},  {OP_ALLREDUCE, ALLREDUCE_RING, 0, 0},
+    {OP_ALLREDUCE, ALLREDUCE_RING, 0, 1},  {OP_ALLREDUCE, ALLREDUCE_RHD, 0, 0},
+    {OP_ALLREDUCE, ALLREDUCE_RHD, 0, 1},   {OP_ALLREDUCE, ALLREDUCE_TREE, 0, 0},
+    {OP_ALLREDUCE, ALLREDUCE_TREE, 0, 1},  {OP_ALLREDUCE, ALLREDUCE_NAIVE, 0, 0},
+    {OP_ALLREDUCE, ALLREDUCE_HIER, 0, 0},  {OP_ALLREDUCE, ALLREDUCE_HIER, 2, 1},
+    {OP_ALLREDUCE, ALLREDUCE_HIER, 3, 0},  {OP_BCAST, 0, 0, 0},
+    {OP_REDUCE, 0, 0, 1},                  {OP_REDUCE_SCATTER, 0, 0, 0},
+    {OP_REDUCE_SCATTER, 0, 0, 1},          {OP_ALLGATHER, 0, 0, 0},
+    {OP_ALLGATHER, 0, 0, 1},               {OP_GATHER, 0, 0, 0},
+};
+#define NOPS (sizeof ops / sizeof ops[0])
+#define NCOUNTS 10
+#define SMALL_SEG_BYTES 4096 /* 1024 floats: several segments per block from 4099 floats up */
+
+static void counts_for(int P, size_t out[NCOUNTS]) {
+  size_t c[NCOUNTS] = {0, 1, 2, (size_t)P + 1, 7 * (size_t)P + 3, 1000, 4099, 65537, 100003, 262147};
+  memcpy(out, c, sizeof c);
+}
+
+/* Sanitizer builds run 5-20x slower: they stop at 65537 floats, which
+ * still spans several segments on every transport. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define MAX_COUNT 65537
+#else
+#define MAX_COUNT 262147
+#endif
+
+typedef struct {
+  uint64_t *hashes;   /* [rank][count][op], filled by coll_check_rank when not NULL */
+  size_t max_count;   /* counts above it are skipped */
+} check_cfg_t;
+
+typedef struct {
+  float *buf, *aux;
+  double *ref, *absum;
+  size_t cap;
+} bufs_t;
+
+static int check_near(const bufs_t *b, const float *x, size_t off, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++) {
+    double want = b->ref[off + i], tol = 1e-6 * b->absum[off + i] + 1e-30;
+    if (!(fabs((double)x[i] - want) <= tol))
+      return dt_error("%s: element %zu is %.9g, reference %.9g", what, off + i, (double)x[i], want);
+  }
+  return 0;
+}
+
+static void fill_inputs(float *x, int rank, size_t off, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = input(rank, off + i);
+}
+
+/* Runs one op on `count` floats; returns the hash of what this rank holds
+ * afterwards. */
+static int run_op(coll_ctx_t *ctx, const op_t *op, bufs_t *b, size_t count, uint64_t *hash) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = comm_size(c), r = comm_rank(c);
+  size_t off, len;
+  char what[96];
+  snprintf(what, sizeof what, "P=%d count=%zu op %d algo %s group %d seg %s", P, count, op->op,
+           allreduce_algo_name((allreduce_algo_t)op->algo), op->group, op->small_seg ? "small" : "default");
+  coll_ctx_set_segment(ctx, op->small_seg ? SMALL_SEG_BYTES : 0);
+  coll_ctx_set_group_size(ctx, op->group);
+  *hash = 1469598103934665603ull;
+  switch (op->op) {
+  case OP_ALLREDUCE:
+    fill_inputs(b->buf, r, 0, count);
+    RCHECK_OK(allreduce(ctx, (allreduce_algo_t)op->algo, b->buf, count));
+    DT_TRY(check_near(b, b->buf, 0, count, what));
+    *hash = hash_floats(b->buf, count, *hash);
+    break;
+  case OP_BCAST: {
+    int root = P - 1;
+    for (size_t i = 0; i < count; i++) b->buf[i] = r == root ? input(root, i) : NAN;
+    RCHECK_OK(broadcast_tree(ctx, root, b->buf, count));
+    for (size_t i = 0; i < count; i++) RCHECK(b->buf[i] == input(root, i));
+    break;
+  }
+  case OP_REDUCE: {
+    int root = 1 % P;
+    fill_inputs(b->buf, r, 0, count);
+    RCHECK_OK(reduce_tree(ctx, root, b->buf, count));
+    if (r == root) DT_TRY(check_near(b, b->buf, 0, count, what));
+    if (r == root) *hash = hash_floats(b->buf, count, *hash);
+    break;
+  }
+  case OP_REDUCE_SCATTER: {
+    fill_inputs(b->aux, r, 0, count);
+    coll_block(count, P, r, &off, &len);
+    RCHECK_OK(reduce_scatter_ring(ctx, b->aux, b->buf, count));
+    DT_TRY(check_near(b, b->buf, off, len, what));
+    for (size_t i = 0; i < count; i++) RCHECK(b->aux[i] == input(r, i)); /* input untouched */
+    *hash = hash_floats(b->buf, len, *hash);
+    /* the same additions in the same order as allreduce_ring */
+    RCHECK_OK(allreduce_ring(ctx, b->aux, count));
+    RCHECK(len == 0 || memcmp(b->aux + off, b->buf, len * sizeof(float)) == 0);
+    break;
+  }
+  case OP_ALLGATHER:
+    coll_block(count, P, r, &off, &len);
+    for (size_t i = 0; i < count; i++) b->buf[i] = NAN;
+    fill_inputs(b->buf + off, r, off, len);
+    RCHECK_OK(allgather_ring(ctx, b->buf, count));
+    for (int q = 0; q < P; q++) {
+      coll_block(count, P, q, &off, &len);
+      for (size_t i = off; i < off + len; i++) RCHECK(b->buf[i] == input(q, i));
+    }
+    break;
+  case OP_GATHER: {
+    int root = P / 2;
+    size_t n = count / (size_t)P + 1;
+    fill_inputs(b->aux, r, 0, n);
+    RCHECK_OK(gather_to_root(ctx, root, b->aux, b->buf, n));
+    for (int q = 0; r == root && q < P; q++)
+      for (size_t i = 0; i < n; i++) RCHECK(b->buf[(size_t)q * n + i] == input(q, i));
+    break;
+  }
+  }
+  return 0;
+}
+
+/* Every rank must hold the same bits after an allreduce: rank 0 collects
+ * the hashes. */
+static int check_same_on_all_ranks(comm_t *c, uint64_t hash, const char *what) {
+  int P = comm_size(c);
+  if (comm_rank(c) != 0) return comm_send(c, 0, 77, &hash, sizeof hash);
+  for (int q = 1; q < P; q++) {
+    uint64_t h;
+    RCHECK_OK(comm_recv(c, q, 77, &h, sizeof h));
+    if (h != hash) return dt_error("%s: rank %d's result differs from rank 0's in some bits", what, q);
+  }
+  return 0;
+}
+
+static void reference(bufs_t *b, int P, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    double s = 0, a = 0;
+    for (int q = 0; q < P; q++) s += input(q, i), a += fabs((double)input(q, i));
+    b->ref[i] = s, b->absum[i] = a;
+  }
+}
+
+static int check_all(comm_t *c, coll_ctx_t *ctx, bufs_t *b, check_cfg_t *cfg) {
+  int P = comm_size(c), r = comm_rank(c);
+  size_t counts[NCOUNTS];
+  counts_for(P, counts);
+  for (int k = 0; k < NCOUNTS; k++) {
+    if (counts[k] > cfg->max_count) continue;
+    reference(b, P, counts[k]);
+    for (size_t o = 0; o < NOPS; o++) {
+      uint64_t h;
+      if (run_op(ctx, &ops[o], b, counts[k], &h) != 0) return -1;
+      if (ops[o].op == OP_ALLREDUCE && check_same_on_all_ranks(c, h, "allreduce") != 0)
+        return dt_error_prefix("P=%d count=%zu algo %s: ", P, counts[k],
+                               allreduce_algo_name((allreduce_algo_t)ops[o].algo));
+      if (cfg->hashes) cfg->hashes[((size_t)r * NCOUNTS + k) * NOPS + o] = h;
+    }
+  }
+  return 0;
+}
+
+static int coll_check_rank(comm_t *c, void *arg) {
+  check_cfg_t *cfg = arg;
+  bufs_t b = {0};
+  b.cap = 262147 + 64;
+  b.buf = dt_alloc_floats(b.cap), b.aux = dt_alloc_floats(b.cap);
+  b.ref = dt_alloc(b.cap * sizeof(double)), b.absum = dt_alloc(b.cap * sizeof(double));
+  coll_ctx_t *ctx = NULL;
+  int rc = b.buf && b.aux && b.ref && b.absum ? coll_ctx_new(c, &ctx) : -1;
+  /* a fixed link, so that auto picks the same algorithm in every run */
+  if (rc == 0) coll_ctx_set_link(ctx, 5e-6, 5e9);
+  if (rc == 0) rc = check_all(c, ctx, &b, cfg);
+  coll_ctx_free(ctx);
+  dt_free(b.buf), dt_free(b.aux), dt_free(b.ref), dt_free(b.absum);
+  return rc;
+}
+
+#ifndef COLL_CHECKS_ONLY
+
+/* All collectives on P = 1..9 ranks: correct, equal on all ranks, and the
+ * same bits with and without an uneven emulated network. */
+static void test_collectives_1_to_9_ranks(void) {
+  for (int P = 1; P <= 9; P++) {
+    size_t n = (size_t)P * NCOUNTS * NOPS;
+    uint64_t *plain = calloc(n, sizeof(uint64_t)), *emulated = calloc(n, sizeof(uint64_t));
+    double lat[9];
+    for (int q = 0; q < P; q++) lat[q] = 5e-6 * (double)((q * 5) % P + 1);
+    comm_net_t net = {.rank_latency = lat, .timeout = 60};
+    check_cfg_t a = {plain, MAX_COUNT}, b = {emulated, MAX_COUNT < 100003 ? MAX_COUNT : 100003};
+    int ok1 = comm_local_run(P, NULL, coll_check_rank, &a);
+    if (ok1 != 0) fprintf(stderr, "  P=%d: %s\n", P, dt_errmsg());
+    CHECK(ok1 == 0);
+    int ok2 = comm_local_run(P, &net, coll_check_rank, &b);
+    if (ok2 != 0) fprintf(stderr, "  P=%d emulated: %s\n", P, dt_errmsg());
+    CHECK(ok2 == 0);
+    size_t counts[NCOUNTS];
+    counts_for(P, counts);
+    for (size_t i = 0; ok1 == 0 && ok2 == 0 && i < n; i++) {
+      if (counts[i / NOPS % NCOUNTS] > b.max_count) continue; /* skipped in the emulated run */
+      if (plain[i] != emulated[i]) {
+        fprintf(stderr, "  P=%d rank %zu count %zu op %zu: bits differ between runs\n", P,
+                i / (NCOUNTS * NOPS), counts[i / NOPS % NCOUNTS], i % NOPS);
+        CHECK(plain[i] == emulated[i]);
+        break;
+      }
+    }
+    free(plain), free(emulated);
+  }
+}
+
+static void test_algo_names(void) {
+  allreduce_algo_t a;
+  for (int i = 0; i < ALLREDUCE_COUNT; i++) {
+    CHECK_OK(allreduce_algo_parse(allreduce_algo_name((allreduce_algo_t)i), &a));
+    CHECK(a == (allreduce_algo_t)i);
+  }
+  CHECK_FAILS_WITH(allreduce_algo_parse("butterfly", &a),
+                   "unknown allreduce algorithm 'butterfly' (choices: auto, ring, rhd, tree, naive, hier)");
+}
+
+static void test_block_partition(void) {
+  size_t counts[] = {0, 1, 5, 7, 100, 1001};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+    for (int parts = 1; parts <= 9; parts++) {
+      size_t next = 0, off, len;
+      for (int i = 0; i < parts; i++) {
+        coll_block(counts[k], parts, i, &off, &len);
+        CHECK(off == next);
+        CHECK(len == counts[k] / (size_t)parts || len == counts[k] / (size_t)parts + 1);
+        next = off + len;
+      }
+      CHECK(next == counts[k]);
+    }
+}
+
+/* auto on a 1 Gbit/s, 50 us link: 1 KB is latency-bound (tree or rhd,
+ * 2 lg P messages, not ring's 2(P-1)); 64 MB is bandwidth-bound: on 6 ranks ring (rhd would send
+ * 2 S more to fold the 2 extra ranks), on 8 ranks rhd (same bytes as ring
+ * in fewer messages); on 2 ranks always rhd. */
+static int rank_choose(comm_t *c, void *arg) {
+  coll_ctx_t *ctx;
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  coll_ctx_set_link(ctx, 50e-6, 125e6);
+  allreduce_algo_t small = allreduce_choose(ctx, 256), large = allreduce_choose(ctx, 16 << 20);
+  coll_ctx_free(ctx);
+  int P = comm_size(c);
+  RCHECK(small == ALLREDUCE_RHD || small == ALLREDUCE_TREE);
+  RCHECK(large == (P == 6 ? ALLREDUCE_RING : ALLREDUCE_RHD));
+  return 0;
+}
+
+static void test_auto_choice(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_choose, NULL));
+  CHECK_OK(comm_local_run(6, NULL, rank_choose, NULL));
+  CHECK_OK(comm_local_run(8, NULL, rank_choose, NULL));
+}
+
+/* Collectives never consume a strategy's messages: a tag-5 message sent
+ * before an allreduce is still there after it. */
+static int rank_tags_apart(comm_t *c, void *arg) {
+  coll_ctx_t *ctx;
+  float v[64];
+  int msg = 99, got = 0;
+  comm_req_t *r = NULL;
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  for (int i = 0; i < 64; i++) v[i] = 1;
+  if (comm_rank(c) == 0) RCHECK_OK(comm_isend(c, 1, 5, &msg, sizeof msg, &r));
+  for (int a = ALLREDUCE_RING; a < ALLREDUCE_COUNT; a++)
+    RCHECK_OK(allreduce(ctx, (allreduce_algo_t)a, v, 64));
+  if (comm_rank(c) == 1) RCHECK_OK(comm_recv(c, 0, 5, &got, sizeof got));
+  if (comm_rank(c) == 0) RCHECK_OK(comm_wait(c, r));
+  coll_ctx_free(ctx);
+  RCHECK(comm_rank(c) != 1 || got == 99);
+  RCHECK(v[0] == 243); /* 3^5 after five allreduces on 3 ranks */
+  return 0;
+}
+
+static void test_collective_tags_apart(void) { CHECK_OK(comm_local_run(3, NULL, rank_tags_apart, NULL)); }
+
+/* Ranks that disagree on the count fail with the algorithm and the
+ * lengths in the message, instead of corrupting memory or hanging. */
+static int rank_count_mismatch(comm_t *c, void *arg) {
+  coll_ctx_t *ctx;
+  float v[101] = {0};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  int rc = allreduce_ring(ctx, v, comm_rank(c) == 0 ? 100 : 101);
+  coll_ctx_free(ctx);
+  return rc;
+}
+
+static void test_count_mismatch_fails(void) {
+  double t0 = dt_now();
+  CHECK_FAILS_WITH(comm_local_run(2, NULL, rank_count_mismatch, NULL), "allreduce ring: ");
+  CHECK(strstr(dt_errmsg(), "bytes") != NULL);
+  CHECK(dt_now() - t0 < 5);
+}
+
+int main(void) {
+  RUN(test_algo_names);
+  RUN(test_block_partition);
+  RUN(test_auto_choice);
+  RUN(test_collective_tags_apart);
+  RUN(test_count_mismatch_fails);
+  RUN(test_collectives_1_to_9_ranks);
+  TEST_MAIN_END();
+}
+
+#endif
