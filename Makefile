@@ -35,6 +35,9 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# Programs that tests/e2e_*.sh run under mpirun (not run directly by run.sh).
+MPI_TEST_SRC := $(sort $(wildcard tests/mpi_*.c))
+MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -45,7 +48,7 @@ ifeq ($(HAVE_MPI),1)
 endif
 
 .PHONY: all test bench clean
-all: $(BUILD)/dtrain $(TEST_BIN) $(BENCH_BIN)
+all: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(BENCH_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
@@ -61,13 +64,16 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
 
+# mpi_coll_check reuses the checks of test_coll.c.
+$(BUILD)/tests/mpi_coll_check: tests/test_coll.c
+
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
 
 # The test runner runs every unit test binary and the end-to-end scripts,
 # then prints "N passed, N failed".
-test: $(BUILD)/dtrain $(TEST_BIN)
+test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN)
 	@BUILD=$(BUILD) SAN=$(SAN) TSAN=$(TSAN) sh tests/run.sh
 
 clean:

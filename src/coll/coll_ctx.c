@@ -8,6 +8,7 @@
 #include "coll_internal.h"
 
 #define MPI_SEGMENT_BYTES (128 << 10)
+#define MAX_SEGMENT_BYTES (64 << 20) /* the scratch holds COLL_WINDOW of them */
 
 int coll_ctx_new(comm_t *c, coll_ctx_t **out) {
   coll_ctx_t *ctx = calloc(1, sizeof *ctx);
@@ -56,6 +57,7 @@ void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth) {
  * overlap the transfer of the next and keep the scratch in cache. */
 void coll_ctx_set_segment(coll_ctx_t *ctx, size_t bytes) {
   if (bytes == 0) bytes = ctx->comm->ops->reduce_zero_copy ? 0 : MPI_SEGMENT_BYTES;
+  if (!ctx->comm->ops->reduce_zero_copy && bytes > MAX_SEGMENT_BYTES) bytes = MAX_SEGMENT_BYTES;
   ctx->seg = bytes == 0 ? (size_t)-1 : (bytes + sizeof(float) - 1) / sizeof(float);
 }
 
@@ -81,8 +83,10 @@ void coll_seg(const coll_ctx_t *ctx, size_t n, size_t k, size_t *off, size_t *le
 
 float *coll_slot(coll_ctx_t *ctx, size_t i) {
   if (ctx->comm->ops->reduce_zero_copy) return NULL;
-  if (!ctx->seg_scratch) {
+  if (ctx->seg_scratch_cap < COLL_WINDOW * ctx->seg) { /* first use, or a larger segment */
+    dt_free(ctx->seg_scratch);
     ctx->seg_scratch = dt_alloc_floats(COLL_WINDOW * ctx->seg);
+    ctx->seg_scratch_cap = ctx->seg_scratch ? COLL_WINDOW * ctx->seg : 0;
     if (!ctx->seg_scratch) return NULL;
   }
   return ctx->seg_scratch + (i % COLL_WINDOW) * ctx->seg;

@@ -1,0 +1,164 @@
+/* The comm and coll checks on the mpi transport, run by
+ * tests/e2e_mpi_coll.sh under mpirun with 1..9 processes.
+ *
+ *   mpi_coll_check            point-to-point checks, then every collective
+ *                             of tests/test_coll.c twice (bitwise equal)
+ *   mpi_coll_check timeout    rank 1 waits for a message never sent: it
+ *                             must time out after 0.5 s naming peer and tag
+ *   mpi_coll_check fail       rank 1 fails: the run must stop at once
+ *
+ * Exit status 0 and "mpi_coll_check: ok" from rank 0 when all passed. */
+#define COLL_CHECKS_ONLY
+#include "test_coll.c"
+
+#include <stdint.h>
+
+/* Two tags, interleaved: each tag's messages arrive in order. */
+static int check_ordering(comm_t *c) {
+  enum { N = 50 };
+  if (comm_size(c) < 2 || comm_rank(c) > 1) return 0;
+  if (comm_rank(c) == 0) {
+    comm_req_t *r[2 * N];
+    int v[2 * N];
+    for (int i = 0; i < N; i++) {
+      v[i] = i, v[N + i] = 1000 + i;
+      RCHECK_OK(comm_isend(c, 1, 1, &v[i], sizeof(int), &r[i]));
+      RCHECK_OK(comm_isend(c, 1, 2, &v[N + i], sizeof(int), &r[N + i]));
+    }
+    return comm_waitall(c, 2 * N, r);
+  }
+  for (int i = 0; i < N; i++) {
+    int x = -1;
+    RCHECK_OK(comm_recv(c, 0, 2, &x, sizeof x));
+    RCHECK(x == 1000 + i);
+  }
+  for (int i = 0; i < N; i++) {
+    int x = -1;
+    RCHECK_OK(comm_recv(c, 0, 1, &x, sizeof x));
+    RCHECK(x == i);
+  }
+  return 0;
+}
+
+/* Every other rank sends two messages to rank 0, which takes them with
+ * ANY_SOURCE; large ones too, so the payload goes by rendezvous. */
+static int check_any_source(comm_t *c) {
+  int P = comm_size(c), me = comm_rank(c);
+  enum { N = 100000 };
+  float *big = malloc(N * sizeof(float));
+  RCHECK(big);
+  int rc = 0;
+  if (me != 0) {
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      for (int i = 0; i < N; i++) big[i] = (float)(me * 10 + k);
+      rc = comm_send(c, 0, 6, big, N * sizeof(float));
+    }
+  } else {
+    int seen[64] = {0};
+    for (int m = 0; m < 2 * (P - 1) && rc == 0; m++) {
+      comm_req_t *r;
+      int src = -1;
+      rc = comm_irecv(c, COMM_ANY_SOURCE, 6, big, N * sizeof(float), &r);
+      if (rc == 0) rc = comm_wait_src(c, r, &src, NULL);
+      if (rc == 0 && (src < 1 || src >= P || big[0] != (float)(src * 10 + seen[src]) ||
+                      big[N - 1] != big[0]))
+        rc = dt_error("ANY_SOURCE message %d: from rank %d with value %g", m, src, (double)big[0]);
+      if (rc == 0) seen[src]++;
+    }
+  }
+  free(big);
+  return rc;
+}
+
+/* Lengths disagree both ways: the receiver names peer, tag and lengths. */
+static int check_length_mismatch(comm_t *c) {
+  if (comm_size(c) < 2 || comm_rank(c) > 1) return comm_barrier(c);
+  char buf[4000] = {0};
+  if (comm_rank(c) == 0) {
+    RCHECK_OK(comm_send(c, 1, 5, buf, 100));
+    RCHECK_OK(comm_send(c, 1, 5, buf, 3000));
+  } else {
+    int rc = comm_recv(c, 0, 5, buf, 200);
+    RCHECK(rc != 0 && strstr(dt_errmsg(), "message from rank 0 tag 5: length 100 bytes but receive expects 200"));
+    rc = comm_recv(c, 0, 5, buf, 2000);
+    RCHECK(rc != 0 && strstr(dt_errmsg(), "length 3000 bytes but receive expects 2000"));
+  }
+  return comm_barrier(c);
+}
+
+static int check_split(comm_t *c) {
+  comm_t *sub;
+  int me = comm_rank(c);
+  RCHECK_OK(comm_split(c, me % 2, -me, &sub));
+  RCHECK(comm_size(sub) == (comm_size(c) + 1 - me % 2) / 2);
+  int x = comm_rank(sub), sum = 0;
+  /* everyone sends its sub rank to sub rank 0 */
+  if (comm_rank(sub) != 0) RCHECK_OK(comm_send(sub, 0, 3, &x, sizeof x));
+  else
+    for (int i = 1; i < comm_size(sub); i++) {
+      RCHECK_OK(comm_recv(sub, i, 3, &x, sizeof x));
+      sum += x;
+    }
+  RCHECK(comm_rank(sub) != 0 || sum == comm_size(sub) * (comm_size(sub) - 1) / 2);
+  comm_free(sub);
+  return comm_barrier(c);
+}
+
+typedef struct {
+  const char *mode;
+} run_arg_t;
+
+static int run_checks(comm_t *c) {
+  RCHECK_OK(check_ordering(c));
+  RCHECK_OK(check_any_source(c));
+  RCHECK_OK(check_length_mismatch(c));
+  RCHECK_OK(check_split(c));
+  int P = comm_size(c);
+  size_t n = (size_t)P * NCOUNTS * NOPS;
+  uint64_t *h1 = calloc(n, sizeof(uint64_t)), *h2 = calloc(n, sizeof(uint64_t));
+  RCHECK(h1 && h2);
+  check_cfg_t a = {h1, 100003}, b = {h2, 100003};
+  int rc = coll_check_rank(c, &a);
+  if (rc == 0) rc = coll_check_rank(c, &b);
+  for (size_t i = comm_rank(c) * NCOUNTS * NOPS; rc == 0 && i < (comm_rank(c) + 1) * NCOUNTS * NOPS; i++)
+    if (h1[i] != h2[i]) rc = dt_error("count index %zu op %zu: bits differ between two runs", i / NOPS % NCOUNTS, i % NOPS);
+  free(h1), free(h2);
+  return rc;
+}
+
+static int rank_main(comm_t *c, void *p) {
+  const run_arg_t *arg = p;
+  int me = comm_rank(c), x = 0;
+  if (!strcmp(arg->mode, "timeout")) {
+    if (me == 0) { /* alive, waiting (in 0.5 s rounds) for rank 1's all-clear */
+      for (int i = 0; i < 40; i++)
+        if (comm_recv(c, 1, 8, &x, sizeof x) == 0 || !strstr(dt_errmsg(), "timed out")) break;
+      return x == 42 ? 0 : dt_error("rank 1's all-clear never came: %s", dt_errmsg());
+    }
+    if (me != 1) return 0;
+    double t0 = dt_now();
+    int rc = comm_recv(c, 0, 7, &x, sizeof x);
+    double dt = dt_now() - t0;
+    RCHECK(rc != 0 && strstr(dt_errmsg(), "recv from rank 0 tag 7: timed out after 0.5 s"));
+    RCHECK(dt >= 0.45 && dt < 5);
+    x = 42;
+    return comm_send(c, 0, 8, &x, sizeof x);
+  }
+  if (!strcmp(arg->mode, "fail")) {
+    if (me == 1) return dt_error("deliberate failure on rank 1");
+    return comm_recv(c, 1, 7, &x, sizeof x); /* never sent: must not hang */
+  }
+  DT_TRY(run_checks(c));
+  if (me == 0) printf("mpi_coll_check: ok (%d ranks, thread multiple %d)\n", comm_size(c), c->thread_multiple);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  run_arg_t arg = {argc > 1 ? argv[1] : "checks"};
+  comm_net_t net = {.timeout = !strcmp(arg.mode, "timeout") ? 0.5 : 120};
+  if (comm_mpi_run(&argc, &argv, &net, rank_main, &arg) != 0) {
+    fprintf(stderr, "mpi_coll_check: %s\n", dt_errmsg());
+    return 1;
+  }
+  return 0;
+}
