@@ -160,6 +160,17 @@ int worker_load_checkpoint(worker_t *w, const char *path);
 /* Strategies: each runs the epochs of one rank. */
 typedef int (*strategy_fn)(worker_t *w);
 int strategy_data_parallel(worker_t *w);
+/* Decentralized optimization (docs/DECENTRALIZED.md): every worker trains
+ * its own replica; the replicas are merged from time to time. */
+int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */
+int strategy_easgd(worker_t *w);          /* elastic averaging with a master rank, sync or async */
+int strategy_dpsgd(worker_t *w);          /* D-PSGD: mix with the two ring neighbours every step */
+int strategy_gossip(worker_t *w);         /* GoSGD: sum-weighted gossip */
+int strategy_tree_easgd(worker_t *w);     /* TreeEASGD: elastic exchanges along a tree */
+/* 1 when the axes select EASGD, whose master is a rank of its own, else 0. */
+int decentral_extra_ranks(const train_config_t *cfg);
+/* Values of --alpha/--beta/--rho (EASGD's stable range), --neighbor-weight. */
+int decentral_check(const train_config_t *cfg);
 /* The strategy the configuration's axes select, and how many ranks it
  * needs in all (workers plus any server ranks). */
 int strategy_select(const train_config_t *cfg, strategy_fn *fn, const char **name);

@@ -20,11 +20,39 @@ static int select_central(const train_config_t *c, strategy_fn *fn, const char *
                   exchange_name(c->exchange));
 }
 
+/* Decentralized: (exchange, schedule) -> method. --exchange master with
+ * --schedule sync is model averaging (SparkNet) unless --alpha, --beta or
+ * --rho make it elastic (EASGD). */
 static int select_decentral(const train_config_t *c, strategy_fn *fn, const char **name) {
-  (void)fn, (void)name;
-  return dt_error("option --optimization decentral with --exchange %s: not available (what "
-                  "exists: --optimization central --exchange allreduce:*)",
-                  exchange_name(c->exchange));
+  static const struct {
+    exchange_t exchange;
+    schedule_t schedule;
+    int elastic;      /* -1: either */
+    strategy_fn fn;
+    const char *name;
+  } rows[] = {
+      {EXCHANGE_ALLREDUCE, SCHEDULE_SYNC, -1, strategy_local_sgd, "model averaging (local SGD)"},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 0, strategy_local_sgd, "model averaging through a master (SparkNet)"},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 1, strategy_easgd, "synchronous EASGD"},
+      {EXCHANGE_MASTER, SCHEDULE_ASYNC, -1, strategy_easgd, "asynchronous EASGD"},
+      {EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, -1, strategy_dpsgd, "D-PSGD"},
+      {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, -1, strategy_gossip, "GoSGD (gossip)"},
+      {EXCHANGE_TREE, SCHEDULE_ASYNC, -1, strategy_tree_easgd, "TreeEASGD"},
+  };
+  int elastic = c->alpha > 0 || c->beta > 0 || c->rho > 0;
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (rows[i].exchange == c->exchange && rows[i].schedule == c->schedule &&
+        (rows[i].elastic < 0 || rows[i].elastic == elastic)) {
+      *fn = rows[i].fn;
+      *name = rows[i].name;
+      return 0;
+    }
+  return dt_error("options --optimization decentral --schedule %s --exchange %s do not combine "
+                  "(what exists with decentral: allreduce:* or master + sync = model averaging, "
+                  "master + sync + --alpha/--beta/--rho = EASGD, master + async = asynchronous "
+                  "EASGD, neighbors + sync = D-PSGD, gossip:p + async = GoSGD, tree:F + async = "
+                  "TreeEASGD)",
+                  schedule_name(c->schedule), exchange_name(c->exchange));
 }
 
 int strategy_select(const train_config_t *c, strategy_fn *fn, const char **name) {
@@ -33,5 +61,6 @@ int strategy_select(const train_config_t *c, strategy_fn *fn, const char **name)
 }
 
 int strategy_total_ranks(const train_config_t *c) {
-  return c->workers + (c->exchange == EXCHANGE_PS ? c->ps_servers : 0);
+  return c->workers + (c->exchange == EXCHANGE_PS ? c->ps_servers : 0) +
+         decentral_extra_ranks(c); /* EASGD's master */
 }
