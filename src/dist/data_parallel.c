@@ -23,18 +23,24 @@ typedef struct {
   coll_async_t *async;
 } dp_state_t;
 
-/* Buckets of at most cfg->bucket_bytes, whole layers each (a layer larger
- * than the cap gets a bucket of its own), cut from the last layer down. */
+/* PyTorch DDP's rule: the first bucket (the last layers, ready first) is
+ * capped at 1 MB so that communication starts early; the others at
+ * cfg->bucket_bytes (0 = one bucket per layer). Buckets hold whole layers,
+ * cut from the last layer down. */
+#define FIRST_BUCKET_BYTES (1u << 20)
+
 static int plan_buckets(dp_state_t *s) {
   const model_t *m = s->w->model;
   size_t cap = s->w->cfg->bucket_bytes / sizeof(float);
+  size_t first_cap = cap && cap > FIRST_BUCKET_BYTES / sizeof(float) ? FIRST_BUCKET_BYTES / sizeof(float) : cap;
   s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
   if (!s->buckets) return dt_error("out of memory");
   bucket_t *cur = NULL;
   for (int i = m->nlayers - 1; i >= 0; i--) {
     const layer_t *l = &m->layers[i];
     if (!l->param_len) continue;
-    if (!cur || cap == 0 || cur->len + l->param_len > cap) {
+    size_t limit = s->nbuckets <= 1 ? first_cap : cap;
+    if (!cur || limit == 0 || cur->len + l->param_len > limit) {
       cur = &s->buckets[s->nbuckets++];
       cur->off = l->param_off + l->param_len;
     }
