@@ -76,7 +76,7 @@ expect_error unknown_preset 2 "unknown preset 'horovodd'" -- "$DTRAIN" train --p
 
 # ---- a rank that dies under mpi does not leave the others hanging ------------
 if have_mpi; then
-  $MPIRUN -np 2 "$DTRAIN" train --data "$SMALL" --comm mpi --epochs 50 --quiet >/dev/null 2>"$TMP/die.err" &
+  $MPIRUN -np 2 "$DTRAIN" train --data "$SMALL" --comm mpi --epochs 100000 --quiet >/dev/null 2>"$TMP/die.err" &
   job=$!
   sleep 4
   victim=$(pgrep -f "dtrain train --data $SMALL --comm mpi" | tail -1)
