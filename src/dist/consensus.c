@@ -84,6 +84,23 @@ int decentral_weighted_sum(decentral_t *d, float scale, float *out) {
   return allreduce(d->w->coll, d->algo, out, m->nparams);
 }
 
+int decentral_sum_doubles(decentral_t *d, const double *mine, int n, double *sums) {
+  int P = comm_size(d->w->comm), me = comm_rank(d->w->comm);
+  size_t per = 2 * (size_t)n; /* floats that hold n doubles */
+  float *all = calloc((size_t)P * per, sizeof *all);
+  if (!all) return dt_error("out of memory");
+  memcpy(all + (size_t)me * per, mine, (size_t)n * sizeof(double));
+  int rc = P > 1 ? allgather_ring(d->w->coll, all, (size_t)P * per) : 0;
+  for (int j = 0; j < n; j++) sums[j] = 0;
+  for (int r = 0; r < P && rc == 0; r++) {
+    double v[8];
+    memcpy(v, all + (size_t)r * per, (size_t)n * sizeof(double));
+    for (int j = 0; j < n; j++) sums[j] += v[j];
+  }
+  free(all);
+  return rc;
+}
+
 int decentral_broadcast_params(decentral_t *d, int root, float *out) {
   model_t *m = d->w->model;
   if (comm_rank(d->w->comm) == root) kern_copy(m->nparams, m->params, out);

@@ -57,6 +57,9 @@ int decentral_local_step(decentral_t *d, int64_t k, size_t *count, size_t *globa
 
 /* out = sum over ranks of scale * params (the EASGD master gives 0). */
 int decentral_weighted_sum(decentral_t *d, float scale, float *out);
+/* sums[j] = sum over ranks of mine[j], j < n <= 8, exactly in double (the
+ * values travel as bytes; the sum is taken in rank order). */
+int decentral_sum_doubles(decentral_t *d, const double *mine, int n, double *sums);
 /* out = root's params, on every rank. */
 int decentral_broadcast_params(decentral_t *d, int root, float *out);
 

@@ -27,7 +27,7 @@ typedef struct {
   double alpha_sent, alpha_received;
   rng_t rng;
   int64_t sent, received;
-  float before[6];                 /* at the epoch's end, before the drain */
+  double before[4];                /* at the epoch's end, before the drain */
   /* the last evaluation, summed over workers */
   double sum_alpha, sum_alpha_before, in_flight_alpha;
   int64_t messages, in_flight;
@@ -77,23 +77,16 @@ static int step(decentral_t *d, int64_t k) {
   return rc;
 }
 
-/* Hi and lo floats of a double, so that an allreduce of floats keeps
- * double precision for sums of the weights. */
-static void split(double v, float *out) {
-  out[0] = (float)v;
-  out[1] = (float)(v - (double)out[0]);
-}
-
 /* No collective may come before the drain: a peer blocked in one would
  * stop taking models. So the mass before it (weights held + in flight) is
  * recorded here and summed with the consensus, after it. */
 static int drain(decentral_t *d) {
   gossip_t *g = d->method;
   double t0 = dt_now();
-  split(g->alpha, &g->before[0]);
-  split(g->alpha_sent - g->alpha_received, &g->before[2]);
-  g->before[4] = (float)g->sent;
-  g->before[5] = (float)g->received;
+  g->before[0] = g->alpha;
+  g->before[1] = g->alpha_sent - g->alpha_received;
+  g->before[2] = (double)g->sent;
+  g->before[3] = (double)g->received;
   int rc = mail_drain(&g->mail);
   d->w->timers.comm += dt_now() - t0;
   d->w->timers.comm_exposed += dt_now() - t0;
@@ -103,15 +96,13 @@ static int drain(decentral_t *d) {
 /* sum a_i w_i / sum a_i, and the sums of the weights for the metrics. */
 static int weighted_mean(decentral_t *d, float *out) {
   gossip_t *g = d->method;
-  float sums[8];
-  split(g->alpha, sums);
-  memcpy(sums + 2, g->before, sizeof g->before);
-  if (d->nworkers > 1 && allreduce(d->w->coll, ALLREDUCE_TREE, sums, 8) != 0) return -1;
-  g->sum_alpha = (double)sums[0] + sums[1];
-  g->sum_alpha_before = (double)sums[2] + sums[3];
-  g->in_flight_alpha = (double)sums[4] + sums[5];
-  g->messages = (int64_t)sums[6];
-  g->in_flight = (int64_t)sums[6] - (int64_t)sums[7];
+  double mine[5] = {g->alpha, g->before[0], g->before[1], g->before[2], g->before[3]}, sums[5];
+  if (decentral_sum_doubles(d, mine, 5, sums) != 0) return -1;
+  g->sum_alpha = sums[0];
+  g->sum_alpha_before = sums[1];
+  g->in_flight_alpha = sums[2];
+  g->messages = (int64_t)sums[3];
+  g->in_flight = (int64_t)sums[3] - (int64_t)sums[4];
   if (decentral_weighted_sum(d, (float)g->alpha, out) != 0) return -1;
   kern_scale(d->w->model->nparams, (float)(1 / g->sum_alpha), out);
   return 0;

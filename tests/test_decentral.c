@@ -1,0 +1,481 @@
+/* Decentralized optimization: each method's merge rule checked against the
+ * formula written out here, with lr = 0 and a distinct starting point per
+ * rank (start_r = init + s_r u, s_r = 0.05 (r+1), u_i = sin(0.37 i)), so
+ * that only the merges move the replicas; local SGD with tau = 1 against
+ * synchronous data parallelism; gossip's conservation of mass; selection,
+ * rank counts and the stability range of the elastic coefficients. Ranks
+ * are threads (comm local) on a small synthetic task and a small model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "../src/dist/decentral.h"
+#include "dtrain/dist.h"
+#include "dtrain/safetensors.h"
+#include "test.h"
+
+#define MAXR 8
+
+typedef struct {
+  train_config_t cfg;
+  dataset_t train, test;
+  strategy_fn strategy;
+  int perturb;
+  float *start[MAXR], *final[MAXR];
+  size_t nparams;
+  int ntensors;
+  tensor_info_t tensors[16];
+} run_t;
+
+static char model_path[96], tmp_dir[64];
+
+static double scale_of(int rank) { return 0.05 * (rank + 1); }
+static float direction(size_t i) { return sinf(0.37f * (float)i); }
+
+static float *copy_params(const model_t *m) {
+  float *p = malloc(m->nparams * sizeof *p);
+  if (p) memcpy(p, m->params, m->nparams * sizeof *p);
+  return p;
+}
+
+static int rank_fn(comm_t *c, void *arg) {
+  run_t *r = arg;
+  int me = comm_rank(c);
+  worker_t w;
+  int rc = worker_init(&w, &r->cfg, c, &r->train, &r->test);
+  if (rc == 0 && r->perturb)
+    for (size_t i = 0; i < w.model->nparams; i++)
+      w.model->params[i] += (float)scale_of(me) * direction(i);
+  if (rc == 0) {
+    r->start[me] = copy_params(w.model);
+    if (me == 0) {
+      r->nparams = w.model->nparams;
+      r->ntensors = w.model->ntensors < 16 ? w.model->ntensors : 16;
+      memcpy(r->tensors, w.model->tensors, (size_t)r->ntensors * sizeof *r->tensors);
+    }
+    rc = r->strategy(&w);
+  }
+  if (rc == 0) r->final[me] = copy_params(w.model);
+  worker_free(&w);
+  return rc;
+}
+
+/* 4 workers, batch 8, 16 steps an epoch, plain SGD at lr 0 unless changed. */
+static void setup(run_t *r, strategy_fn fn) {
+  memset(r, 0, sizeof *r);
+  train_config_default(&r->cfg);
+  snprintf(r->cfg.model, sizeof r->cfg.model, "%s", model_path);
+  r->cfg.workers = 4;
+  r->cfg.batch = 8;
+  r->cfg.lr = 0;
+  r->cfg.progress = 0;
+  r->cfg.seed = 7;
+  r->cfg.optimization = OPTIMIZATION_DECENTRAL;
+  r->strategy = fn;
+  CHECK_OK(dataset_synthetic_split(512, 1, 8, 8, 4, 7, 1, &r->train));
+  CHECK_OK(dataset_synthetic_split(128, 1, 8, 8, 4, 7, 0, &r->test));
+}
+
+/* The epoch lines go to stdout, where only PASS/FAIL lines belong. */
+static int run(run_t *r) {
+  CHECK_OK(train_config_check(&r->cfg));
+  fflush(stdout);
+  int saved = dup(1), null = open("/dev/null", O_WRONLY);
+  if (null >= 0) dup2(null, 1);
+  int rc = comm_local_run(strategy_total_ranks(&r->cfg), NULL, rank_fn, r);
+  fflush(stdout);
+  if (saved >= 0) dup2(saved, 1), close(saved);
+  if (null >= 0) close(null);
+  return rc;
+}
+
+static void teardown(run_t *r) {
+  for (int i = 0; i < MAXR; i++) free(r->start[i]), free(r->final[i]);
+  dataset_free(&r->train);
+  dataset_free(&r->test);
+}
+
+/* The starting point of rank `rank`, element i, from rank 0's start. */
+static double start_value(const run_t *r, int rank, size_t i) {
+  return (double)r->start[0][i] - scale_of(0) * direction(i) + scale_of(rank) * direction(i);
+}
+
+static double mean_start(const run_t *r, int nworkers, size_t i) {
+  double s = 0;
+  for (int k = 0; k < nworkers; k++) s += start_value(r, k, i);
+  return s / nworkers;
+}
+
+/* max over i of |got[i] - want(i)| */
+#define MAX_ERR(err, n, expr)                           \
+  do {                                                  \
+    err = 0;                                            \
+    for (size_t i = 0; i < (n); i++) {                  \
+      double e_ = fabs(expr);                           \
+      if (e_ > err) err = e_;                           \
+    }                                                   \
+  } while (0)
+
+/* Reads the checkpoint's model tensors into arena order. */
+static float *read_checkpoint(const run_t *r, const char *path) {
+  safetensors_t st;
+  float *out = calloc(r->nparams, sizeof *out);
+  if (!out || safetensors_read(path, &st) != 0) {
+    free(out);
+    return NULL;
+  }
+  for (int t = 0; t < r->ntensors; t++) {
+    const st_tensor_t *x = safetensors_find(&st, r->tensors[t].name);
+    if (x && x->len == r->tensors[t].len) memcpy(out + r->tensors[t].off, x->data, x->len * 4);
+  }
+  safetensors_free(&st);
+  return out;
+}
+
+/* ---- local SGD / model averaging -------------------------------------------- */
+
+/* With tau = 1, plain SGD and per-worker mean gradients, averaging the
+ * replicas after each step is averaging the gradients: the same weights
+ * as data parallelism up to float rounding (measured: ~1e-7). Also over a
+ * whole epoch of 3 workers whose last step is short (500 = 20 x 24 + 20). */
+static void check_equals_data_parallel(int workers, size_t ntrain, int64_t max_steps) {
+  run_t dp, ls;
+  setup(&dp, strategy_data_parallel);
+  setup(&ls, strategy_local_sgd);
+  run_t *both[2] = {&dp, &ls};
+  for (int k = 0; k < 2; k++) {
+    run_t *r = both[k];
+    r->cfg.lr = 0.1;
+    r->cfg.workers = workers;
+    r->cfg.max_steps = max_steps;
+    dataset_free(&r->train);
+    CHECK_OK(dataset_synthetic_split(ntrain, 1, 8, 8, 4, 7, 1, &r->train));
+  }
+  dp.cfg.optimization = OPTIMIZATION_CENTRAL;
+  ls.cfg.exchange = EXCHANGE_ALLREDUCE;
+  ls.cfg.algo = ALLREDUCE_RING;
+  ls.cfg.tau = 1;
+  CHECK_OK(run(&dp));
+  CHECK_OK(run(&ls));
+  if (dp.final[0] && ls.final[0]) {
+    double err;
+    MAX_ERR(err, dp.nparams, (double)dp.final[0][i] - ls.final[0][i]);
+    CHECK(err <= 2e-6);
+    for (int k = 1; k < workers; k++)
+      CHECK(ls.final[k] && !memcmp(ls.final[k], ls.final[0], ls.nparams * sizeof(float)));
+    fprintf(stderr, "  local SGD tau=1 vs data parallel, %d workers: max |diff| %.3g\n", workers, err);
+  }
+  teardown(&dp);
+  teardown(&ls);
+}
+
+static void test_local_sgd_tau1_equals_data_parallel(void) { check_equals_data_parallel(4, 512, 20); }
+static void test_local_sgd_tau1_short_last_step(void) { check_equals_data_parallel(3, 500, 0); }
+
+/* lr = 0, tau = 3: after 3 steps every replica is the mean of the starts. */
+static void test_local_sgd_averages_distinct_starts(void) {
+  run_t r;
+  setup(&r, strategy_local_sgd);
+  r.perturb = 1;
+  r.cfg.exchange = EXCHANGE_MASTER;
+  r.cfg.tau = 3;
+  r.cfg.max_steps = 3;
+  CHECK_OK(run(&r));
+  for (int k = 0; k < 4; k++) {
+    double err = 1;
+    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - mean_start(&r, 4, i));
+    CHECK(err < 1e-6);
+  }
+  teardown(&r);
+}
+
+/* ---- EASGD -------------------------------------------------------------------- */
+
+/* One synchronous round (lr = 0, tau = 1, one step), alpha 0.2, beta 0.6:
+ *   w_i' = w_i - alpha (w_i - c),   c' = c + (beta/p) sum_i (w_i - c)
+ * The master is rank 4 and starts from start_4. */
+static void test_easgd_sync_elastic_rule(void) {
+  run_t r;
+  setup(&r, strategy_easgd);
+  r.perturb = 1;
+  r.cfg.exchange = EXCHANGE_MASTER;
+  r.cfg.alpha = 0.2;
+  r.cfg.beta = 0.6;
+  r.cfg.max_steps = 1;
+  CHECK(strategy_total_ranks(&r.cfg) == 5);
+  CHECK_OK(run(&r));
+  double err;
+  for (int k = 0; k < 4; k++) {
+    err = 1;
+    if (r.final[k])
+      MAX_ERR(err, r.nparams,
+              r.final[k][i] - (start_value(&r, k, i) - 0.2 * (start_value(&r, k, i) - start_value(&r, 4, i))));
+    CHECK(err < 1e-6);
+  }
+  err = 1;
+  if (r.final[4])
+    MAX_ERR(err, r.nparams,
+            r.final[4][i] - (start_value(&r, 4, i) + 0.15 * (4 * mean_start(&r, 4, i) - 4 * start_value(&r, 4, i))));
+  CHECK(err < 1e-6);
+  teardown(&r);
+}
+
+/* Asynchronous, lr = 0: exchanges in any order pull the replicas and the
+ * centre together; after 320 steps they agree, and the checkpointed
+ * consensus is the centre. */
+static void test_easgd_async_replicas_meet_the_centre(void) {
+  run_t r;
+  char ckpt[128];
+  setup(&r, strategy_easgd);
+  r.perturb = 1;
+  r.cfg.exchange = EXCHANGE_MASTER;
+  r.cfg.schedule = SCHEDULE_ASYNC;
+  r.cfg.epochs = 20;
+  snprintf(ckpt, sizeof ckpt, "%s/easgd.st", tmp_dir);
+  snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
+  CHECK_OK(run(&r));
+  float *centre = read_checkpoint(&r, ckpt);
+  CHECK(centre != NULL);
+  for (int k = 0; k < 5 && centre; k++) {
+    double err = 1;
+    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - centre[i]);
+    CHECK(err < 1e-4);
+  }
+  free(centre);
+  teardown(&r);
+}
+
+/* ---- D-PSGD -------------------------------------------------------------------- */
+
+/* One step, lr = 0, W = 0.25: w_i' = 0.5 w_i + 0.25 (w_{i-1} + w_{i+1}). */
+static void test_dpsgd_mixing_rule(void) {
+  run_t r;
+  setup(&r, strategy_dpsgd);
+  r.perturb = 1;
+  r.cfg.exchange = EXCHANGE_NEIGHBORS;
+  r.cfg.neighbor_weight = 0.25;
+  r.cfg.max_steps = 1;
+  CHECK_OK(run(&r));
+  for (int k = 0; k < 4; k++) {
+    int left = (k + 3) % 4, right = (k + 1) % 4;
+    double err = 1;
+    if (r.final[k])
+      MAX_ERR(err, r.nparams,
+              r.final[k][i] - (0.5 * start_value(&r, k, i) +
+                               0.25 * (start_value(&r, left, i) + start_value(&r, right, i))));
+    CHECK(err < 1e-6);
+  }
+  teardown(&r);
+}
+
+/* ---- GoSGD -------------------------------------------------------------------- */
+
+static int read_metric(const char *line, const char *key, double *v) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  if (!p) return -1;
+  *v = strtod(p + strlen(pat), NULL);
+  return 0;
+}
+
+/* Every epoch line: sum of weights 1 after the drain, and weights held
+ * plus weights in flight 1 before it; returns the epochs seen. */
+static int check_mass(const char *metrics, double tol, int64_t *in_flight_seen) {
+  FILE *f = fopen(metrics, "r");
+  char line[4096];
+  int epochs = 0;
+  *in_flight_seen = 0;
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f)) {
+    double sum, before, flight, msgs;
+    if (!strstr(line, "\"event\":\"epoch\"")) continue;
+    epochs++;
+    CHECK(read_metric(line, "alpha_sum", &sum) == 0 && fabs(sum - 1) <= tol);
+    CHECK(read_metric(line, "alpha_sum_before_drain", &before) == 0 &&
+          read_metric(line, "alpha_in_flight", &flight) == 0 && fabs(before + flight - 1) <= tol);
+    if (read_metric(line, "messages_in_flight", &msgs) == 0) *in_flight_seen += (int64_t)msgs;
+  }
+  fclose(f);
+  return epochs;
+}
+
+/* lr = 0, distinct starts, p = 0.5: the consensus (sum a_i w_i) is the
+ * mean of the starts at every evaluation (mass conservation), and the
+ * replicas themselves converge to it. */
+static void test_gossip_converges_to_mean_of_starts(void) {
+  run_t r;
+  char ckpt[128], metrics[128];
+  setup(&r, strategy_gossip);
+  r.perturb = 1;
+  r.cfg.exchange = EXCHANGE_GOSSIP;
+  r.cfg.schedule = SCHEDULE_ASYNC;
+  r.cfg.gossip_p = 0.5;
+  r.cfg.epochs = 20;
+  snprintf(ckpt, sizeof ckpt, "%s/gossip.st", tmp_dir);
+  snprintf(metrics, sizeof metrics, "%s/gossip.jsonl", tmp_dir);
+  snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
+  snprintf(r.cfg.metrics, sizeof r.cfg.metrics, "%s", metrics);
+  CHECK_OK(run(&r));
+  float *consensus = read_checkpoint(&r, ckpt);
+  double err = 1, spread0 = 0;
+  if (consensus) MAX_ERR(err, r.nparams, consensus[i] - mean_start(&r, 4, i));
+  CHECK(err < 1e-5);
+  MAX_ERR(spread0, r.nparams, start_value(&r, 3, i) - mean_start(&r, 4, i));
+  for (int k = 0; k < 4; k++) {
+    err = 1;
+    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - mean_start(&r, 4, i));
+    CHECK(err < 1e-3 * spread0);
+  }
+  int64_t in_flight;
+  CHECK(check_mass(metrics, 1e-12, &in_flight) == 20);
+  free(consensus);
+  teardown(&r);
+}
+
+/* Mass with 3 workers (weights 1/3 are not exact in binary) and lr > 0,
+ * p = 1: sum a_i = 1 to rounding after every drain; before it, the weights
+ * in flight make up the difference. */
+static void test_gossip_mass_with_messages_in_flight(void) {
+  run_t r;
+  char metrics[128];
+  setup(&r, strategy_gossip);
+  r.cfg.workers = 3;
+  r.cfg.lr = 0.05;
+  r.cfg.exchange = EXCHANGE_GOSSIP;
+  r.cfg.schedule = SCHEDULE_ASYNC;
+  r.cfg.gossip_p = 1;
+  r.cfg.epochs = 8;
+  snprintf(metrics, sizeof metrics, "%s/mass.jsonl", tmp_dir);
+  snprintf(r.cfg.metrics, sizeof r.cfg.metrics, "%s", metrics);
+  CHECK_OK(run(&r));
+  int64_t in_flight;
+  CHECK(check_mass(metrics, 1e-9, &in_flight) == 8);
+  fprintf(stderr, "  gossip: %lld messages in flight at epoch ends, accounted for\n",
+          (long long)in_flight);
+  teardown(&r);
+}
+
+/* ---- TreeEASGD ------------------------------------------------------------------ */
+
+/* lr = 0: elastic pulls along the tree bring every replica to the root's. */
+static void test_tree_replicas_meet_the_root(void) {
+  run_t r;
+  setup(&r, strategy_tree_easgd);
+  r.perturb = 1;
+  r.cfg.workers = 7;
+  r.cfg.exchange = EXCHANGE_TREE;
+  r.cfg.schedule = SCHEDULE_ASYNC;
+  r.cfg.tree_fanout = 2;
+  r.cfg.epochs = 10;
+  CHECK_OK(run(&r));
+  double spread0;
+  MAX_ERR(spread0, r.nparams, start_value(&r, 6, i) - start_value(&r, 0, i));
+  for (int k = 1; k < 7; k++) {
+    double err = 1;
+    if (r.final[k] && r.final[0]) MAX_ERR(err, r.nparams, r.final[k][i] - r.final[0][i]);
+    CHECK(err < 1e-2 * spread0);
+  }
+  teardown(&r);
+}
+
+/* ---- selection, ranks, values ----------------------------------------------------- */
+
+static void test_selection_and_ranks(void) {
+  train_config_t c;
+  strategy_fn fn;
+  const char *name;
+  train_config_default(&c);
+  c.optimization = OPTIMIZATION_DECENTRAL;
+  c.workers = 4;
+  struct { exchange_t e; schedule_t s; double beta; strategy_fn want; int ranks; } rows[] = {
+      {EXCHANGE_ALLREDUCE, SCHEDULE_SYNC, 0, strategy_local_sgd, 4},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 0, strategy_local_sgd, 4},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 0.9, strategy_easgd, 5},
+      {EXCHANGE_MASTER, SCHEDULE_ASYNC, 0, strategy_easgd, 5},
+      {EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, 0, strategy_dpsgd, 4},
+      {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, 0, strategy_gossip, 4},
+      {EXCHANGE_TREE, SCHEDULE_ASYNC, 0, strategy_tree_easgd, 4},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    c.exchange = rows[i].e;
+    c.schedule = rows[i].s;
+    c.beta = rows[i].beta;
+    c.tree_fanout = 2;
+    c.gossip_p = 0.5;
+    fn = NULL;
+    CHECK_OK(strategy_select(&c, &fn, &name));
+    CHECK(fn == rows[i].want);
+    CHECK(strategy_total_ranks(&c) == rows[i].ranks);
+  }
+  c.beta = 0;
+  c.exchange = EXCHANGE_GOSSIP;
+  c.schedule = SCHEDULE_SYNC;
+  CHECK_FAILS_WITH(strategy_select(&c, &fn, &name), "gossip:p + async = GoSGD");
+  c.exchange = EXCHANGE_NEIGHBORS;
+  c.schedule = SCHEDULE_SSP;
+  CHECK_FAILS_WITH(train_config_check(&c), "--schedule ssp --exchange neighbors do not combine");
+}
+
+static void test_elastic_stable_range(void) {
+  train_config_t c;
+  double a, b;
+  train_config_default(&c);
+  CHECK_OK(elastic_coefficients(&c, 4, &a, &b)); /* the paper's beta = 0.9, alpha = beta/p */
+  CHECK_NEAR(a, 0.225, 1e-12);
+  CHECK_NEAR(b, 0.9, 1e-12);
+  CHECK_OK(elastic_coefficients(&c, 1, &a, &b));
+  CHECK(a <= 0.5 && b < 1);
+  c.alpha = 0.9;
+  CHECK_FAILS_WITH(train_config_check(&c), "option --alpha: alpha = 0.9 is outside the stable range");
+  c.alpha = 0.2;
+  CHECK_OK(elastic_coefficients(&c, 4, &a, &b)); /* elastic symmetry */
+  CHECK_NEAR(b, 0.8, 1e-12);
+  CHECK_FAILS_WITH(elastic_coefficients(&c, 5, &a, &b), "beta = 1 is outside the stable range 0 < beta < 1");
+  c.alpha = 0;
+  c.beta = 1.5;
+  CHECK_FAILS_WITH(train_config_check(&c), "option --beta");
+  c.beta = 0;
+  c.rho = 20; /* alpha = lr rho = 1 */
+  CHECK_FAILS_WITH(train_config_check(&c), "option --rho");
+  c.alpha = 0.1;
+  CHECK_FAILS_WITH(train_config_check(&c), "give one of them");
+  train_config_default(&c);
+  c.optimization = OPTIMIZATION_DECENTRAL;
+  c.exchange = EXCHANGE_MASTER;
+  c.schedule = SCHEDULE_ASYNC;
+  c.workers = 4;
+  c.alpha = 0.3; /* beta = p alpha = 1.2 */
+  CHECK_FAILS_WITH(train_config_check(&c), "option --alpha");
+  c.workers = 2;
+  CHECK_OK(train_config_check(&c));
+}
+
+int main(void) {
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/dtrain-decentral.XXXXXX");
+  if (!mkdtemp(tmp_dir)) return 1;
+  snprintf(model_path, sizeof model_path, "%s/small.model", tmp_dir);
+  FILE *f = fopen(model_path, "w");
+  if (!f) return 1;
+  fputs("dense units=32\nrelu\ndense units=4\n", f);
+  fclose(f);
+  kern_set_threads(1);
+  RUN(test_selection_and_ranks);
+  RUN(test_elastic_stable_range);
+  RUN(test_local_sgd_tau1_equals_data_parallel);
+  RUN(test_local_sgd_tau1_short_last_step);
+  RUN(test_local_sgd_averages_distinct_starts);
+  RUN(test_easgd_sync_elastic_rule);
+  RUN(test_easgd_async_replicas_meet_the_centre);
+  RUN(test_dpsgd_mixing_rule);
+  RUN(test_gossip_converges_to_mean_of_starts);
+  RUN(test_gossip_mass_with_messages_in_flight);
+  RUN(test_tree_replicas_meet_the_root);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+  if (getenv("KEEP") == NULL && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+  TEST_MAIN_END();
+}
