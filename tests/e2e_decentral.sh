@@ -1,0 +1,101 @@
+#!/bin/sh
+# Decentralized optimization end to end, on both transports: every preset
+# trains and reports its consensus model and the spread of the replicas;
+# local SGD with tau = 1 equals synchronous data parallelism; synchronous
+# methods are bitwise repeatable and give the same weights on local and
+# mpi (asynchronous ones - easgd-async, gosgd, tree-easgd - may differ run
+# to run, by design); bad values and combinations give one line naming the
+# option. The 85% / 5-epoch figures are bench/decentral_accuracy.sh's.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 3 --quiet --batch 16"
+MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
+have_mpi() { command -v mpirun >/dev/null 2>&1; }
+ranks_for() { case $1 in easgd*) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
+
+# max |a - b| over the model tensors of two checkpoints must be <= tol
+cat >"$TMP/cmp.py" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def load(p):
+    raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype="<f4") for k, v in h.items()}
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+d = max(float(np.abs(a[k] - b[k]).max()) for k in a if not k.startswith("optimizer"))
+print(f"max abs difference {d:.3g} (tolerance {tol:g})")
+sys.exit(0 if d <= tol else 1)
+PYEOF
+close() { $PY "$TMP/cmp.py" "$1" "$2" "$3" >"$TMP/cmp.out" 2>&1; }
+
+# the last epoch line: consensus named, spread present, accuracy at least $2
+cat >"$TMP/metrics.py" <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ep = [l for l in lines if l["event"] == "epoch"]
+want = {"sparknet": "average", "local-sgd": "average", "easgd": "centre", "easgd-async": "centre",
+        "d-psgd": "average", "gosgd": "weighted-average", "tree-easgd": "root"}[sys.argv[3]]
+last = ep[-1]
+assert all(e["consensus"] == want and e["replica_spread"] >= 0 for e in ep), last
+assert last["workers"] == 4 and lines[-1]["event"] == "done", lines[-1]
+assert last["test_acc"] >= float(sys.argv[2]), f"test acc {last['test_acc']:.4f} < {sys.argv[2]}"
+if sys.argv[3] == "gosgd":
+    assert all(abs(e["alpha_sum"] - 1) < 1e-12 and abs(e["alpha_sum_before_drain"] + e["alpha_in_flight"] - 1) < 1e-12 for e in ep), last
+print(f"acc {last['test_acc']:.4f} spread {last['replica_spread']:.3g}")
+PYEOF
+metrics_ok() { $PY "$TMP/metrics.py" "$1" "$2" "$3" >"$TMP/m.out" 2>&1; }
+
+# ---- every preset, both transports: 3 epochs of 2048 samples, >= 72% ------------
+for p in sparknet local-sgd easgd easgd-async d-psgd gosgd tree-easgd; do
+  "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --metrics "$TMP/$p.jsonl" --checkpoint "$TMP/$p.local" >/dev/null 2>"$TMP/err"
+  if metrics_ok "$TMP/$p.jsonl" 0.72 $p; then pass "local_${p}_trains_consensus_reported($(cat "$TMP/m.out"))"; else fail "local_${p}_trains_consensus_reported" "$(cat "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+  if have_mpi; then
+    $MPIRUN -np "$(ranks_for $p)" "$DTRAIN" train $BASE --epochs 3 --comm mpi --preset $p --metrics "$TMP/$p.mpi.jsonl" --checkpoint "$TMP/$p.mpi" >/dev/null 2>"$TMP/err"
+    if metrics_ok "$TMP/$p.mpi.jsonl" 0.72 $p; then pass "mpi_${p}_trains_consensus_reported($(cat "$TMP/m.out"))"; else fail "mpi_${p}_trains_consensus_reported" "$(cat "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+  else
+    echo "SKIP mpi_${p}: no mpirun"
+  fi
+done
+
+# ---- synchronous methods: repeatable, and the same weights on both transports ----
+for p in local-sgd sparknet easgd d-psgd; do
+  "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --checkpoint "$TMP/$p.again" >/dev/null
+  check "${p}_bitwise_repeatable" cmp -s "$TMP/$p.local" "$TMP/$p.again"
+  if have_mpi; then check "mpi_${p}_bitwise_equals_local" cmp -s "$TMP/$p.local" "$TMP/$p.mpi"; fi
+done
+
+# ---- local SGD, tau = 1, plain SGD = synchronous allreduce data parallelism -------
+# (the same sums in another order: measured max |diff| ~1e-7 on weights ~0.1)
+PLAIN="--data $SMALL --lr 0.05 --seed 3 --quiet --batch 8 --epochs 1 --max-steps 40"
+TOL=2e-6
+"$DTRAIN" train $PLAIN --workers 4 --checkpoint "$TMP/dp.st" >/dev/null
+for p in local-sgd sparknet; do
+  "$DTRAIN" train $PLAIN --workers 4 --preset $p --tau 1 --checkpoint "$TMP/$p.tau1" >/dev/null
+  if close "$TMP/dp.st" "$TMP/$p.tau1" $TOL; then pass "local_${p}_tau1_equals_data_parallel($(cat "$TMP/cmp.out"))"; else fail "local_${p}_tau1_equals_data_parallel" "$(cat "$TMP/cmp.out")"; fi
+done
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train $PLAIN --comm mpi --preset local-sgd --tau 1 --checkpoint "$TMP/mpi.tau1" >/dev/null 2>"$TMP/err"
+  if close "$TMP/dp.st" "$TMP/mpi.tau1" $TOL; then pass "mpi_local-sgd_tau1_equals_data_parallel($(cat "$TMP/cmp.out"))"; else fail "mpi_local-sgd_tau1_equals_data_parallel" "$(cat "$TMP/cmp.out") $(tail -c 300 "$TMP/err")"; fi
+else
+  echo "SKIP mpi_local-sgd_tau1_equals_data_parallel: no mpirun"
+fi
+
+# ---- the emulated network: labelled, and the exchanges cost time ---------------------
+"$DTRAIN" train $BASE --epochs 1 --max-steps 16 --workers 4 --preset gosgd --net latency=50us,bandwidth=100Mbit --metrics "$TMP/net.jsonl" >/dev/null
+check gosgd_under_emulated_network $PY -c "
+import json; e=json.loads(open('$TMP/net.jsonl').readline())
+assert e['emulated'] is True and e['consensus'] == 'weighted-average', e"
+
+# ---- bad values and combinations: one line naming the option ------------------------
+expect_error tau_zero 2 "option --tau" -- "$DTRAIN" train --preset local-sgd --tau 0
+expect_error alpha_unstable 2 "option --alpha: alpha = 0.9 is outside the stable range" -- "$DTRAIN" train --preset easgd --workers 4 --alpha 0.9
+expect_error alpha_unstable_bare 2 "outside the stable range" -- "$DTRAIN" train --alpha 0.9
+expect_error alpha_times_workers 2 "beta = 1.2 is outside the stable range 0 < beta < 1" -- "$DTRAIN" train --optimization decentral --exchange master --schedule async --workers 4 --alpha 0.3
+expect_error gossip_probability 2 "option --exchange gossip:1.5" -- "$DTRAIN" train --preset gosgd --exchange gossip:1.5
+expect_error tree_fanout 2 "option --exchange tree:0" -- "$DTRAIN" train --preset tree-easgd --exchange tree:0
+expect_error gossip_needs_async 2 "--schedule sync --exchange gossip do not combine" -- "$DTRAIN" train --optimization decentral --exchange gossip:0.5
+expect_error neighbor_weight 2 "option --neighbor-weight" -- "$DTRAIN" train --preset d-psgd --neighbor-weight 0.7
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset easgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_easgd_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"
+fi
