@@ -391,8 +391,12 @@ static void test_emulated_link_timing(void) {
   timing_t t = {0};
   CHECK_OK(comm_local_run(2, &net, rank_link, &t));
   double first = t.arrived[0] - t.sent_at, second = t.arrived[1] - t.sent_at;
-  CHECK(first >= 0.009 && first < 0.009 + 0.015);
-  CHECK(second >= 0.017 && second < 0.017 + 0.015);
+  /* never early; late only by scheduling noise (other jobs share the cores) */
+  if (!(first >= 0.009 && first < 0.039 && second >= 0.017 && second < 0.047))
+    fprintf(stderr, "  first message after %.2f ms, second after %.2f ms\n", first * 1e3, second * 1e3);
+  CHECK(first >= 0.009 && first < 0.009 + 0.030);
+  CHECK(second >= 0.017 && second < 0.017 + 0.030);
+  CHECK(second - first >= 0.0079); /* the link carried them one after the other */
 }
 
 /* Per-rank overrides: rank 1's link is 10x slower than rank 0's. */
@@ -415,7 +419,7 @@ static void test_emulated_per_rank_bandwidth(void) {
   comm_net_t net = {.rank_bandwidth = bw, .rank_latency = lat};
   CHECK_OK(comm_local_run(2, &net, rank_per_rank_link, elapsed));
   /* rank 0 receives rank 1's 50 KB over 5 MB/s: 10 ms; rank 1 gets 1 ms */
-  CHECK(elapsed[0] >= 0.0095 && elapsed[0] < 0.03);
+  CHECK(elapsed[0] >= 0.0095 && elapsed[0] < 0.06);
   CHECK(elapsed[1] < 0.0095);
 }
 

@@ -43,7 +43,7 @@ void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group);
 void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth);
 /* Pipelining: messages are cut into segments of this many bytes (rounded
  * to floats; 0 = the transport's default: whole blocks on local, where the
- * receiver reads the sender's buffer, 128 KiB on mpi). Same on every rank. */
+ * receiver reads the sender's buffer, 1 MiB on mpi). Same on every rank. */
 void coll_ctx_set_segment(coll_ctx_t *ctx, size_t bytes);
 
 int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count);

@@ -84,6 +84,7 @@ typedef struct {
 typedef struct {
   int size;
   double timeout, spin;     /* seconds */
+  int yield;                /* spin with sched_yield: ranks outnumber cores */
   int emulated;
   double latency, bandwidth, *rank_latency, *rank_bandwidth, *rank_slowdown;
   mailbox_t *mb;
@@ -218,6 +219,17 @@ static void link_schedule(world_t *w, int me, lreq_t *s) {
   s->arrival = finish + lat;
 }
 
+/* Waits until time t on the emulated clock. nanosleep overshoots by tens
+ * of microseconds on a VM, as much as a whole emulated hop; so sleep to
+ * just before t and spin (or yield, when ranks outnumber cores) the rest. */
+static void wait_until(const world_t *w, double t) {
+  if (t - dt_now() > 200e-6) dt_sleep_until(t - 150e-6);
+  while (dt_now() < t) {
+    if (w->yield) sched_yield();
+    else cpu_relax();
+  }
+}
+
 /* ---- posting and matching ----------------------------------------------- */
 
 static void post_send(world_t *w, int dst_world, lreq_t *s) {
@@ -320,10 +332,14 @@ static void deliver(world_t *w, lreq_t *r) {
   complete(w, s); /* the last touch of s: its owner may reuse it at once */
 }
 
-/* Copies every matched receive of rank `me`. */
-static void progress(world_t *w, int me) {
+/* Copies the matched receives of rank `me`, oldest first, until `until`
+ * (the request being waited for, or NULL) is done: stopping there lets the
+ * caller act on it (a ring forwards the block it just reduced) before
+ * doing copies that nobody waits for yet. */
+static void progress(world_t *w, int me, const lreq_t *until) {
   mailbox_t *mb = &w->mb[me];
   while (atomic_load_explicit(&mb->nmatched, memory_order_acquire) > 0) {
+    if (until && atomic_load_explicit(&until->done, memory_order_acquire)) return;
     pthread_mutex_lock(&mb->mu);
     lreq_t *r = mb->matched.head;
     if (r) {
@@ -386,9 +402,8 @@ static int block(world_t *w, const comm_t *c, lreq_t *q, double deadline) {
   return rc;
 }
 
-/* A short spin catches the reply of a peer running on another core
- * without the cost of sleeping; it is skipped when ranks outnumber cores.
- * Returns 1 when there is something to do; 0 sends the caller to block(),
+/* A short spin catches the reply of a peer without the cost of sleeping
+ * (see world_new for the budgets). Returns 1 when there is something to do; 0 sends the caller to block(),
  * which also notices an abort. */
 static int spin_briefly(world_t *w, lreq_t *q) {
   if (w->spin <= 0) return 0;
@@ -398,7 +413,8 @@ static int spin_briefly(world_t *w, lreq_t *q) {
     for (int i = 0; i < 64; i++) {
       if (atomic_load_explicit(&w->aborted, memory_order_relaxed)) return 0;
       if (is_done(q) || atomic_load_explicit(&mb->nmatched, memory_order_relaxed) > 0) return 1;
-      cpu_relax();
+      if (w->yield) sched_yield();
+      else cpu_relax();
     }
   } while (dt_now() < until);
   return 0;
@@ -407,12 +423,12 @@ static int spin_briefly(world_t *w, lreq_t *q) {
 static int wait_done(world_t *w, const comm_t *c, lreq_t *q) {
   double deadline = dt_now() + w->timeout;
   for (;;) {
-    progress(w, q->owner);
+    progress(w, q->owner, q);
     if (is_done(q)) return WAIT_OK;
     if (spin_briefly(w, q)) continue;
     int rc = block(w, c, q, deadline);
     if (rc != WAIT_OK) {
-      progress(w, q->owner);
+      progress(w, q->owner, q);
       return is_done(q) ? WAIT_OK : rc;
     }
   }
@@ -553,7 +569,7 @@ static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
     req_put(w, q);
     return -1;
   }
-  if (q->ready_at > 0) dt_sleep_until(q->ready_at); /* emulated link */
+  if (q->ready_at > 0) wait_until(w, q->ready_at); /* emulated link */
   int rc = q->status == E_NONE ? 0 : status_error(c, q);
   if (src) *src = q->kind == K_RECV ? q->got_src : c->rank;
   if (received) *received = rc == 0 ? q->len : 0;
@@ -568,7 +584,7 @@ static int l_wait(comm_t *c, comm_req_t *req, size_t *received) {
 static int l_test(comm_t *c, comm_req_t *req, int *done) {
   world_t *w = world_of(c);
   lreq_t *q = (lreq_t *)req;
-  progress(w, q->owner);
+  progress(w, q->owner, q);
   *done = is_done(q) && dt_now() >= q->ready_at;
   if (!*done && atomic_load(&w->aborted))
     return dt_error("test on a request: stopped because peer rank %d failed",
@@ -749,7 +765,15 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
   w->size = size;
   w->timeout = net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  w->spin = size <= cores ? 20e-6 : 0;
+  /* Waking a sleeping rank costs 50-400 us on a VM, more than a 1 MiB
+   * step, and once one rank oversleeps the ranks can keep falling asleep in
+   * turn. With a core per rank, spin up to 5 ms (measured exchange p99:
+   * 417 us with 200 us of spin, 2.7 us with 5 ms); with more ranks than
+   * cores, yield the core for up to 1 ms (the rank we wait for may need it,
+   * and the core never idles; 1 MiB on 4 ranks, 2 cores: 260 -> 165 us),
+   * then sleep. */
+  w->spin = size <= cores ? 5e-3 : 1e-3;
+  w->yield = size > cores;
   atomic_init(&w->failed_rank, -1);
   atomic_init(&w->next_comm_id, 1); /* 0 is the world */
   pthread_condattr_init(&w->cvattr);

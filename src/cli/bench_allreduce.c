@@ -1,0 +1,323 @@
+/* dtrain bench allreduce: time every allreduce algorithm over a range of
+ * sizes, next to a yardstick measured in the same run: memcpy of the same
+ * number of bytes on local, MPI's own MPI_Allreduce on mpi.
+ *
+ * Each (size, algorithm) is checked once for the right sum, then timed
+ * back to back after one barrier; the row gives the median iteration on
+ * rank 0.
+ * Bus bandwidth = bytes x 2(P-1)/P / time, the traffic a bandwidth-optimal
+ * allreduce puts on each rank's link, so that algorithms and rank counts
+ * compare on one scale. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dtrain/coll.h"
+
+#define REF_MEMCPY (-1)
+#define REF_MPI (-2)
+
+typedef struct {
+  int mpi, workers, step, iters, warmup, group;
+  int algos[ALLREDUCE_COUNT], nalgos;
+  size_t min_bytes, max_bytes, segment;
+  const char *json;
+  comm_net_t net;
+} opts_t;
+
+typedef struct {
+  const opts_t *o;
+  FILE *json;         /* rank 0 only */
+} bench_t;
+
+static void usage(FILE *f) {
+  fputs("usage: dtrain bench allreduce [OPTIONS]\n"
+        "Times each allreduce algorithm (float32 sum) from --min-bytes to --max-bytes\n"
+        "and compares it with memcpy (local) or MPI_Allreduce (mpi) measured in the same run.\n"
+        "\n"
+        "  --comm local|mpi      transport (default local; mpi: run under mpirun)\n"
+        "  --workers N           ranks on local (default 4)\n"
+        "  --algo LIST           comma-separated: auto,ring,rhd,tree,naive,hier or all (default all)\n"
+        "  --min-bytes SIZE      smallest message (default 4KiB; suffixes KiB, MiB, GiB, K, M, G)\n"
+        "  --max-bytes SIZE      largest message (default 64MiB)\n"
+        "  --step 2|4            size factor between rows (default 4)\n"
+        "  --iters N             timed iterations per row (default: 5..200 by size)\n"
+        "  --warmup N            untimed iterations first (default 2)\n"
+        "  --group N             ranks per group for hier (default ceil(sqrt(P)))\n"
+        "  --segment SIZE        pipeline segment (default: transport's)\n"
+        "  --latency TIME        emulated link latency (local; e.g. 50us)\n"
+        "  --bandwidth RATE      emulated link bandwidth (local; e.g. 1Gbit)\n"
+        "  --timeout TIME        give up a wait after this long (default 300s)\n"
+        "  --json FILE           also write one JSON object per row (JSON Lines)\n"
+        "  --help                this text\n",
+        f);
+}
+
+/* "64MiB", "4KiB", "1M", "4096" -> bytes. */
+static int parse_size(const char *opt, const char *text, size_t *out) {
+  char *end;
+  double v = text ? strtod(text, &end) : -1;
+  if (!text || end == text || v < 0) goto bad;
+  static const struct { const char *unit; double scale; } units[] = {
+      {"", 1}, {"b", 1}, {"k", 1024}, {"kib", 1024}, {"kb", 1e3}, {"m", 1 << 20},
+      {"mib", 1 << 20}, {"mb", 1e6}, {"g", 1 << 30}, {"gib", 1 << 30}, {"gb", 1e9}};
+  char u[8] = {0};
+  if (strlen(end) >= sizeof u) goto bad;
+  for (size_t i = 0; end[i] && i + 1 < sizeof u; i++) u[i] = (char)tolower((unsigned char)end[i]);
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(u, units[i].unit)) {
+      *out = (size_t)(v * units[i].scale);
+      return 0;
+    }
+bad:
+  return dt_error("option --%s: '%s' is not a size (examples: 4096, 4KiB, 64MiB)", opt,
+                  text ? text : "");
+}
+
+static int parse_algos(const char *text, opts_t *o) {
+  char list[256];
+  snprintf(list, sizeof list, "%s", text);
+  o->nalgos = 0;
+  for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (!strcmp(t, "all")) {
+      for (int a = 0; a < ALLREDUCE_COUNT; a++) o->algos[a] = a;
+      o->nalgos = ALLREDUCE_COUNT;
+      continue;
+    }
+    allreduce_algo_t a;
+    if (allreduce_algo_parse(t, &a) != 0) return dt_error_prefix("option --algo: ");
+    if (o->nalgos < ALLREDUCE_COUNT) o->algos[o->nalgos++] = (int)a;
+  }
+  return o->nalgos ? 0 : dt_error("option --algo: empty list");
+}
+
+/* Returns 0, 2 for a usage error (message set), or 1 when --help was shown. */
+static int parse_opts(int argc, char **argv, opts_t *o) {
+  *o = (opts_t){.workers = 4, .step = 4, .warmup = 2, .min_bytes = 4 << 10, .max_bytes = 64 << 20};
+  parse_algos("all", o);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long n;
+    double d;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+    if (!strncmp(a, "--", 2) && !v) return dt_error("option %s: missing value", a), 2;
+    int rc = 0;
+    if (!strcmp(a, "--comm")) {
+      if (strcmp(v, "local") && strcmp(v, "mpi"))
+        rc = dt_error("option --comm: '%s' is not a transport (expected local or mpi)", v);
+      o->mpi = !strcmp(v, "mpi");
+    } else if (!strcmp(a, "--workers")) rc = parse_int("workers", v, 1, 1024, &n), o->workers = (int)n;
+    else if (!strcmp(a, "--algo")) rc = parse_algos(v, o);
+    else if (!strcmp(a, "--min-bytes")) rc = parse_size("min-bytes", v, &o->min_bytes);
+    else if (!strcmp(a, "--max-bytes")) rc = parse_size("max-bytes", v, &o->max_bytes);
+    else if (!strcmp(a, "--step")) {
+      rc = parse_int("step", v, 2, 4, &n), o->step = (int)n;
+      if (rc == 0 && n == 3) rc = dt_error("option --step: 3 is not 2 or 4");
+    } else if (!strcmp(a, "--iters")) rc = parse_int("iters", v, 1, 1000000, &n), o->iters = (int)n;
+    else if (!strcmp(a, "--warmup")) rc = parse_int("warmup", v, 0, 1000, &n), o->warmup = (int)n;
+    else if (!strcmp(a, "--group")) rc = parse_int("group", v, 1, 1 << 20, &n), o->group = (int)n;
+    else if (!strcmp(a, "--segment")) rc = parse_size("segment", v, &o->segment);
+    else if (!strcmp(a, "--latency")) rc = parse_duration("latency", v, &o->net.latency);
+    else if (!strcmp(a, "--bandwidth")) rc = parse_bandwidth("bandwidth", v, &o->net.bandwidth);
+    else if (!strcmp(a, "--timeout")) rc = parse_duration("timeout", v, &d), o->net.timeout = d;
+    else if (!strcmp(a, "--json")) o->json = v;
+    else return dt_error("unknown option '%s' (see dtrain bench allreduce --help)", a), 2;
+    if (rc) return 2;
+    i++;
+  }
+  if (o->min_bytes < sizeof(float) || o->min_bytes > o->max_bytes)
+    return dt_error("options --min-bytes/--max-bytes: need 4 <= min <= max (got %zu, %zu)",
+                    o->min_bytes, o->max_bytes), 2;
+  if (o->mpi && (o->net.latency > 0 || o->net.bandwidth > 0))
+    return dt_error("options --latency/--bandwidth emulate a network on --comm local only"), 2;
+  return 0;
+}
+
+/* ---- timing ----------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int iterations(const opts_t *o, size_t bytes) {
+  if (o->iters) return o->iters;
+  size_t n = ((size_t)256 << 20) / bytes;
+  return n < 5 ? 5 : n > 200 ? 200 : (int)n;
+}
+
+typedef struct {
+  coll_ctx_t *ctx;
+  int algo;           /* an allreduce_algo_t, REF_MEMCPY or REF_MPI */
+  float *buf, *src, *dst;
+  size_t count;
+} op_t;
+
+static int run_op(op_t *op) {
+  comm_t *c = coll_ctx_comm(op->ctx);
+  if (op->algo == REF_MPI) return comm_mpi_allreduce_sum_float(c, op->buf, op->count);
+  if (op->algo == REF_MEMCPY) {
+    if (c->rank == 0) memcpy(op->dst, op->src, op->count * sizeof(float));
+    return 0;
+  }
+  return allreduce(op->ctx, (allreduce_algo_t)op->algo, op->buf, op->count);
+}
+
+/* Median seconds of one op on rank 0. One barrier, then the iterations run
+ * back to back and each is timed from the end of the previous one: a
+ * barrier before each would add its exit skew (a whole latency on an
+ * emulated network) to the time. */
+static int time_op(op_t *op, int warmup, int iters, double *times, double *median) {
+  comm_t *c = coll_ctx_comm(op->ctx);
+  DT_TRY(comm_barrier(c));
+  for (int i = 0; i < warmup; i++) DT_TRY(run_op(op));
+  double prev = dt_now();
+  for (int i = 0; i < iters; i++) {
+    DT_TRY(run_op(op));
+    double t = dt_now();
+    times[i] = t - prev;
+    prev = t;
+  }
+  qsort(times, (size_t)iters, sizeof *times, cmp_double);
+  *median = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+  return 0;
+}
+
+/* Each rank holds rank+1 everywhere; the sum is exact in float. */
+static int verify(op_t *op) {
+  comm_t *c = coll_ctx_comm(op->ctx);
+  int P = c->size;
+  for (size_t i = 0; i < op->count; i++) op->buf[i] = (float)(c->rank + 1);
+  DT_TRY(run_op(op));
+  float want = (float)P * (float)(P + 1) / 2;
+  for (size_t i = 0; i < op->count; i++)
+    if (op->buf[i] != want)
+      return dt_error("element %zu is %g, expected %g", i, (double)op->buf[i], (double)want);
+  memset(op->buf, 0, op->count * sizeof(float)); /* sums of zeros stay zero while timing */
+  return 0;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static const char *algo_label(int algo) {
+  return algo == REF_MPI ? "MPI_Allreduce" : algo == REF_MEMCPY ? "memcpy"
+                                                                : allreduce_algo_name((allreduce_algo_t)algo);
+}
+
+static void print_header(const opts_t *o, comm_t *c) {
+  printf("dtrain bench allreduce: %s, %d ranks, float32 sum, median of timed iterations%s\n",
+         o->mpi ? "mpi" : "local", c->size, c->emulated ? ", EMULATED network" : "");
+  printf("%12s  %-18s %6s %12s %12s %12s %7s%s\n", "bytes", "algorithm", "iters", "time_us",
+         "busbw_GB/s", o->mpi ? "mpi_GB/s" : "memcpy_GB/s", "ratio", c->emulated ? "  net" : "");
+}
+
+typedef struct {
+  size_t bytes;
+  int algo, chosen, iters, ranks, emulated, mpi;
+  double sec, bw, ref_bw;
+} row_t;
+
+static void print_row(const bench_t *b, const row_t *r) {
+  char label[40];
+  if (r->algo == ALLREDUCE_AUTO) snprintf(label, sizeof label, "auto(%s)", algo_label(r->chosen));
+  else snprintf(label, sizeof label, "%s", algo_label(r->algo));
+  int is_ref = r->algo < 0;
+  char ratio[16] = "-";
+  if (!is_ref && r->ref_bw > 0) snprintf(ratio, sizeof ratio, "%.2f", r->bw / r->ref_bw);
+  printf("%12zu  %-18s %6d %12.1f %12.3f %12.3f %7s%s\n", r->bytes, label, r->iters, r->sec * 1e6,
+         r->bw / 1e9, r->ref_bw / 1e9, ratio, r->emulated ? "  emulated" : "");
+  fflush(stdout);
+  if (!b->json) return;
+  fprintf(b->json,
+          "{\"bench\":\"allreduce\",\"comm\":\"%s\",\"ranks\":%d,\"algo\":\"%s\",\"chosen\":\"%s\","
+          "\"bytes\":%zu,\"iters\":%d,\"median_us\":%.3f,\"%s\":%.4f,\"ref\":\"%s\","
+          "\"ref_gbs\":%.4f",
+          r->mpi ? "mpi" : "local", r->ranks, algo_label(r->algo),
+          algo_label(r->algo == ALLREDUCE_AUTO ? r->chosen : r->algo), r->bytes, r->iters,
+          r->sec * 1e6, is_ref && !r->mpi ? "copy_gbs" : "busbw_gbs", r->bw / 1e9,
+          algo_label(r->mpi ? REF_MPI : REF_MEMCPY), r->ref_bw / 1e9);
+  if (!is_ref && r->ref_bw > 0) fprintf(b->json, ",\"ratio\":%.4f", r->bw / r->ref_bw);
+  fprintf(b->json, ",\"emulated\":%s}\n", r->emulated ? "true" : "false");
+  fflush(b->json);
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+static int bench_size(const bench_t *b, op_t *op, double *times) {
+  comm_t *c = coll_ctx_comm(op->ctx);
+  const opts_t *o = b->o;
+  int P = c->size, iters = iterations(o, op->count * sizeof(float));
+  double bus = (double)op->count * sizeof(float) * 2.0 * (P - 1) / P, sec;
+  row_t r = {op->count * sizeof(float), 0, 0, iters, P, c->emulated, o->mpi, 0, 0, 0};
+  /* the yardstick first */
+  op->algo = o->mpi ? REF_MPI : REF_MEMCPY;
+  if (o->mpi && verify(op) != 0) return dt_error_prefix("MPI_Allreduce at %zu bytes: ", r.bytes);
+  DT_TRY(time_op(op, o->warmup, iters, times, &sec));
+  r.algo = op->algo, r.sec = sec;
+  r.ref_bw = o->mpi ? bus / sec : (double)r.bytes / sec;
+  r.bw = r.ref_bw;
+  if (c->rank == 0) print_row(b, &r);
+  for (int i = 0; i < o->nalgos; i++) {
+    op->algo = o->algos[i];
+    if (verify(op) != 0)
+      return dt_error_prefix("allreduce %s at %zu bytes: ", algo_label(op->algo), r.bytes);
+    DT_TRY(time_op(op, o->warmup, iters, times, &sec));
+    r.algo = op->algo, r.sec = sec, r.bw = P > 1 ? bus / sec : 0;
+    r.chosen = op->algo == ALLREDUCE_AUTO ? (int)allreduce_choose(op->ctx, op->count) : op->algo;
+    if (c->rank == 0) print_row(b, &r);
+  }
+  return 0;
+}
+
+static int bench_rank(comm_t *c, void *arg) {
+  bench_t *b = arg;
+  const opts_t *o = b->o;
+  if (c->rank == 0 && o->json && !(b->json = fopen(o->json, "w")))
+    return dt_error("cannot write %s", o->json);
+  size_t max_count = o->max_bytes / sizeof(float);
+  op_t op = {0};
+  int rc = coll_ctx_new(c, &op.ctx);
+  double *times = malloc((size_t)(o->iters > 200 ? o->iters : 200) * sizeof(double));
+  if (rc == 0 && !times) rc = dt_error("out of memory");
+  if (rc == 0) {
+    coll_ctx_set_group_size(op.ctx, o->group);
+    if (o->segment) coll_ctx_set_segment(op.ctx, o->segment);
+    /* allocated (and so touched) once: fresh pages would be timed otherwise */
+    op.buf = dt_alloc_floats(max_count);
+    if (!o->mpi && c->rank == 0) op.src = dt_alloc_floats(max_count), op.dst = dt_alloc_floats(max_count);
+    if (!op.buf || (!o->mpi && c->rank == 0 && (!op.src || !op.dst))) rc = -1;
+  }
+  if (rc == 0 && c->rank == 0) print_header(o, c);
+  for (size_t bytes = o->min_bytes; rc == 0 && bytes <= o->max_bytes; bytes *= (size_t)o->step) {
+    op.count = bytes / sizeof(float);
+    rc = bench_size(b, &op, times);
+  }
+  dt_free(op.buf), dt_free(op.src), dt_free(op.dst);
+  free(times);
+  coll_ctx_free(op.ctx);
+  if (b->json && fclose(b->json) != 0 && rc == 0) rc = dt_error("writing %s failed", o->json);
+  b->json = NULL;
+  return rc;
+}
+
+int cmd_bench_allreduce(int argc, char **argv) {
+  opts_t o;
+  int prc = parse_opts(argc, argv, &o);
+  if (prc == 1) {
+    usage(stdout);
+    return 0;
+  }
+  if (prc) {
+    fprintf(stderr, "dtrain bench allreduce: %s\n", dt_errmsg());
+    return 2;
+  }
+  bench_t b = {&o, NULL};
+  int rc = o.mpi ? comm_mpi_run(&argc, &argv, &o.net, bench_rank, &b)
+                 : comm_local_run(o.workers, &o.net, bench_rank, &b);
+  if (rc != 0) {
+    fprintf(stderr, "dtrain bench allreduce: %s\n", dt_errmsg());
+    return 1;
+  }
+  return 0;
+}
