@@ -107,6 +107,14 @@ void comm_free(comm_t *c);
  * is really slower. No-op when slowdown <= 1. */
 void comm_compute_delay(comm_t *c, double seconds);
 
+/* Shared memory (src/comm/shared.c), collective: every rank gets the same
+ * zeroed, 64-byte aligned block of `bytes`. local: one allocation seen by
+ * all ranks (they share an address space); mpi: fails, naming --comm
+ * local. comm_shared_free is collective too. */
+int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr);
+int comm_shared_free(comm_t *c, void *ptr);
+#define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
+
 /* local: run fn(comm, arg) on `size` threads, one per rank, and join.
  * Returns 0 when every rank returned 0; otherwise -1 with the first
  * failing rank's message ("rank R: ..."). net may be NULL. */

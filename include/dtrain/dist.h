@@ -124,6 +124,7 @@ typedef struct worker {
   int64_t epoch_samples, epoch_correct;
   double run_start;
   void *strategy;               /* the strategy's own state */
+  comm_t *world;                /* every rank of the run (parameter servers too); else == comm */
 } worker_t;
 
 int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
@@ -160,6 +161,16 @@ int worker_load_checkpoint(worker_t *w, const char *path);
 /* Strategies: each runs the epochs of one rank. */
 typedef int (*strategy_fn)(worker_t *w);
 int strategy_data_parallel(worker_t *w);
+/* Parameter servers (docs/PARAMETER_SERVER.md): the workers' loop (needs
+ * w->world with the server ranks), and the whole of one rank of such a run:
+ * ranks 0..N-1 are workers, N..N+K-1 servers (ps_worker.c). */
+int strategy_ps_worker(worker_t *w);
+int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train,
+                const dataset_t *test);
+/* Hogwild: lock-free updates of one shared arena by worker threads (local). */
+int strategy_hogwild(worker_t *w);
+/* Values of the parameter-server and Hogwild options (ps_config.c). */
+int ps_check(const train_config_t *cfg);
 /* Decentralized optimization (docs/DECENTRALIZED.md): every worker trains
  * its own replica; the replicas are merged from time to time. */
 int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */

@@ -143,6 +143,7 @@ int train_config_check(const train_config_t *c) {
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
   if (decentral_check(c) != 0) return -1;
+  if (ps_check(c) != 0) return -1;
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with --workers %d",
                     c->straggler_rank, c->workers);

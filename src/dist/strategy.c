@@ -15,8 +15,22 @@ static int select_central(const train_config_t *c, strategy_fn *fn, const char *
     *name = "data-parallel allreduce";
     return 0;
   }
+  if (c->exchange == EXCHANGE_PS) { /* every schedule: one server implementation */
+    *fn = strategy_ps_worker;
+    *name = "parameter servers";
+    return 0;
+  }
+  if (c->exchange == EXCHANGE_SHARED) {
+    if (c->schedule != SCHEDULE_ASYNC)
+      return dt_error("options --schedule %s and --exchange shared do not combine: Hogwild "
+                      "updates are asynchronous (use --schedule async, or --exchange ps:K for %s)",
+                      schedule_name(c->schedule), schedule_name(c->schedule));
+    *fn = strategy_hogwild;
+    *name = "Hogwild (shared memory)";
+    return 0;
+  }
   return dt_error("option --exchange %s with --optimization central: not available (what "
-                  "exists: --exchange allreduce:ring|rhd|tree|naive|hier|auto)",
+                  "exists: --exchange allreduce:ring|rhd|tree|naive|hier|auto, ps:K, ps:n, shared)",
                   exchange_name(c->exchange));
 }
 
@@ -61,6 +75,7 @@ int strategy_select(const train_config_t *c, strategy_fn *fn, const char **name)
 }
 
 int strategy_total_ranks(const train_config_t *c) {
-  return c->workers + (c->exchange == EXCHANGE_PS ? c->ps_servers : 0) +
+  int servers = c->ps_servers > 0 ? c->ps_servers : c->workers; /* ps:n: one per worker */
+  return c->workers + (c->exchange == EXCHANGE_PS ? servers : 0) +
          decentral_extra_ranks(c); /* EASGD's master */
 }

@@ -6,7 +6,7 @@
 #include "dtrain/dist.h"
 
 typedef struct {
-  const train_config_t *cfg;
+  train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
   dataset_t train, test;
   int loaded;
 } run_t;
@@ -23,13 +23,34 @@ static int load_data(run_t *r) {
   return 0;
 }
 
+/* Under mpi the world size comes from mpirun -np: the workers are what is
+ * left after the strategy's other ranks (servers, a master). */
+static int resolve_mpi_world(train_config_t *cfg, int size) {
+  int given = cfg->workers, found = 0;
+  for (int n = 1; n <= size && !found; n++) {
+    cfg->workers = n;
+    if (strategy_total_ranks(cfg) == size) found = n;
+  }
+  cfg->workers = given;
+  int need = strategy_total_ranks(cfg);
+  if (!found || (given > 1 && given != found))
+    return dt_error("mpirun -np %d does not fit: with --workers %d, --exchange %s needs %d ranks "
+                    "(%d workers + %d server or master ranks): run mpirun -np %d", size, given,
+                    exchange_name(cfg->exchange), need, given, need - given, need);
+  cfg->workers = found;
+  return ps_check(cfg); /* values that depend on the number of workers */
+}
+
 static int run_rank(comm_t *comm, void *arg) {
   run_t *r = arg;
   kern_set_threads(r->cfg->threads);
   if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
+  if (r->cfg->comm == COMM_MPI && resolve_mpi_world(r->cfg, comm_size(comm)) != 0) return -1;
   strategy_fn strategy;
   const char *name;
   if (strategy_select(r->cfg, &strategy, &name) != 0) return -1;
+  if (r->cfg->exchange == EXCHANGE_PS) /* workers and servers */
+    return ps_run_rank(comm, r->cfg, &r->train, &r->test);
   worker_t w;
   int rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
   if (rc == 0) rc = strategy(&w);
@@ -44,9 +65,11 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
   net->bandwidth = cfg->net_bandwidth;
   *slowdown = NULL;
   if (cfg->straggler_rank >= 0) {
-    *slowdown = calloc((size_t)cfg->workers, sizeof **slowdown);
+    /* every rank, servers too; under mpi the size is known only after MPI_Init */
+    int n = cfg->comm == COMM_MPI ? 4096 : strategy_total_ranks(cfg);
+    *slowdown = calloc((size_t)n, sizeof **slowdown);
     if (!*slowdown) return dt_error("out of memory");
-    for (int i = 0; i < cfg->workers; i++) (*slowdown)[i] = 1;
+    for (int i = 0; i < n; i++) (*slowdown)[i] = 1;
     (*slowdown)[cfg->straggler_rank] = cfg->straggler_slowdown;
     net->rank_slowdown = *slowdown;
   }

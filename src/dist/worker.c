@@ -50,6 +50,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   memset(w, 0, sizeof *w);
   w->cfg = cfg;
   w->comm = comm;
+  w->world = comm;
   w->rank = comm ? comm_rank(comm) : 0;
   w->nranks = comm ? comm_size(comm) : 1;
   w->train = train;

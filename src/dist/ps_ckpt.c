@@ -1,0 +1,400 @@
+/* Checkpoints of sharded parameters.
+ *
+ * --checkpoint FILE: worker 0 gathers the shards (parameters and
+ * optimizer state) and writes the same single safetensors file, with the
+ * same tensor names, as every other mode (checkpoint.c); a server resuming
+ * from it copies the part of each tensor that falls in its range.
+ *
+ * --checkpoint-dir DIR: every server writes its own range,
+ *   DIR/shard-K-of-N.eE.safetensors   ("params", "optimizer.<state>": 1-D,
+ *                                      metadata begin/end/epoch/step)
+ * worker 0 writes the model's buffers (batch-norm statistics, if any) to
+ * DIR/buffers.eE.safetensors, then DIR/manifest.json, atomically, naming
+ * the files of epoch E; only then are epoch E-1's files removed. A crash
+ * at any point leaves a manifest whose files all exist. A server resuming
+ * from a folder reads whichever shard files overlap its range, so a run
+ * may resume on another number of servers. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain/safetensors.h"
+#include "ps.h"
+
+#define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
+#define SHARD_FORMAT "dtrain-ps-shard-1"
+#define MANIFEST_FORMAT "dtrain-ps-manifest-1"
+#define MAX_SHARDS 1024
+
+int ps_path_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---- the manifest ------------------------------------------------------------ */
+
+typedef struct {
+  char file[160];
+  size_t begin, end;
+} manifest_shard_t;
+
+typedef struct {
+  int epoch, nshards;
+  int64_t step;
+  size_t nparams;
+  char optimizer[32], model[256], buffers[160];
+  manifest_shard_t shards[MAX_SHARDS];
+} manifest_t;
+
+/* The value after "key": in the manifest's own flat format. */
+static const char *json_value(const char *text, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(text, pat);
+  return p ? p + strlen(pat) : NULL;
+}
+
+static int json_int(const char *path, const char *text, const char *key, long long *v) {
+  const char *p = json_value(text, key);
+  char *end;
+  if (!p) return dt_error("%s: no \"%s\" (not a dtrain shard manifest?)", path, key);
+  *v = strtoll(p, &end, 10);
+  if (end == p || *v < 0) return dt_error("%s: \"%s\" is not a count", path, key);
+  return 0;
+}
+
+static int json_str(const char *path, const char *text, const char *key, char *out, size_t cap) {
+  const char *p = json_value(text, key);
+  if (p && !strncmp(p, "null", 4)) {
+    out[0] = 0;
+    return 0;
+  }
+  if (!p || *p != '"') return dt_error("%s: no string \"%s\"", path, key);
+  const char *q = strchr(p + 1, '"');
+  if (!q || (size_t)(q - p - 1) >= cap) return dt_error("%s: \"%s\" is malformed", path, key);
+  memcpy(out, p + 1, (size_t)(q - p - 1));
+  out[q - p - 1] = 0;
+  return 0;
+}
+
+static int manifest_path(const char *dir, char *out, size_t cap) {
+  if ((size_t)snprintf(out, cap, "%s/manifest.json", dir) >= cap)
+    return dt_error("%s: path too long", dir);
+  return 0;
+}
+
+static int parse_shards(const char *path, const char *text, manifest_t *m) {
+  const char *p = json_value(text, "shards");
+  if (!p) return dt_error("%s: no \"shards\"", path);
+  while ((p = strstr(p, "{\"file\":"))) {
+    if (m->nshards == MAX_SHARDS) return dt_error("%s: more than %d shards", path, MAX_SHARDS);
+    manifest_shard_t *s = &m->shards[m->nshards];
+    long long b, e;
+    const char *obj_end = strchr(p, '}');
+    if (!obj_end) return dt_error("%s: shard %d is malformed", path, m->nshards);
+    if (json_str(path, p, "file", s->file, sizeof s->file) != 0 ||
+        json_int(path, p, "begin", &b) != 0 || json_int(path, p, "end", &e) != 0)
+      return dt_error_prefix("shard %d: ", m->nshards);
+    if (b >= e || (size_t)e > m->nparams || strchr(s->file, '/'))
+      return dt_error("%s: shard %d (%s, [%lld, %lld)) does not fit a model of %zu keys", path,
+                      m->nshards, s->file, b, e, m->nparams);
+    s->begin = (size_t)b, s->end = (size_t)e;
+    m->nshards++;
+    p = obj_end;
+  }
+  if (m->nshards == 0) return dt_error("%s: no shards listed", path);
+  return 0;
+}
+
+static int manifest_read(const char *dir, manifest_t *m) {
+  char path[512], fmt[64];
+  DT_TRY(manifest_path(dir, path, sizeof path));
+  uint8_t *data;
+  size_t len;
+  if (file_read_all(path, 0, &data, &len) != 0) return -1;
+  char *text = realloc(data, len + 1);
+  if (!text) {
+    free(data);
+    return dt_error("out of memory");
+  }
+  text[len] = 0;
+  memset(m, 0, sizeof *m);
+  long long epoch, step, nparams;
+  int rc = -1;
+  if (json_str(path, text, "format", fmt, sizeof fmt) != 0) goto done;
+  if (strcmp(fmt, MANIFEST_FORMAT) != 0) {
+    dt_error("%s: format '%s', expected '%s'", path, fmt, MANIFEST_FORMAT);
+    goto done;
+  }
+  if (json_int(path, text, "epoch", &epoch) || json_int(path, text, "step", &step) ||
+      json_int(path, text, "nparams", &nparams) ||
+      json_str(path, text, "optimizer", m->optimizer, sizeof m->optimizer) ||
+      json_str(path, text, "model", m->model, sizeof m->model) ||
+      json_str(path, text, "buffers", m->buffers, sizeof m->buffers))
+    goto done;
+  m->epoch = (int)epoch, m->step = step, m->nparams = (size_t)nparams;
+  rc = parse_shards(path, text, m);
+done:
+  free(text);
+  return rc;
+}
+
+/* ---- loading a shard ------------------------------------------------------------- */
+
+/* Copies the part of src (covering keys [sb, se)) that falls in r into dst (covering r). */
+static void copy_overlap(const float *src, size_t sb, size_t se, float *dst, ps_range_t r) {
+  size_t lo = sb > r.begin ? sb : r.begin, hi = se < r.end ? se : r.end;
+  if (lo < hi) memcpy(dst + (lo - r.begin), src + (lo - sb), (hi - lo) * sizeof(float));
+}
+
+static int check_optimizer(const char *path, const char *found, const optimizer_t *opt) {
+  if (found && !strcmp(found, optim_kind_name(opt->cfg.kind))) return 0;
+  return dt_error("%s: written with --optimizer %s but this run uses %s", path,
+                  found ? found : "?", optim_kind_name(opt->cfg.kind));
+}
+
+static int load_from_file(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
+                          float *params, int *epoch, int64_t *step) {
+  safetensors_t st;
+  DT_TRY(safetensors_read(path, &st));
+  int rc = -1;
+  const char *fmt = safetensors_meta(&st, "format"), *e = safetensors_meta(&st, "epoch"),
+             *s = safetensors_meta(&st, "step");
+  if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) != 0 || !e || !s) {
+    dt_error("%s: not a dtrain checkpoint", path);
+    goto done;
+  }
+  if (check_optimizer(path, safetensors_meta(&st, "optimizer"), opt) != 0) goto done;
+  for (int i = 0; i < m->ntensors; i++) {
+    const tensor_info_t *ti = &m->tensors[i];
+    if (ti->off + ti->len <= r.begin || ti->off >= r.end) continue;
+    for (int k = -1; k < opt->nstate; k++) {
+      char name[200];
+      if (k < 0) snprintf(name, sizeof name, "%s", ti->name);
+      else snprintf(name, sizeof name, "optimizer.%s.%s", optim_state_name(opt, k), ti->name);
+      const st_tensor_t *t = safetensors_find(&st, name);
+      if (!t || t->len != ti->len) {
+        dt_error("%s: tensor '%s' %s", path, name, t ? "has another size (different model?)"
+                                                     : "is missing (different model?)");
+        goto done;
+      }
+      copy_overlap(t->data, ti->off, ti->off + ti->len, k < 0 ? params : opt->state[k], r);
+    }
+  }
+  *epoch = atoi(e);
+  *step = strtoll(s, NULL, 10);
+  rc = 0;
+done:
+  safetensors_free(&st);
+  return rc;
+}
+
+static int load_shard_file(const char *dir, const manifest_shard_t *ms, optimizer_t *opt,
+                           ps_range_t r, float *params) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, ms->file);
+  safetensors_t st;
+  DT_TRY(safetensors_read(path, &st));
+  int rc = 0;
+  for (int k = -1; rc == 0 && k < opt->nstate; k++) {
+    char name[96];
+    if (k < 0) snprintf(name, sizeof name, "params");
+    else snprintf(name, sizeof name, "optimizer.%s", optim_state_name(opt, k));
+    const st_tensor_t *t = safetensors_find(&st, name);
+    if (!t || t->len != ms->end - ms->begin)
+      rc = dt_error("%s: tensor '%s' is %s (expected %zu values)", path, name,
+                    t ? "of another size" : "missing", ms->end - ms->begin);
+    else copy_overlap(t->data, ms->begin, ms->end, k < 0 ? params : opt->state[k], r);
+  }
+  safetensors_free(&st);
+  return rc;
+}
+
+static int load_from_dir(const char *dir, const model_t *m, optimizer_t *opt, ps_range_t r,
+                         float *params, int *epoch, int64_t *step) {
+  manifest_t *mf = malloc(sizeof *mf);
+  if (!mf) return dt_error("out of memory");
+  int rc = manifest_read(dir, mf);
+  if (rc == 0 && mf->nparams != m->nparams)
+    rc = dt_error("%s: the checkpoint has %zu parameters but the model has %zu (different "
+                  "model?)", dir, mf->nparams, m->nparams);
+  if (rc == 0) rc = check_optimizer(dir, mf->optimizer, opt);
+  size_t covered = 0;
+  for (int i = 0; rc == 0 && i < mf->nshards; i++) {
+    const manifest_shard_t *ms = &mf->shards[i];
+    if (ms->end <= r.begin || ms->begin >= r.end) continue;
+    rc = load_shard_file(dir, ms, opt, r, params);
+    size_t lo = ms->begin > r.begin ? ms->begin : r.begin, hi = ms->end < r.end ? ms->end : r.end;
+    covered += hi - lo;
+  }
+  if (rc == 0 && covered != r.end - r.begin)
+    rc = dt_error("%s: the shards listed cover %zu of keys [%zu, %zu)", dir, covered, r.begin,
+                  r.end);
+  if (rc == 0) *epoch = mf->epoch, *step = mf->step;
+  free(mf);
+  return rc;
+}
+
+int ps_ckpt_load_shard(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
+                       float *params, int *epoch, int64_t *step) {
+  return ps_path_is_dir(path) ? load_from_dir(path, m, opt, r, params, epoch, step)
+                              : load_from_file(path, m, opt, r, params, epoch, step);
+}
+
+int ps_ckpt_position(const char *path, int *epoch, int64_t *step) {
+  if (!ps_path_is_dir(path)) {
+    safetensors_t st;
+    DT_TRY(safetensors_read(path, &st));
+    const char *e = safetensors_meta(&st, "epoch"), *s = safetensors_meta(&st, "step");
+    int rc = e && s ? 0 : dt_error("%s: not a dtrain checkpoint", path);
+    if (rc == 0) *epoch = atoi(e), *step = strtoll(s, NULL, 10);
+    safetensors_free(&st);
+    return rc;
+  }
+  manifest_t *mf = malloc(sizeof *mf);
+  if (!mf) return dt_error("out of memory");
+  int rc = manifest_read(path, mf);
+  if (rc == 0) *epoch = mf->epoch, *step = mf->step;
+  free(mf);
+  return rc;
+}
+
+int ps_ckpt_load_buffers(const char *dir, model_t *m) {
+  manifest_t *mf = malloc(sizeof *mf);
+  if (!mf) return dt_error("out of memory");
+  int rc = manifest_read(dir, mf);
+  if (rc == 0 && m->nbuf_tensors && !mf->buffers[0])
+    rc = dt_error("%s: the model has buffers but the checkpoint does not", dir);
+  safetensors_t st;
+  if (rc != 0 || !m->nbuf_tensors) {
+    free(mf);
+    return rc;
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, mf->buffers);
+  free(mf);
+  DT_TRY(safetensors_read(path, &st));
+  for (int i = 0; rc == 0 && i < m->nbuf_tensors; i++) {
+    const tensor_info_t *ti = &m->buf_tensors[i];
+    const st_tensor_t *t = safetensors_find(&st, ti->name);
+    if (!t || t->len != ti->len) rc = dt_error("%s: buffer '%s' missing or resized", path, ti->name);
+    else memcpy(m->buffers + ti->off, t->data, ti->len * sizeof(float));
+  }
+  safetensors_free(&st);
+  return rc;
+}
+
+/* ---- writing ------------------------------------------------------------------------ */
+
+static void put_meta(st_meta_t *md, int *n, const char *key, const char *value) {
+  snprintf(md[*n].key, sizeof md[*n].key, "%s", key);
+  snprintf(md[*n].value, sizeof md[*n].value, "%s", value);
+  (*n)++;
+}
+
+static void shard_name(char *out, size_t cap, int index, int nservers, int epoch) {
+  snprintf(out, cap, "shard-%d-of-%d.e%d.safetensors", index, nservers, epoch);
+}
+
+int ps_ckpt_save_shard(const train_config_t *cfg, int index, int nservers, ps_range_t r,
+                       const float *params, const optimizer_t *opt, int epoch, int64_t step) {
+  size_t len = r.end - r.begin;
+  st_tensor_t t[3];
+  int nt = 0, nm = 0;
+  for (int k = -1; k < opt->nstate; k++, nt++) {
+    memset(&t[nt], 0, sizeof t[nt]);
+    if (k < 0) snprintf(t[nt].name, sizeof t[nt].name, "params");
+    else snprintf(t[nt].name, sizeof t[nt].name, "optimizer.%s", optim_state_name(opt, k));
+    t[nt].ndim = 1;
+    t[nt].dims[0] = (int64_t)len;
+    t[nt].len = len;
+    t[nt].data = k < 0 ? params : opt->state[k];
+  }
+  st_meta_t md[8];
+  char v[6][64];
+  snprintf(v[0], sizeof v[0], "%zu", r.begin);
+  snprintf(v[1], sizeof v[1], "%zu", r.end);
+  snprintf(v[2], sizeof v[2], "%d", epoch + 1);
+  snprintf(v[3], sizeof v[3], "%" PRId64, step);
+  put_meta(md, &nm, "format", SHARD_FORMAT);
+  put_meta(md, &nm, "begin", v[0]);
+  put_meta(md, &nm, "end", v[1]);
+  put_meta(md, &nm, "epoch", v[2]);
+  put_meta(md, &nm, "step", v[3]);
+  put_meta(md, &nm, "optimizer", optim_kind_name(opt->cfg.kind));
+  char name[96], path[512];
+  shard_name(name, sizeof name, index, nservers, epoch + 1);
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", cfg->checkpoint_dir, name) >= sizeof path)
+    return dt_error("--checkpoint-dir %s: path too long", cfg->checkpoint_dir);
+  if (mkdir(cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
+    return dt_error("--checkpoint-dir %s: cannot create it: %s", cfg->checkpoint_dir,
+                    strerror(errno));
+  if (safetensors_write(path, t, nt, md, nm) != 0) return dt_error_prefix("--checkpoint-dir: ");
+  return 0;
+}
+
+static int save_buffers(const train_config_t *cfg, const model_t *m, const char *name) {
+  st_tensor_t *t = calloc((size_t)m->nbuf_tensors, sizeof *t);
+  if (!t) return dt_error("out of memory");
+  for (int i = 0; i < m->nbuf_tensors; i++) {
+    const tensor_info_t *ti = &m->buf_tensors[i];
+    snprintf(t[i].name, sizeof t[i].name, "%s", ti->name);
+    t[i].ndim = ti->ndim;
+    for (int d = 0; d < ti->ndim; d++) t[i].dims[d] = ti->dims[d];
+    t[i].len = ti->len;
+    t[i].data = m->buffers + ti->off;
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", cfg->checkpoint_dir, name);
+  int rc = safetensors_write(path, t, m->nbuf_tensors, NULL, 0);
+  free(t);
+  return rc == 0 ? 0 : dt_error_prefix("--checkpoint-dir: ");
+}
+
+static void remove_epoch_files(const train_config_t *cfg, int nservers, int epoch) {
+  char name[96], path[512];
+  for (int k = 0; k <= nservers; k++) {
+    if (k < nservers) shard_name(name, sizeof name, k, nservers, epoch);
+    else snprintf(name, sizeof name, "buffers.e%d.safetensors", epoch);
+    snprintf(path, sizeof path, "%s/%s", cfg->checkpoint_dir, name);
+    unlink(path); /* absent (no buffers, first epoch) is fine */
+  }
+}
+
+int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m, const ps_shard_map_t *map,
+                           int epoch, int64_t step) {
+  int done = epoch + 1;
+  char buffers[96] = "";
+  if (m->nbuf_tensors) {
+    snprintf(buffers, sizeof buffers, "buffers.e%d.safetensors", done);
+    DT_TRY(save_buffers(cfg, m, buffers));
+  }
+  size_t cap = 1024 + (size_t)map->nservers * 256;
+  char *text = malloc(cap);
+  if (!text) return dt_error("out of memory");
+  size_t n = (size_t)snprintf(text, cap,
+                              "{\"format\":\"%s\",\"epoch\":%d,\"step\":%" PRId64 ",\"seed\":%" PRIu64
+                              ",\"model\":\"%s\",\"optimizer\":\"%s\",\"nparams\":%zu,"
+                              "\"servers\":%d,\"buffers\":%s%s%s,\n \"shards\":[",
+                              MANIFEST_FORMAT, done, step, cfg->seed, cfg->model,
+                              optim_kind_name(cfg->optim.kind), map->nparams, map->nservers,
+                              buffers[0] ? "\"" : "null", buffers, buffers[0] ? "\"" : "");
+  for (int k = 0; k < map->nservers && n < cap; k++) {
+    char name[96];
+    shard_name(name, sizeof name, k, map->nservers, done);
+    n += (size_t)snprintf(text + n, cap - n, "%s\n  {\"file\":\"%s\",\"begin\":%zu,\"end\":%zu}",
+                          k ? "," : "", name, map->shards[k].begin, map->shards[k].end);
+  }
+  if (n < cap) n += (size_t)snprintf(text + n, cap - n, "]}\n");
+  char path[512];
+  int rc = manifest_path(cfg->checkpoint_dir, path, sizeof path);
+  if (rc == 0 && n >= cap) rc = dt_error("--checkpoint-dir: manifest too long");
+  if (rc == 0) rc = file_write_atomic(path, text, n);
+  free(text);
+  if (rc != 0) return dt_error_prefix("--checkpoint-dir: ");
+  if (done > 1) remove_epoch_files(cfg, map->nservers, done - 1);
+  return 0;
+}
