@@ -63,6 +63,7 @@ struct comm {
   double link_latency;       /* seconds per message */
   double link_bandwidth;     /* bytes per second */
   int thread_multiple;       /* several threads of one rank may call comm_* at once */
+  int oversubscribed;        /* more ranks than cores on this host: every message costs CPU time */
 };
 
 static inline int comm_rank(const comm_t *c) { return c->rank; }

@@ -10,7 +10,11 @@
  *   ring       2 (P-1) (x segments)         2 (P-1)/P S
  *
  * and auto takes the cheapest: small messages are latency-bound and go to
- * tree or rhd, large ones are bandwidth-bound and go to ring or rhd. Ties
+ * tree or rhd, large ones are bandwidth-bound and go to ring or rhd. When
+ * ranks outnumber cores (c->oversubscribed) a message costs a context
+ * switch on a shared core, so the latency term counts the messages of all
+ * ranks (tree 2(P-1), rhd 2 P lg P', ring 2 P (P-1)): measured on 4 ranks
+ * and 2 cores, tree beats rhd up to ~1 MiB there. Ties
  * go to the earlier row. naive and hier are never chosen (naive is a
  * baseline; hier needs to know the hosts). a and b come from the
  * communicator's link estimate (the emulated network's, on local) or from
@@ -33,11 +37,19 @@ static int ceil_lg(int p) {
 
 static int floor_lg(int p) { return ceil_lg(p + 1) - 1; }
 
-static void costs(int P, size_t segments, cost_t out[3]) {
+static void costs(int P, size_t segments, int oversubscribed, cost_t out[3]) {
   int L = ceil_lg(P), lp = floor_lg(P), pof2 = 1 << lp, odd = P != pof2;
+  double segs = (double)segments;
+  if (oversubscribed) { /* every message of every rank takes a turn on a core */
+    out[0] = (cost_t){ALLREDUCE_TREE, 2.0 * (P - 1) * segs, 2.0 * L};
+    out[1] = (cost_t){ALLREDUCE_RHD, (2.0 * lp * pof2 + 4 * (P - pof2)) * segs,
+                      2.0 * (pof2 - 1) / pof2 + 2 * odd};
+    out[2] = (cost_t){ALLREDUCE_RING, 2.0 * P * (P - 1) * segs, 2.0 * (P - 1) / P};
+    return;
+  }
   out[0] = (cost_t){ALLREDUCE_TREE, 2.0 * L, 2.0 * L};
   out[1] = (cost_t){ALLREDUCE_RHD, 2.0 * lp + 2 * odd, 2.0 * (pof2 - 1) / pof2 + 2 * odd};
-  out[2] = (cost_t){ALLREDUCE_RING, 2.0 * (P - 1) * (double)segments, 2.0 * (P - 1) / P};
+  out[2] = (cost_t){ALLREDUCE_RING, 2.0 * (P - 1) * segs, 2.0 * (P - 1) / P};
 }
 
 allreduce_algo_t coll_choose_flat(coll_ctx_t *ctx, size_t count) {
@@ -46,7 +58,7 @@ allreduce_algo_t coll_choose_flat(coll_ctx_t *ctx, size_t count) {
   double S = (double)count * sizeof(float);
   size_t segs = coll_nsegs(ctx, count / (size_t)P + 1);
   cost_t c[3];
-  costs(P, segs ? segs : 1, c);
+  costs(P, segs ? segs : 1, ctx->comm->oversubscribed, c);
   int best = 0;
   double best_t = INFINITY;
   for (int i = 0; i < 3; i++) {
