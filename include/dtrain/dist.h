@@ -130,6 +130,10 @@ typedef struct worker {
 int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
                 const dataset_t *test);
 void worker_free(worker_t *w);
+/* Steps per epoch and the LR schedule for `nworkers` data-parallel workers
+ * (worker_init plans for every rank of the comm; a strategy with master
+ * or server ranks plans again for its workers). Sets w->nranks. */
+void worker_plan_steps(worker_t *w, int nworkers);
 /* This rank's slice of global step `k` of the epoch, under synchronous data
  * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
  * of the epoch order, out of `global` in the step. */
@@ -171,6 +175,7 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
 int strategy_hogwild(worker_t *w);
 /* Values of the parameter-server and Hogwild options (ps_config.c). */
 int ps_check(const train_config_t *cfg);
+int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
 /* Decentralized optimization (docs/DECENTRALIZED.md): every worker trains
  * its own replica; the replicas are merged from time to time. */
 int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */

@@ -8,19 +8,6 @@
 
 #include "decentral.h"
 
-/* worker_init planned the steps for comm_size replicas; a method with a
- * master rank has one fewer. The same plan as worker.c's build_schedule. */
-static void reschedule(worker_t *w, int nworkers) {
-  const train_config_t *cfg = w->cfg;
-  int64_t global = (int64_t)cfg->batch * nworkers;
-  w->nranks = nworkers;
-  w->steps_per_epoch = ((int64_t)w->train->n + global - 1) / global;
-  w->sched.total_steps = w->steps_per_epoch * cfg->epochs;
-  w->sched.warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)w->steps_per_epoch);
-  w->sched.step_size = (int64_t)llround(cfg->lr_step_epochs * (double)w->steps_per_epoch);
-  if (w->sched.step_size < 1) w->sched.step_size = 1;
-}
-
 /* Under mpi the number of workers comes from -np; it must agree with
  * --workers when that was given. */
 static int count_workers(decentral_t *d, int masters) {
@@ -46,7 +33,7 @@ int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int 
   d->method = method;
   if (count_workers(d, masters) != 0) return -1;
   d->is_worker = comm_rank(w->comm) < d->nworkers;
-  reschedule(w, d->nworkers);
+  worker_plan_steps(w, d->nworkers);
   size_t nb = w->model->nbuffers;
   d->consensus = dt_alloc_floats(w->model->nparams + nb);
   d->replica = dt_alloc_floats(w->model->nparams + nb);

@@ -59,7 +59,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
-            r->timers.comm - r->timers.comm_exposed,
+            r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
             r->extra_json ? "," : "", r->extra_json ? r->extra_json : "");
     fflush(w->metrics);

@@ -30,9 +30,10 @@ static int build_optimizer(worker_t *w) {
 
 /* Steps per epoch under synchronous data parallelism: the global batch is
  * nranks * batch; the last step of an epoch takes what is left. */
-static void build_schedule(worker_t *w) {
+void worker_plan_steps(worker_t *w, int nworkers) {
   const train_config_t *cfg = w->cfg;
-  int64_t global = (int64_t)cfg->batch * w->nranks;
+  int64_t global = (int64_t)cfg->batch * nworkers;
+  w->nranks = nworkers;
   w->steps_per_epoch = ((int64_t)w->train->n + global - 1) / global;
   w->sched = (lr_schedule_t){
       .kind = cfg->lr_schedule,
@@ -58,7 +59,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->run_start = dt_now();
   if (comm && coll_ctx_new(comm, &w->coll) != 0) return -1;
   if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
-  build_schedule(w);
+  worker_plan_steps(w, w->nranks);
   w->x = dt_alloc_floats((size_t)cfg->batch * train->dim);
   w->y = dt_alloc((size_t)cfg->batch * sizeof(int32_t));
   w->order = dt_alloc(train->n * sizeof(uint32_t));
