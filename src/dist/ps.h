@@ -173,16 +173,16 @@ typedef struct {
   int64_t steps_per_epoch;   /* synchronous steps (global batch N x batch) */
   int64_t batches_per_epoch; /* batches of the shared order (pool schedules) */
   int pool;                  /* async, value, backup, ssp:inf: batches drawn from the pool */
-  int S, R;                  /* ssp bound (sync: 0) and clock slots kept (S + 1) */
+  int S;                     /* ssp bound (sync: 0) */
   int backup;                /* backup:B */
   double value_bound;        /* value:V */
   int64_t version;           /* updates applied */
   int first_epoch;
-  /* gradients received and not yet applied */
-  float **slot;              /* static: [R * N], pool: [N]; allocated on first use */
-  int *have;                 /* static: [R * N] pushed; pool: [N] accepted or queued */
-  int64_t *slot_version, *slot_batch, *slot_epoch;
-  int *count;                /* static: [R] pushes of the clock */
+  /* a gradient per worker, received and not yet applied */
+  float **slot;              /* [N], allocated on first use */
+  int *have;                 /* [N] held: a clock ahead of the bound, queued, accepted */
+  int64_t *slot_version, *slot_batch, *slot_epoch; /* slot_batch: clock under sync/ssp */
+  int64_t *clock_of;         /* sync/ssp: pushes received from each worker */
   int64_t *queue;            /* value: arrival order of queued pushes ([N], -1 = none) */
   int64_t queue_seq;
   int naccepted;             /* backup: gradients of this step */

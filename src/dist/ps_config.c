@@ -1,7 +1,7 @@
 /* The values of the parameter-server and Hogwild options, and the options
  * that only make sense with them: one line naming the option and what
- * would work. Called by train_config_check, and again by ps_run_rank once
- * mpirun has fixed the number of workers. */
+ * would work. Called by train_config_check, and (ps_check_world) again
+ * once mpirun has fixed the number of workers. */
 #include <math.h>
 #include <string.h>
 
@@ -15,12 +15,14 @@ static int is_async_ps(const train_config_t *c) {
   return c->exchange == EXCHANGE_PS && pool_async;
 }
 
-static int check_schedule(const train_config_t *c) {
+/* Under mpi the number of workers is known only once mpirun has started
+ * the ranks (train.c calls ps_check_world then). */
+static int check_schedule(const train_config_t *c, int workers_known) {
   double v = c->schedule_param;
   if (c->schedule == SCHEDULE_SSP && !isinf(v) && (v != floor(v) || v > SSP_MAX))
     return dt_error("option --schedule ssp:%g: the bound is a whole number of clocks up to %d "
                     "(ssp:inf for none)", v, SSP_MAX);
-  if (c->schedule == SCHEDULE_BACKUP && (v != floor(v) || v >= c->workers))
+  if (c->schedule == SCHEDULE_BACKUP && (v != floor(v) || (workers_known && v >= c->workers)))
     return dt_error("option --schedule backup:%g: needs a whole number 0 <= B < --workers %d "
                     "(each step takes the first N - B gradients)", v, c->workers);
   if (c->schedule == SCHEDULE_VALUE && !(v > 0))
@@ -65,7 +67,12 @@ int ps_check(const train_config_t *c) {
   if (c->exchange == EXCHANGE_PS && c->optimization != OPTIMIZATION_CENTRAL)
     return dt_error("option --exchange ps:K: parameter servers are centralized optimization "
                     "(use --optimization central)");
-  if (c->exchange == EXCHANGE_PS || c->exchange == EXCHANGE_SHARED) DT_TRY(check_schedule(c));
+  if (c->exchange == EXCHANGE_PS || c->exchange == EXCHANGE_SHARED)
+    DT_TRY(check_schedule(c, c->comm == COMM_LOCAL));
   DT_TRY(check_async_options(c));
   return check_faults(c);
+}
+
+int ps_check_world(const train_config_t *c) {
+  return c->exchange == EXCHANGE_PS ? check_schedule(c, 1) : 0;
 }

@@ -27,6 +27,7 @@
 #include "ps.h"
 
 #define LEASE_MIN 3.0      /* seconds */
+#define LEASE_MIN_DONE 0.5 /* seconds, once training is over */
 #define LEASE_INTERVALS 20 /* times a worker's usual interval between requests */
 #define STATS_RING 4
 
@@ -238,7 +239,7 @@ static int give_up_on(ps_server_t *s, int w, double silent) {
     return dt_error("worker %d has stopped (nothing heard from it for %.1f s); --schedule %s "
                     "needs every worker: use --schedule async or backup:B to go on without it",
                     w, silent, sched);
-  if (s->cfg->schedule == SCHEDULE_BACKUP && c->ndead + 1 > s->backup)
+  if (s->cfg->schedule == SCHEDULE_BACKUP && c->ndead + 1 > s->backup && !c->done)
     return dt_error("worker %d has stopped (nothing heard from it for %.1f s) and %d had "
                     "before; backup:%d goes on without at most %d", w, silent, c->ndead,
                     s->backup, s->backup);
@@ -258,8 +259,8 @@ static int check_liveness(ps_server_t *s) {
   double now = dt_now();
   for (int w = 1; w < s->N; w++) {
     if (c->bye[w] || s->dead[w] || waiting_here(s, w)) continue;
-    double lease = LEASE_INTERVALS * c->interval[w];
-    if (lease < LEASE_MIN) lease = LEASE_MIN;
+    double lease = LEASE_INTERVALS * c->interval[w], floor = c->done ? LEASE_MIN_DONE : LEASE_MIN;
+    if (lease < floor) lease = floor; /* once done, every live worker is about to say bye */
     if (now - c->last_heard[w] > lease) DT_TRY(give_up_on(s, w, now - c->last_heard[w]));
   }
   return 0;

@@ -1,11 +1,19 @@
 /* The schedules, as rules of one server: what a push does and when a pull
  * may be answered.
  *
- *   sync, ssp:S  clocks. Worker w's c-th push waits in slot (c, w); when
- *                every worker has pushed clock c, the slots are summed in
- *                worker order (as allreduce:naive sums) and the optimizer
- *                steps once with lr(c). A pull at clock c waits until the
- *                clocks below c - S are applied. ssp:0 is sync, bit for bit.
+ *   sync, ssp:S  clocks (Ho et al. 2013, as the taxonomy states it). Worker
+ *                w's c-th push has clock c. A pull by a worker at clock t
+ *                waits until the slowest worker has pushed clock t - S - 1,
+ *                and may then see other workers' updates up to clock
+ *                t + S - 1, never later: a push of clock c is applied as
+ *                soon as c < (slowest clock) + S, and held back until then.
+ *                Pushes released together (the last push of a clock under
+ *                sync; held-back ones when the slowest worker moves) are
+ *                summed in worker order, as allreduce:naive sums, and make
+ *                one optimizer step with lr(c); a push applicable on
+ *                arrival makes a step of its own. So ssp:0 is sync bit for
+ *                bit, and with S >= 1 and no straggler the server behaves
+ *                as async does.
  *   async        Downpour: every push is applied on arrival, lr of its batch
  *                (divided by the staleness with --staleness-lr; corrected by
  *                DC-ASGD with --dc-asgd). ssp:inf is async.
@@ -17,8 +25,10 @@
  *   backup:B     a step takes the first N - B pushes computed on the current
  *                version and drops later ones (Chen et al. 2016).
  *
- * Staleness of a push: updates applied to this shard between the pull its
- * gradient was computed on and its own application. */
+ * Every gradient arrives averaged over the global batch (N x batch), so a
+ * step of one worker's push is 1/N of a synchronous step. Staleness of a
+ * push: optimizer steps this shard took between the pull its gradient was
+ * computed on and the push's own step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,24 +55,27 @@ int ps_sched_init(ps_server_t *s) {
   int r = rule(s);
   s->pool = r != RULE_CLOCK;
   s->S = r == RULE_CLOCK && s->cfg->schedule == SCHEDULE_SSP ? (int)s->cfg->schedule_param : 0;
-  s->R = s->pool ? 1 : s->S + 1;
   s->backup = r == RULE_BACKUP ? (int)s->cfg->schedule_param : 0;
   s->value_bound = r == RULE_VALUE ? s->cfg->schedule_param : 0;
-  size_t nslots = (size_t)s->R * (size_t)s->N;
-  s->slot = calloc(nslots, sizeof *s->slot);
-  s->have = calloc(nslots, sizeof *s->have);
-  s->slot_version = calloc(nslots, sizeof *s->slot_version);
-  s->slot_batch = calloc(nslots, sizeof *s->slot_batch);
-  s->slot_epoch = calloc(nslots, sizeof *s->slot_epoch);
-  s->count = calloc((size_t)s->R, sizeof *s->count);
-  s->queue = calloc((size_t)s->N, sizeof *s->queue);
-  s->pulled_version = calloc((size_t)s->N, sizeof *s->pulled_version);
-  if (!s->slot || !s->have || !s->slot_version || !s->slot_batch || !s->slot_epoch || !s->count ||
-      !s->queue || !s->pulled_version)
+  size_t n = (size_t)s->N;
+  s->slot = calloc(n, sizeof *s->slot);
+  s->have = calloc(n, sizeof *s->have);
+  s->slot_version = calloc(n, sizeof *s->slot_version);
+  s->slot_batch = calloc(n, sizeof *s->slot_batch);
+  s->slot_epoch = calloc(n, sizeof *s->slot_epoch);
+  s->clock_of = calloc(n, sizeof *s->clock_of);
+  s->queue = calloc(n, sizeof *s->queue);
+  s->pulled_version = calloc(n, sizeof *s->pulled_version);
+  if (!s->slot || !s->have || !s->slot_version || !s->slot_batch || !s->slot_epoch ||
+      !s->clock_of || !s->queue || !s->pulled_version)
     return dt_error("out of memory");
-  for (int w = 0; w < s->N; w++) s->pulled_version[w] = s->version - 1, s->queue[w] = -1;
+  for (int w = 0; w < s->N; w++) {
+    s->pulled_version[w] = s->version - 1;
+    s->queue[w] = -1;
+    s->clock_of[w] = s->version; /* resumed: sync and ssp checkpoints count clocks */
+  }
   if (!needs_snapshots(s)) return 0;
-  s->snap = calloc((size_t)s->N, sizeof *s->snap);
+  s->snap = calloc(n, sizeof *s->snap);
   if (!s->snap) return dt_error("out of memory");
   for (int w = 0; w < s->N; w++) {
     if (!(s->snap[w] = dt_alloc_floats(s->len))) return -1;
@@ -72,11 +85,10 @@ int ps_sched_init(ps_server_t *s) {
 }
 
 void ps_sched_free(ps_server_t *s) {
-  size_t nslots = (size_t)s->R * (size_t)s->N;
-  for (size_t i = 0; s->slot && i < nslots; i++) dt_free(s->slot[i]);
+  for (int w = 0; s->slot && w < s->N; w++) dt_free(s->slot[w]);
   for (int w = 0; s->snap && w < s->N; w++) dt_free(s->snap[w]);
   free(s->slot), free(s->have), free(s->slot_version), free(s->slot_batch), free(s->slot_epoch);
-  free(s->count), free(s->queue), free(s->pulled_version), free(s->snap);
+  free(s->clock_of), free(s->queue), free(s->pulled_version), free(s->snap);
 }
 
 /* lr of batch j of the shared order: the synchronous step that covers the
@@ -120,37 +132,48 @@ static void step_optimizer(ps_server_t *s, const float *g, double lr) {
 
 /* ---- clocks: sync and ssp:S --------------------------------------------------- */
 
+static int64_t slowest_clock(const ps_server_t *s) {
+  int64_t m = s->clock_of[0];
+  for (int w = 1; w < s->N; w++)
+    if (s->clock_of[w] < m) m = s->clock_of[w];
+  return m;
+}
+
 static int push_clock(ps_server_t *s, int src, const ps_req_t *req) {
   int64_t c = req->clock;
-  if (c < s->version)
-    return ps_server_reject(s, src, req, "clock %lld is applied already (this server is at "
-                            "clock %lld)", (long long)c, (long long)s->version);
-  if (c >= s->version + s->R)
+  if (c != s->clock_of[src])
+    return ps_server_reject(s, src, req, "worker %d pushed clock %lld but its next clock is "
+                            "%lld", src, (long long)c, (long long)s->clock_of[src]);
+  if (c > slowest_clock(s) + s->S)
     return ps_server_reject(s, src, req, "clock %lld is more than %d ahead of the slowest "
-                            "worker's (%lld)", (long long)c, s->S, (long long)s->version);
-  size_t i = (size_t)(c % s->R) * (size_t)s->N + (size_t)src;
-  if (s->have[i])
-    return ps_server_reject(s, src, req, "worker %d pushed clock %lld twice", src, (long long)c);
-  if (!receive_values(s, src, req, slot_buffer(s, i))) return 0;
-  s->have[i] = 1;
-  s->slot_version[i] = req->version;
-  s->slot_epoch[i] = req->epoch;
-  s->count[c % s->R]++;
+                            "worker's (%lld)", (long long)c, s->S, (long long)slowest_clock(s));
+  if (!receive_values(s, src, req, slot_buffer(s, (size_t)src))) return 0;
+  s->have[src] = 1;
+  s->slot_version[src] = req->version;
+  s->slot_batch[src] = c;
+  s->slot_epoch[src] = req->epoch;
+  s->clock_of[src]++;
   return ack(s, src, req);
 }
 
-/* Applies every clock that all workers have pushed, in clock order. */
+/* Applies, clock by clock, the held pushes whose clock is now within the
+ * bound; the pushes of one clock make one step, summed in worker order. */
 static void apply_clocks(ps_server_t *s) {
-  while (s->count[s->version % s->R] == s->N) {
-    size_t base = (size_t)(s->version % s->R) * (size_t)s->N;
-    float *g = s->slot[base];
-    for (int w = 1; w < s->N; w++) kern_add(s->len, s->slot[base + (size_t)w], g);
+  for (;;) {
+    int64_t limit = slowest_clock(s) + s->S, c = -1;
+    for (int w = 0; w < s->N; w++)
+      if (s->have[w] && s->slot_batch[w] < limit && (c < 0 || s->slot_batch[w] < c))
+        c = s->slot_batch[w];
+    if (c < 0) return;
+    float *g = NULL;
     for (int w = 0; w < s->N; w++) {
-      record_staleness(s, s->slot_epoch[base + (size_t)w], s->slot_version[base + (size_t)w]);
-      s->have[base + (size_t)w] = 0;
+      if (!s->have[w] || s->slot_batch[w] != c) continue;
+      if (!g) g = s->slot[w];
+      else kern_add(s->len, s->slot[w], g);
+      record_staleness(s, s->slot_epoch[w], s->slot_version[w]);
+      s->have[w] = 0;
     }
-    s->count[s->version % s->R] = 0;
-    step_optimizer(s, g, lr_at(&s->sched, s->version));
+    step_optimizer(s, g, lr_at(&s->sched, c));
   }
 }
 
@@ -286,7 +309,7 @@ int ps_sched_push(ps_server_t *s, int src, const ps_req_t *req) {
 }
 
 int ps_sched_pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
-  if (req->clock > s->version) return 0;
+  if (!s->pool && req->clock > slowest_clock(s)) return 0; /* the delay bound */
   if ((req->flags & PS_PULL_NEWER) && s->version <= s->pulled_version[src]) return 0;
   if ((req->flags & PS_PULL_OWN) && s->pool && s->have[src]) return 0;
   if ((req->flags & PS_PULL_FLUSHED) && s->flushed_epoch < req->epoch) return 0;

@@ -302,8 +302,8 @@ static int serve(ps_server_t *s) {
     memset(&s->in, 0, sizeof s->in);
     int rc = next_request(s, &src);
     if (rc > 0) break;
-    if (rc != 0) {
-      if (++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
+    if (rc != 0) { /* from a rank: a bad message; from nobody: the run is failing */
+      if (src < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
       dt_log(DT_LOG_ERROR, "server %d (rank %d): bad message: %s", s->index, s->rank, dt_errmsg());
       continue;
     }

@@ -38,7 +38,7 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
                     "(%d workers + %d server or master ranks): run mpirun -np %d", size, given,
                     exchange_name(cfg->exchange), need, given, need - given, need);
   cfg->workers = found;
-  return ps_check(cfg); /* values that depend on the number of workers */
+  return ps_check_world(cfg); /* values that depend on the number of workers */
 }
 
 static int run_rank(comm_t *comm, void *arg) {
