@@ -1,0 +1,362 @@
+/* Parameter servers: the key-range split; push and pull through the
+ * client against real servers on the local transport (values, the update
+ * rule, ranges split over two servers); and bad input sent straight to a
+ * server (keys outside the model or the shard, a push of the wrong length,
+ * a bad magic, a rank that is not a worker, a request of the wrong size):
+ * each is rejected with an error reply, and the server goes on serving. */
+#include <string.h>
+
+#include "../src/dist/ps.h"
+#include "test.h"
+
+#define RCHECK(cond)                                                              \
+  do {                                                                            \
+    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
+  } while (0)
+
+#define RCHECK_OK(expr)                                                           \
+  do {                                                                            \
+    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
+  } while (0)
+
+#define RCHECK_FAILS_WITH(expr, needle)                                           \
+  do {                                                                            \
+    dt_error_clear();                                                             \
+    if ((expr) >= 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
+    if (!strstr(dt_errmsg(), (needle)))                                           \
+      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
+  } while (0)
+
+/* w - lr g, to the rounding of a fused multiply-add */
+static int sgd_step_is(const float *got, const float *w0, float lr, const float *g, float gscale,
+                       size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float want = w0[i] - lr * (g ? g[i] : 1.0f) * gscale;
+    if (fabsf(got[i] - want) > 1e-6f * (1 + fabsf(want))) return 0;
+  }
+  return 1;
+}
+
+/* ---- the split ------------------------------------------------------------ */
+
+static model_t *build_mlp(int h, int w) {
+  model_spec_t spec;
+  model_t *m = NULL;
+  if (model_spec_builtin("mlp", &spec) != 0) return NULL;
+  if (model_build(&spec, (shape_t){1, h, w}, 10, 1, &m) != 0) m = NULL;
+  model_spec_free(&spec);
+  if (m) model_init_params(m, 5);
+  return m;
+}
+
+static int is_tensor_boundary(const model_t *m, size_t off) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].off == off) return 1;
+  return off == m->nparams;
+}
+
+static void test_shard_plan_balanced_and_contiguous(void) {
+  model_t *m = build_mlp(28, 28); /* 535818 parameters, the first tensor 401408 */
+  CHECK(m != NULL);
+  if (!m) return;
+  for (int k = 1; k <= 8; k++) {
+    ps_shard_map_t map;
+    CHECK_OK(ps_shard_plan(m, k, 0, &map));
+    size_t ideal = m->nparams / (size_t)k, largest = 0;
+    CHECK(map.shards[0].begin == 0 && map.shards[k - 1].end == m->nparams);
+    for (int i = 0; i < k; i++) {
+      CHECK(map.shards[i].end > map.shards[i].begin);
+      if (i) CHECK(map.shards[i].begin == map.shards[i - 1].end);
+      size_t len = map.shards[i].end - map.shards[i].begin;
+      if (len > largest) largest = len;
+    }
+    CHECK(largest <= ideal + ideal / 10 + 16); /* balanced to the tolerance of a snapped cut */
+    ps_shard_free(&map);
+  }
+  /* with 2 servers the ideal cut lies inside layers.0.weight, far from a
+   * boundary: cut inside it; with 4 the cut near 401408+512 snaps to it */
+  ps_shard_map_t map;
+  CHECK_OK(ps_shard_plan(m, 2, 0, &map));
+  CHECK(!is_tensor_boundary(m, map.shards[0].end) && map.shards[0].end % 16 == 0);
+  ps_shard_free(&map);
+  CHECK_OK(ps_shard_plan(m, 4, 0, &map));
+  CHECK(map.shards[2].end == 401408 + 512); /* layers.2.weight starts there */
+  ps_shard_free(&map);
+  model_free(m);
+}
+
+static void test_shard_plan_whole_tensors_for_lars(void) {
+  model_t *m = build_mlp(28, 28);
+  if (!m) return;
+  ps_shard_map_t map;
+  CHECK_OK(ps_shard_plan(m, 3, 1, &map));
+  for (int i = 0; i < 3; i++) CHECK(is_tensor_boundary(m, map.shards[i].end));
+  optim_segment_t *segs;
+  int n;
+  CHECK_OK(ps_shard_segments(m, map.shards[1], &segs, &n));
+  size_t sum = 0;
+  for (int i = 0; i < n; i++) sum += segs[i].len;
+  CHECK(sum == map.shards[1].end - map.shards[1].begin && segs[0].off == 0);
+  free(segs);
+  ps_shard_free(&map);
+  CHECK_FAILS_WITH(ps_shard_plan(m, 7, 1, &map), "LARS keeps tensors whole");
+  CHECK_FAILS_WITH(ps_shard_plan(m, 0, 0, &map), "ps:0");
+  model_free(m);
+}
+
+/* ---- servers on the local transport ------------------------------------------ */
+
+typedef struct {
+  train_config_t cfg;
+  dataset_t data;
+  int nworkers;             /* ranks 0..N-1; servers follow; any rank after them is a stranger */
+  int nservers;
+} world_t;
+
+static int server_or_nothing(comm_t *c, world_t *t) {
+  int r = comm_rank(c);
+  if (r >= t->nworkers && r < t->nworkers + t->nservers)
+    return ps_server_run(c, &t->cfg, t->nworkers, &t->data);
+  return 1; /* not a server */
+}
+
+static int bye(ps_client_t *cl) {
+  ps_req_t req = {.op = PS_OP_BYE};
+  return ps_wait(cl, ps_call(cl, 0, &req, NULL, 0), NULL);
+}
+
+/* A raw request: its reply (and values), then the push values; a rejected
+ * request's values are withdrawn. Returns the reply's status. */
+static int raw_call(comm_t *c, int server, ps_req_t *req, const void *payload, size_t payload_len,
+                    ps_reply_t *rep, void *vals, size_t vals_len) {
+  comm_req_t *r_rep, *r_vals = NULL, *s_req, *s_data = NULL;
+  req->reply_tag = PS_TAG_REPLY + 2 * 7;
+  DT_TRY(comm_irecv(c, server, req->reply_tag, rep, sizeof *rep, &r_rep));
+  if (vals) DT_TRY(comm_irecv(c, server, req->reply_tag + 1, vals, vals_len, &r_vals));
+  DT_TRY(comm_isend(c, server, PS_TAG_REQ, req, sizeof *req, &s_req));
+  if (payload) DT_TRY(comm_isend(c, server, PS_TAG_DATA, payload, payload_len, &s_data));
+  DT_TRY(comm_wait(c, s_req));
+  DT_TRY(comm_wait(c, r_rep));
+  if (rep->status != 0) {
+    if (r_vals) comm_cancel(c, r_vals);
+    if (s_data) comm_cancel(c, s_data);
+    return rep->status;
+  }
+  if (s_data) DT_TRY(comm_wait(c, s_data));
+  if (r_vals) DT_TRY(comm_wait(c, r_vals));
+  return 0;
+}
+
+static ps_req_t base_req(int op, int worker, size_t begin, size_t count) {
+  return (ps_req_t){.magic = PS_MAGIC, .op = op, .worker = worker, .begin = begin, .count = count};
+}
+
+/* Rank 0 of a world of 2 workers, 1 server (rank 2) and a stranger (rank 3). */
+static int bad_requests(comm_t *c, const model_t *m, float *buf) {
+  size_t P = m->nparams;
+  ps_reply_t rep;
+  ps_req_t q;
+  /* keys outside the model */
+  q = base_req(PS_OP_PULL, 0, P - 10, 20);
+  RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 20 * sizeof(float)) != 0);
+  RCHECK(strstr(rep.error, "outside the model"));
+  /* a push of the wrong length: 100 values for the whole range; they are drained */
+  q = base_req(PS_OP_PUSH, 0, 0, P);
+  q.nvalues = 100;
+  RCHECK(raw_call(c, 2, &q, buf, 100 * sizeof(float), &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "push of 100 values"));
+  /* a push of part of the range */
+  q = base_req(PS_OP_PUSH, 0, 0, 64);
+  q.nvalues = 64;
+  RCHECK(raw_call(c, 2, &q, buf, 64 * sizeof(float), &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "whole range"));
+  /* not a parameter-server request */
+  q = base_req(PS_OP_PULL, 0, 0, 8);
+  q.magic = 0x12345678;
+  RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
+  RCHECK(strstr(rep.error, "bad magic"));
+  /* a worker pretending to be another, an unknown operation, a state that does not exist */
+  q = base_req(PS_OP_PULL, 1, 0, 8);
+  RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
+  RCHECK(strstr(rep.error, "says it is worker 1"));
+  q = base_req(77, 0, 0, 8);
+  RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "unknown operation 77"));
+  q = base_req(PS_OP_PULL, 0, 0, 8);
+  q.which = 3;
+  RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
+  RCHECK(strstr(rep.error, "optimizer keeps 0 state"));
+  /* a request of the wrong size: the transport refuses it, the server logs it */
+  char junk[10] = {0};
+  dt_error_clear();
+  RCHECK(comm_send(c, 2, PS_TAG_REQ, junk, sizeof junk) != 0);
+  RCHECK(strstr(dt_errmsg(), "receiver expects"));
+  return 0;
+}
+
+static int rank_bad_input(comm_t *c, void *arg) {
+  world_t *t = arg;
+  int rc = server_or_nothing(c, t);
+  if (rc != 1) return rc;
+  model_t *m = build_mlp(8, 8);
+  RCHECK(m != NULL);
+  size_t P = m->nparams;
+  float *buf = dt_alloc_floats(P), *grad = dt_alloc_floats(P);
+  RCHECK(buf && grad);
+  ps_shard_map_t map;
+  RCHECK_OK(ps_shard_plan(m, 1, 0, &map));
+  map.nworkers = 2;
+  int me = comm_rank(c);
+  if (me == 3) { /* a stranger: rank 3 is neither worker nor server */
+    ps_req_t q = base_req(PS_OP_PULL, 3, 0, 8);
+    ps_reply_t rep;
+    RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
+    RCHECK(strstr(rep.error, "rank 3 is not a worker"));
+  } else {
+    ps_client_t *cl;
+    RCHECK_OK(ps_client_new(c, me, &map, &cl));
+    if (me == 0) RCHECK_OK(bad_requests(c, m, buf));
+    /* the server still serves: the initial parameters, or after worker 1's push ... */
+    for (size_t i = 0; i < P; i++) grad[i] = (float)(i % 7) - 3;
+    RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
+    RCHECK(!memcmp(buf, m->params, P * sizeof(float)) || sgd_step_is(buf, m->params, 0.1f, grad, 1, P));
+    if (me == 1) { /* ... which is w - lr g (async, plain SGD, lr 0.1) */
+      ps_req_t tmpl = {.nbatches = 1};
+      RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, grad, &tmpl), NULL));
+      RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
+      RCHECK(sgd_step_is(buf, m->params, 0.1f, grad, 1, P));
+      RCHECK(ps_client_version(cl, 0) == 1);
+    }
+    RCHECK_OK(bye(cl));
+    ps_client_free(cl);
+  }
+  ps_shard_free(&map);
+  dt_free(buf), dt_free(grad);
+  model_free(m);
+  return 0;
+}
+
+static int make_world(world_t *t, int nworkers, int nservers, schedule_t sched) {
+  memset(t, 0, sizeof *t);
+  train_config_default(&t->cfg);
+  t->cfg.lr = 0.1;
+  t->cfg.schedule = sched;
+  t->cfg.exchange = EXCHANGE_PS;
+  t->cfg.ps_servers = nservers;
+  t->cfg.batch = 8;
+  t->cfg.seed = 5;
+  t->cfg.workers = nworkers;
+  t->nworkers = nworkers;
+  t->nservers = nservers;
+  return dataset_synthetic(64, 1, 8, 8, 10, 3, &t->data);
+}
+
+static void test_server_rejects_bad_input_and_keeps_serving(void) {
+  world_t t;
+  CHECK_OK(make_world(&t, 2, 1, SCHEDULE_ASYNC));
+  CHECK_OK(comm_local_run(4, NULL, rank_bad_input, &t));
+  dataset_free(&t.data);
+}
+
+/* Two servers: a pull of a range across the cut comes back whole; pushes
+ * of both workers under sync make one step of their sum. */
+static int rank_two_servers(comm_t *c, void *arg) {
+  world_t *t = arg;
+  int rc = server_or_nothing(c, t);
+  if (rc != 1) return rc;
+  model_t *m = build_mlp(8, 8);
+  RCHECK(m != NULL);
+  size_t P = m->nparams;
+  ps_shard_map_t map;
+  RCHECK_OK(ps_shard_plan(m, 2, 0, &map));
+  map.nworkers = 2;
+  ps_client_t *cl;
+  int me = comm_rank(c);
+  RCHECK_OK(ps_client_new(c, me, &map, &cl));
+  float *buf = dt_alloc_floats(P), *g = dt_alloc_floats(P);
+  RCHECK(buf && g);
+  size_t cut = map.shards[0].end, lo = cut - 5;
+  RCHECK_OK(ps_wait(cl, ps_pull(cl, lo, 10, 0, buf, NULL), NULL));
+  RCHECK(!memcmp(buf, m->params + lo, 10 * sizeof(float)));
+  for (size_t i = 0; i < P; i++) g[i] = me ? 1.0f : 2.0f;
+  ps_req_t tmpl = {.clock = 0, .nbatches = 1};
+  RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, g, &tmpl), NULL));
+  ps_req_t cond = {.clock = 1}; /* sync: wait for clock 0 to be applied */
+  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &cond), NULL));
+  RCHECK(sgd_step_is(buf, m->params, 0.1f, NULL, 3, P));
+  RCHECK(ps_client_version(cl, 0) == 1 && ps_client_version(cl, 1) == 1);
+  RCHECK_FAILS_WITH(ps_pull(cl, P - 1, 2, 0, buf, NULL), "outside the model");
+  RCHECK_OK(bye(cl));
+  ps_client_free(cl);
+  ps_shard_free(&map);
+  dt_free(buf), dt_free(g);
+  model_free(m);
+  return 0;
+}
+
+static void test_push_pull_across_two_servers(void) {
+  world_t t;
+  CHECK_OK(make_world(&t, 2, 2, SCHEDULE_SYNC));
+  CHECK_OK(comm_local_run(4, NULL, rank_two_servers, &t));
+  dataset_free(&t.data);
+}
+
+/* backup:1 with 3 workers: the step is taken with the first two pushes;
+ * the third, computed on the old version, is dropped. */
+static int rank_backup(comm_t *c, void *arg) {
+  world_t *t = arg;
+  int rc = server_or_nothing(c, t);
+  if (rc != 1) return rc;
+  model_t *m = build_mlp(8, 8);
+  RCHECK(m != NULL);
+  size_t P = m->nparams;
+  ps_shard_map_t map;
+  RCHECK_OK(ps_shard_plan(m, 1, 0, &map));
+  map.nworkers = 3;
+  ps_client_t *cl;
+  int me = comm_rank(c);
+  RCHECK_OK(ps_client_new(c, me, &map, &cl));
+  float *buf = dt_alloc_floats(P), *g = dt_alloc_floats(P);
+  RCHECK(buf && g);
+  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
+  for (size_t i = 0; i < P; i++) g[i] = (float)(me + 1);
+  if (me == 2) { /* the slow one: it pushes, on version 0, after the step */
+    ps_req_t newer = {.flags = PS_PULL_NEWER};
+    RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &newer), NULL)); /* answered after the step */
+    ps_req_t q = base_req(PS_OP_PUSH, 2, 0, P);
+    q.nvalues = P, q.version = 0, q.nbatches = 1;
+    ps_reply_t rep;
+    RCHECK_OK(raw_call(c, 3, &q, g, P * sizeof(float), &rep, NULL, 0)); /* taken, and dropped */
+  } else {
+    ps_req_t tmpl = {.nbatches = 1};
+    RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, g, &tmpl), NULL));
+  }
+  ps_req_t cond = {.flags = PS_PULL_NEWER};
+  if (me == 2) cond.flags = 0;
+  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &cond), NULL));
+  RCHECK(sgd_step_is(buf, m->params, 0.1f, NULL, 3, P)); /* 1 + 2: worker 2's push dropped */
+  RCHECK_OK(bye(cl));
+  ps_client_free(cl);
+  ps_shard_free(&map);
+  dt_free(buf), dt_free(g);
+  model_free(m);
+  return 0;
+}
+
+static void test_backup_drops_the_late_gradient(void) {
+  world_t t;
+  CHECK_OK(make_world(&t, 3, 1, SCHEDULE_BACKUP));
+  t.cfg.schedule_param = 1;
+  CHECK_OK(comm_local_run(4, NULL, rank_backup, &t));
+  dataset_free(&t.data);
+}
+
+int main(void) {
+  dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
+  RUN(test_shard_plan_balanced_and_contiguous);
+  RUN(test_shard_plan_whole_tensors_for_lars);
+  RUN(test_server_rejects_bad_input_and_keeps_serving);
+  RUN(test_push_pull_across_two_servers);
+  RUN(test_backup_drops_the_late_gradient);
+  TEST_MAIN_END();
+}
