@@ -1,0 +1,134 @@
+#!/bin/sh
+# Parameter servers and Hogwild end to end: sync equals allreduce data
+# parallelism and ssp:0 equals sync, bit for bit, on 1, 2 and 4 servers
+# and on both transports; every schedule trains and reports staleness;
+# a stopped worker under async and backup:B does not stop the run (and
+# under sync does, with the reason); checkpoints gather the shards into
+# the usual file, shard folders resume on another number of servers;
+# presets; bad combinations.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 12 --epochs 1 --batch 8"
+MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
+have_mpi() { command -v mpirun >/dev/null 2>&1; }
+
+cat >"$TMP/cmp.py" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def load(p):
+    raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype="<f4") for k, v in h.items()}
+a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+d = max(float(np.abs(a[k] - b[k]).max()) for k in a if not k.startswith("optimizer"))
+print(f"max abs difference {d:.3g} (tolerance {tol:g})")
+sys.exit(0 if d <= tol else 1)
+PYEOF
+close() { $PY "$TMP/cmp.py" "$1" "$2" "$3" >"$TMP/cmp.out" 2>&1; }
+run() { "$DTRAIN" train "$@" >"$TMP/run.out" 2>"$TMP/run.err"; }
+
+# ---- sync = allreduce data parallelism; ssp:0 = sync --------------------------
+# allreduce:naive sums in rank order, as a server does: bitwise. Ring sums in
+# another order: equal to float rounding (the tolerance of e2e_dp.sh).
+run $BASE --workers 4 --exchange allreduce:naive --checkpoint "$TMP/dp_naive.st"
+run $BASE --workers 4 --exchange allreduce:ring --checkpoint "$TMP/dp_ring.st"
+for k in 1 2 4; do
+  run $BASE --workers 4 --exchange ps:$k --checkpoint "$TMP/sync_$k.st"
+  run $BASE --workers 4 --exchange ps:$k --schedule ssp:0 --checkpoint "$TMP/ssp0_$k.st"
+  check "ps_${k}_sync_bitwise_equals_allreduce_naive" cmp -s "$TMP/dp_naive.st" "$TMP/sync_$k.st"
+  check "ps_${k}_ssp0_bitwise_equals_sync" cmp -s "$TMP/sync_$k.st" "$TMP/ssp0_$k.st"
+  if close "$TMP/dp_ring.st" "$TMP/sync_$k.st" 2e-5; then pass "ps_${k}_sync_equals_allreduce_ring($(cat "$TMP/cmp.out"))"; else fail "ps_${k}_sync_equals_allreduce_ring" "$(cat "$TMP/cmp.out")"; fi
+done
+# two workers: any summation order is the same sum
+run $BASE --workers 2 --checkpoint "$TMP/dp2.st"
+run $BASE --workers 2 --exchange ps:n --checkpoint "$TMP/psn2.st"
+check ps_n_sync_bitwise_equals_allreduce_2_workers cmp -s "$TMP/dp2.st" "$TMP/psn2.st"
+
+# ---- every schedule trains and shows its staleness ------------------------------
+for s in async ssp:3 ssp:inf value:0.02 backup:1; do
+  if run --data "$SMALL" --workers 4 --exchange ps:2 --schedule $s --epochs 2 --quiet --metrics "$TMP/m.jsonl" &&
+     $PY - "$TMP/m.jsonl" "$s" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ep = [l for l in lines if l["event"] == "epoch"]
+assert len(ep) == 2 and lines[-1]["event"] == "done", lines
+e = ep[-1]
+assert e["schedule"] == sys.argv[2] and e["servers"] == 2, e
+for k in ("blocked_sec", "bytes_pushed", "bytes_pulled", "batches"):
+    assert len(e[k]) == 4, (k, e)
+assert all(b > 0 for b in e["bytes_pushed"]) and all(b > 0 for b in e["bytes_pulled"]), e
+# two epochs of 2048/64 batches in all (ssp: a fast worker's next-epoch batches count in the epoch it pushed them)
+assert sum(sum(x["batches"]) for x in ep) == 64, [x["batches"] for x in ep]
+assert e["staleness_max"] >= e["staleness_mean"] >= 0 and e["test_acc"] > 0.3, e
+if sys.argv[2] == "backup:1": assert e["staleness_max"] == 0, e
+print("ok")
+PYEOF
+  then pass "schedule_${s}_trains_and_reports"; else fail "schedule_${s}_trains_and_reports" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+done
+check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
+check staleness_lr_and_dc_asgd run --data "$SMALL" --workers 3 --exchange ps:1 --schedule async --staleness-lr --dc-asgd 0.04 --epochs 1 --quiet
+if run --data "$SMALL" --workers 4 --exchange shared --schedule async --epochs 2 --quiet --metrics "$TMP/h.jsonl" &&
+   grep -q '"exchange":"shared".*"staleness_mean"' "$TMP/h.jsonl" && grep -q 'test acc' "$TMP/run.out"; then
+  pass hogwild_trains_and_reports; else fail hogwild_trains_and_reports "$(tail -c 300 "$TMP/run.err")"; fi
+
+# ---- a worker that stops ----------------------------------------------------------
+KILL="--data $SMALL --workers 4 --exchange ps:2 --epochs 3 --quiet --kill rank=3,at-step=10"
+if run $KILL --schedule async --metrics "$TMP/k.jsonl" && grep -q "worker 3 has stopped" "$TMP/run.err" &&
+   grep -q "done: 3 epochs" "$TMP/run.out"; then pass async_goes_on_without_a_stopped_worker; else fail async_goes_on_without_a_stopped_worker "$(tail -c 300 "$TMP/run.err")"; fi
+if run $KILL --schedule backup:1 && grep -q "done: 3 epochs" "$TMP/run.out"; then pass backup_goes_on_without_a_stopped_worker; else fail backup_goes_on_without_a_stopped_worker "$(tail -c 300 "$TMP/run.err")"; fi
+expect_kill_fails() {
+  run $KILL --schedule sync; rc=$?
+  if [ $rc -eq 1 ] && grep -q "worker 3 has stopped.*--schedule sync needs every worker" "$TMP/run.err"; then pass sync_stops_with_the_reason; else fail sync_stops_with_the_reason "exit $rc: $(tail -c 300 "$TMP/run.err")"; fi
+}
+expect_kill_fails
+
+# ---- checkpoints -------------------------------------------------------------------
+CK="--data $SMALL --workers 2 --lr 0.05 --momentum 0.9 --seed 7 --quiet --lr-schedule step --lr-step-epochs 1 --lr-gamma 0.5"
+run $CK --epochs 3 --exchange ps:2 --checkpoint "$TMP/full.st"
+run $CK --epochs 3 --exchange allreduce:naive --checkpoint "$TMP/full_dp.st"
+check checkpoint_file_same_as_allreduce cmp -s "$TMP/full.st" "$TMP/full_dp.st"
+run $CK --epochs 2 --exchange ps:2 --checkpoint "$TMP/half.st"
+run $CK --epochs 3 --exchange ps:2 --resume "$TMP/half.st" --checkpoint "$TMP/half.st"
+check resume_file_bit_exact cmp -s "$TMP/full.st" "$TMP/half.st"
+run $CK --epochs 2 --exchange ps:2 --checkpoint-dir "$TMP/shards"
+check shard_folder_written $PY -c "
+import json, os; m = json.load(open('$TMP/shards/manifest.json'))
+assert m['epoch'] == 2 and m['servers'] == 2 and len(m['shards']) == 2, m
+assert all(os.path.exists('$TMP/shards/' + s['file']) for s in m['shards'])
+assert m['shards'][0]['begin'] == 0 and m['shards'][0]['end'] == m['shards'][1]['begin'] and m['shards'][1]['end'] == m['nparams']
+assert not [f for f in os.listdir('$TMP/shards') if '.e1.' in f]"
+run $CK --epochs 3 --exchange ps:3 --resume "$TMP/shards" --checkpoint "$TMP/from_dir.st"
+check resume_folder_on_3_servers_bit_exact cmp -s "$TMP/full.st" "$TMP/from_dir.st"
+expect_error resume_folder_needs_ps 2 "a folder of shards needs --exchange ps:K" -- "$DTRAIN" train $CK --epochs 3 --resume "$TMP/shards"
+rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
+expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
+
+# ---- presets -------------------------------------------------------------------------
+for p in distbelief parameter-server petuum tensorflow-ps mxnet bigdl hogwild sync-backup dc-asgd; do
+  check "preset_${p}_runs" sh -c "'$DTRAIN' train --data '$SMALL' --workers 2 --preset $p --max-steps 8 --quiet --metrics '$TMP/$p.jsonl' >/dev/null 2>&1 && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
+done
+
+# ---- bad combinations and values: one line naming the option ---------------------------
+expect_error shared_needs_async 2 "--schedule ssp and --exchange shared do not combine" -- "$DTRAIN" train --exchange shared --schedule ssp:3
+expect_error shared_needs_local 2 "hogwild needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule async --comm mpi
+expect_error kill_needs_ps 2 "option --kill: needs --exchange ps:K" -- "$DTRAIN" train --workers 4 --kill rank=2,at-step=3
+expect_error kill_not_worker_0 2 "worker 0 reports the run" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule async --kill rank=0,at-step=3
+expect_error fetch_every_needs_async 2 "--fetch-every and --push-every apply to Downpour" -- "$DTRAIN" train --workers 2 --exchange ps:1 --fetch-every 2
+expect_error dc_asgd_needs_async 2 "--dc-asgd mitigate stale asynchronous updates" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule backup:1 --dc-asgd 0.1
+expect_error backup_too_many 2 "backup:4: needs a whole number 0 <= B < --workers 4" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule backup:4
+expect_error ssp_fraction 2 "ssp:1.5: the bound is a whole number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:1.5
+expect_error checkpoint_dir_needs_ps 2 "--checkpoint-dir: one file per server shard needs --exchange ps:K" -- "$DTRAIN" train --checkpoint-dir "$TMP/x"
+expect_error too_many_servers_for_lars 1 "LARS keeps tensors whole" -- "$DTRAIN" train --data "$SMALL" --workers 2 --exchange ps:8 --optimizer lars --quiet
+
+# ---- mpi: one process per worker and per server ------------------------------------------
+if have_mpi; then
+  $MPIRUN -np 6 "$DTRAIN" train $BASE --comm mpi --exchange ps:2 --checkpoint "$TMP/mpi_sync.st" >/dev/null 2>"$TMP/mpi.err"
+  check mpi_ps_sync_bitwise_equals_local cmp -s "$TMP/sync_2.st" "$TMP/mpi_sync.st"
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:1 --schedule async --epochs 1 --quiet --metrics "$TMP/mpi.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi.jsonl"; then pass mpi_ps_async_4_workers_1_server; else fail mpi_ps_async_4_workers_1_server "$(tail -c 300 "$TMP/mpi.err")"; fi
+  $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --workers 2 --quiet >/dev/null 2>"$TMP/mpi.err"
+  check mpi_wrong_np_says_how grep -q "mpirun -np 5 does not fit.*run mpirun -np 4" "$TMP/mpi.err"
+else
+  echo "SKIP mpi: no mpirun"
+fi
