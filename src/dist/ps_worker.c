@@ -205,7 +205,7 @@ static int report_epoch(psw_t *p, int epoch, double t0, epoch_report_t *r) {
   w->step = step;
   int rc = worker_report_epoch(w, r);
   w->step = keep;
-  if (rc == 0 && w->cfg->progress) print_summary(p, &ep, cur);
+  if (rc == 0) print_summary(p, &ep, cur);
   memcpy(p->prev, cur, (size_t)p->N * sizeof *cur);
   return rc;
 }
