@@ -1,8 +1,8 @@
 /* Parameter-server training, the workers' side (and ps_run_rank, which
  * gives every rank of the world its role).
  *
- * sync / ssp:S: worker w at clock c pulls the model once every clock
- * below c - S is applied, computes the gradient of its slice of
+ * sync / ssp:S: worker w at clock c pulls the model once the slowest
+ * worker has pushed clock c - S - 1, computes the gradient of its slice of
  * synchronous step c (worker_step_slice, exactly as allreduce data
  * parallelism slices it, averaged over the global batch) and pushes it.
  * The pull of clock c + 1 is sent right behind the push, so a step costs
@@ -305,7 +305,6 @@ static int compute_batch(psw_t *p, int64_t batch) {
  * runs dry, reports for worker 0, and re-pulls after waiting. */
 static int64_t next_batch(psw_t *p, ps_reply_t *rep, int *pulled, double *t0,
                           epoch_report_t *last, int *have_last) {
-  worker_t *w = p->w;
   while (rep->batch < 0 && rep->batch != PS_BATCH_DONE) {
     if (rep->batch == PS_BATCH_NONE) {
       if (push_pending(p) != 0 || finish_push(p) != 0) return -100;
@@ -324,7 +323,6 @@ static int64_t next_batch(psw_t *p, ps_reply_t *rep, int *pulled, double *t0,
     if (wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
     *pulled = 1;
   }
-  (void)w;
   return rep->batch;
 }
 
