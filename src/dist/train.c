@@ -43,7 +43,6 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
 
 static int run_rank(comm_t *comm, void *arg) {
   run_t *r = arg;
-  kern_set_threads(r->cfg->threads);
   if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
   if (r->cfg->comm == COMM_MPI && resolve_mpi_world(r->cfg, comm_size(comm)) != 0) return -1;
   strategy_fn strategy;
@@ -78,6 +77,7 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
 
 int train_run(train_config_t *cfg, int *argc, char ***argv) {
   if (train_config_check(cfg) != 0) return -1;
+  kern_set_threads(cfg->threads); /* process-wide: once, before any rank starts */
   run_t r = {.cfg = cfg};
   comm_net_t net;
   double *slowdown;
