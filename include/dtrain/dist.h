@@ -134,6 +134,8 @@ void worker_free(worker_t *w);
  * (worker_init plans for every rank of the comm; a strategy with master
  * or server ranks plans again for its workers). Sets w->nranks. */
 void worker_plan_steps(worker_t *w, int nworkers);
+/* Clears the epoch's timers and sums, and computes its sample order. */
+void worker_begin_epoch(worker_t *w, int epoch);
 /* This rank's slice of global step `k` of the epoch, under synchronous data
  * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
  * of the epoch order, out of `global` in the step. */

@@ -182,10 +182,7 @@ int decentral_run(decentral_t *d) {
   double run_t0 = dt_now();
   for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
     double t0 = dt_now();
-    memset(&w->timers, 0, sizeof w->timers);
-    w->epoch_loss_sum = 0;
-    w->epoch_samples = w->epoch_correct = 0;
-    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
+    worker_begin_epoch(w, epoch);
     int64_t k;
     if (run_epoch_steps(d, epoch, &k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
     double train_sec = dt_now() - t0;

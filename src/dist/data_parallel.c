@@ -119,10 +119,7 @@ static int run_epochs(dp_state_t *s) {
   double run_t0 = dt_now();
   for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
     double t0 = dt_now();
-    memset(&w->timers, 0, sizeof w->timers);
-    w->epoch_loss_sum = 0;
-    w->epoch_samples = w->epoch_correct = 0;
-    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
+    worker_begin_epoch(w, epoch);
     int64_t k = 0;
     for (; k < w->steps_per_epoch; k++) {
       if (cfg->max_steps && w->step >= cfg->max_steps) break;

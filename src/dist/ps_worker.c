@@ -232,10 +232,7 @@ static int run_clocks(psw_t *p, epoch_report_t *last, int *have_last) {
   const train_config_t *cfg = w->cfg;
   for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
     double t0 = dt_now();
-    memset(&w->timers, 0, sizeof w->timers);
-    w->epoch_loss_sum = 0;
-    w->epoch_samples = w->epoch_correct = 0;
-    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
+    worker_begin_epoch(w, epoch);
     for (int64_t k = 0; k < w->steps_per_epoch; k++) {
       if (cfg->max_steps && w->step >= cfg->max_steps) break;
       if (clock_step(p, epoch, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);

@@ -86,6 +86,13 @@ void worker_free(worker_t *w) {
   memset(w, 0, sizeof *w);
 }
 
+void worker_begin_epoch(worker_t *w, int epoch) {
+  memset(&w->timers, 0, sizeof w->timers);
+  w->epoch_loss_sum = 0;
+  w->epoch_samples = w->epoch_correct = 0;
+  data_epoch_order(w->cfg->seed, epoch, w->order, w->train->n);
+}
+
 void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
   size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
