@@ -151,6 +151,7 @@ typedef struct {
 
 typedef struct {
   int used, into_state;      /* values point into params / optimizer state */
+  int snap_of;               /* values are worker w's snapshot (-1: not) */
   ps_reply_t hdr;
   comm_req_t *hdr_req, *val_req;
 } ps_out_t;
@@ -186,7 +187,9 @@ typedef struct {
   int64_t *queue;            /* value: arrival order of queued pushes ([N], -1 = none) */
   int64_t queue_seq;
   int naccepted;             /* backup: gradients of this step */
-  /* what each worker last pulled (DC-ASGD, value bound, backup) */
+  /* what each worker last pulled: its pull's reply is sent from it, so
+   * updates need not wait for the reply to be taken (and DC-ASGD and the
+   * value bound need it) */
   float **snap;
   int64_t *pulled_version;
   int *dead;
@@ -209,6 +212,8 @@ typedef struct {
 /* ps_server.c */
 int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
                     const void *vals, size_t nbytes, int into_state);
+int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
+                             const ps_reply_t *rep);
 int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);

@@ -47,10 +47,6 @@ static int rule(const ps_server_t *s) {
   }
 }
 
-static int needs_snapshots(const ps_server_t *s) {
-  return s->cfg->dc_asgd > 0 || rule(s) == RULE_VALUE;
-}
-
 int ps_sched_init(ps_server_t *s) {
   int r = rule(s);
   s->pool = r != RULE_CLOCK;
@@ -74,7 +70,6 @@ int ps_sched_init(ps_server_t *s) {
     s->queue[w] = -1;
     s->clock_of[w] = s->version; /* resumed: sync and ssp checkpoints count clocks */
   }
-  if (!needs_snapshots(s)) return 0;
   s->snap = calloc(n, sizeof *s->snap);
   if (!s->snap) return dt_error("out of memory");
   for (int w = 0; w < s->N; w++) {
@@ -316,11 +311,12 @@ int ps_sched_pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
   return 1;
 }
 
-/* A pull of the whole shard's parameters is what the worker computes on next. */
+/* A pull of the whole shard's parameters is what the worker computes on
+ * next: kept as its snapshot (the reply is sent from it). */
 void ps_sched_pulled(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->which != 0 || req->begin != s->r.begin || req->count != s->len) return;
   s->pulled_version[src] = s->version;
-  if (s->snap) memcpy(s->snap[src], s->params, s->len * sizeof(float));
+  memcpy(s->snap[src], s->params, s->len * sizeof(float));
 }
 
 int ps_sched_flush(ps_server_t *s, int64_t epoch, int64_t pushes) {

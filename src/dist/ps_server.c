@@ -7,9 +7,10 @@
  * the others. What a push does is the schedule's business (ps_sched.c);
  * server 0 also coordinates (ps_coord.c).
  *
- * Replies are sent without waiting; the values of a pull point into the
- * shard, so every update first waits for the pull replies still in
- * flight (ps_server_wait_state_sends). */
+ * Replies are sent without waiting. A pull of the whole shard is sent
+ * from a copy (the worker's snapshot); the values of other pulls point
+ * into the shard, so an update first waits for those still in flight
+ * (ps_server_wait_state_sends). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -51,6 +52,11 @@ int ps_server_wait_state_sends(ps_server_t *s) {
   return 0;
 }
 
+static void wait_snapshot_sends(ps_server_t *s, int w) {
+  for (int i = 0; i < s->cap_out; i++)
+    if (s->out[i].used && s->out[i].snap_of == w) out_done(s, &s->out[i], 1);
+}
+
 static ps_out_t *free_out(ps_server_t *s) {
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < s->cap_out; i++)
@@ -64,18 +70,21 @@ static int reply_tag_ok(int tag) {
   return tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0;
 }
 
-int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
-                    const void *vals, size_t nbytes, int into_state) {
+/* Sends the answer (and values) without waiting; the slot it went out
+ * in, or NULL when it could not be sent (logged: the worker may be gone). */
+static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                            const void *vals, size_t nbytes) {
   if (!reply_tag_ok(req->reply_tag)) {
     dt_log(DT_LOG_ERROR, "server %d: cannot answer rank %d: reply tag %d is not a "
            "parameter-server reply tag", s->index, src, req->reply_tag);
-    return 0;
+    return NULL;
   }
   ps_out_t *o = free_out(s);
-  if (!o) return dt_error("server %d: no reply slot free", s->index);
+  if (!o) return NULL;
   o->hdr = *rep;
   o->hdr.magic = PS_MAGIC;
-  o->into_state = into_state && nbytes > 0;
+  o->into_state = 0;
+  o->snap_of = -1;
   o->used = 1;
   if (comm_isend(s->world, src, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
       (nbytes && comm_isend(s->world, src, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
@@ -83,7 +92,28 @@ int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply
     if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
     o->hdr_req = NULL;
     o->used = 0;
+    return NULL;
   }
+  return o;
+}
+
+int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                    const void *vals, size_t nbytes, int into_state) {
+  ps_out_t *o = send_reply(s, src, req, rep, vals, nbytes);
+  if (o) o->into_state = into_state && nbytes > 0;
+  return 0;
+}
+
+/* A pull of the whole shard: the parameters are copied into the worker's
+ * snapshot and sent from there, so the next update need not wait until
+ * the worker has taken them (on an oversubscribed machine it may not run
+ * for a while). */
+int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
+                             const ps_reply_t *rep) {
+  wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
+  ps_sched_pulled(s, src, req);
+  ps_out_t *o = send_reply(s, src, req, rep, s->snap[src], s->len * sizeof(float));
+  if (o) o->snap_of = src;
   return 0;
 }
 
@@ -155,12 +185,12 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
 }
 
 static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
-  const float *base = req->which == 0 ? s->params : s->opt->state[req->which - 1];
   ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
-  DT_TRY(ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
-                         req->count * sizeof(float), 1));
-  ps_sched_pulled(s, src, req);
-  return 0;
+  if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
+    return ps_server_reply_snapshot(s, src, req, &rep);
+  const float *base = req->which == 0 ? s->params : s->opt->state[req->which - 1];
+  return ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
+                         req->count * sizeof(float), 1);
 }
 
 static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
