@@ -100,6 +100,13 @@ assert m['shards'][0]['begin'] == 0 and m['shards'][0]['end'] == m['shards'][1][
 assert not [f for f in os.listdir('$TMP/shards') if '.e1.' in f]"
 run $CK --epochs 3 --exchange ps:3 --resume "$TMP/shards" --checkpoint "$TMP/from_dir.st"
 check resume_folder_on_3_servers_bit_exact cmp -s "$TMP/full.st" "$TMP/from_dir.st"
+# batch-norm statistics live with worker 0, not on the servers: the folder keeps them too
+printf 'conv2d filters=4 kernel=3 pad=1\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/bn.model"
+BN="$CK --model $TMP/bn.model --exchange ps:2"
+run $BN --epochs 3 --checkpoint "$TMP/bn_full.st"
+run $BN --epochs 2 --checkpoint-dir "$TMP/bn_shards"
+run $BN --epochs 3 --resume "$TMP/bn_shards" --checkpoint "$TMP/bn_resumed.st"
+check resume_folder_with_batchnorm_buffers_bit_exact sh -c "ls '$TMP/bn_shards' | grep -q buffers.e2 && cmp -s '$TMP/bn_full.st' '$TMP/bn_resumed.st'"
 expect_error resume_folder_needs_ps 2 "a folder of shards needs --exchange ps:K" -- "$DTRAIN" train $CK --epochs 3 --resume "$TMP/shards"
 rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
 expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
