@@ -342,10 +342,7 @@ static int run_pool(psw_t *p, epoch_report_t *last, int *have_last) {
     int64_t e = batch / p->batches_per_epoch;
     if (e != epoch) { /* a new epoch: its order, its sums, its clock */
       epoch = e;
-      data_epoch_order(cfg->seed, e, w->order, w->train->n);
-      memset(&w->timers, 0, sizeof w->timers);
-      w->epoch_loss_sum = 0;
-      w->epoch_samples = w->epoch_correct = 0;
+      worker_begin_epoch(w, (int)e);
       t0 = dt_now();
     }
     if (compute_batch(p, batch) != 0) return dt_error_prefix("epoch %lld: ", (long long)e + 1);
