@@ -68,7 +68,11 @@ PYEOF
 done
 check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
 check staleness_lr_and_dc_asgd run --data "$SMALL" --workers 3 --exchange ps:1 --schedule async --staleness-lr --dc-asgd 0.04 --epochs 1 --quiet
-if run --data "$SMALL" --workers 4 --exchange shared --schedule async --epochs 2 --quiet --metrics "$TMP/h.jsonl" &&
+# Hogwild's unsynchronised updates are the algorithm: ThreadSanitizer would
+# report every one of them (and run for many minutes), so it is not run there.
+if [ -n "$TSAN" ]; then
+  echo "SKIP hogwild_trains_and_reports: lock-free races by design (ThreadSanitizer)"
+elif run --data "$SMALL" --workers 4 --exchange shared --schedule async --epochs 2 --quiet --metrics "$TMP/h.jsonl" &&
    grep -q '"exchange":"shared".*"staleness_mean"' "$TMP/h.jsonl" && grep -q 'test acc' "$TMP/run.out"; then
   pass hogwild_trains_and_reports; else fail hogwild_trains_and_reports "$(tail -c 300 "$TMP/run.err")"; fi
 
@@ -112,7 +116,9 @@ rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
 expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
 
 # ---- presets -------------------------------------------------------------------------
-for p in distbelief parameter-server petuum tensorflow-ps mxnet bigdl hogwild sync-backup dc-asgd; do
+presets="distbelief parameter-server petuum tensorflow-ps mxnet bigdl sync-backup dc-asgd"
+[ -n "$TSAN" ] || presets="$presets hogwild"  # see above
+for p in $presets; do
   check "preset_${p}_runs" sh -c "'$DTRAIN' train --data '$SMALL' --workers 2 --preset $p --max-steps 8 --quiet --metrics '$TMP/$p.jsonl' >/dev/null 2>&1 && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
 done
 
