@@ -9,16 +9,17 @@
  * Matching follows MPI: by (communicator, source or ANY_SOURCE, tag), in
  * posting order. Whichever side comes second makes the match, under the
  * receiver's mailbox lock; the copy itself is always done by the receiver,
- * in its next wait or test (any wait progresses every matched receive of
- * the rank, so "irecv; send; wait" on two ranks cannot deadlock).
+ * in its next wait or test (a wait copies the rank's matched receives,
+ * oldest first, until its own request is done, so "irecv; send; wait" on
+ * two ranks cannot deadlock).
  *
  * States of a request, all changed under the receiver's mailbox lock:
  * POSTED (queued, unmatched) -> MATCHED (paired, in the receiver's
  * matched queue) -> CLAIMED (the receiver is copying) -> done (atomic flag,
  * set under the owner's lock so that a sleeping owner is woken).
  *
- * A blocking wait spins briefly, then sleeps on the rank's condition
- * variable. It fails after net->timeout, when another rank has failed
+ * A blocking wait spins (or yields its core) for a while, then sleeps on
+ * the rank's condition variable (budgets in world_new). It fails after net->timeout, when another rank has failed
  * (the world's abort flag), or when the peer has finished without the
  * message, so that a broken run stops instead of hanging. */
 #include <errno.h>
