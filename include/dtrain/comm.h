@@ -49,6 +49,7 @@ typedef struct {
                       comm_req_t **req);
   int (*wait_src)(comm_t *c, comm_req_t *req, int *src, size_t *received); /* frees req */
   int (*cancel)(comm_t *c, comm_req_t *req);                                /* frees req */
+  void (*set_spin)(comm_t *c, double seconds);                              /* may be NULL */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -103,6 +104,12 @@ int comm_cancel(comm_t *c, comm_req_t *req);
  * (ties by old rank). Collective over c. */
 int comm_split(comm_t *c, int color, int key, comm_t **out);
 void comm_free(comm_t *c);
+
+/* How long a blocking wait spins before it sleeps (local; mpi ignores it).
+ * The default suits one thread per rank; a rank that runs a progress
+ * thread beside its compute thread wants a short spin, or the waiting
+ * thread takes the core the computing one needs. */
+void comm_set_wait_spin(comm_t *c, double seconds);
 
 /* Emulated compute: sleep (slowdown-1) x `seconds` so a straggler rank
  * is really slower. No-op when slowdown <= 1. */

@@ -89,6 +89,10 @@ int comm_sendrecv(comm_t *c, int dst, int stag, const void *sbuf, size_t slen,
 
 int comm_barrier(comm_t *c) { return c->ops->barrier(c); }
 
+void comm_set_wait_spin(comm_t *c, double seconds) {
+  if (c->ops->set_spin) c->ops->set_spin(c, seconds);
+}
+
 int comm_split(comm_t *c, int color, int key, comm_t **out) {
   return c->ops->split(c, color, key, out);
 }

@@ -84,7 +84,8 @@ typedef struct {
 
 typedef struct {
   int size;
-  double timeout, spin;     /* seconds */
+  double timeout;           /* seconds */
+  _Atomic double spin;      /* seconds a wait spins before sleeping (comm_set_wait_spin) */
   int yield;                /* spin with sched_yield: ranks outnumber cores */
   int emulated;
   double latency, bandwidth, *rank_latency, *rank_bandwidth, *rank_slowdown;
@@ -406,15 +407,23 @@ static int block(world_t *w, const comm_t *c, lreq_t *q, double deadline) {
 /* A short spin catches the reply of a peer without the cost of sleeping
  * (see world_new for the budgets). Returns 1 when there is something to do; 0 sends the caller to block(),
  * which also notices an abort. */
+/* Past the first PURE_SPIN seconds the spin yields its core at every turn:
+ * a rank's other threads (the compute thread, while a progress thread waits
+ * on a bucket's allreduce) may need it, and a yield costs ~1 us when no one
+ * does. */
+#define PURE_SPIN 20e-6
+
 static int spin_briefly(world_t *w, lreq_t *q) {
-  if (w->spin <= 0) return 0;
+  double spin = atomic_load_explicit(&w->spin, memory_order_relaxed);
+  if (spin <= 0) return 0;
   mailbox_t *mb = &w->mb[q->owner];
-  double until = dt_now() + w->spin;
+  double start = dt_now(), until = start + spin, pure_until = start + PURE_SPIN;
   do {
+    int yield = w->yield || dt_now() > pure_until;
     for (int i = 0; i < 64; i++) {
       if (atomic_load_explicit(&w->aborted, memory_order_relaxed)) return 0;
       if (is_done(q) || atomic_load_explicit(&mb->nmatched, memory_order_relaxed) > 0) return 1;
-      if (w->yield) sched_yield();
+      if (yield) sched_yield();
       else cpu_relax();
     }
   } while (dt_now() < until);
@@ -701,8 +710,15 @@ static void l_free(comm_t *c) {
   free(c);
 }
 
+/* Every rank of a world is set alike (they all start the same threads). */
+static void l_set_spin(comm_t *c, double seconds) {
+  world_t *w = world_of(c);
+  atomic_store_explicit(&w->spin, seconds, memory_order_relaxed);
+}
+
 static const comm_ops_t local_ops = {
     .name = "local",
+    .set_spin = l_set_spin,
     .isend = l_isend,
     .irecv = l_irecv,
     .wait = l_wait,
@@ -774,7 +790,7 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
    * cores, yield the core for up to 1 ms (the rank we wait for may need it,
    * and the core never idles; 1 MiB on 4 ranks, 2 cores: 260 -> 165 us),
    * then sleep. */
-  w->spin = size <= cores ? 5e-3 : 1e-3;
+  atomic_init(&w->spin, size <= cores ? 5e-3 : 1e-3);
   w->yield = size > cores;
   atomic_init(&w->failed_rank, -1);
   atomic_init(&w->next_comm_id, 1); /* 0 is the world */
