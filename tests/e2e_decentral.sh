@@ -10,8 +10,6 @@
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 3 --quiet --batch 16"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
-have_mpi() { command -v mpirun >/dev/null 2>&1; }
 ranks_for() { case $1 in easgd*) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
 
 # max |a - b| over the model tensors of two checkpoints must be <= tol

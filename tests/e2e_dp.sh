@@ -7,8 +7,6 @@
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 20 --epochs 1"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
-have_mpi() { command -v mpirun >/dev/null 2>&1; }
 
 # max |a - b| over all tensors of two checkpoints must be <= tol
 cat >"$TMP/cmp.py" <<'PYEOF'

@@ -10,8 +10,6 @@
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 12 --epochs 1 --batch 8"
-MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none"
-have_mpi() { command -v mpirun >/dev/null 2>&1; }
 
 cat >"$TMP/cmp.py" <<'PYEOF'
 import json, struct, sys

@@ -28,6 +28,8 @@ typedef struct {
   double *rank_latency;      /* optional per-rank override, NULL = none */
   double *rank_bandwidth;
   double *rank_slowdown;     /* compute slow-down factor per rank (stragglers) */
+  int rank_table_len;        /* entries in the rank_* tables (0 = one per rank); mpi ranks
+                              * past the end take the global value */
   double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
 } comm_net_t;
 

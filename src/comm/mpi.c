@@ -403,7 +403,9 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   int over = host_oversubscribed();
   comm_t like = {.slowdown = 1, .link_latency = over ? 10e-6 : 3e-6, .link_bandwidth = 5e9,
                  .thread_multiple = provided >= MPI_THREAD_MULTIPLE, .oversubscribed = over};
-  if (net && net->rank_slowdown && net->rank_slowdown[rank] > 1) like.slowdown = net->rank_slowdown[rank];
+  if (net && net->rank_slowdown && (net->rank_table_len == 0 || rank < net->rank_table_len) &&
+      net->rank_slowdown[rank] > 1)
+    like.slowdown = net->rank_slowdown[rank];
   MPI_Comm hc, pc;
   MPI_Comm_dup(MPI_COMM_WORLD, &hc);
   MPI_Comm_dup(MPI_COMM_WORLD, &pc);

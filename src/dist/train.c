@@ -64,13 +64,15 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
   net->bandwidth = cfg->net_bandwidth;
   *slowdown = NULL;
   if (cfg->straggler_rank >= 0) {
-    /* every rank, servers too; under mpi the size is known only after MPI_Init */
-    int n = cfg->comm == COMM_MPI ? 4096 : strategy_total_ranks(cfg);
+    /* every rank, servers too; under mpi the world size is known only after
+     * MPI_Init, so the table ends at the straggler (the rest run at speed) */
+    int n = cfg->comm == COMM_MPI ? cfg->straggler_rank + 1 : strategy_total_ranks(cfg);
     *slowdown = calloc((size_t)n, sizeof **slowdown);
     if (!*slowdown) return dt_error("out of memory");
     for (int i = 0; i < n; i++) (*slowdown)[i] = 1;
     (*slowdown)[cfg->straggler_rank] = cfg->straggler_slowdown;
     net->rank_slowdown = *slowdown;
+    net->rank_table_len = n;
   }
   return 0;
 }
