@@ -71,8 +71,14 @@ expect_error ssp_with_allreduce 2 "--schedule ssp and --exchange allreduce do no
 expect_error zero_workers 2 "option --workers" -- "$DTRAIN" train --workers 0
 expect_error bad_bandwidth 2 "'fast' is not a bandwidth" -- "$DTRAIN" train --net bandwidth=fast
 expect_error bad_algorithm 2 "option --exchange" -- "$DTRAIN" train --exchange allreduce:butterfly
-expect_error straggler_rank 2 "option --straggler: rank 5 does not exist" -- "$DTRAIN" train --workers 2 --straggler rank=5,slowdown=2
+expect_error straggler_rank 2 "option --straggler: rank 5 does not exist with 2 workers" -- "$DTRAIN" train --workers 2 --straggler rank=5,slowdown=2
 expect_error unknown_preset 2 "unknown preset 'horovodd'" -- "$DTRAIN" train --preset horovodd
+
+# ---- options naming ranks are checked against -np under mpi ------------------
+if have_mpi; then
+  check mpi_straggler_rank_1 sh -c "$MPIRUN -np 2 '$DTRAIN' train $BASE --comm mpi --straggler rank=1,slowdown=2 >/dev/null 2>&1"
+  check mpi_straggler_rank_outside_np sh -c "$MPIRUN -np 2 '$DTRAIN' train $BASE --comm mpi --straggler rank=3,slowdown=2 2>&1 | grep -q 'rank 3 does not exist with 2 workers'"
+fi
 
 # ---- a rank that dies under mpi does not leave the others hanging ------------
 if have_mpi; then

@@ -71,6 +71,9 @@ void train_config_default(train_config_t *cfg);
 /* Refuses invalid values and combinations of axes with one line naming the
  * options and what exists. */
 int train_config_check(const train_config_t *cfg);
+/* The options that name ranks (--straggler, --kill) against the number of
+ * workers; under mpi called once -np has fixed it. */
+int train_config_check_ranks(const train_config_t *cfg);
 const char *schedule_name(schedule_t s);
 const char *exchange_name(exchange_t e);
 

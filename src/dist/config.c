@@ -134,6 +134,16 @@ static int exchange_parse_param(const char *text, exchange_t *out, double *gossi
   return 0;
 }
 
+int train_config_check_ranks(const train_config_t *c) {
+  if (c->straggler_rank >= c->workers)
+    return dt_error("option --straggler: rank %d does not exist with %d workers",
+                    c->straggler_rank, c->workers);
+  if (c->kill_rank >= c->workers)
+    return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
+                    c->workers);
+  return 0;
+}
+
 /* Values first, then whether the axes combine (strategy_select). */
 int train_config_check(const train_config_t *c) {
   if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
@@ -144,12 +154,8 @@ int train_config_check(const train_config_t *c) {
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
-  if (c->straggler_rank >= c->workers)
-    return dt_error("option --straggler: rank %d does not exist with --workers %d",
-                    c->straggler_rank, c->workers);
-  if (c->kill_rank >= c->workers)
-    return dt_error("option --kill: rank %d does not exist with --workers %d", c->kill_rank,
-                    c->workers);
+  /* under mpi the number of workers comes from -np: checked once it is known */
+  if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   strategy_fn fn;
   const char *name;
   return strategy_select(c, &fn, &name);

@@ -38,6 +38,7 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
                     "(%d workers + %d server or master ranks): run mpirun -np %d", size, given,
                     exchange_name(cfg->exchange), need, given, need - given, need);
   cfg->workers = found;
+  if (train_config_check_ranks(cfg) != 0) return -1;
   return ps_check_world(cfg); /* values that depend on the number of workers */
 }
 
