@@ -12,19 +12,6 @@ make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 3 --quiet --batch 16"
 ranks_for() { case $1 in easgd*) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
 
-# max |a - b| over the model tensors of two checkpoints must be <= tol
-cat >"$TMP/cmp.py" <<'PYEOF'
-import json, struct, sys
-import numpy as np
-def load(p):
-    raw = open(p, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop("__metadata__")
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype="<f4") for k, v in h.items()}
-a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
-d = max(float(np.abs(a[k] - b[k]).max()) for k in a if not k.startswith("optimizer"))
-print(f"max abs difference {d:.3g} (tolerance {tol:g})")
-sys.exit(0 if d <= tol else 1)
-PYEOF
-close() { $PY "$TMP/cmp.py" "$1" "$2" "$3" >"$TMP/cmp.out" 2>&1; }
 
 # the last epoch line: consensus named, spread present, accuracy at least $2
 cat >"$TMP/metrics.py" <<'PYEOF'

@@ -7,6 +7,9 @@ trap 'rm -rf "$TMP"' EXIT
 # LeakSanitizer at exit now and then; leak checks stay on for the rest.
 MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none -x ASAN_OPTIONS=detect_leaks=0"
 have_mpi() { command -v mpirun >/dev/null 2>&1; }
+# close A B TOL: two checkpoints' model tensors differ by at most TOL
+# (the measured difference is left in $TMP/cmp.out)
+close() { $PY tests/ckpt_diff.py "$1" "$2" "$3" >"$TMP/cmp.out" 2>&1; }
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1${2:+: $2}"; }
 # check NAME CONDITION-COMMAND...: PASS when the command succeeds
