@@ -55,7 +55,7 @@ $(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libdtrain.a: $(LIB_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/dtrain: $(CLI_OBJ) $(BUILD)/libdtrain.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)

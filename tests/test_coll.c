@@ -144,6 +144,10 @@ static int run_op(coll_ctx_t *ctx, const op_t *op, bufs_t *b, size_t count, uint
     /* the same additions in the same order as allreduce_ring */
     RCHECK_OK(allreduce_ring(ctx, b->aux, count));
     RCHECK(len == 0 || memcmp(b->aux + off, b->buf, len * sizeof(float)) == 0);
+    /* in place: block r the same bits; allgather then completes the allreduce */
+    fill_inputs(b->aux, r, 0, count);
+    RCHECK_OK(reduce_scatter_ring_inplace(ctx, b->aux, count));
+    RCHECK(len == 0 || memcmp(b->aux + off, b->buf, len * sizeof(float)) == 0);
     break;
   }
   case OP_ALLGATHER:
@@ -345,12 +349,58 @@ static void test_count_mismatch_fails(void) {
   CHECK(dt_now() - t0 < 5);
 }
 
+/* coll_async: a queue of allreduces, reduce-scatters and allgathers,
+ * some run by the progress thread and some by the waiting caller, gives
+ * the bits the blocking calls give. */
+#define ASYNC_N 5003
+static int rank_async_matches_blocking(comm_t *c, void *arg) {
+  int r = comm_rank(c);
+  coll_ctx_t *ctx;
+  coll_async_t *a;
+  float *x = dt_alloc_floats(4 * ASYNC_N), *y = dt_alloc_floats(4 * ASYNC_N);
+  RCHECK(x && y);
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(coll_async_new(ctx, &a));
+  for (int round = 0; round < 3; round++) {
+    for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
+    double busy = -1;
+    RCHECK_OK(coll_async_wait(a, &busy)); /* nothing queued: returns at once */
+    coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N);
+    coll_async_reduce_scatter(a, x + ASYNC_N, ASYNC_N);
+    coll_async_allreduce(a, ALLREDUCE_RHD, x + 2 * ASYNC_N, ASYNC_N);
+    coll_async_allgather(a, x + ASYNC_N, ASYNC_N);
+    if (round == 1) dt_sleep_until(dt_now() + 0.002); /* let the progress thread take some */
+    coll_async_allreduce(a, ALLREDUCE_TREE, x + 3 * ASYNC_N, ASYNC_N);
+    RCHECK_OK(coll_async_wait(a, &busy));
+    RCHECK(busy >= 0);
+    RCHECK_OK(allreduce_ring(ctx, y, ASYNC_N));
+    RCHECK_OK(allreduce_ring(ctx, y + ASYNC_N, ASYNC_N));
+    RCHECK_OK(allreduce_rhd(ctx, y + 2 * ASYNC_N, ASYNC_N));
+    RCHECK_OK(allreduce_tree(ctx, y + 3 * ASYNC_N, ASYNC_N));
+    RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
+  }
+  /* a failed request is reported by the next wait, with its message */
+  coll_async_allreduce(a, ALLREDUCE_RING, x, r == 0 ? 100 : 101);
+  int rc = coll_async_wait(a, NULL);
+  coll_async_free(a);
+  coll_ctx_free(ctx);
+  dt_free(x), dt_free(y);
+  RCHECK(rc != 0 && strstr(dt_errmsg(), "allreduce ring") != NULL);
+  return 0;
+}
+
+static void test_async_matches_blocking(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_async_matches_blocking, NULL));
+  CHECK_OK(comm_local_run(3, NULL, rank_async_matches_blocking, NULL));
+}
+
 int main(void) {
   RUN(test_algo_names);
   RUN(test_block_partition);
   RUN(test_auto_choice);
   RUN(test_collective_tags_apart);
   RUN(test_count_mismatch_fails);
+  RUN(test_async_matches_blocking);
   RUN(test_collectives_1_to_9_ranks);
   TEST_MAIN_END();
 }

@@ -62,6 +62,10 @@ int reduce_tree(coll_ctx_t *ctx, int root, float *buf, size_t count);
 /* Rank r ends with the sum of block r in out (block sizes from
  * coll_block(): count split into size nearly equal contiguous parts). */
 int reduce_scatter_ring(coll_ctx_t *ctx, const float *in, float *out, size_t count);
+/* The same, in place: rank r's block r of buf ends as the sum (the other
+ * blocks hold partial sums). With allgather_ring after it, this is
+ * allreduce_ring, bit for bit. */
+int reduce_scatter_ring_inplace(coll_ctx_t *ctx, float *buf, size_t count);
 /* Each rank contributes block r (in place in buf); all end with all. */
 int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
 /* root's out (size x count_per_rank floats) gets rank i's in at i x count. */
@@ -69,18 +73,23 @@ int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_
 void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
 #endif
 
-/* ---- overlap: allreduces run by a progress thread ----------------------
+/* ---- overlap: collectives run beside the caller's compute --------------
  * Data parallelism starts a bucket's allreduce as soon as backpropagation
- * has produced its gradients, and keeps computing. Requests run in
- * submission order on one thread per context, so every rank must submit
- * the same sequence (which synchronous training does). */
+ * has produced its gradients, and keeps computing. Requests run one at a
+ * time in submission order, on a progress thread or, once the caller
+ * waits, on the caller's; every rank must submit the same sequence (which
+ * synchronous training does). */
 #ifndef DTRAIN_COLL_ASYNC
 #define DTRAIN_COLL_ASYNC
 typedef struct coll_async coll_async_t;
 int coll_async_new(coll_ctx_t *ctx, coll_async_t **out);
-int coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count);
-/* Blocks until every submitted request is done. *busy_sec: seconds the
- * progress thread spent communicating since the previous wait. */
+void coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count);
+/* In place, ring layout: reduce-scatter leaves the sum of block r
+ * (coll_block) in rank r's buf; allgather spreads each rank's block r. */
+void coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count);
+void coll_async_allgather(coll_async_t *a, float *buf, size_t count);
+/* Runs or waits for every submitted request. *busy_sec: seconds spent
+ * communicating since the previous wait. */
 int coll_async_wait(coll_async_t *a, double *busy_sec);
 void coll_async_free(coll_async_t *a);
 #endif

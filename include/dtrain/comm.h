@@ -107,10 +107,10 @@ int comm_cancel(comm_t *c, comm_req_t *req);
 int comm_split(comm_t *c, int color, int key, comm_t **out);
 void comm_free(comm_t *c);
 
-/* How long a blocking wait spins before it sleeps (local; mpi ignores it).
- * The default suits one thread per rank; a rank that runs a progress
- * thread beside its compute thread wants a short spin, or the waiting
- * thread takes the core the computing one needs. */
+/* How long the calling thread's blocking waits spin before they sleep
+ * (local; mpi ignores it). The default suits one thread per rank; a
+ * progress thread beside a rank's compute thread wants a short spin, or
+ * it takes the core the computing one needs. */
 void comm_set_wait_spin(comm_t *c, double seconds);
 
 /* Emulated compute: sleep (slowdown-1) x `seconds` so a straggler rank

@@ -9,7 +9,9 @@
  * left's partial of block r-s-2 and adds its own input to it. Partials
  * alternate between two work buffers (the one being sent and the one being
  * received); the last step lands in out. Same order of additions as
- * allreduce_ring, so the blocks are bitwise equal to its result. */
+ * allreduce_ring, so the blocks are bitwise equal to its result.
+ * reduce_scatter_ring_inplace is those steps in place, pipelined as in the
+ * allreduce (sharded optimizer steps use it with allgather_ring). */
 #include "coll_internal.h"
 
 static int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -39,5 +41,12 @@ int reduce_scatter_ring(coll_ctx_t *ctx, const float *in, float *out, size_t cou
     if (coll_wait_sends(ctx) != 0) return dt_error_prefix("reduce-scatter ring: ");
     send = dst;
   }
+  return 0;
+}
+
+int reduce_scatter_ring_inplace(coll_ctx_t *ctx, float *buf, size_t count) {
+  int P = ctx->comm->size;
+  if (coll_ring_steps(ctx, buf, count, 0, P - 1, TAG_REDUCE_SCATTER) != 0)
+    return dt_error_prefix("reduce-scatter ring: ");
   return 0;
 }

@@ -85,7 +85,7 @@ typedef struct {
 typedef struct {
   int size;
   double timeout;           /* seconds */
-  _Atomic double spin;      /* seconds a wait spins before sleeping (comm_set_wait_spin) */
+  double spin;              /* seconds a wait spins before sleeping, unless the thread set its own */
   int yield;                /* spin with sched_yield: ranks outnumber cores */
   int emulated;
   double latency, bandwidth, *rank_latency, *rank_bandwidth, *rank_slowdown;
@@ -413,8 +413,11 @@ static int block(world_t *w, const comm_t *c, lreq_t *q, double deadline) {
  * does. */
 #define PURE_SPIN 20e-6
 
+/* The calling thread's spin budget (comm_set_wait_spin); < 0 = the world's. */
+static _Thread_local double thread_spin = -1;
+
 static int spin_briefly(world_t *w, lreq_t *q) {
-  double spin = atomic_load_explicit(&w->spin, memory_order_relaxed);
+  double spin = thread_spin >= 0 ? thread_spin : w->spin;
   if (spin <= 0) return 0;
   mailbox_t *mb = &w->mb[q->owner];
   double start = dt_now(), until = start + spin, pure_until = start + PURE_SPIN;
@@ -710,10 +713,11 @@ static void l_free(comm_t *c) {
   free(c);
 }
 
-/* Every rank of a world is set alike (they all start the same threads). */
+/* Per thread: a rank's progress thread wants a short spin while its
+ * compute thread, waiting with nothing else to do, keeps the long one. */
 static void l_set_spin(comm_t *c, double seconds) {
-  world_t *w = world_of(c);
-  atomic_store_explicit(&w->spin, seconds, memory_order_relaxed);
+  (void)c;
+  thread_spin = seconds;
 }
 
 static const comm_ops_t local_ops = {
@@ -790,7 +794,7 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
    * cores, yield the core for up to 1 ms (the rank we wait for may need it,
    * and the core never idles; 1 MiB on 4 ranks, 2 cores: 260 -> 165 us),
    * then sleep. */
-  atomic_init(&w->spin, size <= cores ? 5e-3 : 1e-3);
+  w->spin = size <= cores ? 5e-3 : 1e-3;
   w->yield = size > cores;
   atomic_init(&w->failed_rank, -1);
   atomic_init(&w->next_comm_id, 1); /* 0 is the world */
