@@ -41,6 +41,27 @@ check overlap_does_not_change_result cmp -s "$TMP/ring.a" "$TMP/nooverlap.st"
 "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:ring --bucket-mb 0 --checkpoint "$TMP/perlayer.st" >/dev/null
 if close "$TMP/ring.a" "$TMP/perlayer.st" $TOL; then pass "per_layer_buckets_equal_to_rounding"; else fail per_layer_buckets_equal_to_rounding "$(cat "$TMP/cmp.out")"; fi
 
+# ---- synchronous data parallelism through shared memory (local) --------------
+for n in 2 3 4 8; do
+  "$DTRAIN" train $BASE --batch 8 --workers $n --exchange shared --schedule sync --checkpoint "$TMP/shm_$n.st" >/dev/null
+  if close "$TMP/one_$n.st" "$TMP/shm_$n.st" $TOL; then pass "shared_sync_${n}_workers_equal_one_worker_${n}x_batch($(cat "$TMP/cmp.out"))"; else fail "shared_sync_${n}_workers_equal_one_worker_${n}x_batch" "$(cat "$TMP/cmp.out")"; fi
+done
+"$DTRAIN" train $BASE --batch 8 --workers 4 --exchange shared --schedule sync --checkpoint "$TMP/shm_4b.st" >/dev/null
+check shared_sync_deterministic cmp -s "$TMP/shm_4.st" "$TMP/shm_4b.st"
+# Adam keeps two state arenas, sharded over the ranks
+ADAM="--data $SMALL --optimizer adam --lr 0.002 --seed 3 --quiet --max-steps 20 --epochs 1"
+"$DTRAIN" train $ADAM --batch 24 --workers 1 --checkpoint "$TMP/adam_1.st" >/dev/null
+"$DTRAIN" train $ADAM --batch 8 --workers 3 --exchange shared --schedule sync --checkpoint "$TMP/adam_3.st" >/dev/null
+if close "$TMP/adam_1.st" "$TMP/adam_3.st" 1e-4; then pass "shared_sync_adam_equals_one_worker($(cat "$TMP/cmp.out"))"; else fail shared_sync_adam_equals_one_worker "$(cat "$TMP/cmp.out")"; fi
+# resume: the sharded state is saved whole and shared again
+RES="--data $SMALL --batch 8 --workers 4 --exchange shared --schedule sync --lr 0.05 --momentum 0.9 --seed 5 --quiet"
+"$DTRAIN" train $RES --epochs 3 --checkpoint "$TMP/shm_a.st" >/dev/null
+"$DTRAIN" train $RES --epochs 2 --checkpoint "$TMP/shm_c.st" >/dev/null
+"$DTRAIN" train $RES --epochs 3 --resume "$TMP/shm_c.st" --checkpoint "$TMP/shm_c.st" >/dev/null
+check shared_sync_resume_bit_exact cmp -s "$TMP/shm_a.st" "$TMP/shm_c.st"
+expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars
+expect_error shared_sync_needs_local 2 "option --exchange shared needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule sync --comm mpi
+
 for p in horovod pytorch-ddp firecaffe naive-ps; do
   check "preset_${p}_runs" sh -c "'$DTRAIN' train $BASE --workers 2 --preset $p --metrics '$TMP/$p.jsonl' >/dev/null && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
 done

@@ -109,7 +109,7 @@ done
 
 # ---- bad combinations and values: one line naming the option ---------------------------
 expect_error shared_needs_async 2 "--schedule ssp and --exchange shared do not combine" -- "$DTRAIN" train --exchange shared --schedule ssp:3
-expect_error shared_needs_local 2 "hogwild needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule async --comm mpi
+expect_error shared_needs_local 2 "option --exchange shared needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule async --comm mpi
 expect_error kill_needs_ps 2 "option --kill: needs --exchange ps:K" -- "$DTRAIN" train --workers 4 --kill rank=2,at-step=3
 expect_error kill_not_worker_0 2 "worker 0 reports the run" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule async --kill rank=0,at-step=3
 expect_error fetch_every_needs_async 2 "--fetch-every and --push-every apply to Downpour" -- "$DTRAIN" train --workers 2 --exchange ps:1 --fetch-every 2

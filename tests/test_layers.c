@@ -669,7 +669,33 @@ static void test_kind_table(void) {
   CHECK(layer_ops_for(LAYER_KIND_COUNT) == NULL);
 }
 
+/* kern_sum adds in input order, chunk by chunk, so the output may be one
+ * of the inputs (shared-memory data parallelism sums into its own
+ * gradients): the same bits as a plain left-to-right sum. */
+static void test_kern_sum_in_order(void) {
+  size_t sizes[] = {0, 1, 511, 512, 513, 2000};
+  float *x[4], *ref = dt_alloc_floats(2000);
+  for (int q = 0; q < 4; q++) x[q] = dt_alloc_floats(2000);
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (int k = 1; k <= 4; k++) {
+      size_t n = sizes[si];
+      for (int q = 0; q < 4; q++)
+        for (size_t i = 0; i < n; i++) x[q][i] = (float)((i * 7919 + (size_t)q * 104729) % 1000) * 0x1p-7f * (q & 1 ? -1.0f : 1.0f) * (float)(1 << (q * 5));
+      for (size_t i = 0; i < n; i++) {
+        float s = x[0][i];
+        for (int q = 1; q < k; q++) s += x[q][i];
+        ref[i] = s;
+      }
+      float *out = x[k - 1]; /* aliases the last input */
+      kern_sum(n, k, (const float *const *)x, out);
+      CHECK(n == 0 || memcmp(out, ref, n * sizeof(float)) == 0);
+    }
+  for (int q = 0; q < 4; q++) dt_free(x[q]);
+  dt_free(ref);
+}
+
 int main(void) {
+  RUN(test_kern_sum_in_order);
   RUN(test_kind_table);
   RUN(test_setup_errors);
   RUN(test_init_bounds);

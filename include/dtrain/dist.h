@@ -149,6 +149,8 @@ void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *coun
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             grad_ready_fn ready, void *ctx);
 void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
+/* The same on some segments of the arena only (a sharded optimizer). */
+void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
 /* Summed test loss and correct count of this worker's model over test
  * samples [begin, end) (strategies shard the test set over ranks). */
 void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct);
@@ -170,6 +172,14 @@ int worker_load_checkpoint(worker_t *w, const char *path);
 /* Strategies: each runs the epochs of one rank. */
 typedef int (*strategy_fn)(worker_t *w);
 int strategy_data_parallel(worker_t *w);
+/* The synchronous epoch loop of data parallelism (data_parallel.c):
+ * step(state, k) runs global step k of the epoch on this rank; test metrics
+ * sharded over ranks, progress, reports. */
+typedef int (*sync_step_fn)(void *state, int64_t k);
+int sync_run_epochs(worker_t *w, sync_step_fn step, void *state);
+/* Synchronous data parallelism through shared memory (local): one
+ * parameter arena, each rank reduces and steps its block (shared_sync.c). */
+int strategy_shared_sync(worker_t *w);
 /* Parameter servers (docs/PARAMETER_SERVER.md): the workers' loop (needs
  * w->world with the server ranks), and the whole of one rank of such a run:
  * ranks 0..N-1 are workers, N..N+K-1 servers (ps_worker.c). */

@@ -34,11 +34,16 @@ typedef struct {
   size_t n;                 /* arena length the state covers */
   int nstate;               /* state arenas in use (0..2) */
   float *state[2];          /* sgd/lars: velocity; adam: m, v; rmsprop: square avg, momentum buf */
+  float *state_own[2];      /* the optimizer's arenas; state may point elsewhere */
   int64_t steps;            /* steps taken (Adam's bias correction) */
 } optimizer_t;
 
 int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out);
 void optim_free(optimizer_t *o);
+/* Keeps the state in `arena` (nstate x n floats, owned by the caller;
+ * ranks sharing memory step one copy), or back in the optimizer's own
+ * arenas with NULL. */
+void optim_use_state(optimizer_t *o, float *arena);
 const char *optim_state_name(const optimizer_t *o, int i);   /* "momentum_buffer", "exp_avg", ... */
 
 /* One step over the given segments of params/grads (offsets index the

@@ -14,8 +14,8 @@ static int shares_memory(const comm_t *c) {
 int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (!shares_memory(c))
-    return dt_error("hogwild needs shared memory: use --comm local (ranks of --comm %s are "
-                    "separate processes)", c->ops && c->ops->name ? c->ops->name : "?");
+    return dt_error("shared memory needs --comm local (ranks of --comm %s are separate "
+                    "processes)", c->ops && c->ops->name ? c->ops->name : "?");
   uint64_t addr = 0;
   if (c->rank != 0) {
     DT_TRY(comm_recv(c, 0, COMM_TAG_SHARED, &addr, sizeof addr));
@@ -36,7 +36,10 @@ int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr) {
 }
 
 int comm_shared_free(comm_t *c, void *ptr) {
-  int rc = comm_barrier(c); /* nobody touches it any more */
-  if (c->rank == 0) dt_free(ptr);
+  /* Once every rank is here nobody touches it any more. If the barrier
+   * fails (a rank failed), another may still be using it: left allocated,
+   * as the run is ending anyway. */
+  int rc = comm_barrier(c);
+  if (rc == 0 && c->rank == 0) dt_free(ptr);
   return rc;
 }

@@ -38,6 +38,22 @@ void kern_add(size_t n, const float *restrict x, float *restrict y) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* In chunks that stay in L1: each chunk is summed into acc from every
+ * input before it is written, so y may alias an input. */
+void kern_sum(size_t n, int k, const float *const *x, float *y) {
+  enum { CHUNK = 512 };
+  float acc[CHUNK];
+  for (size_t i = 0; i < n; i += CHUNK) {
+    size_t m = n - i < CHUNK ? n - i : CHUNK;
+    memcpy(acc, x[0] + i, m * sizeof(float));
+    for (int q = 1; q < k; q++) {
+      const float *restrict xq = x[q] + i;
+      for (size_t j = 0; j < m; j++) acc[j] += xq[j];
+    }
+    memcpy(y + i, acc, m * sizeof(float));
+  }
+}
+
 void kern_copy(size_t n, const float *x, float *y) {
   if (n && x != y) memmove(y, x, n * sizeof(float));
 }

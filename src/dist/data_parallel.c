@@ -79,7 +79,8 @@ static int exchange_gradients(dp_state_t *s, double backward_end) {
   return 0;
 }
 
-static int train_step(dp_state_t *s, int64_t k) {
+static int train_step(void *state, int64_t k) {
+  dp_state_t *s = state;
   worker_t *w = s->w;
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
@@ -111,8 +112,7 @@ static int epoch_metrics(worker_t *w, epoch_report_t *r) {
   return 0;
 }
 
-static int run_epochs(dp_state_t *s) {
-  worker_t *w = s->w;
+int sync_run_epochs(worker_t *w, sync_step_fn step, void *state) {
   const train_config_t *cfg = w->cfg;
   epoch_report_t r = {0};
   int have_report = 0;
@@ -123,7 +123,7 @@ static int run_epochs(dp_state_t *s) {
     int64_t k = 0;
     for (; k < w->steps_per_epoch; k++) {
       if (cfg->max_steps && w->step >= cfg->max_steps) break;
-      if (train_step(s, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+      if (step(state, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
       worker_progress(w, epoch, k, w->steps_per_epoch);
     }
     double train_sec = dt_now() - t0;
@@ -145,7 +145,7 @@ int strategy_data_parallel(worker_t *w) {
   dp_state_t s = {.w = w};
   int rc = plan_buckets(&s);
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap) rc = coll_async_new(w->coll, &s.async);
-  if (rc == 0) rc = run_epochs(&s);
+  if (rc == 0) rc = sync_run_epochs(w, train_step, &s);
   coll_async_free(s.async);
   free(s.buckets);
   return rc;

@@ -63,7 +63,8 @@ static int check_faults(const train_config_t *c) {
 
 int ps_check(const train_config_t *c) {
   if (c->exchange == EXCHANGE_SHARED && c->comm != COMM_LOCAL)
-    return dt_error("hogwild needs shared memory: use --comm local (--exchange shared)");
+    return dt_error("option --exchange shared needs shared memory: use --comm local (ranks of "
+                    "--comm mpi are separate processes; --exchange allreduce works on both)");
   if (c->exchange == EXCHANGE_PS && c->optimization != OPTIMIZATION_CENTRAL)
     return dt_error("option --exchange ps:K: parameter servers are centralized optimization "
                     "(use --optimization central)");

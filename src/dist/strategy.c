@@ -21,9 +21,15 @@ static int select_central(const train_config_t *c, strategy_fn *fn, const char *
     return 0;
   }
   if (c->exchange == EXCHANGE_SHARED) {
+    if (c->schedule == SCHEDULE_SYNC) {
+      *fn = strategy_shared_sync;
+      *name = "synchronous data parallelism (shared memory)";
+      return 0;
+    }
     if (c->schedule != SCHEDULE_ASYNC)
-      return dt_error("options --schedule %s and --exchange shared do not combine: Hogwild "
-                      "updates are asynchronous (use --schedule async, or --exchange ps:K for %s)",
+      return dt_error("options --schedule %s and --exchange shared do not combine: shared "
+                      "memory is --schedule sync (one arena, sharded steps) or async (Hogwild) "
+                      "(use --exchange ps:K for %s)",
                       schedule_name(c->schedule), schedule_name(c->schedule));
     *fn = strategy_hogwild;
     *name = "Hogwild (shared memory)";

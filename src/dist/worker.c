@@ -133,10 +133,12 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   return 0;
 }
 
-void worker_apply_update(worker_t *w) {
+void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
+
+void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
   double t0 = dt_now();
   float lr = (float)lr_at(&w->sched, w->step);
-  optim_step(w->opt, w->model->params, w->model->grads, w->segs, w->nsegs, lr);
+  optim_step(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
   w->step++;
   w->timers.compute += dt_now() - t0;
 }

@@ -86,7 +86,7 @@ int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
   o->n = n;
   o->nstate = state_count(cfg);
   for (int i = 0; i < o->nstate; i++)
-    if (!(o->state[i] = dt_alloc_floats(n))) {
+    if (!(o->state[i] = o->state_own[i] = dt_alloc_floats(n))) {
       optim_free(o);
       return dt_error_prefix("optimizer %s state: ", optim_kind_name(cfg->kind));
     }
@@ -96,8 +96,12 @@ int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
 
 void optim_free(optimizer_t *o) {
   if (!o) return;
-  for (int i = 0; i < 2; i++) dt_free(o->state[i]);
+  for (int i = 0; i < 2; i++) dt_free(o->state_own[i]);
   free(o);
+}
+
+void optim_use_state(optimizer_t *o, float *arena) {
+  for (int i = 0; i < o->nstate; i++) o->state[i] = arena ? arena + (size_t)i * o->n : o->state_own[i];
 }
 
 const char *optim_state_name(const optimizer_t *o, int i) {
