@@ -40,6 +40,8 @@ static const char *TRAIN_HELP =
     "  --optimization central|decentral   [central]\n"
     "  --schedule sync|async|ssp:S|value:V|backup:B   [sync]\n"
     "  --exchange allreduce:ring|rhd|tree|naive|hier|auto|ps:K|...   [allreduce:auto]\n"
+    "                            shared: one machine's shared memory (--comm local); with\n"
+    "                            --schedule sync a sharded optimizer, with async Hogwild\n"
     "  --bucket-mb X             gradient bucket size; 0 = one bucket per layer [25]\n"
     "  --overlap on|off          start bucket allreduces during backprop [on]\n"
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local\n"

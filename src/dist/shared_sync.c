@@ -3,21 +3,20 @@
  *
  * Each step every rank reads the others' memory in place instead of
  * sending messages: rank r sums block r (coll_block) of every rank's
- * gradient arena, steps block r of its parameters with block r of one
- * shared optimizer state, and publishes that block in a shared parameter
- * arena; then it copies the other ranks' new blocks from there. The
- * optimizer is thus sharded (each rank does 1/P of its work and touches
- * 1/P of its state, as in ZeRO stage 1), and the only data crossing
- * between cores is what must: the others' gradients for this rank's block,
- * and their blocks of the new parameters, once each, in streams.
- * Parameters stay private to each rank: sgemm reading a shared arena that
- * another core has just written runs ~20% slower here (measured) than on
- * a private copy.
+ * gradient arena, steps block r of its own parameters with block r of one
+ * shared optimizer state, then copies each other rank q's new block q
+ * straight from q's parameters. The optimizer is thus sharded (each rank
+ * does 1/P of its work and touches 1/P of its state, as in ZeRO stage 1),
+ * and the only data crossing between cores is what must: the others'
+ * gradients for this rank's block, and their blocks of the new
+ * parameters, once each, in streams. Each rank keeps its own copy of the
+ * parameters: sgemm reading one shared arena that another core has just
+ * written ran ~20% slower here (measured) than on a private copy.
  *
  * Two barriers a step: every gradient is complete before anyone sums it,
- * and every block is published before anyone copies it. A rank publishes
- * again only after the next step's first barrier, which the others pass
- * once they have copied. Sums run in rank order, so runs are bitwise
+ * and every block is stepped before anyone copies it. A rank writes its
+ * block again only after the next step's first barrier, which the others
+ * pass once they have copied it. Sums run in rank order, so runs are bitwise
  * repeatable and equal one worker with a P-times larger batch to rounding.
  * LARS scales each tensor by its norms, which a block does not hold whole:
  * refused. */
@@ -28,8 +27,9 @@
 
 typedef struct {
   worker_t *w;
-  float *published, *state;       /* shared arenas: new parameters, optimizer state */
-  const float **grads;            /* shared: every rank's gradient arena */
+  float *state;                   /* shared optimizer state */
+  const float **grads;            /* shared: every rank's gradient arena ... */
+  const float **params;           /* ... and parameter arena */
   const float **from;             /* this rank's block of each of them */
   optim_segment_t block;          /* this rank's part of the arena */
 } shared_sync_t;
@@ -62,16 +62,17 @@ static int setup(shared_sync_t *s) {
     return dt_error("options --optimizer lars and --exchange shared --schedule sync do not "
                     "combine: LARS needs whole tensors, a rank steps a block (use --exchange "
                     "allreduce)");
-  DT_TRY(share_arena(c, m->params, m->nparams, &s->published));
-  memcpy(m->params, s->published, m->nparams * sizeof(float)); /* rank 0's, on every rank */
   DT_TRY(share_optimizer_state(s));
-  DT_TRY(comm_shared_alloc(c, (size_t)w->nranks * sizeof(float *), (void **)&s->grads));
+  DT_TRY(comm_shared_alloc(c, 2 * (size_t)w->nranks * sizeof(float *), (void **)&s->grads));
+  s->params = s->grads + w->nranks;
   s->grads[w->rank] = m->grads;
+  s->params[w->rank] = m->params;
   coll_block(m->nparams, w->nranks, w->rank, &s->block.off, &s->block.len);
   if (!(s->from = calloc((size_t)w->nranks, sizeof *s->from))) return dt_error("out of memory");
-  DT_TRY(comm_barrier(c)); /* the table is complete */
+  DT_TRY(comm_barrier(c)); /* the tables are complete */
   for (int q = 0; q < w->nranks; q++) s->from[q] = s->grads[q] + s->block.off;
-  return 0;
+  if (w->rank != 0) memcpy(m->params, s->params[0], m->nparams * sizeof(float));
+  return comm_barrier(c); /* rank 0's parameters on every rank */
 }
 
 /* The optimizer back on its own arenas, holding the shared state. */
@@ -84,16 +85,15 @@ static void teardown(shared_sync_t *s) {
   }
   if (s->grads) comm_shared_free(s->w->comm, s->grads);
   if (s->state) comm_shared_free(s->w->comm, s->state);
-  if (s->published) comm_shared_free(s->w->comm, s->published);
 }
 
-/* The others' blocks of the new parameters, from the shared arena. */
+/* The others' blocks of the new parameters, from their arenas. */
 static void copy_other_blocks(shared_sync_t *s) {
   worker_t *w = s->w;
   for (int q = 0; q < w->nranks; q++) {
     size_t off, len;
     coll_block(w->model->nparams, w->nranks, q, &off, &len);
-    if (q != w->rank) memcpy(w->model->params + off, s->published + off, len * sizeof(float));
+    if (q != w->rank) memcpy(w->model->params + off, s->params[q] + off, len * sizeof(float));
   }
 }
 
@@ -110,8 +110,7 @@ static int train_step(void *state, int64_t k) {
   double t1 = dt_now();
   worker_apply_update_segs(w, &s->block, 1);
   double t2 = dt_now();
-  memcpy(s->published + s->block.off, m->params + s->block.off, s->block.len * sizeof(float));
-  if (comm_barrier(w->comm) != 0) return -1; /* every block is published */
+  if (comm_barrier(w->comm) != 0) return -1; /* every block is stepped */
   copy_other_blocks(s);
   double comm = (t1 - t0) + (dt_now() - t2);
   w->timers.comm += comm;
