@@ -11,7 +11,7 @@ same run:
   4. overlap: lenet, 2 workers, emulated 1 Gbit/s link: the part of the
      communication time hidden behind backprop (from dtrain's metrics).
 usage: bench/ddp_vs_pytorch.py [--rounds 5] [--epochs 5] [--lr 0.05] [--target 0.88] [--skip-accuracy]"""
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTRAIN = os.path.join(ROOT, "build", "dtrain")
@@ -88,6 +88,7 @@ def main():
         for k, f in configs.items():
             got[k].append(f())
     best = {k: max(v) for k, v in got.items()}
+    median = {k: statistics.median(v) for k, v in got.items()}
     one, pair = best["dtrain 1 worker"], best["2 x dtrain 1 worker, concurrently"]
     print(f"mlp, batch 64 per worker, {args.steps} steps, best of {args.rounds} interleaved rounds (samples/s):")
     for k, v in best.items():
@@ -96,11 +97,17 @@ def main():
     ddp = best["PyTorch DDP 2 procs"]
     print(f"  ceiling (two independent 1-worker processes): {pair / one:.2f}x; dtrain 2 workers reach "
           f"{two / one:.2f}x = {two / pair:.0%} of it; dtrain / PyTorch DDP {two / ddp:.2f}x")
+    m1 = median["dtrain 1 worker"]
+    print("  medians instead of best rounds: " + ", ".join(
+        f"{k.replace('dtrain ', '')} {v / m1:.2f}x" for k, v in median.items() if k != "dtrain 1 worker"))
     rows = [{"bench": "ddp_scaling", "rounds": args.rounds, "dtrain_1": round(one), "pair_of_1": round(pair),
              "dtrain_2_ddp_preset": round(best["dtrain 2 workers pytorch-ddp"]),
              "dtrain_2_shared_sync": round(best["dtrain 2 workers shared sync"]),
              "scaling": round(two / one, 3), "ceiling": round(pair / one, 3),
-             "pytorch_ddp_2": round(ddp), "ratio_vs_ddp": round(two / ddp, 3)}]
+             "pytorch_ddp_2": round(ddp), "ratio_vs_ddp": round(two / ddp, 3),
+             "median_scaling_shared_sync": round(median["dtrain 2 workers shared sync"] / m1, 3),
+             "median_scaling_ddp_preset": round(median["dtrain 2 workers pytorch-ddp"] / m1, 3),
+             "median_ceiling": round(median["2 x dtrain 1 worker, concurrently"] / m1, 3)}]
     if not args.skip_accuracy:
         d = dtrain(*common, "--workers", 2, "--preset", "pytorch-ddp", "--epochs", args.epochs)
         ep = [e for e in d if e["event"] == "epoch"]
