@@ -7,6 +7,7 @@
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 20 --epochs 1"
+ADAM0="--data $SMALL --optimizer adam --lr 0.002 --seed 3 --quiet --max-steps 20 --epochs 1"
 
 
 # float sums in another order: tolerance 2e-5 absolute on weights of size ~0.05
@@ -41,6 +42,26 @@ check overlap_does_not_change_result cmp -s "$TMP/ring.a" "$TMP/nooverlap.st"
 "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:ring --bucket-mb 0 --checkpoint "$TMP/perlayer.st" >/dev/null
 if close "$TMP/ring.a" "$TMP/perlayer.st" $TOL; then pass "per_layer_buckets_equal_to_rounding"; else fail per_layer_buckets_equal_to_rounding "$(cat "$TMP/cmp.out")"; fi
 
+# ---- sharded optimizer (ZeRO-1): the bits of the unsharded ring, optimizer
+# state (gathered for the checkpoint) included, with and without overlap, on
+# both transports ---------------------------------------------------------------
+for n in 2 3 4; do
+  "$DTRAIN" train $BASE --batch 8 --workers $n --exchange allreduce:ring --shard-optimizer on --checkpoint "$TMP/zero_$n.st" >/dev/null
+  check "shard_optimizer_${n}_bitwise_equals_ring" cmp -s "$TMP/local_$n.st" "$TMP/zero_$n.st"
+  if have_mpi; then
+    $MPIRUN -np $n "$DTRAIN" train $BASE --batch 8 --comm mpi --exchange allreduce:ring --shard-optimizer on --checkpoint "$TMP/zero_mpi_$n.st" >/dev/null 2>"$TMP/mpi.err"
+    check "mpi_shard_optimizer_${n}_bitwise_equals_ring" cmp -s "$TMP/local_$n.st" "$TMP/zero_mpi_$n.st"
+  fi
+done
+"$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:ring --shard-optimizer on --overlap off --checkpoint "$TMP/zero_seq.st" >/dev/null
+check shard_optimizer_without_overlap_same_bits cmp -s "$TMP/local_4.st" "$TMP/zero_seq.st"
+"$DTRAIN" train $ADAM0 --batch 8 --workers 3 --exchange allreduce:ring --checkpoint "$TMP/adam_ring.st" >/dev/null
+"$DTRAIN" train $ADAM0 --batch 8 --workers 3 --exchange allreduce:ring --shard-optimizer on --checkpoint "$TMP/adam_zero.st" >/dev/null
+check shard_optimizer_adam_same_bits cmp -s "$TMP/adam_ring.st" "$TMP/adam_zero.st"
+expect_error shard_needs_ring 2 "option --shard-optimizer: needs --exchange allreduce:ring" -- "$DTRAIN" train --workers 2 --exchange allreduce:rhd --shard-optimizer on
+expect_error shard_needs_allreduce 2 "option --shard-optimizer: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --exchange ps:1 --shard-optimizer on
+expect_error shard_no_lars 2 "options --shard-optimizer and --optimizer lars do not combine" -- "$DTRAIN" train --workers 2 --shard-optimizer on --optimizer lars
+
 # ---- synchronous data parallelism through shared memory (local) --------------
 for n in 2 3 4 8; do
   "$DTRAIN" train $BASE --batch 8 --workers $n --exchange shared --schedule sync --checkpoint "$TMP/shm_$n.st" >/dev/null
@@ -49,9 +70,8 @@ done
 "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange shared --schedule sync --checkpoint "$TMP/shm_4b.st" >/dev/null
 check shared_sync_deterministic cmp -s "$TMP/shm_4.st" "$TMP/shm_4b.st"
 # Adam keeps two state arenas, sharded over the ranks
-ADAM="--data $SMALL --optimizer adam --lr 0.002 --seed 3 --quiet --max-steps 20 --epochs 1"
-"$DTRAIN" train $ADAM --batch 24 --workers 1 --checkpoint "$TMP/adam_1.st" >/dev/null
-"$DTRAIN" train $ADAM --batch 8 --workers 3 --exchange shared --schedule sync --checkpoint "$TMP/adam_3.st" >/dev/null
+"$DTRAIN" train $ADAM0 --batch 24 --workers 1 --checkpoint "$TMP/adam_1.st" >/dev/null
+"$DTRAIN" train $ADAM0 --batch 8 --workers 3 --exchange shared --schedule sync --checkpoint "$TMP/adam_3.st" >/dev/null
 if close "$TMP/adam_1.st" "$TMP/adam_3.st" 1e-4; then pass "shared_sync_adam_equals_one_worker($(cat "$TMP/cmp.out"))"; else fail shared_sync_adam_equals_one_worker "$(cat "$TMP/cmp.out")"; fi
 # resume: the sharded state is saved whole and shared again
 RES="--data $SMALL --batch 8 --workers 4 --exchange shared --schedule sync --lr 0.05 --momentum 0.9 --seed 5 --quiet"

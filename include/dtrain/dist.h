@@ -44,6 +44,7 @@ typedef struct {
   int tree_fanout;              /* tree:F */
   size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
   int overlap;                  /* start bucket allreduces during backprop */
+  int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
   int staleness_lr;             /* divide the step by the staleness */

@@ -44,6 +44,8 @@ static const char *TRAIN_HELP =
     "                            --schedule sync a sharded optimizer, with async Hogwild\n"
     "  --bucket-mb X             gradient bucket size; 0 = one bucket per layer [25]\n"
     "  --overlap on|off          start bucket allreduces during backprop [on]\n"
+    "  --shard-optimizer on|off  allreduce:ring: each rank steps 1/N of the parameters with\n"
+    "                            1/N of the optimizer work (ZeRO stage 1) [off]\n"
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local\n"
     "  --straggler rank=R,slowdown=F        slow down one rank's compute F times\n"
     "  --comm-timeout SEC        a rank waiting longer than this on a peer fails [300]\n"
@@ -225,6 +227,7 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   if (!strcmp(name, "exchange")) return exchange_parse(val, c);
   if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
+  if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);

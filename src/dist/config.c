@@ -144,6 +144,23 @@ int train_config_check_ranks(const train_config_t *c) {
   return 0;
 }
 
+/* A sharded step keeps the ring's reduce-scatter layout: rank r owns block
+ * r of every bucket. */
+static int shard_check(const train_config_t *c) {
+  if (!c->shard_optimizer) return 0;
+  if (c->exchange != EXCHANGE_ALLREDUCE || c->optimization != OPTIMIZATION_CENTRAL)
+    return dt_error("option --shard-optimizer: applies to synchronous data parallelism "
+                    "(--optimization central --exchange allreduce:ring)");
+  if (c->algo != ALLREDUCE_RING && c->algo != ALLREDUCE_AUTO)
+    return dt_error("option --shard-optimizer: needs --exchange allreduce:ring (a rank steps "
+                    "its block of the ring's reduce-scatter), not allreduce:%s",
+                    allreduce_algo_name(c->algo));
+  if (c->optim.kind == OPTIM_LARS)
+    return dt_error("options --shard-optimizer and --optimizer lars do not combine: LARS needs "
+                    "whole tensors, a rank steps a block");
+  return 0;
+}
+
 /* Values first, then whether the axes combine (strategy_select). */
 int train_config_check(const train_config_t *c) {
   if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
@@ -154,6 +171,7 @@ int train_config_check(const train_config_t *c) {
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
+  if (shard_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   strategy_fn fn;

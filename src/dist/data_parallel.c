@@ -5,7 +5,14 @@
  * update. With overlap, a bucket's allreduce starts as soon as backprop has
  * produced all of its gradients (the arena is in layer order and backprop
  * runs last layer first, so buckets are cut from the end). One rank is the
- * plain single-worker trainer. */
+ * plain single-worker trainer.
+ *
+ * --shard-optimizer (ZeRO stage 1, Rajbhandari et al. 2020): each bucket is
+ * reduce-scattered instead (the ring's first half), rank r steps only block
+ * r of every bucket, and the new parameters are allgathered (the ring's
+ * second half): the same bytes on the wire, 1/N of the optimizer's work,
+ * and the same bits as the unsharded ring. Optimizer state outside a
+ * rank's blocks goes stale; it is gathered before a checkpoint. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +28,8 @@ typedef struct {
   bucket_t *buckets;
   int nbuckets, next;   /* next bucket to start */
   coll_async_t *async;
+  optim_segment_t *shard;   /* --shard-optimizer: this rank's block of each bucket */
+  int nshard;
 } dp_state_t;
 
 /* PyTorch DDP's rule: the first bucket (the last layers, ready first) is
@@ -51,11 +60,26 @@ static int plan_buckets(dp_state_t *s) {
   return 0;
 }
 
+static int plan_shard(dp_state_t *s) {
+  worker_t *w = s->w;
+  if (!w->cfg->shard_optimizer || w->nranks == 1) return 0;
+  s->shard = calloc((size_t)s->nbuckets, sizeof *s->shard);
+  if (!s->shard) return dt_error("out of memory");
+  for (int i = 0; i < s->nbuckets; i++) {
+    size_t off, len;
+    coll_block(s->buckets[i].len, w->nranks, w->rank, &off, &len);
+    if (len) s->shard[s->nshard++] = (optim_segment_t){s->buckets[i].off + off, len};
+  }
+  return 0;
+}
+
 static void start_ready_buckets(void *ctx, int layer) {
   dp_state_t *s = ctx;
   while (s->next < s->nbuckets && s->buckets[s->next].first_layer >= layer) {
     const bucket_t *b = &s->buckets[s->next++];
-    coll_async_allreduce(s->async, s->w->cfg->algo, s->w->model->grads + b->off, b->len);
+    float *g = s->w->model->grads + b->off;
+    if (s->shard) coll_async_reduce_scatter(s->async, g, b->len);
+    else coll_async_allreduce(s->async, s->w->cfg->algo, g, b->len);
   }
 }
 
@@ -70,12 +94,41 @@ static int exchange_gradients(dp_state_t *s, double backward_end) {
     w->timers.comm_exposed += dt_now() - backward_end;
     return rc;
   }
-  for (int i = 0; i < s->nbuckets; i++)
-    if (allreduce(w->coll, w->cfg->algo, w->model->grads + s->buckets[i].off, s->buckets[i].len) != 0)
+  for (int i = 0; i < s->nbuckets; i++) {
+    float *g = w->model->grads + s->buckets[i].off;
+    size_t n = s->buckets[i].len;
+    if ((s->shard ? reduce_scatter_ring_inplace(w->coll, g, n) : allreduce(w->coll, w->cfg->algo, g, n)) != 0)
       return -1;
+  }
   double dt = dt_now() - t0;
   w->timers.comm += dt;
   w->timers.comm_exposed += dt;
+  return 0;
+}
+
+/* Every bucket of `arena` (parameters or optimizer state) from the ranks
+ * that stepped its blocks. */
+static int gather_blocks(dp_state_t *s, float *arena) {
+  worker_t *w = s->w;
+  double t0 = dt_now();
+  for (int i = 0; i < s->nbuckets; i++)
+    if (allgather_ring(w->coll, arena + s->buckets[i].off, s->buckets[i].len) != 0) return -1;
+  double dt = dt_now() - t0;
+  w->timers.comm += dt;
+  w->timers.comm_exposed += dt;
+  return 0;
+}
+
+/* Sharded: this rank's blocks stepped, then everyone's new parameters;
+ * before a checkpoint is written, everyone's optimizer state too. */
+static int apply_sharded_update(dp_state_t *s, int64_t k) {
+  worker_t *w = s->w;
+  const train_config_t *cfg = w->cfg;
+  worker_apply_update_segs(w, s->shard, s->nshard);
+  DT_TRY(gather_blocks(s, w->model->params));
+  int epoch_end = k == w->steps_per_epoch - 1 || (cfg->max_steps && w->step >= cfg->max_steps);
+  for (int i = 0; cfg->checkpoint[0] && epoch_end && i < w->opt->nstate; i++)
+    DT_TRY(gather_blocks(s, w->opt->state[i]));
   return 0;
 }
 
@@ -90,6 +143,7 @@ static int train_step(void *state, int64_t k) {
                               s) != 0)
     return -1;
   if (exchange_gradients(s, dt_now()) != 0) return -1;
+  if (s->shard) return apply_sharded_update(s, k);
   worker_apply_update(w);
   return 0;
 }
@@ -144,9 +198,11 @@ int sync_run_epochs(worker_t *w, sync_step_fn step, void *state) {
 int strategy_data_parallel(worker_t *w) {
   dp_state_t s = {.w = w};
   int rc = plan_buckets(&s);
+  if (rc == 0) rc = plan_shard(&s);
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap) rc = coll_async_new(w->coll, &s.async);
   if (rc == 0) rc = sync_run_epochs(w, train_step, &s);
   coll_async_free(s.async);
+  free(s.shard);
   free(s.buckets);
   return rc;
 }
