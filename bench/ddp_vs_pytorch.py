@@ -10,6 +10,7 @@ same run:
      model, optimizer and cosine schedule on both;
   4. overlap: lenet, 2 workers, emulated 1 Gbit/s link: the part of the
      communication time hidden behind backprop (from dtrain's metrics).
+needs: make bench (build/bench/cross_core_copy)
 usage: bench/ddp_vs_pytorch.py [--rounds 5] [--epochs 5] [--lr 0.05] [--target 0.88] [--skip-accuracy]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -40,6 +41,15 @@ def dtrain_concurrently(n, *opts):
     for f in files:
         f.close()
     return out
+
+
+def cross_core_ratio():
+    """Copy bandwidth of data the other core just wrote over this core's own, at 1 MiB:
+    on this VM it switches between ~1.0 and ~0.3 as the host moves the vCPUs."""
+    out = subprocess.run([os.path.join(ROOT, "build", "bench", "cross_core_copy"), "1"], env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    return [r["ratio"] for r in rows if r["bytes"] == 1 << 20][0]
 
 
 def rate(metrics):
@@ -76,6 +86,8 @@ def main():
         "dtrain 1 worker": lambda: rate(dtrain(*common, *steps)),
         "2 x dtrain 1 worker, concurrently": lambda: sum(map(rate, dtrain_concurrently(2, *common, *steps))),
         "dtrain 2 workers pytorch-ddp": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--preset", "pytorch-ddp")),
+        "dtrain 2 workers pytorch-ddp sharded": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--preset",
+                                                                    "pytorch-ddp", "--shard-optimizer", "on")),
         "dtrain 2 workers shared sync": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--exchange", "shared",
                                                             "--schedule", "sync")),
         "PyTorch DDP 2 procs": lambda: pytorch_ddp("--model", "mlp", "--procs", 2, "--lr", args.lr,
@@ -84,7 +96,9 @@ def main():
     # This machine's speed drifts by 30% from minute to minute (a shared
     # VM): the configurations run interleaved, and each keeps its best round.
     got = {k: [] for k in configs}
+    cross = []
     for _ in range(args.rounds):
+        cross.append(cross_core_ratio())
         for k, f in configs.items():
             got[k].append(f())
     best = {k: max(v) for k, v in got.items()}
@@ -93,21 +107,25 @@ def main():
     print(f"mlp, batch 64 per worker, {args.steps} steps, best of {args.rounds} interleaved rounds (samples/s):")
     for k, v in best.items():
         print(f"  {k:36s} {v:8.0f}  = {v / one:.2f}x 1 worker   (rounds: {' '.join('%.0f' % x for x in got[k])})")
-    two = max(best["dtrain 2 workers pytorch-ddp"], best["dtrain 2 workers shared sync"])
+    two = max(v for k, v in best.items() if k.startswith("dtrain 2 workers"))
     ddp = best["PyTorch DDP 2 procs"]
     print(f"  ceiling (two independent 1-worker processes): {pair / one:.2f}x; dtrain 2 workers reach "
           f"{two / one:.2f}x = {two / pair:.0%} of it; dtrain / PyTorch DDP {two / ddp:.2f}x")
+    print("  cross-core / same-core copy bandwidth at 1 MiB before each round (bench/cross_core_copy.c): "
+          + " ".join("%.2f" % x for x in cross))
     m1 = median["dtrain 1 worker"]
     print("  medians instead of best rounds: " + ", ".join(
         f"{k.replace('dtrain ', '')} {v / m1:.2f}x" for k, v in median.items() if k != "dtrain 1 worker"))
     rows = [{"bench": "ddp_scaling", "rounds": args.rounds, "dtrain_1": round(one), "pair_of_1": round(pair),
              "dtrain_2_ddp_preset": round(best["dtrain 2 workers pytorch-ddp"]),
+             "dtrain_2_ddp_preset_sharded": round(best["dtrain 2 workers pytorch-ddp sharded"]),
              "dtrain_2_shared_sync": round(best["dtrain 2 workers shared sync"]),
              "scaling": round(two / one, 3), "ceiling": round(pair / one, 3),
              "pytorch_ddp_2": round(ddp), "ratio_vs_ddp": round(two / ddp, 3),
              "median_scaling_shared_sync": round(median["dtrain 2 workers shared sync"] / m1, 3),
              "median_scaling_ddp_preset": round(median["dtrain 2 workers pytorch-ddp"] / m1, 3),
-             "median_ceiling": round(median["2 x dtrain 1 worker, concurrently"] / m1, 3)}]
+             "median_ceiling": round(median["2 x dtrain 1 worker, concurrently"] / m1, 3),
+             "cross_core_ratio_per_round": cross}]
     if not args.skip_accuracy:
         d = dtrain(*common, "--workers", 2, "--preset", "pytorch-ddp", "--epochs", args.epochs)
         ep = [e for e in d if e["event"] == "epoch"]
