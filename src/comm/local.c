@@ -572,10 +572,31 @@ static int status_error(const comm_t *c, const lreq_t *q) {
 
 /* ---- wait and test ------------------------------------------------------ */
 
+/* A receive whose wait timed out may have matched a send since the wait
+ * last looked: then the message is taken (a matched receive is never
+ * withdrawn, so the sender does not fail) and 1 is returned. Otherwise the
+ * receive is withdrawn here, under the lock no sender can match it
+ * without, and marked done so that the cancel after the error does nothing. */
+static int recv_arrived_after_timeout(world_t *w, lreq_t *q) {
+  mailbox_t *mb = &w->mb[q->owner];
+  pthread_mutex_lock(&mb->mu);
+  int arrived = is_done(q) || q->state != S_POSTED;
+  if (!arrived) {
+    q_remove(&mb->posted, q);
+    atomic_store_explicit(&q->done, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&mb->mu);
+  if (!arrived) return 0;
+  progress(w, q->owner, q); /* only the owner copies its receives */
+  wait_claimed(w, q);
+  return 1;
+}
+
 static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
   world_t *w = world_of(c);
   lreq_t *q = (lreq_t *)req;
   int why = wait_done(w, c, q);
+  if (why == WAIT_TIMEOUT && q->kind == K_RECV && recv_arrived_after_timeout(w, q)) why = WAIT_OK;
   if (why != WAIT_OK) {
     wait_error(c, q, why);
     cancel_req(w, q);
