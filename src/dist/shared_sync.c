@@ -34,22 +34,16 @@ typedef struct {
   optim_segment_t block;          /* this rank's part of the arena */
 } shared_sync_t;
 
-/* Rank 0's values in a new shared arena of n floats: every rank gets it. */
-static int share_arena(comm_t *c, const float *rank0_values, size_t n, float **out) {
-  DT_TRY(comm_shared_alloc(c, n * sizeof(float), (void **)out));
-  if (comm_rank(c) == 0) memcpy(*out, rank0_values, n * sizeof(float));
-  return comm_barrier(c);
-}
-
+/* One optimizer state for all ranks, holding rank 0's values (the same as
+ * every rank's: all start from the same checkpoint or from zeros). */
 static int share_optimizer_state(shared_sync_t *s) {
   optimizer_t *o = s->w->opt;
+  comm_t *c = s->w->comm;
   if (!o->nstate) return 0;
-  float *st = dt_alloc_floats((size_t)o->nstate * o->n);
-  if (!st) return -1;
-  for (int i = 0; i < o->nstate; i++) memcpy(st + (size_t)i * o->n, o->state[i], o->n * sizeof(float));
-  int rc = share_arena(s->w->comm, st, (size_t)o->nstate * o->n, &s->state);
-  dt_free(st);
-  DT_TRY(rc);
+  DT_TRY(comm_shared_alloc(c, (size_t)o->nstate * o->n * sizeof(float), (void **)&s->state));
+  if (comm_rank(c) == 0)
+    for (int i = 0; i < o->nstate; i++) memcpy(s->state + (size_t)i * o->n, o->state[i], o->n * sizeof(float));
+  DT_TRY(comm_barrier(c));
   optim_use_state(o, s->state);
   return 0;
 }
