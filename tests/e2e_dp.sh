@@ -28,7 +28,7 @@ for n in 2 3 4 8; do
 done
 
 # every algorithm: the same sums, deterministic run to run
-for algo in ring rhd tree naive hier; do
+for algo in ring rhd tree naive hier shm; do
   "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:$algo --checkpoint "$TMP/$algo.a" >/dev/null
   "$DTRAIN" train $BASE --batch 8 --workers 4 --exchange allreduce:$algo --checkpoint "$TMP/$algo.b" >/dev/null
   check "allreduce_${algo}_deterministic" cmp -s "$TMP/$algo.a" "$TMP/$algo.b"
@@ -80,6 +80,11 @@ RES="--data $SMALL --batch 8 --workers 4 --exchange shared --schedule sync --lr 
 "$DTRAIN" train $RES --epochs 3 --resume "$TMP/shm_c.st" --checkpoint "$TMP/shm_c.st" >/dev/null
 check shared_sync_resume_bit_exact cmp -s "$TMP/shm_a.st" "$TMP/shm_c.st"
 expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars
+expect_error allreduce_shm_needs_local 2 "option --exchange allreduce:shm needs shared memory: use --comm local" -- "$DTRAIN" train --exchange allreduce:shm --comm mpi
+expect_error allreduce_shm_no_net 2 "options --exchange allreduce:shm and --net do not combine" -- "$DTRAIN" train --workers 2 --exchange allreduce:shm --net latency=50us
+# dtrain bench allreduce: memcpy and every algorithm (7) verified and timed at 3 sizes, one JSON row each
+check bench_allreduce_all_algorithms sh -c "'$DTRAIN' bench allreduce --workers 3 --min-bytes 4KiB --max-bytes 64KiB --iters 3 --json '$TMP/bench.jsonl' >/dev/null && [ \$(wc -l < '$TMP/bench.jsonl') -eq 24 ] && grep -q '\"algo\":\"shm\"' '$TMP/bench.jsonl'"
+expect_error bench_shm_needs_local 2 "option --algo shm: needs --comm local without --latency/--bandwidth" -- "$DTRAIN" bench allreduce --workers 2 --algo shm --latency 50us
 expect_error shared_sync_needs_local 2 "option --exchange shared needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule sync --comm mpi
 
 for p in horovod pytorch-ddp firecaffe naive-ps; do

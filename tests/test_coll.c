@@ -54,7 +54,8 @@ static const op_t ops[] = {
     {OP_ALLREDUCE, ALLREDUCE_RHD, 0, 1},   {OP_ALLREDUCE, ALLREDUCE_TREE, 0, 0},
     {OP_ALLREDUCE, ALLREDUCE_TREE, 0, 1},  {OP_ALLREDUCE, ALLREDUCE_NAIVE, 0, 0},
     {OP_ALLREDUCE, ALLREDUCE_HIER, 0, 0},  {OP_ALLREDUCE, ALLREDUCE_HIER, 2, 1},
-    {OP_ALLREDUCE, ALLREDUCE_HIER, 3, 0},  {OP_BCAST, 0, 0, 0},
+    {OP_ALLREDUCE, ALLREDUCE_HIER, 3, 0},  {OP_ALLREDUCE, ALLREDUCE_SHM, 0, 0},
+    {OP_BCAST, 0, 0, 0},
     {OP_REDUCE, 0, 0, 1},                  {OP_REDUCE_SCATTER, 0, 0, 0},
     {OP_REDUCE_SCATTER, 0, 0, 1},          {OP_ALLGATHER, 0, 0, 0},
     {OP_ALLGATHER, 0, 0, 1},               {OP_GATHER, 0, 0, 0},
@@ -194,6 +195,12 @@ static void reference(bufs_t *b, int P, size_t count) {
   }
 }
 
+/* shm needs ranks that share memory and refuses an emulated network. */
+static int op_runs_on(const comm_t *c, const op_t *op) {
+  return !(op->op == OP_ALLREDUCE && op->algo == ALLREDUCE_SHM &&
+           (!comm_shares_memory(c) || c->emulated));
+}
+
 static int check_all(comm_t *c, coll_ctx_t *ctx, bufs_t *b, check_cfg_t *cfg) {
   int P = comm_size(c), r = comm_rank(c);
   size_t counts[NCOUNTS];
@@ -203,6 +210,7 @@ static int check_all(comm_t *c, coll_ctx_t *ctx, bufs_t *b, check_cfg_t *cfg) {
     reference(b, P, counts[k]);
     for (size_t o = 0; o < NOPS; o++) {
       uint64_t h;
+      if (!op_runs_on(c, &ops[o])) continue;
       if (run_op(ctx, &ops[o], b, counts[k], &h) != 0) return -1;
       if (ops[o].op == OP_ALLREDUCE && check_same_on_all_ranks(c, h, "allreduce") != 0)
         return dt_error_prefix("P=%d count=%zu algo %s: ", P, counts[k],
@@ -251,6 +259,7 @@ static void test_collectives_1_to_9_ranks(void) {
     counts_for(P, counts);
     for (size_t i = 0; ok1 == 0 && ok2 == 0 && i < n; i++) {
       if (counts[i / NOPS % NCOUNTS] > b.max_count) continue; /* skipped in the emulated run */
+      if (ops[i % NOPS].algo == ALLREDUCE_SHM && ops[i % NOPS].op == OP_ALLREDUCE) continue; /* likewise */
       if (plain[i] != emulated[i]) {
         fprintf(stderr, "  P=%d rank %zu count %zu op %zu: bits differ between runs\n", P,
                 i / (NCOUNTS * NOPS), counts[i / NOPS % NCOUNTS], i % NOPS);
@@ -269,7 +278,7 @@ static void test_algo_names(void) {
     CHECK(a == (allreduce_algo_t)i);
   }
   CHECK_FAILS_WITH(allreduce_algo_parse("butterfly", &a),
-                   "unknown allreduce algorithm 'butterfly' (choices: auto, ring, rhd, tree, naive, hier)");
+                   "unknown allreduce algorithm 'butterfly' (choices: auto, ring, rhd, tree, naive, hier, shm)");
 }
 
 static void test_block_partition(void) {
@@ -325,7 +334,7 @@ static int rank_tags_apart(comm_t *c, void *arg) {
   if (comm_rank(c) == 0) RCHECK_OK(comm_wait(c, r));
   coll_ctx_free(ctx);
   RCHECK(comm_rank(c) != 1 || got == 99);
-  RCHECK(v[0] == 243); /* 3^5 after five allreduces on 3 ranks */
+  RCHECK(v[0] == 729); /* 3^6 after six allreduces on 3 ranks */
   return 0;
 }
 
@@ -347,6 +356,40 @@ static void test_count_mismatch_fails(void) {
   CHECK_FAILS_WITH(comm_local_run(2, NULL, rank_count_mismatch, NULL), "allreduce ring: ");
   CHECK(strstr(dt_errmsg(), "bytes") != NULL);
   CHECK(dt_now() - t0 < 5);
+}
+
+/* shm: ranks that disagree on the count all fail, with both counts, and
+ * write nothing; the next allreduce on the same context works. */
+static int rank_shm_count_mismatch(comm_t *c, void *arg) {
+  coll_ctx_t *ctx;
+  float v[101];
+  for (int i = 0; i < 101; i++) v[i] = 1;
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  int rc = allreduce_shm(ctx, v, comm_rank(c) == 0 ? 100 : 101);
+  RCHECK(rc != 0);
+  RCHECK(strstr(dt_errmsg(), "allreduce shm: ranks disagree on the count") != NULL);
+  for (int i = 0; i < 101; i++) RCHECK(v[i] == 1);
+  RCHECK_OK(allreduce_shm(ctx, v, 101));
+  for (int i = 0; i < 101; i++) RCHECK(v[i] == (float)comm_size(c));
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+static int rank_shm(comm_t *c, void *arg) {
+  coll_ctx_t *ctx;
+  float v[8] = {0};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  int rc = allreduce_shm(ctx, v, 8);
+  coll_ctx_free(ctx);
+  return rc;
+}
+
+static void test_shm_errors(void) {
+  CHECK_OK(comm_local_run(2, NULL, rank_shm_count_mismatch, NULL));
+  CHECK_OK(comm_local_run(3, NULL, rank_shm_count_mismatch, NULL));
+  comm_net_t net = {.latency = 50e-6, .timeout = 10};
+  CHECK_FAILS_WITH(comm_local_run(2, &net, rank_shm, NULL),
+                   "allreduce shm: sends no messages, so an emulated network (--net) would not apply");
 }
 
 /* coll_async: a queue of allreduces, reduce-scatters and allgathers,
@@ -400,6 +443,7 @@ int main(void) {
   RUN(test_auto_choice);
   RUN(test_collective_tags_apart);
   RUN(test_count_mismatch_fails);
+  RUN(test_shm_errors);
   RUN(test_async_matches_blocking);
   RUN(test_collectives_1_to_9_ranks);
   TEST_MAIN_END();

@@ -694,8 +694,28 @@ static void test_kern_sum_in_order(void) {
   dt_free(ref);
 }
 
+/* kern_allsum: every input becomes the sum, in the order 0..k-1, bit for
+ * bit what kern_sum gives. */
+static void test_kern_allsum_in_order(void) {
+  size_t sizes[] = {0, 1, 511, 512, 513, 2000};
+  float *x[4], *ref = dt_alloc_floats(2000);
+  for (int q = 0; q < 4; q++) x[q] = dt_alloc_floats(2000);
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (int k = 1; k <= 4; k++) {
+      size_t n = sizes[si];
+      for (int q = 0; q < 4; q++)
+        for (size_t i = 0; i < n; i++) x[q][i] = (float)((i * 7919 + (size_t)q * 104729) % 1000) * 0x1p-7f * (q & 1 ? -1.0f : 1.0f) * (float)(1 << (q * 5));
+      kern_sum(n, k, (const float *const *)x, ref);
+      kern_allsum(n, k, x);
+      for (int q = 0; q < k; q++) CHECK(n == 0 || memcmp(x[q], ref, n * sizeof(float)) == 0);
+    }
+  for (int q = 0; q < 4; q++) dt_free(x[q]);
+  dt_free(ref);
+}
+
 int main(void) {
   RUN(test_kern_sum_in_order);
+  RUN(test_kern_allsum_in_order);
   RUN(test_kind_table);
   RUN(test_setup_errors);
   RUN(test_init_bounds);

@@ -16,6 +16,7 @@ typedef enum {
   ALLREDUCE_TREE,      /* binomial reduce + broadcast */
   ALLREDUCE_NAIVE,     /* gather to rank 0 + broadcast (single PS baseline) */
   ALLREDUCE_HIER,      /* two-level: within host groups, then across */
+  ALLREDUCE_SHM,       /* one pass over shared memory (local only) */
   ALLREDUCE_COUNT
 } allreduce_algo_t;
 
@@ -52,6 +53,7 @@ int allreduce_rhd(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_tree(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_naive(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_hier(coll_ctx_t *ctx, float *buf, size_t count);
+int allreduce_shm(coll_ctx_t *ctx, float *buf, size_t count);
 /* The algorithm `auto` would pick for this size on this communicator. */
 allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count);
 

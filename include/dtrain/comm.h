@@ -122,6 +122,8 @@ void comm_compute_delay(comm_t *c, double seconds);
  * all ranks (they share an address space); mpi: fails, naming --comm
  * local. comm_shared_free is collective too. */
 int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr);
+/* 1 when the ranks of c share one address space (local). */
+int comm_shares_memory(const comm_t *c);
 int comm_shared_free(comm_t *c, void *ptr);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 

@@ -62,6 +62,8 @@ void kern_scale(size_t n, float a, float *x);                  /* x *= a */
 void kern_add(size_t n, const float *x, float *y);             /* y += x */
 /* y = x[0] + x[1] + ... + x[k-1], summed in that order; y may be one of x. */
 void kern_sum(size_t n, int k, const float *const *x, float *y);
+/* Every x[q] (q < k) becomes x[0] + x[1] + ... + x[k-1], summed in that order. */
+void kern_allsum(size_t n, int k, float *const *x);
 void kern_copy(size_t n, const float *x, float *y);
 void kern_zero(size_t n, float *x);
 double kern_dot(size_t n, const float *x, const float *y);

@@ -20,7 +20,7 @@
 
 typedef struct {
   int mpi, workers, step, iters, warmup, group;
-  int algos[ALLREDUCE_COUNT], nalgos;
+  int algos[ALLREDUCE_COUNT], nalgos, all_algos; /* all_algos: from --algo all */
   size_t min_bytes, max_bytes, segment;
   const char *json;
   comm_net_t net;
@@ -38,7 +38,8 @@ static void usage(FILE *f) {
         "\n"
         "  --comm local|mpi      transport (default local; mpi: run under mpirun)\n"
         "  --workers N           ranks on local (default 4)\n"
-        "  --algo LIST           comma-separated: auto,ring,rhd,tree,naive,hier or all (default all)\n"
+        "  --algo LIST           comma-separated: auto,ring,rhd,tree,naive,hier,shm or all (default all;\n"
+        "                        shm only on local without --latency/--bandwidth)\n"
         "  --min-bytes SIZE      smallest message (default 4KiB; suffixes KiB, MiB, GiB, K, M, G)\n"
         "  --max-bytes SIZE      largest message (default 64MiB)\n"
         "  --step 2|4            size factor between rows (default 4)\n"
@@ -78,11 +79,12 @@ bad:
 static int parse_algos(const char *text, opts_t *o) {
   char list[256];
   snprintf(list, sizeof list, "%s", text);
-  o->nalgos = 0;
+  o->nalgos = o->all_algos = 0;
   for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     if (!strcmp(t, "all")) {
       for (int a = 0; a < ALLREDUCE_COUNT; a++) o->algos[a] = a;
       o->nalgos = ALLREDUCE_COUNT;
+      o->all_algos = 1;
       continue;
     }
     allreduce_algo_t a;
@@ -90,6 +92,21 @@ static int parse_algos(const char *text, opts_t *o) {
     if (o->nalgos < ALLREDUCE_COUNT) o->algos[o->nalgos++] = (int)a;
   }
   return o->nalgos ? 0 : dt_error("option --algo: empty list");
+}
+
+/* shm needs ranks in one process and no emulated network: left out of
+ * "all" there, refused when named. */
+static int drop_shm_unless_shared(opts_t *o) {
+  if (!o->mpi && !(o->net.latency > 0 || o->net.bandwidth > 0)) return 0;
+  int n = 0;
+  for (int i = 0; i < o->nalgos; i++) {
+    if (o->algos[i] != ALLREDUCE_SHM) o->algos[n++] = o->algos[i];
+    else if (!o->all_algos)
+      return dt_error("option --algo shm: needs --comm local without --latency/--bandwidth "
+                      "(shm reads the other ranks' memory and sends no messages)");
+  }
+  o->nalgos = n;
+  return 0;
 }
 
 /* Returns 0, 2 for a usage error (message set), or 1 when --help was shown. */
@@ -131,7 +148,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
                     o->min_bytes, o->max_bytes), 2;
   if (o->mpi && (o->net.latency > 0 || o->net.bandwidth > 0))
     return dt_error("options --latency/--bandwidth emulate a network on --comm local only"), 2;
-  return 0;
+  return drop_shm_unless_shared(o) ? 2 : 0;
 }
 
 /* ---- timing ----------------------------------------------------------------- */
@@ -296,8 +313,12 @@ static int bench_rank(comm_t *c, void *arg) {
   dt_free(op.buf), dt_free(op.src), dt_free(op.dst);
   free(times);
   coll_ctx_free(op.ctx);
-  if (b->json && fclose(b->json) != 0 && rc == 0) rc = dt_error("writing %s failed", o->json);
-  b->json = NULL;
+  /* rank 0 alone: the others finishing first must not close its file */
+  if (c->rank == 0 && b->json) {
+    if (fclose(b->json) != 0 && rc == 0) rc = dt_error("writing %s failed", o->json);
+    if (rc != 0) remove(o->json); /* no partial table */
+    b->json = NULL;
+  }
   return rc;
 }
 

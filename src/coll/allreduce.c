@@ -3,7 +3,7 @@
 
 #include "coll_internal.h"
 
-static const char *const names[ALLREDUCE_COUNT] = {"auto", "ring", "rhd", "tree", "naive", "hier"};
+static const char *const names[ALLREDUCE_COUNT] = {"auto", "ring", "rhd", "tree", "naive", "hier", "shm"};
 
 const char *allreduce_algo_name(allreduce_algo_t a) {
   return (unsigned)a < ALLREDUCE_COUNT ? names[a] : "unknown";
@@ -15,7 +15,7 @@ int allreduce_algo_parse(const char *name, allreduce_algo_t *out) {
       *out = (allreduce_algo_t)i;
       return 0;
     }
-  return dt_error("unknown allreduce algorithm '%s' (choices: auto, ring, rhd, tree, naive, hier)",
+  return dt_error("unknown allreduce algorithm '%s' (choices: auto, ring, rhd, tree, naive, hier, shm)",
                   name ? name : "");
 }
 
@@ -27,6 +27,7 @@ int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count) 
   case ALLREDUCE_TREE: return allreduce_tree(ctx, buf, count);
   case ALLREDUCE_NAIVE: return allreduce_naive(ctx, buf, count);
   case ALLREDUCE_HIER: return allreduce_hier(ctx, buf, count);
+  case ALLREDUCE_SHM: return allreduce_shm(ctx, buf, count);
   default: return dt_error("allreduce: algorithm %d does not exist", (int)algo);
   }
 }

@@ -34,6 +34,7 @@ void coll_free_groups(coll_ctx_t *ctx) {
 void coll_ctx_free(coll_ctx_t *ctx) {
   if (!ctx) return;
   coll_free_groups(ctx);
+  coll_free_shm(ctx);
   dt_free(ctx->seg_scratch);
   dt_free(ctx->work[0]);
   dt_free(ctx->work[1]);
@@ -42,6 +43,20 @@ void coll_ctx_free(coll_ctx_t *ctx) {
 }
 
 comm_t *coll_ctx_comm(coll_ctx_t *ctx) { return ctx->comm; }
+
+int coll_barrier(coll_ctx_t *ctx, int tag) {
+  comm_t *c = ctx->comm;
+  for (int k = 1; k < c->size; k <<= 1) {
+    comm_req_t *r[2];
+    DT_TRY(comm_irecv(c, (c->rank - k + c->size) % c->size, tag, NULL, 0, &r[0]));
+    if (comm_isend(c, (c->rank + k) % c->size, tag, NULL, 0, &r[1]) != 0) {
+      comm_cancel(c, r[0]);
+      return -1;
+    }
+    DT_TRY(comm_waitall(c, 2, r));
+  }
+  return 0;
+}
 
 void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group) {
   ctx->group_size = ranks_per_group > 0 ? ranks_per_group : 0;

@@ -15,9 +15,11 @@ enum {
   TAG_RHD,
   TAG_NAIVE,
   TAG_GATHER,
+  TAG_SHM,
 };
 
 #define COLL_WINDOW 2 /* receives posted ahead: one in flight while one is reduced */
+#define COLL_MAX_SHM_RANKS 256 /* allreduce_shm: block pointers on the stack */
 
 struct coll_ctx {
   comm_t *comm;
@@ -33,6 +35,7 @@ struct coll_ctx {
   comm_t *intra, *leaders;
   coll_ctx_t *intra_ctx, *leaders_ctx;
   double latency, bandwidth;  /* for ALLREDUCE_AUTO */
+  struct shm_slot *shm;       /* ALLREDUCE_SHM: one slot per rank, in shared memory */
 };
 
 /* Segments: n floats are sent as nsegs pieces of at most ctx->seg. Both
@@ -64,6 +67,14 @@ int coll_ring_steps(coll_ctx_t *ctx, float *buf, size_t count, int first, int la
 
 /* The flat algorithms auto chooses from (never hier or naive). */
 allreduce_algo_t coll_choose_flat(coll_ctx_t *ctx, size_t count);
+
+/* Returns on every rank once all have called it: a dissemination barrier
+ * of zero-byte messages on `tag`, so that it never consumes the messages
+ * of comm_barrier or of a strategy running on the same communicator. */
+int coll_barrier(coll_ctx_t *ctx, int tag);
+
+/* Frees allreduce_shm's shared slots (collective; allreduce_shm.c). */
+void coll_free_shm(coll_ctx_t *ctx);
 
 /* Frees allreduce_hier's cached communicators (coll_ctx.c). */
 void coll_free_groups(coll_ctx_t *ctx);

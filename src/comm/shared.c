@@ -7,13 +7,13 @@
 
 #include "dtrain/comm.h"
 
-static int shares_memory(const comm_t *c) {
+int comm_shares_memory(const comm_t *c) {
   return c->ops && c->ops->name && !strcmp(c->ops->name, "local");
 }
 
 int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr) {
   *ptr = NULL;
-  if (!shares_memory(c))
+  if (!comm_shares_memory(c))
     return dt_error("shared memory needs --comm local (ranks of --comm %s are separate "
                     "processes)", c->ops && c->ops->name ? c->ops->name : "?");
   uint64_t addr = 0;

@@ -103,7 +103,7 @@ int exchange_parse(const char *text, train_config_t *c) {
       return 0;
     }
   return dt_error("option --exchange: unknown exchange '%s' (expected allreduce:ring|rhd|tree|"
-                  "naive|hier|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F, shared)", text);
+                  "naive|hier|shm|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F, shared)", text);
 }
 
 /* gossip:p and tree:F carry a parameter; parsed here so that their errors
@@ -161,6 +161,19 @@ static int shard_check(const train_config_t *c) {
   return 0;
 }
 
+/* allreduce:shm reads the other ranks' buffers: threads of one process,
+ * and no messages for an emulated network to delay. */
+static int shm_check(const train_config_t *c) {
+  if (c->algo != ALLREDUCE_SHM) return 0;
+  if (c->comm != COMM_LOCAL)
+    return dt_error("option --exchange allreduce:shm needs shared memory: use --comm local "
+                    "(ranks of --comm mpi are separate processes; ring, rhd and auto work on both)");
+  if (c->net_latency > 0 || c->net_bandwidth > 0)
+    return dt_error("options --exchange allreduce:shm and --net do not combine: shm sends no "
+                    "messages for the emulated network to delay (use ring, rhd or auto)");
+  return 0;
+}
+
 /* Values first, then whether the axes combine (strategy_select). */
 int train_config_check(const train_config_t *c) {
   if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
@@ -172,6 +185,7 @@ int train_config_check(const train_config_t *c) {
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
+  if (shm_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   strategy_fn fn;

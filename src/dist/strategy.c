@@ -36,7 +36,7 @@ static int select_central(const train_config_t *c, strategy_fn *fn, const char *
     return 0;
   }
   return dt_error("option --exchange %s with --optimization central: not available (what "
-                  "exists: --exchange allreduce:ring|rhd|tree|naive|hier|auto, ps:K, ps:n, shared)",
+                  "exists: --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto, ps:K, ps:n, shared)",
                   exchange_name(c->exchange));
 }
 
