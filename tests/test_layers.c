@@ -674,7 +674,7 @@ static void test_kind_table(void) {
  * gradients): the same bits as a plain left-to-right sum. */
 static void test_kern_sum_in_order(void) {
   size_t sizes[] = {0, 1, 511, 512, 513, 2000};
-  float *x[4], *ref = dt_alloc_floats(2000);
+  float *x[4], *ref = dt_alloc_floats(2000), *sep = dt_alloc_floats(2000);
   for (int q = 0; q < 4; q++) x[q] = dt_alloc_floats(2000);
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
     for (int k = 1; k <= 4; k++) {
@@ -686,12 +686,20 @@ static void test_kern_sum_in_order(void) {
         for (int q = 1; q < k; q++) s += x[q][i];
         ref[i] = s;
       }
-      float *out = x[k - 1]; /* aliases the last input */
-      kern_sum(n, k, (const float *const *)x, out);
-      CHECK(n == 0 || memcmp(out, ref, n * sizeof(float)) == 0);
+      /* y apart from the inputs, or the same pointer as the first, the
+       * second or the last (each path of kern_sum) */
+      float *outs[4] = {sep, x[0], k > 1 ? x[1] : x[0], x[k - 1]};
+      for (int o = 0; o < 4; o++) {
+        float *save = dt_alloc_floats(4 * 2000);
+        for (int q = 0; q < 4; q++) memcpy(save + q * 2000, x[q], n * sizeof(float));
+        kern_sum(n, k, (const float *const *)x, outs[o]);
+        CHECK(n == 0 || memcmp(outs[o], ref, n * sizeof(float)) == 0);
+        for (int q = 0; q < 4; q++) memcpy(x[q], save + q * 2000, n * sizeof(float));
+        dt_free(save);
+      }
     }
   for (int q = 0; q < 4; q++) dt_free(x[q]);
-  dt_free(ref);
+  dt_free(ref), dt_free(sep);
 }
 
 /* kern_allsum: every input becomes the sum, in the order 0..k-1, bit for
