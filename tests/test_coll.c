@@ -195,10 +195,11 @@ static void reference(bufs_t *b, int P, size_t count) {
   }
 }
 
+static int is_shm(const op_t *op) { return op->op == OP_ALLREDUCE && op->algo == ALLREDUCE_SHM; }
+
 /* shm needs ranks that share memory and refuses an emulated network. */
 static int op_runs_on(const comm_t *c, const op_t *op) {
-  return !(op->op == OP_ALLREDUCE && op->algo == ALLREDUCE_SHM &&
-           (!comm_shares_memory(c) || c->emulated));
+  return !(is_shm(op) && (!comm_shares_memory(c) || c->emulated));
 }
 
 static int check_all(comm_t *c, coll_ctx_t *ctx, bufs_t *b, check_cfg_t *cfg) {
@@ -259,7 +260,7 @@ static void test_collectives_1_to_9_ranks(void) {
     counts_for(P, counts);
     for (size_t i = 0; ok1 == 0 && ok2 == 0 && i < n; i++) {
       if (counts[i / NOPS % NCOUNTS] > b.max_count) continue; /* skipped in the emulated run */
-      if (ops[i % NOPS].algo == ALLREDUCE_SHM && ops[i % NOPS].op == OP_ALLREDUCE) continue; /* likewise */
+      if (is_shm(&ops[i % NOPS])) continue; /* likewise */
       if (plain[i] != emulated[i]) {
         fprintf(stderr, "  P=%d rank %zu count %zu op %zu: bits differ between runs\n", P,
                 i / (NCOUNTS * NOPS), counts[i / NOPS % NCOUNTS], i % NOPS);

@@ -669,6 +669,15 @@ static void test_kind_table(void) {
   CHECK(layer_ops_for(LAYER_KIND_COUNT) == NULL);
 }
 
+/* Four inputs of mixed signs and magnitudes 2^0 .. 2^15 apart, so that
+ * a different summation order changes the bits. */
+static void fill_sum_inputs(float *x[4], size_t n) {
+  for (int q = 0; q < 4; q++)
+    for (size_t i = 0; i < n; i++)
+      x[q][i] = (float)((i * 7919 + (size_t)q * 104729) % 1000) * 0x1p-7f * (q & 1 ? -1.0f : 1.0f) *
+                (float)(1 << (q * 5));
+}
+
 /* kern_sum adds in input order, chunk by chunk, so the output may be one
  * of the inputs (shared-memory data parallelism sums into its own
  * gradients): the same bits as a plain left-to-right sum. */
@@ -679,8 +688,7 @@ static void test_kern_sum_in_order(void) {
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
     for (int k = 1; k <= 4; k++) {
       size_t n = sizes[si];
-      for (int q = 0; q < 4; q++)
-        for (size_t i = 0; i < n; i++) x[q][i] = (float)((i * 7919 + (size_t)q * 104729) % 1000) * 0x1p-7f * (q & 1 ? -1.0f : 1.0f) * (float)(1 << (q * 5));
+      fill_sum_inputs(x, n);
       for (size_t i = 0; i < n; i++) {
         float s = x[0][i];
         for (int q = 1; q < k; q++) s += x[q][i];
@@ -711,8 +719,7 @@ static void test_kern_allsum_in_order(void) {
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
     for (int k = 1; k <= 4; k++) {
       size_t n = sizes[si];
-      for (int q = 0; q < 4; q++)
-        for (size_t i = 0; i < n; i++) x[q][i] = (float)((i * 7919 + (size_t)q * 104729) % 1000) * 0x1p-7f * (q & 1 ? -1.0f : 1.0f) * (float)(1 << (q * 5));
+      fill_sum_inputs(x, n);
       kern_sum(n, k, (const float *const *)x, ref);
       kern_allsum(n, k, x);
       for (int q = 0; q < k; q++) CHECK(n == 0 || memcmp(x[q], ref, n * sizeof(float)) == 0);

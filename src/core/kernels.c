@@ -38,13 +38,16 @@ void kern_add(size_t n, const float *restrict x, float *restrict y) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-/* Through a buffer on the stack, chunk by chunk: for a y that is one of
- * the later inputs, which summing in place would overwrite before its turn. */
+/* The sums below go chunk by chunk, each chunk small enough to stay in L1
+ * between the passes over it. */
+enum { SUM_CHUNK = 512 };
+
+/* Through a buffer on the stack: for a y that is one of the later inputs,
+ * which summing in place would overwrite before its turn. */
 static void sum_via_stack(size_t n, int k, const float *const *x, float *y) {
-  enum { CHUNK = 512 };
-  float acc[CHUNK];
-  for (size_t i = 0; i < n; i += CHUNK) {
-    size_t m = n - i < CHUNK ? n - i : CHUNK;
+  float acc[SUM_CHUNK];
+  for (size_t i = 0; i < n; i += SUM_CHUNK) {
+    size_t m = n - i < SUM_CHUNK ? n - i : SUM_CHUNK;
     memcpy(acc, x[0] + i, m * sizeof(float));
     for (int q = 1; q < k; q++) {
       const float *restrict xq = x[q] + i;
@@ -54,56 +57,53 @@ static void sum_via_stack(size_t n, int k, const float *const *x, float *y) {
   }
 }
 
-/* In chunks that stay in L1, summed in y itself: the first two terms go
- * straight into it (a + b is b + a, bit for bit, so y may be either), the
- * rest are added in order. y may be one of the inputs (the same pointer,
- * not a partial overlap). In place, not through a stack buffer, where it
- * can be: with one, a sum of 512 KiB halves ran at half the speed here
- * (the buffer's stores and the inputs' loads collide in the low 12
- * address bits). */
+/* Elements [i, i+m) of x[0] + ... + x[k-1] (k >= 2) into y: the first two
+ * terms straight into it (a + b is b + a, bit for bit, so y may be
+ * either), the rest added in order. */
+static void sum_chunk_in_place(size_t i, size_t m, int k, const float *const *x, float *y) {
+  float *restrict yc = y + i;
+  if (x[0] == y || x[1] == y) {
+    const float *restrict other = (x[0] == y ? x[1] : x[0]) + i;
+    for (size_t j = 0; j < m; j++) yc[j] += other[j];
+  } else {
+    const float *restrict a = x[0] + i, *restrict b = x[1] + i;
+    for (size_t j = 0; j < m; j++) yc[j] = a[j] + b[j];
+  }
+  for (int q = 2; q < k; q++) {
+    const float *restrict xq = x[q] + i;
+    for (size_t j = 0; j < m; j++) yc[j] += xq[j];
+  }
+}
+
+/* Summed in y itself where it can be: y may be one of the inputs (the same
+ * pointer, not a partial overlap). In place, not through a stack buffer:
+ * with one, a sum of 512 KiB halves ran at half the speed here (the
+ * buffer's stores and the inputs' loads collide in the low 12 address
+ * bits). */
 void kern_sum(size_t n, int k, const float *const *x, float *y) {
-  enum { CHUNK = 512 };
   int late = 0;
   for (int q = 2; q < k; q++) late |= x[q] == y;
   if (k < 2 || late) {
     sum_via_stack(n, k, x, y);
     return;
   }
-  for (size_t i = 0; i < n; i += CHUNK) {
-    size_t m = n - i < CHUNK ? n - i : CHUNK;
-    float *restrict yc = y + i;
-    if (x[0] == y || x[1] == y) {
-      const float *restrict other = (x[0] == y ? x[1] : x[0]) + i;
-      for (size_t j = 0; j < m; j++) yc[j] += other[j];
-    } else {
-      const float *restrict a = x[0] + i, *restrict b = x[1] + i;
-      for (size_t j = 0; j < m; j++) yc[j] = a[j] + b[j];
-    }
-    for (int q = 2; q < k; q++) {
-      const float *restrict xq = x[q] + i;
-      for (size_t j = 0; j < m; j++) yc[j] += xq[j];
-    }
-  }
+  for (size_t i = 0; i < n; i += SUM_CHUNK)
+    sum_chunk_in_place(i, n - i < SUM_CHUNK ? n - i : SUM_CHUNK, k, x, y);
 }
 
-/* In chunks that stay in L1, summed into x[0] (its first term already)
- * and then written to the others: one pass over the data, where a sum and
- * then k-1 copies would read the sum back k-1 times. x[0] as the
- * accumulator, not a buffer on the stack: with one, this ran at half the
- * speed here (the stack buffer's stores and the inputs' loads collide in
- * the low 12 address bits). */
+/* Each chunk summed into x[0] and then written to the others while it is
+ * in L1: one pass over the data, where a sum and then k-1 copies would
+ * read the sum back k-1 times. */
 void kern_allsum(size_t n, int k, float *const *x) {
-  enum { CHUNK = 512 };
-  for (size_t i = 0; i < n; i += CHUNK) {
-    size_t m = n - i < CHUNK ? n - i : CHUNK;
-    float *restrict acc = x[0] + i;
-    for (int q = 1; q < k; q++) {
-      const float *restrict xq = x[q] + i;
-      for (size_t j = 0; j < m; j++) acc[j] += xq[j];
-    }
-    for (int q = 1; q < k; q++) {
+  if (k < 2) return;
+  for (size_t i = 0; i < n; i += SUM_CHUNK) {
+    size_t m = n - i < SUM_CHUNK ? n - i : SUM_CHUNK;
+    sum_chunk_in_place(i, m, k, (const float *const *)x, x[0]);
+    const float *restrict sum = x[0] + i;
+    for (int q = 1; q < k; q++) { /* a loop, not memcpy: glibc's rep movsb for 2 KiB into the
+                                   * other core's lines ran ~1.5x slower here */
       float *restrict xq = x[q] + i;
-      for (size_t j = 0; j < m; j++) xq[j] = acc[j];
+      for (size_t j = 0; j < m; j++) xq[j] = sum[j];
     }
   }
 }
