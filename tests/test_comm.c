@@ -395,8 +395,11 @@ static void test_emulated_link_timing(void) {
   if (!(first >= 0.009 && first < 0.039 && second >= 0.017 && second < 0.047))
     fprintf(stderr, "  first message after %.2f ms, second after %.2f ms\n", first * 1e3, second * 1e3);
   CHECK(first >= 0.009 && first < 0.009 + 0.030);
+  /* the link carried them one after the other: sent at once over two
+   * links, the second would arrive at 9 ms too. (Their difference is not
+   * checked: a first message late by scheduling noise shrinks it, which
+   * failed a CI run on a busy host.) */
   CHECK(second >= 0.017 && second < 0.017 + 0.030);
-  CHECK(second - first >= 0.0079); /* the link carried them one after the other */
 }
 
 /* Per-rank overrides: rank 1's link is 10x slower than rank 0's. */
