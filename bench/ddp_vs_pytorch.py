@@ -3,7 +3,8 @@
 same run:
   1. scaling: dtrain mlp samples/s with 2 workers over 1 worker (same
      per-worker batch 64), beside two independent 1-worker processes run at
-     once (the most two cores give here, with no exchange at all);
+     once (the most two cores give here, with no exchange at all); with
+     --balance on the global batch stays 128 a step, split by measured speed;
   2. speed: dtrain 2 workers over PyTorch DDP 2 processes (1 thread each,
      batch 64 per process);
   3. time to accuracy: wall time until test accuracy >= --target, same
@@ -92,6 +93,10 @@ def main():
                                                                 "pytorch-ddp", "--exchange", "allreduce:shm")),
         "dtrain 2 workers shared sync": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--exchange", "shared",
                                                             "--schedule", "sync")),
+        "dtrain 2 workers shared sync balanced": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--exchange",
+                                                                     "shared", "--schedule", "sync", "--balance", "on")),
+        "dtrain 2 workers pytorch-ddp balanced": lambda: rate(dtrain(*common, *steps, "--workers", 2, "--preset",
+                                                                     "pytorch-ddp", "--balance", "on")),
         "PyTorch DDP 2 procs": lambda: pytorch_ddp("--model", "mlp", "--procs", 2, "--lr", args.lr,
                                                    "--max-steps", args.steps)["samples_per_sec"],
     }
@@ -108,7 +113,7 @@ def main():
     one, pair = best["dtrain 1 worker"], best["2 x dtrain 1 worker, concurrently"]
     print(f"mlp, batch 64 per worker, {args.steps} steps, best of {args.rounds} interleaved rounds (samples/s):")
     for k, v in best.items():
-        print(f"  {k:36s} {v:8.0f}  = {v / one:.2f}x 1 worker   (rounds: {' '.join('%.0f' % x for x in got[k])})")
+        print(f"  {k:38s} {v:8.0f}  = {v / one:.2f}x 1 worker   (rounds: {' '.join('%.0f' % x for x in got[k])})")
     two = max(v for k, v in best.items() if k.startswith("dtrain 2 workers"))
     ddp = best["PyTorch DDP 2 procs"]
     print(f"  ceiling (two independent 1-worker processes): {pair / one:.2f}x; dtrain 2 workers reach "
@@ -123,10 +128,13 @@ def main():
              "dtrain_2_ddp_preset_sharded": round(best["dtrain 2 workers pytorch-ddp sharded"]),
              "dtrain_2_ddp_preset_shm": round(best["dtrain 2 workers pytorch-ddp shm"]),
              "dtrain_2_shared_sync": round(best["dtrain 2 workers shared sync"]),
+             "dtrain_2_shared_sync_balanced": round(best["dtrain 2 workers shared sync balanced"]),
+             "dtrain_2_ddp_preset_balanced": round(best["dtrain 2 workers pytorch-ddp balanced"]),
              "scaling": round(two / one, 3), "ceiling": round(pair / one, 3),
              "pytorch_ddp_2": round(ddp), "ratio_vs_ddp": round(two / ddp, 3),
              "median_scaling_shared_sync": round(median["dtrain 2 workers shared sync"] / m1, 3),
              "median_scaling_ddp_preset": round(median["dtrain 2 workers pytorch-ddp"] / m1, 3),
+             "median_scaling_shared_sync_balanced": round(median["dtrain 2 workers shared sync balanced"] / m1, 3),
              "median_ceiling": round(median["2 x dtrain 1 worker, concurrently"] / m1, 3),
              "cross_core_ratio_per_round": cross}]
     if not args.skip_accuracy:

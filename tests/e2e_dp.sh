@@ -79,6 +79,27 @@ RES="--data $SMALL --batch 8 --workers 4 --exchange shared --schedule sync --lr 
 "$DTRAIN" train $RES --epochs 2 --checkpoint "$TMP/shm_c.st" >/dev/null
 "$DTRAIN" train $RES --epochs 3 --resume "$TMP/shm_c.st" --checkpoint "$TMP/shm_c.st" >/dev/null
 check shared_sync_resume_bit_exact cmp -s "$TMP/shm_a.st" "$TMP/shm_c.st"
+# ---- --balance: each step's batch split by measured speed. The same samples
+# and the same global count, so equal to one worker to rounding (the split,
+# and so the rounding, follows timings: not bitwise) -------------------------
+"$DTRAIN" train $BASE --batch 8 --workers 3 --exchange shared --schedule sync --balance on --checkpoint "$TMP/bal_shm.st" >/dev/null
+if close "$TMP/one_3.st" "$TMP/bal_shm.st" $TOL; then pass "balance_shared_sync_equals_one_worker($(cat "$TMP/cmp.out"))"; else fail balance_shared_sync_equals_one_worker "$(cat "$TMP/cmp.out")"; fi
+"$DTRAIN" train $BASE --batch 8 --workers 3 --exchange allreduce:ring --balance on --checkpoint "$TMP/bal_ring.st" >/dev/null
+if close "$TMP/one_3.st" "$TMP/bal_ring.st" $TOL; then pass "balance_allreduce_equals_one_worker($(cat "$TMP/cmp.out"))"; else fail balance_allreduce_equals_one_worker "$(cat "$TMP/cmp.out")"; fi
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --batch 8 --comm mpi --exchange allreduce:ring --balance on --checkpoint "$TMP/bal_mpi.st" >/dev/null 2>"$TMP/mpi.err"
+  if close "$TMP/one_3.st" "$TMP/bal_mpi.st" $TOL; then pass "mpi_balance_equals_one_worker($(cat "$TMP/cmp.out"))"; else fail mpi_balance_equals_one_worker "$(cat "$TMP/cmp.out") $(tail -c 300 "$TMP/mpi.err")"; fi
+fi
+# a rank four times slower gets the smaller share (the metrics show the split)
+for ex in "shared --schedule sync" "allreduce:ring"; do
+  name=$(echo "$ex" | cut -d' ' -f1 | tr : _)
+  "$DTRAIN" train $BASE --batch 32 --max-steps 40 --workers 2 --exchange $ex --balance on --straggler rank=1,slowdown=4 --metrics "$TMP/bal_$name.jsonl" >/dev/null
+  check "balance_${name}_moves_samples_off_the_straggler" $PY -c "
+import json; e=json.loads(open('$TMP/bal_$name.jsonl').readline()); s=e['batch_per_rank']
+assert len(s) == 2 and abs(s[0] + s[1] - 64) < 1e-6 and s[1] < s[0], s"
+done
+expect_error balance_needs_sync_data_parallelism 2 "option --balance: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --schedule async --exchange ps:1 --balance on
+expect_error balance_on_or_off 2 "option --balance" -- "$DTRAIN" train --workers 2 --balance yes
 expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars
 expect_error allreduce_shm_needs_local 2 "option --exchange allreduce:shm needs shared memory: use --comm local" -- "$DTRAIN" train --exchange allreduce:shm --comm mpi
 expect_error allreduce_shm_no_net 2 "options --exchange allreduce:shm and --net do not combine" -- "$DTRAIN" train --workers 2 --exchange allreduce:shm --net latency=50us

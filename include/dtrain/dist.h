@@ -45,6 +45,7 @@ typedef struct {
   size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
   int overlap;                  /* start bucket allreduces during backprop */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
+  int balance;                  /* split each synchronous step's batch by measured speed */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
   int staleness_lr;             /* divide the step by the staleness */
@@ -104,6 +105,25 @@ typedef struct {
   size_t bytes_sent;
 } step_timers_t;
 
+/* Load-balanced synchronous steps (balance.c): each step's global batch
+ * split over ranks in proportion to their measured speed. */
+typedef struct {
+  int nranks, lo, hi;           /* bounds of one rank's share of a step */
+  double *speed;                /* samples/s of each rank, smoothed (0 = not yet measured) */
+  double *want;                 /* scratch: each rank's exact share */
+  int *count;                   /* this step's samples of each rank */
+  int64_t *epoch_samples;       /* each rank's samples this epoch */
+} balance_t;
+int balance_new(int nranks, int batch, balance_t **out);
+void balance_free(balance_t *b);
+/* This step's split of `in_step` samples; the slice [off, off+len) of `rank`. */
+void balance_split(balance_t *b, size_t in_step, int rank, size_t *off, size_t *len);
+/* Every rank's compute seconds in the step just split (the same on every rank). */
+void balance_observe(balance_t *b, const float *sec);
+void balance_begin_epoch(balance_t *b);
+/* The epoch's split, as a JSON field for the metrics ("batch_per_rank":[...]). */
+void balance_json(const balance_t *b, int64_t steps, char *buf, size_t cap);
+
 typedef struct worker {
   const train_config_t *cfg;
   comm_t *comm;
@@ -126,6 +146,8 @@ typedef struct worker {
   step_timers_t timers;
   double epoch_loss_sum;        /* summed over this rank's samples */
   int64_t epoch_samples, epoch_correct;
+  double step_compute;          /* seconds of the last worker_compute_gradient */
+  balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
   double run_start;
   void *strategy;               /* the strategy's own state */
   comm_t *world;                /* every rank of the run (parameter servers too); else == comm */
@@ -142,8 +164,8 @@ void worker_plan_steps(worker_t *w, int nworkers);
 void worker_begin_epoch(worker_t *w, int epoch);
 /* This rank's slice of global step `k` of the epoch, under synchronous data
  * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
- * of the epoch order, out of `global` in the step. */
-void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global);
+ * of the epoch order, out of `global` in the step. Even, or by w->balance. */
+void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global);
 /* Forward, loss and backward on `count` samples of the epoch order starting
  * at `begin`; the gradient is averaged over `denom` samples (the global
  * batch). ready/ctx: see model_backward. Fails on a NaN/inf loss. */

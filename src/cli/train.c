@@ -48,6 +48,8 @@ static const char *TRAIN_HELP =
     "  --overlap on|off          start bucket allreduces during backprop [on]\n"
     "  --shard-optimizer on|off  allreduce:ring: each rank steps 1/N of the parameters with\n"
     "                            1/N of the optimizer work (ZeRO stage 1) [off]\n"
+    "  --balance on|off          split each synchronous step's batch by the ranks' measured\n"
+    "                            speed (same global batch; not bitwise repeatable) [off]\n"
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local\n"
     "  --straggler rank=R,slowdown=F        slow down one rank's compute F times\n"
     "  --comm-timeout SEC        a rank waiting longer than this on a peer fails [300]\n"
@@ -230,6 +232,7 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
+  if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);

@@ -161,6 +161,17 @@ static int shard_check(const train_config_t *c) {
   return 0;
 }
 
+/* Balancing splits the batch of a synchronous step of data parallelism. */
+static int balance_check(const train_config_t *c) {
+  if (!c->balance) return 0;
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->schedule != SCHEDULE_SYNC ||
+      (c->exchange != EXCHANGE_ALLREDUCE && c->exchange != EXCHANGE_SHARED))
+    return dt_error("option --balance: applies to synchronous data parallelism (--optimization "
+                    "central --schedule sync --exchange allreduce:ALGO or shared), not --schedule "
+                    "%s --exchange %s", schedule_name(c->schedule), exchange_name(c->exchange));
+  return 0;
+}
+
 /* allreduce:shm reads the other ranks' buffers: threads of one process,
  * and no messages for an emulated network to delay. */
 static int shm_check(const train_config_t *c) {
@@ -186,6 +197,7 @@ int train_config_check(const train_config_t *c) {
   if (ps_check(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
+  if (balance_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   strategy_fn fn;

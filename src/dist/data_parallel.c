@@ -30,6 +30,7 @@ typedef struct {
   coll_async_t *async;
   optim_segment_t *shard;   /* --shard-optimizer: this rank's block of each bucket */
   int nshard;
+  float *sec;               /* --balance: every rank's compute seconds this step */
 } dp_state_t;
 
 /* PyTorch DDP's rule: the first bucket (the last layers, ready first) is
@@ -132,6 +133,28 @@ static int apply_sharded_update(dp_state_t *s, int64_t k) {
   return 0;
 }
 
+/* --balance: every rank's compute seconds, in one small allreduce of a
+ * vector that is zero but for this rank's entry (so the sum is exact). */
+static int share_step_times(dp_state_t *s) {
+  worker_t *w = s->w;
+  memset(s->sec, 0, (size_t)w->nranks * sizeof *s->sec);
+  s->sec[w->rank] = (float)w->step_compute;
+  double t0 = dt_now();
+  DT_TRY(allreduce(w->coll, ALLREDUCE_TREE, s->sec, (size_t)w->nranks));
+  w->timers.comm += dt_now() - t0;
+  w->timers.comm_exposed += dt_now() - t0;
+  balance_observe(w->balance, s->sec);
+  return 0;
+}
+
+static int plan_balance(dp_state_t *s) {
+  worker_t *w = s->w;
+  if (!w->cfg->balance || w->nranks == 1) return 0;
+  DT_TRY(balance_new(w->nranks, w->cfg->batch, &w->balance));
+  if (!(s->sec = calloc((size_t)w->nranks, sizeof *s->sec))) return dt_error("out of memory");
+  return 0;
+}
+
 static int train_step(void *state, int64_t k) {
   dp_state_t *s = state;
   worker_t *w = s->w;
@@ -143,6 +166,7 @@ static int train_step(void *state, int64_t k) {
                               s) != 0)
     return -1;
   if (exchange_gradients(s, dt_now()) != 0) return -1;
+  if (s->sec && share_step_times(s) != 0) return -1;
   if (s->shard) return apply_sharded_update(s, k);
   worker_apply_update(w);
   return 0;
@@ -170,6 +194,7 @@ int sync_run_epochs(worker_t *w, sync_step_fn step, void *state) {
   const train_config_t *cfg = w->cfg;
   epoch_report_t r = {0};
   int have_report = 0;
+  char split[512]; /* --balance: the epoch's samples per rank, for the metrics */
   double run_t0 = dt_now();
   for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
     double t0 = dt_now();
@@ -182,6 +207,10 @@ int sync_run_epochs(worker_t *w, sync_step_fn step, void *state) {
     }
     double train_sec = dt_now() - t0;
     r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+    if (w->balance) {
+      balance_json(w->balance, k, split, sizeof split);
+      r.extra_json = split;
+    }
     r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
     size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * w->nranks;
     r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
@@ -199,10 +228,12 @@ int strategy_data_parallel(worker_t *w) {
   dp_state_t s = {.w = w};
   int rc = plan_buckets(&s);
   if (rc == 0) rc = plan_shard(&s);
+  if (rc == 0) rc = plan_balance(&s);
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap) rc = coll_async_new(w->coll, &s.async);
   if (rc == 0) rc = sync_run_epochs(w, train_step, &s);
   coll_async_free(s.async);
   free(s.shard);
+  free(s.sec);
   free(s.buckets);
   return rc;
 }

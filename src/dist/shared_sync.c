@@ -13,6 +13,10 @@
  * parameters: sgemm reading one shared arena that another core has just
  * written ran ~20% slower here (measured) than on a private copy.
  *
+ * With --balance each rank also writes its compute seconds into a shared
+ * table before the first barrier, and every rank reads the table before
+ * the second (balance.c).
+ *
  * Two barriers a step: every gradient is complete before anyone sums it,
  * and every block is stepped and pushed before anyone reads parameters
  * again. Between the two, rank r writes only block r (its own and the
@@ -31,6 +35,7 @@ typedef struct {
   const float **grads;            /* shared: every rank's gradient arena ... */
   float **params;                 /* ... and parameter arena */
   const float **from;             /* this rank's block of each of them */
+  float *sec;                     /* shared, --balance: each rank's compute seconds this step */
   optim_segment_t block;          /* this rank's part of the arena */
 } shared_sync_t;
 
@@ -57,6 +62,10 @@ static int setup(shared_sync_t *s) {
                     "combine: LARS needs whole tensors, a rank steps a block (use --exchange "
                     "allreduce)");
   DT_TRY(share_optimizer_state(s));
+  if (w->cfg->balance && w->nranks > 1) {
+    DT_TRY(balance_new(w->nranks, w->cfg->batch, &w->balance));
+    DT_TRY(comm_shared_alloc(c, (size_t)w->nranks * sizeof(float), (void **)&s->sec));
+  }
   DT_TRY(comm_shared_alloc(c, 2 * (size_t)w->nranks * sizeof(float *), (void **)&s->grads));
   s->params = (float **)(s->grads + w->nranks);
   s->grads[w->rank] = m->grads;
@@ -78,6 +87,7 @@ static void teardown(shared_sync_t *s) {
     optim_use_state(o, NULL);
   }
   if (s->grads) comm_shared_free(s->w->comm, s->grads);
+  if (s->sec) comm_shared_free(s->w->comm, s->sec);
   if (s->state) comm_shared_free(s->w->comm, s->state);
 }
 
@@ -100,8 +110,10 @@ static int train_step(void *state, int64_t k) {
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
   if (worker_compute_gradient(w, begin, count, (int)global, NULL, NULL) != 0) return -1;
+  if (s->sec) s->sec[w->rank] = (float)w->step_compute;
   double t0 = dt_now();
   if (comm_barrier(w->comm) != 0) return -1; /* every gradient is complete */
+  if (s->sec) balance_observe(w->balance, s->sec); /* read before anyone's next write */
   kern_sum(s->block.len, w->nranks, s->from, m->grads + s->block.off);
   double t1 = dt_now();
   worker_apply_update_segs(w, &s->block, 1);

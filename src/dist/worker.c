@@ -6,12 +6,17 @@
 
 #include "dtrain/dist.h"
 
+/* A balanced rank computes up to twice its batch in a step (balance.c). */
+static int worker_max_batch(const train_config_t *cfg) {
+  return cfg->balance ? 2 * cfg->batch : cfg->batch;
+}
+
 static int build_model(worker_t *w) {
   const train_config_t *cfg = w->cfg;
   model_spec_t spec;
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
   shape_t in = {w->train->c, w->train->h, w->train->w};
-  int rc = model_build(&spec, in, w->train->nclasses, cfg->batch, &w->model);
+  int rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
   model_spec_free(&spec);
   if (rc != 0) return -1;
   model_init_params(w->model, cfg->seed);
@@ -60,8 +65,8 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   if (comm && coll_ctx_new(comm, &w->coll) != 0) return -1;
   if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
   worker_plan_steps(w, w->nranks);
-  w->x = dt_alloc_floats((size_t)cfg->batch * train->dim);
-  w->y = dt_alloc((size_t)cfg->batch * sizeof(int32_t));
+  w->x = dt_alloc_floats((size_t)worker_max_batch(cfg) * train->dim);
+  w->y = dt_alloc((size_t)worker_max_batch(cfg) * sizeof(int32_t));
   w->order = dt_alloc(train->n * sizeof(uint32_t));
   w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
   if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
@@ -74,6 +79,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
 }
 
 void worker_free(worker_t *w) {
+  balance_free(w->balance);
   if (w->metrics) fclose(w->metrics);
   model_free(w->model);
   optim_free(w->opt);
@@ -91,13 +97,15 @@ void worker_begin_epoch(worker_t *w, int epoch) {
   w->epoch_loss_sum = 0;
   w->epoch_samples = w->epoch_correct = 0;
   data_epoch_order(w->cfg->seed, epoch, w->order, w->train->n);
+  if (w->balance) balance_begin_epoch(w->balance);
 }
 
-void worker_step_slice(const worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
+void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
   size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   size_t off, len;
-  data_shard(in_step, w->rank, w->nranks, &off, &len);
+  if (w->balance) balance_split(w->balance, in_step, w->rank, &off, &len);
+  else data_shard(in_step, w->rank, w->nranks, &off, &len);
   *begin = start + off;
   *count = len;
   *global = in_step;
@@ -107,6 +115,7 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             grad_ready_fn ready, void *ctx) {
   double t0 = dt_now();
   model_t *m = w->model;
+  w->step_compute = 0;
   if (count == 0) { /* a rank with no samples in a short last step */
     kern_zero(m->nparams, m->grads);
     if (ready)
@@ -129,7 +138,8 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   model_backward(m, w->x, (int)count, ready, ctx);
   double dt = dt_now() - t0;
   if (w->comm) comm_compute_delay(w->comm, dt);
-  w->timers.compute += dt_now() - t0;
+  w->step_compute = dt_now() - t0;
+  w->timers.compute += w->step_compute;
   return 0;
 }
 

@@ -1,0 +1,114 @@
+/* Load-balanced synchronous steps (balance.c): a step's samples are split
+ * whole and contiguous, evenly until measured, in proportion to measured
+ * speed within the bounds, evenly in a short last step; and the same
+ * observations give every rank the same split. */
+#include <string.h>
+
+#include "dtrain/dist.h"
+#include "test.h"
+
+/* Every rank's slice of a step of `n` samples: contiguous, in rank order,
+ * covering [0, n). Returns the counts in `count`. */
+static int split_is_a_partition(balance_t *b, size_t n, int *count) {
+  size_t next = 0;
+  int ok = 1;
+  for (int r = 0; r < b->nranks; r++) {
+    size_t off, len;
+    balance_split(b, n, r, &off, &len);
+    ok &= off == next;
+    next = off + len;
+    count[r] = (int)len;
+  }
+  return ok && next == n;
+}
+
+static void test_even_until_measured(void) {
+  balance_t *b;
+  CHECK_OK(balance_new(3, 64, &b));
+  int c[3];
+  CHECK(split_is_a_partition(b, 192, c));
+  CHECK(c[0] == 64 && c[1] == 64 && c[2] == 64);
+  CHECK(split_is_a_partition(b, 100, c));
+  CHECK(c[0] + c[1] + c[2] == 100 && c[0] >= 33 && c[0] <= 34 && c[2] >= 33 && c[2] <= 34);
+  balance_free(b);
+}
+
+static void test_split_follows_speed(void) {
+  balance_t *b;
+  CHECK_OK(balance_new(2, 64, &b));
+  int c[2];
+  CHECK(split_is_a_partition(b, 128, c)); /* 64 + 64 */
+  float sec[2] = {0.001f, 0.003f};        /* rank 1 three times slower per sample */
+  balance_observe(b, sec);
+  CHECK(split_is_a_partition(b, 128, c));
+  CHECK(c[0] == 96 && c[1] == 32);
+  /* equal times for the new split: the split stays */
+  float same[2] = {0.003f, 0.003f};
+  balance_observe(b, same);
+  CHECK(split_is_a_partition(b, 128, c));
+  CHECK(c[0] == 96 && c[1] == 32);
+  /* rank 0 slows down: its share shrinks gradually (smoothed), not at once */
+  float slow0[2] = {0.009f, 0.003f};
+  balance_observe(b, slow0);
+  CHECK(split_is_a_partition(b, 128, c));
+  CHECK(c[0] < 96 && c[0] > 64);
+  balance_free(b);
+}
+
+static void test_bounds(void) {
+  balance_t *b;
+  CHECK_OK(balance_new(2, 64, &b)); /* shares within [64/8, 2*64] */
+  int c[2];
+  CHECK(split_is_a_partition(b, 128, c));
+  float sec[2] = {0.001f, 1.0f}; /* rank 1 ~1000x slower */
+  balance_observe(b, sec);
+  CHECK(split_is_a_partition(b, 128, c));
+  CHECK(c[1] == 8 && c[0] == 120);
+  /* a short last step with fewer samples than the lower bounds: even */
+  CHECK(split_is_a_partition(b, 9, c));
+  CHECK(c[0] + c[1] == 9 && (c[0] == 4 || c[0] == 5));
+  /* the upper bound holds with many ranks and one fast one */
+  balance_t *m;
+  CHECK_OK(balance_new(4, 8, &m));
+  int d[4];
+  CHECK(split_is_a_partition(m, 32, d));
+  float t[4] = {0.0001f, 1, 1, 1};
+  balance_observe(m, t);
+  CHECK(split_is_a_partition(m, 32, d));
+  CHECK(d[0] == 16 && d[1] + d[2] + d[3] == 16 && d[1] >= 1 && d[3] >= 1);
+  balance_free(m);
+  balance_free(b);
+}
+
+/* Two ranks' balancers fed the same times agree on every split. */
+static void test_same_inputs_same_split(void) {
+  balance_t *a, *b;
+  CHECK_OK(balance_new(5, 32, &a));
+  CHECK_OK(balance_new(5, 32, &b));
+  rng_t rng;
+  rng_seed(&rng, 7);
+  int same = 1, ca[5], cb[5];
+  for (int step = 0; step < 200; step++) {
+    size_t n = step % 50 == 49 ? 37 : 160;
+    same &= split_is_a_partition(a, n, ca) && split_is_a_partition(b, n, cb);
+    same &= !memcmp(ca, cb, sizeof ca);
+    float sec[5];
+    for (int r = 0; r < 5; r++) sec[r] = ca[r] * (0.5f + (float)rng_uniform(&rng)) * 1e-5f;
+    balance_observe(a, sec);
+    balance_observe(b, sec);
+  }
+  CHECK(same);
+  char json[128];
+  balance_json(a, 200, json, sizeof json);
+  CHECK(!strncmp(json, "\"batch_per_rank\":[", 18) && json[strlen(json) - 1] == ']');
+  balance_free(a);
+  balance_free(b);
+}
+
+int main(void) {
+  RUN(test_even_until_measured);
+  RUN(test_split_follows_speed);
+  RUN(test_bounds);
+  RUN(test_same_inputs_same_split);
+  TEST_MAIN_END();
+}
