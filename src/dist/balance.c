@@ -51,11 +51,11 @@ void balance_free(balance_t *b) {
 }
 
 /* Rounds the shares down, then gives the samples left one at a time to the
- * rank furthest below its share (lowest rank on ties), within [lo, hi]. */
-static void split_by_speed(balance_t *b, size_t in_step) {
-  int p = b->nranks;
+ * rank furthest below its share (lowest rank on ties), within [lo, hi].
+ * Returns 0 if the bounds leave no such split. */
+static int split_by_speed(balance_t *b, size_t in_step) {
+  int p = b->nranks, measured = 1;
   double total = 0, *want = b->want;
-  int measured = 1;
   for (int r = 0; r < p; r++) measured &= b->speed[r] > 0;
   for (int r = 0; r < p; r++) total += measured ? b->speed[r] : 1;
   size_t given = 0;
@@ -73,23 +73,25 @@ static void split_by_speed(balance_t *b, size_t in_step) {
       double gap = up ? want[r] - b->count[r] : b->count[r] - want[r];
       if (pick < 0 || gap > best) pick = r, best = gap;
     }
+    if (pick < 0) return 0;
     b->count[pick] += up ? 1 : -1;
-    given += up ? 1 : (size_t)-1;
+    given = up ? given + 1 : given - 1;
+  }
+  return 1;
+}
+
+static void split_evenly(balance_t *b, size_t in_step) {
+  for (int r = 0; r < b->nranks; r++) {
+    size_t o, l;
+    data_shard(in_step, r, b->nranks, &o, &l);
+    b->count[r] = (int)l;
   }
 }
 
 void balance_split(balance_t *b, size_t in_step, int rank, size_t *off, size_t *len) {
   int p = b->nranks;
-  if (in_step < (size_t)p * (size_t)b->lo) {
-    /* a short last step: the even split */
-    for (int r = 0; r < p; r++) {
-      size_t o, l;
-      data_shard(in_step, r, p, &o, &l);
-      b->count[r] = (int)l;
-    }
-  } else {
-    split_by_speed(b, in_step);
-  }
+  /* a short last step, below every rank's lower bound: the even split */
+  if (in_step < (size_t)p * (size_t)b->lo || !split_by_speed(b, in_step)) split_evenly(b, in_step);
   size_t o = 0;
   for (int r = 0; r < rank; r++) o += (size_t)b->count[r];
   for (int r = 0; r < p; r++) b->epoch_samples[r] += b->count[r];
