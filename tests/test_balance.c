@@ -33,25 +33,52 @@ static void test_even_until_measured(void) {
   balance_free(b);
 }
 
+/* Seconds each of two ranks takes for this step's split at true speeds v[r]. */
+static void time_step(const balance_t *b, const double v[2], float sec[2]) {
+  for (int r = 0; r < 2; r++) sec[r] = (float)(b->count[r] / v[r]);
+}
+
 static void test_split_follows_speed(void) {
   balance_t *b;
   CHECK_OK(balance_new(2, 64, &b));
   int c[2];
-  CHECK(split_is_a_partition(b, 128, c)); /* 64 + 64 */
-  float sec[2] = {0.001f, 0.003f};        /* rank 1 three times slower per sample */
+  float sec[2];
+  double v[2] = {64000, 64000 / 3.0}; /* rank 1 three times slower per sample */
+  CHECK(split_is_a_partition(b, 128, c)); /* 64 + 64 until measured */
+  time_step(b, v, sec);
   balance_observe(b, sec);
   CHECK(split_is_a_partition(b, 128, c));
   CHECK(c[0] == 96 && c[1] == 32);
-  /* equal times for the new split: the split stays */
-  float same[2] = {0.003f, 0.003f};
-  balance_observe(b, same);
+  time_step(b, v, sec); /* the same speeds: the split stays */
+  balance_observe(b, sec);
   CHECK(split_is_a_partition(b, 128, c));
   CHECK(c[0] == 96 && c[1] == 32);
-  /* rank 0 slows down: its share shrinks gradually (smoothed), not at once */
-  float slow0[2] = {0.009f, 0.003f};
-  balance_observe(b, slow0);
+  /* rank 0 slows to half speed for good: its share shrinks step by step,
+   * to the new ratio 3:2 */
+  v[0] = 32000;
+  time_step(b, v, sec);
+  balance_observe(b, sec);
   CHECK(split_is_a_partition(b, 128, c));
-  CHECK(c[0] < 96 && c[0] > 64);
+  CHECK(c[0] < 96 && c[0] > 80);
+  for (int i = 0; i < 40; i++) {
+    time_step(b, v, sec);
+    balance_observe(b, sec);
+    CHECK(split_is_a_partition(b, 128, c));
+  }
+  CHECK(c[0] >= 76 && c[0] <= 78);
+  /* one step ten times slower on rank 1 (the host ran something else):
+   * the split moves by a few samples only, and comes back */
+  time_step(b, v, sec);
+  sec[1] *= 10;
+  balance_observe(b, sec);
+  CHECK(split_is_a_partition(b, 128, c));
+  CHECK(c[0] >= 76 && c[0] <= 82);
+  for (int i = 0; i < 40; i++) {
+    time_step(b, v, sec);
+    balance_observe(b, sec);
+    CHECK(split_is_a_partition(b, 128, c));
+  }
+  CHECK(c[0] >= 76 && c[0] <= 78);
   balance_free(b);
 }
 
@@ -60,7 +87,7 @@ static void test_bounds(void) {
   CHECK_OK(balance_new(2, 64, &b)); /* shares within [64/8, 2*64] */
   int c[2];
   CHECK(split_is_a_partition(b, 128, c));
-  float sec[2] = {0.001f, 1.0f}; /* rank 1 ~1000x slower */
+  float sec[2] = {0.001f, 1.0f}; /* rank 1 ~1000x slower (the first measurement counts whole) */
   balance_observe(b, sec);
   CHECK(split_is_a_partition(b, 128, c));
   CHECK(c[1] == 8 && c[0] == 120);

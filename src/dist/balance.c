@@ -19,9 +19,13 @@
 #include "dtrain/dist.h"
 
 /* Weight of the newest step in the speed estimate: a core's speed on this
- * VM shifts for hundreds of milliseconds at a time (tens of steps), while
- * a single step's time jitters by ~10%. */
+ * VM shifts by 10-30% for hundreds of milliseconds at a time (tens of
+ * steps), while a single step's time jitters by ~10%. One step in ten is
+ * slower still, up to a whole step or more (the host runs something else
+ * on that core for a while); such a spike says nothing about the next step,
+ * so one step's speed counts at most BALANCE_MAX_CHANGE off the estimate. */
 #define BALANCE_SMOOTHING 0.2
+#define BALANCE_MAX_CHANGE 0.25
 
 int balance_new(int nranks, int batch, balance_t **out) {
   balance_t *b = calloc(1, sizeof *b);
@@ -102,8 +106,14 @@ void balance_split(balance_t *b, size_t in_step, int rank, size_t *off, size_t *
 void balance_observe(balance_t *b, const float *sec) {
   for (int r = 0; r < b->nranks; r++) {
     if (b->count[r] <= 0 || !(sec[r] > 0)) continue;
-    double v = b->count[r] / (double)sec[r];
-    b->speed[r] = b->speed[r] > 0 ? b->speed[r] + BALANCE_SMOOTHING * (v - b->speed[r]) : v;
+    double v = b->count[r] / (double)sec[r], s = b->speed[r];
+    if (s <= 0) { /* the first measurement */
+      b->speed[r] = v;
+      continue;
+    }
+    if (v < s * (1 - BALANCE_MAX_CHANGE)) v = s * (1 - BALANCE_MAX_CHANGE);
+    if (v > s * (1 + BALANCE_MAX_CHANGE)) v = s * (1 + BALANCE_MAX_CHANGE);
+    b->speed[r] = s + BALANCE_SMOOTHING * (v - s);
   }
 }
 
