@@ -24,7 +24,7 @@ static int split_is_a_partition(balance_t *b, size_t n, int *count) {
 
 static void test_even_until_measured(void) {
   balance_t *b;
-  CHECK_OK(balance_new(3, 64, &b));
+  CHECK_OK(balance_new(3, 64, 128, &b));
   int c[3];
   CHECK(split_is_a_partition(b, 192, c));
   CHECK(c[0] == 64 && c[1] == 64 && c[2] == 64);
@@ -40,7 +40,7 @@ static void time_step(const balance_t *b, const double v[2], float sec[2]) {
 
 static void test_split_follows_speed(void) {
   balance_t *b;
-  CHECK_OK(balance_new(2, 64, &b));
+  CHECK_OK(balance_new(2, 64, 128, &b));
   int c[2];
   float sec[2];
   double v[2] = {64000, 64000 / 3.0}; /* rank 1 three times slower per sample */
@@ -84,7 +84,7 @@ static void test_split_follows_speed(void) {
 
 static void test_bounds(void) {
   balance_t *b;
-  CHECK_OK(balance_new(2, 64, &b)); /* shares within [64/8, 2*64] */
+  CHECK_OK(balance_new(2, 64, 128, &b)); /* shares within [64/8, 2*64] */
   int c[2];
   CHECK(split_is_a_partition(b, 128, c));
   float sec[2] = {0.001f, 1.0f}; /* rank 1 ~1000x slower (the first measurement counts whole) */
@@ -96,7 +96,7 @@ static void test_bounds(void) {
   CHECK(c[0] + c[1] == 9 && (c[0] == 4 || c[0] == 5));
   /* the upper bound holds with many ranks and one fast one */
   balance_t *m;
-  CHECK_OK(balance_new(4, 8, &m));
+  CHECK_OK(balance_new(4, 8, 16, &m));
   int d[4];
   CHECK(split_is_a_partition(m, 32, d));
   float t[4] = {0.0001f, 1, 1, 1};
@@ -110,8 +110,8 @@ static void test_bounds(void) {
 /* Two ranks' balancers fed the same times agree on every split. */
 static void test_same_inputs_same_split(void) {
   balance_t *a, *b;
-  CHECK_OK(balance_new(5, 32, &a));
-  CHECK_OK(balance_new(5, 32, &b));
+  CHECK_OK(balance_new(5, 32, 64, &a));
+  CHECK_OK(balance_new(5, 32, 64, &b));
   rng_t rng;
   rng_seed(&rng, 7);
   int same = 1, ca[5], cb[5];

@@ -114,7 +114,8 @@ typedef struct {
   int *count;                   /* this step's samples of each rank */
   int64_t *epoch_samples;       /* each rank's samples this epoch */
 } balance_t;
-int balance_new(int nranks, int batch, balance_t **out);
+/* Shares within [batch/8, max_share] (what a rank's buffers hold). */
+int balance_new(int nranks, int batch, int max_share, balance_t **out);
 void balance_free(balance_t *b);
 /* This step's split of `in_step` samples; the slice [off, off+len) of `rank`. */
 void balance_split(balance_t *b, size_t in_step, int rank, size_t *off, size_t *len);
@@ -172,6 +173,9 @@ void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, siz
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             grad_ready_fn ready, void *ctx);
 void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
+/* --balance on with several ranks: w->balance, its shares bounded by the
+ * batch this worker's buffers hold; else nothing. */
+int worker_balance_new(worker_t *w);
 /* The same on some segments of the arena only (a sharded optimizer). */
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
 /* Summed test loss and correct count of this worker's model over test

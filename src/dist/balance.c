@@ -27,12 +27,12 @@
 #define BALANCE_SMOOTHING 0.2
 #define BALANCE_MAX_CHANGE 0.25
 
-int balance_new(int nranks, int batch, balance_t **out) {
+int balance_new(int nranks, int batch, int max_share, balance_t **out) {
   balance_t *b = calloc(1, sizeof *b);
   if (!b) return dt_error("out of memory");
   b->nranks = nranks;
   b->lo = batch / 8 > 1 ? batch / 8 : 1;
-  b->hi = 2 * batch;
+  b->hi = max_share;
   b->speed = calloc((size_t)nranks, sizeof *b->speed);
   b->want = calloc((size_t)nranks, sizeof *b->want);
   b->count = calloc((size_t)nranks, sizeof *b->count);

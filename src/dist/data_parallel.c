@@ -141,16 +141,17 @@ static int share_step_times(dp_state_t *s) {
   s->sec[w->rank] = (float)w->step_compute;
   double t0 = dt_now();
   DT_TRY(allreduce(w->coll, ALLREDUCE_TREE, s->sec, (size_t)w->nranks));
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  double dt = dt_now() - t0;
+  w->timers.comm += dt;
+  w->timers.comm_exposed += dt;
   balance_observe(w->balance, s->sec);
   return 0;
 }
 
 static int plan_balance(dp_state_t *s) {
   worker_t *w = s->w;
-  if (!w->cfg->balance || w->nranks == 1) return 0;
-  DT_TRY(balance_new(w->nranks, w->cfg->batch, &w->balance));
+  DT_TRY(worker_balance_new(w));
+  if (!w->balance) return 0;
   if (!(s->sec = calloc((size_t)w->nranks, sizeof *s->sec))) return dt_error("out of memory");
   return 0;
 }

@@ -62,10 +62,8 @@ static int setup(shared_sync_t *s) {
                     "combine: LARS needs whole tensors, a rank steps a block (use --exchange "
                     "allreduce)");
   DT_TRY(share_optimizer_state(s));
-  if (w->cfg->balance && w->nranks > 1) {
-    DT_TRY(balance_new(w->nranks, w->cfg->batch, &w->balance));
-    DT_TRY(comm_shared_alloc(c, (size_t)w->nranks * sizeof(float), (void **)&s->sec));
-  }
+  DT_TRY(worker_balance_new(w));
+  if (w->balance) DT_TRY(comm_shared_alloc(c, (size_t)w->nranks * sizeof(float), (void **)&s->sec));
   DT_TRY(comm_shared_alloc(c, 2 * (size_t)w->nranks * sizeof(float *), (void **)&s->grads));
   s->params = (float **)(s->grads + w->nranks);
   s->grads[w->rank] = m->grads;

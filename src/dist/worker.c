@@ -143,6 +143,11 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   return 0;
 }
 
+int worker_balance_new(worker_t *w) {
+  if (!w->cfg->balance || w->nranks == 1) return 0;
+  return balance_new(w->nranks, w->cfg->batch, w->model->max_batch, &w->balance);
+}
+
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
 
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
