@@ -11,7 +11,7 @@ same run:
      model, optimizer and cosine schedule on both;
   4. overlap: lenet, 2 workers, emulated 1 Gbit/s link: the part of the
      communication time hidden behind backprop (from dtrain's metrics).
-needs: make bench (build/bench/cross_core_copy)
+needs: make bench (build/bench/cross_core_copy, build/bench/sgemm_roof)
 usage: bench/ddp_vs_pytorch.py [--rounds 5] [--epochs 5] [--lr 0.05] [--target 0.88] [--skip-accuracy]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -51,6 +51,14 @@ def cross_core_ratio():
                          capture_output=True, text=True, check=True).stdout
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     return [r["ratio"] for r in rows if r["bytes"] == 1 << 20][0]
+
+
+def sgemm_roof():
+    """One core's sgemm GFLOP/s (build/bench/sgemm_roof): how busy the host is this round
+    (93-107 when quiet here, about half of that when busy)."""
+    out = subprocess.run([os.path.join(ROOT, "build", "bench", "sgemm_roof"), "1"], env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["gflops"]
 
 
 def rate(metrics):
@@ -103,9 +111,10 @@ def main():
     # This machine's speed drifts by 30% from minute to minute (a shared
     # VM): the configurations run interleaved, and each keeps its best round.
     got = {k: [] for k in configs}
-    cross = []
+    cross, roof = [], []
     for _ in range(args.rounds):
         cross.append(cross_core_ratio())
+        roof.append(sgemm_roof())
         for k, f in configs.items():
             got[k].append(f())
     best = {k: max(v) for k, v in got.items()}
@@ -120,6 +129,8 @@ def main():
           f"{two / one:.2f}x = {two / pair:.0%} of it; dtrain / PyTorch DDP {two / ddp:.2f}x")
     print("  cross-core / same-core copy bandwidth at 1 MiB before each round (bench/cross_core_copy.c): "
           + " ".join("%.2f" % x for x in cross))
+    print("  sgemm roof of one core before each round, GFLOP/s (bench/sgemm_roof.c): "
+          + " ".join("%.0f" % x for x in roof))
     m1 = median["dtrain 1 worker"]
     print("  medians instead of best rounds: " + ", ".join(
         f"{k.replace('dtrain ', '')} {v / m1:.2f}x" for k, v in median.items() if k != "dtrain 1 worker"))
@@ -136,7 +147,7 @@ def main():
              "median_scaling_ddp_preset": round(median["dtrain 2 workers pytorch-ddp"] / m1, 3),
              "median_scaling_shared_sync_balanced": round(median["dtrain 2 workers shared sync balanced"] / m1, 3),
              "median_ceiling": round(median["2 x dtrain 1 worker, concurrently"] / m1, 3),
-             "cross_core_ratio_per_round": cross}]
+             "cross_core_ratio_per_round": cross, "sgemm_gflops_per_round": roof}]
     if not args.skip_accuracy:
         d = dtrain(*common, "--workers", 2, "--preset", "pytorch-ddp", "--epochs", args.epochs)
         ep = [e for e in d if e["event"] == "epoch"]
