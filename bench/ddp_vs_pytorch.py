@@ -44,21 +44,23 @@ def dtrain_concurrently(n, *opts):
     return out
 
 
+def bench_tool(name, *args):
+    """The JSON rows a helper of build/bench/ prints."""
+    out = subprocess.run([os.path.join(ROOT, "build", "bench", name), *map(str, args)], env=ENV,
+                         capture_output=True, text=True, check=True).stdout
+    return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+
+
 def cross_core_ratio():
     """Copy bandwidth of data the other core just wrote over this core's own, at 1 MiB:
     on this VM it switches between ~1.0 and ~0.3 as the host moves the vCPUs."""
-    out = subprocess.run([os.path.join(ROOT, "build", "bench", "cross_core_copy"), "1"], env=ENV,
-                         capture_output=True, text=True, check=True).stdout
-    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-    return [r["ratio"] for r in rows if r["bytes"] == 1 << 20][0]
+    return [r["ratio"] for r in bench_tool("cross_core_copy", 1) if r["bytes"] == 1 << 20][0]
 
 
 def sgemm_roof():
-    """One core's sgemm GFLOP/s (build/bench/sgemm_roof): how busy the host is this round
-    (93-107 when quiet here, about half of that when busy)."""
-    out = subprocess.run([os.path.join(ROOT, "build", "bench", "sgemm_roof"), "1"], env=ENV,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["gflops"]
+    """One core's sgemm GFLOP/s: how busy the host is this round (93-107 when quiet
+    here, about half of that when busy)."""
+    return bench_tool("sgemm_roof", 1)[-1]["gflops"]
 
 
 def rate(metrics):
