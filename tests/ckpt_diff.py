@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """usage: ckpt_diff.py A B TOL -- exit 0 when the largest |a - b| over the
-model tensors (not the optimizer state) of two safetensors checkpoints is
-at most TOL. Reads the format by hand: only NumPy is needed."""
+model tensors (not the optimizer state, nor --balance's speed estimates) of
+two safetensors checkpoints is at most TOL. Reads the format by hand: only NumPy is needed."""
 import json, struct, sys
 
 import numpy as np
@@ -16,8 +16,12 @@ def load(path):
             for k, v in header.items()}
 
 
-a, b, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+def model(tensors):
+    return {k: v for k, v in tensors.items() if not k.startswith(("optimizer.", "balance."))}
+
+
+a, b, tol = model(load(sys.argv[1])), model(load(sys.argv[2])), float(sys.argv[3])
 assert a.keys() == b.keys(), (sorted(a), sorted(b))
-d = max(float(np.abs(a[k] - b[k]).max()) for k in a if not k.startswith("optimizer"))
+d = max(float(np.abs(a[k] - b[k]).max()) for k in a)
 print(f"max abs difference {d:.3g} (tolerance {tol:g})")
 sys.exit(0 if d <= tol else 1)

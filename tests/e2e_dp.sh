@@ -98,6 +98,14 @@ for ex in "shared --schedule sync" "allreduce:ring"; do
 import json; e=json.loads(open('$TMP/bal_$name.jsonl').readline()); s=e['batch_per_rank']
 assert len(s) == 2 and abs(s[0] + s[1] - 64) < 1e-6 and s[1] < s[0], s"
 done
+# the speeds are in the checkpoint: a resumed run splits its first step as
+# the run it continues would have (with fresh estimates it would split evenly)
+"$DTRAIN" train $BASE --batch 32 --workers 2 --exchange allreduce:ring --balance on --straggler rank=1,slowdown=4 --checkpoint "$TMP/bal_res.st" >/dev/null
+"$DTRAIN" train $BASE --batch 32 --workers 2 --exchange allreduce:ring --balance on --straggler rank=1,slowdown=4 --resume "$TMP/bal_res.st" --epochs 2 --max-steps 21 --metrics "$TMP/bal_res.jsonl" >/dev/null
+check balance_speeds_survive_resume $PY -c "
+import json; e, d = [json.loads(l) for l in open('$TMP/bal_res.jsonl')]; s=e['batch_per_rank']
+assert e['epoch'] == 2 and s[1] < s[0], e
+assert d['event'] == 'done' and d['steps'] == 21 and d['samples_per_sec'] > 0, d  # 1 step since the resume, mid-epoch"
 expect_error balance_needs_sync_data_parallelism 2 "option --balance: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --schedule async --exchange ps:1 --balance on
 expect_error balance_on_or_off 2 "option --balance" -- "$DTRAIN" train --workers 2 --balance yes
 expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars

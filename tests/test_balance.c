@@ -2,6 +2,7 @@
  * whole and contiguous, evenly until measured, in proportion to measured
  * speed within the bounds, evenly in a short last step; and the same
  * observations give every rank the same split. */
+#include <math.h>
 #include <string.h>
 
 #include "dtrain/dist.h"
@@ -132,10 +133,33 @@ static void test_same_inputs_same_split(void) {
   balance_free(b);
 }
 
+/* A checkpoint's speeds give a fresh balancer the same split; a NaN or a
+ * negative speed in the file is refused and changes nothing. */
+static void test_speeds_round_trip(void) {
+  balance_t *a, *b;
+  CHECK_OK(balance_new(2, 64, 128, &a));
+  CHECK_OK(balance_new(2, 64, 128, &b));
+  int ca[2], cb[2];
+  float sec[2] = {0.001f, 0.003f}, saved[2];
+  split_is_a_partition(a, 128, ca);
+  balance_observe(a, sec);
+  balance_get_speeds(a, saved);
+  float bad[2] = {saved[0], NAN}, neg[2] = {-1, saved[1]};
+  CHECK(balance_set_speeds(b, bad, "ckpt") == -1);
+  CHECK(balance_set_speeds(b, neg, "ckpt") == -1);
+  CHECK(split_is_a_partition(b, 128, cb) && cb[0] == 64 && cb[1] == 64); /* still unmeasured */
+  CHECK_OK(balance_set_speeds(b, saved, "ckpt"));
+  CHECK(split_is_a_partition(a, 128, ca) && split_is_a_partition(b, 128, cb));
+  CHECK(ca[0] == 96 && cb[0] == 96 && ca[1] == 32 && cb[1] == 32);
+  balance_free(a);
+  balance_free(b);
+}
+
 int main(void) {
   RUN(test_even_until_measured);
   RUN(test_split_follows_speed);
   RUN(test_bounds);
   RUN(test_same_inputs_same_split);
+  RUN(test_speeds_round_trip);
   TEST_MAIN_END();
 }

@@ -124,6 +124,10 @@ void balance_observe(balance_t *b, const float *sec);
 void balance_begin_epoch(balance_t *b);
 /* The epoch's split, as a JSON field for the metrics ("batch_per_rank":[...]). */
 void balance_json(const balance_t *b, int64_t steps, char *buf, size_t cap);
+/* The speed estimates as floats, for a checkpoint (out: nranks values), and
+ * back from one: -1 (error set) unless every value is finite and >= 0. */
+void balance_get_speeds(const balance_t *b, float *out);
+int balance_set_speeds(balance_t *b, const float *speeds, const char *where);
 
 typedef struct worker {
   const train_config_t *cfg;
@@ -143,6 +147,7 @@ typedef struct worker {
   int64_t steps_per_epoch;
   int64_t step;                 /* global steps done */
   int first_epoch;              /* 0, or the epoch after the resumed one */
+  int64_t first_step;           /* 0, or the resumed checkpoint's step (a run can stop mid-epoch) */
   FILE *metrics;                /* rank 0 only */
   step_timers_t timers;
   double epoch_loss_sum;        /* summed over this rank's samples */
@@ -173,9 +178,6 @@ void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, siz
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             grad_ready_fn ready, void *ctx);
 void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
-/* --balance on with several ranks: w->balance, its shares bounded by the
- * batch this worker's buffers hold; else nothing. */
-int worker_balance_new(worker_t *w);
 /* The same on some segments of the arena only (a sharded optimizer). */
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
 /* Summed test loss and correct count of this worker's model over test

@@ -12,6 +12,7 @@
  * Every rank keeps the same speed estimates from the same inputs (each
  * step's compute seconds of every rank, exchanged by the strategy), so
  * every rank computes the same split without further agreement. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,4 +128,17 @@ void balance_json(const balance_t *b, int64_t steps, char *buf, size_t cap) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%.1f", r ? "," : "",
                           steps > 0 ? (double)b->epoch_samples[r] / (double)steps : 0.0);
   if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+void balance_get_speeds(const balance_t *b, float *out) {
+  for (int r = 0; r < b->nranks; r++) out[r] = (float)b->speed[r];
+}
+
+int balance_set_speeds(balance_t *b, const float *speeds, const char *where) {
+  for (int r = 0; r < b->nranks; r++)
+    if (!isfinite(speeds[r]) || speeds[r] < 0)
+      return dt_error("%s: rank %d's speed is %g, not a count of samples/s", where, r,
+                      (double)speeds[r]);
+  for (int r = 0; r < b->nranks; r++) b->speed[r] = speeds[r];
+  return 0;
 }

@@ -1,7 +1,9 @@
 /* Checkpoints: the model's parameters and buffers, the optimizer state and
  * the position in training, as one safetensors file written atomically.
  * Every random choice of a run is a pure function of (seed, epoch, step,
- * rank), so the seed and the step are the whole RNG state. */
+ * rank), so the seed and the step are the whole RNG state. Under
+ * --balance the ranks' speed estimates are saved too, so a resumed run
+ * splits its first steps as the run it continues would have. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "dtrain/safetensors.h"
 
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
+#define BALANCE_TENSOR "balance.samples_per_sec"
 
 static void tensor_entry(st_tensor_t *t, const char *prefix, const tensor_info_t *ti,
                          const float *base) {
@@ -34,9 +37,13 @@ static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
 
 int worker_save_checkpoint(worker_t *w, int epoch) {
   model_t *m = w->model;
-  int cap = m->ntensors * (1 + w->opt->nstate) + m->nbuf_tensors, nt = 0, nm = 0;
-  st_tensor_t *t = calloc((size_t)cap + 1, sizeof *t);
-  if (!t) return dt_error("out of memory");
+  int cap = m->ntensors * (1 + w->opt->nstate) + m->nbuf_tensors + 1, nt = 0, nm = 0;
+  st_tensor_t *t = calloc((size_t)cap, sizeof *t);
+  float *speeds = w->balance ? calloc((size_t)w->nranks, sizeof *speeds) : NULL;
+  if (!t || (w->balance && !speeds)) {
+    free(t);
+    return dt_error("out of memory");
+  }
   for (int i = 0; i < m->ntensors; i++) tensor_entry(&t[nt++], "", &m->tensors[i], m->params);
   for (int i = 0; i < m->nbuf_tensors; i++)
     tensor_entry(&t[nt++], "", &m->buf_tensors[i], m->buffers);
@@ -45,6 +52,15 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
     snprintf(prefix, sizeof prefix, "optimizer.%s.", optim_state_name(w->opt, s));
     for (int i = 0; i < m->ntensors; i++)
       tensor_entry(&t[nt++], prefix, &m->tensors[i], w->opt->state[s]);
+  }
+  if (w->balance) {
+    balance_get_speeds(w->balance, speeds);
+    st_tensor_t *b = &t[nt++];
+    snprintf(b->name, sizeof b->name, "%s", BALANCE_TENSOR);
+    b->ndim = 1;
+    b->dims[0] = w->nranks;
+    b->len = (size_t)w->nranks;
+    b->data = speeds;
   }
   st_meta_t md[8];
   meta(md, &nm, "format", CHECKPOINT_FORMAT);
@@ -56,6 +72,7 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
   meta(md, &nm, "rng", "all randomness derives from (seed, epoch, step, rank)");
   int rc = safetensors_write(w->cfg->checkpoint, t, nt, md, nm);
   free(t);
+  free(speeds);
   if (rc != 0) return dt_error_prefix("--checkpoint: ");
   return 0;
 }
@@ -86,6 +103,16 @@ static int read_meta_int(const safetensors_t *st, const char *key, long long *v)
   return 0;
 }
 
+/* --balance: the saved speeds, if the file has them for as many ranks as
+ * this run (a run with another --workers starts measuring afresh). */
+static int restore_balance(worker_t *w, const safetensors_t *st) {
+  const st_tensor_t *t = w->balance ? safetensors_find(st, BALANCE_TENSOR) : NULL;
+  if (!t || t->len != (size_t)w->nranks) return 0;
+  char where[600];
+  snprintf(where, sizeof where, "%s: tensor '%s'", st->path, BALANCE_TENSOR);
+  return balance_set_speeds(w->balance, t->data, where);
+}
+
 int worker_load_checkpoint(worker_t *w, const char *path) {
   safetensors_t st;
   if (safetensors_read(path, &st) != 0) return dt_error_prefix("--resume: ");
@@ -114,13 +141,14 @@ int worker_load_checkpoint(worker_t *w, const char *path) {
     for (int i = 0; i < m->ntensors; i++)
       if (restore_tensor(&st, prefix, &m->tensors[i], w->opt->state[s]) != 0) goto done;
   }
+  if (restore_balance(w, &st) != 0) goto done;
   if (epoch >= w->cfg->epochs) {
     dt_error("--resume %s: the checkpoint is at epoch %lld already; ask for more with --epochs",
              path, epoch);
     goto done;
   }
   w->first_epoch = (int)epoch;
-  w->step = step;
+  w->step = w->first_step = step;
   w->opt->steps = step;
   rc = 0;
 done:

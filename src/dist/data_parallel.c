@@ -150,7 +150,6 @@ static int share_step_times(dp_state_t *s) {
 
 static int plan_balance(dp_state_t *s) {
   worker_t *w = s->w;
-  DT_TRY(worker_balance_new(w));
   if (!w->balance) return 0;
   if (!(s->sec = calloc((size_t)w->nranks, sizeof *s->sec))) return dt_error("out of memory");
   return 0;

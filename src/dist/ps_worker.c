@@ -420,7 +420,7 @@ static int resume_from_dir(worker_t *w, const char *dir) {
     return dt_error("--resume %s: the checkpoint is at epoch %d already; ask for more with "
                     "--epochs", dir, epoch);
   w->first_epoch = epoch;
-  w->step = step;
+  w->step = w->first_step = step;
   w->opt->steps = step;
   return 0;
 }

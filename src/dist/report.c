@@ -23,9 +23,9 @@ void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch) 
   if (now - last < (tty ? 0.25 : 10.0) && k + 1 < steps_in_epoch) return;
   last = now;
   double elapsed = now - w->run_start;
-  int64_t done = w->step - (int64_t)w->first_epoch * w->steps_per_epoch;
-  int64_t total = (int64_t)(w->cfg->epochs - w->first_epoch) * w->steps_per_epoch;
-  if (w->cfg->max_steps && total > w->cfg->max_steps) total = w->cfg->max_steps;
+  int64_t end = (int64_t)w->cfg->epochs * w->steps_per_epoch; /* --max-steps counts from 0 */
+  if (w->cfg->max_steps && end > w->cfg->max_steps) end = w->cfg->max_steps;
+  int64_t done = w->step - w->first_step, total = end - w->first_step;
   double rate = elapsed > 0 ? (double)done * w->cfg->batch * w->nranks / elapsed : 0;
   char eta[32];
   format_eta(done > 0 ? elapsed * (double)(total - done) / (double)done : 0, eta, sizeof eta);
@@ -71,7 +71,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec) {
   if (w->rank != 0) return 0;
   end_progress_line(w);
-  int64_t steps = w->step - (int64_t)w->first_epoch * w->steps_per_epoch;
+  int64_t steps = w->step - w->first_step;
   double samples = (double)steps * w->cfg->batch * w->nranks; /* short last steps overcount */
   if (last && samples > (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n)
     samples = (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n;

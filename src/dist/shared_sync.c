@@ -62,7 +62,6 @@ static int setup(shared_sync_t *s) {
                     "combine: LARS needs whole tensors, a rank steps a block (use --exchange "
                     "allreduce)");
   DT_TRY(share_optimizer_state(s));
-  DT_TRY(worker_balance_new(w));
   if (w->balance) DT_TRY(comm_shared_alloc(c, (size_t)w->nranks * sizeof(float), (void **)&s->sec));
   DT_TRY(comm_shared_alloc(c, 2 * (size_t)w->nranks * sizeof(float *), (void **)&s->grads));
   s->params = (float **)(s->grads + w->nranks);

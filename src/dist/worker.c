@@ -70,6 +70,10 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->order = dt_alloc(train->n * sizeof(uint32_t));
   w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
   if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
+  /* before a resume, which restores its speeds; shares bounded by what the buffers hold */
+  if (cfg->balance && w->nranks > 1 &&
+      balance_new(w->nranks, cfg->batch, w->model->max_batch, &w->balance) != 0)
+    return -1;
   if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
   if (w->rank == 0 && cfg->metrics[0]) {
     w->metrics = fopen(cfg->metrics, cfg->resume[0] ? "a" : "w");
@@ -141,11 +145,6 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   w->step_compute = dt_now() - t0;
   w->timers.compute += w->step_compute;
   return 0;
-}
-
-int worker_balance_new(worker_t *w) {
-  if (!w->cfg->balance || w->nranks == 1) return 0;
-  return balance_new(w->nranks, w->cfg->batch, w->model->max_batch, &w->balance);
 }
 
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
