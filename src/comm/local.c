@@ -234,6 +234,16 @@ static void wait_until(const world_t *w, double t) {
 
 /* ---- posting and matching ----------------------------------------------- */
 
+/* A receive and the send it matched, under the receiver's mailbox lock:
+ * the receiver's progress (or a waiter on it) copies the data. */
+static void pair_up(mailbox_t *mb, lreq_t *r, lreq_t *s) {
+  r->peer = s;
+  r->state = s->state = S_MATCHED;
+  q_push(&mb->matched, r);
+  atomic_fetch_add(&mb->nmatched, 1);
+  if (mb->waiters) pthread_cond_broadcast(&mb->cv);
+}
+
 static void post_send(world_t *w, int dst_world, lreq_t *s) {
   mailbox_t *mb = &w->mb[dst_world];
   pthread_mutex_lock(&mb->mu);
@@ -241,11 +251,7 @@ static void post_send(world_t *w, int dst_world, lreq_t *s) {
   while (r && !send_matches(s, r)) prev = r, r = r->next;
   if (r) {
     q_unlink(&mb->posted, prev, r);
-    r->peer = s;
-    r->state = s->state = S_MATCHED;
-    q_push(&mb->matched, r);
-    atomic_fetch_add(&mb->nmatched, 1);
-    if (mb->waiters) pthread_cond_broadcast(&mb->cv);
+    pair_up(mb, r, s);
   } else {
     s->state = S_POSTED;
     q_push(&mb->unexpected, s);
@@ -260,11 +266,7 @@ static void post_recv(world_t *w, lreq_t *r) {
   while (s && !send_matches(s, r)) prev = s, s = s->next;
   if (s) {
     q_unlink(&mb->unexpected, prev, s);
-    r->peer = s;
-    r->state = s->state = S_MATCHED;
-    q_push(&mb->matched, r);
-    atomic_fetch_add(&mb->nmatched, 1);
-    if (mb->waiters) pthread_cond_broadcast(&mb->cv);
+    pair_up(mb, r, s);
   } else {
     r->state = S_POSTED;
     q_push(&mb->posted, r);
@@ -602,6 +604,12 @@ static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
     cancel_req(w, q);
     req_put(w, q);
     return -1;
+  }
+  if (q->status == E_SENDER_CANCELLED && atomic_load(&w->aborted)) {
+    /* the sender's rank is being torn down because the run failed: report
+     * that failure, with no source, not a bad message from the sender */
+    req_put(w, q);
+    return dt_error("recv: stopped because peer rank %d failed", atomic_load(&w->failed_rank));
   }
   if (q->ready_at > 0) wait_until(w, q->ready_at); /* emulated link */
   int rc = q->status == E_NONE ? 0 : status_error(c, q);
