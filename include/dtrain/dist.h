@@ -162,6 +162,10 @@ typedef struct worker {
 int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
                 const dataset_t *test);
 void worker_free(worker_t *w);
+/* A resumed run's position (from a checkpoint file or folder `from`): it
+ * continues after `epoch` epochs and `step` steps. Fails if --epochs asks
+ * for no more. */
+int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t step);
 /* Steps per epoch and the LR schedule for `nworkers` data-parallel workers
  * (worker_init plans for every rank of the comm; a strategy with master
  * or server ranks plans again for its workers). Sets w->nranks. */

@@ -42,6 +42,7 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
   float *speeds = w->balance ? calloc((size_t)w->nranks, sizeof *speeds) : NULL;
   if (!t || (w->balance && !speeds)) {
     free(t);
+    free(speeds);
     return dt_error("out of memory");
   }
   for (int i = 0; i < m->ntensors; i++) tensor_entry(&t[nt++], "", &m->tensors[i], m->params);
@@ -142,15 +143,7 @@ int worker_load_checkpoint(worker_t *w, const char *path) {
       if (restore_tensor(&st, prefix, &m->tensors[i], w->opt->state[s]) != 0) goto done;
   }
   if (restore_balance(w, &st) != 0) goto done;
-  if (epoch >= w->cfg->epochs) {
-    dt_error("--resume %s: the checkpoint is at epoch %lld already; ask for more with --epochs",
-             path, epoch);
-    goto done;
-  }
-  w->first_epoch = (int)epoch;
-  w->step = w->first_step = step;
-  w->opt->steps = step;
-  rc = 0;
+  rc = worker_resume_at(w, path, epoch, step);
 done:
   safetensors_free(&st);
   return rc;

@@ -416,13 +416,7 @@ static int resume_from_dir(worker_t *w, const char *dir) {
   int64_t step;
   DT_TRY(ps_ckpt_position(dir, &epoch, &step));
   DT_TRY(ps_ckpt_load_buffers(dir, w->model));
-  if (epoch >= w->cfg->epochs)
-    return dt_error("--resume %s: the checkpoint is at epoch %d already; ask for more with "
-                    "--epochs", dir, epoch);
-  w->first_epoch = epoch;
-  w->step = w->first_step = step;
-  w->opt->steps = step;
-  return 0;
+  return worker_resume_at(w, dir, epoch, step);
 }
 
 int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train,

@@ -82,6 +82,16 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   return 0;
 }
 
+int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t step) {
+  if (epoch >= w->cfg->epochs)
+    return dt_error("--resume %s: the checkpoint is at epoch %lld already; ask for more with "
+                    "--epochs", from, epoch);
+  w->first_epoch = (int)epoch;
+  w->step = w->first_step = step;
+  w->opt->steps = step;
+  return 0;
+}
+
 void worker_free(worker_t *w) {
   balance_free(w->balance);
   if (w->metrics) fclose(w->metrics);
