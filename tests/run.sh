@@ -17,8 +17,8 @@ for s in tests/e2e_*.sh; do
 done
 passed=$(grep -c '^PASS ' "$log")
 failed=$(grep -c '^FAIL ' "$log")
+[ "$failed" -eq 0 ] || grep -h '^FAIL ' "$log"
 rm -f "$log"
-[ "$failed" -eq 0 ] || grep -h '^FAIL ' "$log" 2>/dev/null
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; echo "FAIL a test program exited non-zero without a FAIL line"; fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

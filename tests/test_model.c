@@ -108,6 +108,52 @@ static void test_model_gradient(void) {
   model_free(m);
 }
 
+/* With a ready callback, a layer's parameter gradients leave before its
+ * input gradient is computed (data parallelism starts sending them), and
+ * the gradients are the same bits as without one. */
+typedef struct {
+  model_t *m;
+  int calls, early;
+} ready_log_t;
+
+static void log_ready(void *ctx, int layer) {
+  ready_log_t *log = ctx;
+  const layer_t *l = &log->m->layers[layer];
+  log->calls++;
+  if (l->spec.input >= 0 && isnan(log->m->layers[l->spec.input].dout[0])) log->early++;
+}
+
+static void test_ready_before_input_gradient(void) {
+  const char *text = "conv2d filters=3 kernel=3 pad=1\nmaxpool kernel=2\nflatten\n"
+                     "dense units=6\nrelu\ndense units=4\n";
+  shape_t in = {2, 6, 6};
+  int n = 3;
+  model_t *m = build(text, in, 4, n);
+  CHECK(m != NULL);
+  if (!m) return;
+  model_init_params(m, 5);
+  float x[3 * 72];
+  int32_t y[3] = {0, 3, 1};
+  rng_t r;
+  rng_seed(&r, 9);
+  for (int i = 0; i < 3 * 72; i++) x[i] = rng_normal(&r);
+  model_forward(m, x, n, 1, NULL);
+  model_loss(m, y, n, n, NULL);
+  model_backward(m, x, n, NULL, NULL);
+  float *plain = dt_alloc_floats(m->nparams);
+  memcpy(plain, m->grads, m->nparams * sizeof(float));
+  model_forward(m, x, n, 1, NULL);
+  model_loss(m, y, n, n, NULL);
+  for (int i = 0; i < m->nlayers - 1; i++) m->layers[i].dout[0] = NAN; /* not written yet */
+  ready_log_t log = {m, 0, 0};
+  model_backward(m, x, n, log_ready, &log);
+  CHECK(log.calls == 3);  /* conv2d and the two dense layers */
+  CHECK(log.early == 2);  /* the dense layers, which have an input gradient to compute */
+  CHECK(memcmp(plain, m->grads, m->nparams * sizeof(float)) == 0);
+  dt_free(plain);
+  model_free(m);
+}
+
 static void test_seeded_init(void) {
   shape_t in = {1, 4, 4};
   model_t *a = build("dense units=8\nrelu\ndense units=3\n", in, 3, 2);
@@ -161,6 +207,7 @@ int main(void) {
   RUN(test_builtin_sizes);
   RUN(test_parse_errors);
   RUN(test_model_gradient);
+  RUN(test_ready_before_input_gradient);
   RUN(test_seeded_init);
   RUN(test_safetensors_round_trip);
   TEST_MAIN_END();

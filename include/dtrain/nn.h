@@ -66,6 +66,10 @@ typedef struct {
   /* Reads l->dout [n, out] (and l->out, x as needed); writes dw/db and, when
    * dx != NULL, dx [n, in]. May overwrite l->dout. */
   void (*backward)(layer_t *l, const float *x, float *dx, int n);
+  /* Optional: dx alone, after backward(l, x, NULL, n) has written dw/db, so
+   * that the parameter gradients can leave (model_backward's ready) while
+   * dx is computed. NULL: backward does both. */
+  void (*backward_input)(layer_t *l, float *dx, int n);
 } layer_ops_t;
 
 struct layer {
@@ -137,7 +141,8 @@ const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *
  * averaged over (n for one worker; the global batch for data parallelism). */
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct);
 /* Backward pass. After layer i's parameter gradients are final, calls
- * ready(ctx, i) if given (data parallelism starts bucket allreduces there). */
+ * ready(ctx, i) if given (data parallelism starts bucket allreduces there),
+ * before its input gradient where the layer computes that apart. */
 typedef void (*grad_ready_fn)(void *ctx, int layer);
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx);
 

@@ -133,4 +133,4 @@ static void bn_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_batchnorm_ops = {"batchnorm", bn_setup, bn_init, bn_forward,
-                                         bn_backward};
+                                         bn_backward, NULL};

@@ -227,24 +227,29 @@ static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
   bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
 
+/* dx from the masked dout that conv_backward left. */
+static void conv_backward_input(layer_t *l, float *dx, int n) {
+  geom_t g = geom(l);
+  int rows = n * g.oh * g.ow;
+  if (is_pointwise(&g)) {
+    kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);
+    return;
+  }
+  /* The columns are no longer needed: dcols overwrites them. */
+  kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
+  kern_zero((size_t)n * g.h * g.w * g.c, dx);
+  col2im(&g, l->scratch, n, dx);
+}
+
 static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
   float *dout = l->dout;
   mask_and_sum(dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db);
-  int pointwise = is_pointwise(&g);
-  const float *cols = pointwise ? x : l->scratch;
+  const float *cols = is_pointwise(&g) ? x : l->scratch;
   kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, 0.0f, l->dw, g.kdim);
-  if (!dx) return;
-  if (pointwise) {
-    kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);
-    return;
-  }
-  /* The columns are no longer needed: dcols overwrites them. */
-  kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
-  kern_zero((size_t)n * g.h * g.w * g.c, dx);
-  col2im(&g, l->scratch, n, dx);
+  if (dx) conv_backward_input(l, dx, n);
 }
 
 const layer_ops_t layer_conv2d_ops = {"conv2d", conv_setup, conv_init, conv_forward,
-                                      conv_backward};
+                                      conv_backward, conv_backward_input};

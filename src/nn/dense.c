@@ -64,12 +64,17 @@ static void mask_and_sum(float *restrict dout, const float *restrict out, int re
   }
 }
 
+static void dense_backward_input(layer_t *l, float *dx, int n) {
+  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
+}
+
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
   int in = (int)shape_size(l->in_shape), units = l->spec.units;
   mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, n, units, l->db);
   kern_gemm(1, 0, units, in, n, 1.0f, l->dout, units, x, in, 0.0f, l->dw, in);
-  if (dx) kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
+  if (dx) dense_backward_input(l, dx, n);
 }
 
 const layer_ops_t layer_dense_ops = {"dense", dense_setup, dense_init, dense_forward,
-                                     dense_backward};
+                                     dense_backward, dense_backward_input};

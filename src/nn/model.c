@@ -240,7 +240,9 @@ void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void
     if (is_alias(l)) continue;
     const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
     float *dx = src ? src->dout : NULL;
-    l->ops->backward(l, layer_input(m, l, x), dx, n);
+    int early = ready && l->param_len && dx && l->ops->backward_input;
+    l->ops->backward(l, layer_input(m, l, x), early ? NULL : dx, n);
     if (ready && l->param_len) ready(ctx, i);
+    if (early) l->ops->backward_input(l, dx, n);
   }
 }

@@ -141,6 +141,6 @@ static void avgpool_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_maxpool_ops = {"maxpool", maxpool_setup, pool_init, maxpool_forward,
-                                       maxpool_backward};
+                                       maxpool_backward, NULL};
 const layer_ops_t layer_avgpool_ops = {"avgpool", avgpool_setup, pool_init, avgpool_forward,
-                                       avgpool_backward};
+                                       avgpool_backward, NULL};
