@@ -66,27 +66,39 @@ static void test_parse_errors(void) {
   model_spec_free(&s);
 }
 
-/* Finite differences of the summed loss over the whole model, through a
- * fused conv+relu, a pool, an aliasing flatten and a fused dense+relu. */
-static void test_model_gradient(void) {
+/* A small conv net (fused conv+relu, a pool, an aliasing flatten, a fused
+ * dense+relu), seeded; a batch of 3 samples for it (x: 3 x 72 floats, y: 3
+ * labels); and a copy of its gradient on that batch (*grads, dt_free it). */
+static model_t *small_net(float *x, int32_t *y, float **grads) {
   const char *text = "conv2d filters=3 kernel=3 pad=1\nrelu\nmaxpool kernel=2\nflatten\n"
                      "dense units=6\nrelu\ndense units=4\n";
   shape_t in = {2, 6, 6};
-  int n = 3;
-  model_t *m = build(text, in, 4, n);
+  model_t *m = build(text, in, 4, 3);
   CHECK(m != NULL);
-  if (!m) return;
+  if (!m) return NULL;
   model_init_params(m, 5);
-  float x[3 * 72];
-  int32_t y[3] = {0, 3, 1};
   rng_t r;
   rng_seed(&r, 9);
   for (int i = 0; i < 3 * 72; i++) x[i] = rng_normal(&r);
-  model_forward(m, x, n, 1, NULL);
-  model_loss(m, y, n, n, NULL);
-  model_backward(m, x, n, NULL, NULL);
-  float *analytic = dt_alloc_floats(m->nparams);
-  memcpy(analytic, m->grads, m->nparams * sizeof(float));
+  int32_t labels[3] = {0, 3, 1};
+  memcpy(y, labels, sizeof labels);
+  model_forward(m, x, 3, 1, NULL);
+  model_loss(m, y, 3, 3, NULL);
+  model_backward(m, x, 3, NULL, NULL);
+  *grads = dt_alloc_floats(m->nparams);
+  memcpy(*grads, m->grads, m->nparams * sizeof(float));
+  return m;
+}
+
+/* Finite differences of the summed loss over the whole model, through a
+ * fused conv+relu, a pool, an aliasing flatten and a fused dense+relu. */
+static void test_model_gradient(void) {
+  int n = 3;
+  float x[3 * 72];
+  int32_t y[3];
+  float *analytic;
+  model_t *m = small_net(x, y, &analytic);
+  if (!m) return;
   double worst = 0;
   int bad = 0;
   for (size_t i = 0; i < m->nparams; i += 3) {
@@ -124,24 +136,12 @@ static void log_ready(void *ctx, int layer) {
 }
 
 static void test_ready_before_input_gradient(void) {
-  const char *text = "conv2d filters=3 kernel=3 pad=1\nmaxpool kernel=2\nflatten\n"
-                     "dense units=6\nrelu\ndense units=4\n";
-  shape_t in = {2, 6, 6};
   int n = 3;
-  model_t *m = build(text, in, 4, n);
-  CHECK(m != NULL);
-  if (!m) return;
-  model_init_params(m, 5);
   float x[3 * 72];
-  int32_t y[3] = {0, 3, 1};
-  rng_t r;
-  rng_seed(&r, 9);
-  for (int i = 0; i < 3 * 72; i++) x[i] = rng_normal(&r);
-  model_forward(m, x, n, 1, NULL);
-  model_loss(m, y, n, n, NULL);
-  model_backward(m, x, n, NULL, NULL);
-  float *plain = dt_alloc_floats(m->nparams);
-  memcpy(plain, m->grads, m->nparams * sizeof(float));
+  int32_t y[3];
+  float *plain;
+  model_t *m = small_net(x, y, &plain);
+  if (!m) return;
   model_forward(m, x, n, 1, NULL);
   model_loss(m, y, n, n, NULL);
   for (int i = 0; i < m->nlayers - 1; i++) m->layers[i].dout[0] = NAN; /* not written yet */
