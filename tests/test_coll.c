@@ -404,17 +404,17 @@ static int rank_async_matches_blocking(comm_t *c, void *arg) {
   float *x = dt_alloc_floats(4 * ASYNC_N), *y = dt_alloc_floats(4 * ASYNC_N);
   RCHECK(x && y);
   RCHECK_OK(coll_ctx_new(c, &ctx));
-  RCHECK_OK(coll_async_new(ctx, &a));
+  RCHECK_OK(coll_async_new(ctx, COLL_ORDER_FIFO, &a));
   for (int round = 0; round < 3; round++) {
     for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
     double busy = -1;
     RCHECK_OK(coll_async_wait(a, &busy)); /* nothing queued: returns at once */
-    coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N);
-    coll_async_reduce_scatter(a, x + ASYNC_N, ASYNC_N);
-    coll_async_allreduce(a, ALLREDUCE_RHD, x + 2 * ASYNC_N, ASYNC_N);
-    coll_async_allgather(a, x + ASYNC_N, ASYNC_N);
+    coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 0);
+    coll_async_reduce_scatter(a, x + ASYNC_N, ASYNC_N, 0);
+    coll_async_allreduce(a, ALLREDUCE_RHD, x + 2 * ASYNC_N, ASYNC_N, 0);
+    coll_async_allgather(a, x + ASYNC_N, ASYNC_N, 0);
     if (round == 1) dt_sleep_until(dt_now() + 0.002); /* let the progress thread take some */
-    coll_async_allreduce(a, ALLREDUCE_TREE, x + 3 * ASYNC_N, ASYNC_N);
+    coll_async_allreduce(a, ALLREDUCE_TREE, x + 3 * ASYNC_N, ASYNC_N, 0);
     RCHECK_OK(coll_async_wait(a, &busy));
     RCHECK(busy >= 0);
     RCHECK_OK(allreduce_ring(ctx, y, ASYNC_N));
@@ -424,7 +424,7 @@ static int rank_async_matches_blocking(comm_t *c, void *arg) {
     RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
   }
   /* a failed request is reported by the next wait, with its message */
-  coll_async_allreduce(a, ALLREDUCE_RING, x, r == 0 ? 100 : 101);
+  coll_async_allreduce(a, ALLREDUCE_RING, x, r == 0 ? 100 : 101, 0);
   int rc = coll_async_wait(a, NULL);
   coll_async_free(a);
   coll_ctx_free(ctx);
@@ -438,6 +438,46 @@ static void test_async_matches_blocking(void) {
   CHECK_OK(comm_local_run(3, NULL, rank_async_matches_blocking, NULL));
 }
 
+/* coll_async in priority order: requests of mixed priorities, which one
+ * rank submits later than the others (so the ranks must agree on which to
+ * run), waited for one at a time out of submission order, give the bits of
+ * the blocking calls. */
+static int rank_async_priority_matches_blocking(comm_t *c, void *arg) {
+  int r = comm_rank(c);
+  coll_ctx_t *ctx;
+  coll_async_t *a;
+  float *x = dt_alloc_floats(4 * ASYNC_N), *y = dt_alloc_floats(4 * ASYNC_N);
+  RCHECK(x && y);
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(coll_async_new(ctx, COLL_ORDER_PRIORITY, &a));
+  for (int round = 0; round < 4; round++) {
+    for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
+    size_t last = 1 + (size_t)round;
+    size_t t0 = coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 5);
+    if (r == round % comm_size(c)) dt_sleep_until(dt_now() + 0.002);
+    size_t t1 = coll_async_allreduce(a, ALLREDUCE_RHD, x + ASYNC_N, ASYNC_N, 1);
+    coll_async_allreduce(a, ALLREDUCE_TREE, x + 2 * ASYNC_N, ASYNC_N, 3);
+    size_t t3 = coll_async_allreduce(a, ALLREDUCE_RING, x + 3 * ASYNC_N, last, 0);
+    RCHECK_OK(coll_async_wait_one(a, t3));
+    RCHECK_OK(coll_async_wait_one(a, t1));
+    RCHECK_OK(coll_async_wait_one(a, t0));
+    RCHECK_OK(coll_async_wait(a, NULL));
+    RCHECK_OK(allreduce_ring(ctx, y, ASYNC_N));
+    RCHECK_OK(allreduce_rhd(ctx, y + ASYNC_N, ASYNC_N));
+    RCHECK_OK(allreduce_tree(ctx, y + 2 * ASYNC_N, ASYNC_N));
+    RCHECK_OK(allreduce_ring(ctx, y + 3 * ASYNC_N, last));
+    RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
+  }
+  coll_async_free(a);
+  coll_ctx_free(ctx);
+  dt_free(x), dt_free(y);
+  return 0;
+}
+
+static void test_async_priority_matches_blocking(void) {
+  for (int n = 2; n <= 4; n++) CHECK_OK(comm_local_run(n, NULL, rank_async_priority_matches_blocking, NULL));
+}
+
 int main(void) {
   RUN(test_algo_names);
   RUN(test_block_partition);
@@ -446,6 +486,7 @@ int main(void) {
   RUN(test_count_mismatch_fails);
   RUN(test_shm_errors);
   RUN(test_async_matches_blocking);
+  RUN(test_async_priority_matches_blocking);
   RUN(test_collectives_1_to_9_ranks);
   TEST_MAIN_END();
 }

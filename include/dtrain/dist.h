@@ -44,6 +44,8 @@ typedef struct {
   int tree_fanout;              /* tree:F */
   size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
   int overlap;                  /* start bucket allreduces during backprop */
+  coll_order_t comm_order;      /* FIFO, or PRIORITY: the next forward's layers first */
+  size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   int balance;                  /* split each synchronous step's batch by measured speed */
   /* parameter servers (issue: centralized optimization) */
@@ -176,14 +178,28 @@ void worker_begin_epoch(worker_t *w, int epoch);
  * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
  * of the epoch order, out of `global` in the step. Even, or by w->balance. */
 void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global);
+/* What a strategy does inside a step's compute (NULL members: nothing). */
+typedef struct {
+  param_wait_fn wait;           /* forward, before a layer reads its parameters */
+  grad_ready_fn ready;          /* backward, once a layer's gradients are final */
+  void *ctx;
+} step_hooks_t;
 /* Forward, loss and backward on `count` samples of the epoch order starting
  * at `begin`; the gradient is averaged over `denom` samples (the global
- * batch). ready/ctx: see model_backward. Fails on a NaN/inf loss. */
+ * batch). hooks may be NULL (see model_forward_waiting, model_backward);
+ * time spent in hooks->wait counts as exposed communication, not compute.
+ * Fails on a NaN/inf loss. */
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
-                            grad_ready_fn ready, void *ctx);
+                            const step_hooks_t *hooks);
 void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
 /* The same on some segments of the arena only (a sharded optimizer). */
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
+/* The same step in parts, the same bits (data parallelism that applies
+ * each bucket's update during the next forward pass): worker_begin_update
+ * once (it advances w->step and returns the step's lr), then
+ * worker_update_part on each part; parts are whole tensors. */
+float worker_begin_update(worker_t *w);
+void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr);
 /* Summed test loss and correct count of this worker's model over test
  * samples [begin, end) (strategies shard the test set over ranks). */
 void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct);

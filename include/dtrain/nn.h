@@ -135,6 +135,12 @@ void model_init_params(model_t *m, uint64_t seed);
 
 /* Forward pass; returns the logits [n, nclasses] (the last layer's out). */
 const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *rng);
+/* The same, calling wait(ctx, i) before layer i reads its parameters
+ * (data parallelism that applies a step's update during the next forward
+ * pass waits there for layer i's gradients to be summed). */
+typedef void (*param_wait_fn)(void *ctx, int layer);
+const float *model_forward_waiting(model_t *m, const float *x, int n, int train, rng_t *rng,
+                                   param_wait_fn wait, void *ctx);
 /* Softmax cross-entropy of the last forward's logits: returns the summed
  * loss over the n samples, and writes d(loss_sum / denom)/d(logits) into the
  * last layer's dout. denom is the number of samples the gradient is

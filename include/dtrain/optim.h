@@ -50,6 +50,13 @@ const char *optim_state_name(const optimizer_t *o, int i);   /* "momentum_buffer
  * whole arena, and so the state). Increments o->steps once per call. */
 void optim_step(optimizer_t *o, float *params, const float *grads,
                 const optim_segment_t *segs, int nsegs, float lr);
+/* The same step in parts, the same bits: optim_begin_step once, then
+ * optim_step_segments on each part (an update applied layer by layer while
+ * the next forward pass runs). LARS needs each segment to be a whole
+ * tensor, in parts as in one call. */
+void optim_begin_step(optimizer_t *o);
+void optim_step_segments(optimizer_t *o, float *params, const float *grads,
+                         const optim_segment_t *segs, int nsegs, float lr);
 
 /* Learning-rate schedules, per step. */
 typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE, LR_KIND_COUNT } lr_kind_t;

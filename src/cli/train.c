@@ -46,6 +46,11 @@ static const char *TRAIN_HELP =
     "                            --schedule sync a sharded optimizer, with async Hogwild\n"
     "  --bucket-mb X             gradient bucket size; 0 = one bucket per layer [25]\n"
     "  --overlap on|off          start bucket allreduces during backprop [on]\n"
+    "  --comm-order fifo|priority  fifo: buckets' allreduces in the order backprop readies\n"
+    "                            them; priority: the first layers' first, each bucket's\n"
+    "                            update applied as the next forward pass reaches it\n"
+    "                            (ByteScheduler, P3) [fifo]\n"
+    "  --partition-kb N          priority: buckets go out in parts of at most N KiB [1024]\n"
     "  --shard-optimizer on|off  allreduce:ring: each rank steps 1/N of the parameters with\n"
     "                            1/N of the optimizer work (ZeRO stage 1) [off]\n"
     "  --balance on|off          split each synchronous step's batch by the ranks' measured\n"
@@ -231,6 +236,14 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   if (!strcmp(name, "exchange")) return exchange_parse(val, c);
   if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
+  if (!strcmp(name, "comm-order")) {
+    if (!strcmp(val, "fifo")) c->comm_order = COLL_ORDER_FIFO;
+    else if (!strcmp(val, "priority")) c->comm_order = COLL_ORDER_PRIORITY;
+    else return dt_error("option --comm-order: '%s' (expected fifo or priority)", val);
+    return 0;
+  }
+  if (!strcmp(name, "partition-kb"))
+    return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
   if (!strcmp(name, "net")) return parse_net(val, c);

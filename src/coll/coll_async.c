@@ -1,14 +1,27 @@
 /* coll_async: collectives that overlap the caller's compute.
  *
- * Requests run one at a time, in submission order, each by whichever
- * thread gets to it first: a progress thread takes them while the caller
- * computes; once the caller waits (it has nothing else to do) it runs the
- * ones not yet started itself. The last bucket of a backward pass is thus
- * reduced by the compute thread without a hand-off, and only a request
- * that is already running costs the caller a wait. Waking a sleeping
- * thread costs 50-400 us on a VM, so the caller spins (yielding its core,
- * which the progress thread may need) before it sleeps.
- * The queue is a fixed ring allocated once; submitting never allocates. */
+ * Requests run one at a time, each by whichever thread gets to it first: a
+ * progress thread takes them while the caller computes; once the caller
+ * waits (it has nothing else to do) it runs the ones not yet started
+ * itself. The last bucket of a backward pass is thus reduced by the
+ * compute thread without a hand-off, and only a request that is already
+ * running costs the caller a wait. Waking a sleeping thread costs 50-400
+ * us on a VM, so the caller spins (yielding its core, which the progress
+ * thread may need) before it sleeps.
+ *
+ * Order. FIFO runs requests in submission order, which is the same on
+ * every rank. PRIORITY runs the most urgent request first (ByteScheduler,
+ * P3): the one the next forward pass needs soonest. Which requests a rank
+ * has been given by then depends on timing, so before each request the
+ * ranks agree on one, as Horovod's coordinator does: each says how many
+ * it holds that have not run (all ranks have run the same ones, and every
+ * rank submits the same sequence, so what a rank holds is a prefix of it),
+ * and all pick the most urgent of the shortest prefix. That costs one
+ * small allgather per request, so callers cut large buffers into parts
+ * of a few hundred KiB.
+ *
+ * The queue is a fixed ring of slots allocated once; submitting never
+ * allocates. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -20,26 +33,33 @@
 #define ASYNC_QUEUE 1024
 
 typedef enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER } op_kind_t;
+typedef enum { SLOT_FREE, SLOT_PENDING, SLOT_RUNNING } slot_state_t;
 
 typedef struct {
   op_kind_t kind;
   allreduce_algo_t algo;
   float *buf;
   size_t count;
+  int priority;
+  size_t ticket;
+  slot_state_t state;
 } async_op_t;
 
 struct coll_async {
   coll_ctx_t *ctx;
+  coll_order_t order;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   async_op_t q[ASYNC_QUEUE];
-  size_t head, tail;          /* ops [head, tail) not started yet */
-  atomic_size_t done;         /* ops finished (submitted - done = in flight) */
-  atomic_int running;         /* a thread is running an op */
+  size_t head, tail;          /* slots [head, tail) are not free; tail = next ticket */
+  size_t nrun;                /* requests started (the same count on every rank) */
+  atomic_size_t done;         /* requests finished */
+  atomic_int running;         /* a thread is running (or agreeing on) a request */
   int stop, failed;
   char error[512];
   double busy;
+  float *held;                /* PRIORITY: each rank's count of requests not run */
 };
 
 /* Waits of the progress thread spin this long before sleeping: longer, and
@@ -57,22 +77,64 @@ static int run_op(coll_ctx_t *ctx, const async_op_t *op) {
   }
 }
 
-/* Runs the oldest pending op; called and returns with mu held. */
+static int has_pending(const coll_async_t *a) { return a->nrun < a->tail; }
+
+/* The number of submitted requests every rank holds: the shortest prefix.
+ * Called with mu released and `running` set, so one thread a rank agrees. */
+static int agree_on_prefix(coll_async_t *a, size_t tail, size_t *agreed) {
+  comm_t *c = coll_ctx_comm(a->ctx);
+  int n = comm_size(c), r = comm_rank(c);
+  memset(a->held, 0, (size_t)n * sizeof *a->held);
+  a->held[r] = (float)(tail - a->nrun); /* < ASYNC_QUEUE: exact in a float */
+  if (allgather_ring(a->ctx, a->held, (size_t)n) != 0) return -1;
+  float least = a->held[0];
+  for (int i = 1; i < n; i++) least = a->held[i] < least ? a->held[i] : least;
+  *agreed = a->nrun + (size_t)least;
+  return 0;
+}
+
+/* The pending request to run next among tickets below `limit`. */
+static async_op_t *pick(coll_async_t *a, size_t limit) {
+  async_op_t *best = NULL;
+  for (size_t t = a->head; t < limit; t++) {
+    async_op_t *op = &a->q[t % ASYNC_QUEUE];
+    if (op->state != SLOT_PENDING) continue;
+    if (a->order == COLL_ORDER_FIFO) return op;
+    if (!best || op->priority < best->priority) best = op;
+  }
+  return best;
+}
+
+static void fail(coll_async_t *a, const char *msg) {
+  if (a->failed) return;
+  a->failed = 1;
+  snprintf(a->error, sizeof a->error, "%s", msg);
+}
+
+/* Runs one pending request; called and returns with mu held. */
 static void run_next(coll_async_t *a) {
-  async_op_t op = a->q[a->head % ASYNC_QUEUE];
-  a->head++;
   atomic_store(&a->running, 1);
+  size_t limit = a->tail;
+  if (a->order == COLL_ORDER_PRIORITY && !a->failed) {
+    pthread_mutex_unlock(&a->mu);
+    int rc = agree_on_prefix(a, limit, &limit);
+    pthread_mutex_lock(&a->mu);
+    if (rc != 0) fail(a, dt_errmsg());
+  }
+  async_op_t *op = pick(a, a->failed ? a->tail : limit);
+  op->state = SLOT_RUNNING;
+  a->nrun++;
+  async_op_t copy = *op;
   int skip = a->failed;
   pthread_mutex_unlock(&a->mu);
   double t0 = dt_now();
-  int rc = skip ? 0 : run_op(a->ctx, &op);
+  int rc = skip ? 0 : run_op(a->ctx, &copy);
   double dt = dt_now() - t0;
   pthread_mutex_lock(&a->mu);
   a->busy += dt;
-  if (rc != 0 && !a->failed) {
-    a->failed = 1;
-    snprintf(a->error, sizeof a->error, "%s", dt_errmsg());
-  }
+  if (rc != 0) fail(a, dt_errmsg());
+  op->state = SLOT_FREE;
+  while (a->head < a->tail && a->q[a->head % ASYNC_QUEUE].state == SLOT_FREE) a->head++;
   atomic_store(&a->running, 0);
   atomic_fetch_add(&a->done, 1);
   pthread_cond_broadcast(&a->cv);
@@ -83,7 +145,7 @@ static void *progress_main(void *arg) {
   comm_set_wait_spin(coll_ctx_comm(a->ctx), PROGRESS_SPIN);
   pthread_mutex_lock(&a->mu);
   for (;;) {
-    while ((a->head == a->tail || atomic_load(&a->running)) && !a->stop)
+    while ((!has_pending(a) || atomic_load(&a->running)) && !a->stop)
       pthread_cond_wait(&a->cv, &a->mu);
     if (a->stop) break;
     run_next(a);
@@ -92,10 +154,16 @@ static void *progress_main(void *arg) {
   return NULL;
 }
 
-int coll_async_new(coll_ctx_t *ctx, coll_async_t **out) {
+int coll_async_new(coll_ctx_t *ctx, coll_order_t order, coll_async_t **out) {
   coll_async_t *a = calloc(1, sizeof *a);
   if (!a) return dt_error("out of memory");
   a->ctx = ctx;
+  a->order = order;
+  if (order == COLL_ORDER_PRIORITY &&
+      !(a->held = calloc((size_t)comm_size(coll_ctx_comm(ctx)), sizeof *a->held))) {
+    free(a);
+    return dt_error("out of memory");
+  }
   atomic_init(&a->done, 0);
   atomic_init(&a->running, 0);
   pthread_mutex_init(&a->mu, NULL);
@@ -103,6 +171,7 @@ int coll_async_new(coll_ctx_t *ctx, coll_async_t **out) {
   if (pthread_create(&a->thread, NULL, progress_main, a) != 0) {
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
+    free(a->held);
     free(a);
     return dt_error("cannot start the communication progress thread");
   }
@@ -110,51 +179,93 @@ int coll_async_new(coll_ctx_t *ctx, coll_async_t **out) {
   return 0;
 }
 
-static void submit(coll_async_t *a, async_op_t op) {
+static size_t submit(coll_async_t *a, async_op_t op) {
   pthread_mutex_lock(&a->mu);
-  while (a->tail - atomic_load(&a->done) >= ASYNC_QUEUE) pthread_cond_wait(&a->cv, &a->mu);
+  while (a->tail - a->head >= ASYNC_QUEUE) pthread_cond_wait(&a->cv, &a->mu);
+  op.ticket = a->tail;
+  op.state = SLOT_PENDING;
   a->q[a->tail % ASYNC_QUEUE] = op;
   a->tail++;
   pthread_cond_broadcast(&a->cv);
   pthread_mutex_unlock(&a->mu);
+  return op.ticket;
 }
 
-void coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count) {
-  submit(a, (async_op_t){OP_ALLREDUCE, algo, buf, count});
+size_t coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count,
+                            int priority) {
+  return submit(a, (async_op_t){.kind = OP_ALLREDUCE, .algo = algo, .buf = buf, .count = count,
+                                .priority = priority});
 }
 
-void coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count) {
-  submit(a, (async_op_t){OP_REDUCE_SCATTER, ALLREDUCE_RING, buf, count});
+size_t coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count, int priority) {
+  return submit(a, (async_op_t){.kind = OP_REDUCE_SCATTER, .algo = ALLREDUCE_RING, .buf = buf,
+                                .count = count, .priority = priority});
 }
 
-void coll_async_allgather(coll_async_t *a, float *buf, size_t count) {
-  submit(a, (async_op_t){OP_ALLGATHER, ALLREDUCE_RING, buf, count});
+size_t coll_async_allgather(coll_async_t *a, float *buf, size_t count, int priority) {
+  return submit(a, (async_op_t){.kind = OP_ALLGATHER, .algo = ALLREDUCE_RING, .buf = buf,
+                                .count = count, .priority = priority});
 }
 
-/* Spins, yielding the core, until the running op ends or `seconds` pass. */
-static void spin_while_running(coll_async_t *a, double seconds) {
+/* Spins, yielding the core, until the running request ends or `seconds`
+ * pass. `done`: the count of finished requests when the caller looked; the
+ * thread that runs requests starts the next one at once, so a waiter that
+ * watched `running` alone would miss the end of the one it waits for. */
+static void spin_while_running(coll_async_t *a, size_t done, double seconds) {
   double until = dt_now() + seconds;
-  while (atomic_load(&a->running) && dt_now() < until) sched_yield();
+  while (atomic_load(&a->running) && atomic_load(&a->done) == done && dt_now() < until)
+    sched_yield();
+}
+
+/* Whether request `ticket` has finished: its slot is free or holds a later one. */
+static int finished(const coll_async_t *a, size_t ticket) {
+  const async_op_t *op = &a->q[ticket % ASYNC_QUEUE];
+  return ticket < a->head || op->ticket != ticket || op->state == SLOT_FREE;
+}
+
+/* Runs or waits for requests until `ticket` has finished; called and
+ * returns with mu held. */
+static void wait_for(coll_async_t *a, size_t ticket) {
+  while (!finished(a, ticket)) {
+    if (!atomic_load(&a->running) && has_pending(a)) {
+      run_next(a);
+      continue;
+    }
+    size_t done = atomic_load(&a->done);
+    pthread_mutex_unlock(&a->mu);
+    spin_while_running(a, done, CALLER_SPIN);
+    pthread_mutex_lock(&a->mu);
+    if (atomic_load(&a->running) && atomic_load(&a->done) == done) pthread_cond_wait(&a->cv, &a->mu);
+  }
+}
+
+static int report(coll_async_t *a) {
+  int failed = a->failed;
+  if (failed) dt_error("%s", a->error);
+  pthread_mutex_unlock(&a->mu);
+  return failed ? -1 : 0;
+}
+
+int coll_async_wait_one(coll_async_t *a, size_t ticket) {
+  pthread_mutex_lock(&a->mu);
+  wait_for(a, ticket);
+  return report(a);
 }
 
 int coll_async_wait(coll_async_t *a, double *busy_sec) {
   pthread_mutex_lock(&a->mu);
-  while (atomic_load(&a->done) != a->tail) {
-    if (!atomic_load(&a->running) && a->head != a->tail) {
-      run_next(a);
-      continue;
-    }
-    pthread_mutex_unlock(&a->mu);
-    spin_while_running(a, CALLER_SPIN);
-    pthread_mutex_lock(&a->mu);
-    if (atomic_load(&a->running)) pthread_cond_wait(&a->cv, &a->mu);
-  }
-  int failed = a->failed;
+  while (a->head < a->tail) wait_for(a, a->head);
   if (busy_sec) *busy_sec = a->busy;
   a->busy = 0;
-  if (failed) dt_error("%s", a->error);
+  return report(a);
+}
+
+double coll_async_take_busy(coll_async_t *a) {
+  pthread_mutex_lock(&a->mu);
+  double busy = a->busy;
+  a->busy = 0;
   pthread_mutex_unlock(&a->mu);
-  return failed ? -1 : 0;
+  return busy;
 }
 
 void coll_async_free(coll_async_t *a) {
@@ -166,5 +277,6 @@ void coll_async_free(coll_async_t *a) {
   pthread_join(a->thread, NULL);
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);
+  free(a->held);
   free(a);
 }

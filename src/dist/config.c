@@ -27,6 +27,8 @@ void train_config_default(train_config_t *c) {
   c->algo = ALLREDUCE_AUTO;
   c->bucket_bytes = 25u << 20; /* PyTorch DDP's bucket_cap_mb */
   c->overlap = 1;
+  c->comm_order = COLL_ORDER_FIFO;
+  c->partition_bytes = 1u << 20;
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
@@ -161,6 +163,25 @@ static int shard_check(const train_config_t *c) {
   return 0;
 }
 
+/* Priority order applies each bucket's update during the next forward
+ * pass, which needs the buckets of synchronous data parallelism started
+ * during backprop, each whole on every rank. */
+static int comm_order_check(const train_config_t *c) {
+  if (c->comm_order != COLL_ORDER_PRIORITY) return 0;
+  if (c->exchange != EXCHANGE_ALLREDUCE || c->optimization != OPTIMIZATION_CENTRAL ||
+      c->schedule != SCHEDULE_SYNC)
+    return dt_error("option --comm-order priority: applies to synchronous data parallelism "
+                    "(--optimization central --schedule sync --exchange allreduce:ALGO)");
+  if (!c->overlap)
+    return dt_error("options --comm-order priority and --overlap off do not combine: priority "
+                    "orders the allreduces that run during compute (use --overlap on)");
+  if (c->shard_optimizer || c->balance)
+    return dt_error("option --comm-order priority: does not combine with --%s on (the update "
+                    "is applied bucket by bucket during the next forward pass)",
+                    c->shard_optimizer ? "shard-optimizer" : "balance");
+  return 0;
+}
+
 /* Balancing splits the batch of a synchronous step of data parallelism. */
 static int balance_check(const train_config_t *c) {
   if (!c->balance) return 0;
@@ -198,6 +219,7 @@ int train_config_check(const train_config_t *c) {
   if (shard_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;
+  if (comm_order_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   strategy_fn fn;

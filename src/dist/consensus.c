@@ -50,7 +50,7 @@ int decentral_gradient(decentral_t *d, int64_t k, size_t *count, size_t *global)
   size_t begin, all;
   worker_step_slice(d->w, k, &begin, count, &all);
   if (global) *global = all;
-  return worker_compute_gradient(d->w, begin, *count, *count ? (int)*count : 1, NULL, NULL);
+  return worker_compute_gradient(d->w, begin, *count, *count ? (int)*count : 1, NULL);
 }
 
 int decentral_local_step(decentral_t *d, int64_t k, size_t *count, size_t *global) {

@@ -51,7 +51,7 @@ static int hog_batch(hog_t *h, int64_t epoch, int64_t q) {
   double loss0 = w->epoch_loss_sum;
   int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
   w->step = epoch * h->batches_per_epoch + q; /* dropout masks: a function of the batch */
-  DT_TRY(worker_compute_gradient(w, begin, count, cfg->batch * w->nranks, NULL, NULL));
+  DT_TRY(worker_compute_gradient(w, begin, count, cfg->batch * w->nranks, NULL));
   double t0 = dt_now();
   int64_t before = atomic_fetch_add_explicit(&h->ctr->updates, 1, memory_order_relaxed);
   optim_step(w->opt, h->params, m->grads, w->segs, w->nsegs, (float)lr_of_batch(h, epoch, q));

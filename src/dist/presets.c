@@ -12,6 +12,12 @@ static const preset_t PRESETS[] = {
     {"pytorch-ddp", "central / sync / allreduce:ring, 25 MB buckets, overlap with backprop",
      "Li et al. 2020, PyTorch Distributed (DDP)",
      "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 25 --overlap on"},
+    {"bytescheduler", "central / sync / allreduce:ring, per-layer buckets in 1 MB parts, first "
+                      "layers first, updates applied during the next forward pass",
+     "Peng et al. 2019, A Generic Communication Scheduler for Distributed DNN Training "
+     "Acceleration (ByteScheduler); Jayarajan et al. 2019, Priority-based Parameter Propagation (P3)",
+     "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 0 --overlap on "
+     "--comm-order priority --partition-kb 1024"},
     {"firecaffe", "central / sync / allreduce:tree (binomial reduction tree through one root)",
      "Iandola et al. 2016, FireCaffe",
      "--optimization central --schedule sync --exchange allreduce:tree --bucket-mb 1024 --overlap off"},

@@ -86,7 +86,7 @@ static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tm
   worker_t *w = p->w;
   double loss0 = w->epoch_loss_sum;
   int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
-  DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL, NULL));
+  DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
   tmpl->loss_sum += w->epoch_loss_sum - loss0;
   tmpl->samples += (double)(w->epoch_samples - n0);
   tmpl->correct += (double)(w->epoch_correct - c0);

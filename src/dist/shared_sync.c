@@ -108,7 +108,7 @@ static int train_step(void *state, int64_t k) {
   model_t *m = w->model;
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
-  if (worker_compute_gradient(w, begin, count, (int)global, NULL, NULL) != 0) return -1;
+  if (worker_compute_gradient(w, begin, count, (int)global, NULL) != 0) return -1;
   if (s->sec) s->sec[w->rank] = (float)w->step_compute;
   double t0 = dt_now();
   if (comm_barrier(w->comm) != 0) return -1; /* every gradient is complete */

@@ -125,22 +125,51 @@ void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, siz
   *global = in_step;
 }
 
+/* hooks->wait, timed: the seconds inside it, and of those the seconds it
+ * waited (the rest is compute it did, an update it applied, which
+ * worker_update_part has counted). */
+typedef struct {
+  worker_t *w;
+  const step_hooks_t *hooks;
+  double inside, waited;
+} timed_wait_t;
+
+static void timed_wait(void *ctx, int layer) {
+  timed_wait_t *t = ctx;
+  double t0 = dt_now(), compute0 = t->w->timers.compute;
+  t->hooks->wait(t->hooks->ctx, layer);
+  double dt = dt_now() - t0;
+  t->inside += dt;
+  t->waited += dt - (t->w->timers.compute - compute0);
+}
+
+/* A rank with no samples in a short last step: zero gradients, and the
+ * hooks called as a forward and backward pass would call them. */
+static void empty_step(worker_t *w, const step_hooks_t *hooks) {
+  model_t *m = w->model;
+  kern_zero(m->nparams, m->grads);
+  if (!hooks) return;
+  for (int i = 0; hooks->wait && i < m->nlayers; i++)
+    if (m->layers[i].param_len) hooks->wait(hooks->ctx, i);
+  for (int i = m->nlayers - 1; hooks->ready && i >= 0; i--)
+    if (m->layers[i].param_len) hooks->ready(hooks->ctx, i);
+}
+
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
-                            grad_ready_fn ready, void *ctx) {
+                            const step_hooks_t *hooks) {
   double t0 = dt_now();
   model_t *m = w->model;
   w->step_compute = 0;
-  if (count == 0) { /* a rank with no samples in a short last step */
-    kern_zero(m->nparams, m->grads);
-    if (ready)
-      for (int i = m->nlayers - 1; i >= 0; i--)
-        if (m->layers[i].param_len) ready(ctx, i);
+  if (count == 0) {
+    empty_step(w, hooks);
     return 0;
   }
   data_gather(w->train, w->order + begin, count, w->x, w->y);
   rng_t rng; /* dropout masks: a pure function of (seed, step, rank) */
   rng_seed(&rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * w->nranks + w->rank)));
-  model_forward(m, w->x, (int)count, 1, &rng);
+  timed_wait_t tw = {w, hooks, 0, 0};
+  if (hooks && hooks->wait) model_forward_waiting(m, w->x, (int)count, 1, &rng, timed_wait, &tw);
+  else model_forward(m, w->x, (int)count, 1, &rng);
   int correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
@@ -149,21 +178,31 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   w->epoch_loss_sum += loss;
   w->epoch_samples += (int64_t)count;
   w->epoch_correct += correct;
-  model_backward(m, w->x, (int)count, ready, ctx);
-  double dt = dt_now() - t0;
+  model_backward(m, w->x, (int)count, hooks ? hooks->ready : NULL, hooks ? hooks->ctx : NULL);
+  double dt = dt_now() - t0 - tw.inside;
   if (w->comm) comm_compute_delay(w->comm, dt);
-  w->step_compute = dt_now() - t0;
+  w->step_compute = dt_now() - t0 - tw.inside;
   w->timers.compute += w->step_compute;
+  w->timers.comm_exposed += tw.waited;
   return 0;
 }
 
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
 
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
-  double t0 = dt_now();
+  worker_update_part(w, segs, nsegs, worker_begin_update(w));
+}
+
+float worker_begin_update(worker_t *w) {
   float lr = (float)lr_at(&w->sched, w->step);
-  optim_step(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
+  optim_begin_step(w->opt);
   w->step++;
+  return lr;
+}
+
+void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
+  double t0 = dt_now();
+  optim_step_segments(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
   w->timers.compute += dt_now() - t0;
 }
 

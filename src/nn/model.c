@@ -218,12 +218,18 @@ static const float *layer_input(const model_t *m, const layer_t *l, const float 
 }
 
 const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *rng) {
+  return model_forward_waiting(m, x, n, train, rng, NULL, NULL);
+}
+
+const float *model_forward_waiting(model_t *m, const float *x, int n, int train, rng_t *rng,
+                                   param_wait_fn wait, void *ctx) {
   for (int i = 0; i < m->nlayers; i++) {
     layer_t *l = &m->layers[i];
     if (is_alias(l)) {
       if (l->spec.input < 0) l->out = (float *)x;
       continue;
     }
+    if (wait && l->param_len) wait(ctx, i);
     l->ops->forward(l, layer_input(m, l, x), n, train, rng);
   }
   return m->layers[m->nlayers - 1].out;

@@ -194,10 +194,17 @@ static void lars_segment(const optim_config_t *c, size_t n, float *restrict w,
   }
 }
 
+void optim_begin_step(optimizer_t *o) { o->steps++; }
+
 void optim_step(optimizer_t *o, float *params, const float *grads,
                 const optim_segment_t *segs, int nsegs, float lr) {
+  optim_begin_step(o);
+  optim_step_segments(o, params, grads, segs, nsegs, lr);
+}
+
+void optim_step_segments(optimizer_t *o, float *params, const float *grads,
+                         const optim_segment_t *segs, int nsegs, float lr) {
   const optim_config_t *c = &o->cfg;
-  o->steps++;
   for (int s = 0; s < nsegs; s++) {
     size_t off = segs[s].off, len = segs[s].len;
     float *w = params + off;
