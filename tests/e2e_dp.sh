@@ -76,6 +76,13 @@ for n in 2 3 4; do
 done
 "$DTRAIN" train $BASE --batch 8 --workers 2 --exchange allreduce:ring --comm-order priority --partition-kb 16 --checkpoint "$TMP/prio_parts_2.st" >/dev/null
 check priority_in_parts_2_ranks_same_bits cmp -s "$TMP/local_2.st" "$TMP/prio_parts_2.st"
+# ranks that reach the same request at different times (an emulated link,
+# a straggler) still agree on each: the bits do not move
+"$DTRAIN" train $BASE --batch 8 --workers 2 --exchange allreduce:ring --comm-order priority --partition-kb 256 --net latency=50us,bandwidth=1Gbit --checkpoint "$TMP/prio_net.st" >/dev/null
+check priority_emulated_link_same_bits cmp -s "$TMP/local_2.st" "$TMP/prio_net.st"
+"$DTRAIN" train $BASE --batch 8 --workers 3 --exchange allreduce:ring --comm-order priority --partition-kb 4194304 --bucket-mb 0 --straggler rank=1,slowdown=3 --checkpoint "$TMP/prio_slow.st" >/dev/null
+"$DTRAIN" train $BASE --batch 8 --workers 3 --exchange allreduce:ring --bucket-mb 0 --checkpoint "$TMP/fifo_perlayer_3.st" >/dev/null
+check priority_straggler_same_bits cmp -s "$TMP/fifo_perlayer_3.st" "$TMP/prio_slow.st"
 "$DTRAIN" train $BASE --batch 8 --workers 3 --exchange allreduce:ring --comm-order priority --partition-kb 16 --bucket-mb 0 --checkpoint "$TMP/prio_parts_3.st" >/dev/null
 if close "$TMP/one_3.st" "$TMP/prio_parts_3.st" $TOL; then pass "priority_in_parts_3_ranks_equal_one_worker"; else fail priority_in_parts_3_ranks_equal_one_worker "$(cat "$TMP/cmp.out")"; fi
 # two epochs (the update of an epoch's last step is not deferred: the test
