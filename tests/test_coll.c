@@ -397,14 +397,33 @@ static void test_shm_errors(void) {
  * some run by the progress thread and some by the waiting caller, gives
  * the bits the blocking calls give. */
 #define ASYNC_N 5003
-static int rank_async_matches_blocking(comm_t *c, void *arg) {
-  int r = comm_rank(c);
+typedef struct {
   coll_ctx_t *ctx;
   coll_async_t *a;
-  float *x = dt_alloc_floats(4 * ASYNC_N), *y = dt_alloc_floats(4 * ASYNC_N);
-  RCHECK(x && y);
-  RCHECK_OK(coll_ctx_new(c, &ctx));
-  RCHECK_OK(coll_async_new(ctx, COLL_ORDER_FIFO, &a));
+  float *x, *y;     /* 4 * ASYNC_N each: through the queue, and blocking */
+} async_fixture_t;
+
+static int async_fixture_open(comm_t *c, coll_order_t order, async_fixture_t *f) {
+  f->x = dt_alloc_floats(4 * ASYNC_N), f->y = dt_alloc_floats(4 * ASYNC_N);
+  RCHECK(f->x && f->y);
+  RCHECK_OK(coll_ctx_new(c, &f->ctx));
+  RCHECK_OK(coll_async_new(f->ctx, order, &f->a));
+  return 0;
+}
+
+static void async_fixture_close(async_fixture_t *f) {
+  coll_async_free(f->a);
+  coll_ctx_free(f->ctx);
+  dt_free(f->x), dt_free(f->y);
+}
+
+static int rank_async_matches_blocking(comm_t *c, void *arg) {
+  int r = comm_rank(c);
+  async_fixture_t f;
+  RCHECK_OK(async_fixture_open(c, COLL_ORDER_FIFO, &f));
+  coll_ctx_t *ctx = f.ctx;
+  coll_async_t *a = f.a;
+  float *x = f.x, *y = f.y;
   for (int round = 0; round < 3; round++) {
     for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
     double busy = -1;
@@ -426,9 +445,7 @@ static int rank_async_matches_blocking(comm_t *c, void *arg) {
   /* a failed request is reported by the next wait, with its message */
   coll_async_allreduce(a, ALLREDUCE_RING, x, r == 0 ? 100 : 101, 0);
   int rc = coll_async_wait(a, NULL);
-  coll_async_free(a);
-  coll_ctx_free(ctx);
-  dt_free(x), dt_free(y);
+  async_fixture_close(&f);
   RCHECK(rc != 0 && strstr(dt_errmsg(), "allreduce ring") != NULL);
   return 0;
 }
@@ -444,12 +461,11 @@ static void test_async_matches_blocking(void) {
  * the blocking calls. */
 static int rank_async_priority_matches_blocking(comm_t *c, void *arg) {
   int r = comm_rank(c);
-  coll_ctx_t *ctx;
-  coll_async_t *a;
-  float *x = dt_alloc_floats(4 * ASYNC_N), *y = dt_alloc_floats(4 * ASYNC_N);
-  RCHECK(x && y);
-  RCHECK_OK(coll_ctx_new(c, &ctx));
-  RCHECK_OK(coll_async_new(ctx, COLL_ORDER_PRIORITY, &a));
+  async_fixture_t f;
+  RCHECK_OK(async_fixture_open(c, COLL_ORDER_PRIORITY, &f));
+  coll_ctx_t *ctx = f.ctx;
+  coll_async_t *a = f.a;
+  float *x = f.x, *y = f.y;
   for (int round = 0; round < 4; round++) {
     for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
     size_t last = 1 + (size_t)round;
@@ -468,9 +484,7 @@ static int rank_async_priority_matches_blocking(comm_t *c, void *arg) {
     RCHECK_OK(allreduce_ring(ctx, y + 3 * ASYNC_N, last));
     RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
   }
-  coll_async_free(a);
-  coll_ctx_free(ctx);
-  dt_free(x), dt_free(y);
+  async_fixture_close(&f);
   return 0;
 }
 

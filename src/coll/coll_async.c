@@ -41,7 +41,6 @@ typedef struct {
   float *buf;
   size_t count;
   int priority;
-  size_t ticket;
   slot_state_t state;
 } async_op_t;
 
@@ -52,7 +51,8 @@ struct coll_async {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   async_op_t q[ASYNC_QUEUE];
-  size_t head, tail;          /* slots [head, tail) are not free; tail = next ticket */
+  size_t head, tail;          /* requests [head, tail) are not all finished; a request's
+                                 ticket is its index, its slot q[ticket % ASYNC_QUEUE] */
   size_t nrun;                /* requests started (the same count on every rank) */
   atomic_size_t done;         /* requests finished */
   atomic_int running;         /* a thread is running (or agreeing on) a request */
@@ -182,13 +182,12 @@ int coll_async_new(coll_ctx_t *ctx, coll_order_t order, coll_async_t **out) {
 static size_t submit(coll_async_t *a, async_op_t op) {
   pthread_mutex_lock(&a->mu);
   while (a->tail - a->head >= ASYNC_QUEUE) pthread_cond_wait(&a->cv, &a->mu);
-  op.ticket = a->tail;
+  size_t ticket = a->tail++;
   op.state = SLOT_PENDING;
-  a->q[a->tail % ASYNC_QUEUE] = op;
-  a->tail++;
+  a->q[ticket % ASYNC_QUEUE] = op;
   pthread_cond_broadcast(&a->cv);
   pthread_mutex_unlock(&a->mu);
-  return op.ticket;
+  return ticket;
 }
 
 size_t coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count,
@@ -217,10 +216,10 @@ static void spin_while_running(coll_async_t *a, size_t done, double seconds) {
     sched_yield();
 }
 
-/* Whether request `ticket` has finished: its slot is free or holds a later one. */
+/* Whether request `ticket` has finished. Slots [head, tail) hold their
+ * own requests (a slot is reused only once head has passed it). */
 static int finished(const coll_async_t *a, size_t ticket) {
-  const async_op_t *op = &a->q[ticket % ASYNC_QUEUE];
-  return ticket < a->head || op->ticket != ticket || op->state == SLOT_FREE;
+  return ticket < a->head || a->q[ticket % ASYNC_QUEUE].state == SLOT_FREE;
 }
 
 /* Runs or waits for requests until `ticket` has finished; called and

@@ -181,6 +181,14 @@ static int exchange_gradients(dp_state_t *s, double backward_end) {
   return 0;
 }
 
+/* Whether step k is the last of its epoch or of the run, where `steps`
+ * counts the steps taken once its update is applied: evaluation and a
+ * checkpoint follow it. */
+static int ends_epoch(const worker_t *w, int64_t k, int64_t steps) {
+  const train_config_t *cfg = w->cfg;
+  return k == w->steps_per_epoch - 1 || (cfg->max_steps && steps >= cfg->max_steps);
+}
+
 /* Every bucket of `arena` (parameters or optimizer state) from the ranks
  * that stepped its blocks. */
 static int gather_blocks(dp_state_t *s, float *arena) {
@@ -201,7 +209,7 @@ static int apply_sharded_update(dp_state_t *s, int64_t k) {
   const train_config_t *cfg = w->cfg;
   worker_apply_update_segs(w, s->shard, s->nshard);
   DT_TRY(gather_blocks(s, w->model->params));
-  int epoch_end = k == w->steps_per_epoch - 1 || (cfg->max_steps && w->step >= cfg->max_steps);
+  int epoch_end = ends_epoch(w, k, w->step);
   for (int i = 0; cfg->checkpoint[0] && epoch_end && i < w->opt->nstate; i++)
     DT_TRY(gather_blocks(s, w->opt->state[i]));
   return 0;
@@ -233,15 +241,9 @@ static int plan_balance(dp_state_t *s) {
  * the last step of an epoch or of the run. */
 static int finish_step_deferred(dp_state_t *s, int64_t k) {
   worker_t *w = s->w;
-  const train_config_t *cfg = w->cfg;
-  int last = k == w->steps_per_epoch - 1 || (cfg->max_steps && w->step + 1 >= cfg->max_steps);
-  if (last) {
-    double busy = 0, t0 = dt_now();
-    int rc = coll_async_wait(s->async, &busy);
-    w->timers.comm += busy;
-    w->timers.comm_exposed += dt_now() - t0;
+  if (ends_epoch(w, k, w->step + 1)) {
     for (int i = 0; i < s->nbuckets; i++) s->buckets[i].pending = 0;
-    if (rc != 0) return -1;
+    if (exchange_gradients(s, dt_now()) != 0) return -1;
     worker_apply_update(w);
     return 0;
   }
