@@ -85,8 +85,12 @@ static int describe_tensors(model_t *m) {
   return 0;
 }
 
-/* Flatten only reinterprets NHWC memory: it aliases its input. */
-static int is_alias(const layer_t *l) { return l->spec.kind == LAYER_FLATTEN; }
+/* Flatten only reinterprets NHWC memory: it aliases its input, except as
+ * the last layer, whose dout the loss writes (a flatten of the input has no
+ * buffer to alias). */
+static int is_alias(const model_t *m, const layer_t *l) {
+  return l->spec.kind == LAYER_FLATTEN && l != &m->layers[m->nlayers - 1];
+}
 
 static int setup_layers(model_t *m, const char *source) {
   size_t poff = 0, boff = 0;
@@ -120,7 +124,7 @@ static int allocate_activations(model_t *m) {
   size_t total = (size_t)m->max_batch * (size_t)m->nclasses;
   for (int i = 0; i < m->nlayers; i++) {
     const layer_t *l = &m->layers[i];
-    if (!is_alias(l)) total += 2 * (size_t)m->max_batch * shape_size(l->out_shape);
+    if (!is_alias(m, l)) total += 2 * (size_t)m->max_batch * shape_size(l->out_shape);
     total += l->scratch_len;
   }
   float *p = dt_alloc_floats(total);
@@ -130,7 +134,7 @@ static int allocate_activations(model_t *m) {
   p += (size_t)m->max_batch * m->nclasses;
   for (int i = 0; i < m->nlayers; i++) {
     layer_t *l = &m->layers[i];
-    if (is_alias(l)) {
+    if (is_alias(m, l)) {
       const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
       l->out = src ? src->out : NULL;
       l->dout = src ? src->dout : NULL;
@@ -225,8 +229,9 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
                                    param_wait_fn wait, void *ctx) {
   for (int i = 0; i < m->nlayers; i++) {
     layer_t *l = &m->layers[i];
-    if (is_alias(l)) {
-      if (l->spec.input < 0) l->out = (float *)x;
+    if (is_alias(m, l)) {
+      /* Every forward: a chain of flattens over the input aliases x. */
+      l->out = (float *)layer_input(m, l, x);
       continue;
     }
     if (wait && l->param_len) wait(ctx, i);
@@ -243,7 +248,7 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {
   for (int i = m->nlayers - 1; i >= 0; i--) {
     layer_t *l = &m->layers[i];
-    if (is_alias(l)) continue;
+    if (is_alias(m, l)) continue;
     const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
     float *dx = src ? src->dout : NULL;
     int early = ready && l->param_len && dx && l->ops->backward_input;
