@@ -52,6 +52,7 @@ typedef struct {
   int (*wait_src)(comm_t *c, comm_req_t *req, int *src, size_t *received); /* frees req */
   int (*cancel)(comm_t *c, comm_req_t *req);                                /* frees req */
   void (*set_spin)(comm_t *c, double seconds);                              /* may be NULL */
+  int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; NULL elsewhere) */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -120,10 +121,16 @@ void comm_compute_delay(comm_t *c, double seconds);
 /* Shared memory (src/comm/shared.c), collective: every rank gets the same
  * zeroed, 64-byte aligned block of `bytes`. local: one allocation seen by
  * all ranks (they share an address space); mpi: fails, naming --comm
- * local. comm_shared_free is collective too. */
+ * local. On failure *ptr may still be set (some ranks hold the block):
+ * comm_shared_free it then too. */
 int comm_shared_alloc(comm_t *c, size_t bytes, void **ptr);
 /* 1 when the ranks of c share one address space (local). */
 int comm_shares_memory(const comm_t *c);
+/* Every rank that got the block calls this once, whether its run failed or
+ * not (NULL is a no-op). It returns once every rank of c has called it or
+ * ended, so afterwards no rank touches the block or any memory the ranks
+ * published through it (their arenas): only then may a rank free those.
+ * The last rank to leave frees the block. */
 int comm_shared_free(comm_t *c, void *ptr);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 

@@ -36,14 +36,14 @@ static int shm_table(coll_ctx_t *ctx) {
   if (ctx->shm) return 0;
   comm_t *c = ctx->comm;
   void *p;
-  DT_TRY(comm_shared_alloc(c, (size_t)c->size * sizeof(struct shm_slot), &p));
-  ctx->shm = p;
-  return 0;
+  int rc = comm_shared_alloc(c, (size_t)c->size * sizeof(struct shm_slot), &p);
+  ctx->shm = p; /* set on failure too: coll_free_shm must release it */
+  return rc;
 }
 
 void coll_free_shm(coll_ctx_t *ctx) {
   if (!ctx->shm) return;
-  comm_shared_free(ctx->comm, ctx->shm);
+  comm_shared_free(ctx->comm, ctx->shm); /* every rank done reading the others' buffers */
   ctx->shm = NULL;
 }
 

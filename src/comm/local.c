@@ -749,8 +749,11 @@ static void l_set_spin(comm_t *c, double seconds) {
   thread_spin = seconds;
 }
 
+static int l_gone(comm_t *c, int rank) { return peer_exited(world_of(c), c->impl, rank); }
+
 static const comm_ops_t local_ops = {
     .name = "local",
+    .gone = l_gone,
     .set_spin = l_set_spin,
     .isend = l_isend,
     .irecv = l_irecv,

@@ -151,13 +151,16 @@ int strategy_hogwild(worker_t *w) {
   hog_t h = {.w = w};
   size_t bytes = HEADER + w->model->nparams * sizeof(float);
   void *shared;
-  DT_TRY(comm_shared_alloc(w->comm, bytes, &shared));
+  if (comm_shared_alloc(w->comm, bytes, &shared) != 0) {
+    comm_shared_free(w->comm, shared);
+    return -1;
+  }
   h.ctr = shared;
   h.params = (float *)((char *)shared + HEADER);
   h.batches_per_epoch = ((int64_t)w->train->n + w->cfg->batch - 1) / w->cfg->batch;
   if (w->rank == 0) /* the initial (or resumed) parameters */
     memcpy(h.params, w->model->params, w->model->nparams * sizeof(float));
   int rc = run_epochs(&h);
-  if (comm_shared_free(w->comm, shared) != 0 && rc == 0) rc = -1;
+  comm_shared_free(w->comm, shared); /* waits for every rank: none still writes */
   return rc;
 }

@@ -75,17 +75,20 @@ static int setup(shared_sync_t *s) {
   return comm_barrier(c); /* rank 0's parameters on every rank */
 }
 
-/* The optimizer back on its own arenas, holding the shared state. */
+/* Failure-safe: comm_shared_free of the tables returns once every rank is
+ * here (or has ended), so no peer still pushes into this rank's
+ * parameters or reads its gradients; only then is the shared optimizer
+ * state copied back and freed, and the caller may free the arenas. */
 static void teardown(shared_sync_t *s) {
   optimizer_t *o = s->w->opt;
   free(s->from);
-  if (s->state) {
+  comm_shared_free(s->w->comm, s->grads);
+  comm_shared_free(s->w->comm, s->sec);
+  if (s->state && o->state[0] == s->state) {
     for (int i = 0; i < o->nstate; i++) memcpy(o->state_own[i], o->state[i], o->n * sizeof(float));
     optim_use_state(o, NULL);
   }
-  if (s->grads) comm_shared_free(s->w->comm, s->grads);
-  if (s->sec) comm_shared_free(s->w->comm, s->sec);
-  if (s->state) comm_shared_free(s->w->comm, s->state);
+  comm_shared_free(s->w->comm, s->state);
 }
 
 /* This rank's new block into every other rank's parameters. Pushing it

@@ -93,6 +93,8 @@ int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t ste
 }
 
 void worker_free(worker_t *w) {
+  /* first: allreduce:shm waits there until no peer reads this rank's arenas */
+  if (w->coll) coll_ctx_free(w->coll);
   balance_free(w->balance);
   if (w->metrics) fclose(w->metrics);
   model_free(w->model);
@@ -102,7 +104,6 @@ void worker_free(worker_t *w) {
   dt_free(w->y);
   dt_free(w->order);
   dt_free(w->eval_idx);
-  if (w->coll) coll_ctx_free(w->coll);
   memset(w, 0, sizeof *w);
 }
 
