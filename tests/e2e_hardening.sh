@@ -16,3 +16,25 @@ for ex in shared allreduce:shm; do
       --straggler rank=1,slowdown=1000 --comm-timeout 1
   done
 done
+
+# ---- outputs: only regular files dtrain wrote itself are replaced ----------
+# (as root, --checkpoint /dev/null used to replace /dev/null with a file)
+echo "a user's notes" >"$TMP/notes.txt"
+ln -s "$TMP/notes.txt" "$TMP/link.st"
+mkfifo "$TMP/fifo"
+mkdir "$TMP/folder"
+expect_error output_device_refused 2 "/dev/null: exists and is a device" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint /dev/null
+check output_device_kept test -c /dev/null
+expect_error output_symlink_refused 2 "link.st: exists and is a symbolic link" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/link.st"
+check output_symlink_kept test -L "$TMP/link.st"
+expect_error output_fifo_refused 2 "fifo: exists and is a pipe" -- "$DTRAIN" train $SYN --max-steps 2 --metrics "$TMP/fifo"
+expect_error output_folder_refused 2 "folder: exists and is a folder" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/folder"
+expect_error output_foreign_checkpoint_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/notes.txt"
+expect_error output_foreign_metrics_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SYN --max-steps 2 --metrics "$TMP/notes.txt"
+check output_foreign_kept grep -q "a user's notes" "$TMP/notes.txt"
+expect_error output_same_twice 2 "name the same file" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/o.out" --metrics "$TMP/./o.out"
+"$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/own.st" --metrics "$TMP/own.jsonl" >/dev/null
+check output_own_replaced sh -c "\"$DTRAIN\" train $SYN --max-steps 2 --checkpoint \"$TMP/own.st\" --metrics \"$TMP/own.jsonl\" >/dev/null"
+expect_error output_metrics_over_resume 2 "own.st: exists and is not dtrain.s own output" -- "$DTRAIN" train $SYN --epochs 2 --max-steps 4 --resume "$TMP/own.st" --metrics "$TMP/own.st"
+check output_no_temporaries sh -c "! ls '$TMP' | grep -q tmp"
+expect_error bench_json_foreign_refused 1 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" bench allreduce --workers 2 --max-bytes 4096 --json "$TMP/notes.txt"

@@ -87,9 +87,23 @@ int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec);
 int parse_megabytes(const char *opt, const char *text, size_t *bytes);
 
 /* ---- files --------------------------------------------------------------- */
-/* Write `len` bytes to `path` atomically: temp file in the same folder,
- * fsync, rename, fsync of the folder. On failure nothing is left behind. */
+/* Write `len` bytes to `path` atomically: temp file PATH.dtrain-tmp, fsync,
+ * rename, fsync of the folder. On failure nothing is left behind. `path`
+ * must be a regular file or not exist (a device or symlink is refused). */
 int file_write_atomic(const char *path, const void *data, size_t len);
+/* Removes the temporary file of an atomic write in progress (async-signal-safe:
+ * for a signal handler). */
+void file_remove_pending(void);
+/* 0 when `path` does not exist or is a regular file (lstat: a symlink is not). */
+int file_check_regular(const char *path);
+/* 0 when `path` may be written as an output: it does not exist, is empty,
+ * or is a regular file whose first 4 KiB contain `own_magic` (dtrain wrote it). */
+int file_check_output(const char *path, const char *own_magic);
+/* 1 when the two paths name the same file (existing or not). */
+int file_same(const char *a, const char *b);
+/* Opens an output stream (truncating, or appending), refusing what is not a
+ * regular file; NULL after setting the error. */
+FILE *file_open_output(const char *path, int append);
 /* Read a whole file (gzip-transparent when gz != 0). Caller frees. */
 int file_read_all(const char *path, int gz, uint8_t **data, size_t *len);
 

@@ -75,6 +75,10 @@ void train_config_default(train_config_t *cfg);
 /* Refuses invalid values and combinations of axes with one line naming the
  * options and what exists. */
 int train_config_check(const train_config_t *cfg);
+/* The outputs (--checkpoint, --metrics) may be written: new, or dtrain's
+ * own earlier output of that kind; distinct from each other and from
+ * --resume where writing would destroy it (src/dist/outputs.c). */
+int train_check_outputs(const train_config_t *cfg);
 /* The options that name ranks (--straggler, --kill) against the number of
  * workers; under mpi called once -np has fixed it. */
 int train_config_check_ranks(const train_config_t *cfg);

@@ -290,8 +290,10 @@ static int bench_size(const bench_t *b, op_t *op, double *times) {
 static int bench_rank(comm_t *c, void *arg) {
   bench_t *b = arg;
   const opts_t *o = b->o;
-  if (c->rank == 0 && o->json && !(b->json = fopen(o->json, "w")))
-    return dt_error("cannot write %s", o->json);
+  /* an output: dtrain's own earlier JSON Lines, or new */
+  if (c->rank == 0 && o->json &&
+      (file_check_output(o->json, "{\"") != 0 || !(b->json = file_open_output(o->json, 0))))
+    return dt_error_prefix("--json: ");
   size_t max_count = o->max_bytes / sizeof(float);
   op_t op = {0};
   int rc = coll_ctx_new(c, &op.ctx);

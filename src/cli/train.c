@@ -321,7 +321,7 @@ int cmd_train(int argc, char **argv) {
   parse_state_t st = {&cfg, 0};
   const char *preset = find_preset(argc, argv);
   if ((preset && apply_preset(&st, preset) != 0) || parse_args(&st, argc, argv) != 0 ||
-      train_config_check(&cfg) != 0) {
+      train_config_check(&cfg) != 0 || train_check_outputs(&cfg) != 0) {
     fprintf(stderr, "dtrain train: %s\n", dt_errmsg());
     return 2;
   }

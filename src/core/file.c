@@ -1,11 +1,17 @@
-/* Whole-file reads (gzip-transparent) and atomic writes. */
+/* Whole-file reads (gzip-transparent), atomic writes, and the rules for
+ * outputs: dtrain writes only regular files, and replaces only what it
+ * wrote itself (a device, a symbolic link or a user's file named by
+ * mistake is refused, never clobbered). */
 #define _POSIX_C_SOURCE 200809L
 #include "dtrain/core.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -57,54 +63,136 @@ int file_read_all(const char *path, int gz, uint8_t **data, size_t *len) {
   return 0;
 }
 
-int file_write_atomic(const char *path, const void *data, size_t len) {
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 16), *dircopy = strdup(path);
-  if (!tmp || !dircopy) {
-    free(tmp);
-    free(dircopy);
-    return dt_error("%s: out of memory", path);
+/* The temporary file of the atomic write in progress, for the signal
+ * handler: unlink() is async-signal-safe, so an interrupted run removes it. */
+static char pending_tmp[PATH_MAX + 32];
+static volatile sig_atomic_t pending_set;
+
+void file_remove_pending(void) {
+  if (pending_set) unlink(pending_tmp);
+}
+
+static int refuse_non_regular(const char *path, const struct stat *st) {
+  const char *what = S_ISLNK(st->st_mode)   ? "a symbolic link"
+                     : S_ISDIR(st->st_mode) ? "a folder"
+                     : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
+                     : S_ISFIFO(st->st_mode) ? "a pipe"
+                                             : "not a regular file";
+  return dt_error("%s: exists and is %s; dtrain writes only regular files (choose another path)",
+                  path, what);
+}
+
+int file_check_regular(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return dt_error("%s: cannot check it: %s", path, strerror(errno));
   }
-  snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
+  return S_ISREG(st.st_mode) ? 0 : refuse_non_regular(path, &st);
+}
+
+int file_check_output(const char *path, const char *own_magic) {
+  DT_TRY(file_check_regular(path));
+  int fd = open(path, O_RDONLY | O_NOFOLLOW);
   if (fd < 0) {
-    dt_error("%s: cannot create temporary file: %s", path, strerror(errno));
-    goto fail;
+    if (errno == ENOENT) return 0;
+    return dt_error("%s: cannot read it to check that it is dtrain's own: %s", path, strerror(errno));
   }
+  char head[4096 + 1];
+  ssize_t n = read(fd, head, sizeof head - 1);
+  close(fd);
+  if (n < 0) return dt_error("%s: cannot read it: %s", path, strerror(errno));
+  if (n == 0) return 0; /* an empty file holds nothing to lose */
+  head[n] = 0;
+  if (memmem(head, (size_t)n, own_magic, strlen(own_magic))) return 0;
+  return dt_error("%s: exists and is not dtrain's own output (no '%s' at its start); refusing to "
+                  "replace it: choose another path or remove the file", path, own_magic);
+}
+
+int file_same(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  /* not both there yet: compare the resolved folder and the name */
+  char ra[PATH_MAX], rb[PATH_MAX], ca[PATH_MAX], cb[PATH_MAX];
+  snprintf(ca, sizeof ca, "%s", a);
+  snprintf(cb, sizeof cb, "%s", b);
+  if (!realpath(dirname(ca), ra) || !realpath(dirname(cb), rb)) return !strcmp(a, b);
+  snprintf(ca, sizeof ca, "%s", a);
+  snprintf(cb, sizeof cb, "%s", b);
+  return !strcmp(ra, rb) && !strcmp(basename(ca), basename(cb));
+}
+
+FILE *file_open_output(const char *path, int append) {
+  if (file_check_regular(path) != 0) return NULL;
+  int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+  if (fd < 0) {
+    dt_error("%s: cannot open for writing: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { /* replaced between the checks */
+    close(fd);
+    dt_error("%s: not a regular file; dtrain writes only regular files", path);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, append ? "a" : "w");
+  if (!f) {
+    close(fd);
+    dt_error("%s: cannot open for writing: %s", path, strerror(errno));
+  }
+  return f;
+}
+
+/* One fixed temporary name per output (PATH.dtrain-tmp): a run killed
+ * mid-write leaves at most one, which the next write replaces. */
+int file_write_atomic(const char *path, const void *data, size_t len) {
+  if (strlen(path) >= PATH_MAX) return dt_error("%s: path too long", path);
+  DT_TRY(file_check_regular(path));
+  char tmp[PATH_MAX + 32], dircopy[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.dtrain-tmp", path);
+  snprintf(dircopy, sizeof dircopy, "%s", path);
+  DT_TRY(file_check_regular(tmp));
+  /* the signal handler reads pending_tmp only while pending_set is 1 */
+  pending_set = 0;
+  memcpy(pending_tmp, tmp, sizeof tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return dt_error("%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
+  pending_set = 1;
   const uint8_t *p = data;
   size_t left = len;
   while (left) {
     ssize_t w = write(fd, p, left);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      dt_error("%s: write failed: %s", path, strerror(errno));
+      dt_error("%s: write failed: %s", path, w < 0 ? strerror(errno) : "no space written");
       close(fd);
-      unlink(tmp);
       goto fail;
     }
     p += w;
     left -= (size_t)w;
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
+  if (fsync(fd) != 0) {
     dt_error("%s: fsync failed: %s", path, strerror(errno));
-    unlink(tmp);
+    close(fd);
+    goto fail;
+  }
+  if (close(fd) != 0) {
+    dt_error("%s: close failed: %s", path, strerror(errno));
     goto fail;
   }
   if (rename(tmp, path) != 0) {
     dt_error("%s: rename failed: %s", path, strerror(errno));
-    unlink(tmp);
     goto fail;
   }
+  pending_set = 0;
   int dfd = open(dirname(dircopy), O_RDONLY);
   if (dfd >= 0) {
     fsync(dfd);
     close(dfd);
   }
-  free(tmp);
-  free(dircopy);
   return 0;
 fail:
-  free(tmp);
-  free(dircopy);
+  unlink(tmp);
+  pending_set = 0;
   return -1;
 }

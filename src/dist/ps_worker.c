@@ -437,8 +437,8 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
   worker_t w;
   int rc = worker_init(&w, &wcfg, workers, train, test);
   w.world = world;
-  if (rc == 0 && from_dir && rank == 0 && cfg->metrics[0] && !(w.metrics = fopen(cfg->metrics, "a")))
-    rc = dt_error("--metrics %s: cannot open for writing", cfg->metrics);
+  if (rc == 0 && from_dir && rank == 0 && cfg->metrics[0] && !(w.metrics = file_open_output(cfg->metrics, 1)))
+    rc = dt_error_prefix("--metrics: ");
   if (rc == 0 && from_dir) rc = resume_from_dir(&w, cfg->resume);
   if (rc == 0) rc = strategy_ps_worker(&w);
   worker_free(&w);

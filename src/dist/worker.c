@@ -76,8 +76,8 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
     return -1;
   if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
   if (w->rank == 0 && cfg->metrics[0]) {
-    w->metrics = fopen(cfg->metrics, cfg->resume[0] ? "a" : "w");
-    if (!w->metrics) return dt_error("--metrics %s: cannot open for writing", cfg->metrics);
+    w->metrics = file_open_output(cfg->metrics, cfg->resume[0] != 0);
+    if (!w->metrics) return dt_error_prefix("--metrics: ");
   }
   return 0;
 }
