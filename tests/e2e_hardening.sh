@@ -4,6 +4,9 @@
 # divergence, write errors, hangs past --comm-timeout, signals.
 . tests/lib.sh
 SYN="--data synthetic --quiet"
+TINY="$TMP/tiny"
+make_small_fashion "$TINY" 256 128
+SMALLQ="--data $TINY --quiet"
 
 # ---- a failing rank must not free what the others still use --------------
 # rank 1 is 1000x slower, so the others time out in a barrier and fail
@@ -23,18 +26,52 @@ echo "a user's notes" >"$TMP/notes.txt"
 ln -s "$TMP/notes.txt" "$TMP/link.st"
 mkfifo "$TMP/fifo"
 mkdir "$TMP/folder"
-expect_error output_device_refused 2 "/dev/null: exists and is a device" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint /dev/null
+expect_error output_device_refused 2 "/dev/null: exists and is a device" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint /dev/null
 check output_device_kept test -c /dev/null
-expect_error output_symlink_refused 2 "link.st: exists and is a symbolic link" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/link.st"
+expect_error output_symlink_refused 2 "link.st: exists and is a symbolic link" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/link.st"
 check output_symlink_kept test -L "$TMP/link.st"
-expect_error output_fifo_refused 2 "fifo: exists and is a pipe" -- "$DTRAIN" train $SYN --max-steps 2 --metrics "$TMP/fifo"
-expect_error output_folder_refused 2 "folder: exists and is a folder" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/folder"
-expect_error output_foreign_checkpoint_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/notes.txt"
-expect_error output_foreign_metrics_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SYN --max-steps 2 --metrics "$TMP/notes.txt"
+expect_error output_fifo_refused 2 "fifo: exists and is a pipe" -- "$DTRAIN" train $SMALLQ --max-steps 2 --metrics "$TMP/fifo"
+expect_error output_folder_refused 2 "folder: exists and is a folder" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/folder"
+expect_error output_foreign_checkpoint_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/notes.txt"
+expect_error output_foreign_metrics_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SMALLQ --max-steps 2 --metrics "$TMP/notes.txt"
 check output_foreign_kept grep -q "a user's notes" "$TMP/notes.txt"
-expect_error output_same_twice 2 "name the same file" -- "$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/o.out" --metrics "$TMP/./o.out"
-"$DTRAIN" train $SYN --max-steps 2 --checkpoint "$TMP/own.st" --metrics "$TMP/own.jsonl" >/dev/null
-check output_own_replaced sh -c "\"$DTRAIN\" train $SYN --max-steps 2 --checkpoint \"$TMP/own.st\" --metrics \"$TMP/own.jsonl\" >/dev/null"
-expect_error output_metrics_over_resume 2 "own.st: exists and is not dtrain.s own output" -- "$DTRAIN" train $SYN --epochs 2 --max-steps 4 --resume "$TMP/own.st" --metrics "$TMP/own.st"
+expect_error output_same_twice 2 "name the same file" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/o.out" --metrics "$TMP/./o.out"
+"$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/own.st" --metrics "$TMP/own.jsonl" >/dev/null
+check output_own_replaced sh -c "\"$DTRAIN\" train $SMALLQ --max-steps 2 --checkpoint \"$TMP/own.st\" --metrics \"$TMP/own.jsonl\" >/dev/null"
+expect_error output_metrics_over_resume 2 "own.st: exists and is not dtrain.s own output" -- "$DTRAIN" train $SMALLQ --epochs 2 --max-steps 4 --resume "$TMP/own.st" --metrics "$TMP/own.st"
 check output_no_temporaries sh -c "! ls '$TMP' | grep -q tmp"
 expect_error bench_json_foreign_refused 1 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" bench allreduce --workers 2 --max-bytes 4096 --json "$TMP/notes.txt"
+
+# ---- divergence: never written over the last good checkpoint --------------
+"$DTRAIN" train $SMALLQ --epochs 1 --checkpoint "$TMP/good.st" --metrics "$TMP/good.jsonl" >/dev/null
+cp "$TMP/good.st" "$TMP/good.orig"
+expect_error diverged_loss_stops 1 "epoch 2: the train loss is .* (above --max-loss): training diverged; .*good.st keeps the last good epoch" -- \
+  "$DTRAIN" train $SMALLQ --epochs 2 --resume "$TMP/good.st" --checkpoint "$TMP/good.st" --metrics "$TMP/good.jsonl" --max-loss 0.01
+check diverged_checkpoint_kept cmp -s "$TMP/good.st" "$TMP/good.orig"
+# every line of the metrics file is JSON (no NaN, no half line)
+jsonl_ok() { $PY -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$1" 2>/dev/null; }
+check diverged_metrics_valid sh -c "$(printf '%s' "$PY -c \"import json,sys; L=[json.loads(l) for l in open(sys.argv[1])]; assert L[-1]['event']=='diverged'\" '$TMP/good.jsonl'")"
+for opt in adam rmsprop sgd; do
+  expect_error "diverged_${opt}_huge_lr_fails" 1 "diverged\|training loss is NaN" -- \
+    "$DTRAIN" train $SMALLQ --epochs 2 --optimizer $opt --lr 1e6 --checkpoint "$TMP/$opt.st" --metrics "$TMP/$opt.jsonl"
+  check "diverged_${opt}_no_checkpoint" test ! -e "$TMP/$opt.st"
+  check "diverged_${opt}_metrics_valid" jsonl_ok "$TMP/$opt.jsonl"
+done
+# a checkpoint holding a NaN is refused on --resume
+$PY - "$TMP/good.orig" "$TMP/nan.st" <<'PYEOF'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = next(k for k in h if k != "__metadata__")
+off = 8 + n + h[name]["data_offsets"][0]
+b[off + 4:off + 8] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(bytes(b))
+PYEOF
+expect_error resume_refuses_nan 1 "nan.st: tensor '.*' holds NaN or infinity" -- "$DTRAIN" train $SMALLQ --epochs 2 --resume "$TMP/nan.st"
+
+# ---- metrics write errors are run-time errors; the file stays whole lines --
+# a file-size limit stands in for a full disk (SIGXFSZ ignored: write fails with EFBIG)
+expect_error metrics_write_error 1 "--metrics .*m.jsonl: write failed" -- \
+  sh -c "trap '' XFSZ; ulimit -f 1; exec \"$DTRAIN\" train --data $TINY --quiet --epochs 4 --metrics \"$TMP/m.jsonl\""
+check metrics_write_error_whole_lines jsonl_ok "$TMP/m.jsonl"

@@ -69,6 +69,7 @@ typedef struct {
   char metrics[256], checkpoint[256], resume[256];
   int progress;                 /* live progress line on stderr */
   int64_t max_steps;            /* stop after this many steps in total (0 = no limit; for tests and benches) */
+  double max_loss;              /* a mean train or test loss above this is divergence [1e4] */
 } train_config_t;
 
 void train_config_default(train_config_t *cfg);

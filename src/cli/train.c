@@ -21,6 +21,8 @@ static const char *TRAIN_HELP =
     "  --seed N                  seed of initialisation, shuffling, dropout [1]\n"
     "  --threads N               BLAS threads per worker [1]\n"
     "  --max-steps N             stop after N optimizer steps in total (smoke tests)\n"
+    "  --max-loss X              a mean train or test loss above X (or NaN) stops the run as\n"
+    "                            diverged, keeping the last good checkpoint [1e4]\n"
     "\n"
     "optimizer:\n"
     "  --optimizer sgd|adam|rmsprop|lars   [sgd]\n"
@@ -192,6 +194,7 @@ static int apply_option(parse_state_t *st, const char *name, const char *val, in
   if (!strcmp(name, "workers")) return parse_int(name, val, 1, 4096, &iv) ? -1 : (c->workers = (int)iv, 0);
   if (!strcmp(name, "threads")) return parse_int(name, val, 1, 256, &iv) ? -1 : (c->threads = (int)iv, 0);
   if (!strcmp(name, "seed")) return parse_int(name, val, 0, 1L << 62, &iv) ? -1 : (c->seed = (uint64_t)iv, 0);
+  if (!strcmp(name, "max-loss")) return parse_float(name, val, 1e-3, 1e30, &c->max_loss);
   if (!strcmp(name, "max-steps")) return parse_int(name, val, 1, 1L << 50, &iv) ? -1 : (c->max_steps = iv, 0);
   if (!strcmp(name, "lr")) {
     if (parse_float(name, val, -1e9, 1e9, &fv) != 0) return -1;

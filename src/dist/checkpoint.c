@@ -92,6 +92,9 @@ static int restore_tensor(const safetensors_t *st, const char *prefix, const ten
     return dt_error("%s: tensor '%s' has %zu values in the file but the model has %zu "
                     "(different model?)", st->path, name, t->len, ti->len);
   memcpy(base + ti->off, t->data, ti->len * sizeof(float));
+  if (!kern_all_finite(ti->len, base + ti->off))
+    return dt_error("%s: tensor '%s' holds NaN or infinity (written by a run that diverged?); "
+                    "refusing to resume from it", st->path, name);
   return 0;
 }
 
