@@ -75,3 +75,14 @@ expect_error resume_refuses_nan 1 "nan.st: tensor '.*' holds NaN or infinity" --
 expect_error metrics_write_error 1 "--metrics .*m.jsonl: write failed" -- \
   sh -c "trap '' XFSZ; ulimit -f 1; exec \"$DTRAIN\" train --data $TINY --quiet --epochs 4 --metrics \"$TMP/m.jsonl\""
 check metrics_write_error_whole_lines jsonl_ok "$TMP/m.jsonl"
+
+# ---- emulated waits obey --comm-timeout (latency=1e30s used to hang) -------
+for net in latency=1e30s bandwidth=1e-300bit; do
+  expect_error "emulated_${net%%=*}_times_out" 1 "past the 2 s timeout" -- \
+    timeout 120 "$DTRAIN" train $SMALLQ --max-steps 3 --workers 2 --net $net --comm-timeout 2
+done
+# a straggler's emulated compute is cut short once the others have failed
+t0=$(date +%s)
+expect_error straggler_sleep_cut_short 1 "timed out after 1 s" -- \
+  timeout 120 "$DTRAIN" train $SMALLQ --model lenet --batch 128 --epochs 20 --workers 2 --straggler rank=1,slowdown=1000 --comm-timeout 1
+check straggler_sleep_cut_short_fast test $(( $(date +%s) - t0 )) -lt 30

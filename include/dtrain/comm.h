@@ -53,6 +53,7 @@ typedef struct {
   int (*cancel)(comm_t *c, comm_req_t *req);                                /* frees req */
   void (*set_spin)(comm_t *c, double seconds);                              /* may be NULL */
   int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; NULL elsewhere) */
+  int (*aborted)(comm_t *c);        /* another rank has failed (local; NULL elsewhere) */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -115,7 +116,8 @@ void comm_free(comm_t *c);
 void comm_set_wait_spin(comm_t *c, double seconds);
 
 /* Emulated compute: sleep (slowdown-1) x `seconds` so a straggler rank
- * is really slower. No-op when slowdown <= 1. */
+ * is really slower. No-op when slowdown <= 1. Cut short when another rank
+ * has failed, so a failed run does not wait for the straggler's sleep. */
 void comm_compute_delay(comm_t *c, double seconds);
 
 /* Shared memory (src/comm/shared.c), collective: every rank gets the same

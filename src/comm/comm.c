@@ -102,5 +102,11 @@ void comm_free(comm_t *c) {
 }
 
 void comm_compute_delay(comm_t *c, double seconds) {
-  if (c->slowdown > 1 && seconds > 0) dt_sleep_until(dt_now() + (c->slowdown - 1) * seconds);
+  if (c->slowdown <= 1 || seconds <= 0) return;
+  double end = dt_now() + (c->slowdown - 1) * seconds;
+  while (end - dt_now() > 0.05) {
+    if (c->ops->aborted && c->ops->aborted(c)) return;
+    dt_sleep_until(dt_now() + 0.02);
+  }
+  dt_sleep_until(end);
 }

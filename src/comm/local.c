@@ -105,6 +105,7 @@ typedef struct {
 } lcomm_t;
 
 static const comm_ops_t local_ops;
+static void record_failure(world_t *w, int rank);
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -594,6 +595,30 @@ static int recv_arrived_after_timeout(world_t *w, lreq_t *q) {
   return 1;
 }
 
+/* The emulated link's delay is a wait like any other: one that would end
+ * past the timeout fails now instead of sleeping (latency=1e30s hung).
+ * A failed run stops it too. */
+static int emulated_wait(comm_t *c, lreq_t *q) {
+  world_t *w = world_of(c);
+  double left = q->ready_at - dt_now();
+  if (left > w->timeout) {
+    dt_error("%s rank %d tag %d (%zu bytes): the emulated link delivers it in %.3g s, past "
+                    "the %g s timeout (check --net, or raise --comm-timeout)",
+                    q->kind == K_SEND ? "send to" : "recv from", q->peer_rank, q->tag, q->len, left,
+                    w->timeout);
+    record_failure(w, my_world(c)); /* now, so the peers report this, not its fallout */
+    return -1;
+  }
+  while (q->ready_at - dt_now() > 0.05) {
+    if (atomic_load(&w->aborted))
+      return dt_error("%s: stopped because peer rank %d failed", q->kind == K_SEND ? "send" : "recv",
+                      atomic_load(&w->failed_rank));
+    dt_sleep_until(dt_now() + 0.02);
+  }
+  wait_until(w, q->ready_at);
+  return 0;
+}
+
 static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
   world_t *w = world_of(c);
   lreq_t *q = (lreq_t *)req;
@@ -611,7 +636,10 @@ static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
     req_put(w, q);
     return dt_error("recv: stopped because peer rank %d failed", atomic_load(&w->failed_rank));
   }
-  if (q->ready_at > 0) wait_until(w, q->ready_at); /* emulated link */
+  if (q->ready_at > 0 && emulated_wait(c, q) != 0) { /* emulated link */
+    req_put(w, q);
+    return -1;
+  }
   int rc = q->status == E_NONE ? 0 : status_error(c, q);
   if (src) *src = q->kind == K_RECV ? q->got_src : c->rank;
   if (received) *received = rc == 0 ? q->len : 0;
@@ -628,6 +656,7 @@ static int l_test(comm_t *c, comm_req_t *req, int *done) {
   lreq_t *q = (lreq_t *)req;
   progress(w, q->owner, q);
   *done = is_done(q) && dt_now() >= q->ready_at;
+  if (!*done && q->ready_at - dt_now() > w->timeout) return emulated_wait(c, q);
   if (!*done && atomic_load(&w->aborted))
     return dt_error("test on a request: stopped because peer rank %d failed",
                     atomic_load(&w->failed_rank));
@@ -750,10 +779,12 @@ static void l_set_spin(comm_t *c, double seconds) {
 }
 
 static int l_gone(comm_t *c, int rank) { return peer_exited(world_of(c), c->impl, rank); }
+static int l_aborted(comm_t *c) { return atomic_load(&world_of(c)->aborted); }
 
 static const comm_ops_t local_ops = {
     .name = "local",
     .gone = l_gone,
+    .aborted = l_aborted,
     .set_spin = l_set_spin,
     .isend = l_isend,
     .irecv = l_irecv,
