@@ -86,3 +86,54 @@ t0=$(date +%s)
 expect_error straggler_sleep_cut_short 1 "timed out after 1 s" -- \
   timeout 120 "$DTRAIN" train $SMALLQ --model lenet --batch 128 --epochs 20 --workers 2 --straggler rank=1,slowdown=1000 --comm-timeout 1
 check straggler_sleep_cut_short_fast test $(( $(date +%s) - t0 )) -lt 30
+
+# ---- a dead or stopped rank ends every family within --comm-timeout ---------
+# ends_soon NAME LIMIT -- COMMAND...: the command ends within LIMIT seconds,
+# and unless it succeeded (an asynchronous schedule may write the rank off
+# and finish), its last stderr line names a rank.
+ends_soon() {
+  name=$1 limit=$2; shift 3
+  t0=$(date +%s)
+  timeout $((limit + 60)) "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$dt" -gt "$limit" ]; then fail "$name" "took ${dt} s (limit $limit), exit $rc"; return; fi
+  if [ "$rc" -ne 0 ] && ! grep -v "^\[\|^---\|^ \|^$\|^MPI_ABORT\|^with errorcode\|^NOTE\|^You may\|^exactly" "$TMP/err" | tail -1 | grep -q "rank"; then
+    fail "$name" "exit $rc without naming the rank: $(tail -c 300 "$TMP/err")"; return
+  fi
+  pass "$name"
+}
+STALL="--model lenet --batch 128 --epochs 50 --straggler rank=1,slowdown=1000 --comm-timeout 1"
+for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
+           "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
+           "d_psgd --preset d-psgd" "easgd --preset easgd" "gosgd --preset gosgd" \
+           "tree_easgd --preset tree-easgd"; do
+  set -- $fam; name=$1; shift
+  ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
+done
+# mpi: one process is stopped (SIGSTOP) mid-run
+stop_one_rank() { # NAME -- dtrain options
+  name=$1; shift 2
+  t0=$(date +%s)
+  $MPIRUN -np 4 "$DTRAIN" train --comm mpi --data synthetic --quiet --epochs 20 --comm-timeout 2 "$@" >"$TMP/out" 2>"$TMP/err" &
+  mp=$!
+  sleep 3
+  victim=$(pgrep -P $mp | sort -n | tail -1)
+  [ -n "$victim" ] && kill -STOP "$victim"
+  ( sleep 100; kill -9 $mp 2>/dev/null ) & dog=$!
+  wait $mp; rc=$?
+  kill $dog 2>/dev/null
+  [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$dt" -gt 60 ]; then fail "$name" "took ${dt} s, exit $rc"
+  elif [ "$rc" -ne 0 ] && ! grep -q "^rank [0-9]*: " "$TMP/err"; then fail "$name" "exit $rc, no rank named: $(tail -c 300 "$TMP/err")"
+  else pass "$name"; fi
+}
+if have_mpi; then
+  # one of each family (GoSGD stands for the peer-mailbox methods: TreeEASGD too)
+  for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
+             "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
+             "gosgd --preset gosgd"; do
+    set -- $fam; name=$1; shift
+    stop_one_rank "stopped_rank_ends_mpi_$name" -- "$@"
+  done
+fi

@@ -19,6 +19,17 @@
 
 int comm_mpi_available(void) { return 0; }
 
+/* One line naming this rank, then the job ends. The pause lets mpirun
+ * forward the line before the abort: with a stopped rank in the job,
+ * Open MPI's launcher could die on the abort's help text first and the
+ * line was lost. */
+static void fail_job(int rank, const char *when, const char *msg) {
+  fprintf(stderr, "rank %d: %s%s\n", rank, when, msg);
+  fflush(stderr);
+  dt_sleep_until(dt_now() + 0.3);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg) {
   return dt_error("dtrain was built without MPI; install libopenmpi-dev and rebuild");
 }
@@ -301,7 +312,8 @@ static int m_barrier(comm_t *c) {
   while (!flag) {
     if ((err = MPI_Test(&r, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(err, "barrier");
     if (!flag && dt_now() >= deadline) {
-      MPI_Request_free(&r);
+      /* left pending: MPI forbids freeing or cancelling a nonblocking
+       * collective (Open MPI aborted the job there), and the run is ending */
       return dt_error("barrier: timed out after %g s (some rank never reached it)", m->timeout);
     }
     if (!flag) sched_yield();
@@ -314,6 +326,10 @@ static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *lik
 static int m_split(comm_t *c, int color, int key, comm_t **out) {
   mcomm_t *m = c->impl;
   MPI_Comm hc = MPI_COMM_NULL, pc = MPI_COMM_NULL;
+  /* MPI_Comm_split blocks with no timeout: a dead or stopped rank would
+   * hang it. The barrier first fails after the timeout instead, and once
+   * it passes every rank is alive and on its way into the split. */
+  if (m_barrier(c) != 0) return dt_error_prefix("split: ");
   int err = MPI_Comm_split(m->hc, color < 0 ? 0 : color, key, &hc);
   if (err == MPI_SUCCESS) err = MPI_Comm_split(m->pc, color < 0 ? 0 : color, key, &pc);
   if (err != MPI_SUCCESS) return mpi_fail(err, "split");
@@ -412,6 +428,17 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   return make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out);
 }
 
+/* One line naming this rank, then the job ends. The pause lets mpirun
+ * forward the line before the abort: with a stopped rank in the job,
+ * Open MPI's launcher could die on the abort's help text first and the
+ * line was lost. */
+static void fail_job(int rank, const char *when, const char *msg) {
+  fprintf(stderr, "rank %d: %s%s\n", rank, when, msg);
+  fflush(stderr);
+  dt_sleep_until(dt_now() + 0.3);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg) {
   int inited = 0, finalized = 0, provided = 0;
   MPI_Initialized(&inited);
@@ -430,9 +457,12 @@ int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   dt_error_clear();
   if (world_comm(net, provided, &c) != 0 || fn(c, arg) != 0) {
-    fprintf(stderr, "rank %d: %s\n", rank, dt_errmsg());
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    fail_job(rank, "", dt_errmsg());
+  }
+  /* MPI_Finalize waits for every rank with no timeout: a rank that is
+   * stopped or dead would keep the job alive after training ended. */
+  if (m_barrier(c) != 0) {
+    fail_job(rank, "at the end of the run: ", dt_errmsg());
   }
   m_free(c);
   free_all_reqs();

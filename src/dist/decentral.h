@@ -93,10 +93,12 @@ typedef struct {
   mail_merge_fn merge;
   void *ctx;
   double wait_sec;        /* time spent waiting for a snapshot buffer */
+  double timeout;         /* seconds without progress before failing (--comm-timeout) */
 } peer_mail_t;
 
-int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, mail_merge_fn merge,
-              void *ctx);
+/* timeout: --comm-timeout (0 = 300 s) */
+int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, double timeout,
+              mail_merge_fn merge, void *ctx);
 void mail_close(peer_mail_t *m);
 /* Merges every model that has arrived; *n (may be NULL) counts them. */
 int mail_poll(peer_mail_t *m, int *n);

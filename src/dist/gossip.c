@@ -131,7 +131,7 @@ int strategy_gossip(worker_t *w) {
   rng_seed(&g.rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
   if (rc == 0)
     rc = mail_open(&g.mail, w->comm, TAG_GOSSIP_MODEL, TAG_GOSSIP_END,
-                   w->model->nparams + HEADER_FLOATS, merge, &g);
+                   w->model->nparams + HEADER_FLOATS, w->cfg->net.timeout, merge, &g);
   if (rc == 0) rc = decentral_run(&d);
   mail_close(&g.mail);
   decentral_free(&d);

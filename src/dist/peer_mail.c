@@ -9,7 +9,7 @@
 
 #include "decentral.h"
 
-#define MAIL_TIMEOUT 300.0   /* seconds without progress before giving up */
+#define MAIL_TIMEOUT 300.0   /* seconds without progress before giving up, unless --comm-timeout */
 #define MAIL_IDLE 50e-6      /* sleep between polls that found nothing */
 
 static void idle(void) { dt_sleep_until(dt_now() + MAIL_IDLE); }
@@ -18,9 +18,10 @@ static int post_receive(peer_mail_t *m) {
   return comm_irecv(m->comm, COMM_ANY_SOURCE, m->tag, m->rbuf, m->len * sizeof(float), &m->rreq);
 }
 
-int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, mail_merge_fn merge,
-              void *ctx) {
+int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, double timeout,
+              mail_merge_fn merge, void *ctx) {
   memset(m, 0, sizeof *m);
+  m->timeout = timeout > 0 ? timeout : MAIL_TIMEOUT;
   int P = comm_size(c);
   m->comm = c;
   m->tag = tag;
@@ -97,11 +98,12 @@ static int reap_sends(peer_mail_t *m, int *pending, int *peer) {
   return 0;
 }
 
-static int stalled(double since, const char *what, int peer) {
-  if (dt_now() - since < MAIL_TIMEOUT) return 0;
-  if (peer < 0) return dt_error("%s: no progress for %g s", what, MAIL_TIMEOUT);
+/* No message taken or delivered for the timeout: a peer is dead or stopped. */
+static int stalled(const peer_mail_t *m, double since, const char *what, int peer) {
+  if (dt_now() - since < m->timeout) return 0;
+  if (peer < 0) return dt_error("%s: no progress for %g s (a peer is dead or stopped?)", what, m->timeout);
   return dt_error("%s: no progress for %g s (rank %d has not taken this rank's model)", what,
-                  MAIL_TIMEOUT, peer);
+                  m->timeout, peer);
 }
 
 int mail_snapshot(peer_mail_t *m, float **buf) {
@@ -112,7 +114,7 @@ int mail_snapshot(peer_mail_t *m, float **buf) {
     if (!pending) break;
     if (mail_poll(m, &got) != 0) return -1;
     if (got) last = dt_now();
-    else if (stalled(last, "waiting for peers to take this rank's model", which)) return -1;
+    else if (stalled(m, last, "waiting for peers to take this rank's model", which)) return -1;
     else idle();
   }
   m->wait_sec += dt_now() - t0;
@@ -158,7 +160,7 @@ int mail_drain(peer_mail_t *m) {
     for (int r = 0; r < P; r++) expected += m->end_counts[r];
     if (open == 0 && m->received >= expected && !pending) break;
     if (progress || got) last = dt_now();
-    else if ((rc = stalled(last, "end-of-epoch drain of peer models", which)) != 0) break;
+    else if ((rc = stalled(m, last, "end-of-epoch drain of peer models", which)) != 0) break;
     else idle();
   }
   for (int i = 0; i < 2 * P; i++)

@@ -99,7 +99,8 @@ int strategy_tree_easgd(worker_t *w) {
   place_in_tree(&t, w->rank, d.nworkers, w->cfg->tree_fanout);
   if (rc == 0) rc = elastic_coefficients(w->cfg, w->cfg->tree_fanout, &t.alpha, &t.beta);
   if (rc == 0)
-    rc = mail_open(&t.mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, w->model->nparams, merge, &t);
+    rc = mail_open(&t.mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, w->model->nparams,
+                   w->cfg->net.timeout, merge, &t);
   if (rc == 0) rc = decentral_run(&d);
   mail_close(&t.mail);
   decentral_free(&d);
