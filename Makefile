@@ -40,6 +40,12 @@ MPI_TEST_SRC := $(sort $(wildcard tests/mpi_*.c))
 MPI_TEST_BIN := $(MPI_TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# Fuzz targets: fuzz/fuzz_<name>.c, each defining LLVMFuzzerTestOneInput.
+# `make test` replays fuzz/corpus/<name>/ through each with fuzz/replay.c
+# (any C compiler); `make fuzz` builds the libFuzzer binaries (clang).
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_NAMES := $(FUZZ_SRC:fuzz/fuzz_%.c=%)
+REPLAY_BIN := $(FUZZ_NAMES:%=$(BUILD)/fuzz/replay_%)
 
 ifeq ($(HAVE_MPI),1)
   $(BUILD)/src/comm/mpi.o: CFLAGS += -DDTRAIN_HAVE_MPI $(MPI_CFLAGS)
@@ -47,8 +53,8 @@ ifeq ($(HAVE_MPI),1)
   LIBS += $(MPI_LIBS)
 endif
 
-.PHONY: all test bench clean
-all: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(BENCH_BIN)
+.PHONY: all test bench clean fuzz
+all: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(REPLAY_BIN)
 
 $(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h)
 	@mkdir -p $(dir $@)
@@ -71,10 +77,36 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
 
-# The test runner runs every unit test binary and the end-to-end scripts,
-# then prints "N passed, N failed".
-test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN)
+$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay.c fuzz/util.c fuzz/fuzz.h $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -DFUZZ_NAME='"$*"' -o $@ $< fuzz/replay.c fuzz/util.c $(BUILD)/libdtrain.a $(LIBS)
+
+# The test runner runs every unit test binary, the end-to-end scripts and
+# the fuzz corpus replays, then prints "N passed, N failed".
+test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(REPLAY_BIN)
 	@BUILD=$(BUILD) SAN=$(SAN) TSAN=$(TSAN) sh tests/run.sh
 
+# ---- libFuzzer (clang): build-fuzz/fuzz_<name>, see docs/FUZZING.md --------
+# The library is rebuilt with coverage instrumentation and ASan + UBSan
+# (without MPI: no target reaches the transport's MPI backend).
+FUZZ_CC     ?= clang
+FUZZ_BUILD  := build-fuzz
+FUZZ_CFLAGS := $(CSTD) $(WARN) -g -O1 -fno-omit-frame-pointer -Iinclude $(BLAS_INC) \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+
+fuzz: $(FUZZ_BIN)
+
+$(FUZZ_BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h fuzz/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/libdtrain.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_BUILD)/fuzz/util.o $(FUZZ_BUILD)/libdtrain.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lopenblas -lz -lm -lpthread
+
 clean:
-	rm -rf build build-san build-tsan
+	rm -rf build build-san build-tsan build-fuzz

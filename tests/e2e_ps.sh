@@ -99,6 +99,18 @@ check resume_folder_with_batchnorm_buffers_bit_exact sh -c "ls '$TMP/bn_shards' 
 expect_error resume_folder_needs_ps 2 "a folder of shards needs --exchange ps:K" -- "$DTRAIN" train $CK --epochs 3 --resume "$TMP/shards"
 rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
 expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
+# a checkpoint's epoch must be a whole number (atoi read '2x' as 2)
+$PY - "$TMP/full.st" "$TMP/badepoch.st" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+hdr["__metadata__"]["epoch"] = "2x"
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+PYEOF
+expect_error resume_ps_bad_epoch 1 "badepoch.st: metadata 'epoch' = '2x' is not an integer" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/badepoch.st"
 
 # ---- presets -------------------------------------------------------------------------
 presets="distbelief parameter-server petuum tensorflow-ps mxnet bigdl sync-backup dc-asgd"

@@ -30,6 +30,10 @@ b[4:8]=n.to_bytes(4,'big'); open('$TMP/count/train-labels-idx1-ubyte','wb').writ
 expect_error count_mismatch 1 "has 2048 samples but labels file" -- "$DTRAIN" train --data "$TMP/count" $Q
 printf 'conv2d filters=4 kernel=3\nconv3d filters=2\n' >"$TMP/unknown.model"
 expect_error model_unknown_layer 1 "unknown.model:2: unknown layer kind 'conv3d'" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/unknown.model" $Q
+printf 'input shape=1x28x28junk\ndense units=10\n' >"$TMP/junk.model"
+expect_error model_shape_junk 1 "junk.model:1: shape=1x28x28junk: expected CxHxW" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/junk.model" $Q
+printf 'dense units=64 units=32\nrelu units=3\ndense units=10\n' >"$TMP/dupkey.model"
+expect_error model_duplicate_key 1 "dupkey.model:1: key 'units' given twice" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/dupkey.model" $Q
 printf 'conv2d filters=4 kernel=30\ndense units=10\n' >"$TMP/shape.model"
 expect_error model_bad_shape 1 "shape.model:1: conv2d" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/shape.model" $Q
 printf 'dense units=64\nrelu\ndense units=7\n' >"$TMP/classes.model"
@@ -53,6 +57,23 @@ expect_error resume_done 1 "at epoch 3 already" -- "$DTRAIN" train $COMMON --epo
 expect_error resume_wrong_model 1 "tensor 'layers.0.weight' has 500 values in the file but the model has 401408" -- "$DTRAIN" train --data "$SMALL" --model mlp --epochs 5 --resume "$TMP/a.st" --momentum 0.9 $Q
 head -c 1000 "$TMP/a.st" >"$TMP/trunc.st"
 expect_error resume_truncated 1 "trunc.st" -- "$DTRAIN" train $COMMON --epochs 5 --resume "$TMP/trunc.st"
+# metadata that is empty or out of range is refused, naming the file and the key
+cat >"$TMP/meta.py" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+hdr["__metadata__"][sys.argv[3]] = sys.argv[4]
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+PYEOF
+$PY "$TMP/meta.py" "$TMP/c.st" "$TMP/nostep.st" step ""
+expect_error resume_empty_step 1 "nostep.st: metadata 'step' = '' is not an integer" -- "$DTRAIN" train $COMMON --epochs 5 --resume "$TMP/nostep.st"
+$PY "$TMP/meta.py" "$TMP/c.st" "$TMP/bigepoch.st" epoch 99999999999999999999
+expect_error resume_epoch_out_of_range 1 "bigepoch.st: metadata 'epoch' = '99999999999999999999' is not an integer in 0..1000000" -- "$DTRAIN" train $COMMON --epochs 5 --resume "$TMP/bigepoch.st"
+$PY "$TMP/meta.py" "$TMP/c.st" "$TMP/negstep.st" step -5
+expect_error resume_negative_step 1 "negstep.st: metadata 'step' = '-5'" -- "$DTRAIN" train $COMMON --epochs 5 --resume "$TMP/negstep.st"
 
 # ---- NumPy reads the checkpoint (safetensors by hand: no extra package) ----
 cat >"$TMP/read.py" <<'PYEOF'

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs every unit-test binary and every end-to-end script, counts the
-# PASS/FAIL lines, and ends with "N passed, N failed".
+# Runs every unit-test binary, every fuzz corpus replay and every
+# end-to-end script, counts the PASS/FAIL lines, and ends with
+# "N passed, N failed".
 BUILD=${BUILD:-build}
 export DTRAIN="$PWD/$BUILD/dtrain" BUILD
 log=$(mktemp)
@@ -9,6 +10,17 @@ for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
   echo "== $t"
   "$t" 2>&1 | tee -a "$log" || status=1
+done
+# Every input in fuzz/corpus/<name>/ through the fuzz target <name>.
+for r in "$BUILD"/fuzz/replay_*; do
+  [ -x "$r" ] || continue
+  name=${r##*/replay_}
+  echo "== $r fuzz/corpus/$name"
+  out=$("$r" "fuzz/corpus/$name" 2>&1); rc=$?
+  printf '%s\n' "$out" | tee -a "$log"
+  # a crash prints no line of its own: count it here
+  [ "$rc" -eq 0 ] || printf '%s\n' "$out" | grep -q '^FAIL ' ||
+    echo "FAIL fuzz_replay_$name: exit status $rc" | tee -a "$log"
 done
 for s in tests/e2e_*.sh; do
   [ -f "$s" ] || continue

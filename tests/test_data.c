@@ -4,7 +4,9 @@
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -272,6 +274,87 @@ static void test_idx_missing_file(void) {
   CHECK_FAILS_WITH(dataset_load_idx(path, path, &d), "nothing-images-idx3-ubyte: cannot open");
 }
 
+/* ---- gzip bombs: memory bounded by the header -------------------------------
+ * A small .gz file that decompresses to `zeros_mb` MiB of zeros after a
+ * given header. The reader must check the header first and read no more
+ * than it declares, so refusing such a file costs little memory. */
+static const char *write_bomb(const char *name, const uint8_t *header, size_t hlen,
+                              size_t zeros_mb) {
+  static char paths[2][512];
+  static int next;
+  char *path = paths[next++ % 2];
+  snprintf(path, 512, "%s/%s", tmpdir, name);
+  gzFile f = gzopen(path, "wb1");
+  CHECK(f != NULL);
+  if (!f) return path;
+  gzwrite(f, header, (unsigned)hlen);
+  uint8_t *zeros = calloc(1, 1 << 20);
+  for (size_t i = 0; zeros && i < zeros_mb; i++) gzwrite(f, zeros, 1 << 20);
+  free(zeros);
+  gzclose(f);
+  return path;
+}
+
+/* Loads in a child process and checks that it fails with `needle` and that
+ * the child's peak resident memory grew by less than `max_mb` MiB. */
+static void check_refused_cheaply(const char *images, const char *labels, const char *needle,
+                                  long max_mb) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    dataset_t d;
+    int rc = dataset_load_idx(images, labels, &d);
+    getrusage(RUSAGE_SELF, &after);
+    long grew_mb = (after.ru_maxrss - before.ru_maxrss) / 1024;
+    int bad = 0;
+    if (rc == 0 || !strstr(dt_errmsg(), needle)) {
+      fprintf(stderr, "  %s: got '%s', expected an error with '%s'\n", images,
+              rc == 0 ? "success" : dt_errmsg(), needle);
+      bad = 1;
+    }
+    if (grew_mb >= max_mb) {
+      fprintf(stderr, "  %s: peak memory grew by %ld MiB (at most %ld expected)\n", images,
+              grew_mb, max_mb);
+      bad = 1;
+    }
+    if (rc == 0) dataset_free(&d);
+    _exit(bad);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void test_idx_gzip_bomb_bounded(void) {
+  uint8_t h[16];
+  const char *lb = write_labels("bomb-labels-idx1-ubyte", 10, 0);
+  /* a bad magic: refused after 16 bytes */
+  put_be32(h, 0xdeadbeef), put_be32(h + 4, 10), put_be32(h + 8, 28), put_be32(h + 12, 28);
+  const char *im = write_bomb("bomb1-images-idx3-ubyte.gz", h, 16, 512);
+  check_refused_cheaply(im, lb, "bomb1-images-idx3-ubyte.gz: bad magic 0xdeadbeef", 64);
+  /* a good header for 10 images, then 512 MiB of trailing zeros */
+  put_be32(h, 0x00000803);
+  im = write_bomb("bomb2-images-idx3-ubyte.gz", h, 16, 512);
+  check_refused_cheaply(im, lb, "more than 65536 bytes of trailing data: header says 10 images "
+                        "of 28x28 (7856 bytes)", 64);
+  /* a header declaring more than any IDX file dtrain reads */
+  put_be32(h + 4, 4000000), put_be32(h + 8, 32768), put_be32(h + 12, 32768);
+  im = write_bomb("bomb3-images-idx3-ubyte.gz", h, 16, 64);
+  put_be32(h, 0x00000801), put_be32(h + 4, 4000000);
+  lb = write_bomb("bomb3-labels-idx1-ubyte.gz", h, 8, 0);
+  check_refused_cheaply(im, lb, "bomb3-images-idx3-ubyte.gz: header says 4000000 images of "
+                        "32768x32768", 64);
+  /* labels that disagree with the images: refused before either payload is read */
+  put_be32(h, 0x00000803), put_be32(h + 4, 1000), put_be32(h + 8, 28), put_be32(h + 12, 28);
+  im = write_bomb("bomb4-images-idx3-ubyte.gz", h, 16, 512);
+  lb = write_labels("bomb4-labels-idx1-ubyte", 999, 0);
+  check_refused_cheaply(im, lb, "has 1000 samples but labels file", 64);
+}
+
 /* ---- --data specs -------------------------------------------------------------- */
 
 /* A folder with plain train files and gzipped test files: both found, and
@@ -448,6 +531,7 @@ int main(void) {
   RUN(test_idx_count_mismatch);
   RUN(test_idx_zero_samples_and_bad_size);
   RUN(test_idx_missing_file);
+  RUN(test_idx_gzip_bomb_bounded);
   RUN(test_load_folder);
   RUN(test_load_bad_spec);
   RUN(test_synthetic);

@@ -3,6 +3,7 @@
  * layers, seeded initialisation, and the safetensors round trip. */
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "dtrain/nn.h"
 #include "dtrain/safetensors.h"
@@ -63,6 +64,54 @@ static void test_parse_errors(void) {
   model_spec_free(&s);
   CHECK_OK(model_spec_parse("input shape=3x8x8\ndense units=3\n", "f.model", &s));
   CHECK_FAILS_WITH(model_build(&s, in, 3, 4, &m), "expects input 3x8x8 but the data is 1x8x8");
+  model_spec_free(&s);
+}
+
+/* Sloppy model files are refused with one line, FILE:LINE, saying how to fix. */
+static void test_parse_refuses_sloppy_input(void) {
+  model_spec_t s;
+  static const struct { const char *text, *needle; } cases[] = {
+      {"input shape=1x28x28junk\ndense units=10\n", "f.model:1: shape=1x28x28junk: expected CxHxW"},
+      {"input shape=1x99999999999x28\ndense units=10\n", "f.model:1: shape=1x99999999999x28: expected CxHxW"},
+      {"input shape=1x28\ndense units=10\n", "f.model:1: shape=1x28: expected CxHxW"},
+      {"input shape=1x28x28x3\ndense units=10\n", "expected CxHxW"},
+      {"input shape=0x28x28\ndense units=10\n", "expected CxHxW"},
+      {"input shape=-1x28x28\ndense units=10\n", "expected CxHxW"},
+      {"input shape=65536x65536x1\ndense units=10\n", "more than 1073741824 values per sample"},
+      {"input shape=1x8x8 shape=1x8x8\ndense units=3\n", "f.model:1: shape given twice"},
+      {"input shape=1x8x8 colour=red\ndense units=3\n", "f.model:1: input takes only shape=CxHxW"},
+      {"input\ndense units=3\n", "f.model:1: expected 'input shape=CxHxW'"},
+      {"dense units=10\ninput shape=1x8x8\n", "f.model:2: 'input' comes after a layer: move it before line 1"},
+      {"input shape=1x8x8\ninput shape=1x8x8\ndense units=3\n", "f.model:2: a second 'input' line (the first is line 1)"},
+      {"dense units=99999999999999999999\n", "f.model:1: units=99999999999999999999: out of range"},
+      {"dense units=16777217\n", "units=16777217: out of range (expected a whole number 1..16777216)"},
+      {"dense units=12x\n", "f.model:1: units=12x: not a whole number"},
+      {"dense units=+4\n", "units=+4: not a whole number"},
+      {"dense units=4.0\n", "units=4.0: not a whole number"},
+      {"dense units=\n", "units=: not a whole number"},
+      {"conv2d filters=2 kernel=3 pad=-1\n", "pad=-1: not a whole number"},
+      {"relu units=5\n", "f.model:1: relu takes no key 'units' (its keys: name, input): remove it"},
+      {"maxpool kernel=2 pad=1\n", "maxpool takes no key 'pad'"},
+      {"dense units=4 kernel=3\n", "dense takes no key 'kernel' (its keys: units, name, input)"},
+      {"batchnorm rate=0.1\n", "batchnorm takes no key 'rate'"},
+      {"dense units=4 units=5\n", "f.model:1: key 'units' given twice: keep one"},
+      {"dropout rate=0.5 rate=0.2\n", "key 'rate' given twice"},
+      {"dropout rate=1e999\n", "rate=1e999: expected a number in 0..0.999"},
+      {"dropout rate=0.5x\n", "rate=0.5x: expected a number"},
+      {"batchnorm eps=nan\n", "eps=nan: expected a number"},
+      {"dense units=4 name=a\nrelu name=a\n", "f.model:2: name 'a' is already used by line 1: pick another"},
+      {"dense units=4 name=\n", "name=: a name takes 1..31 characters"},
+      {"dense units=4 input=\n", "input=: no earlier layer is named ''"},
+      {"dense units=4 colour=red\n", "unknown key 'colour' (dense takes units, name, input)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    CHECK_FAILS_WITH(model_spec_parse(cases[i].text, "f.model", &s), cases[i].needle);
+  /* and the good forms still parse */
+  CHECK_OK(model_spec_parse("input shape=3x32x32 # colour\nconv2d filters=8 kernel=3 stride=1 pad=1 "
+                            "name=c\nrelu\nmaxpool kernel=2 stride=2\nbatchnorm eps=1e-3 momentum=0.2\n"
+                            "dropout rate=0.25\ndense units=10 input=c\n",
+                            "f.model", &s));
+  CHECK(s.nlayers == 6 && s.input.c == 3 && s.input.h == 32 && s.layers[5].input == 0);
   model_spec_free(&s);
 }
 
@@ -203,12 +252,131 @@ static void test_safetensors_round_trip(void) {
   unlink(path);
 }
 
+/* A model file is plain text: a gzip-compressed one is refused, not
+ * decompressed (no reader but the IDX one inflates its input). */
+static void test_model_file_gzip_refused(void) {
+  char path[] = "/tmp/dtrain-model-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  gzFile g = gzopen(path, "wb");
+  CHECK(g != NULL);
+  if (g) {
+    gzputs(g, "dense units=10\n");
+    gzclose(g);
+  }
+  model_spec_t s;
+  CHECK_FAILS_WITH(model_spec_load(path, &s), "not a text file");
+  unlink(path);
+}
+
+/* An in-memory safetensors file: the 8-byte length, `header` (padded with
+ * spaces to a multiple of 8 bytes when pad, as writers do, so that the data
+ * is aligned), then `data_len` zero bytes, in a buffer of exactly that size
+ * (so that under AddressSanitizer any read past the end is caught). */
+static int parse_st_pad(const char *header, int pad, size_t data_len, safetensors_t *st) {
+  size_t hl = strlen(header), padded = pad ? (hl + 7) / 8 * 8 : hl, len = 8 + padded + data_len;
+  uint8_t *f = calloc(1, len);
+  if (!f) return dt_error("out of memory");
+  for (int b = 0; b < 8; b++) f[b] = (uint8_t)((uint64_t)padded >> (8 * b));
+  memcpy(f + 8, header, hl);
+  memset(f + 8 + hl, ' ', padded - hl);
+  return safetensors_parse("h.st", f, len, st);
+}
+static int parse_st(const char *header, size_t data_len, safetensors_t *st) {
+  return parse_st_pad(header, 1, data_len, st);
+}
+
+#define T(name, off) "\"" name "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":" off "}"
+
+/* Headers that PyTorch's reader refuses (and a few dtrain refuses on top):
+ * each must fail with one line naming what is wrong. */
+static void test_safetensors_hostile_headers(void) {
+  safetensors_t st;
+  /* the header ends inside a number: nothing past it may be read */
+  CHECK_FAILS_WITH(parse_st_pad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4", 0, 0, &st),
+                   "h.st: bad header JSON");
+  CHECK_FAILS_WITH(parse_st_pad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1", 0, 0, &st), "bad header JSON");
+  CHECK_FAILS_WITH(parse_st_pad("{\"\\u12", 0, 0, &st), "bad \\u escape");
+  CHECK_FAILS_WITH(parse_st_pad("{\"a\\", 0, 0, &st), "unterminated string");
+  /* 2^40 x 2^22 floats: 2^64 bytes, which wrapped to 0 */
+  CHECK_FAILS_WITH(parse_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],"
+                            "\"data_offsets\":[0,0]}}", 0, &st),
+                   "tensor a: shape overflows");
+  CHECK_FAILS_WITH(parse_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
+                            "\"data_offsets\":[0,0]}}", 0, &st),
+                   "overflows 64 bits");
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[-4,0]") "}", 0, &st), "expected a non-negative integer");
+  /* the byte ranges must tile the data: no overlap, no gap, no trailing bytes */
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[0,4]") "," T("b", "[0,4]") "}", 4, &st),
+                   "tensor b's bytes [0, 4) overlap tensor a's");
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[0,4]") "," T("b", "[8,12]") "}", 12, &st),
+                   "data bytes [4, 8) belong to no tensor");
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[4,8]") "}", 8, &st), "data bytes [0, 4) belong to no tensor");
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[0,4]") "}", 8, &st),
+                   "4 bytes of trailing data after the last tensor");
+  CHECK_FAILS_WITH(parse_st("{}", 4, &st), "4 data bytes but no tensors");
+  /* names and keys: unique, and not cut short */
+  CHECK_FAILS_WITH(parse_st("{" T("a", "[0,4]") "," T("a", "[4,8]") "}", 8, &st),
+                   "tensor a appears twice");
+  CHECK_FAILS_WITH(parse_st("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],"
+                            "\"data_offsets\":[0,4]}}", 4, &st),
+                   "tensor a: key 'dtype' appears twice");
+  CHECK_FAILS_WITH(parse_st("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, &st),
+                   "metadata 'k' appears twice");
+  CHECK_FAILS_WITH(parse_st("{\"__metadata__\":{},\"__metadata__\":{}}", 0, &st),
+                   "__metadata__ appears twice");
+  char longname[400];
+  snprintf(longname, sizeof longname, "{\"%0200d\":{}}", 7);
+  CHECK_FAILS_WITH(parse_st(longname, 0, &st), "tensor name too long");
+  CHECK_FAILS_WITH(parse_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 0, &st),
+                   "tensor a: missing data_offsets");
+  CHECK_FAILS_WITH(parse_st("{} x", 0, &st), "data after the closing '}'");
+  CHECK_FAILS_WITH(parse_st("{\"a\\u0000b\":{}}", 0, &st), "\\u0000");
+  /* good: ranges listed out of order, an empty tensor, padding spaces */
+  CHECK_OK(parse_st("{" T("b", "[4,8]") ",\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],"
+                    "\"data_offsets\":[8,8]}," T("a", "[0,4]") ",\"__metadata__\":{\"step\":\"12\"}}  ",
+                    8, &st));
+  CHECK(st.ntensors == 3 && safetensors_find(&st, "e") && safetensors_find(&st, "e")->len == 0);
+  safetensors_free(&st);
+}
+
+/* Integer metadata (epoch, step): present, decimal, in range. */
+static void test_safetensors_meta_int(void) {
+  safetensors_t st;
+  long long v = -7;
+  CHECK_OK(parse_st("{\"__metadata__\":{\"e\":\"\",\"big\":\"99999999999999999999\",\"neg\":\"-1\","
+                    "\"sp\":\" 1\",\"plus\":\"+1\",\"junk\":\"12x\",\"ok\":\"42\",\"max\":"
+                    "\"9223372036854775807\"}}",
+                    0, &st));
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "e", 0, 100, &v), "h.st: metadata 'e' = '' is not an integer in 0..100");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "big", 0, INT64_MAX, &v), "metadata 'big'");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "neg", 0, 100, &v), "metadata 'neg' = '-1'");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "sp", 0, 100, &v), "metadata 'sp'");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "plus", 0, 100, &v), "metadata 'plus'");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "junk", 0, 100, &v), "metadata 'junk'");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "ok", 0, 41, &v), "'42' is not an integer in 0..41");
+  CHECK_FAILS_WITH(safetensors_meta_int(&st, "absent", 0, 41, &v), "metadata 'absent' missing");
+  CHECK(v == -7);
+  CHECK_OK(safetensors_meta_int(&st, "ok", 0, 100, &v));
+  CHECK(v == 42);
+  CHECK_OK(safetensors_meta_int(&st, "max", 0, INT64_MAX, &v));
+  CHECK(v == INT64_MAX);
+  CHECK_OK(safetensors_meta_int(&st, "neg", -5, 5, &v));
+  CHECK(v == -1);
+  safetensors_free(&st);
+}
+
 int main(void) {
   RUN(test_builtin_sizes);
   RUN(test_parse_errors);
+  RUN(test_parse_refuses_sloppy_input);
   RUN(test_model_gradient);
   RUN(test_ready_before_input_gradient);
   RUN(test_seeded_init);
+  RUN(test_model_file_gzip_refused);
   RUN(test_safetensors_round_trip);
+  RUN(test_safetensors_hostile_headers);
+  RUN(test_safetensors_meta_int);
   TEST_MAIN_END();
 }

@@ -104,7 +104,25 @@ int file_same(const char *a, const char *b);
 /* Opens an output stream (truncating, or appending), refusing what is not a
  * regular file; NULL after setting the error. */
 FILE *file_open_output(const char *path, int append);
-/* Read a whole file (gzip-transparent when gz != 0). Caller frees. */
+/* Read a whole file (gzip-transparent when gz != 0; else the bytes as they
+ * are on disk). Caller frees. */
 int file_read_all(const char *path, int gz, uint8_t **data, size_t *len);
+
+/* A gzip-transparent stream (plain files pass through unchanged), for
+ * formats whose header says how much to read: the reader reads the header,
+ * checks it, then reads exactly what it declares, so a damaged or hostile
+ * file (a gzip bomb) costs no more memory than its header claims. */
+typedef struct {
+  void *gz;               /* gzFile */
+  const char *path;       /* for messages; not copied */
+  size_t consumed;        /* decompressed bytes delivered so far */
+} file_in_t;
+int file_in_open(file_in_t *f, const char *path);
+/* Reads up to n bytes; *got < n only at the end of the data. A corrupt or
+ * truncated gzip stream is an error naming the file and the offset. */
+int file_in_read(file_in_t *f, void *buf, size_t n, size_t *got);
+/* 1 at the end of the data, 0 if more follows (one byte is consumed), -1 on error. */
+int file_in_at_end(file_in_t *f);
+void file_in_close(file_in_t *f);
 
 #endif

@@ -35,10 +35,21 @@ typedef struct {
   char path[256];
 } safetensors_t;
 
-/* Parses and validates the header (every byte range inside the file, F32
- * only, sizes matching shapes). Errors name the file and the tensor. */
+/* Parses and validates the header as PyTorch's reader does (sizes matching
+ * shapes without overflow, the byte ranges tiling the data exactly: no
+ * overlap, no gap, no trailing bytes), plus F32 only and no duplicate
+ * names. Errors name the file and the tensor. */
 int safetensors_read(const char *path, safetensors_t *out);
+/* The same on a file already in memory; `file` (from malloc) becomes
+ * out->file and is freed by safetensors_free, or here on failure. `path`
+ * names it in messages. */
+int safetensors_parse(const char *path, uint8_t *file, size_t len, safetensors_t *out);
 const st_tensor_t *safetensors_find(const safetensors_t *st, const char *name);
 const char *safetensors_meta(const safetensors_t *st, const char *key);
+/* Metadata `key` as a decimal integer in lo..hi: missing, empty, signs
+ * other than a leading '-', spaces, overflow and out-of-range values are
+ * errors naming the file and the key. */
+int safetensors_meta_int(const safetensors_t *st, const char *key, long long lo, long long hi,
+                         long long *out);
 void safetensors_free(safetensors_t *st);
 #endif

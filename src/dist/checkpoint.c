@@ -14,6 +14,7 @@
 
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
 #define BALANCE_TENSOR "balance.samples_per_sec"
+#define CHECKPOINT_MAX_EPOCH 1000000 /* --epochs takes at most this */
 
 static void tensor_entry(st_tensor_t *t, const char *prefix, const tensor_info_t *ti,
                          const float *base) {
@@ -98,15 +99,6 @@ static int restore_tensor(const safetensors_t *st, const char *prefix, const ten
   return 0;
 }
 
-static int read_meta_int(const safetensors_t *st, const char *key, long long *v) {
-  const char *s = safetensors_meta(st, key);
-  char *end;
-  if (!s) return dt_error("%s: metadata '%s' missing (not a dtrain checkpoint?)", st->path, key);
-  *v = strtoll(s, &end, 10);
-  if (*end || *v < 0) return dt_error("%s: metadata '%s' = '%s' is not a count", st->path, key, s);
-  return 0;
-}
-
 /* --balance: the saved speeds, if the file has them for as many ranks as
  * this run (a run with another --workers starts measuring afresh). */
 static int restore_balance(worker_t *w, const safetensors_t *st) {
@@ -134,7 +126,9 @@ int worker_load_checkpoint(worker_t *w, const char *path) {
              opt ? opt : "?", optim_kind_name(w->cfg->optim.kind));
     goto done;
   }
-  if (read_meta_int(&st, "epoch", &epoch) != 0 || read_meta_int(&st, "step", &step) != 0) goto done;
+  if (safetensors_meta_int(&st, "epoch", 0, CHECKPOINT_MAX_EPOCH, &epoch) != 0 ||
+      safetensors_meta_int(&st, "step", 0, INT64_MAX, &step) != 0)
+    goto done;
   for (int i = 0; i < m->ntensors; i++)
     if (restore_tensor(&st, "", &m->tensors[i], m->params) != 0) goto done;
   for (int i = 0; i < m->nbuf_tensors; i++)

@@ -28,6 +28,7 @@
 #define SHARD_FORMAT "dtrain-ps-shard-1"
 #define MANIFEST_FORMAT "dtrain-ps-manifest-1"
 #define MAX_SHARDS 1024
+#define CHECKPOINT_MAX_EPOCH 1000000 /* --epochs takes at most this (as in checkpoint.c) */
 
 int ps_path_is_dir(const char *path) {
   struct stat st;
@@ -156,17 +157,24 @@ static int check_optimizer(const char *path, const char *found, const optimizer_
                   found ? found : "?", optim_kind_name(opt->cfg.kind));
 }
 
+/* A single-file checkpoint's epoch and step, range-checked. */
+static int read_position(const safetensors_t *st, long long *epoch, long long *step) {
+  DT_TRY(safetensors_meta_int(st, "epoch", 0, CHECKPOINT_MAX_EPOCH, epoch));
+  return safetensors_meta_int(st, "step", 0, INT64_MAX, step);
+}
+
 static int load_from_file(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
                           float *params, int *epoch, int64_t *step) {
   safetensors_t st;
   DT_TRY(safetensors_read(path, &st));
   int rc = -1;
-  const char *fmt = safetensors_meta(&st, "format"), *e = safetensors_meta(&st, "epoch"),
-             *s = safetensors_meta(&st, "step");
-  if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) != 0 || !e || !s) {
+  const char *fmt = safetensors_meta(&st, "format");
+  long long e, s;
+  if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT) != 0) {
     dt_error("%s: not a dtrain checkpoint", path);
     goto done;
   }
+  if (read_position(&st, &e, &s) != 0) goto done;
   if (check_optimizer(path, safetensors_meta(&st, "optimizer"), opt) != 0) goto done;
   for (int i = 0; i < m->ntensors; i++) {
     const tensor_info_t *ti = &m->tensors[i];
@@ -184,8 +192,8 @@ static int load_from_file(const char *path, const model_t *m, optimizer_t *opt, 
       copy_overlap(t->data, ti->off, ti->off + ti->len, k < 0 ? params : opt->state[k], r);
     }
   }
-  *epoch = atoi(e);
-  *step = strtoll(s, NULL, 10);
+  *epoch = (int)e;
+  *step = s;
   rc = 0;
 done:
   safetensors_free(&st);
@@ -248,9 +256,9 @@ int ps_ckpt_position(const char *path, int *epoch, int64_t *step) {
   if (!ps_path_is_dir(path)) {
     safetensors_t st;
     DT_TRY(safetensors_read(path, &st));
-    const char *e = safetensors_meta(&st, "epoch"), *s = safetensors_meta(&st, "step");
-    int rc = e && s ? 0 : dt_error("%s: not a dtrain checkpoint", path);
-    if (rc == 0) *epoch = atoi(e), *step = strtoll(s, NULL, 10);
+    long long e, s;
+    int rc = read_position(&st, &e, &s);
+    if (rc == 0) *epoch = (int)e, *step = s;
     safetensors_free(&st);
     return rc;
   }

@@ -1,7 +1,8 @@
 /* The model text format: one layer a line, "kind key=value ...", '#' starts
  * a comment. An optional first line "input shape=CxHxW" fixes the input
  * shape; otherwise it comes from the data. See docs/MODEL_FORMAT.md. */
-#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,57 +38,155 @@ static void spec_defaults(layer_spec_t *l, layer_kind_t kind) {
   l->momentum = 0.1f;
 }
 
-/* Parses "key=value" into the spec; errors name file:line and the key. */
+/* ---- keys ------------------------------------------------------------------
+ * Every key a layer line may carry, and which kinds take it. A key a kind
+ * does not take is an error (a typo, or a layer of another kind meant), as
+ * is a key given twice. */
+enum {
+  K_UNITS = 1 << 0, K_FILTERS = 1 << 1, K_KERNEL = 1 << 2, K_STRIDE = 1 << 3, K_PAD = 1 << 4,
+  K_RATE = 1 << 5, K_EPS = 1 << 6, K_MOMENTUM = 1 << 7, K_NAME = 1 << 8, K_INPUT = 1 << 9
+};
+static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",
+                                        "rate",  "eps",     "momentum", "name", "input"};
+#define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
+
+/* Integer keys take 0 (pad) or 1 (the others) up to this. */
+#define MAX_INT_KEY (1 << 24)
+/* Each side of "input shape=CxHxW", and their product. */
+#define MAX_SHAPE_SIDE 65536
+#define MAX_SHAPE_SIZE (1 << 30)
+
+static int kind_keys(layer_kind_t kind) {
+  int all = K_NAME | K_INPUT;
+  switch (kind) {
+    case LAYER_DENSE: return all | K_UNITS;
+    case LAYER_CONV2D: return all | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD;
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: return all | K_KERNEL | K_STRIDE;
+    case LAYER_DROPOUT: return all | K_RATE;
+    case LAYER_BATCHNORM: return all | K_EPS | K_MOMENTUM;
+    default: return all;
+  }
+}
+
+static int key_index(const char *key) {
+  for (int k = 0; k < NKEYS; k++)
+    if (!strcmp(key, KEY_NAMES[k])) return k;
+  return -1;
+}
+
+/* "units, name, input": the keys of a kind, for messages. */
+static void list_keys(int mask, char *out, size_t cap) {
+  out[0] = 0;
+  for (int k = 0; k < NKEYS; k++)
+    if (mask & (1 << k))
+      snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? ", " : "", KEY_NAMES[k]);
+}
+
+/* A whole decimal number in lo..hi: digits only (no sign, no spaces, no
+ * suffix), checked against overflow. */
+static int whole_number(const char *text, long lo, long hi, long *out) {
+  long v = 0;
+  if (!*text) return -1;
+  for (const char *p = text; *p; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    if (v > (hi - (*p - '0')) / 10) return -2; /* beyond hi: out of range */
+    v = v * 10 + (*p - '0');
+  }
+  if (v < lo) return -2;
+  *out = v;
+  return 0;
+}
+
+/* Parses "key=value" into the spec; errors name file:line and say how to fix. */
 static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const char *key,
-                     const char *val, const model_spec_t *sofar) {
-  long iv;
-  double fv;
-  char opt[400];
-  snprintf(opt, sizeof opt, "%s:%d: %s", spec->source, line, key);
-  if (!strcmp(key, "units") || !strcmp(key, "filters") || !strcmp(key, "kernel") ||
-      !strcmp(key, "stride") || !strcmp(key, "pad")) {
-    if (parse_int(key, val, !strcmp(key, "pad") ? 0 : 1, 1 << 24, &iv) != 0)
-      return dt_error_prefix("%s:%d: ", spec->source, line);
-    if (!strcmp(key, "units")) l->units = (int)iv;
-    else if (!strcmp(key, "filters")) l->filters = (int)iv;
-    else if (!strcmp(key, "kernel")) l->kernel = (int)iv;
-    else if (!strcmp(key, "stride")) l->stride = (int)iv;
+                     const char *val, int *seen) {
+  const char *src = spec->source, *kind = layer_kind_name(l->kind);
+  int k = key_index(key), mask = kind_keys(l->kind);
+  char keys[160];
+  list_keys(mask, keys, sizeof keys);
+  if (k < 0)
+    return dt_error("%s:%d: unknown key '%s' (%s takes %s)", src, line, key, kind, keys);
+  if (!(mask & (1 << k)))
+    return dt_error("%s:%d: %s takes no key '%s' (its keys: %s): remove it", src, line, kind, key,
+                    keys);
+  if (*seen & (1 << k))
+    return dt_error("%s:%d: key '%s' given twice: keep one", src, line, key);
+  *seen |= 1 << k;
+  int bit = 1 << k;
+  if (bit & (K_UNITS | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD)) {
+    long lo = bit == K_PAD ? 0 : 1, iv = 0;
+    int rc = whole_number(val, lo, MAX_INT_KEY, &iv);
+    if (rc != 0)
+      return dt_error("%s:%d: %s=%s: %s (expected a whole number %ld..%d)", src, line, key, val,
+                      rc == -1 ? "not a whole number" : "out of range", lo, MAX_INT_KEY);
+    if (bit == K_UNITS) l->units = (int)iv;
+    else if (bit == K_FILTERS) l->filters = (int)iv;
+    else if (bit == K_KERNEL) l->kernel = (int)iv;
+    else if (bit == K_STRIDE) l->stride = (int)iv;
     else l->pad = (int)iv;
     return 0;
   }
-  if (!strcmp(key, "rate") || !strcmp(key, "eps") || !strcmp(key, "momentum")) {
-    double lo = !strcmp(key, "eps") ? 1e-12 : 0, hi = !strcmp(key, "rate") ? 0.999 : 1;
-    if (parse_float(key, val, lo, hi, &fv) != 0) return dt_error_prefix("%s:%d: ", spec->source, line);
-    if (!strcmp(key, "rate")) l->rate = (float)fv;
-    else if (!strcmp(key, "eps")) l->eps = (float)fv;
+  if (bit & (K_RATE | K_EPS | K_MOMENTUM)) {
+    double lo = bit == K_EPS ? 1e-12 : 0, hi = bit == K_RATE ? 0.999 : 1;
+    char *end;
+    errno = 0;
+    double fv = *val ? strtod(val, &end) : 0;
+    if (!*val || *end || errno || !isfinite(fv) || fv < lo || fv > hi)
+      return dt_error("%s:%d: %s=%s: expected a number in %g..%g", src, line, key, val, lo, hi);
+    if (bit == K_RATE) l->rate = (float)fv;
+    else if (bit == K_EPS) l->eps = (float)fv;
     else l->momentum = (float)fv;
     return 0;
   }
-  if (!strcmp(key, "name")) {
-    if (strlen(val) >= sizeof l->name) return dt_error("%s: name too long", opt);
+  if (bit == K_NAME) {
+    if (!*val || strlen(val) >= sizeof l->name)
+      return dt_error("%s:%d: name=%s: a name takes 1..%zu characters", src, line, val,
+                      sizeof l->name - 1);
+    for (int i = 0; i < spec->nlayers; i++)
+      if (!strcmp(spec->layers[i].name, val))
+        return dt_error("%s:%d: name '%s' is already used by line %d: pick another", src, line,
+                        val, spec->layers[i].line);
     strcpy(l->name, val);
     return 0;
   }
-  if (!strcmp(key, "input")) {
-    for (int i = 0; i < sofar->nlayers; i++)
-      if (!strcmp(sofar->layers[i].name, val)) {
-        l->input = i;
-        return 0;
-      }
-    return dt_error("%s: no earlier layer is named '%s'", opt, val);
-  }
-  return dt_error("%s:%d: unknown key '%s' (expected units, filters, kernel, stride, pad, rate, "
-                  "eps, momentum, name, input)",
-                  spec->source, line, key);
+  for (int i = 0; i < spec->nlayers; i++) /* K_INPUT */
+    if (!strcmp(spec->layers[i].name, val)) {
+      l->input = i;
+      return 0;
+    }
+  return dt_error("%s:%d: input=%s: no earlier layer is named '%s' (give one name=%s)", src, line,
+                  val, val, val);
 }
 
-static int parse_input_shape(const model_spec_t *spec, int line, char *args) {
-  model_spec_t *s = (model_spec_t *)spec;
-  int c, h, w;
-  char *eq = strstr(args, "shape=");
-  if (!eq || sscanf(eq + 6, "%dx%dx%d", &c, &h, &w) != 3 || c <= 0 || h <= 0 || w <= 0)
-    return dt_error("%s:%d: expected 'input shape=CxHxW' with positive sizes", spec->source, line);
-  s->input = (shape_t){c, h, w};
+/* "input shape=CxHxW": exactly one key, three whole numbers. */
+static int parse_input_shape(model_spec_t *spec, int line, char *save) {
+  const char *src = spec->source;
+  long v[3] = {0, 0, 0};
+  int nshape = 0;
+  for (char *kv = strtok_r(NULL, " \t\r", &save); kv; kv = strtok_r(NULL, " \t\r", &save)) {
+    if (strncmp(kv, "shape=", 6) != 0)
+      return dt_error("%s:%d: input takes only shape=CxHxW, not '%s'", src, line, kv);
+    if (nshape++)
+      return dt_error("%s:%d: shape given twice: keep one", src, line);
+    char *text = kv + 6, *x1 = strchr(text, 'x'), *x2 = x1 ? strchr(x1 + 1, 'x') : NULL;
+    int ok = x1 && x2 && !strchr(x2 + 1, 'x');
+    if (ok) {
+      *x1 = *x2 = 0;
+      ok = whole_number(text, 1, MAX_SHAPE_SIDE, &v[0]) == 0 &&
+           whole_number(x1 + 1, 1, MAX_SHAPE_SIDE, &v[1]) == 0 &&
+           whole_number(x2 + 1, 1, MAX_SHAPE_SIDE, &v[2]) == 0;
+      if (!ok) *x1 = *x2 = 'x';
+    }
+    if (!ok)
+      return dt_error("%s:%d: shape=%s: expected CxHxW, three whole numbers 1..%d (e.g. "
+                      "shape=1x28x28)", src, line, text, MAX_SHAPE_SIDE);
+    if ((long long)v[0] * v[1] * v[2] > MAX_SHAPE_SIZE)
+      return dt_error("%s:%d: shape=%ldx%ldx%ld: more than %d values per sample", src, line,
+                      v[0], v[1], v[2], MAX_SHAPE_SIZE);
+  }
+  if (!nshape) return dt_error("%s:%d: expected 'input shape=CxHxW' (e.g. input shape=1x28x28)", src, line);
+  spec->input = (shape_t){(int)v[0], (int)v[1], (int)v[2]};
   return 0;
 }
 
@@ -104,13 +203,45 @@ static int check_required(layer_spec_t *l, const model_spec_t *spec) {
   return 0;
 }
 
+/* One layer line: the kind (first word) and its keys. */
+static int parse_layer(model_spec_t *spec, int line, const char *word, char *save, int *cap) {
+  layer_kind_t kind;
+  if (layer_kind_parse(word, &kind) != 0) return dt_error_prefix("%s:%d: ", spec->source, line);
+  if (spec->nlayers == *cap) {
+    layer_spec_t *more = realloc(spec->layers, (size_t)*cap * 2 * sizeof *more);
+    if (!more) return dt_error("%s:%d: out of memory", spec->source, line);
+    spec->layers = more;
+    *cap *= 2;
+  }
+  layer_spec_t *l = &spec->layers[spec->nlayers];
+  spec_defaults(l, kind);
+  l->line = line;
+  l->index = spec->nlayers;
+  l->input = spec->nlayers - 1;
+  int seen = 0;
+  for (char *kv = strtok_r(NULL, " \t\r", &save); kv; kv = strtok_r(NULL, " \t\r", &save)) {
+    char *eq = strchr(kv, '=');
+    if (!eq) return dt_error("%s:%d: expected key=value, got '%s'", spec->source, line, kv);
+    *eq = 0;
+    DT_TRY(apply_key(l, spec, line, kv, eq + 1, &seen));
+  }
+  DT_TRY(check_required(l, spec));
+  spec->nlayers++;
+  return 0;
+}
+
 int model_spec_parse(const char *text, const char *source, model_spec_t *spec) {
   memset(spec, 0, sizeof *spec);
   snprintf(spec->source, sizeof spec->source, "%s", source);
   char *copy = strdup(text);
-  if (!copy) return dt_error("out of memory");
-  int cap = 16, line = 0, rc = 0;
+  int cap = 16, line = 0, rc = 0, input_line = 0;
   spec->layers = calloc((size_t)cap, sizeof *spec->layers);
+  if (!copy || !spec->layers) {
+    free(copy);
+    free(spec->layers);
+    spec->layers = NULL;
+    return dt_error("%s: out of memory", source);
+  }
   char *next;
   for (char *ln = copy; ln && rc == 0; ln = next) {
     line++;
@@ -118,39 +249,20 @@ int model_spec_parse(const char *text, const char *source, model_spec_t *spec) {
     if (next) *next++ = 0;
     char *hash = strchr(ln, '#');
     if (hash) *hash = 0;
-    char *save2 = NULL, *word = strtok_r(ln, " \t\r", &save2);
+    char *save = NULL, *word = strtok_r(ln, " \t\r", &save);
     if (!word) continue;
-    if (!strcmp(word, "input")) {
-      rc = parse_input_shape(spec, line, save2 ? save2 : (char *)"");
-      continue;
+    if (strcmp(word, "input") != 0) {
+      rc = parse_layer(spec, line, word, save, &cap);
+    } else if (input_line) {
+      rc = dt_error("%s:%d: a second 'input' line (the first is line %d): keep one", source, line,
+                    input_line);
+    } else if (spec->nlayers) {
+      rc = dt_error("%s:%d: 'input' comes after a layer: move it before line %d", source, line,
+                    spec->layers[0].line);
+    } else {
+      input_line = line;
+      rc = parse_input_shape(spec, line, save);
     }
-    layer_kind_t kind;
-    if (layer_kind_parse(word, &kind) != 0) {
-      rc = dt_error_prefix("%s:%d: ", source, line);
-      break;
-    }
-    if (spec->nlayers == cap) {
-      cap *= 2;
-      layer_spec_t *more = realloc(spec->layers, (size_t)cap * sizeof *more);
-      if (!more) { rc = dt_error("out of memory"); break; }
-      spec->layers = more;
-    }
-    layer_spec_t *l = &spec->layers[spec->nlayers];
-    spec_defaults(l, kind);
-    l->line = line;
-    l->index = spec->nlayers;
-    l->input = spec->nlayers - 1;
-    for (char *kv = strtok_r(NULL, " \t\r", &save2); kv && rc == 0; kv = strtok_r(NULL, " \t\r", &save2)) {
-      char *eq = strchr(kv, '=');
-      if (!eq) {
-        rc = dt_error("%s:%d: expected key=value, got '%s'", source, line, kv);
-        break;
-      }
-      *eq = 0;
-      rc = apply_key(l, spec, line, kv, eq + 1, spec);
-    }
-    if (rc == 0) rc = check_required(l, spec);
-    if (rc == 0) spec->nlayers++;
   }
   free(copy);
   if (rc == 0 && spec->nlayers == 0) rc = dt_error("%s: no layers", source);
