@@ -16,6 +16,7 @@
  * may resume on another number of servers. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -228,7 +229,7 @@ int ps_manifest_parse(const char *text, size_t len, const char *path, ps_manifes
   int seen[M_KEYS] = {0};
   char fmt[64];
   long long v;
-  memset(m, 0, sizeof *m);
+  memset(m, 0, offsetof(ps_manifest_t, shards)); /* each shard is written whole as it is read */
   DT_TRY(jp_lit(&j, '{'));
   if (!jp_peek(&j, '}'))
     for (;;) {
