@@ -507,6 +507,33 @@ static void test_two_threads_per_rank(void) {
   CHECK_OK(comm_local_run(2, NULL, rank_two_threads, NULL));
 }
 
+/* The receiver's header check (wire.c), on raw bytes as they arrive. */
+static void test_wire_check_header(void) {
+  comm_header_t good = {COMM_MAGIC, COMM_VERSION, 2, 7, 64}, h, bad;
+  unsigned char raw[sizeof good + 1];
+  memcpy(raw + 1, &good, sizeof good); /* unaligned */
+  CHECK(wire_check_header(raw + 1, sizeof good, 7, 2, 4, 64, &h) == WIRE_OK && h.len == 64);
+  CHECK(wire_check_header(raw + 1, sizeof good, WIRE_ANY_TAG, COMM_ANY_SOURCE, 4, 64, &h) == WIRE_OK);
+  CHECK(wire_check_header(raw + 1, sizeof good - 1, 7, 2, 4, 64, &h) == WIRE_SIZE);
+  CHECK(wire_check_header(NULL, sizeof good, 7, 2, 4, 64, &h) == WIRE_SIZE);
+  CHECK(wire_check_header(raw + 1, sizeof good, 8, 2, 4, 64, &h) == WIRE_TAG);
+  CHECK(wire_check_header(raw + 1, sizeof good, 7, 1, 4, 64, &h) == WIRE_SRC);
+  CHECK(wire_check_header(raw + 1, sizeof good, 7, COMM_ANY_SOURCE, 2, 64, &h) == WIRE_SRC);
+  CHECK(wire_check_header(raw + 1, sizeof good, 7, 2, 4, 65, &h) == WIRE_LEN);
+  bad = good, bad.magic ^= 1;
+  CHECK(wire_check_header(&bad, sizeof bad, 7, 2, 4, 64, &h) == WIRE_FOREIGN);
+  bad = good, bad.version = 2;
+  CHECK(wire_check_header(&bad, sizeof bad, 7, 2, 4, 64, &h) == WIRE_FOREIGN);
+  bad = good, bad.tag = -2; /* a transport's own tag */
+  CHECK(wire_check_header(&bad, sizeof bad, 7, 2, 4, 64, &h) == WIRE_TAG);
+  CHECK(wire_check_header(&bad, sizeof bad, -2, 2, 4, 64, &h) == WIRE_OK);
+  bad = good, bad.len = (uint64_t)1 << 63;
+  CHECK(wire_check_header(&bad, sizeof bad, 7, 2, 4, 64, &h) == WIRE_LEN);
+  CHECK(wire_error(WIRE_LEN, &bad, sizeof bad, "rank 2", 7, 64) == -1 &&
+        strstr(dt_errmsg(), "message from rank 2 tag 7: length 9223372036854775808 bytes"));
+  CHECK(wire_error(WIRE_SIZE, &h, 3, "rank 2", 7, 64) == -1 && strstr(dt_errmsg(), "(3 bytes"));
+}
+
 int main(void) {
   RUN(test_ordering_by_tag);
   RUN(test_any_source);
@@ -516,6 +543,7 @@ int main(void) {
   RUN(test_send_waits_for_receiver);
   RUN(test_recv_reduce_test_sendrecv);
   RUN(test_length_mismatch);
+  RUN(test_wire_check_header);
   RUN(test_bad_arguments);
   RUN(test_timeout_names_peer_and_tag);
   RUN(test_peer_exit_fails_fast);

@@ -351,6 +351,47 @@ static void test_backup_drops_the_late_gradient(void) {
   dataset_free(&t.data);
 }
 
+/* The shard-folder manifest as ps_ckpt_write_manifest writes it, and
+ * broken ones: each refused with a line naming what is wrong. */
+#define MF_HEAD "{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":2,\"step\":64,\"seed\":1,"
+#define MF_TAIL "\"optimizer\":\"sgd\",\"nparams\":10,\"servers\":2,\"buffers\":null,\n \"shards\":["
+#define MF_SHARDS "\n  {\"file\":\"a\",\"begin\":0,\"end\":4},\n  {\"file\":\"b\",\"begin\":4,\"end\":10}]}\n"
+static int parse_mf(const char *text, ps_manifest_t *m) {
+  return ps_manifest_parse(text, strlen(text), "m.json", m);
+}
+static void test_manifest_parse(void) {
+  ps_manifest_t *m = malloc(sizeof *m);
+  CHECK_OK(parse_mf(MF_HEAD "\"model\":\"my \\\"net\\\\x\"," MF_TAIL MF_SHARDS, m));
+  CHECK(m->epoch == 2 && m->step == 64 && m->nparams == 10 && m->nshards == 2);
+  CHECK(!strcmp(m->model, "my \"net\\x") && !strcmp(m->optimizer, "sgd") && !m->buffers[0]);
+  CHECK(m->shards[1].begin == 4 && m->shards[1].end == 10 && !strcmp(m->shards[1].file, "b"));
+#define M(x) MF_HEAD "\"model\":\"mlp\"," x
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"a\",\"begin\":0,\"end\":4},{\"file\":\"b\",\"begin\":5,\"end\":10}]}"), m),
+                   "shard 1 (b) covers keys [5, 10): expected one starting at 4");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"a\",\"begin\":0,\"end\":10},{\"file\":\"b\",\"begin\":0,\"end\":10}]}"), m),
+                   "expected one starting at 10");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"a\",\"begin\":0,\"end\":4}]}"), m),
+                   "the shards cover keys [0, 4) of 10");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"../a\",\"begin\":0,\"end\":10}]}"), m),
+                   "shard 0: \"../a\" is not a file name of the folder");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"..\",\"begin\":0,\"end\":10}]}"), m),
+                   "is not a file name of the folder");
+  CHECK_FAILS_WITH(parse_mf(MF_HEAD "\"model\":\"mlp\",\"optimizer\":\"sgd\",\"nparams\":10,\"buffers\":\"../../etc/passwd\",\"shards\":[{\"file\":\"a\",\"begin\":0,\"end\":10}]}", m),
+                   "\"buffers\" '../../etc/passwd' is not a file name");
+  CHECK_FAILS_WITH(parse_mf("{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":99999999999,\"step\":1}", m),
+                   "\"epoch\" is more than 2147483647");
+  CHECK_FAILS_WITH(parse_mf("{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":-1}", m), "\"epoch\" is not a count");
+  CHECK_FAILS_WITH(parse_mf("{\"epoch\":1,\"epoch\":2}", m), "\"epoch\" given twice");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL "{\"file\":\"a\",\"begin\":0,\"end\":1"), m), "expected '}'");
+  CHECK_FAILS_WITH(parse_mf(M(MF_TAIL MF_SHARDS "x"), m), "text after the object");
+  CHECK_FAILS_WITH(parse_mf("{\"format\":\"other\",\"epoch\":1,\"step\":1,\"nparams\":1,\"optimizer\":null,\"model\":null,\"buffers\":null,\"shards\":[{\"file\":\"a\",\"begin\":0,\"end\":1}]}", m),
+                   "format 'other', expected 'dtrain-ps-manifest-1'");
+  CHECK_FAILS_WITH(parse_mf("{\"format\":\"dtrain-ps-manifest-1\"}", m), "no \"epoch\"");
+  CHECK_FAILS_WITH(ps_manifest_parse("{\"a\0", 4, "m.json", m), "control character");
+#undef M
+  free(m);
+}
+
 int main(void) {
   dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
   RUN(test_shard_plan_balanced_and_contiguous);
@@ -358,5 +399,6 @@ int main(void) {
   RUN(test_server_rejects_bad_input_and_keeps_serving);
   RUN(test_push_pull_across_two_servers);
   RUN(test_backup_drops_the_late_gradient);
+  RUN(test_manifest_parse);
   TEST_MAIN_END();
 }

@@ -19,9 +19,41 @@ typedef struct {
   uint64_t len;
 } comm_header_t;
 
+/* The receiver's check of a message header (wire.c), shared by both
+ * transports. What is wrong with it, if anything: */
+typedef enum {
+  WIRE_OK = 0,
+  WIRE_SIZE,      /* not sizeof(comm_header_t) bytes */
+  WIRE_FOREIGN,   /* magic or version: not a dtrain message of this version */
+  WIRE_TAG,       /* another tag than the receive's */
+  WIRE_SRC,       /* the sender named in it is not the rank it came from (or no rank) */
+  WIRE_LEN        /* another payload length than the receive expects */
+} wire_status_t;
+/* Checks `nbytes` bytes received as a header (any alignment) against the
+ * receive: its tag (WIRE_ANY_TAG: any; the transports' own tags are
+ * negative), the rank it came from
+ * (COMM_ANY_SOURCE: any rank below nranks; nranks <= 0: not checked) and
+ * the payload length it expects. *out gets the header when the bytes are
+ * one (WIRE_SIZE leaves it zeroed). Pure: no state, no error message. */
+#define WIRE_ANY_TAG INT32_MIN
+wire_status_t wire_check_header(const void *raw, size_t nbytes, int tag, int src, int nranks,
+                                size_t len, comm_header_t *out);
+/* One line into the error buffer for status (not WIRE_OK), about a message
+ * from `from` (a rank, "rank 3") for a receive of `tag` expecting `len`
+ * bytes; h as wire_check_header left it. Returns -1. */
+int wire_error(wire_status_t status, const comm_header_t *h, size_t nbytes, const char *from,
+               int tag, size_t len);
+
 /* Emulated network (local only): a message from rank s occupies s's
  * outgoing link for bytes/bandwidth and arrives latency later; a link
  * carries one message at a time. Per-rank overrides; 0 = not emulated. */
+/* What the command line accepts for an emulated link (dtrain train --net,
+ * dtrain bench allreduce --latency/--bandwidth): so that a typo cannot make
+ * every message wait for ages. */
+#define COMM_NET_LATENCY_MAX 10.0          /* seconds */
+#define COMM_NET_BANDWIDTH_MIN (1e3 / 8)   /* bytes per second: 1 kbit/s */
+#define COMM_NET_BANDWIDTH_MAX (10e12 / 8) /* 10 Tbit/s */
+
 typedef struct {
   double latency;            /* seconds */
   double bandwidth;          /* bytes per second, 0 = infinite */

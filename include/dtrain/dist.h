@@ -90,6 +90,14 @@ const char *exchange_name(exchange_t e);
 int schedule_parse(const char *text, schedule_t *out, double *param);
 int exchange_parse(const char *text, train_config_t *cfg);
 
+/* The options of 'dtrain train' (argv[1..argc); argv[0] is not read) into
+ * cfg: defaults, then the preset's options (--preset, at most once), then
+ * the user's in order (a later one overrides an earlier one), then
+ * train_config_check; last, every option the user gave must be one that
+ * the resulting configuration uses. -1 with one line set (naming the
+ * option) on a usage error. Reads and writes no file. */
+int train_options_parse(int argc, char **argv, train_config_t *cfg);
+
 /* Presets: named systems of the literature as settings of the axes. */
 typedef struct {
   const char *name;

@@ -9,6 +9,7 @@
  * allreduce puts on each rank's link, so that algorithms and rank counts
  * compare on one scale. */
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,26 +41,28 @@ static void usage(FILE *f) {
         "  --workers N           ranks on local (default 4)\n"
         "  --algo LIST           comma-separated: auto,ring,rhd,tree,naive,hier,shm or all (default all;\n"
         "                        shm only on local without --latency/--bandwidth)\n"
-        "  --min-bytes SIZE      smallest message (default 4KiB; suffixes KiB, MiB, GiB, K, M, G)\n"
+        "  --min-bytes SIZE      smallest message (default 4KiB; suffixes KiB, MiB, GiB, K, M, G;\n"
+        "                        sizes up to 4GiB)\n"
         "  --max-bytes SIZE      largest message (default 64MiB)\n"
         "  --step 2|4            size factor between rows (default 4)\n"
         "  --iters N             timed iterations per row (default: 5..200 by size)\n"
         "  --warmup N            untimed iterations first (default 2)\n"
         "  --group N             ranks per group for hier (default ceil(sqrt(P)))\n"
         "  --segment SIZE        pipeline segment (default: transport's)\n"
-        "  --latency TIME        emulated link latency (local; e.g. 50us)\n"
-        "  --bandwidth RATE      emulated link bandwidth (local; e.g. 1Gbit)\n"
-        "  --timeout TIME        give up a wait after this long (default 300s)\n"
+        "  --latency TIME        emulated link latency (local; e.g. 50us; at most 10s)\n"
+        "  --bandwidth RATE      emulated link bandwidth (local; e.g. 1Gbit; 1kbit..10Tbit)\n"
+        "  --timeout TIME        give up a wait after this long (default 300s; 1ms..1e6s)\n"
         "  --json FILE           also write one JSON object per row (JSON Lines)\n"
         "  --help                this text\n",
         f);
 }
 
-/* "64MiB", "4KiB", "1M", "4096" -> bytes. */
+/* "64MiB", "4KiB", "1M", "4096" -> bytes, at most MAX_BYTES. */
+#define MAX_BYTES ((size_t)4 << 30)
 static int parse_size(const char *opt, const char *text, size_t *out) {
   char *end;
   double v = text ? strtod(text, &end) : -1;
-  if (!text || end == text || v < 0) goto bad;
+  if (!text || end == text || !(v >= 0) || !isfinite(v)) goto bad;
   static const struct { const char *unit; double scale; } units[] = {
       {"", 1}, {"b", 1}, {"k", 1024}, {"kib", 1024}, {"kb", 1e3}, {"m", 1 << 20},
       {"mib", 1 << 20}, {"mb", 1e6}, {"g", 1 << 30}, {"gib", 1 << 30}, {"gb", 1e9}};
@@ -68,7 +71,10 @@ static int parse_size(const char *opt, const char *text, size_t *out) {
   for (size_t i = 0; end[i] && i + 1 < sizeof u; i++) u[i] = (char)tolower((unsigned char)end[i]);
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (!strcmp(u, units[i].unit)) {
-      *out = (size_t)(v * units[i].scale);
+      double bytes = v * units[i].scale;
+      if (bytes > (double)MAX_BYTES)
+        return dt_error("option --%s: '%s' is more than 4 GiB", opt, text);
+      *out = (size_t)bytes;
       return 0;
     }
 bad:
@@ -78,7 +84,11 @@ bad:
 
 static int parse_algos(const char *text, opts_t *o) {
   char list[256];
-  snprintf(list, sizeof list, "%s", text);
+  size_t len = strlen(text);
+  if (len >= sizeof list) return dt_error("option --algo: list too long");
+  if (!len || text[0] == ',' || text[len - 1] == ',' || strstr(text, ",,"))
+    return dt_error("option --algo: empty item in '%s' (example: ring,rhd)", text);
+  memcpy(list, text, len + 1);
   o->nalgos = o->all_algos = 0;
   for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     if (!strcmp(t, "all")) {
@@ -113,12 +123,20 @@ static int drop_shm_unless_shared(opts_t *o) {
 static int parse_opts(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.workers = 4, .step = 4, .warmup = 2, .min_bytes = 4 << 10, .max_bytes = 64 << 20};
   parse_algos("all", o);
+  static const char *const known[] = {"--comm", "--workers", "--algo", "--min-bytes",
+                                      "--max-bytes", "--step", "--iters", "--warmup",
+                                      "--group", "--segment", "--latency", "--bandwidth",
+                                      "--timeout", "--json"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n;
     double d;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-    if (!strncmp(a, "--", 2) && !v) return dt_error("option %s: missing value", a), 2;
+    int is_known = 0;
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
+    if (!is_known) return dt_error("unknown option '%s' (see dtrain bench allreduce --help)", a), 2;
+    if (!v || !strncmp(v, "--", 2)) return dt_error("option %s: missing value", a), 2;
+    if (!*v) return dt_error("option %s: empty value", a), 2;
     int rc = 0;
     if (!strcmp(a, "--comm")) {
       if (strcmp(v, "local") && strcmp(v, "mpi"))
@@ -135,11 +153,21 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     else if (!strcmp(a, "--warmup")) rc = parse_int("warmup", v, 0, 1000, &n), o->warmup = (int)n;
     else if (!strcmp(a, "--group")) rc = parse_int("group", v, 1, 1 << 20, &n), o->group = (int)n;
     else if (!strcmp(a, "--segment")) rc = parse_size("segment", v, &o->segment);
-    else if (!strcmp(a, "--latency")) rc = parse_duration("latency", v, &o->net.latency);
-    else if (!strcmp(a, "--bandwidth")) rc = parse_bandwidth("bandwidth", v, &o->net.bandwidth);
-    else if (!strcmp(a, "--timeout")) rc = parse_duration("timeout", v, &d), o->net.timeout = d;
-    else if (!strcmp(a, "--json")) o->json = v;
-    else return dt_error("unknown option '%s' (see dtrain bench allreduce --help)", a), 2;
+    else if (!strcmp(a, "--latency")) {
+      rc = parse_duration("latency", v, &o->net.latency);
+      if (rc == 0 && !(o->net.latency <= COMM_NET_LATENCY_MAX))
+        rc = dt_error("option --latency: %s is out of range (expected 0 to %g s)", v,
+                      COMM_NET_LATENCY_MAX);
+    } else if (!strcmp(a, "--bandwidth")) {
+      rc = parse_bandwidth("bandwidth", v, &o->net.bandwidth);
+      if (rc == 0 && !(o->net.bandwidth >= COMM_NET_BANDWIDTH_MIN &&
+                       o->net.bandwidth <= COMM_NET_BANDWIDTH_MAX))
+        rc = dt_error("option --bandwidth: %s is out of range (expected 1 kbit/s to 10 Tbit/s)", v);
+    } else if (!strcmp(a, "--timeout")) {
+      rc = parse_duration("timeout", v, &d), o->net.timeout = d;
+      if (rc == 0 && !(d >= 0.001 && d <= 1e6))
+        rc = dt_error("option --timeout: %s is out of range (expected 1ms to 1e6 s)", v);
+    } else if (!strcmp(a, "--json")) o->json = v;
     if (rc) return 2;
     i++;
   }

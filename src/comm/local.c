@@ -329,8 +329,11 @@ static void deliver(world_t *w, lreq_t *r) {
   r->other_len = (size_t)s->hdr.len;
   s->other_len = r->len;
   r->ready_at = s->arrival;
-  if (s->hdr.magic != COMM_MAGIC || s->hdr.version != COMM_VERSION) r->status = s->status = E_HEADER;
-  else if (s->hdr.len != r->len) r->status = s->status = E_LEN;
+  comm_header_t h;
+  wire_status_t ws = wire_check_header(&s->hdr, sizeof s->hdr, r->tag,
+                                       r->peer_rank, 0, r->len, &h);
+  if (ws == WIRE_LEN) r->status = s->status = E_LEN;
+  else if (ws != WIRE_OK) r->status = s->status = E_HEADER;
   else if (r->reduce) kern_add(r->len / sizeof(float), s->sbuf, r->rbuf);
   else if (r->len) memcpy(r->rbuf, s->sbuf, r->len);
   complete(w, r);

@@ -66,6 +66,7 @@ struct mreq {
   float *scratch;           /* reduce: the payload lands here, then buf += scratch */
   size_t len;
   int got_src;
+  int hdr_count;            /* bytes of the header received */
   int payload_count;
 };
 
@@ -187,6 +188,7 @@ static int poll_once(mcomm_t *m, mreq_t *q, int *done) {
     if (err != MPI_SUCCESS) return q->mpi_err = err, -1;
     if (flag && !q->is_send) {
       q->got_src = st.MPI_SOURCE;
+      if (MPI_Get_count(&st, MPI_BYTE, &q->hdr_count) != MPI_SUCCESS) q->hdr_count = -1;
       if (!q->payload_posted && (err = post_payload(m, q, st.MPI_SOURCE)) != MPI_SUCCESS)
         return q->mpi_err = err, -1;
     }
@@ -208,17 +210,16 @@ static int poll_once(mcomm_t *m, mreq_t *q, int *done) {
   return 0;
 }
 
-/* The header must be a dtrain header for this tag whose length is what
- * the receive expects, and the payload must have that length too. */
+/* The header must be a dtrain header for this tag, from the rank it came
+ * from, whose length is what the receive expects (wire_check_header), and
+ * the payload must have that length too. */
 static int check_received(mreq_t *q) {
-  const comm_header_t *h = &q->hdr;
-  if (h->magic != COMM_MAGIC || h->version != COMM_VERSION || h->tag != q->tag)
-    return dt_error("message from rank %d tag %d: bad header (magic 0x%08x version %u tag %d; "
-                    "expected a dtrain version %u message)",
-                    q->got_src, q->tag, h->magic, h->version, h->tag, COMM_VERSION);
-  if (h->len != q->len)
-    return dt_error("message from rank %d tag %d: length %llu bytes but receive expects %zu",
-                    q->got_src, q->tag, (unsigned long long)h->len, q->len);
+  comm_header_t h;
+  wire_status_t ws = wire_check_header(&q->hdr, (size_t)q->hdr_count, q->tag, q->got_src, 0,
+                                       q->len, &h);
+  char from[32];
+  snprintf(from, sizeof from, "rank %d", q->got_src);
+  if (ws != WIRE_OK) return wire_error(ws, &h, (size_t)q->hdr_count, from, q->tag, q->len);
   if (q->payload_count != (int)q->len)
     return dt_error("message from rank %d tag %d: header says %zu bytes but %d arrived",
                     q->got_src, q->tag, q->len, q->payload_count);

@@ -257,4 +257,21 @@ int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m,
 int ps_ckpt_position(const char *path, int *epoch, int64_t *step);
 int ps_ckpt_load_buffers(const char *dir, model_t *m);
 int ps_path_is_dir(const char *path);
+/* DIR/manifest.json as read: the epoch files' names, the keys each shard
+ * covers (in order, together [0, nparams)). */
+#define PS_MANIFEST_MAX_SHARDS 1024
+typedef struct {
+  char file[160];
+  size_t begin, end;
+} ps_manifest_shard_t;
+typedef struct {
+  int epoch, nshards;
+  int64_t step;
+  size_t nparams;
+  char optimizer[32], model[512], buffers[160];  /* "" for null; model JSON-unescaped */
+  ps_manifest_shard_t shards[PS_MANIFEST_MAX_SHARDS];
+} ps_manifest_t;
+/* Parses a manifest's `len` bytes (not NUL-terminated; `path` names it in
+ * errors). Pure: reads nothing else. */
+int ps_manifest_parse(const char *text, size_t len, const char *path, ps_manifest_t *m);
 #endif

@@ -16,6 +16,7 @@
  * may resume on another number of servers. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,7 +28,6 @@
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
 #define SHARD_FORMAT "dtrain-ps-shard-1"
 #define MANIFEST_FORMAT "dtrain-ps-manifest-1"
-#define MAX_SHARDS 1024
 #define CHECKPOINT_MAX_EPOCH 1000000 /* --epochs takes at most this (as in checkpoint.c) */
 
 int ps_path_is_dir(const char *path) {
@@ -37,47 +37,246 @@ int ps_path_is_dir(const char *path) {
 
 /* ---- the manifest ------------------------------------------------------------ */
 
+/* A small strict reader of the manifest's JSON: one object whose values
+ * are strings, integers, null or (for "shards") an array of objects;
+ * other members are skipped whatever their value. Positions in errors are
+ * byte offsets. */
 typedef struct {
-  char file[160];
-  size_t begin, end;
-} manifest_shard_t;
+  const char *p, *begin, *end, *path;
+} jp_t;
 
-typedef struct {
-  int epoch, nshards;
-  int64_t step;
-  size_t nparams;
-  char optimizer[32], model[256], buffers[160];
-  manifest_shard_t shards[MAX_SHARDS];
-} manifest_t;
-
-/* The value after "key": in the manifest's own flat format. */
-static const char *json_value(const char *text, const char *key) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(text, pat);
-  return p ? p + strlen(pat) : NULL;
+static int jp_fail(jp_t *j, const char *what) {
+  return dt_error("%s: offset %zu: %s (not a dtrain shard manifest?)", j->path,
+                  (size_t)(j->p - j->begin), what);
 }
 
-static int json_int(const char *path, const char *text, const char *key, long long *v) {
-  const char *p = json_value(text, key);
-  char *end;
-  if (!p) return dt_error("%s: no \"%s\" (not a dtrain shard manifest?)", path, key);
-  *v = strtoll(p, &end, 10);
-  if (end == p || *v < 0) return dt_error("%s: \"%s\" is not a count", path, key);
+static void jp_ws(jp_t *j) {
+  while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t')) j->p++;
+}
+
+static int jp_lit(jp_t *j, char c) {
+  jp_ws(j);
+  if (j->p >= j->end || *j->p != c) {
+    char what[32];
+    snprintf(what, sizeof what, "expected '%c'", c);
+    return jp_fail(j, what);
+  }
+  j->p++;
   return 0;
 }
 
-static int json_str(const char *path, const char *text, const char *key, char *out, size_t cap) {
-  const char *p = json_value(text, key);
-  if (p && !strncmp(p, "null", 4)) {
+static int jp_peek(jp_t *j, char c) {
+  jp_ws(j);
+  return j->p < j->end && *j->p == c;
+}
+
+/* A string into out (cap bytes with the NUL; out NULL: skipped). Escapes
+ * other than \" \\ \/ are refused: the writer writes none. */
+static int jp_string(jp_t *j, char *out, size_t cap, const char *key) {
+  DT_TRY(jp_lit(j, '"'));
+  size_t n = 0;
+  while (j->p < j->end && *j->p != '"') {
+    char c = *j->p++;
+    if ((unsigned char)c < 0x20) return jp_fail(j, "control character in a string");
+    if (c == '\\') {
+      if (j->p >= j->end || (*j->p != '"' && *j->p != '\\' && *j->p != '/'))
+        return jp_fail(j, "unsupported escape in a string");
+      c = *j->p++;
+    }
+    if (out) {
+      if (n + 1 >= cap) {
+        char what[96];
+        snprintf(what, sizeof what, "\"%s\" is longer than %zu bytes", key, cap - 1);
+        return jp_fail(j, what);
+      }
+      out[n++] = c;
+    }
+  }
+  if (j->p >= j->end) return jp_fail(j, "unterminated string");
+  j->p++;
+  if (out) out[n] = 0;
+  return 0;
+}
+
+/* A string or null (out = "") */
+static int jp_string_or_null(jp_t *j, char *out, size_t cap, const char *key) {
+  jp_ws(j);
+  if (j->end - j->p >= 4 && !memcmp(j->p, "null", 4)) {
+    j->p += 4;
     out[0] = 0;
     return 0;
   }
-  if (!p || *p != '"') return dt_error("%s: no string \"%s\"", path, key);
-  const char *q = strchr(p + 1, '"');
-  if (!q || (size_t)(q - p - 1) >= cap) return dt_error("%s: \"%s\" is malformed", path, key);
-  memcpy(out, p + 1, (size_t)(q - p - 1));
-  out[q - p - 1] = 0;
+  return jp_string(j, out, cap, key);
+}
+
+/* A whole number in [0, hi]. */
+static int jp_count(jp_t *j, long long hi, long long *v, const char *key) {
+  jp_ws(j);
+  const char *start = j->p;
+  long long x = 0;
+  while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+    int d = *j->p++ - '0';
+    if (x > (hi - d) / 10) {
+      char what[96];
+      snprintf(what, sizeof what, "\"%s\" is more than %lld", key, hi);
+      return jp_fail(j, what);
+    }
+    x = x * 10 + d;
+  }
+  if (j->p == start || (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))) {
+    char what[96];
+    snprintf(what, sizeof what, "\"%s\" is not a count", key);
+    j->p = start;
+    return jp_fail(j, what);
+  }
+  *v = x;
+  return 0;
+}
+
+/* Any value, skipped (nesting at most `depth` deep). */
+static int jp_skip(jp_t *j, int depth) {
+  jp_ws(j);
+  if (j->p >= j->end) return jp_fail(j, "expected a value");
+  if (depth <= 0) return jp_fail(j, "nested too deeply");
+  char c = *j->p;
+  if (c == '"') return jp_string(j, NULL, 0, "");
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    j->p++;
+    if (jp_peek(j, close)) return j->p++, 0;
+    for (;;) {
+      if (c == '{') {
+        DT_TRY(jp_string(j, NULL, 0, ""));
+        DT_TRY(jp_lit(j, ':'));
+      }
+      DT_TRY(jp_skip(j, depth - 1));
+      if (jp_peek(j, ',')) {
+        j->p++;
+        continue;
+      }
+      return jp_lit(j, close);
+    }
+  }
+  const char *start = j->p; /* a number or a literal */
+  while (j->p < j->end && (strchr("+-.eE", *j->p) || (*j->p >= '0' && *j->p <= '9') ||
+                           (*j->p >= 'a' && *j->p <= 'z')))
+    j->p++;
+  size_t n = (size_t)(j->p - start);
+  int literal = (n == 4 && (!memcmp(start, "null", 4) || !memcmp(start, "true", 4))) ||
+                (n == 5 && !memcmp(start, "false", 5));
+  int number = n > 0 && (*start == '-' || (*start >= '0' && *start <= '9'));
+  for (size_t i = 0; number && i < n; i++) number = !(start[i] >= 'a' && start[i] <= 'z' && start[i] != 'e');
+  if (!literal && !number) {
+    j->p = start;
+    return jp_fail(j, "expected a value");
+  }
+  return 0;
+}
+
+/* A file of the checkpoint folder: a plain name in it. */
+static int plain_name(const char *name) {
+  return name[0] && strcmp(name, ".") && strcmp(name, "..") && !strchr(name, '/');
+}
+
+static int parse_shard(jp_t *j, ps_manifest_t *m) {
+  if (m->nshards == PS_MANIFEST_MAX_SHARDS)
+    return dt_error("%s: more than %d shards", j->path, PS_MANIFEST_MAX_SHARDS);
+  ps_manifest_shard_t *s = &m->shards[m->nshards];
+  long long b = -1, e = -1;
+  int has_file = 0;
+  DT_TRY(jp_lit(j, '{'));
+  if (!jp_peek(j, '}'))
+    for (;;) {
+      char key[16];
+      DT_TRY(jp_string(j, key, sizeof key, "a key"));
+      DT_TRY(jp_lit(j, ':'));
+      if (!strcmp(key, "file") && !has_file) {
+        DT_TRY(jp_string(j, s->file, sizeof s->file, "file"));
+        has_file = 1;
+      } else if (!strcmp(key, "begin") && b < 0) {
+        DT_TRY(jp_count(j, INT64_MAX, &b, "begin"));
+      } else if (!strcmp(key, "end") && e < 0) {
+        DT_TRY(jp_count(j, INT64_MAX, &e, "end"));
+      } else if (!strcmp(key, "file") || !strcmp(key, "begin") || !strcmp(key, "end")) {
+        return dt_error("%s: shard %d: \"%s\" given twice", j->path, m->nshards, key);
+      } else {
+        DT_TRY(jp_skip(j, 8));
+      }
+      if (!jp_peek(j, ',')) break;
+      j->p++;
+    }
+  DT_TRY(jp_lit(j, '}'));
+  if (!has_file || b < 0 || e < 0)
+    return dt_error("%s: shard %d: needs \"file\", \"begin\" and \"end\"", j->path, m->nshards);
+  size_t want = m->nshards ? m->shards[m->nshards - 1].end : 0;
+  if (!plain_name(s->file))
+    return dt_error("%s: shard %d: \"%s\" is not a file name of the folder", j->path,
+                    m->nshards, s->file);
+  if ((unsigned long long)b != want || b >= e)
+    return dt_error("%s: shard %d (%s) covers keys [%lld, %lld): expected one starting at %zu "
+                    "(the shards cover the keys in order, each at least one)", j->path,
+                    m->nshards, s->file, b, e, want);
+  s->begin = (size_t)b, s->end = (size_t)e;
+  m->nshards++;
+  return 0;
+}
+
+enum { M_FORMAT, M_EPOCH, M_STEP, M_NPARAMS, M_OPTIMIZER, M_MODEL, M_BUFFERS, M_SHARDS, M_KEYS };
+
+int ps_manifest_parse(const char *text, size_t len, const char *path, ps_manifest_t *m) {
+  static const char *const keys[M_KEYS] = {"format",    "epoch", "step",    "nparams",
+                                           "optimizer", "model", "buffers", "shards"};
+  jp_t j = {text, text, text + len, path};
+  int seen[M_KEYS] = {0};
+  char fmt[64];
+  long long v;
+  memset(m, 0, offsetof(ps_manifest_t, shards)); /* each shard is written whole as it is read */
+  DT_TRY(jp_lit(&j, '{'));
+  if (!jp_peek(&j, '}'))
+    for (;;) {
+      char key[32];
+      DT_TRY(jp_string(&j, key, sizeof key, "a key"));
+      DT_TRY(jp_lit(&j, ':'));
+      int k = 0;
+      while (k < M_KEYS && strcmp(key, keys[k])) k++;
+      if (k < M_KEYS && seen[k]) return dt_error("%s: \"%s\" given twice", path, key);
+      if (k < M_KEYS) seen[k] = 1;
+      switch (k) {
+      case M_FORMAT: DT_TRY(jp_string(&j, fmt, sizeof fmt, key)); break;
+      case M_EPOCH: DT_TRY(jp_count(&j, INT32_MAX, &v, key)); m->epoch = (int)v; break;
+      case M_STEP: DT_TRY(jp_count(&j, INT64_MAX, &v, key)); m->step = v; break;
+      case M_NPARAMS: DT_TRY(jp_count(&j, (long long)1 << 40, &v, key)); m->nparams = (size_t)v; break;
+      case M_OPTIMIZER: DT_TRY(jp_string_or_null(&j, m->optimizer, sizeof m->optimizer, key)); break;
+      case M_MODEL: DT_TRY(jp_string_or_null(&j, m->model, sizeof m->model, key)); break;
+      case M_BUFFERS: DT_TRY(jp_string_or_null(&j, m->buffers, sizeof m->buffers, key)); break;
+      case M_SHARDS:
+        DT_TRY(jp_lit(&j, '['));
+        if (!jp_peek(&j, ']'))
+          for (;;) {
+            DT_TRY(parse_shard(&j, m));
+            if (!jp_peek(&j, ',')) break;
+            j.p++;
+          }
+        DT_TRY(jp_lit(&j, ']'));
+        break;
+      default: DT_TRY(jp_skip(&j, 8));
+      }
+      if (!jp_peek(&j, ',')) break;
+      j.p++;
+    }
+  DT_TRY(jp_lit(&j, '}'));
+  jp_ws(&j);
+  if (j.p != j.end) return jp_fail(&j, "text after the object");
+  for (int k = 0; k < M_KEYS; k++)
+    if (!seen[k]) return dt_error("%s: no \"%s\" (not a dtrain shard manifest?)", path, keys[k]);
+  if (strcmp(fmt, MANIFEST_FORMAT) != 0)
+    return dt_error("%s: format '%s', expected '%s'", path, fmt, MANIFEST_FORMAT);
+  if (m->buffers[0] && !plain_name(m->buffers))
+    return dt_error("%s: \"buffers\" '%s' is not a file name of the folder", path, m->buffers);
+  if (m->nshards == 0) return dt_error("%s: no shards listed", path);
+  if (m->shards[m->nshards - 1].end != m->nparams)
+    return dt_error("%s: the shards cover keys [0, %zu) of %zu", path,
+                    m->shards[m->nshards - 1].end, m->nparams);
   return 0;
 }
 
@@ -87,59 +286,14 @@ static int manifest_path(const char *dir, char *out, size_t cap) {
   return 0;
 }
 
-static int parse_shards(const char *path, const char *text, manifest_t *m) {
-  const char *p = json_value(text, "shards");
-  if (!p) return dt_error("%s: no \"shards\"", path);
-  while ((p = strstr(p, "{\"file\":"))) {
-    if (m->nshards == MAX_SHARDS) return dt_error("%s: more than %d shards", path, MAX_SHARDS);
-    manifest_shard_t *s = &m->shards[m->nshards];
-    long long b, e;
-    const char *obj_end = strchr(p, '}');
-    if (!obj_end) return dt_error("%s: shard %d is malformed", path, m->nshards);
-    if (json_str(path, p, "file", s->file, sizeof s->file) != 0 ||
-        json_int(path, p, "begin", &b) != 0 || json_int(path, p, "end", &e) != 0)
-      return dt_error_prefix("shard %d: ", m->nshards);
-    if (b >= e || (size_t)e > m->nparams || strchr(s->file, '/'))
-      return dt_error("%s: shard %d (%s, [%lld, %lld)) does not fit a model of %zu keys", path,
-                      m->nshards, s->file, b, e, m->nparams);
-    s->begin = (size_t)b, s->end = (size_t)e;
-    m->nshards++;
-    p = obj_end;
-  }
-  if (m->nshards == 0) return dt_error("%s: no shards listed", path);
-  return 0;
-}
-
-static int manifest_read(const char *dir, manifest_t *m) {
-  char path[512], fmt[64];
+static int manifest_read(const char *dir, ps_manifest_t *m) {
+  char path[512];
   DT_TRY(manifest_path(dir, path, sizeof path));
   uint8_t *data;
   size_t len;
   if (file_read_all(path, 0, &data, &len) != 0) return -1;
-  char *text = realloc(data, len + 1);
-  if (!text) {
-    free(data);
-    return dt_error("out of memory");
-  }
-  text[len] = 0;
-  memset(m, 0, sizeof *m);
-  long long epoch, step, nparams;
-  int rc = -1;
-  if (json_str(path, text, "format", fmt, sizeof fmt) != 0) goto done;
-  if (strcmp(fmt, MANIFEST_FORMAT) != 0) {
-    dt_error("%s: format '%s', expected '%s'", path, fmt, MANIFEST_FORMAT);
-    goto done;
-  }
-  if (json_int(path, text, "epoch", &epoch) || json_int(path, text, "step", &step) ||
-      json_int(path, text, "nparams", &nparams) ||
-      json_str(path, text, "optimizer", m->optimizer, sizeof m->optimizer) ||
-      json_str(path, text, "model", m->model, sizeof m->model) ||
-      json_str(path, text, "buffers", m->buffers, sizeof m->buffers))
-    goto done;
-  m->epoch = (int)epoch, m->step = step, m->nparams = (size_t)nparams;
-  rc = parse_shards(path, text, m);
-done:
-  free(text);
+  int rc = ps_manifest_parse((const char *)data, len, path, m);
+  free(data);
   return rc;
 }
 
@@ -200,7 +354,7 @@ done:
   return rc;
 }
 
-static int load_shard_file(const char *dir, const manifest_shard_t *ms, optimizer_t *opt,
+static int load_shard_file(const char *dir, const ps_manifest_shard_t *ms, optimizer_t *opt,
                            ps_range_t r, float *params) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, ms->file);
@@ -223,7 +377,7 @@ static int load_shard_file(const char *dir, const manifest_shard_t *ms, optimize
 
 static int load_from_dir(const char *dir, const model_t *m, optimizer_t *opt, ps_range_t r,
                          float *params, int *epoch, int64_t *step) {
-  manifest_t *mf = malloc(sizeof *mf);
+  ps_manifest_t *mf = malloc(sizeof *mf);
   if (!mf) return dt_error("out of memory");
   int rc = manifest_read(dir, mf);
   if (rc == 0 && mf->nparams != m->nparams)
@@ -232,7 +386,7 @@ static int load_from_dir(const char *dir, const model_t *m, optimizer_t *opt, ps
   if (rc == 0) rc = check_optimizer(dir, mf->optimizer, opt);
   size_t covered = 0;
   for (int i = 0; rc == 0 && i < mf->nshards; i++) {
-    const manifest_shard_t *ms = &mf->shards[i];
+    const ps_manifest_shard_t *ms = &mf->shards[i];
     if (ms->end <= r.begin || ms->begin >= r.end) continue;
     rc = load_shard_file(dir, ms, opt, r, params);
     size_t lo = ms->begin > r.begin ? ms->begin : r.begin, hi = ms->end < r.end ? ms->end : r.end;
@@ -262,7 +416,7 @@ int ps_ckpt_position(const char *path, int *epoch, int64_t *step) {
     safetensors_free(&st);
     return rc;
   }
-  manifest_t *mf = malloc(sizeof *mf);
+  ps_manifest_t *mf = malloc(sizeof *mf);
   if (!mf) return dt_error("out of memory");
   int rc = manifest_read(path, mf);
   if (rc == 0) *epoch = mf->epoch, *step = mf->step;
@@ -271,7 +425,7 @@ int ps_ckpt_position(const char *path, int *epoch, int64_t *step) {
 }
 
 int ps_ckpt_load_buffers(const char *dir, model_t *m) {
-  manifest_t *mf = malloc(sizeof *mf);
+  ps_manifest_t *mf = malloc(sizeof *mf);
   if (!mf) return dt_error("out of memory");
   int rc = manifest_read(dir, mf);
   if (rc == 0 && m->nbuf_tensors && !mf->buffers[0])
@@ -380,14 +534,21 @@ int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m, const ps
     snprintf(buffers, sizeof buffers, "buffers.e%d.safetensors", done);
     DT_TRY(save_buffers(cfg, m, buffers));
   }
-  size_t cap = 1024 + (size_t)map->nservers * 256;
+  char model[2 * sizeof cfg->model]; /* a JSON string: \" and \\ escaped, control characters '?' */
+  size_t mn = 0;
+  for (const char *c = cfg->model; *c && mn + 2 < sizeof model; c++) {
+    if (*c == '"' || *c == '\\') model[mn++] = '\\';
+    model[mn++] = (unsigned char)*c < 0x20 ? '?' : *c;
+  }
+  model[mn] = 0;
+  size_t cap = 1024 + sizeof model + (size_t)map->nservers * 256;
   char *text = malloc(cap);
   if (!text) return dt_error("out of memory");
   size_t n = (size_t)snprintf(text, cap,
                               "{\"format\":\"%s\",\"epoch\":%d,\"step\":%" PRId64 ",\"seed\":%" PRIu64
                               ",\"model\":\"%s\",\"optimizer\":\"%s\",\"nparams\":%zu,"
                               "\"servers\":%d,\"buffers\":%s%s%s,\n \"shards\":[",
-                              MANIFEST_FORMAT, done, step, cfg->seed, cfg->model,
+                              MANIFEST_FORMAT, done, step, cfg->seed, model,
                               optim_kind_name(cfg->optim.kind), map->nparams, map->nservers,
                               buffers[0] ? "\"" : "null", buffers, buffers[0] ? "\"" : "");
   for (int k = 0; k < map->nservers && n < cap; k++) {
