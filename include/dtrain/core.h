@@ -31,6 +31,13 @@ void *dt_alloc(size_t bytes);
 void dt_free(void *p);
 float *dt_alloc_floats(size_t n);
 
+/* ---- interruption (src/core/interrupt.c) ---------------------------------
+ * dt_catch_interrupts installs the SIGINT/SIGTERM handler (the CLI, once);
+ * long loops poll dt_interrupted (the signal caught, or 0) and stop cleanly. */
+void dt_catch_interrupts(void);
+int dt_interrupted(void);
+const char *dt_signal_name(int signo);
+
 /* ---- time ---------------------------------------------------------------- */
 double dt_now(void);               /* monotonic seconds */
 void dt_sleep_until(double t);     /* monotonic deadline */

@@ -227,6 +227,8 @@ typedef struct {
 } epoch_report_t;
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
 int worker_report_epoch(worker_t *w, const epoch_report_t *r);
+/* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
+int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);

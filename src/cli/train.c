@@ -110,9 +110,10 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "dtrain train: %s\n", dt_errmsg());
     return 2;
   }
+  dt_catch_interrupts();
   if (train_run(&cfg, &argc, &argv) != 0) {
     fprintf(stderr, "dtrain train: %s\n", dt_errmsg());
-    return 1;
+    return dt_interrupted() ? 128 + dt_interrupted() : 1;
   }
   return 0;
 }

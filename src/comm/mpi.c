@@ -264,6 +264,8 @@ static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
       return wait_fail(c, q, s);
     }
     if (done) break;
+    if ((polls & 63) == 63 && dt_interrupted()) /* interrupted: ranks that wait, not compute (servers) */
+      return wait_fail(c, q, dt_signal_name(dt_interrupted()));
     if ((polls & 63) == 63 && dt_now() >= deadline) {
       char why[160];
       snprintf(why, sizeof why, "timed out after %g s (%s)", m->timeout,

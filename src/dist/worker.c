@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/dist.h"
 
@@ -156,8 +157,20 @@ static void empty_step(worker_t *w, const step_hooks_t *hooks) {
     if (m->layers[i].param_len) hooks->ready(hooks->ctx, i);
 }
 
+/* The run was asked to stop (SIGINT, SIGTERM): say what it keeps. */
+int worker_interrupted(const worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  const char *kept = !cfg->checkpoint[0] ? "; nothing saved (no --checkpoint)"
+                     : access(cfg->checkpoint, F_OK) == 0 ? "; the checkpoint holds the last finished epoch"
+                                                         : "; no epoch had finished: no checkpoint written";
+  return dt_error("interrupted by %s at step %lld%s%s", dt_signal_name(dt_interrupted()),
+                  (long long)w->step, kept,
+                  cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
+}
+
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             const step_hooks_t *hooks) {
+  if (dt_interrupted()) return worker_interrupted(w);
   double t0 = dt_now();
   model_t *m = w->model;
   w->step_compute = 0;

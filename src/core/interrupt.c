@@ -1,0 +1,41 @@
+/* SIGINT and SIGTERM: the CLI's handler records the signal here, and the
+ * training loop stops at its next step, as after any other failure: what
+ * was written stays whole (a checkpoint is replaced only by rename, a
+ * metrics line only whole), and a checkpoint write in progress finishes
+ * or is removed. A second signal does not wait: it removes the temporary
+ * file of a write in progress and ends the process at once. */
+#define _POSIX_C_SOURCE 200809L
+#include "dtrain/core.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t caught;
+
+static void on_signal(int signo) {
+  if (caught) { /* the second: stop now, leaving nothing half-written */
+    file_remove_pending();
+    static const char msg[] = "dtrain: interrupted again: stopping now\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(128 + signo);
+  }
+  caught = signo;
+}
+
+void dt_catch_interrupts(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+int dt_interrupted(void) { return caught; }
+
+const char *dt_signal_name(int signo) {
+  return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
+}
