@@ -168,3 +168,9 @@ kill -INT $p; kill -INT $p
 wait $p; rc=$?
 check signal_twice_exit_130 test "$rc" -eq 130
 check signal_twice_no_temporaries sh -c "! ls '$TMP' | grep -q 'sig2.st.dtrain-tmp'"
+
+# ---- a flatten of a flatten of the input (libFuzzer: segfault) --------------
+printf 'flatten\nflatten\ndense units=10\n' >"$TMP/ff.model"
+check flatten_of_flatten_trains sh -c "\"$DTRAIN\" train $SMALLQ --model '$TMP/ff.model' --max-steps 3 >/dev/null"
+printf 'input shape=1x28x28\nflatten\nflatten\nflatten\ndense units=16\nrelu\ndense units=10\nflatten\n' >"$TMP/fff.model"
+check flatten_chain_and_last_flatten_train sh -c "\"$DTRAIN\" train $SMALLQ --model '$TMP/fff.model' --max-steps 3 >/dev/null"
