@@ -130,19 +130,23 @@ static int rank_main(comm_t *c, void *p) {
   const run_arg_t *arg = p;
   int me = comm_rank(c), x = 0;
   if (!strcmp(arg->mode, "timeout")) {
-    if (me == 0) { /* alive, waiting (in 0.5 s rounds) for rank 1's all-clear */
+    /* every other rank stays alive, waiting (in 0.5 s rounds) for rank 1's
+     * all-clear: a rank that ended early would wait for the others at the
+     * end of the run, which fails after the timeout too */
+    if (me != 1) {
       for (int i = 0; i < 40; i++)
         if (comm_recv(c, 1, 8, &x, sizeof x) == 0 || !strstr(dt_errmsg(), "timed out")) break;
       return x == 42 ? 0 : dt_error("rank 1's all-clear never came: %s", dt_errmsg());
     }
-    if (me != 1) return 0;
     double t0 = dt_now();
     int rc = comm_recv(c, 0, 7, &x, sizeof x);
     double dt = dt_now() - t0;
     RCHECK(rc != 0 && strstr(dt_errmsg(), "recv from rank 0 tag 7: timed out after 0.5 s"));
     RCHECK(dt >= 0.45 && dt < 5);
     x = 42;
-    return comm_send(c, 0, 8, &x, sizeof x);
+    for (int r = 0; r < comm_size(c); r++)
+      if (r != 1) DT_TRY(comm_send(c, r, 8, &x, sizeof x));
+    return 0;
   }
   if (!strcmp(arg->mode, "fail")) {
     if (me == 1) return dt_error("deliberate failure on rank 1");
