@@ -113,14 +113,15 @@ for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
   ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
 done
 # mpi: one process is stopped (SIGSTOP) mid-run
-stop_one_rank() { # NAME -- dtrain options
-  name=$1; shift 2
+stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
+  name=$1; cont=0; [ "$2" != "--" ] && { cont=$2; shift; }; shift 2
   t0=$(date +%s)
   $MPIRUN -np 4 "$DTRAIN" train --comm mpi --data synthetic --quiet --epochs 20 --comm-timeout 2 "$@" >"$TMP/out" 2>"$TMP/err" &
   mp=$!
   sleep 3
   victim=$(pgrep -P $mp | sort -n | tail -1)
   [ -n "$victim" ] && kill -STOP "$victim"
+  [ -n "$victim" ] && [ "$cont" != 0 ] && { sleep "$cont"; kill -CONT "$victim"; }
   ( sleep 100; kill -9 $mp 2>/dev/null ) & dog=$!
   wait $mp; rc=$?
   kill $dog 2>/dev/null
@@ -138,6 +139,9 @@ if have_mpi; then
     set -- $fam; name=$1; shift
     stop_one_rank "stopped_rank_ends_mpi_$name" -- "$@"
   done
+  # a worker that stalls past the timeout and comes back: the job still ends
+  # (it used to finish training and then never exit)
+  stop_one_rank stalled_worker_back_ends_mpi_ps_async 4 -- --exchange ps:1 --schedule async --epochs 2
 fi
 
 # ---- SIGINT and SIGTERM: one line, what is kept, nothing half-written -------
