@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -147,10 +148,10 @@ void file_in_close(file_in_t *f) {
 /* The temporary file of the atomic write in progress, for the signal
  * handler: unlink() is async-signal-safe, so an interrupted run removes it. */
 static char pending_tmp[PATH_MAX + 32];
-static volatile sig_atomic_t pending_set;
+static atomic_int pending_set; /* lock-free: read in a handler; orders pending_tmp */
 
 void file_remove_pending(void) {
-  if (pending_set) unlink(pending_tmp);
+  if (atomic_load(&pending_set)) unlink(pending_tmp);
 }
 
 static int refuse_non_regular(const char *path, const struct stat *st) {
@@ -234,11 +235,11 @@ int file_write_atomic(const char *path, const void *data, size_t len) {
   snprintf(dircopy, sizeof dircopy, "%s", path);
   DT_TRY(file_check_regular(tmp));
   /* the signal handler reads pending_tmp only while pending_set is 1 */
-  pending_set = 0;
+  atomic_store(&pending_set, 0);
   memcpy(pending_tmp, tmp, sizeof tmp);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return dt_error("%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-  pending_set = 1;
+  atomic_store(&pending_set, 1);
   const uint8_t *p = data;
   size_t left = len;
   while (left) {
@@ -265,7 +266,7 @@ int file_write_atomic(const char *path, const void *data, size_t len) {
     dt_error("%s: rename failed: %s", path, strerror(errno));
     goto fail;
   }
-  pending_set = 0;
+  atomic_store(&pending_set, 0);
   int dfd = open(dirname(dircopy), O_RDONLY);
   if (dfd >= 0) {
     fsync(dfd);
@@ -274,6 +275,6 @@ int file_write_atomic(const char *path, const void *data, size_t len) {
   return 0;
 fail:
   unlink(tmp);
-  pending_set = 0;
+  atomic_store(&pending_set, 0);
   return -1;
 }

@@ -7,21 +7,26 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dtrain/core.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t caught;
+/* A lock-free atomic: safe in a handler, and read by every rank's thread. */
+static atomic_int caught;
 
 static void on_signal(int signo) {
-  if (caught) { /* the second: stop now, leaving nothing half-written */
+  int saved = errno;
+  if (atomic_load(&caught)) { /* the second: stop now, leaving nothing half-written */
     file_remove_pending();
     static const char msg[] = "dtrain: interrupted again: stopping now\n";
     ssize_t w = write(2, msg, sizeof msg - 1);
     (void)w;
     _exit(128 + signo);
   }
-  caught = signo;
+  atomic_store(&caught, signo);
+  errno = saved;
 }
 
 void dt_catch_interrupts(void) {
@@ -34,7 +39,7 @@ void dt_catch_interrupts(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-int dt_interrupted(void) { return caught; }
+int dt_interrupted(void) { return atomic_load_explicit(&caught, memory_order_relaxed); }
 
 const char *dt_signal_name(int signo) {
   return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
