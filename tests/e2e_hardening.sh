@@ -36,7 +36,7 @@ else
 fi
 expect_error output_symlink_refused 2 "link.st: exists and is a symbolic link" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/link.st"
 check output_symlink_kept test -L "$TMP/link.st"
-expect_error output_fifo_refused 2 "fifo: exists and is a pipe" -- "$DTRAIN" train $SMALLQ --max-steps 2 --metrics "$TMP/fifo"
+expect_error output_fifo_refused 2 "fifo: exists and is a pipe" -- timeout 60 "$DTRAIN" train $SMALLQ --max-steps 2 --metrics "$TMP/fifo"
 expect_error output_folder_refused 2 "folder: exists and is a folder" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/folder"
 expect_error output_foreign_checkpoint_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$TMP/notes.txt"
 expect_error output_foreign_metrics_refused 2 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" train $SMALLQ --max-steps 2 --metrics "$TMP/notes.txt"
