@@ -19,17 +19,6 @@
 
 int comm_mpi_available(void) { return 0; }
 
-/* One line naming this rank, then the job ends. The pause lets mpirun
- * forward the line before the abort: with a stopped rank in the job,
- * Open MPI's launcher could die on the abort's help text first and the
- * line was lost. */
-static void fail_job(int rank, const char *when, const char *msg) {
-  fprintf(stderr, "rank %d: %s%s\n", rank, when, msg);
-  fflush(stderr);
-  dt_sleep_until(dt_now() + 0.3);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg) {
   return dt_error("dtrain was built without MPI; install libopenmpi-dev and rebuild");
 }
