@@ -24,7 +24,8 @@ int train_check_outputs(const train_config_t *cfg) {
     return dt_error("options --resume and --metrics name the same file %s: the metrics "
                     "would overwrite the checkpoint", cfg->metrics);
   if (cfg->checkpoint_dir[0] && file_check_regular(cfg->checkpoint_dir) == 0 &&
-      (file_same(cfg->checkpoint_dir, cfg->checkpoint) || file_same(cfg->checkpoint_dir, cfg->metrics)))
+      ((cfg->checkpoint[0] && file_same(cfg->checkpoint_dir, cfg->checkpoint)) ||
+       (cfg->metrics[0] && file_same(cfg->checkpoint_dir, cfg->metrics))))
     return dt_error("option --checkpoint-dir %s is also another output", cfg->checkpoint_dir);
   return 0;
 }
