@@ -25,11 +25,12 @@ ifeq ($(TSAN),1)
   BUILD := build-tsan
 endif
 
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude $(BLAS_INC)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC)
 LDFLAGS += $(filter -fsanitize=%,$(OPT))
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \
-             src/comm/*.c src/coll/*.c src/dist/*.c))
+             src/comm/*.c src/coll/*.c src/strategy/*.c \
+             src/strategy/*/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -56,7 +57,7 @@ endif
 .PHONY: all test bench clean fuzz
 all: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(REPLAY_BIN)
 
-$(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h)
+$(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -91,14 +92,14 @@ test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(REPLAY_BIN)
 # (without MPI: no target reaches the transport's MPI backend).
 FUZZ_CC     ?= clang
 FUZZ_BUILD  := build-fuzz
-FUZZ_CFLAGS := $(CSTD) $(WARN) -g -O1 -fno-omit-frame-pointer -Iinclude $(BLAS_INC) \
+FUZZ_CFLAGS := $(CSTD) $(WARN) -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc $(BLAS_INC) \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
 fuzz: $(FUZZ_BIN)
 
-$(FUZZ_BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h fuzz/*.h)
+$(FUZZ_BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h fuzz/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 

@@ -1,11 +1,11 @@
 /* Fuzz target: the option parser of `dtrain train` (train_options_parse,
- * src/dist/options.c) and the checks that follow it, never training. The
+ * src/strategy/options.c) and the checks that follow it, never training. The
  * input is split on NUL or newline into argv[1..]; argv[0] is "train". */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/dist.h"
+#include "dtrain/train.h"
 
 #define MAX_ARGS 64
 

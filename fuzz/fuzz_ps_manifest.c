@@ -1,12 +1,12 @@
 /* Fuzz target: the reader of a parameter-server checkpoint folder's
- * manifest.json (ps_manifest_parse, src/dist/ps_ckpt.c), from a buffer:
+ * manifest.json (ps_manifest_parse, src/strategy/ps_ckpt.c), from a buffer:
  * no file is read. What it accepts must be usable as it is used: shards
  * in order covering [0, nparams), plain file names. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/dist/ps.h"
+#include "strategy/ps/ps.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static ps_manifest_t m; /* 200 KB: static, not on the stack */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dtrain/coll.h"
+#include "dtrain/coll_async.h"
 #include "test.h"
 
 #define RCHECK(cond)                                                                  \

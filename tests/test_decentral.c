@@ -12,8 +12,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "../src/dist/decentral.h"
-#include "dtrain/dist.h"
+#include "strategy/decentral/decentral.h"
+#include "strategy/dp/dp.h"
+#include "dtrain/train.h"
 #include "dtrain/safetensors.h"
 #include "test.h"
 

@@ -6,7 +6,7 @@
  * each is rejected with an error reply, and the server goes on serving. */
 #include <string.h>
 
-#include "../src/dist/ps.h"
+#include "strategy/ps/ps.h"
 #include "test.h"
 
 #define RCHECK(cond)                                                              \

@@ -73,35 +73,7 @@ int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
 /* root's out (size x count_per_rank floats) gets rank i's in at i x count. */
 int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_t count_per_rank);
 void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
-#endif
-
-/* ---- overlap: collectives run beside the caller's compute --------------
- * Data parallelism starts a bucket's allreduce as soon as backpropagation
- * has produced its gradients, and keeps computing. Requests run one at a
- * time, on a progress thread or, once the caller waits, on the caller's;
- * every rank must submit the same sequence (which synchronous training
- * does). FIFO runs them in submission order; PRIORITY runs the lowest
- * `priority` first (ties in submission order), the ranks agreeing before
- * each request on which one (see coll_async.c), so requests that touch the
- * same memory must not be given a lower priority than an earlier one. */
-#ifndef DTRAIN_COLL_ASYNC
-#define DTRAIN_COLL_ASYNC
-typedef struct coll_async coll_async_t;
+/* The order in which overlapped requests run (coll_async.h): submission
+ * order, or the lowest priority first. */
 typedef enum { COLL_ORDER_FIFO = 0, COLL_ORDER_PRIORITY } coll_order_t;
-int coll_async_new(coll_ctx_t *ctx, coll_order_t order, coll_async_t **out);
-/* Each returns the request's ticket, for coll_async_wait_one. */
-size_t coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, size_t count,
-                            int priority);
-/* In place, ring layout: reduce-scatter leaves the sum of block r
- * (coll_block) in rank r's buf; allgather spreads each rank's block r. */
-size_t coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count, int priority);
-size_t coll_async_allgather(coll_async_t *a, float *buf, size_t count, int priority);
-/* Runs or waits for requests until this one has finished (under PRIORITY,
- * the more urgent ones run first; under FIFO, the earlier ones). */
-int coll_async_wait_one(coll_async_t *a, size_t ticket);
-/* Runs or waits for every submitted request. *busy_sec: seconds spent
- * communicating since the previous wait or take_busy. */
-int coll_async_wait(coll_async_t *a, double *busy_sec);
-double coll_async_take_busy(coll_async_t *a);
-void coll_async_free(coll_async_t *a);
 #endif

@@ -1,7 +1,7 @@
 /* comm: the transport. One interface, two backends:
  *   local - N ranks as threads of one process (default, no launcher);
  *   mpi   - one rank per MPI process (mpirun / srun).
- * dist/ and coll/ speak only this interface, so every strategy runs
+ * strategy/ and coll/ speak only this interface, so every strategy runs
  * unchanged on both. Every message carries a header (magic, version, tag,
  * length) that the receiver checks; a mismatch is an error, not a crash. */
 #ifndef DTRAIN_COMM_H

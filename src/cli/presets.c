@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "dtrain/dist.h"
+#include "dtrain/train.h"
 
 int cmd_presets(int argc, char **argv) {
   if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {

@@ -1,5 +1,5 @@
 /* dtrain train: options -> train_config_t (train_options_parse,
- * src/dist/options.c) -> train_run. Exit 2 on a usage error, 1 when the
+ * src/strategy/options.c) -> train_run. Exit 2 on a usage error, 1 when the
  * run fails. */
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "dtrain/dist.h"
+#include "dtrain/train.h"
 
 static const char *TRAIN_HELP =
     "usage: dtrain train [OPTIONS]\n"

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "dtrain/coll.h"
+#include "dtrain/coll_async.h"
 
 #define ASYNC_QUEUE 1024
 

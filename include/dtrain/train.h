@@ -1,0 +1,116 @@
+/* train: running a training, the public API. The taxonomy is the
+ * configuration: each axis is a field of train_config_t, presets fill the
+ * axes in, and train_config_check refuses combinations that do not exist.
+ * train_run starts the ranks and runs the strategy the axes select (the
+ * strategies live in src/strategy/, a folder per family; their internals
+ * in src/strategy/worker.h). */
+#ifndef DTRAIN_TRAIN_H
+#define DTRAIN_TRAIN_H
+
+#include "dtrain/coll.h"
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
+#include "dtrain/nn.h"
+#include "dtrain/optim.h"
+
+typedef enum { COMM_LOCAL, COMM_MPI } comm_kind_t;
+typedef enum { OPTIMIZATION_CENTRAL, OPTIMIZATION_DECENTRAL } optimization_t;
+typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP } schedule_t;
+typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHBORS,
+               EXCHANGE_GOSSIP, EXCHANGE_TREE, EXCHANGE_SHARED } exchange_t;
+
+typedef struct {
+  /* what to train */
+  char model[256], data[256];
+  int epochs, batch;            /* batch per worker */
+  uint64_t seed;
+  int threads;                  /* BLAS threads per worker */
+  /* optimizer and schedule */
+  optim_config_t optim;
+  double lr;
+  lr_kind_t lr_schedule;
+  double warmup_epochs, lr_step_epochs, lr_gamma;
+  /* taxonomy axes */
+  char preset[32];
+  int workers;
+  comm_kind_t comm;
+  optimization_t optimization;
+  schedule_t schedule;
+  double schedule_param;        /* ssp:S, value:V, backup:B */
+  exchange_t exchange;
+  allreduce_algo_t algo;        /* for EXCHANGE_ALLREDUCE */
+  int ps_servers;               /* ps:K (0 = ps:n, co-located) */
+  double gossip_p;              /* gossip:p */
+  int tree_fanout;              /* tree:F */
+  size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
+  int overlap;                  /* start bucket allreduces during backprop */
+  coll_order_t comm_order;      /* FIFO, or PRIORITY: the next forward's layers first */
+  size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
+  int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
+  int balance;                  /* split each synchronous step's batch by measured speed */
+  /* parameter servers (issue: centralized optimization) */
+  int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
+  int staleness_lr;             /* divide the step by the staleness */
+  double dc_asgd;               /* delay compensation lambda (0 = off) */
+  int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
+  int64_t kill_step;
+  char checkpoint_dir[256];     /* one file per shard + manifest */
+  /* decentralized optimization */
+  int tau;                      /* local steps between merges [1] */
+  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default) */
+  int tau_up, tau_down;         /* TreeEASGD exchange periods */
+  double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
+  /* emulated network (local) */
+  comm_net_t net;
+  double net_latency, net_bandwidth;
+  int straggler_rank;           /* -1 = none */
+  double straggler_slowdown;
+  /* files and output */
+  char metrics[256], checkpoint[256], resume[256];
+  int progress;                 /* live progress line on stderr */
+  int64_t max_steps;            /* stop after this many steps in total (0 = no limit; for tests and benches) */
+  double max_loss;              /* a mean train or test loss above this is divergence [1e4] */
+} train_config_t;
+
+void train_config_default(train_config_t *cfg);
+/* Refuses invalid values and combinations of axes with one line naming the
+ * options and what exists. */
+int train_config_check(const train_config_t *cfg);
+/* The outputs (--checkpoint, --metrics) may be written: new, or dtrain's
+ * own earlier output of that kind; distinct from each other and from
+ * --resume where writing would destroy it (src/strategy/outputs.c). */
+int train_check_outputs(const train_config_t *cfg);
+/* The options that name ranks (--straggler, --kill) against the number of
+ * workers; under mpi called once -np has fixed it. */
+int train_config_check_ranks(const train_config_t *cfg);
+const char *schedule_name(schedule_t s);
+const char *exchange_name(exchange_t e);
+
+/* Parse --schedule and --exchange values into the config. */
+int schedule_parse(const char *text, schedule_t *out, double *param);
+int exchange_parse(const char *text, train_config_t *cfg);
+
+/* The options of 'dtrain train' (argv[1..argc); argv[0] is not read) into
+ * cfg: defaults, then the preset's options (--preset, at most once), then
+ * the user's in order (a later one overrides an earlier one), then
+ * train_config_check; last, every option the user gave must be one that
+ * the resulting configuration uses. -1 with one line set (naming the
+ * option) on a usage error. Reads and writes no file. */
+int train_options_parse(int argc, char **argv, train_config_t *cfg);
+
+/* Presets: named systems of the literature as settings of the axes. */
+typedef struct {
+  const char *name;
+  const char *axes;             /* human-readable: which axes it sets */
+  const char *source;           /* paper or system */
+  const char *options;          /* the equivalent command-line options */
+} preset_t;
+const preset_t *preset_list(int *count);
+const preset_t *preset_find(const char *name);
+
+/* Runs the whole training: loads the data once, starts the ranks on the
+ * chosen transport, and returns 0 when every rank finished. With
+ * COMM_MPI, argc/argv are handed to MPI_Init. */
+int train_run(train_config_t *cfg, int *argc, char ***argv);
+
+#endif

@@ -1,0 +1,231 @@
+/* The taxonomy axes as configuration: defaults, parsing of --schedule and
+ * --exchange, and the check that refuses combinations that do not exist. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/worker.h"
+#include "strategy/ps/ps.h"
+#include "strategy/decentral/decentral.h"
+
+void train_config_default(train_config_t *c) {
+  memset(c, 0, sizeof *c);
+  strcpy(c->model, "mlp");
+  strcpy(c->data, "fashion-mnist");
+  c->epochs = 1;
+  c->batch = 64;
+  c->seed = 1;
+  c->threads = 1;
+  optim_config_default(OPTIM_SGD, &c->optim);
+  c->lr = 0.05;
+  c->lr_schedule = LR_CONSTANT;
+  c->lr_step_epochs = 1;
+  c->lr_gamma = 0.1;
+  c->max_loss = 1e4;
+  c->workers = 1;
+  c->comm = COMM_LOCAL;
+  c->optimization = OPTIMIZATION_CENTRAL;
+  c->schedule = SCHEDULE_SYNC;
+  c->exchange = EXCHANGE_ALLREDUCE;
+  c->algo = ALLREDUCE_AUTO;
+  c->bucket_bytes = 25u << 20; /* PyTorch DDP's bucket_cap_mb */
+  c->overlap = 1;
+  c->comm_order = COLL_ORDER_FIFO;
+  c->partition_bytes = 1u << 20;
+  c->straggler_rank = -1;
+  c->fetch_every = c->push_every = 1;
+  c->kill_rank = -1;
+  c->tau = 1;
+  c->tau_up = c->tau_down = 1;
+  c->neighbor_weight = 1.0 / 3.0;
+  c->straggler_slowdown = 1;
+  c->progress = 1;
+}
+
+const char *schedule_name(schedule_t s) {
+  static const char *names[] = {"sync", "async", "ssp", "value", "backup"};
+  return names[s];
+}
+
+const char *exchange_name(exchange_t e) {
+  static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree", "shared"};
+  return names[e];
+}
+
+int schedule_parse(const char *text, schedule_t *out, double *param) {
+  const char *colon = strchr(text, ':');
+  size_t n = colon ? (size_t)(colon - text) : strlen(text);
+  for (int s = SCHEDULE_SYNC; s <= SCHEDULE_BACKUP; s++) {
+    if (strlen(schedule_name(s)) != n || strncmp(text, schedule_name(s), n) != 0) continue;
+    int needs = s == SCHEDULE_SSP || s == SCHEDULE_VALUE || s == SCHEDULE_BACKUP;
+    if (needs != (colon != NULL))
+      return dt_error("option --schedule: '%s': %s", text,
+                      needs ? "needs a parameter (ssp:S, value:V, backup:B)"
+                            : "takes no parameter");
+    *out = s;
+    *param = 0;
+    if (colon) {
+      if (s == SCHEDULE_SSP && !strcmp(colon + 1, "inf")) *param = INFINITY;
+      else if (parse_float("schedule", colon + 1, 0, 1e9, param) != 0) return -1;
+    }
+    return 0;
+  }
+  return dt_error("option --schedule: unknown schedule '%s' (expected sync, async, ssp:S, "
+                  "value:V, backup:B)", text);
+}
+
+static int exchange_parse_param(const char *text, exchange_t *out, double *gossip_p, int *fanout);
+
+int exchange_parse(const char *text, train_config_t *c) {
+  exchange_t *out = &c->exchange;
+  allreduce_algo_t *algo = &c->algo;
+  int *servers = &c->ps_servers;
+  int with_param = exchange_parse_param(text, out, &c->gossip_p, &c->tree_fanout);
+  if (with_param != 0) return with_param < 0 ? -1 : 0;
+  if (!strcmp(text, "allreduce") || !strncmp(text, "allreduce:", 10)) {
+    *out = EXCHANGE_ALLREDUCE;
+    *algo = ALLREDUCE_AUTO;
+    if (text[9] == ':' && allreduce_algo_parse(text + 10, algo) != 0)
+      return dt_error_prefix("option --exchange: ");
+    return 0;
+  }
+  if (!strncmp(text, "ps:", 3)) {
+    long k;
+    *out = EXCHANGE_PS;
+    if (!strcmp(text + 3, "n")) {
+      *servers = 0;
+      return 0;
+    }
+    if (parse_int("exchange", text + 3, 1, 1024, &k) != 0) return -1;
+    *servers = (int)k;
+    return 0;
+  }
+  static const struct { const char *name; exchange_t e; } plain[] = {
+      {"master", EXCHANGE_MASTER}, {"neighbors", EXCHANGE_NEIGHBORS}, {"shared", EXCHANGE_SHARED}};
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+    if (!strcmp(text, plain[i].name)) {
+      *out = plain[i].e;
+      return 0;
+    }
+  return dt_error("option --exchange: unknown exchange '%s' (expected allreduce:ring|rhd|tree|"
+                  "naive|hier|shm|auto, ps:K, ps:n, master, neighbors, gossip:p, tree:F, shared)", text);
+}
+
+/* gossip:p and tree:F carry a parameter; parsed here so that their errors
+ * name the option. */
+static int exchange_parse_param(const char *text, exchange_t *out, double *gossip_p, int *fanout) {
+  if (!strncmp(text, "gossip:", 7)) {
+    double p;
+    char *end;
+    p = strtod(text + 7, &end);
+    if (end == text + 7 || *end || !(p > 0 && p <= 1))
+      return dt_error("option --exchange %s: the gossip probability must be in (0, 1]", text);
+    *out = EXCHANGE_GOSSIP;
+    *gossip_p = p;
+    return 1;
+  }
+  if (!strncmp(text, "tree:", 5)) {
+    long f;
+    char *end;
+    f = strtol(text + 5, &end, 10);
+    if (end == text + 5 || *end || f < 1 || f > 1024)
+      return dt_error("option --exchange %s: the tree fan-out must be an integer >= 1", text);
+    *out = EXCHANGE_TREE;
+    *fanout = (int)f;
+    return 1;
+  }
+  if (!strcmp(text, "gossip") || !strcmp(text, "tree"))
+    return dt_error("option --exchange %s: needs a parameter (gossip:p, tree:F)", text);
+  return 0;
+}
+
+int train_config_check_ranks(const train_config_t *c) {
+  if (c->straggler_rank >= c->workers)
+    return dt_error("option --straggler: rank %d does not exist with %d workers",
+                    c->straggler_rank, c->workers);
+  if (c->kill_rank >= c->workers)
+    return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
+                    c->workers);
+  return 0;
+}
+
+/* A sharded step keeps the ring's reduce-scatter layout: rank r owns block
+ * r of every bucket. */
+static int shard_check(const train_config_t *c) {
+  if (!c->shard_optimizer) return 0;
+  if (c->exchange != EXCHANGE_ALLREDUCE || c->optimization != OPTIMIZATION_CENTRAL)
+    return dt_error("option --shard-optimizer: applies to synchronous data parallelism "
+                    "(--optimization central --exchange allreduce:ring)");
+  if (c->algo != ALLREDUCE_RING && c->algo != ALLREDUCE_AUTO)
+    return dt_error("option --shard-optimizer: needs --exchange allreduce:ring (a rank steps "
+                    "its block of the ring's reduce-scatter), not allreduce:%s",
+                    allreduce_algo_name(c->algo));
+  if (c->optim.kind == OPTIM_LARS)
+    return dt_error("options --shard-optimizer and --optimizer lars do not combine: LARS needs "
+                    "whole tensors, a rank steps a block");
+  return 0;
+}
+
+/* Priority order applies each bucket's update during the next forward
+ * pass, which needs the buckets of synchronous data parallelism started
+ * during backprop, each whole on every rank. */
+static int comm_order_check(const train_config_t *c) {
+  if (c->comm_order != COLL_ORDER_PRIORITY) return 0;
+  if (c->exchange != EXCHANGE_ALLREDUCE || c->optimization != OPTIMIZATION_CENTRAL ||
+      c->schedule != SCHEDULE_SYNC)
+    return dt_error("option --comm-order priority: applies to synchronous data parallelism "
+                    "(--optimization central --schedule sync --exchange allreduce:ALGO)");
+  if (!c->overlap)
+    return dt_error("options --comm-order priority and --overlap off do not combine: priority "
+                    "orders the allreduces that run during compute (use --overlap on)");
+  if (c->shard_optimizer || c->balance)
+    return dt_error("option --comm-order priority: does not combine with --%s on (the update "
+                    "is applied bucket by bucket during the next forward pass)",
+                    c->shard_optimizer ? "shard-optimizer" : "balance");
+  return 0;
+}
+
+/* Balancing splits the batch of a synchronous step of data parallelism. */
+static int balance_check(const train_config_t *c) {
+  if (!c->balance) return 0;
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->schedule != SCHEDULE_SYNC ||
+      (c->exchange != EXCHANGE_ALLREDUCE && c->exchange != EXCHANGE_SHARED))
+    return dt_error("option --balance: applies to synchronous data parallelism (--optimization "
+                    "central --schedule sync --exchange allreduce:ALGO or shared), not --schedule "
+                    "%s --exchange %s", schedule_name(c->schedule), exchange_name(c->exchange));
+  return 0;
+}
+
+/* allreduce:shm reads the other ranks' buffers: threads of one process,
+ * and no messages for an emulated network to delay. */
+static int shm_check(const train_config_t *c) {
+  if (c->algo != ALLREDUCE_SHM) return 0;
+  if (c->comm != COMM_LOCAL)
+    return dt_error("option --exchange allreduce:shm needs shared memory: use --comm local "
+                    "(ranks of --comm mpi are separate processes; ring, rhd and auto work on both)");
+  if (c->net_latency > 0 || c->net_bandwidth > 0)
+    return dt_error("options --exchange allreduce:shm and --net do not combine: shm sends no "
+                    "messages for the emulated network to delay (use ring, rhd or auto)");
+  return 0;
+}
+
+/* Values first, then whether the axes combine (strategy_select). */
+int train_config_check(const train_config_t *c) {
+  if (c->epochs < 1) return dt_error("option --epochs: must be at least 1");
+  if (c->batch < 1) return dt_error("option --batch: must be at least 1");
+  if (!(c->lr >= 0)) return dt_error("option --lr: %g is negative (expected >= 0)", c->lr);
+  if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
+  if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
+  if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
+  if (decentral_check(c) != 0) return -1;
+  if (ps_check(c) != 0) return -1;
+  if (shard_check(c) != 0) return -1;
+  if (shm_check(c) != 0) return -1;
+  if (balance_check(c) != 0) return -1;
+  if (comm_order_check(c) != 0) return -1;
+  /* under mpi the number of workers comes from -np: checked once it is known */
+  if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
+  strategy_fn fn;
+  const char *name;
+  return strategy_select(c, &fn, &name);
+}

@@ -1,0 +1,220 @@
+/* The driver of the decentralized methods (decentral.h): epochs of
+ * per-replica steps, and at every evaluation the consensus model the
+ * method defines, evaluated, reported and checkpointed in place of the
+ * replica, with the spread of the replicas around it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/decentral/decentral.h"
+
+/* Under mpi the number of workers comes from -np; it must agree with
+ * --workers when that was given. */
+static int count_workers(decentral_t *d, int masters) {
+  const train_config_t *cfg = d->w->cfg;
+  int size = comm_size(d->w->comm);
+  d->nworkers = size - masters;
+  if (d->nworkers < 1)
+    return dt_error("this method needs %d master rank(s) plus at least one worker: run "
+                    "mpirun -np %d or more", masters, masters + 1);
+  if (cfg->comm == COMM_MPI && cfg->workers > 1 && cfg->workers != d->nworkers)
+    return dt_error("option --workers %d: mpirun started %d ranks but this method needs %d "
+                    "(%d workers + %d master); run mpirun -np %d, or drop --workers",
+                    cfg->workers, size, cfg->workers + masters, cfg->workers, masters,
+                    cfg->workers + masters);
+  return 0;
+}
+
+int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int masters,
+                   void *method) {
+  memset(d, 0, sizeof *d);
+  d->w = w;
+  d->ops = ops;
+  d->method = method;
+  if (count_workers(d, masters) != 0) return -1;
+  d->is_worker = comm_rank(w->comm) < d->nworkers;
+  worker_plan_steps(w, d->nworkers);
+  size_t nb = w->model->nbuffers;
+  d->consensus = dt_alloc_floats(w->model->nparams + nb);
+  d->replica = dt_alloc_floats(w->model->nparams + nb);
+  return d->consensus && d->replica ? 0 : -1;
+}
+
+void decentral_free(decentral_t *d) {
+  dt_free(d->consensus);
+  dt_free(d->replica);
+  d->consensus = d->replica = NULL;
+}
+
+int decentral_gradient(decentral_t *d, int64_t k, size_t *count, size_t *global) {
+  size_t begin, all;
+  worker_step_slice(d->w, k, &begin, count, &all);
+  if (global) *global = all;
+  return worker_compute_gradient(d->w, begin, *count, *count ? (int)*count : 1, NULL);
+}
+
+int decentral_local_step(decentral_t *d, int64_t k, size_t *count, size_t *global) {
+  if (decentral_gradient(d, k, count, global) != 0) return -1;
+  worker_apply_update(d->w);
+  return 0;
+}
+
+int decentral_weighted_sum(decentral_t *d, float scale, float *out) {
+  model_t *m = d->w->model;
+  if (d->is_worker) {
+    kern_copy(m->nparams, m->params, out);
+    kern_scale(m->nparams, scale, out);
+  } else {
+    kern_zero(m->nparams, out);
+  }
+  if (comm_size(d->w->comm) == 1) return 0;
+  return allreduce(d->w->coll, d->algo, out, m->nparams);
+}
+
+int decentral_sum_doubles(decentral_t *d, const double *mine, int n, double *sums) {
+  int P = comm_size(d->w->comm), me = comm_rank(d->w->comm);
+  size_t per = 2 * (size_t)n; /* floats that hold n doubles */
+  float *all = calloc((size_t)P * per, sizeof *all);
+  if (!all) return dt_error("out of memory");
+  memcpy(all + (size_t)me * per, mine, (size_t)n * sizeof(double));
+  int rc = P > 1 ? allgather_ring(d->w->coll, all, (size_t)P * per) : 0;
+  for (int j = 0; j < n; j++) sums[j] = 0;
+  for (int r = 0; r < P && rc == 0; r++) {
+    double v[8];
+    memcpy(v, all + (size_t)r * per, (size_t)n * sizeof(double));
+    for (int j = 0; j < n; j++) sums[j] += v[j];
+  }
+  free(all);
+  return rc;
+}
+
+int decentral_broadcast_params(decentral_t *d, int root, float *out) {
+  model_t *m = d->w->model;
+  if (comm_rank(d->w->comm) == root) kern_copy(m->nparams, m->params, out);
+  return broadcast_tree(d->w->coll, root, out, m->nparams);
+}
+
+/* Buffers (batch-norm statistics) of the consensus: the workers' mean. */
+static int average_buffers(decentral_t *d, float *out) {
+  model_t *m = d->w->model;
+  if (!m->nbuffers) return 0;
+  if (d->is_worker) kern_copy(m->nbuffers, m->buffers, out);
+  else kern_zero(m->nbuffers, out);
+  if (comm_size(d->w->comm) > 1 && allreduce(d->w->coll, ALLREDUCE_AUTO, out, m->nbuffers) != 0)
+    return -1;
+  kern_scale(m->nbuffers, 1.0f / (float)d->nworkers, out);
+  return 0;
+}
+
+static double distance(size_t n, const float *a, const float *b) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = (double)a[i] - (double)b[i];
+    s += e * e;
+  }
+  return sqrt(s);
+}
+
+/* Puts the consensus (params, then buffers) in place of the replica, or
+ * the replica back. */
+static void swap_in(decentral_t *d, int consensus) {
+  model_t *m = d->w->model;
+  size_t np = m->nparams, nb = m->nbuffers;
+  if (consensus) {
+    kern_copy(np, m->params, d->replica);
+    kern_copy(nb, m->buffers, d->replica + np);
+    kern_copy(np, d->consensus, m->params);
+    kern_copy(nb, d->consensus + np, m->buffers);
+  } else {
+    kern_copy(np, d->replica, m->params);
+    kern_copy(nb, d->replica + np, m->buffers);
+  }
+}
+
+/* The consensus on a shard of the test set per rank; the epoch's train
+ * sums and the replicas' distances to the consensus in one allreduce. */
+static int evaluate_consensus(decentral_t *d, epoch_report_t *r, char *extra, size_t cap) {
+  worker_t *w = d->w;
+  model_t *m = w->model;
+  if (d->ops->consensus_params(d, d->consensus) != 0) return -1;
+  if (average_buffers(d, d->consensus + m->nparams) != 0) return -1;
+  double dist = d->is_worker ? distance(m->nparams, m->params, d->consensus) : 0;
+  int n = snprintf(extra, cap, "\"consensus\":\"%s\"", d->ops->consensus);
+  if (d->ops->extra_json && d->ops->extra_json(d, extra + n, cap - (size_t)n) != 0) return -1;
+  swap_in(d, 1);
+  size_t off, len;
+  data_shard(w->test->n, comm_rank(w->comm), comm_size(w->comm), &off, &len);
+  double test_loss;
+  int64_t test_correct;
+  worker_evaluate(w, off, off + len, &test_loss, &test_correct);
+  float sums[6] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
+                   (float)w->epoch_samples, (float)w->epoch_correct, (float)dist};
+  if (comm_size(w->comm) > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, 6) != 0) return -1;
+  r->test_loss = sums[0] / (double)w->test->n;
+  r->test_acc = sums[1] / (double)w->test->n;
+  r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
+  r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
+  n = (int)strlen(extra);
+  snprintf(extra + n, cap - (size_t)n, ",\"replica_spread\":%.6g", sums[5] / d->nworkers);
+  r->extra_json = extra;
+  return 0;
+}
+
+static int run_epoch_steps(decentral_t *d, int epoch, int64_t *done) {
+  worker_t *w = d->w;
+  const train_config_t *cfg = w->cfg;
+  int64_t k = 0;
+  for (; k < w->steps_per_epoch; k++) {
+    if (cfg->max_steps && w->step >= cfg->max_steps) break;
+    if (d->ops->step(d, k) != 0) return -1;
+    worker_progress(w, epoch, k, w->steps_per_epoch);
+  }
+  *done = k;
+  return d->ops->before_eval ? d->ops->before_eval(d) : 0;
+}
+
+int decentral_run(decentral_t *d) {
+  worker_t *w = d->w;
+  const train_config_t *cfg = w->cfg;
+  epoch_report_t r = {0};
+  char extra[512];
+  int have_report = 0;
+  double run_t0 = dt_now();
+  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
+    double t0 = dt_now();
+    worker_begin_epoch(w, epoch);
+    int64_t k;
+    if (run_epoch_steps(d, epoch, &k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+    double train_sec = dt_now() - t0;
+    r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+    r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
+    size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * d->nworkers;
+    r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
+    double eval_t0 = dt_now();
+    if (evaluate_consensus(d, &r, extra, sizeof extra) != 0)
+      return dt_error_prefix("epoch %d: evaluation: ", epoch + 1);
+    r.eval_sec = dt_now() - eval_t0;
+    int rc = worker_report_epoch(w, &r);
+    swap_in(d, 0);
+    if (rc != 0) return -1;
+    have_report = 1;
+    if (cfg->max_steps && w->step >= cfg->max_steps) break;
+  }
+  return worker_report_done(w, have_report ? &r : NULL, dt_now() - run_t0);
+}
+
+/* Values of the decentralized options that no method accepts. The
+ * elastic coefficients are checked once more by EASGD and TreeEASGD with
+ * the real number of workers (under mpi it comes from -np). */
+int decentral_check(const train_config_t *c) {
+  double alpha, beta;
+  int p = 1;
+  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE) p = c->tree_fanout;
+  else if (decentral_extra_ranks(c)) p = c->workers;
+  if ((c->alpha > 0 || c->beta > 0 || c->rho > 0) && elastic_coefficients(c, p, &alpha, &beta) != 0)
+    return -1;
+  if (!(c->neighbor_weight >= 0 && c->neighbor_weight <= 0.5))
+    return dt_error("option --neighbor-weight: %g (expected 0 <= W <= 1/2, the self weight "
+                    "being 1 - 2W)", c->neighbor_weight);
+  return 0;
+}

@@ -1,0 +1,119 @@
+/* Decentralized optimization: what local SGD, EASGD, D-PSGD, GoSGD and
+ * TreeEASGD share. Every worker runs its own optimizer on its own replica
+ * (w->model->params); a method only says how one step goes on a rank and
+ * what its consensus model is. The driver (consensus.c) runs the epochs,
+ * and at every evaluation puts the consensus into each rank's params,
+ * evaluates it on a shard of the test set per rank, reports it (rank 0
+ * checkpoints it) and puts the replica back. See docs/DECENTRALIZED.md. */
+#ifndef DTRAIN_STRATEGY_DECENTRAL_H
+#define DTRAIN_STRATEGY_DECENTRAL_H
+
+#include "strategy/worker.h"
+
+int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */
+int strategy_easgd(worker_t *w);          /* elastic averaging with a master rank, sync or async */
+int strategy_dpsgd(worker_t *w);          /* D-PSGD: mix with the two ring neighbours every step */
+int strategy_gossip(worker_t *w);         /* GoSGD: sum-weighted gossip */
+int strategy_tree_easgd(worker_t *w);     /* TreeEASGD: elastic exchanges along a tree */
+/* 1 when the axes select EASGD, whose master is a rank of its own, else 0. */
+int decentral_extra_ranks(const train_config_t *cfg);
+/* Values of --alpha/--beta/--rho (EASGD's stable range), --neighbor-weight. */
+int decentral_check(const train_config_t *cfg);
+
+/* Message tags of the methods (below COLL_TAG_BASE). */
+enum {
+  TAG_EASGD_REQUEST = 5001, TAG_EASGD_REPLY, /* asynchronous EASGD: worker <-> master */
+  TAG_DPSGD_LEFT = 5101, TAG_DPSGD_RIGHT,    /* D-PSGD: models to the ring neighbours */
+  TAG_GOSSIP_MODEL = 5201, TAG_GOSSIP_END,   /* GoSGD: <alpha, w>, end-of-epoch counts */
+  TAG_TREE_MODEL = 5301, TAG_TREE_END,       /* TreeEASGD: models, end-of-epoch counts */
+};
+
+typedef struct decentral decentral_t;
+
+typedef struct {
+  const char *consensus;                       /* "average", "centre", "root", ... */
+  int (*step)(decentral_t *d, int64_t k);      /* step k of the epoch on this rank */
+  int (*before_eval)(decentral_t *d);          /* optional: drain messages, serve requests */
+  int (*consensus_params)(decentral_t *d, float *out); /* the consensus, on every rank */
+  int (*extra_json)(decentral_t *d, char *buf, size_t cap); /* optional; collective */
+} decentral_ops_t;
+
+struct decentral {
+  worker_t *w;
+  const decentral_ops_t *ops;
+  int nworkers;           /* ranks 0 .. nworkers-1 train a replica */
+  int is_worker;          /* 0 on a rank that holds no replica (the EASGD master) */
+  allreduce_algo_t algo;  /* for decentral_weighted_sum [auto] */
+  float *consensus;       /* nparams */
+  float *replica;         /* this rank's params while the consensus is swapped in */
+  void *method;           /* the method's own state */
+};
+
+/* Sets d up for w: `masters` ranks after the workers hold no replica.
+ * Counts workers from the communicator (mpi: -np), checks them against
+ * --workers, and redoes the step schedule for nworkers replicas. */
+int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int masters,
+                   void *method);
+void decentral_free(decentral_t *d);
+/* Runs every epoch: steps, evaluation of the consensus, reports. */
+int decentral_run(decentral_t *d);
+
+/* This worker's gradient for step k: its slice of the step, averaged over
+ * its own samples (every replica takes a mean-gradient step). *count: its
+ * samples; *global: the samples of all workers in step k (may be NULL). */
+int decentral_gradient(decentral_t *d, int64_t k, size_t *count, size_t *global);
+/* Gradient and optimizer step. */
+int decentral_local_step(decentral_t *d, int64_t k, size_t *count, size_t *global);
+
+/* out = sum over ranks of scale * params (the EASGD master gives 0). */
+int decentral_weighted_sum(decentral_t *d, float scale, float *out);
+/* sums[j] = sum over ranks of mine[j], j < n <= 8, exactly in double (the
+ * values travel as bytes; the sum is taken in rank order). */
+int decentral_sum_doubles(decentral_t *d, const double *mine, int n, double *sums);
+/* out = root's params, on every rank. */
+int decentral_broadcast_params(decentral_t *d, int root, float *out);
+
+/* Elastic coefficients after defaults (Zhang et al. 2015 notation):
+ * alpha moves a worker toward its centre per exchange, beta is the
+ * centre's moving-average rate over its p pullers (per exchange the centre
+ * moves by beta/p). Fails with a line naming the option if unstable. */
+int elastic_coefficients(const train_config_t *cfg, int p, double *alpha, double *beta);
+
+/* ---- asynchronous model messages between peers (GoSGD, TreeEASGD) ----------
+ * One receive from any rank is always posted and is polled between steps;
+ * a model goes out from one snapshot buffer to one or more peers, and a new
+ * snapshot waits (serving receives meanwhile) until the previous one has
+ * been taken. drain() is collective: every rank tells every other how many
+ * models it sent it, then receives until it has them all, so that nothing
+ * is in flight at an evaluation or at the end. */
+typedef void (*mail_merge_fn)(void *ctx, int src, const float *msg);
+
+typedef struct {
+  comm_t *comm;
+  int tag, end_tag;
+  size_t len;             /* floats per message */
+  float *rbuf, *sbuf;
+  comm_req_t *rreq;       /* the posted receive */
+  comm_req_t **sreq;      /* sends of the current snapshot */
+  int *sdst;              /* and their destinations */
+  int nsreq;
+  double *sent_to;        /* models sent to each rank, since the start */
+  double received;        /* models received */
+  double *end_counts;     /* drain: what each rank says it sent here */
+  mail_merge_fn merge;
+  void *ctx;
+  double wait_sec;        /* time spent waiting for a snapshot buffer */
+  double timeout;         /* seconds without progress before failing (--comm-timeout) */
+} peer_mail_t;
+
+/* timeout: --comm-timeout (0 = 300 s) */
+int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, double timeout,
+              mail_merge_fn merge, void *ctx);
+void mail_close(peer_mail_t *m);
+/* Merges every model that has arrived; *n (may be NULL) counts them. */
+int mail_poll(peer_mail_t *m, int *n);
+/* The snapshot buffer, once the previous snapshot has been taken by all. */
+int mail_snapshot(peer_mail_t *m, float **buf);
+int mail_send(peer_mail_t *m, int dst);
+int mail_drain(peer_mail_t *m);
+#endif

@@ -1,0 +1,167 @@
+/* Hogwild! (Niu, Recht, Ré & Wright 2011): worker threads update one
+ * shared parameter arena in place, without locks. Each worker copies the
+ * shared parameters (as they are at that moment: other workers may be
+ * writing), computes its batch's gradient, and applies its optimizer step
+ * straight to the shared arena. Batches come from the epoch's shared
+ * order through an atomic counter, so a fast worker takes more of them.
+ *
+ * The writes race by design (that is the method): a concurrent read may
+ * see a partly updated vector, and under ThreadSanitizer this strategy is
+ * reported. Each worker keeps its own momentum. Shared memory is a
+ * transport facility (comm_shared_alloc): --comm local only.
+ *
+ * Staleness of an update: updates other workers applied between this
+ * worker's read of the parameters and its own write. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/dp/dp.h"
+#include "strategy/dp/balance.h"
+
+#define HEADER 64 /* bytes before the parameters: counters on their own line */
+
+typedef struct {
+  _Atomic int64_t next;      /* next batch of the epoch's order */
+  _Atomic int64_t updates;   /* updates applied so far */
+} hog_counters_t;
+
+typedef struct {
+  worker_t *w;
+  hog_counters_t *ctr;
+  float *params;             /* the shared arena */
+  int64_t batches_per_epoch;
+  /* this worker's epoch: loss, samples, correct, staleness sum/count/max, batches, seconds */
+  double sums[8];
+  char extra[1024];
+} hog_t;
+
+static double lr_of_batch(const hog_t *h, int64_t epoch, int64_t q) {
+  const worker_t *w = h->w;
+  return lr_at(&w->sched, epoch * w->steps_per_epoch + q * w->steps_per_epoch / h->batches_per_epoch);
+}
+
+static int hog_batch(hog_t *h, int64_t epoch, int64_t q) {
+  worker_t *w = h->w;
+  const train_config_t *cfg = w->cfg;
+  model_t *m = w->model;
+  size_t begin = (size_t)q * (size_t)cfg->batch;
+  size_t count = w->train->n - begin < (size_t)cfg->batch ? w->train->n - begin : (size_t)cfg->batch;
+  memcpy(m->params, h->params, m->nparams * sizeof(float)); /* racy read, by design */
+  int64_t seen = atomic_load_explicit(&h->ctr->updates, memory_order_relaxed);
+  double loss0 = w->epoch_loss_sum;
+  int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
+  w->step = epoch * h->batches_per_epoch + q; /* dropout masks: a function of the batch */
+  DT_TRY(worker_compute_gradient(w, begin, count, cfg->batch * w->nranks, NULL));
+  double t0 = dt_now();
+  int64_t before = atomic_fetch_add_explicit(&h->ctr->updates, 1, memory_order_relaxed);
+  optim_step(w->opt, h->params, m->grads, w->segs, w->nsegs, (float)lr_of_batch(h, epoch, q));
+  w->timers.compute += dt_now() - t0;
+  double staleness = (double)(before - seen);
+  h->sums[0] += w->epoch_loss_sum - loss0;
+  h->sums[1] += (double)(w->epoch_samples - n0);
+  h->sums[2] += (double)(w->epoch_correct - c0);
+  h->sums[3] += staleness;
+  h->sums[4] += 1;
+  if (staleness > h->sums[5]) h->sums[5] = staleness;
+  h->sums[6] += 1;
+  return 0;
+}
+
+/* Rank 0 gets every worker's sums; fills the report's training figures. */
+static int epoch_figures(hog_t *h, epoch_report_t *r) {
+  worker_t *w = h->w;
+  int N = w->nranks;
+  float *mine = calloc(8, sizeof *mine), *got = calloc((size_t)N * 8, sizeof *got);
+  int rc = mine && got ? 0 : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < 8; i++) mine[i] = (float)h->sums[i];
+  if (rc == 0 && N > 1) rc = gather_to_root(w->coll, 0, mine, got, 8);
+  if (rc == 0 && N == 1) memcpy(got, mine, 8 * sizeof *got);
+  if (rc == 0 && w->rank == 0) {
+    double loss = 0, samples = 0, correct = 0, st = 0, stn = 0, stmax = 0;
+    for (int i = 0; i < N; i++) {
+      const float *g = got + 8 * i;
+      loss += g[0], samples += g[1], correct += g[2], st += g[3], stn += g[4];
+      if (g[5] > stmax) stmax = g[5];
+    }
+    r->train_loss = samples > 0 ? loss / samples : 0;
+    r->train_acc = samples > 0 ? correct / samples : 0;
+    r->samples_per_sec = r->epoch_sec > 0 ? samples / r->epoch_sec : 0;
+    size_t n = (size_t)snprintf(h->extra, sizeof h->extra,
+                                "\"exchange\":\"shared\",\"schedule\":\"async\",\"staleness_mean\":"
+                                "%.4g,\"staleness_max\":%.0f,\"batches\":[",
+                                stn > 0 ? st / stn : 0, stmax);
+    for (int i = 0; i < N && n < sizeof h->extra; i++)
+      n += (size_t)snprintf(h->extra + n, sizeof h->extra - n, "%s%.0f", i ? "," : "", got[8 * i + 6]);
+    if (n < sizeof h->extra) snprintf(h->extra + n, sizeof h->extra - n, "]");
+    r->extra_json = h->extra;
+  }
+  free(mine), free(got);
+  return rc;
+}
+
+static int report(hog_t *h, int epoch, double train_sec, epoch_report_t *r) {
+  worker_t *w = h->w;
+  *r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+  r->lr = lr_of_batch(h, epoch, h->batches_per_epoch - 1);
+  DT_TRY(epoch_figures(h, r));
+  if (w->rank != 0) return 0;
+  memcpy(w->model->params, h->params, w->model->nparams * sizeof(float));
+  double t0 = dt_now(), loss;
+  int64_t correct;
+  worker_evaluate(w, 0, w->test->n, &loss, &correct);
+  r->eval_sec = dt_now() - t0;
+  r->test_loss = loss / (double)w->test->n;
+  r->test_acc = (double)correct / (double)w->test->n;
+  return worker_report_epoch(w, r);
+}
+
+static int run_epochs(hog_t *h) {
+  worker_t *w = h->w;
+  const train_config_t *cfg = w->cfg;
+  int64_t cap = cfg->max_steps ? cfg->max_steps * w->nranks : INT64_MAX;
+  epoch_report_t r = {0};
+  int have = 0;
+  double run_t0 = dt_now();
+  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
+    if (w->rank == 0) atomic_store(&h->ctr->next, 0);
+    DT_TRY(comm_barrier(w->comm));
+    double t0 = dt_now();
+    memset(&w->timers, 0, sizeof w->timers);
+    memset(h->sums, 0, sizeof h->sums);
+    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
+    for (;;) {
+      int64_t q = atomic_fetch_add(&h->ctr->next, 1);
+      if (q >= h->batches_per_epoch || epoch * h->batches_per_epoch + q >= cap) break;
+      if (hog_batch(h, epoch, q) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+      worker_progress(w, epoch, q / w->nranks, w->steps_per_epoch);
+    }
+    DT_TRY(comm_barrier(w->comm)); /* every update of the epoch is in */
+    DT_TRY(report(h, epoch, dt_now() - t0, &r));
+    have = 1;
+    if ((int64_t)(epoch + 1) * h->batches_per_epoch >= cap) break;
+  }
+  int64_t keep = w->step;
+  w->step = atomic_load(&h->ctr->updates) / w->nranks;
+  int rc = worker_report_done(w, have ? &r : NULL, dt_now() - run_t0);
+  w->step = keep;
+  return rc;
+}
+
+int strategy_hogwild(worker_t *w) {
+  hog_t h = {.w = w};
+  size_t bytes = HEADER + w->model->nparams * sizeof(float);
+  void *shared;
+  if (comm_shared_alloc(w->comm, bytes, &shared) != 0) {
+    comm_shared_free(w->comm, shared);
+    return -1;
+  }
+  h.ctr = shared;
+  h.params = (float *)((char *)shared + HEADER);
+  h.batches_per_epoch = ((int64_t)w->train->n + w->cfg->batch - 1) / w->cfg->batch;
+  if (w->rank == 0) /* the initial (or resumed) parameters */
+    memcpy(h.params, w->model->params, w->model->nparams * sizeof(float));
+  int rc = run_epochs(&h);
+  comm_shared_free(w->comm, shared); /* waits for every rank: none still writes */
+  return rc;
+}

@@ -1,0 +1,90 @@
+/* Named systems of the literature as settings of the taxonomy axes. The
+ * options string is applied before the user's own options, so anything
+ * given explicitly overrides the preset. */
+#include <string.h>
+
+#include "dtrain/train.h"
+
+static const preset_t PRESETS[] = {
+    {"horovod", "central / sync / allreduce:ring, tensor fusion 64 MB, overlap",
+     "Sergeev & Del Balso 2018, Horovod (ring allreduce after Baidu)",
+     "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 64 --overlap on"},
+    {"pytorch-ddp", "central / sync / allreduce:ring, 25 MB buckets, overlap with backprop",
+     "Li et al. 2020, PyTorch Distributed (DDP)",
+     "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 25 --overlap on"},
+    {"bytescheduler", "central / sync / allreduce:ring, per-layer buckets in 1 MB parts, first "
+                      "layers first, updates applied during the next forward pass",
+     "Peng et al. 2019, A Generic Communication Scheduler for Distributed DNN Training "
+     "Acceleration (ByteScheduler); Jayarajan et al. 2019, Priority-based Parameter Propagation (P3)",
+     "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 0 --overlap on "
+     "--comm-order priority --partition-kb 1024"},
+    {"firecaffe", "central / sync / allreduce:tree (binomial reduction tree through one root)",
+     "Iandola et al. 2016, FireCaffe",
+     "--optimization central --schedule sync --exchange allreduce:tree --bucket-mb 1024 --overlap off"},
+    {"naive-ps", "central / sync / allreduce:naive (gather to one rank, broadcast back)",
+     "the single parameter server baseline",
+     "--optimization central --schedule sync --exchange allreduce:naive --bucket-mb 1024 --overlap off"},
+    /* decentralized optimization (docs/DECENTRALIZED.md) */
+    {"sparknet", "decentral / sync / master: tau local steps, then rank 0 averages the replicas",
+     "Moritz et al. 2016, SparkNet: Training Deep Networks in Spark",
+     "--optimization decentral --schedule sync --exchange master --tau 8"},
+    {"local-sgd", "decentral / sync / allreduce:ring: tau local steps, then the replicas are averaged",
+     "Stich 2019, Local SGD Converges Fast and Communicates Little; Lin et al. 2020",
+     "--optimization decentral --schedule sync --exchange allreduce:ring --tau 8"},
+    {"easgd", "decentral / sync / master (a rank of its own): elastic averaging with a centre",
+     "Zhang, Choromanska & LeCun 2015, Deep learning with Elastic Averaging SGD (eq. 3-4)",
+     "--optimization decentral --schedule sync --exchange master --beta 0.9 --tau 4"},
+    {"easgd-async", "decentral / async / master (a rank of its own): elastic exchanges at each worker's pace",
+     "Zhang, Choromanska & LeCun 2015, Deep learning with Elastic Averaging SGD (Algorithm 1)",
+     "--optimization decentral --schedule async --exchange master --beta 0.9 --tau 4"},
+    {"d-psgd", "decentral / sync / neighbors: every step, mix with the two ring neighbours",
+     "Lian et al. 2017, Can Decentralized Algorithms Outperform Centralized Algorithms? (D-PSGD)",
+     "--optimization decentral --schedule sync --exchange neighbors --neighbor-weight 0.333333"},
+    {"gosgd", "decentral / async / gossip: sum-weighted gossip to a random peer with probability p",
+     "Blot et al. 2016, Gossip Training for Deep Learning (GoSGD)",
+     "--optimization decentral --schedule async --exchange gossip:0.1"},
+    {"tree-easgd", "decentral / async / tree:2: elastic exchanges with parent and children",
+     "Zhang 2016, Distributed Stochastic Optimization for Deep Learning (PhD thesis, EASGD tree)",
+     "--optimization decentral --schedule async --exchange tree:2 --tau-up 2 --tau-down 2"},
+    /* parameter servers (docs/PARAMETER_SERVER.md) */
+    {"distbelief", "central / async (Downpour SGD) / ps:2: sharded servers apply each push on arrival",
+     "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief, Downpour SGD)",
+     "--optimization central --schedule async --exchange ps:2 --fetch-every 1 --push-every 1"},
+    {"parameter-server", "central / ssp:2 (bounded delay) / ps:2 sharded servers",
+     "Li et al. 2014, Scaling Distributed Machine Learning with the Parameter Server (bounded delay)",
+     "--optimization central --schedule ssp:2 --exchange ps:2"},
+    {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2",
+     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter Server (Petuum Bosen)",
+     "--optimization central --schedule ssp:3 --exchange ps:2"},
+    {"tensorflow-ps", "central / async / ps:n: a server beside every worker (between-graph replication)",
+     "Abadi et al. 2016, TensorFlow: A System for Large-Scale Machine Learning",
+     "--optimization central --schedule async --exchange ps:n"},
+    {"mxnet", "central / async / ps:n: KVStore dist_async, a server on every machine",
+     "Chen et al. 2015, MXNet: A Flexible and Efficient Machine Learning Library for Heterogeneous Distributed Systems",
+     "--optimization central --schedule async --exchange ps:n"},
+    {"bigdl", "central / sync / ps:n: every worker also serves 1/n of the model",
+     "Dai et al. 2019, BigDL: A Distributed Deep Learning Framework for Big Data",
+     "--optimization central --schedule sync --exchange ps:n"},
+    {"hogwild", "central / async / shared: lock-free updates of one arena by worker threads (local)",
+     "Niu, Recht, Re & Wright 2011, Hogwild!: A Lock-Free Approach to Parallelizing SGD",
+     "--optimization central --schedule async --exchange shared"},
+    {"sync-backup", "central / backup:1 / ps:1: each step takes the first N-1 gradients, drops the last",
+     "Chen, Pan, Monga, Bengio & Jozefowicz 2016, Revisiting Distributed Synchronous SGD",
+     "--optimization central --schedule backup:1 --exchange ps:1"},
+    {"dc-asgd", "central / async / ps:1 with delay compensation (lambda 0.04)",
+     "Zheng et al. 2017, Asynchronous Stochastic Gradient Descent with Delay Compensation",
+     "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
+};
+
+const preset_t *preset_list(int *count) {
+  *count = (int)(sizeof PRESETS / sizeof PRESETS[0]);
+  return PRESETS;
+}
+
+const preset_t *preset_find(const char *name) {
+  int n;
+  const preset_t *p = preset_list(&n);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(p[i].name, name)) return &p[i];
+  return NULL;
+}

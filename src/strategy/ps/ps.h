@@ -1,0 +1,287 @@
+/* Parameter servers (internal to src/strategy/ps/): the key-range split, the wire
+ * protocol, the push/pull client and the server. docs/PARAMETER_SERVER.md
+ * describes the design; this header is the contract between the files
+ * ps_shard.c, ps_client.c, ps_server.c, ps_coord.c, ps_ckpt.c, ps_worker.c
+ * and tests/test_ps.c.
+ *
+ * Ranks: workers are 0..N-1, servers N..N+K-1 of the world communicator.
+ * Server 0 (world rank N) is also the coordinator: it hands out batches of
+ * the shared order, closes epochs, collects statistics and watches the
+ * workers' liveness. */
+#ifndef DTRAIN_STRATEGY_PS_H
+#define DTRAIN_STRATEGY_PS_H
+
+#include "strategy/worker.h"
+
+/* The workers' loop (needs w->world with the server ranks), and the whole
+ * of one rank of such a run: ranks 0..N-1 are workers, N..N+K-1 servers
+ * (ps_worker.c). */
+int strategy_ps_worker(worker_t *w);
+int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train,
+                const dataset_t *test);
+/* Values of the parameter-server and Hogwild options (ps_config.c). */
+int ps_check(const train_config_t *cfg);
+int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
+
+/* ---- key ranges ------------------------------------------------------------
+ * Keys are float offsets into the parameter arena. Server k holds the
+ * contiguous range shards[k]; ranges are balanced by size, and cut at a
+ * tensor boundary when one lies within 5% of a shard of the ideal cut
+ * (always, for LARS, whose trust ratio is per tensor). */
+typedef struct { size_t begin, end; } ps_range_t;
+
+typedef struct {
+  int nservers, nworkers;
+  size_t nparams;
+  ps_range_t *shards;
+} ps_shard_map_t;
+
+int ps_shard_plan(const model_t *m, int nservers, int whole_tensors, ps_shard_map_t *out);
+void ps_shard_free(ps_shard_map_t *map);
+/* The tensors of the model cut to range r, as optimizer segments with
+ * offsets relative to r.begin (the shard's own arenas). */
+int ps_shard_segments(const model_t *m, ps_range_t r, optim_segment_t **segs, int *nsegs);
+
+/* ---- wire protocol -----------------------------------------------------------
+ * A request is one ps_req_t on PS_TAG_REQ (servers receive it from any
+ * source); a push's values follow on PS_TAG_DATA. Every request gets one
+ * ps_reply_t on its reply tag (the client's slot), then, for a pull or
+ * stats, the values on reply tag + 1. Tags [PS_TAG_BASE, PS_TAG_END) are
+ * the parameter servers'. */
+#define PS_TAG_BASE 0x60000
+#define PS_TAG_REQ (PS_TAG_BASE)
+#define PS_TAG_DATA (PS_TAG_BASE + 1)
+#define PS_TAG_REPLY (PS_TAG_BASE + 16)
+#define PS_MAX_INFLIGHT 256
+#define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
+#define PS_MAGIC 0x70737231u /* "psr1" */
+
+typedef enum {
+  PS_OP_PUSH = 1, /* gradient of keys [begin, begin+count): count floats follow */
+  PS_OP_PULL,     /* reply: parameters (which 0) or optimizer state which-1 of the keys */
+  PS_OP_NEXT,     /* coordinator: the next batch of the shared order */
+  PS_OP_STATS,    /* coordinator: statistics of epoch `epoch` */
+  PS_OP_SAVE,     /* write this shard's checkpoint file for epoch `epoch` */
+  PS_OP_BYE,      /* the worker has finished */
+  PS_OP_FLUSH,    /* coordinator to servers: epoch `epoch` closed after `clock` pushes */
+  PS_OP_DEAD,     /* coordinator to servers: worker `clock` stopped (epoch 1: is back) */
+  PS_OP_STOP,     /* coordinator to servers: every worker has finished */
+  PS_OP_COUNT
+} ps_op_t;
+
+/* PULL flags */
+#define PS_PULL_OWN 1     /* wait until this worker's own pushes are applied */
+#define PS_PULL_FLUSHED 2 /* wait until epoch `epoch` is flushed here */
+#define PS_PULL_NEWER 16  /* wait for a version newer than this worker's last pull */
+/* NEXT flags */
+#define PS_NEXT_WAIT 4     /* nothing left to push: wait for the next epoch */
+#define PS_NEXT_REPORTED 8 /* worker 0 has reported epoch `epoch` */
+
+/* NEXT replies (reply.batch) other than a batch number */
+#define PS_BATCH_NONE (-1) /* the epoch has no batch left: push, then ask with WAIT */
+#define PS_BATCH_END (-2)  /* to worker 0: the epoch is closed; report it */
+#define PS_BATCH_DONE (-3) /* training is over */
+
+typedef struct {
+  uint32_t magic;
+  int32_t op;
+  int32_t worker;        /* the sender's worker index (its world rank) */
+  int32_t reply_tag;
+  int32_t which;         /* PULL: 0 = parameters, 1 + s = optimizer state s */
+  int32_t flags;
+  uint64_t begin, count; /* key range */
+  uint64_t nvalues;      /* PUSH: floats that follow */
+  int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version */
+  int64_t version;       /* PUSH: this shard's version the gradient was computed on */
+  int64_t epoch;
+  int64_t nbatches;      /* PUSH: batches summed into this push */
+  /* PUSH: the batches' loss and the worker's running totals (metrics) */
+  double loss_sum, samples, correct;
+  double bytes_pushed, bytes_pulled, blocked_sec;
+} ps_req_t;
+
+typedef struct {
+  uint32_t magic;
+  int32_t status;       /* 0, or -1: rejected (error says why) */
+  int64_t version;      /* the shard's version (updates applied) */
+  int64_t opt_steps;    /* the shard optimizer's step count */
+  int64_t batch;        /* NEXT: batch number or PS_BATCH_* */
+  int64_t epoch;
+  char error[200];
+} ps_reply_t;
+
+/* STATS values: one ps_epoch_stats_t, then nworkers ps_worker_stats_t. */
+typedef struct {
+  double loss_sum, samples, correct;
+  double staleness_sum, staleness_n, staleness_max; /* at server 0, in updates */
+  double dropped;       /* backup: gradients that came too late */
+  double rejected;      /* malformed requests */
+} ps_epoch_stats_t;
+
+typedef struct {
+  double bytes_pushed, bytes_pulled, blocked_sec; /* running totals */
+  double batches;       /* running total */
+  double dead;          /* 1 once the coordinator has given up on the worker */
+} ps_worker_stats_t;
+
+/* ---- client: ps-lite style, non-blocking ------------------------------------
+ * ps_push / ps_pull split a key range over the servers that hold it and
+ * return a timestamp at once; ps_wait(ts) blocks until every server has
+ * answered. The buffers must stay untouched until the wait. A rejected
+ * request makes the wait fail with the server's message. */
+typedef struct ps_client ps_client_t;
+
+int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out);
+void ps_client_free(ps_client_t *c);
+/* tmpl: the push's clock, epoch, nbatches and statistics (the rest is
+ * filled in). Returns a timestamp >= 0, or -1. */
+int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl);
+int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
+            const ps_req_t *tmpl);
+/* A request to one server (NEXT, STATS, SAVE, BYE); extra: the values that
+ * answer it (STATS), extra_len bytes. */
+int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t extra_len);
+/* reply: the first server's answer (may be NULL). */
+int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
+int64_t ps_client_version(const ps_client_t *c, int server);
+void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, double *blocked);
+
+/* ---- server -------------------------------------------------------------------
+ * Runs server `index` of cfg's parameter servers on world rank
+ * nworkers + index until the coordinator stops it. The model (tensor
+ * table, initial parameters) comes from cfg and the data's shape. */
+int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train);
+int ps_nservers(const train_config_t *cfg, int nworkers);
+
+/* ---- server internals (ps_server.c, ps_sched.c, ps_coord.c) ------------------- */
+typedef struct {
+  int src;
+  ps_req_t req;
+} ps_deferred_t;
+
+typedef struct {
+  int used, into_state;      /* values point into params / optimizer state */
+  int snap_of;               /* values are worker w's snapshot (-1: not) */
+  ps_reply_t hdr;
+  comm_req_t *hdr_req, *val_req;
+} ps_out_t;
+
+typedef struct ps_coord ps_coord_t;
+
+typedef struct {
+  comm_t *world;
+  const train_config_t *cfg;
+  int N, K, index, rank;     /* workers, servers, this server, its world rank */
+  model_t *model;            /* tensor table and initial parameters */
+  ps_shard_map_t map;
+  ps_range_t r;
+  size_t len;
+  float *params;             /* [len] this shard's parameters */
+  optimizer_t *opt;          /* state of [len] */
+  optim_segment_t *segs;
+  int nsegs;
+  lr_schedule_t sched;
+  int64_t steps_per_epoch;   /* synchronous steps (global batch N x batch) */
+  int64_t batches_per_epoch; /* batches of the shared order (pool schedules) */
+  int pool;                  /* async, value, backup, ssp:inf: batches drawn from the pool */
+  int S;                     /* ssp bound (sync: 0) */
+  int backup;                /* backup:B */
+  double value_bound;        /* value:V */
+  int64_t version;           /* updates applied */
+  int first_epoch;
+  /* a gradient per worker, received and not yet applied */
+  float **slot;              /* [N], allocated on first use */
+  int *have;                 /* [N] held: a clock ahead of the bound, queued, accepted */
+  int64_t *slot_version, *slot_batch, *slot_epoch; /* slot_batch: clock under sync/ssp */
+  int64_t *clock_of;         /* sync/ssp: pushes received from each worker */
+  int64_t *queue;            /* value: arrival order of queued pushes ([N], -1 = none) */
+  int64_t queue_seq;
+  int naccepted;             /* backup: gradients of this step */
+  /* what each worker last pulled: its pull's reply is sent from it, so
+   * updates need not wait for the reply to be taken (and DC-ASGD and the
+   * value bound need it) */
+  float **snap;
+  int64_t *pulled_version;
+  int *dead;
+  /* epochs of the pool schedules */
+  int64_t epoch_pushes;      /* push messages of the current epoch */
+  int64_t flush_epoch, flush_target, flushed_epoch;
+  int flushing;
+  ps_deferred_t *deferred;
+  int ndeferred, cap_deferred;
+  ps_out_t *out;
+  int cap_out;
+  float *drain;              /* pushes that are dropped or rejected land here */
+  ps_req_t in;               /* the request being received */
+  comm_req_t *in_req;
+  ps_coord_t *coord;         /* server 0 only */
+  int stop;
+  double rejected;
+} ps_server_t;
+
+/* ps_server.c */
+int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                    const void *vals, size_t nbytes, int into_state);
+int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
+                             const ps_reply_t *rep);
+int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);
+int ps_server_send_control(ps_server_t *s, int server, int op, int64_t epoch, int64_t clock);
+int ps_server_wait_state_sends(ps_server_t *s);
+/* ps_sched.c: one server implementation, the schedule's rule for each push */
+int ps_sched_init(ps_server_t *s);
+void ps_sched_free(ps_server_t *s);
+int ps_sched_push(ps_server_t *s, int src, const ps_req_t *req);
+int ps_sched_pull_ready(const ps_server_t *s, int src, const ps_req_t *req);
+void ps_sched_pulled(ps_server_t *s, int src, const ps_req_t *req);
+int ps_sched_flush(ps_server_t *s, int64_t epoch, int64_t pushes);
+int ps_sched_progress(ps_server_t *s);
+double ps_lr_of_batch(const ps_server_t *s, int64_t batch);
+/* ps_coord.c: server 0's other role */
+int ps_coord_init(ps_server_t *s);
+void ps_coord_free(ps_server_t *s);
+void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_ready(const ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_check(ps_server_t *s);
+void ps_coord_staleness(ps_server_t *s, int64_t epoch, double staleness);
+void ps_coord_dropped(ps_server_t *s, int64_t epoch);
+int ps_coord_watching(const ps_server_t *s);
+
+/* ---- checkpoints (ps_ckpt.c) --------------------------------------------------- */
+/* The shard's tensors from a whole-model checkpoint (FILE) or a shard
+ * folder (DIR with manifest.json): parameters, optimizer state, and the
+ * epoch and step it was written at. */
+int ps_ckpt_load_shard(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
+                       float *params, int *epoch, int64_t *step);
+/* Writes DIR/shard-K-of-N.eE.safetensors atomically. */
+int ps_ckpt_save_shard(const train_config_t *cfg, int index, int nservers, ps_range_t r,
+                       const float *params, const optimizer_t *opt, int epoch, int64_t step);
+/* Worker 0, after every server has saved epoch E: the buffers file, then
+ * manifest.json (atomic), then the previous epoch's files are removed. */
+int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m,
+                           const ps_shard_map_t *map, int epoch, int64_t step);
+/* Epoch and step of a checkpoint (FILE or DIR); the buffers of a DIR. */
+int ps_ckpt_position(const char *path, int *epoch, int64_t *step);
+int ps_ckpt_load_buffers(const char *dir, model_t *m);
+int ps_path_is_dir(const char *path);
+/* DIR/manifest.json as read: the epoch files' names, the keys each shard
+ * covers (in order, together [0, nparams)). */
+#define PS_MANIFEST_MAX_SHARDS 1024
+typedef struct {
+  char file[160];
+  size_t begin, end;
+} ps_manifest_shard_t;
+typedef struct {
+  int epoch, nshards;
+  int64_t step;
+  size_t nparams;
+  char optimizer[32], model[512], buffers[160];  /* "" for null; model JSON-unescaped */
+  ps_manifest_shard_t shards[PS_MANIFEST_MAX_SHARDS];
+} ps_manifest_t;
+/* Parses a manifest's `len` bytes (not NUL-terminated; `path` names it in
+ * errors). Pure: reads nothing else. */
+int ps_manifest_parse(const char *text, size_t len, const char *path, ps_manifest_t *m);
+#endif

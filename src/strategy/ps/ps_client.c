@@ -1,0 +1,237 @@
+/* The worker's side of the parameter servers, in the spirit of ps-lite's
+ * KVWorker: Push and Pull of a key range are non-blocking and return a
+ * timestamp; Wait(ts) blocks until every server holding part of the range
+ * has answered. A request to one server (NEXT, STATS, SAVE, BYE) is a
+ * timestamp too.
+ *
+ * One timestamp is one slot of PS_MAX_INFLIGHT; its reply tags are the
+ * slot's, so answers that a server defers (a pull waiting for a clock)
+ * can never be taken for another request's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/ps/ps.h"
+
+typedef struct {
+  int server;                 /* world rank */
+  int shard;                  /* index into the map, or -1 (ps_call) */
+  size_t nbytes;              /* values sent (push) or expected (pull, stats) */
+  ps_req_t req;
+  ps_reply_t reply;
+  comm_req_t *send_req, *send_data, *recv_reply, *recv_values;
+} ps_part_t;
+
+typedef struct {
+  int used, nparts;
+  ps_part_t *parts;           /* [nservers] */
+} ps_handle_t;
+
+struct ps_client {
+  comm_t *world;
+  const ps_shard_map_t *map;
+  int worker, first_server;
+  int64_t next_ts;
+  ps_handle_t slots[PS_MAX_INFLIGHT];
+  int64_t *version;           /* per shard: the version of the last parameters pulled */
+  double pushed, pulled, blocked;
+};
+
+int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out) {
+  ps_client_t *c = calloc(1, sizeof *c);
+  if (!c) return dt_error("out of memory");
+  c->world = world;
+  c->map = map;
+  c->worker = worker;
+  c->first_server = map->nworkers;
+  c->version = calloc((size_t)map->nservers, sizeof *c->version);
+  int ok = c->version != NULL;
+  for (int i = 0; ok && i < PS_MAX_INFLIGHT; i++)
+    ok = (c->slots[i].parts = calloc((size_t)map->nservers, sizeof(ps_part_t))) != NULL;
+  if (!ok) {
+    ps_client_free(c);
+    return dt_error("out of memory");
+  }
+  *out = c;
+  return 0;
+}
+
+/* Withdraws whatever a part still has in flight. */
+static void part_cancel(ps_client_t *c, ps_part_t *p) {
+  comm_req_t **reqs[] = {&p->send_req, &p->send_data, &p->recv_reply, &p->recv_values};
+  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++)
+    if (*reqs[i]) {
+      comm_cancel(c->world, *reqs[i]);
+      *reqs[i] = NULL;
+    }
+}
+
+void ps_client_free(ps_client_t *c) {
+  if (!c) return;
+  for (int i = 0; i < PS_MAX_INFLIGHT; i++) {
+    ps_handle_t *h = &c->slots[i];
+    for (int j = 0; h->used && j < h->nparts; j++) part_cancel(c, &h->parts[j]);
+    free(h->parts);
+  }
+  free(c->version);
+  free(c);
+}
+
+static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
+  ps_handle_t *h = &c->slots[c->next_ts % PS_MAX_INFLIGHT];
+  if (h->used) {
+    dt_error("parameter-server client: more than %d requests in flight (wait on some)",
+             PS_MAX_INFLIGHT);
+    return NULL;
+  }
+  *ts = c->next_ts++;
+  h->used = 1;
+  h->nparts = 0;
+  return h;
+}
+
+static int reply_tag(int64_t ts) { return PS_TAG_REPLY + 2 * (int)(ts % PS_MAX_INFLIGHT); }
+
+/* Posts the receives for the answer first, then the request (and the
+ * values of a push): the answer can never arrive before its receive. */
+static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const float *push_vals,
+                      void *recv_vals) {
+  comm_t *w = c->world;
+  int tag = reply_tag(ts);
+  p->req.magic = PS_MAGIC;
+  p->req.worker = c->worker;
+  p->req.reply_tag = tag;
+  DT_TRY(comm_irecv(w, p->server, tag, &p->reply, sizeof p->reply, &p->recv_reply));
+  if (recv_vals) DT_TRY(comm_irecv(w, p->server, tag + 1, recv_vals, p->nbytes, &p->recv_values));
+  DT_TRY(comm_isend(w, p->server, PS_TAG_REQ, &p->req, sizeof p->req, &p->send_req));
+  if (push_vals) DT_TRY(comm_isend(w, p->server, PS_TAG_DATA, push_vals, p->nbytes, &p->send_data));
+  return 0;
+}
+
+/* Splits [begin, begin+count) over the shards and starts one part each. */
+static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int which,
+                        const float *push_vals, float *pull_vals, const ps_req_t *tmpl) {
+  const ps_shard_map_t *m = c->map;
+  if (count == 0 || begin >= m->nparams || count > m->nparams - begin)
+    return dt_error("parameter-server client: key range [%zu, %zu) is outside the model "
+                    "(%zu keys)", begin, begin + count, m->nparams);
+  int64_t ts;
+  ps_handle_t *h = new_handle(c, &ts);
+  if (!h) return -1;
+  size_t end = begin + count;
+  for (int k = 0; k < m->nservers; k++) {
+    ps_range_t r = m->shards[k];
+    if (r.end <= begin || r.begin >= end) continue;
+    size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < end ? r.end : end;
+    ps_part_t *p = &h->parts[h->nparts++];
+    memset(p, 0, sizeof *p);
+    if (tmpl) p->req = *tmpl;
+    p->server = c->first_server + k;
+    p->shard = k;
+    p->nbytes = (hi - lo) * sizeof(float);
+    p->req.op = op;
+    p->req.which = which;
+    p->req.begin = lo;
+    p->req.count = hi - lo;
+    p->req.nvalues = op == PS_OP_PUSH ? hi - lo : 0;
+    p->req.version = c->version[k];
+    if (part_start(c, p, ts, push_vals ? push_vals + (lo - begin) : NULL,
+                   pull_vals ? pull_vals + (lo - begin) : NULL) != 0) {
+      for (int j = 0; j < h->nparts; j++) part_cancel(c, &h->parts[j]);
+      h->used = 0;
+      return -1;
+    }
+  }
+  if (op == PS_OP_PUSH) c->pushed += (double)count * sizeof(float);
+  return (int)(ts % ((int64_t)1 << 30));
+}
+
+int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl) {
+  return start_ranged(c, PS_OP_PUSH, begin, count, 0, vals, NULL, tmpl);
+}
+
+int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
+            const ps_req_t *tmpl) {
+  return start_ranged(c, PS_OP_PULL, begin, count, which, NULL, vals, tmpl);
+}
+
+int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t extra_len) {
+  if (server < 0 || server >= c->map->nservers)
+    return dt_error("parameter-server client: no server %d (there are %d)", server,
+                    c->map->nservers);
+  int64_t ts;
+  ps_handle_t *h = new_handle(c, &ts);
+  if (!h) return -1;
+  ps_part_t *p = &h->parts[h->nparts++];
+  memset(p, 0, sizeof *p);
+  p->req = *req;
+  p->server = c->first_server + server;
+  p->shard = -1;
+  p->nbytes = extra_len;
+  if (part_start(c, p, ts, NULL, extra) != 0) {
+    part_cancel(c, p);
+    h->used = 0;
+    return -1;
+  }
+  return (int)(ts % ((int64_t)1 << 30));
+}
+
+static const char *op_name(int op) {
+  static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
+                                "dead", "stop"};
+  return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
+}
+
+/* The request, the answer, then the values; a rejection cancels the rest. */
+static int part_wait(ps_client_t *c, ps_part_t *p) {
+  comm_t *w = c->world;
+  comm_req_t *r = p->send_req;
+  p->send_req = NULL;
+  if (comm_wait(w, r) != 0) return -1;
+  r = p->recv_reply, p->recv_reply = NULL;
+  if (comm_wait(w, r) != 0) return -1;
+  if (p->reply.magic != PS_MAGIC)
+    return dt_error("server rank %d answered %s with a bad reply (magic 0x%08x)", p->server,
+                    op_name(p->req.op), p->reply.magic);
+  if (p->reply.status != 0) {
+    p->reply.error[sizeof p->reply.error - 1] = 0;
+    return dt_error("server rank %d rejected %s: %s", p->server, op_name(p->req.op),
+                    p->reply.error);
+  }
+  if (p->send_data) {
+    r = p->send_data, p->send_data = NULL;
+    if (comm_wait(w, r) != 0) return -1;
+  }
+  if (p->recv_values) {
+    r = p->recv_values, p->recv_values = NULL;
+    if (comm_wait(w, r) != 0) return -1;
+  }
+  return 0;
+}
+
+int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
+  ps_handle_t *h = &c->slots[ts % PS_MAX_INFLIGHT];
+  if (ts < 0 || !h->used) return dt_error("parameter-server client: no request %d in flight", ts);
+  double t0 = dt_now();
+  int rc = 0;
+  for (int i = 0; i < h->nparts; i++) {
+    ps_part_t *p = &h->parts[i];
+    if (rc == 0 && part_wait(c, p) != 0) rc = -1;
+    part_cancel(c, p); /* after a failure: withdraw what is left */
+    if (rc == 0 && p->req.op == PS_OP_PULL) {
+      c->pulled += (double)p->nbytes;
+      if (p->req.which == 0) c->version[p->shard] = p->reply.version;
+    }
+  }
+  if (rc == 0 && reply && h->nparts) *reply = h->parts[0].reply;
+  h->used = 0;
+  c->blocked += dt_now() - t0;
+  return rc;
+}
+
+int64_t ps_client_version(const ps_client_t *c, int server) { return c->version[server]; }
+
+void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, double *blocked) {
+  *pushed = c->pushed;
+  *pulled = c->pulled;
+  *blocked = c->blocked;
+}

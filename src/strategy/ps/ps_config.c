@@ -1,0 +1,79 @@
+/* The values of the parameter-server and Hogwild options, and the options
+ * that only make sense with them: one line naming the option and what
+ * would work. Called by train_config_check, and (ps_check_world) again
+ * once mpirun has fixed the number of workers. */
+#include <math.h>
+#include <string.h>
+
+#include "strategy/ps/ps.h"
+
+#define SSP_MAX 1000 /* clocks of slots a server keeps; beyond, use ssp:inf */
+
+static int is_async_ps(const train_config_t *c) {
+  int pool_async = c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_VALUE ||
+                   (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param));
+  return c->exchange == EXCHANGE_PS && pool_async;
+}
+
+/* Under mpi the number of workers is known only once mpirun has started
+ * the ranks (train.c calls ps_check_world then). */
+static int check_schedule(const train_config_t *c, int workers_known) {
+  double v = c->schedule_param;
+  if (c->schedule == SCHEDULE_SSP && !isinf(v) && (v != floor(v) || v > SSP_MAX))
+    return dt_error("option --schedule ssp:%g: the bound is a whole number of clocks up to %d "
+                    "(ssp:inf for none)", v, SSP_MAX);
+  if (c->schedule == SCHEDULE_BACKUP && (v != floor(v) || (workers_known && v >= c->workers)))
+    return dt_error("option --schedule backup:%g: needs a whole number 0 <= B < --workers %d "
+                    "(each step takes the first N - B gradients)", v, c->workers);
+  if (c->schedule == SCHEDULE_VALUE && !(v > 0))
+    return dt_error("option --schedule value:%g: the bound must be > 0", v);
+  return 0;
+}
+
+static int check_async_options(const train_config_t *c) {
+  if ((c->fetch_every != 1 || c->push_every != 1) &&
+      !(c->exchange == EXCHANGE_PS && (c->schedule == SCHEDULE_ASYNC ||
+                                       (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param)))))
+    return dt_error("options --fetch-every and --push-every apply to Downpour (--exchange ps:K "
+                    "--schedule async)");
+  if ((c->staleness_lr || c->dc_asgd > 0) && !is_async_ps(c))
+    return dt_error("options --staleness-lr and --dc-asgd mitigate stale asynchronous updates: "
+                    "use them with --exchange ps:K --schedule async (or value:V)");
+  return 0;
+}
+
+static int check_faults(const train_config_t *c) {
+  if (c->kill_rank >= 0 && c->exchange != EXCHANGE_PS)
+    return dt_error("option --kill: needs --exchange ps:K (the parameter servers go on without "
+                    "a stopped worker under --schedule async or backup:B)");
+  if (c->kill_rank >= 0 && c->comm != COMM_LOCAL)
+    return dt_error("option --kill: fault injection is for --comm local (under mpi, kill the "
+                    "process)");
+  if (c->kill_rank == 0)
+    return dt_error("option --kill: worker 0 reports the run; stop another worker (rank=1..%d)",
+                    c->workers - 1);
+  if (c->checkpoint_dir[0] && c->exchange != EXCHANGE_PS)
+    return dt_error("option --checkpoint-dir: one file per server shard needs --exchange ps:K "
+                    "(use --checkpoint FILE)");
+  if (c->resume[0] && ps_path_is_dir(c->resume) && c->exchange != EXCHANGE_PS)
+    return dt_error("option --resume %s: a folder of shards needs --exchange ps:K (resume a "
+                    "--checkpoint FILE otherwise)", c->resume);
+  return 0;
+}
+
+int ps_check(const train_config_t *c) {
+  if (c->exchange == EXCHANGE_SHARED && c->comm != COMM_LOCAL)
+    return dt_error("option --exchange shared needs shared memory: use --comm local (ranks of "
+                    "--comm mpi are separate processes; --exchange allreduce works on both)");
+  if (c->exchange == EXCHANGE_PS && c->optimization != OPTIMIZATION_CENTRAL)
+    return dt_error("option --exchange ps:K: parameter servers are centralized optimization "
+                    "(use --optimization central)");
+  if (c->exchange == EXCHANGE_PS || c->exchange == EXCHANGE_SHARED)
+    DT_TRY(check_schedule(c, c->comm == COMM_LOCAL));
+  DT_TRY(check_async_options(c));
+  return check_faults(c);
+}
+
+int ps_check_world(const train_config_t *c) {
+  return c->exchange == EXCHANGE_PS ? check_schedule(c, 1) : 0;
+}

@@ -1,0 +1,442 @@
+/* A parameter server: one shard of the parameter arena, its optimizer
+ * state, and a single-threaded event loop over requests received from any
+ * rank (ps-lite's request handler). Every request is checked before it
+ * touches anything: a bad magic, a rank that is not a worker, a key range
+ * outside the shard, a push whose length is not its range's are rejected
+ * with a logged error and an error reply, and the server goes on serving
+ * the others. What a push does is the schedule's business (ps_sched.c);
+ * server 0 also coordinates (ps_coord.c).
+ *
+ * Replies are sent without waiting. A pull of the whole shard is sent
+ * from a copy (the worker's snapshot); the values of other pulls point
+ * into the shard, so an update first waits for those still in flight
+ * (ps_server_wait_state_sends). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/ps/ps.h"
+
+#define MAX_RECV_FAILURES 8 /* in a row: the transport itself is failing */
+
+int ps_nservers(const train_config_t *cfg, int nworkers) {
+  return cfg->ps_servers > 0 ? cfg->ps_servers : nworkers;
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static int out_done(ps_server_t *s, ps_out_t *o, int block) {
+  comm_req_t **reqs[2] = {&o->hdr_req, &o->val_req};
+  for (int i = 0; i < 2; i++) {
+    if (!*reqs[i]) continue;
+    int done = 1;
+    if (!block && comm_test(s->world, *reqs[i], &done) != 0) done = 1;
+    if (!done) return 0;
+    if (comm_wait(s->world, *reqs[i]) != 0) /* the worker has gone: nothing to do about it */
+      dt_log(DT_LOG_DEBUG, "server %d: reply not delivered: %s", s->index, dt_errmsg());
+    *reqs[i] = NULL;
+  }
+  o->used = 0;
+  return 1;
+}
+
+static void sweep_outbox(ps_server_t *s) {
+  for (int i = 0; i < s->cap_out; i++)
+    if (s->out[i].used) out_done(s, &s->out[i], 0);
+}
+
+int ps_server_wait_state_sends(ps_server_t *s) {
+  for (int i = 0; i < s->cap_out; i++)
+    if (s->out[i].used && s->out[i].into_state) out_done(s, &s->out[i], 1);
+  return 0;
+}
+
+static void wait_snapshot_sends(ps_server_t *s, int w) {
+  for (int i = 0; i < s->cap_out; i++)
+    if (s->out[i].used && s->out[i].snap_of == w) out_done(s, &s->out[i], 1);
+}
+
+static ps_out_t *free_out(ps_server_t *s) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < s->cap_out; i++)
+      if (!s->out[i].used) return &s->out[i];
+    for (int i = 0; i < s->cap_out; i++) out_done(s, &s->out[i], 1); /* full: wait them all */
+  }
+  return NULL;
+}
+
+static int reply_tag_ok(int tag) {
+  return tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0;
+}
+
+/* Sends the answer (and values) without waiting; the slot it went out
+ * in, or NULL when it could not be sent (logged: the worker may be gone). */
+static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                            const void *vals, size_t nbytes) {
+  if (!reply_tag_ok(req->reply_tag)) {
+    dt_log(DT_LOG_ERROR, "server %d: cannot answer rank %d: reply tag %d is not a "
+           "parameter-server reply tag", s->index, src, req->reply_tag);
+    return NULL;
+  }
+  ps_out_t *o = free_out(s);
+  if (!o) return NULL;
+  o->hdr = *rep;
+  o->hdr.magic = PS_MAGIC;
+  o->into_state = 0;
+  o->snap_of = -1;
+  o->used = 1;
+  if (comm_isend(s->world, src, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
+      (nbytes && comm_isend(s->world, src, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
+    dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, src, dt_errmsg());
+    if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
+    o->hdr_req = NULL;
+    o->used = 0;
+    return NULL;
+  }
+  return o;
+}
+
+int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                    const void *vals, size_t nbytes, int into_state) {
+  ps_out_t *o = send_reply(s, src, req, rep, vals, nbytes);
+  if (o) o->into_state = into_state && nbytes > 0;
+  return 0;
+}
+
+/* A pull of the whole shard: the parameters are copied into the worker's
+ * snapshot and sent from there, so the next update need not wait until
+ * the worker has taken them (on an oversubscribed machine it may not run
+ * for a while). */
+int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
+                             const ps_reply_t *rep) {
+  wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
+  ps_sched_pulled(s, src, req);
+  ps_out_t *o = send_reply(s, src, req, rep, s->snap[src], s->len * sizeof(float));
+  if (o) o->snap_of = src;
+  return 0;
+}
+
+/* Drains the values of a rejected push when they fit, so that the sender
+ * is not left waiting; larger ones are left to the sender to cancel. */
+static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
+  if (req->op != PS_OP_PUSH || src >= s->N || req->nvalues == 0 || req->nvalues > s->len) return;
+  if (comm_recv(s->world, src, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float)) != 0)
+    dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, src,
+           dt_errmsg());
+}
+
+int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...) {
+  ps_reply_t rep = {.status = -1};
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rep.error, sizeof rep.error, fmt, ap);
+  va_end(ap);
+  dt_log(DT_LOG_ERROR, "server %d (rank %d): rejected a request from rank %d: %s", s->index,
+         s->rank, src, rep.error);
+  s->rejected++;
+  if (req->magic == PS_MAGIC) drain_push(s, src, req);
+  return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+}
+
+int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req) {
+  if (s->ndeferred == s->cap_deferred) {
+    int cap = s->cap_deferred ? 2 * s->cap_deferred : 16;
+    ps_deferred_t *d = realloc(s->deferred, (size_t)cap * sizeof *d);
+    if (!d) return dt_error("out of memory");
+    s->deferred = d;
+    s->cap_deferred = cap;
+  }
+  s->deferred[s->ndeferred++] = (ps_deferred_t){src, *req};
+  return 0;
+}
+
+int ps_server_send_control(ps_server_t *s, int server, int op, int64_t epoch, int64_t clock) {
+  ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
+  return comm_send(s->world, s->N + server, PS_TAG_REQ, &req, sizeof req);
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+static const char *op_name(int op) {
+  static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
+                                "dead", "stop"};
+  return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
+}
+
+/* The keys must lie in this shard; a push carries the whole shard. */
+static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
+  uint64_t b = req->begin, n = req->count;
+  if (n == 0 || b >= s->map.nparams || n > s->map.nparams - b)
+    return ps_server_reject(s, src, req, "key range [%llu, %llu) is outside the model (%zu keys)",
+                            (unsigned long long)b, (unsigned long long)(b + n), s->map.nparams), -1;
+  if (b < s->r.begin || b + n > s->r.end)
+    return ps_server_reject(s, src, req, "key range [%llu, %llu) is not in this server's range "
+                            "[%zu, %zu)", (unsigned long long)b, (unsigned long long)(b + n),
+                            s->r.begin, s->r.end), -1;
+  if (req->op == PS_OP_PUSH && req->nvalues != n)
+    return ps_server_reject(s, src, req, "push of %llu values for %llu keys",
+                            (unsigned long long)req->nvalues, (unsigned long long)n), -1;
+  if (req->op == PS_OP_PUSH && (b != s->r.begin || n != s->len))
+    return ps_server_reject(s, src, req, "push of keys [%llu, %llu): a push carries this "
+                            "server's whole range [%zu, %zu)", (unsigned long long)b,
+                            (unsigned long long)(b + n), s->r.begin, s->r.end), -1;
+  return 0;
+}
+
+static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
+  if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
+    return ps_server_reply_snapshot(s, src, req, &rep);
+  const float *base = req->which == 0 ? s->params : s->opt->state[req->which - 1];
+  return ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
+                         req->count * sizeof(float), 1);
+}
+
+static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
+  if (check_range(s, src, req) != 0) return 0;
+  if (req->which < 0 || req->which > s->opt->nstate)
+    return ps_server_reject(s, src, req, "pull of state %d: the optimizer keeps %d state "
+                            "arenas", req->which, s->opt->nstate);
+  return ps_sched_pull_ready(s, src, req) ? reply_pull(s, src, req) : ps_server_defer(s, src, req);
+}
+
+static int handle_save(ps_server_t *s, int src, const ps_req_t *req) {
+  if (!s->cfg->checkpoint_dir[0])
+    return ps_server_reject(s, src, req, "save: this run has no --checkpoint-dir");
+  if (ps_ckpt_save_shard(s->cfg, s->index, s->K, s->r, s->params, s->opt, (int)req->epoch,
+                         req->clock) != 0)
+    return ps_server_reject(s, src, req, "%s", dt_errmsg());
+  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
+  return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+}
+
+/* FLUSH, DEAD and STOP come from the coordinator only. */
+static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
+  if (src != s->N || s->index == 0)
+    return ps_server_reject(s, src, req, "%s is the coordinator's (rank %d) to send",
+                            op_name(req->op), s->N);
+  if (req->op == PS_OP_STOP) {
+    s->stop = 1;
+    return 0;
+  }
+  if (req->op == PS_OP_DEAD) {
+    if (req->clock < 0 || req->clock >= s->N) return 0;
+    s->dead[req->clock] = req->epoch ? 0 : 1; /* epoch 1: the worker is back */
+    return 0;
+  }
+  return ps_sched_flush(s, req->epoch, req->clock);
+}
+
+/* Checks who is asking and what, then hands it on. Returns -1 only when
+ * the server cannot go on. */
+static int handle(ps_server_t *s, int src, const ps_req_t *req) {
+  if (req->magic != PS_MAGIC)
+    return ps_server_reject(s, src, req, "bad magic 0x%08x (not a parameter-server request)",
+                            req->magic);
+  if (req->op <= 0 || req->op >= PS_OP_COUNT)
+    return ps_server_reject(s, src, req, "unknown operation %d", req->op);
+  if (req->op == PS_OP_FLUSH || req->op == PS_OP_DEAD || req->op == PS_OP_STOP)
+    return handle_control(s, src, req);
+  if (src < 0 || src >= s->N)
+    return ps_server_reject(s, src, req, "rank %d is not a worker (workers are ranks 0..%d)",
+                            src, s->N - 1);
+  if (req->worker != src)
+    return ps_server_reject(s, src, req, "rank %d says it is worker %d", src, req->worker);
+  if (s->coord) ps_coord_heard(s, src, req);
+  switch (req->op) {
+  case PS_OP_PUSH:
+    if (check_range(s, src, req) != 0) return 0;
+    return ps_sched_push(s, src, req);
+  case PS_OP_PULL: return handle_pull(s, src, req);
+  case PS_OP_SAVE: return handle_save(s, src, req);
+  default:
+    if (!s->coord)
+      return ps_server_reject(s, src, req, "%s goes to the coordinator (rank %d), not server %d",
+                              op_name(req->op), s->N, s->index);
+    return ps_coord_request(s, src, req);
+  }
+}
+
+/* Answers the deferred requests that have become ready, oldest first. */
+static int answer_deferred(ps_server_t *s) {
+  for (int again = 1; again;) {
+    again = 0;
+    for (int i = 0; i < s->ndeferred; i++) {
+      ps_deferred_t d = s->deferred[i];
+      int ready = d.req.op == PS_OP_PULL ? ps_sched_pull_ready(s, d.src, &d.req)
+                                         : ps_coord_ready(s, d.src, &d.req);
+      if (!ready) continue;
+      memmove(&s->deferred[i], &s->deferred[i + 1],
+              (size_t)(s->ndeferred - i - 1) * sizeof *s->deferred);
+      s->ndeferred--;
+      DT_TRY(d.req.op == PS_OP_PULL ? reply_pull(s, d.src, &d.req)
+                                    : ps_coord_answer(s, d.src, &d.req));
+      again = 1; /* an answer may change what is ready (value bound, epochs) */
+      break;
+    }
+  }
+  return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+typedef struct { int64_t version, flush_epoch, flushed_epoch; int ndeferred, stop; } progress_mark_t;
+
+static progress_mark_t mark(const ps_server_t *s) {
+  return (progress_mark_t){s->version, s->flush_epoch, s->flushed_epoch, s->ndeferred, s->stop};
+}
+
+/* Applies what is ready, closes epochs, answers what has become
+ * answerable, until nothing moves (one answer can enable another update:
+ * a pull moves the value bound's slowest snapshot). */
+static int advance(ps_server_t *s) {
+  for (;;) {
+    progress_mark_t before = mark(s);
+    if (ps_sched_progress(s) != 0) return -1;
+    if (s->coord && ps_coord_check(s) != 0) return -1;
+    if (ps_sched_progress(s) != 0 || answer_deferred(s) != 0) return -1;
+    progress_mark_t after = mark(s);
+    if (!memcmp(&before, &after, sizeof before)) return 0;
+  }
+}
+
+/* The coordinator polls, so that it notices a worker that has gone
+ * silent; the other servers sleep in the transport until a request comes. */
+static int next_request(ps_server_t *s, int *src) {
+  if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, sizeof s->in,
+                               &s->in_req) != 0)
+    return -1;
+  if (s->coord && ps_coord_watching(s)) {
+    double pause = 0;
+    for (;;) {
+      int done = 0;
+      if (comm_test(s->world, s->in_req, &done) != 0) return -1;
+      if (done) break;
+      if (advance(s) != 0) return -1;
+      if (s->stop) return 1;
+      sweep_outbox(s);
+      pause = pause < 250e-6 ? pause * 2 + 10e-6 : 250e-6;
+      dt_sleep_until(dt_now() + pause);
+    }
+  }
+  comm_req_t *r = s->in_req;
+  s->in_req = NULL;
+  return comm_wait_src(s->world, r, src, NULL);
+}
+
+static int serve(ps_server_t *s) {
+  int failures = 0;
+  while (!s->stop) {
+    int src = -1;
+    memset(&s->in, 0, sizeof s->in);
+    int rc = next_request(s, &src);
+    if (rc > 0) break;
+    if (rc != 0) { /* from a rank: a bad message; from nobody: the run is failing */
+      if (src < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
+      dt_log(DT_LOG_ERROR, "server %d (rank %d): bad message: %s", s->index, s->rank, dt_errmsg());
+      continue;
+    }
+    failures = 0;
+    ps_req_t req = s->in;
+    if (handle(s, src, &req) != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
+    sweep_outbox(s);
+  }
+  return 0;
+}
+
+/* ---- setup ---------------------------------------------------------------------- */
+
+static int build_model(ps_server_t *s, const dataset_t *train) {
+  model_spec_t spec;
+  DT_TRY(model_spec_load(s->cfg->model, &spec));
+  shape_t in = {train->c, train->h, train->w};
+  int rc = model_build(&spec, in, train->nclasses, 1, &s->model);
+  model_spec_free(&spec);
+  if (rc != 0) return -1;
+  model_init_params(s->model, s->cfg->seed);
+  return 0;
+}
+
+static void build_schedule(ps_server_t *s, const dataset_t *train) {
+  const train_config_t *cfg = s->cfg;
+  int64_t global = (int64_t)cfg->batch * s->N;
+  s->steps_per_epoch = ((int64_t)train->n + global - 1) / global;
+  s->batches_per_epoch = ((int64_t)train->n + cfg->batch - 1) / cfg->batch;
+  s->sched = (lr_schedule_t){
+      .kind = cfg->lr_schedule,
+      .base = cfg->lr,
+      .total_steps = s->steps_per_epoch * cfg->epochs,
+      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)s->steps_per_epoch),
+      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)s->steps_per_epoch),
+      .gamma = cfg->lr_gamma,
+  };
+  if (s->sched.step_size < 1) s->sched.step_size = 1;
+}
+
+static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int nworkers,
+                 const dataset_t *train) {
+  s->world = world;
+  s->cfg = cfg;
+  s->N = nworkers;
+  s->K = ps_nservers(cfg, nworkers);
+  s->rank = comm_rank(world);
+  s->index = s->rank - nworkers;
+  if (s->index < 0 || s->index >= s->K)
+    return dt_error("rank %d is not a parameter server (servers are ranks %d..%d)", s->rank,
+                    nworkers, nworkers + s->K - 1);
+  DT_TRY(build_model(s, train));
+  DT_TRY(ps_shard_plan(s->model, s->K, cfg->optim.kind == OPTIM_LARS, &s->map));
+  s->map.nworkers = nworkers;
+  s->r = s->map.shards[s->index];
+  s->len = s->r.end - s->r.begin;
+  s->params = dt_alloc_floats(s->len);
+  s->drain = dt_alloc_floats(s->len);
+  s->cap_out = 4 * (s->N + s->K) + 16;
+  s->out = calloc((size_t)s->cap_out, sizeof *s->out);
+  s->dead = calloc((size_t)s->N, sizeof *s->dead);
+  if (!s->params || !s->drain || !s->out || !s->dead) return dt_error("out of memory");
+  memcpy(s->params, s->model->params + s->r.begin, s->len * sizeof(float));
+  DT_TRY(optim_new(&cfg->optim, s->len, &s->opt));
+  DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
+  build_schedule(s, train);
+  if (cfg->resume[0]) {
+    int64_t step = 0;
+    if (ps_ckpt_load_shard(cfg->resume, s->model, s->opt, s->r, s->params, &s->first_epoch,
+                           &step) != 0)
+      return dt_error_prefix("--resume: ");
+    s->version = step;
+    s->opt->steps = step;
+  }
+  s->flushed_epoch = s->first_epoch - 1;
+  s->flush_epoch = -1;
+  DT_TRY(ps_sched_init(s));
+  if (s->index == 0) DT_TRY(ps_coord_init(s));
+  return 0;
+}
+
+static void teardown(ps_server_t *s) {
+  if (s->in_req) comm_cancel(s->world, s->in_req);
+  for (int i = 0; s->out && i < s->cap_out; i++)
+    if (s->out[i].used) out_done(s, &s->out[i], 1);
+  ps_coord_free(s);
+  ps_sched_free(s);
+  free(s->deferred);
+  free(s->out);
+  free(s->dead);
+  free(s->segs);
+  optim_free(s->opt);
+  dt_free(s->params);
+  dt_free(s->drain);
+  ps_shard_free(&s->map);
+  model_free(s->model);
+}
+
+int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train) {
+  ps_server_t s;
+  memset(&s, 0, sizeof s);
+  int rc = setup(&s, world, cfg, nworkers, train);
+  if (rc == 0) rc = serve(&s);
+  teardown(&s);
+  return rc;
+}

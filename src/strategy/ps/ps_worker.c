@@ -1,0 +1,447 @@
+/* Parameter-server training, the workers' side (and ps_run_rank, which
+ * gives every rank of the world its role).
+ *
+ * sync / ssp:S: worker w at clock c pulls the model once the slowest
+ * worker has pushed clock c - S - 1, computes the gradient of its slice of
+ * synchronous step c (worker_step_slice, exactly as allreduce data
+ * parallelism slices it, averaged over the global batch) and pushes it.
+ * The pull of clock c + 1 is sent right behind the push, so a step costs
+ * one round trip.
+ *
+ * async, value, backup (the pool schedules): the worker draws the next
+ * batch of the epoch's shared order from the coordinator, pulls when due
+ * (--fetch-every), computes, and pushes when due (--push-every); an epoch
+ * ends when the batches are used up (ps_coord.c). The gradient is
+ * averaged over N x batch (N - B for backup:B): N asynchronous updates move
+ * the model as far as one synchronous step.
+ *
+ * Worker 0 reports each epoch: it pulls the whole model at the epoch's
+ * boundary, asks the coordinator for the epoch's statistics, gathers the
+ * optimizer state for --checkpoint or has the servers save for
+ * --checkpoint-dir, and evaluates on the whole test set. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/ps/ps.h"
+
+typedef struct {
+  worker_t *w;
+  ps_client_t *client;
+  ps_shard_map_t map;
+  int N, K, S, B_backup;
+  int pool;
+  int64_t batches_per_epoch;
+  int64_t local_steps;        /* batches this worker has computed (--kill counts these) */
+  int push_ts;                /* push in flight, or -1 */
+  /* --push-every > 1: gradients summed since the last push */
+  float *acc;
+  ps_req_t acc_req;
+  /* worker 0's report */
+  unsigned char *stats_buf;
+  ps_worker_stats_t *prev;
+  char *extra;
+  size_t extra_cap;
+} psw_t;
+
+static double wait_timed(psw_t *p, int ts, ps_reply_t *rep, int *rc) {
+  double t0 = dt_now();
+  *rc = ps_wait(p->client, ts, rep);
+  double dt = dt_now() - t0;
+  p->w->timers.comm += dt;
+  p->w->timers.comm_exposed += dt;
+  return dt;
+}
+
+static int wait_ok(psw_t *p, int ts, ps_reply_t *rep) {
+  int rc;
+  if (ts < 0) return -1;
+  wait_timed(p, ts, rep, &rc);
+  return rc;
+}
+
+static int pull_model(psw_t *p, int flags, int64_t min_version, int64_t epoch) {
+  ps_req_t cond = {.flags = flags, .clock = min_version, .epoch = epoch};
+  return ps_pull(p->client, 0, p->map.nparams, 0, p->w->model->params, &cond);
+}
+
+static int finish_push(psw_t *p) {
+  if (p->push_ts < 0) return 0;
+  int ts = p->push_ts;
+  p->push_ts = -1;
+  return wait_ok(p, ts, NULL);
+}
+
+/* Starts a push of `grads` described by tmpl, with the running totals. */
+static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
+  ps_client_totals(p->client, &tmpl->bytes_pushed, &tmpl->bytes_pulled, &tmpl->blocked_sec);
+  tmpl->bytes_pushed += (double)p->map.nparams * sizeof(float); /* this one included */
+  p->push_ts = ps_push(p->client, 0, p->map.nparams, grads, tmpl);
+  return p->push_ts < 0 ? -1 : 0;
+}
+
+/* Gradient of `count` samples at `begin` of the epoch order; tmpl gets the
+ * batch's loss, samples and correct count. */
+static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tmpl) {
+  worker_t *w = p->w;
+  double loss0 = w->epoch_loss_sum;
+  int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
+  DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
+  tmpl->loss_sum += w->epoch_loss_sum - loss0;
+  tmpl->samples += (double)(w->epoch_samples - n0);
+  tmpl->correct += (double)(w->epoch_correct - c0);
+  tmpl->nbatches++;
+  p->local_steps++;
+  return 0;
+}
+
+static int killed_now(const psw_t *p) {
+  const train_config_t *cfg = p->w->cfg;
+  if (cfg->kill_rank != p->w->rank || p->local_steps != cfg->kill_step) return 0;
+  dt_log(DT_LOG_WARN, "worker %d: stopping at its step %lld (--kill)", p->w->rank,
+         (long long)p->local_steps);
+  return 1;
+}
+
+/* ---- worker 0's report ----------------------------------------------------- */
+
+static void json_array(psw_t *p, size_t *n, const char *key, const ps_worker_stats_t *cur,
+                       size_t field, int delta) {
+  *n += (size_t)snprintf(p->extra + *n, p->extra_cap - *n, ",\"%s\":[", key);
+  for (int w = 0; w < p->N && *n < p->extra_cap; w++) {
+    double v = *(const double *)((const char *)&cur[w] + field);
+    if (delta) v -= *(const double *)((const char *)&p->prev[w] + field);
+    *n += (size_t)snprintf(p->extra + *n, p->extra_cap - *n, "%s%.6g", w ? "," : "", v);
+  }
+  if (*n < p->extra_cap) *n += (size_t)snprintf(p->extra + *n, p->extra_cap - *n, "]");
+}
+
+static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_stats_t *cur) {
+  const train_config_t *cfg = p->w->cfg;
+  char sched[32];
+  if (cfg->schedule == SCHEDULE_SYNC || cfg->schedule == SCHEDULE_ASYNC)
+    snprintf(sched, sizeof sched, "%s", schedule_name(cfg->schedule));
+  else if (isinf(cfg->schedule_param)) snprintf(sched, sizeof sched, "%s:inf", schedule_name(cfg->schedule));
+  else snprintf(sched, sizeof sched, "%s:%g", schedule_name(cfg->schedule), cfg->schedule_param);
+  size_t n = (size_t)snprintf(p->extra, p->extra_cap,
+                              "\"exchange\":\"ps\",\"schedule\":\"%s\",\"servers\":%d,"
+                              "\"staleness_mean\":%.4g,\"staleness_max\":%.0f,\"dropped\":%.0f,"
+                              "\"rejected\":%.0f",
+                              sched, p->K, ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0,
+                              ep->staleness_max, ep->dropped, ep->rejected);
+  json_array(p, &n, "blocked_sec", cur, offsetof(ps_worker_stats_t, blocked_sec), 1);
+  json_array(p, &n, "bytes_pushed", cur, offsetof(ps_worker_stats_t, bytes_pushed), 1);
+  json_array(p, &n, "bytes_pulled", cur, offsetof(ps_worker_stats_t, bytes_pulled), 1);
+  json_array(p, &n, "batches", cur, offsetof(ps_worker_stats_t, batches), 1);
+  n += (size_t)snprintf(p->extra + n, p->extra_cap - n, ",\"stopped_workers\":[");
+  for (int w = 0, first = 1; w < p->N && n < p->extra_cap; w++)
+    if (cur[w].dead) n += (size_t)snprintf(p->extra + n, p->extra_cap - n, "%s%d", first ? "" : ",", w), first = 0;
+  if (n < p->extra_cap) snprintf(p->extra + n, p->extra_cap - n, "]");
+}
+
+static void print_summary(const psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_stats_t *cur) {
+  double blocked = 0, pushed = 0;
+  int stopped = 0;
+  for (int w = 0; w < p->N; w++) {
+    double b = cur[w].blocked_sec - p->prev[w].blocked_sec;
+    if (b > blocked) blocked = b;
+    pushed += cur[w].bytes_pushed - p->prev[w].bytes_pushed;
+    stopped += cur[w].dead > 0;
+  }
+  printf("  ps: staleness mean %.2f max %.0f, blocked up to %.2f s per worker, %.1f MB pushed "
+         "per worker%s%s\n",
+         ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0, ep->staleness_max,
+         blocked, pushed / p->N / 1e6, ep->dropped > 0 ? ", gradients dropped" : "",
+         stopped ? ", some workers stopped (see stopped_workers)" : "");
+}
+
+/* Optimizer state for --checkpoint; shard files and manifest for --checkpoint-dir. */
+static int save_state(psw_t *p, int epoch, int64_t step) {
+  worker_t *w = p->w;
+  const train_config_t *cfg = w->cfg;
+  for (int s = 0; cfg->checkpoint[0] && s < w->opt->nstate; s++) {
+    ps_reply_t rep;
+    int ts = ps_pull(p->client, 0, p->map.nparams, s + 1, w->opt->state[s], NULL);
+    DT_TRY(wait_ok(p, ts, &rep));
+  }
+  if (!cfg->checkpoint_dir[0]) return 0;
+  int ts[1024];
+  for (int k = 0; k < p->K && k < 1024; k++) {
+    ps_req_t req = {.op = PS_OP_SAVE, .epoch = epoch, .clock = step};
+    ts[k] = ps_call(p->client, k, &req, NULL, 0);
+  }
+  for (int k = 0; k < p->K && k < 1024; k++) DT_TRY(wait_ok(p, ts[k], NULL));
+  return ps_ckpt_write_manifest(cfg, w->model, &p->map, epoch, step);
+}
+
+/* Called by worker 0 once the model it holds is the epoch's final one. */
+static int report_epoch(psw_t *p, int epoch, double t0, epoch_report_t *r) {
+  worker_t *w = p->w;
+  double train_sec = dt_now() - t0;
+  ps_req_t req = {.op = PS_OP_STATS, .epoch = epoch};
+  size_t len = sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t);
+  ps_reply_t rep;
+  DT_TRY(wait_ok(p, ps_call(p->client, 0, &req, p->stats_buf, len), &rep));
+  ps_epoch_stats_t ep;
+  memcpy(&ep, p->stats_buf, sizeof ep);
+  ps_worker_stats_t *cur = (ps_worker_stats_t *)(p->stats_buf + sizeof ep);
+  int64_t step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
+  DT_TRY(save_state(p, epoch, step));
+  double eval_t0 = dt_now(), test_loss;
+  int64_t test_correct;
+  worker_evaluate(w, 0, w->test->n, &test_loss, &test_correct);
+  *r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+  r->eval_sec = dt_now() - eval_t0;
+  r->test_loss = test_loss / (double)w->test->n;
+  r->test_acc = (double)test_correct / (double)w->test->n;
+  r->train_loss = ep.samples > 0 ? ep.loss_sum / ep.samples : 0;
+  r->train_acc = ep.samples > 0 ? ep.correct / ep.samples : 0;
+  r->samples_per_sec = train_sec > 0 ? ep.samples / train_sec : 0;
+  r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
+  if (p->pool) r->lr = lr_at(&w->sched, (int64_t)(epoch + 1) * w->steps_per_epoch - 1);
+  build_extra(p, &ep, cur);
+  r->extra_json = p->extra;
+  int64_t keep = w->step;
+  w->step = step;
+  int rc = worker_report_epoch(w, r);
+  w->step = keep;
+  if (rc == 0) print_summary(p, &ep, cur);
+  memcpy(p->prev, cur, (size_t)p->N * sizeof *cur);
+  return rc;
+}
+
+/* ---- sync and ssp:S ---------------------------------------------------------- */
+
+static int clock_step(psw_t *p, int epoch, int64_t k) {
+  worker_t *w = p->w;
+  int64_t c = w->step, min = c - p->S > 0 ? c - p->S : 0;
+  int pull = pull_model(p, 0, min, epoch);
+  if (finish_push(p) != 0 || wait_ok(p, pull, NULL) != 0) return -1;
+  size_t begin, count, global;
+  worker_step_slice(w, k, &begin, &count, &global);
+  ps_req_t tmpl = {.clock = c, .epoch = epoch};
+  DT_TRY(compute(p, begin, count, (int)global, &tmpl));
+  DT_TRY(start_push(p, w->model->grads, &tmpl));
+  w->step++;
+  return 0;
+}
+
+/* 1 when this worker was told to stop (--kill). */
+static int run_clocks(psw_t *p, epoch_report_t *last, int *have_last) {
+  worker_t *w = p->w;
+  const train_config_t *cfg = w->cfg;
+  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
+    double t0 = dt_now();
+    worker_begin_epoch(w, epoch);
+    for (int64_t k = 0; k < w->steps_per_epoch; k++) {
+      if (cfg->max_steps && w->step >= cfg->max_steps) break;
+      if (clock_step(p, epoch, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+      if (killed_now(p)) return finish_push(p) == 0 ? 1 : -1;
+      worker_progress(w, epoch, k, w->steps_per_epoch);
+    }
+    DT_TRY(finish_push(p));
+    if (w->rank == 0) {
+      int ts = pull_model(p, 0, w->step, epoch); /* every clock of the epoch applied */
+      DT_TRY(wait_ok(p, ts, NULL));
+      DT_TRY(report_epoch(p, epoch, t0, last));
+      *have_last = 1;
+    }
+    if (cfg->max_steps && w->step >= cfg->max_steps) break;
+  }
+  return 0;
+}
+
+/* ---- the pool schedules: async, value, backup ------------------------------------- */
+
+static int pull_flags(const psw_t *p) {
+  switch (p->w->cfg->schedule) {
+  case SCHEDULE_VALUE: return PS_PULL_OWN;
+  case SCHEDULE_BACKUP: return PS_PULL_NEWER;
+  default: return 0;
+  }
+}
+
+static int ask_next(psw_t *p, int flags, int64_t epoch, ps_reply_t *rep) {
+  ps_req_t req = {.op = PS_OP_NEXT, .flags = flags, .epoch = epoch};
+  return wait_ok(p, ps_call(p->client, 0, &req, NULL, 0), rep);
+}
+
+/* Pushes the gradients summed so far (--push-every). */
+static int push_pending(psw_t *p) {
+  if (p->acc_req.nbatches == 0) return 0;
+  DT_TRY(finish_push(p));
+  DT_TRY(start_push(p, p->acc ? p->acc : p->w->model->grads, &p->acc_req));
+  memset(&p->acc_req, 0, sizeof p->acc_req);
+  return finish_push(p);
+}
+
+static int compute_batch(psw_t *p, int64_t batch) {
+  worker_t *w = p->w;
+  const train_config_t *cfg = w->cfg;
+  int64_t q = batch % p->batches_per_epoch;
+  size_t begin = (size_t)q * (size_t)cfg->batch;
+  size_t count = w->train->n - begin < (size_t)cfg->batch ? w->train->n - begin : (size_t)cfg->batch;
+  int denom = cfg->batch * (p->N - p->B_backup);
+  if (p->acc_req.nbatches == 0) { /* a new sum: the last one must have left */
+    p->acc_req.clock = batch;
+    p->acc_req.epoch = batch / p->batches_per_epoch;
+    DT_TRY(finish_push(p));
+    if (p->acc) kern_zero(p->map.nparams, p->acc);
+  }
+  w->step = batch; /* dropout masks: a function of the batch */
+  DT_TRY(compute(p, begin, count, denom, &p->acc_req));
+  if (p->acc) kern_add(p->map.nparams, w->model->grads, p->acc);
+  if (p->acc_req.nbatches < cfg->push_every) return 0;
+  DT_TRY(finish_push(p));
+  DT_TRY(start_push(p, p->acc ? p->acc : w->model->grads, &p->acc_req));
+  memset(&p->acc_req, 0, sizeof p->acc_req);
+  return 0;
+}
+
+/* The next batch, or PS_BATCH_DONE. Pushes what is pending when the epoch
+ * runs dry, reports for worker 0, and re-pulls after waiting. */
+static int64_t next_batch(psw_t *p, ps_reply_t *rep, int *pulled, double *t0,
+                          epoch_report_t *last, int *have_last) {
+  while (rep->batch < 0 && rep->batch != PS_BATCH_DONE) {
+    if (rep->batch == PS_BATCH_NONE) {
+      if (push_pending(p) != 0 || finish_push(p) != 0) return -100;
+      if (ask_next(p, PS_NEXT_WAIT, rep->epoch, rep) != 0) return -100;
+    } else { /* END: the epoch is closed and worker 0 reports it */
+      int epoch = (int)rep->epoch;
+      if (wait_ok(p, pull_model(p, PS_PULL_FLUSHED, 0, epoch), NULL) != 0 ||
+          report_epoch(p, epoch, *t0, last) != 0)
+        return -100;
+      *have_last = 1;
+      if (ask_next(p, PS_NEXT_REPORTED, epoch, rep) != 0) return -100;
+    }
+    *pulled = 0;
+  }
+  if (rep->batch >= 0 && !*pulled) { /* waited for an epoch: start from the current model */
+    if (wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
+    *pulled = 1;
+  }
+  return rep->batch;
+}
+
+static int run_pool(psw_t *p, epoch_report_t *last, int *have_last) {
+  worker_t *w = p->w;
+  const train_config_t *cfg = w->cfg;
+  int64_t epoch = -1;
+  double t0 = dt_now();
+  for (;;) {
+    ps_req_t req = {.op = PS_OP_NEXT, .epoch = epoch};
+    int ts_next = ps_call(p->client, 0, &req, NULL, 0);
+    int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
+    ps_reply_t rep;
+    if (finish_push(p) != 0 || wait_ok(p, ts_next, &rep) != 0) return -1;
+    if (ts_pull != -2 && wait_ok(p, ts_pull, NULL) != 0) return -1;
+    int pulled = ts_pull != -2;
+    int64_t batch = next_batch(p, &rep, &pulled, &t0, last, have_last);
+    if (batch == -100) return -1;
+    if (batch == PS_BATCH_DONE) break;
+    int64_t e = batch / p->batches_per_epoch;
+    if (e != epoch) { /* a new epoch: its order, its sums, its clock */
+      epoch = e;
+      worker_begin_epoch(w, (int)e);
+      t0 = dt_now();
+    }
+    if (compute_batch(p, batch) != 0) return dt_error_prefix("epoch %lld: ", (long long)e + 1);
+    if (killed_now(p)) return finish_push(p) == 0 ? 1 : -1;
+    worker_progress(w, (int)e, (batch % p->batches_per_epoch) / p->N, w->steps_per_epoch);
+  }
+  return push_pending(p);
+}
+
+/* ---- the strategy ------------------------------------------------------------------ */
+
+static int psw_init(psw_t *p, worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  memset(p, 0, sizeof *p);
+  p->w = w;
+  p->push_ts = -1;
+  p->N = w->nranks;
+  p->K = ps_nservers(cfg, p->N);
+  p->pool = cfg->schedule == SCHEDULE_ASYNC || cfg->schedule == SCHEDULE_VALUE ||
+            cfg->schedule == SCHEDULE_BACKUP ||
+            (cfg->schedule == SCHEDULE_SSP && isinf(cfg->schedule_param));
+  p->S = cfg->schedule == SCHEDULE_SSP && !p->pool ? (int)cfg->schedule_param : 0;
+  p->B_backup = cfg->schedule == SCHEDULE_BACKUP ? (int)cfg->schedule_param : 0;
+  p->batches_per_epoch = ((int64_t)w->train->n + cfg->batch - 1) / cfg->batch;
+  DT_TRY(ps_shard_plan(w->model, p->K, cfg->optim.kind == OPTIM_LARS, &p->map));
+  p->map.nworkers = p->N;
+  DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
+  if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
+  p->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t));
+  p->prev = calloc((size_t)p->N, sizeof *p->prev);
+  p->extra_cap = 512 + (size_t)p->N * 5 * 24;
+  p->extra = malloc(p->extra_cap);
+  if (!p->stats_buf || !p->prev || !p->extra) return dt_error("out of memory");
+  return 0;
+}
+
+static void psw_free(psw_t *p) {
+  ps_client_free(p->client);
+  ps_shard_free(&p->map);
+  dt_free(p->acc);
+  free(p->stats_buf);
+  free(p->prev);
+  free(p->extra);
+}
+
+int strategy_ps_worker(worker_t *w) {
+  if (!w->world || comm_size(w->world) <= w->nranks)
+    return dt_error("parameter-server workers need the world communicator with the server "
+                    "ranks (run through train_run)");
+  psw_t p;
+  int rc = psw_init(&p, w);
+  epoch_report_t last;
+  int have_last = 0;
+  double t0 = dt_now();
+  if (rc == 0) rc = p.pool ? run_pool(&p, &last, &have_last) : run_clocks(&p, &last, &have_last);
+  if (rc == 0 && w->rank == 0) rc = worker_report_done(w, have_last ? &last : NULL, dt_now() - t0);
+  if (rc == 0) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
+    ps_req_t bye = {.op = PS_OP_BYE};
+    rc = wait_ok(&p, ps_call(p.client, 0, &bye, NULL, 0), NULL);
+  }
+  psw_free(&p);
+  return rc < 0 ? -1 : 0;
+}
+
+/* ---- every rank's role ------------------------------------------------------------------ */
+
+/* --resume DIR: the position and the buffers come from the manifest; the
+ * servers read their shards themselves. */
+static int resume_from_dir(worker_t *w, const char *dir) {
+  int epoch;
+  int64_t step;
+  DT_TRY(ps_ckpt_position(dir, &epoch, &step));
+  DT_TRY(ps_ckpt_load_buffers(dir, w->model));
+  return worker_resume_at(w, dir, epoch, step);
+}
+
+int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train,
+                const dataset_t *test) {
+  int N = cfg->workers, rank = comm_rank(world);
+  if (comm_size(world) != N + ps_nservers(cfg, N))
+    return dt_error("--exchange ps: %d ranks, but %d workers and %d servers need %d", comm_size(world),
+                    N, ps_nservers(cfg, N), N + ps_nservers(cfg, N));
+  comm_t *workers;
+  DT_TRY(comm_split(world, rank < N ? 0 : 1, rank, &workers));
+  if (rank >= N) {
+    comm_free(workers);
+    return ps_server_run(world, cfg, N, train);
+  }
+  train_config_t wcfg = *cfg; /* a folder is not worker_init's to read */
+  int from_dir = cfg->resume[0] && ps_path_is_dir(cfg->resume);
+  if (from_dir) wcfg.resume[0] = wcfg.metrics[0] = 0;
+  worker_t w;
+  int rc = worker_init(&w, &wcfg, workers, train, test);
+  w.world = world;
+  if (rc == 0 && from_dir && rank == 0 && cfg->metrics[0] && !(w.metrics = file_open_output(cfg->metrics, 1)))
+    rc = dt_error_prefix("--metrics: ");
+  if (rc == 0 && from_dir) rc = resume_from_dir(&w, cfg->resume);
+  if (rc == 0) rc = strategy_ps_worker(&w);
+  worker_free(&w);
+  comm_free(workers);
+  return rc;
+}

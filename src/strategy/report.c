@@ -1,0 +1,148 @@
+/* What a run tells its user: a live progress line with rate and ETA on
+ * stderr, one summary line per epoch on stdout, and JSON Lines metrics. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strategy/worker.h"
+
+static void format_eta(double sec, char *buf, size_t cap) {
+  if (!isfinite(sec) || sec < 0) sec = 0;
+  long s = (long)(sec + 0.5);
+  if (s >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else snprintf(buf, cap, "%ld:%02ld", s / 60, s % 60);
+}
+
+/* Throttled: every 0.25 s on a terminal (redrawn in place), every 10 s
+ * otherwise (one line each, for logs). */
+void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch) {
+  static _Thread_local double last;
+  if (w->rank != 0 || !w->cfg->progress) return;
+  int tty = isatty(2);
+  double now = dt_now();
+  if (now - last < (tty ? 0.25 : 10.0) && k + 1 < steps_in_epoch) return;
+  last = now;
+  double elapsed = now - w->run_start;
+  int64_t end = (int64_t)w->cfg->epochs * w->steps_per_epoch; /* --max-steps counts from 0 */
+  if (w->cfg->max_steps && end > w->cfg->max_steps) end = w->cfg->max_steps;
+  int64_t done = w->step - w->first_step, total = end - w->first_step;
+  double rate = elapsed > 0 ? (double)done * w->cfg->batch * w->nranks / elapsed : 0;
+  char eta[32];
+  format_eta(done > 0 ? elapsed * (double)(total - done) / (double)done : 0, eta, sizeof eta);
+  double loss = w->epoch_samples ? w->epoch_loss_sum / (double)w->epoch_samples : 0;
+  fprintf(stderr, "%sepoch %d/%d  batch %lld/%lld  loss %.4f  %.0f samples/s  ETA %s%s",
+          tty ? "\r\033[K" : "", epoch + 1, w->cfg->epochs, (long long)(k + 1),
+          (long long)steps_in_epoch, loss, rate, eta, tty ? "" : "\n");
+  fflush(stderr);
+}
+
+/* One JSON Lines record, checked: on a failed write (a full disk) the file
+ * is cut back to its last complete line and the run fails, instead of
+ * ending with half a line and exit 0. */
+static int metrics_line(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int metrics_line(worker_t *w, const char *fmt, ...) {
+  if (!w->metrics) return 0;
+  long at = ftell(w->metrics);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vfprintf(w->metrics, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && fflush(w->metrics) == 0 && !ferror(w->metrics)) return 0;
+  int err = errno;
+  if (at >= 0 && ftruncate(fileno(w->metrics), at) == 0) clearerr(w->metrics);
+  fclose(w->metrics); /* the buffer's rest is not written again */
+  w->metrics = NULL;
+  return dt_error("--metrics %s: write failed: %s (the file ends with the last complete line)",
+                  w->cfg->metrics, strerror(err ? err : EIO));
+}
+
+/* The model as it stands is worth keeping: finite parameters and buffers,
+ * and losses that have not blown up. Otherwise the run stops here, before
+ * a checkpoint would replace the last good one. */
+static int check_diverged(worker_t *w, const epoch_report_t *r) {
+  const model_t *m = w->model;
+  double lim = w->cfg->max_loss;
+  const char *what = NULL;
+  double v = 0;
+  if (!isfinite(r->train_loss) || r->train_loss > lim) what = "train loss", v = r->train_loss;
+  else if (!isfinite(r->test_loss) || r->test_loss > lim) what = "test loss", v = r->test_loss;
+  else if (!kern_all_finite(m->nparams, m->params)) what = "parameters";
+  else if (!kern_all_finite(m->nbuffers, m->buffers)) what = "batch-norm statistics";
+  if (!what) return 0;
+  char val[48] = "";
+  if (!strcmp(what, "train loss") || !strcmp(what, "test loss"))
+    snprintf(val, sizeof val, " is %g%s", v, isfinite(v) ? " (above --max-loss)" : "");
+  else snprintf(val, sizeof val, " hold NaN or infinity");
+  char kept[300] = "";
+  if (w->cfg->checkpoint[0])
+    snprintf(kept, sizeof kept, access(w->cfg->checkpoint, F_OK) == 0 ? "; %s keeps the last good epoch"
+                                : "; no checkpoint written to %s", w->cfg->checkpoint);
+  metrics_line(w, "{\"event\":\"diverged\",\"epoch\":%d,\"what\":\"%s\"}\n", r->epoch + 1, what);
+  return dt_error("epoch %d: the %s%s: training diverged%s (lower --lr, add --warmup-epochs or "
+                  "--weight-decay)", r->epoch + 1, what, val, kept);
+}
+
+/* Every value a checkpoint holds is finite, or it is not written. */
+static int check_optimizer_finite(const worker_t *w, int epoch) {
+  for (int s = 0; s < w->opt->nstate; s++)
+    if (!kern_all_finite(w->opt->n, w->opt->state[s]))
+      return dt_error("epoch %d: optimizer state '%s' holds NaN or infinity: training diverged; "
+                      "no checkpoint written (lower --lr)", epoch + 1, optim_state_name(w->opt, s));
+  return 0;
+}
+
+static void end_progress_line(const worker_t *w) {
+  if (w->cfg->progress && isatty(2)) fputs("\r\033[K", stderr);
+}
+
+int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
+  if (w->rank != 0) return 0;
+  end_progress_line(w);
+  DT_TRY(check_diverged(w, r));
+  DT_TRY(check_optimizer_finite(w, r->epoch));
+  const char *emu = w->comm && w->comm->emulated ? " (emulated network)" : "";
+  printf("epoch %d/%d: train loss %.4f, test loss %.4f, test acc %.2f%%, %.0f samples/s, "
+         "%.2f s%s\n",
+         r->epoch + 1, w->cfg->epochs, r->train_loss, r->test_loss, 100 * r->test_acc,
+         r->samples_per_sec, r->epoch_sec, emu);
+  fflush(stdout);
+  if (w->metrics &&
+      metrics_line(w,
+            "{\"event\":\"epoch\",\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,"
+            "\"test_loss\":%.6f,\"test_acc\":%.6f,\"samples_per_sec\":%.1f,\"epoch_sec\":%.4f,"
+            "\"eval_sec\":%.4f,"
+            "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
+            "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f%s%s%s}\n",
+            r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
+            r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
+            r->timers.compute, r->timers.comm, r->timers.comm_exposed,
+            r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
+            w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
+            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "") != 0)
+    return -1;
+  if (w->cfg->checkpoint[0] && worker_save_checkpoint(w, r->epoch) != 0) return -1;
+  return 0;
+}
+
+int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec) {
+  if (w->rank != 0) return 0;
+  end_progress_line(w);
+  int64_t steps = w->step - w->first_step;
+  double samples = (double)steps * w->cfg->batch * w->nranks; /* short last steps overcount */
+  if (last && samples > (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n)
+    samples = (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n;
+  double sps = total_sec > 0 ? samples / total_sec : 0;
+  printf("done: %d epochs, test acc %.2f%%, %.1f s, %.0f samples/s\n", last ? last->epoch + 1 : 0,
+         last ? 100 * last->test_acc : 0, total_sec, sps);
+  if (w->metrics &&
+      metrics_line(w,
+            "{\"event\":\"done\",\"epochs\":%d,\"steps\":%lld,\"test_loss\":%.6f,"
+            "\"test_acc\":%.6f,\"total_sec\":%.4f,\"samples_per_sec\":%.1f,\"workers\":%d%s}\n",
+            last ? last->epoch + 1 : 0, (long long)w->step, last ? last->test_loss : 0,
+            last ? last->test_acc : 0, total_sec, sps, w->nranks,
+            w->comm && w->comm->emulated ? ",\"emulated\":true" : "") != 0)
+    return -1;
+  return 0;
+}

@@ -1,0 +1,89 @@
+/* Which strategy the taxonomy axes select. Each family adds its rows here;
+ * a combination that no row accepts is refused with the options named and
+ * what does exist. */
+#include <string.h>
+
+#include "strategy/dp/dp.h"
+#include "strategy/ps/ps.h"
+#include "strategy/decentral/decentral.h"
+
+static int select_central(const train_config_t *c, strategy_fn *fn, const char **name) {
+  if (c->exchange == EXCHANGE_ALLREDUCE) {
+    if (c->schedule != SCHEDULE_SYNC)
+      return dt_error("options --schedule %s and --exchange allreduce do not combine: allreduce "
+                      "is synchronous (use --schedule sync, or --exchange ps:K for %s)",
+                      schedule_name(c->schedule), schedule_name(c->schedule));
+    *fn = strategy_data_parallel;
+    *name = "data-parallel allreduce";
+    return 0;
+  }
+  if (c->exchange == EXCHANGE_PS) { /* every schedule: one server implementation */
+    *fn = strategy_ps_worker;
+    *name = "parameter servers";
+    return 0;
+  }
+  if (c->exchange == EXCHANGE_SHARED) {
+    if (c->schedule == SCHEDULE_SYNC) {
+      *fn = strategy_shared_sync;
+      *name = "synchronous data parallelism (shared memory)";
+      return 0;
+    }
+    if (c->schedule != SCHEDULE_ASYNC)
+      return dt_error("options --schedule %s and --exchange shared do not combine: shared "
+                      "memory is --schedule sync (one arena, sharded steps) or async (Hogwild) "
+                      "(use --exchange ps:K for %s)",
+                      schedule_name(c->schedule), schedule_name(c->schedule));
+    *fn = strategy_hogwild;
+    *name = "Hogwild (shared memory)";
+    return 0;
+  }
+  return dt_error("option --exchange %s with --optimization central: not available (what "
+                  "exists: --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto, ps:K, ps:n, shared)",
+                  exchange_name(c->exchange));
+}
+
+/* Decentralized: (exchange, schedule) -> method. --exchange master with
+ * --schedule sync is model averaging (SparkNet) unless --alpha, --beta or
+ * --rho make it elastic (EASGD). */
+static int select_decentral(const train_config_t *c, strategy_fn *fn, const char **name) {
+  static const struct {
+    exchange_t exchange;
+    schedule_t schedule;
+    int elastic;      /* -1: either */
+    strategy_fn fn;
+    const char *name;
+  } rows[] = {
+      {EXCHANGE_ALLREDUCE, SCHEDULE_SYNC, -1, strategy_local_sgd, "model averaging (local SGD)"},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 0, strategy_local_sgd, "model averaging through a master (SparkNet)"},
+      {EXCHANGE_MASTER, SCHEDULE_SYNC, 1, strategy_easgd, "synchronous EASGD"},
+      {EXCHANGE_MASTER, SCHEDULE_ASYNC, -1, strategy_easgd, "asynchronous EASGD"},
+      {EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, -1, strategy_dpsgd, "D-PSGD"},
+      {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, -1, strategy_gossip, "GoSGD (gossip)"},
+      {EXCHANGE_TREE, SCHEDULE_ASYNC, -1, strategy_tree_easgd, "TreeEASGD"},
+  };
+  int elastic = c->alpha > 0 || c->beta > 0 || c->rho > 0;
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+    if (rows[i].exchange == c->exchange && rows[i].schedule == c->schedule &&
+        (rows[i].elastic < 0 || rows[i].elastic == elastic)) {
+      *fn = rows[i].fn;
+      *name = rows[i].name;
+      return 0;
+    }
+  return dt_error("options --optimization decentral --schedule %s --exchange %s do not combine "
+                  "(what exists with decentral: allreduce:* or master + sync = model averaging, "
+                  "master + sync + --alpha/--beta/--rho = EASGD, master + async = asynchronous "
+                  "EASGD, neighbors + sync = D-PSGD, gossip:p + async = GoSGD, tree:F + async = "
+                  "TreeEASGD)",
+                  schedule_name(c->schedule), exchange_name(c->exchange));
+}
+
+int strategy_select(const train_config_t *c, strategy_fn *fn, const char **name) {
+  return c->optimization == OPTIMIZATION_CENTRAL ? select_central(c, fn, name)
+                                                 : select_decentral(c, fn, name);
+}
+
+int strategy_total_ranks(const train_config_t *c) {
+  int servers = c->ps_servers > 0 ? c->ps_servers : c->workers; /* ps:n: one per worker */
+  return c->workers + (c->exchange == EXCHANGE_PS ? servers : 0) +
+         decentral_extra_ranks(c); /* EASGD's master */
+}

@@ -1,0 +1,100 @@
+/* train_run: load the data, start the ranks on the chosen transport, run
+ * the strategy on each. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/worker.h"
+#include "strategy/ps/ps.h"
+
+typedef struct {
+  train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
+  dataset_t train, test;
+  int loaded;
+} run_t;
+
+static int load_data(run_t *r) {
+  if (r->loaded) return 0;
+  if (dataset_load(r->cfg->data, 1, r->cfg->seed, &r->train) != 0) return -1;
+  if (dataset_load(r->cfg->data, 0, r->cfg->seed, &r->test) != 0) return -1;
+  if (r->train.c != r->test.c || r->train.h != r->test.h || r->train.w != r->test.w)
+    return dt_error("--data %s: train and test images differ in shape", r->cfg->data);
+  if (r->test.nclasses > r->train.nclasses) r->train.nclasses = r->test.nclasses;
+  r->test.nclasses = r->train.nclasses;
+  r->loaded = 1;
+  return 0;
+}
+
+/* Under mpi the world size comes from mpirun -np: the workers are what is
+ * left after the strategy's other ranks (servers, a master). */
+static int resolve_mpi_world(train_config_t *cfg, int size) {
+  int given = cfg->workers, found = 0;
+  for (int n = 1; n <= size && !found; n++) {
+    cfg->workers = n;
+    if (strategy_total_ranks(cfg) == size) found = n;
+  }
+  cfg->workers = given;
+  int need = strategy_total_ranks(cfg);
+  if (!found || (given > 1 && given != found))
+    return dt_error("mpirun -np %d does not fit: with --workers %d, --exchange %s needs %d ranks "
+                    "(%d workers + %d server or master ranks): run mpirun -np %d", size, given,
+                    exchange_name(cfg->exchange), need, given, need - given, need);
+  cfg->workers = found;
+  if (train_config_check_ranks(cfg) != 0) return -1;
+  return ps_check_world(cfg); /* values that depend on the number of workers */
+}
+
+static int run_rank(comm_t *comm, void *arg) {
+  run_t *r = arg;
+  if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
+  if (r->cfg->comm == COMM_MPI && resolve_mpi_world(r->cfg, comm_size(comm)) != 0) return -1;
+  strategy_fn strategy;
+  const char *name;
+  if (strategy_select(r->cfg, &strategy, &name) != 0) return -1;
+  if (r->cfg->exchange == EXCHANGE_PS) /* workers and servers */
+    return ps_run_rank(comm, r->cfg, &r->train, &r->test);
+  worker_t w;
+  int rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
+  if (rc == 0) rc = strategy(&w);
+  worker_free(&w);
+  return rc;
+}
+
+/* The emulated network and stragglers as the transport's per-rank tables. */
+static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdown) {
+  *net = cfg->net;
+  net->latency = cfg->net_latency;
+  net->bandwidth = cfg->net_bandwidth;
+  *slowdown = NULL;
+  if (cfg->straggler_rank >= 0) {
+    /* every rank, servers too; under mpi the world size is known only after
+     * MPI_Init, so the table ends at the straggler (the rest run at speed) */
+    int n = cfg->comm == COMM_MPI ? cfg->straggler_rank + 1 : strategy_total_ranks(cfg);
+    *slowdown = calloc((size_t)n, sizeof **slowdown);
+    if (!*slowdown) return dt_error("out of memory");
+    for (int i = 0; i < n; i++) (*slowdown)[i] = 1;
+    (*slowdown)[cfg->straggler_rank] = cfg->straggler_slowdown;
+    net->rank_slowdown = *slowdown;
+    net->rank_table_len = n;
+  }
+  return 0;
+}
+
+int train_run(train_config_t *cfg, int *argc, char ***argv) {
+  if (train_config_check(cfg) != 0) return -1;
+  kern_set_threads(cfg->threads); /* process-wide: once, before any rank starts */
+  run_t r = {.cfg = cfg};
+  comm_net_t net;
+  double *slowdown;
+  if (build_net(cfg, &net, &slowdown) != 0) return -1;
+  int rc;
+  if (cfg->comm == COMM_MPI) {
+    rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
+  } else {
+    rc = load_data(&r);
+    if (rc == 0) rc = comm_local_run(strategy_total_ranks(cfg), &net, run_rank, &r);
+  }
+  free(slowdown);
+  dataset_free(&r.train);
+  dataset_free(&r.test);
+  return rc;
+}

@@ -1,0 +1,239 @@
+/* The worker: one rank's model, optimizer, data slice and bookkeeping.
+ * Strategies compose these helpers; none of them communicates. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strategy/worker.h"
+#include "strategy/dp/balance.h"
+
+/* A balanced rank computes up to twice its batch in a step (balance.c). */
+static int worker_max_batch(const train_config_t *cfg) {
+  return cfg->balance ? 2 * cfg->batch : cfg->batch;
+}
+
+static int build_model(worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  model_spec_t spec;
+  if (model_spec_load(cfg->model, &spec) != 0) return -1;
+  shape_t in = {w->train->c, w->train->h, w->train->w};
+  int rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
+  model_spec_free(&spec);
+  if (rc != 0) return -1;
+  model_init_params(w->model, cfg->seed);
+  return 0;
+}
+
+static int build_optimizer(worker_t *w) {
+  model_t *m = w->model;
+  if (optim_new(&w->cfg->optim, m->nparams, &w->opt) != 0) return -1;
+  w->segs = calloc((size_t)m->ntensors + 1, sizeof *w->segs);
+  if (!w->segs) return dt_error("out of memory");
+  for (int i = 0; i < m->ntensors; i++) w->segs[i] = (optim_segment_t){m->tensors[i].off, m->tensors[i].len};
+  w->nsegs = m->ntensors;
+  return 0;
+}
+
+/* Steps per epoch under synchronous data parallelism: the global batch is
+ * nranks * batch; the last step of an epoch takes what is left. */
+void worker_plan_steps(worker_t *w, int nworkers) {
+  const train_config_t *cfg = w->cfg;
+  int64_t global = (int64_t)cfg->batch * nworkers;
+  w->nranks = nworkers;
+  w->steps_per_epoch = ((int64_t)w->train->n + global - 1) / global;
+  w->sched = (lr_schedule_t){
+      .kind = cfg->lr_schedule,
+      .base = cfg->lr,
+      .total_steps = w->steps_per_epoch * cfg->epochs,
+      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)w->steps_per_epoch),
+      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)w->steps_per_epoch),
+      .gamma = cfg->lr_gamma,
+  };
+  if (w->sched.step_size < 1) w->sched.step_size = 1;
+}
+
+int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
+                const dataset_t *test) {
+  memset(w, 0, sizeof *w);
+  w->cfg = cfg;
+  w->comm = comm;
+  w->world = comm;
+  w->rank = comm ? comm_rank(comm) : 0;
+  w->nranks = comm ? comm_size(comm) : 1;
+  w->train = train;
+  w->test = test;
+  w->run_start = dt_now();
+  if (comm && coll_ctx_new(comm, &w->coll) != 0) return -1;
+  if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
+  worker_plan_steps(w, w->nranks);
+  w->x = dt_alloc_floats((size_t)worker_max_batch(cfg) * train->dim);
+  w->y = dt_alloc((size_t)worker_max_batch(cfg) * sizeof(int32_t));
+  w->order = dt_alloc(train->n * sizeof(uint32_t));
+  w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
+  if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
+  /* before a resume, which restores its speeds; shares bounded by what the buffers hold */
+  if (cfg->balance && w->nranks > 1 &&
+      balance_new(w->nranks, cfg->batch, w->model->max_batch, &w->balance) != 0)
+    return -1;
+  if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
+  if (w->rank == 0 && cfg->metrics[0]) {
+    w->metrics = file_open_output(cfg->metrics, cfg->resume[0] != 0);
+    if (!w->metrics) return dt_error_prefix("--metrics: ");
+  }
+  return 0;
+}
+
+int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t step) {
+  if (epoch >= w->cfg->epochs)
+    return dt_error("--resume %s: the checkpoint is at epoch %lld already; ask for more with "
+                    "--epochs", from, epoch);
+  w->first_epoch = (int)epoch;
+  w->step = w->first_step = step;
+  w->opt->steps = step;
+  return 0;
+}
+
+void worker_free(worker_t *w) {
+  /* first: allreduce:shm waits there until no peer reads this rank's arenas */
+  if (w->coll) coll_ctx_free(w->coll);
+  balance_free(w->balance);
+  if (w->metrics) fclose(w->metrics);
+  model_free(w->model);
+  optim_free(w->opt);
+  free(w->segs);
+  dt_free(w->x);
+  dt_free(w->y);
+  dt_free(w->order);
+  dt_free(w->eval_idx);
+  memset(w, 0, sizeof *w);
+}
+
+void worker_begin_epoch(worker_t *w, int epoch) {
+  memset(&w->timers, 0, sizeof w->timers);
+  w->epoch_loss_sum = 0;
+  w->epoch_samples = w->epoch_correct = 0;
+  data_epoch_order(w->cfg->seed, epoch, w->order, w->train->n);
+  if (w->balance) balance_begin_epoch(w->balance);
+}
+
+void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
+  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
+  size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
+  size_t off, len;
+  if (w->balance) balance_split(w->balance, in_step, w->rank, &off, &len);
+  else data_shard(in_step, w->rank, w->nranks, &off, &len);
+  *begin = start + off;
+  *count = len;
+  *global = in_step;
+}
+
+/* hooks->wait, timed: the seconds inside it, and of those the seconds it
+ * waited (the rest is compute it did, an update it applied, which
+ * worker_update_part has counted). */
+typedef struct {
+  worker_t *w;
+  const step_hooks_t *hooks;
+  double inside, waited;
+} timed_wait_t;
+
+static void timed_wait(void *ctx, int layer) {
+  timed_wait_t *t = ctx;
+  double t0 = dt_now(), compute0 = t->w->timers.compute;
+  t->hooks->wait(t->hooks->ctx, layer);
+  double dt = dt_now() - t0;
+  t->inside += dt;
+  t->waited += dt - (t->w->timers.compute - compute0);
+}
+
+/* A rank with no samples in a short last step: zero gradients, and the
+ * hooks called as a forward and backward pass would call them. */
+static void empty_step(worker_t *w, const step_hooks_t *hooks) {
+  model_t *m = w->model;
+  kern_zero(m->nparams, m->grads);
+  if (!hooks) return;
+  for (int i = 0; hooks->wait && i < m->nlayers; i++)
+    if (m->layers[i].param_len) hooks->wait(hooks->ctx, i);
+  for (int i = m->nlayers - 1; hooks->ready && i >= 0; i--)
+    if (m->layers[i].param_len) hooks->ready(hooks->ctx, i);
+}
+
+/* The run was asked to stop (SIGINT, SIGTERM): say what it keeps. */
+int worker_interrupted(const worker_t *w) {
+  const train_config_t *cfg = w->cfg;
+  const char *kept = !cfg->checkpoint[0] ? "; nothing saved (no --checkpoint)"
+                     : access(cfg->checkpoint, F_OK) == 0 ? "; the checkpoint holds the last finished epoch"
+                                                         : "; no epoch had finished: no checkpoint written";
+  return dt_error("interrupted by %s at step %lld%s%s", dt_signal_name(dt_interrupted()),
+                  (long long)w->step, kept,
+                  cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
+}
+
+int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
+                            const step_hooks_t *hooks) {
+  if (dt_interrupted()) return worker_interrupted(w);
+  double t0 = dt_now();
+  model_t *m = w->model;
+  w->step_compute = 0;
+  if (count == 0) {
+    empty_step(w, hooks);
+    return 0;
+  }
+  data_gather(w->train, w->order + begin, count, w->x, w->y);
+  rng_t rng; /* dropout masks: a pure function of (seed, step, rank) */
+  rng_seed(&rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * w->nranks + w->rank)));
+  timed_wait_t tw = {w, hooks, 0, 0};
+  if (hooks && hooks->wait) model_forward_waiting(m, w->x, (int)count, 1, &rng, timed_wait, &tw);
+  else model_forward(m, w->x, (int)count, 1, &rng);
+  int correct = 0;
+  double loss = model_loss(m, w->y, (int)count, denom, &correct);
+  if (!isfinite(loss))
+    return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
+                    "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
+  w->epoch_loss_sum += loss;
+  w->epoch_samples += (int64_t)count;
+  w->epoch_correct += correct;
+  model_backward(m, w->x, (int)count, hooks ? hooks->ready : NULL, hooks ? hooks->ctx : NULL);
+  double dt = dt_now() - t0 - tw.inside;
+  if (w->comm) comm_compute_delay(w->comm, dt);
+  w->step_compute = dt_now() - t0 - tw.inside;
+  w->timers.compute += w->step_compute;
+  w->timers.comm_exposed += tw.waited;
+  return 0;
+}
+
+void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
+
+void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
+  worker_update_part(w, segs, nsegs, worker_begin_update(w));
+}
+
+float worker_begin_update(worker_t *w) {
+  float lr = (float)lr_at(&w->sched, w->step);
+  optim_begin_step(w->opt);
+  w->step++;
+  return lr;
+}
+
+void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
+  double t0 = dt_now();
+  optim_step_segments(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
+  w->timers.compute += dt_now() - t0;
+}
+
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {
+  model_t *m = w->model;
+  size_t bs = (size_t)w->cfg->batch;
+  const layer_t *last = &m->layers[m->nlayers - 1];
+  *loss_sum = 0;
+  *correct = 0;
+  for (size_t i = begin; i < end; i += bs) {
+    size_t cnt = end - i < bs ? end - i : bs;
+    for (size_t j = 0; j < cnt; j++) w->eval_idx[j] = (uint32_t)(i + j);
+    data_gather(w->test, w->eval_idx, cnt, w->x, w->y);
+    model_forward(m, w->x, (int)cnt, 0, NULL);
+    int c = 0;
+    *loss_sum += softmax_xent(last->out, w->y, (int)cnt, m->nclasses, (int)cnt, m->probs, NULL, &c);
+    *correct += c;
+  }
+}

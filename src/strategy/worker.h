@@ -1,0 +1,114 @@
+/* The worker: what every strategy composes (internal to src/strategy/).
+ * A strategy is a small file in its family's folder (dp/, ps/,
+ * decentral/) that runs the steps of one rank with the helpers below,
+ * speaking comm_t and coll only. */
+#ifndef DTRAIN_STRATEGY_WORKER_H
+#define DTRAIN_STRATEGY_WORKER_H
+
+#include "dtrain/coll.h"
+#include "dtrain/train.h"
+
+typedef struct {
+  double compute, comm, comm_exposed, wait;   /* seconds in this epoch */
+  size_t bytes_sent;
+} step_timers_t;
+
+typedef struct balance balance_t;   /* dp/balance.h */
+
+typedef struct worker {
+  const train_config_t *cfg;
+  comm_t *comm;
+  coll_ctx_t *coll;
+  int rank, nranks;
+  const dataset_t *train, *test;
+  model_t *model;
+  optimizer_t *opt;
+  optim_segment_t *segs;        /* one per parameter tensor (LARS) */
+  int nsegs;
+  lr_schedule_t sched;
+  float *x;                     /* batch buffer [batch, dim] */
+  int32_t *y;
+  uint32_t *order;              /* this epoch's permutation */
+  uint32_t *eval_idx;           /* [batch] test indices being evaluated */
+  int64_t steps_per_epoch;
+  int64_t step;                 /* global steps done */
+  int first_epoch;              /* 0, or the epoch after the resumed one */
+  int64_t first_step;           /* 0, or the resumed checkpoint's step (a run can stop mid-epoch) */
+  FILE *metrics;                /* rank 0 only */
+  step_timers_t timers;
+  double epoch_loss_sum;        /* summed over this rank's samples */
+  int64_t epoch_samples, epoch_correct;
+  double step_compute;          /* seconds of the last worker_compute_gradient */
+  balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
+  double run_start;
+  void *strategy;               /* the strategy's own state */
+  comm_t *world;                /* every rank of the run (parameter servers too); else == comm */
+} worker_t;
+
+int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
+                const dataset_t *test);
+void worker_free(worker_t *w);
+/* A resumed run's position (from a checkpoint file or folder `from`): it
+ * continues after `epoch` epochs and `step` steps. Fails if --epochs asks
+ * for no more. */
+int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t step);
+/* Steps per epoch and the LR schedule for `nworkers` data-parallel workers
+ * (worker_init plans for every rank of the comm; a strategy with master
+ * or server ranks plans again for its workers). Sets w->nranks. */
+void worker_plan_steps(worker_t *w, int nworkers);
+/* Clears the epoch's timers and sums, and computes its sample order. */
+void worker_begin_epoch(worker_t *w, int epoch);
+/* This rank's slice of global step `k` of the epoch, under synchronous data
+ * parallelism with per-worker batch cfg->batch: samples [begin, begin+count)
+ * of the epoch order, out of `global` in the step. Even, or by w->balance. */
+void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global);
+/* What a strategy does inside a step's compute (NULL members: nothing). */
+typedef struct {
+  param_wait_fn wait;           /* forward, before a layer reads its parameters */
+  grad_ready_fn ready;          /* backward, once a layer's gradients are final */
+  void *ctx;
+} step_hooks_t;
+/* Forward, loss and backward on `count` samples of the epoch order starting
+ * at `begin`; the gradient is averaged over `denom` samples (the global
+ * batch). hooks may be NULL (see model_forward_waiting, model_backward);
+ * time spent in hooks->wait counts as exposed communication, not compute.
+ * Fails on a NaN/inf loss. */
+int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
+                            const step_hooks_t *hooks);
+void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
+/* The same on some segments of the arena only (a sharded optimizer). */
+void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
+/* The same step in parts, the same bits (data parallelism that applies
+ * each bucket's update during the next forward pass): worker_begin_update
+ * once (it advances w->step and returns the step's lr), then
+ * worker_update_part on each part; parts are whole tensors. */
+float worker_begin_update(worker_t *w);
+void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr);
+/* Summed test loss and correct count of this worker's model over test
+ * samples [begin, end) (strategies shard the test set over ranks). */
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct);
+/* Epoch bookkeeping on rank 0: the live progress line (stderr), the epoch
+ * summary (stdout), the metrics line and the checkpoint. */
+typedef struct {
+  int epoch;
+  double train_loss, train_acc, test_loss, test_acc;
+  double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
+  step_timers_t timers;
+  const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
+} epoch_report_t;
+void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
+int worker_report_epoch(worker_t *w, const epoch_report_t *r);
+/* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
+int worker_interrupted(const worker_t *w);
+int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
+int worker_save_checkpoint(worker_t *w, int epoch);
+int worker_load_checkpoint(worker_t *w, const char *path);
+
+/* Strategies: each runs the epochs of one rank (declared in its family's
+ * header: dp/dp.h, ps/ps.h, decentral/decentral.h). */
+typedef int (*strategy_fn)(worker_t *w);
+/* The strategy the configuration's axes select, and how many ranks it
+ * needs in all (workers plus any server ranks). */
+int strategy_select(const train_config_t *cfg, strategy_fn *fn, const char **name);
+int strategy_total_ranks(const train_config_t *cfg);
+#endif
