@@ -36,21 +36,29 @@ static int build_optimizer(worker_t *w) {
 }
 
 /* Steps per epoch under synchronous data parallelism: the global batch is
- * nranks * batch; the last step of an epoch takes what is left. */
-void worker_plan_steps(worker_t *w, int nworkers) {
-  const train_config_t *cfg = w->cfg;
+ * nworkers * batch; the last step of an epoch takes what is left. */
+int64_t train_steps_per_epoch(const train_config_t *cfg, size_t nsamples, int nworkers) {
   int64_t global = (int64_t)cfg->batch * nworkers;
-  w->nranks = nworkers;
-  w->steps_per_epoch = ((int64_t)w->train->n + global - 1) / global;
-  w->sched = (lr_schedule_t){
+  return ((int64_t)nsamples + global - 1) / global;
+}
+
+lr_schedule_t train_lr_schedule(const train_config_t *cfg, int64_t steps_per_epoch) {
+  lr_schedule_t s = {
       .kind = cfg->lr_schedule,
       .base = cfg->lr,
-      .total_steps = w->steps_per_epoch * cfg->epochs,
-      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)w->steps_per_epoch),
-      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)w->steps_per_epoch),
+      .total_steps = steps_per_epoch * cfg->epochs,
+      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)steps_per_epoch),
+      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)steps_per_epoch),
       .gamma = cfg->lr_gamma,
   };
-  if (w->sched.step_size < 1) w->sched.step_size = 1;
+  if (s.step_size < 1) s.step_size = 1;
+  return s;
+}
+
+void worker_plan_steps(worker_t *w, int nworkers) {
+  w->nranks = nworkers;
+  w->steps_per_epoch = train_steps_per_epoch(w->cfg, w->train->n, nworkers);
+  w->sched = train_lr_schedule(w->cfg, w->steps_per_epoch);
 }
 
 int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,

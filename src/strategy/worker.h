@@ -52,6 +52,11 @@ void worker_free(worker_t *w);
  * continues after `epoch` epochs and `step` steps. Fails if --epochs asks
  * for no more. */
 int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t step);
+/* The one place a run's schedule is planned: steps per epoch of
+ * synchronous data parallelism over `nworkers` (the last step takes what is
+ * left), and the learning-rate schedule over the run's steps. */
+int64_t train_steps_per_epoch(const train_config_t *cfg, size_t nsamples, int nworkers);
+lr_schedule_t train_lr_schedule(const train_config_t *cfg, int64_t steps_per_epoch);
 /* Steps per epoch and the LR schedule for `nworkers` data-parallel workers
  * (worker_init plans for every rank of the comm; a strategy with master
  * or server ranks plans again for its workers). Sets w->nranks. */

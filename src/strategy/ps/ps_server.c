@@ -359,19 +359,9 @@ static int build_model(ps_server_t *s, const dataset_t *train) {
 }
 
 static void build_schedule(ps_server_t *s, const dataset_t *train) {
-  const train_config_t *cfg = s->cfg;
-  int64_t global = (int64_t)cfg->batch * s->N;
-  s->steps_per_epoch = ((int64_t)train->n + global - 1) / global;
-  s->batches_per_epoch = ((int64_t)train->n + cfg->batch - 1) / cfg->batch;
-  s->sched = (lr_schedule_t){
-      .kind = cfg->lr_schedule,
-      .base = cfg->lr,
-      .total_steps = s->steps_per_epoch * cfg->epochs,
-      .warmup_steps = (int64_t)llround(cfg->warmup_epochs * (double)s->steps_per_epoch),
-      .step_size = (int64_t)llround(cfg->lr_step_epochs * (double)s->steps_per_epoch),
-      .gamma = cfg->lr_gamma,
-  };
-  if (s->sched.step_size < 1) s->sched.step_size = 1;
+  s->steps_per_epoch = train_steps_per_epoch(s->cfg, train->n, s->N);
+  s->batches_per_epoch = ((int64_t)train->n + s->cfg->batch - 1) / s->cfg->batch;
+  s->sched = train_lr_schedule(s->cfg, s->steps_per_epoch);
 }
 
 static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int nworkers,
