@@ -245,3 +245,23 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
     *correct += c;
   }
 }
+
+int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra) {
+  int me = comm_rank(w->comm), P = comm_size(w->comm);
+  size_t off, len;
+  data_shard(w->test->n, me, P, &off, &len);
+  double test_loss;
+  int64_t test_correct;
+  worker_evaluate(w, off, off + len, &test_loss, &test_correct);
+  float sums[5 + 8] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
+                       (float)w->epoch_samples, (float)w->epoch_correct};
+  if (nextra < 0 || nextra > 8) return dt_error("worker_epoch_figures: %d extra sums (at most 8)", nextra);
+  for (int i = 0; i < nextra; i++) sums[5 + i] = extra[i];
+  if (P > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, (size_t)(5 + nextra)) != 0) return -1;
+  r->test_loss = sums[0] / (double)w->test->n;
+  r->test_acc = sums[1] / (double)w->test->n;
+  r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
+  r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
+  for (int i = 0; i < nextra; i++) extra[i] = sums[5 + i];
+  return 0;
+}

@@ -96,11 +96,17 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
  * summary (stdout), the metrics line and the checkpoint. */
 typedef struct {
   int epoch;
+  int64_t steps;                /* steps this rank took in the epoch */
   double train_loss, train_acc, test_loss, test_acc;
   double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
   step_timers_t timers;
   const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
 } epoch_report_t;
+/* Collective over w->comm: the test metrics of this rank's model on its
+ * shard of the test set, and the epoch's train loss and accuracy, summed
+ * over ranks in one small allreduce into r; `nextra` (<= 8) more floats
+ * summed along (in place). A rank that trains nothing adds zeros. */
+int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra);
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
 int worker_report_epoch(worker_t *w, const epoch_report_t *r);
 /* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
@@ -108,6 +114,44 @@ int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);
+
+/* Seconds since t0 counted as communication, all of it exposed (a
+ * blocking exchange that nothing overlaps); returns them. */
+double worker_comm_since(worker_t *w, double t0);
+
+/* ---- the epoch/step driver (driver.c): the one loop of every strategy ----
+ * Per epoch: worker_begin_epoch, begin_epoch, steps k = 0, 1, ... up to
+ * steps_per_epoch and --max-steps (unless open_ended), end_epoch,
+ * evaluate, report (worker_report_epoch unless given), after_report; at
+ * the end end_run and worker_report_done. Hooks return 0 or -1; step
+ * returns one of these. EPOCH_END and RUN_END mean step k was not taken. */
+enum {
+  DRIVE_NEXT = 0,       /* step taken, go on */
+  DRIVE_EPOCH_END = 1,  /* no more steps in this epoch */
+  DRIVE_RUN_END = 2,    /* no more steps at all: report this epoch and end */
+  DRIVE_STOPPED = 3,    /* this rank leaves now, without a report (--kill) */
+  DRIVE_SKIP = 4,       /* evaluate: this rank reports nothing for this epoch */
+};
+typedef struct {
+  int (*begin_epoch)(void *st, int epoch);          /* optional */
+  int (*step)(void *st, int epoch, int64_t k);
+  int (*end_epoch)(void *st, int epoch);            /* optional: drain, flush; may return DRIVE_RUN_END */
+  /* The epoch's figures into r: the driver has set epoch, epoch_sec,
+   * timers, lr and samples_per_sec (as for synchronous steps of the global
+   * batch); eval_sec is timed around this hook unless it sets it. Returns
+   * 0, -1, or DRIVE_SKIP (no report from this rank for this epoch). */
+  int (*evaluate)(void *st, epoch_report_t *r);
+  int (*report)(void *st, const epoch_report_t *r); /* optional: instead of worker_report_epoch */
+  void (*after_report)(void *st);                   /* optional; runs whether the report failed or not */
+  int (*end_run)(void *st);                         /* optional: before worker_report_done */
+  /* The step hook ends each epoch and the run itself (DRIVE_EPOCH_END,
+   * DRIVE_RUN_END: steps handed out by a shared counter or a server), and
+   * shows its progress: the driver applies neither steps_per_epoch nor
+   * --max-steps. */
+  int open_ended;
+} driver_ops_t;
+/* 0, -1 (error set), or DRIVE_STOPPED. */
+int driver_run(worker_t *w, const driver_ops_t *ops, void *st);
 
 /* Strategies: each runs the epochs of one rank (declared in its family's
  * header: dp/dp.h, ps/ps.h, decentral/decentral.h). */

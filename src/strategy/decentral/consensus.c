@@ -132,75 +132,51 @@ static void swap_in(decentral_t *d, int consensus) {
 }
 
 /* The consensus on a shard of the test set per rank; the epoch's train
- * sums and the replicas' distances to the consensus in one allreduce. */
-static int evaluate_consensus(decentral_t *d, epoch_report_t *r, char *extra, size_t cap) {
+ * sums and the replicas' distances to the consensus in one allreduce. The
+ * consensus stays in place for the report (after_report puts the replica
+ * back). */
+static int evaluate_consensus(void *st, epoch_report_t *r) {
+  decentral_t *d = st;
   worker_t *w = d->w;
   model_t *m = w->model;
+  char *extra = d->extra;
+  size_t cap = sizeof d->extra;
   if (d->ops->consensus_params(d, d->consensus) != 0) return -1;
   if (average_buffers(d, d->consensus + m->nparams) != 0) return -1;
-  double dist = d->is_worker ? distance(m->nparams, m->params, d->consensus) : 0;
+  float dist = d->is_worker ? (float)distance(m->nparams, m->params, d->consensus) : 0;
   int n = snprintf(extra, cap, "\"consensus\":\"%s\"", d->ops->consensus);
   if (d->ops->extra_json && d->ops->extra_json(d, extra + n, cap - (size_t)n) != 0) return -1;
   swap_in(d, 1);
-  size_t off, len;
-  data_shard(w->test->n, comm_rank(w->comm), comm_size(w->comm), &off, &len);
-  double test_loss;
-  int64_t test_correct;
-  worker_evaluate(w, off, off + len, &test_loss, &test_correct);
-  float sums[6] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
-                   (float)w->epoch_samples, (float)w->epoch_correct, (float)dist};
-  if (comm_size(w->comm) > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, 6) != 0) return -1;
-  r->test_loss = sums[0] / (double)w->test->n;
-  r->test_acc = sums[1] / (double)w->test->n;
-  r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
-  r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
+  d->swapped = 1;
+  if (worker_epoch_figures(w, r, &dist, 1) != 0) return -1;
   n = (int)strlen(extra);
-  snprintf(extra + n, cap - (size_t)n, ",\"replica_spread\":%.6g", sums[5] / d->nworkers);
+  snprintf(extra + n, cap - (size_t)n, ",\"replica_spread\":%.6g", dist / d->nworkers);
   r->extra_json = extra;
   return 0;
 }
 
-static int run_epoch_steps(decentral_t *d, int epoch, int64_t *done) {
-  worker_t *w = d->w;
-  const train_config_t *cfg = w->cfg;
-  int64_t k = 0;
-  for (; k < w->steps_per_epoch; k++) {
-    if (cfg->max_steps && w->step >= cfg->max_steps) break;
-    if (d->ops->step(d, k) != 0) return -1;
-    worker_progress(w, epoch, k, w->steps_per_epoch);
-  }
-  *done = k;
+static void replica_back(void *st) {
+  decentral_t *d = st;
+  if (d->swapped) swap_in(d, 0);
+  d->swapped = 0;
+}
+
+static int method_step(void *st, int epoch, int64_t k) {
+  decentral_t *d = st;
+  return d->ops->step(d, k);
+}
+
+static int before_eval(void *st, int epoch) {
+  decentral_t *d = st;
   return d->ops->before_eval ? d->ops->before_eval(d) : 0;
 }
 
 int decentral_run(decentral_t *d) {
-  worker_t *w = d->w;
-  const train_config_t *cfg = w->cfg;
-  epoch_report_t r = {0};
-  char extra[512];
-  int have_report = 0;
-  double run_t0 = dt_now();
-  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
-    double t0 = dt_now();
-    worker_begin_epoch(w, epoch);
-    int64_t k;
-    if (run_epoch_steps(d, epoch, &k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
-    double train_sec = dt_now() - t0;
-    r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
-    r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
-    size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * d->nworkers;
-    r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
-    double eval_t0 = dt_now();
-    if (evaluate_consensus(d, &r, extra, sizeof extra) != 0)
-      return dt_error_prefix("epoch %d: evaluation: ", epoch + 1);
-    r.eval_sec = dt_now() - eval_t0;
-    int rc = worker_report_epoch(w, &r);
-    swap_in(d, 0);
-    if (rc != 0) return -1;
-    have_report = 1;
-    if (cfg->max_steps && w->step >= cfg->max_steps) break;
-  }
-  return worker_report_done(w, have_report ? &r : NULL, dt_now() - run_t0);
+  driver_ops_t ops = {.step = method_step, .end_epoch = before_eval,
+                      .evaluate = evaluate_consensus, .after_report = replica_back};
+  int rc = driver_run(d->w, &ops, d);
+  replica_back(d); /* an evaluation that failed half-way */
+  return rc;
 }
 
 /* Values of the decentralized options that no method accepts. The

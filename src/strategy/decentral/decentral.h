@@ -47,6 +47,8 @@ struct decentral {
   float *consensus;       /* nparams */
   float *replica;         /* this rank's params while the consensus is swapped in */
   void *method;           /* the method's own state */
+  int swapped;            /* the consensus is in params for the report */
+  char extra[512];        /* the report's method fields */
 };
 
 /* Sets d up for w: `masters` ranks after the workers hold no replica.

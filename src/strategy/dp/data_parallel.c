@@ -53,6 +53,7 @@ typedef struct {
   int *bucket_of;           /* priority: each layer's bucket (-1: no parameters) */
   float lr;                 /* priority: the learning rate of the pending update */
   int failed;               /* priority: a wait in the forward pass failed */
+  char split[512];          /* --balance: the epoch's samples per rank, for the metrics */
 } dp_state_t;
 
 /* PyTorch DDP's rule: the first bucket (the last layers, ready first) is
@@ -177,9 +178,7 @@ static int exchange_gradients(dp_state_t *s, double backward_end) {
     if ((s->shard ? reduce_scatter_ring_inplace(w->coll, g, n) : allreduce(w->coll, w->cfg->algo, g, n)) != 0)
       return -1;
   }
-  double dt = dt_now() - t0;
-  w->timers.comm += dt;
-  w->timers.comm_exposed += dt;
+  worker_comm_since(w, t0);
   return 0;
 }
 
@@ -198,9 +197,7 @@ static int gather_blocks(dp_state_t *s, float *arena) {
   double t0 = dt_now();
   for (int i = 0; i < s->nbuckets; i++)
     if (allgather_ring(w->coll, arena + s->buckets[i].off, s->buckets[i].len) != 0) return -1;
-  double dt = dt_now() - t0;
-  w->timers.comm += dt;
-  w->timers.comm_exposed += dt;
+  worker_comm_since(w, t0);
   return 0;
 }
 
@@ -225,9 +222,7 @@ static int share_step_times(dp_state_t *s) {
   s->sec[w->rank] = (float)w->step_compute;
   double t0 = dt_now();
   DT_TRY(allreduce(w->coll, ALLREDUCE_TREE, s->sec, (size_t)w->nranks));
-  double dt = dt_now() - t0;
-  w->timers.comm += dt;
-  w->timers.comm_exposed += dt;
+  worker_comm_since(w, t0);
   balance_observe(w->balance, s->sec);
   return 0;
 }
@@ -254,7 +249,7 @@ static int finish_step_deferred(dp_state_t *s, int64_t k) {
   return 0;
 }
 
-static int train_step(void *state, int64_t k) {
+static int train_step(void *state, int epoch, int64_t k) {
   dp_state_t *s = state;
   worker_t *w = s->w;
   size_t begin, count, global;
@@ -273,56 +268,17 @@ static int train_step(void *state, int64_t k) {
   return 0;
 }
 
-/* Test metrics on a shard of the test set per rank, and the epoch's train
- * loss and accuracy, summed over ranks in one small allreduce. */
-static int epoch_metrics(worker_t *w, epoch_report_t *r) {
-  size_t off, len;
-  data_shard(w->test->n, w->rank, w->nranks, &off, &len);
-  double test_loss;
-  int64_t test_correct;
-  worker_evaluate(w, off, off + len, &test_loss, &test_correct);
-  float sums[5] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
-                   (float)w->epoch_samples, (float)w->epoch_correct};
-  if (w->nranks > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, 5) != 0) return -1;
-  r->test_loss = sums[0] / (double)w->test->n;
-  r->test_acc = sums[1] / (double)w->test->n;
-  r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
-  r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
-  return 0;
+int dp_evaluate(worker_t *w, epoch_report_t *r, char *split, size_t cap) {
+  if (w->balance) {
+    balance_json(w->balance, r->steps, split, cap);
+    r->extra_json = split;
+  }
+  return worker_epoch_figures(w, r, NULL, 0);
 }
 
-int sync_run_epochs(worker_t *w, sync_step_fn step, void *state) {
-  const train_config_t *cfg = w->cfg;
-  epoch_report_t r = {0};
-  int have_report = 0;
-  char split[512]; /* --balance: the epoch's samples per rank, for the metrics */
-  double run_t0 = dt_now();
-  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
-    double t0 = dt_now();
-    worker_begin_epoch(w, epoch);
-    int64_t k = 0;
-    for (; k < w->steps_per_epoch; k++) {
-      if (cfg->max_steps && w->step >= cfg->max_steps) break;
-      if (step(state, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
-      worker_progress(w, epoch, k, w->steps_per_epoch);
-    }
-    double train_sec = dt_now() - t0;
-    r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
-    if (w->balance) {
-      balance_json(w->balance, k, split, sizeof split);
-      r.extra_json = split;
-    }
-    r.lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
-    size_t samples = k >= w->steps_per_epoch ? w->train->n : (size_t)k * cfg->batch * w->nranks;
-    r.samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
-    double eval_t0 = dt_now();
-    if (epoch_metrics(w, &r) != 0) return -1;
-    r.eval_sec = dt_now() - eval_t0;
-    if (worker_report_epoch(w, &r) != 0) return -1;
-    have_report = 1;
-    if (cfg->max_steps && w->step >= cfg->max_steps) break;
-  }
-  return worker_report_done(w, have_report ? &r : NULL, dt_now() - run_t0);
+static int evaluate(void *state, epoch_report_t *r) {
+  dp_state_t *s = state;
+  return dp_evaluate(s->w, r, s->split, sizeof s->split);
 }
 
 int strategy_data_parallel(worker_t *w) {
@@ -334,7 +290,8 @@ int strategy_data_parallel(worker_t *w) {
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap)
     rc = coll_async_new(w->coll, w->cfg->comm_order, &s.async);
   if (!s.async) free(s.bucket_of), s.bucket_of = NULL; /* one rank: nothing to order */
-  if (rc == 0) rc = sync_run_epochs(w, train_step, &s);
+  driver_ops_t ops = {.step = train_step, .evaluate = evaluate};
+  if (rc == 0) rc = driver_run(w, &ops, &s);
   coll_async_free(s.async);
   free(s.shard);
   free(s.sec);

@@ -9,11 +9,11 @@
 /* Synchronous data parallelism by allreduce of gradient buckets, with
  * overlap, priority order and ZeRO-1 sharding (data_parallel.c). */
 int strategy_data_parallel(worker_t *w);
-/* The synchronous epoch loop of data parallelism (data_parallel.c):
- * step(state, k) runs global step k of the epoch on this rank; test metrics
- * sharded over ranks, progress, reports. */
-typedef int (*sync_step_fn)(void *state, int64_t k);
-int sync_run_epochs(worker_t *w, sync_step_fn step, void *state);
+/* The evaluation of synchronous data parallelism (the driver's evaluate
+ * hook): test metrics on a shard of the test set per rank, train figures
+ * summed over ranks, and under --balance the epoch's split (written to
+ * split, cap bytes) as the report's extra fields. */
+int dp_evaluate(worker_t *w, epoch_report_t *r, char *split, size_t cap);
 /* Synchronous data parallelism through shared memory (local): one
  * parameter arena, each rank reduces and steps its block (shared_sync.c). */
 int strategy_shared_sync(worker_t *w);

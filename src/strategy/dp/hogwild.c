@@ -31,6 +31,7 @@ typedef struct {
   hog_counters_t *ctr;
   float *params;             /* the shared arena */
   int64_t batches_per_epoch;
+  int64_t cap;               /* --max-steps: batches of all workers (INT64_MAX: none) */
   /* this worker's epoch: loss, samples, correct, staleness sum/count/max, batches, seconds */
   double sums[8];
   char extra[1024];
@@ -100,52 +101,52 @@ static int epoch_figures(hog_t *h, epoch_report_t *r) {
   return rc;
 }
 
-static int report(hog_t *h, int epoch, double train_sec, epoch_report_t *r) {
+/* Every update of the epoch is in; rank 0 evaluates the shared arena. */
+static int evaluate(void *st, epoch_report_t *r) {
+  hog_t *h = st;
   worker_t *w = h->w;
-  *r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
-  r->lr = lr_of_batch(h, epoch, h->batches_per_epoch - 1);
+  r->lr = lr_of_batch(h, r->epoch, h->batches_per_epoch - 1);
   DT_TRY(epoch_figures(h, r));
   if (w->rank != 0) return 0;
   memcpy(w->model->params, h->params, w->model->nparams * sizeof(float));
-  double t0 = dt_now(), loss;
+  double loss;
   int64_t correct;
   worker_evaluate(w, 0, w->test->n, &loss, &correct);
-  r->eval_sec = dt_now() - t0;
   r->test_loss = loss / (double)w->test->n;
   r->test_acc = (double)correct / (double)w->test->n;
-  return worker_report_epoch(w, r);
+  return 0;
 }
 
-static int run_epochs(hog_t *h) {
-  worker_t *w = h->w;
-  const train_config_t *cfg = w->cfg;
-  int64_t cap = cfg->max_steps ? cfg->max_steps * w->nranks : INT64_MAX;
-  epoch_report_t r = {0};
-  int have = 0;
-  double run_t0 = dt_now();
-  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
-    if (w->rank == 0) atomic_store(&h->ctr->next, 0);
-    DT_TRY(comm_barrier(w->comm));
-    double t0 = dt_now();
-    memset(&w->timers, 0, sizeof w->timers);
-    memset(h->sums, 0, sizeof h->sums);
-    data_epoch_order(cfg->seed, epoch, w->order, w->train->n);
-    for (;;) {
-      int64_t q = atomic_fetch_add(&h->ctr->next, 1);
-      if (q >= h->batches_per_epoch || epoch * h->batches_per_epoch + q >= cap) break;
-      if (hog_batch(h, epoch, q) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
-      worker_progress(w, epoch, q / w->nranks, w->steps_per_epoch);
-    }
-    DT_TRY(comm_barrier(w->comm)); /* every update of the epoch is in */
-    DT_TRY(report(h, epoch, dt_now() - t0, &r));
-    have = 1;
-    if ((int64_t)(epoch + 1) * h->batches_per_epoch >= cap) break;
-  }
-  int64_t keep = w->step;
-  w->step = atomic_load(&h->ctr->updates) / w->nranks;
-  int rc = worker_report_done(w, have ? &r : NULL, dt_now() - run_t0);
-  w->step = keep;
-  return rc;
+static int begin_epoch(void *st, int epoch) {
+  hog_t *h = st;
+  if (h->w->rank == 0) atomic_store(&h->ctr->next, 0);
+  memset(h->sums, 0, sizeof h->sums);
+  return comm_barrier(h->w->comm);
+}
+
+/* Batches are handed out by one shared counter, so a worker takes as many
+ * steps as it is fast; --max-steps caps the batches of all workers. */
+static int step(void *st, int epoch, int64_t k) {
+  hog_t *h = st;
+  int64_t q = atomic_fetch_add(&h->ctr->next, 1);
+  if (q >= h->batches_per_epoch) return DRIVE_EPOCH_END;
+  if (epoch * h->batches_per_epoch + q >= h->cap) return DRIVE_RUN_END;
+  DT_TRY(hog_batch(h, epoch, q));
+  worker_progress(h->w, epoch, q / h->w->nranks, h->w->steps_per_epoch);
+  return DRIVE_NEXT;
+}
+
+static int end_epoch(void *st, int epoch) {
+  hog_t *h = st;
+  DT_TRY(comm_barrier(h->w->comm)); /* every update of the epoch is in */
+  return (int64_t)(epoch + 1) * h->batches_per_epoch >= h->cap ? DRIVE_RUN_END : 0;
+}
+
+/* The run's steps, for the done line: updates per worker. */
+static int end_run(void *st) {
+  hog_t *h = st;
+  h->w->step = atomic_load(&h->ctr->updates) / h->w->nranks;
+  return 0;
 }
 
 int strategy_hogwild(worker_t *w) {
@@ -161,7 +162,10 @@ int strategy_hogwild(worker_t *w) {
   h.batches_per_epoch = ((int64_t)w->train->n + w->cfg->batch - 1) / w->cfg->batch;
   if (w->rank == 0) /* the initial (or resumed) parameters */
     memcpy(h.params, w->model->params, w->model->nparams * sizeof(float));
-  int rc = run_epochs(&h);
+  h.cap = w->cfg->max_steps ? w->cfg->max_steps * w->nranks : INT64_MAX;
+  driver_ops_t ops = {.begin_epoch = begin_epoch, .step = step, .end_epoch = end_epoch,
+                      .evaluate = evaluate, .end_run = end_run, .open_ended = 1};
+  int rc = driver_run(w, &ops, &h);
   comm_shared_free(w->comm, shared); /* waits for every rank: none still writes */
   return rc;
 }

@@ -38,6 +38,7 @@ typedef struct {
   const float **from;             /* this rank's block of each of them */
   float *sec;                     /* shared, --balance: each rank's compute seconds this step */
   optim_segment_t block;          /* this rank's part of the arena */
+  char split[512];                /* --balance: the epoch's samples per rank, for the metrics */
 } shared_sync_t;
 
 /* One optimizer state for all ranks, holding rank 0's values (the same as
@@ -106,7 +107,12 @@ static void push_block(shared_sync_t *s) {
     if (q != w->rank) kern_copy_stream(s->block.len, mine, s->params[q] + s->block.off);
 }
 
-static int train_step(void *state, int64_t k) {
+static int evaluate(void *state, epoch_report_t *r) {
+  shared_sync_t *s = state;
+  return dp_evaluate(s->w, r, s->split, sizeof s->split);
+}
+
+static int train_step(void *state, int epoch, int64_t k) {
   shared_sync_t *s = state;
   worker_t *w = s->w;
   model_t *m = w->model;
@@ -118,21 +124,20 @@ static int train_step(void *state, int64_t k) {
   if (comm_barrier(w->comm) != 0) return -1; /* every gradient is complete */
   if (s->sec) balance_observe(w->balance, s->sec); /* read before anyone's next write */
   kern_sum(s->block.len, w->nranks, s->from, m->grads + s->block.off);
-  double t1 = dt_now();
+  worker_comm_since(w, t0);
   worker_apply_update_segs(w, &s->block, 1);
-  double t2 = dt_now();
+  double t1 = dt_now();
   push_block(s);
   if (comm_barrier(w->comm) != 0) return -1; /* every block is stepped and pushed */
-  double comm = (t1 - t0) + (dt_now() - t2);
-  w->timers.comm += comm;
-  w->timers.comm_exposed += comm;
+  worker_comm_since(w, t1);
   return 0;
 }
 
 int strategy_shared_sync(worker_t *w) {
   shared_sync_t s = {.w = w};
   int rc = setup(&s);
-  if (rc == 0) rc = sync_run_epochs(w, train_step, &s);
+  driver_ops_t ops = {.step = train_step, .evaluate = evaluate};
+  if (rc == 0) rc = driver_run(w, &ops, &s);
   teardown(&s);
   return rc;
 }

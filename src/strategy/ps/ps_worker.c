@@ -37,26 +37,24 @@ typedef struct {
   /* --push-every > 1: gradients summed since the last push */
   float *acc;
   ps_req_t acc_req;
+  /* the pool: the coordinator's last answer not yet acted on (a batch,
+   * PS_BATCH_END or _DONE; PS_BATCH_NONE: none), the epoch of the batches
+   * computed, and worker 0's epochs to report and to acknowledge */
+  int64_t next, epoch, closed_epoch, report_epoch, reported_epoch;
   /* worker 0's report */
+  ps_epoch_stats_t ep;
+  int64_t report_step;
   unsigned char *stats_buf;
   ps_worker_stats_t *prev;
   char *extra;
   size_t extra_cap;
 } psw_t;
 
-static double wait_timed(psw_t *p, int ts, ps_reply_t *rep, int *rc) {
-  double t0 = dt_now();
-  *rc = ps_wait(p->client, ts, rep);
-  double dt = dt_now() - t0;
-  p->w->timers.comm += dt;
-  p->w->timers.comm_exposed += dt;
-  return dt;
-}
-
 static int wait_ok(psw_t *p, int ts, ps_reply_t *rep) {
-  int rc;
   if (ts < 0) return -1;
-  wait_timed(p, ts, rep, &rc);
+  double t0 = dt_now();
+  int rc = ps_wait(p->client, ts, rep);
+  worker_comm_since(p->w, t0);
   return rc;
 }
 
@@ -174,38 +172,44 @@ static int save_state(psw_t *p, int epoch, int64_t step) {
   return ps_ckpt_write_manifest(cfg, w->model, &p->map, epoch, step);
 }
 
-/* Called by worker 0 once the model it holds is the epoch's final one. */
-static int report_epoch(psw_t *p, int epoch, double t0, epoch_report_t *r) {
+/* Worker 0, once the model it holds is the epoch's final one: the epoch's
+ * statistics from the coordinator, the checkpoint's state, and the model
+ * evaluated on the whole test set. */
+static int evaluate_model(psw_t *p, epoch_report_t *r) {
   worker_t *w = p->w;
-  double train_sec = dt_now() - t0;
-  ps_req_t req = {.op = PS_OP_STATS, .epoch = epoch};
+  ps_req_t req = {.op = PS_OP_STATS, .epoch = r->epoch};
   size_t len = sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t);
   ps_reply_t rep;
   DT_TRY(wait_ok(p, ps_call(p->client, 0, &req, p->stats_buf, len), &rep));
-  ps_epoch_stats_t ep;
-  memcpy(&ep, p->stats_buf, sizeof ep);
-  ps_worker_stats_t *cur = (ps_worker_stats_t *)(p->stats_buf + sizeof ep);
-  int64_t step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
-  DT_TRY(save_state(p, epoch, step));
+  memcpy(&p->ep, p->stats_buf, sizeof p->ep);
+  p->report_step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
+  DT_TRY(save_state(p, r->epoch, p->report_step));
   double eval_t0 = dt_now(), test_loss;
   int64_t test_correct;
   worker_evaluate(w, 0, w->test->n, &test_loss, &test_correct);
-  *r = (epoch_report_t){.epoch = epoch, .epoch_sec = train_sec, .timers = w->timers};
+  const ps_epoch_stats_t *ep = &p->ep;
   r->eval_sec = dt_now() - eval_t0;
   r->test_loss = test_loss / (double)w->test->n;
   r->test_acc = (double)test_correct / (double)w->test->n;
-  r->train_loss = ep.samples > 0 ? ep.loss_sum / ep.samples : 0;
-  r->train_acc = ep.samples > 0 ? ep.correct / ep.samples : 0;
-  r->samples_per_sec = train_sec > 0 ? ep.samples / train_sec : 0;
-  r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
-  if (p->pool) r->lr = lr_at(&w->sched, (int64_t)(epoch + 1) * w->steps_per_epoch - 1);
-  build_extra(p, &ep, cur);
+  r->train_loss = ep->samples > 0 ? ep->loss_sum / ep->samples : 0;
+  r->train_acc = ep->samples > 0 ? ep->correct / ep->samples : 0;
+  r->samples_per_sec = r->epoch_sec > 0 ? ep->samples / r->epoch_sec : 0;
+  if (p->pool) r->lr = lr_at(&w->sched, (int64_t)(r->epoch + 1) * w->steps_per_epoch - 1);
+  build_extra(p, ep, (ps_worker_stats_t *)(p->stats_buf + sizeof *ep));
   r->extra_json = p->extra;
+  return 0;
+}
+
+/* The report at the servers' step count, and the summary line. */
+static int report(void *st, const epoch_report_t *r) {
+  psw_t *p = st;
+  worker_t *w = p->w;
+  ps_worker_stats_t *cur = (ps_worker_stats_t *)(p->stats_buf + sizeof p->ep);
   int64_t keep = w->step;
-  w->step = step;
+  w->step = p->report_step;
   int rc = worker_report_epoch(w, r);
   w->step = keep;
-  if (rc == 0) print_summary(p, &ep, cur);
+  if (rc == 0) print_summary(p, &p->ep, cur);
   memcpy(p->prev, cur, (size_t)p->N * sizeof *cur);
   return rc;
 }
@@ -226,30 +230,28 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   return 0;
 }
 
-/* 1 when this worker was told to stop (--kill). */
-static int run_clocks(psw_t *p, epoch_report_t *last, int *have_last) {
-  worker_t *w = p->w;
-  const train_config_t *cfg = w->cfg;
-  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
-    double t0 = dt_now();
-    worker_begin_epoch(w, epoch);
-    for (int64_t k = 0; k < w->steps_per_epoch; k++) {
-      if (cfg->max_steps && w->step >= cfg->max_steps) break;
-      if (clock_step(p, epoch, k) != 0) return dt_error_prefix("epoch %d: ", epoch + 1);
-      if (killed_now(p)) return finish_push(p) == 0 ? 1 : -1;
-      worker_progress(w, epoch, k, w->steps_per_epoch);
-    }
-    DT_TRY(finish_push(p));
-    if (w->rank == 0) {
-      int ts = pull_model(p, 0, w->step, epoch); /* every clock of the epoch applied */
-      DT_TRY(wait_ok(p, ts, NULL));
-      DT_TRY(report_epoch(p, epoch, t0, last));
-      *have_last = 1;
-    }
-    if (cfg->max_steps && w->step >= cfg->max_steps) break;
-  }
-  return 0;
+static int clock_drive_step(void *st, int epoch, int64_t k) {
+  psw_t *p = st;
+  DT_TRY(clock_step(p, epoch, k));
+  if (killed_now(p)) return finish_push(p) == 0 ? DRIVE_STOPPED : -1;
+  return DRIVE_NEXT;
 }
+
+static int clock_end_epoch(void *st, int epoch) {
+  return finish_push(st);
+}
+
+/* Worker 0 reports, once every clock of the epoch is applied. */
+static int clock_evaluate(void *st, epoch_report_t *r) {
+  psw_t *p = st;
+  if (p->w->rank != 0) return DRIVE_SKIP;
+  DT_TRY(wait_ok(p, pull_model(p, 0, p->w->step, r->epoch), NULL));
+  return evaluate_model(p, r);
+}
+
+static const driver_ops_t clock_ops = {
+    .step = clock_drive_step, .end_epoch = clock_end_epoch, .evaluate = clock_evaluate,
+    .report = report};
 
 /* ---- the pool schedules: async, value, backup ------------------------------------- */
 
@@ -298,59 +300,95 @@ static int compute_batch(psw_t *p, int64_t batch) {
   return 0;
 }
 
-/* The next batch, or PS_BATCH_DONE. Pushes what is pending when the epoch
- * runs dry, reports for worker 0, and re-pulls after waiting. */
-static int64_t next_batch(psw_t *p, ps_reply_t *rep, int *pulled, double *t0,
-                          epoch_report_t *last, int *have_last) {
-  while (rep->batch < 0 && rep->batch != PS_BATCH_DONE) {
-    if (rep->batch == PS_BATCH_NONE) {
-      if (push_pending(p) != 0 || finish_push(p) != 0) return -100;
-      if (ask_next(p, PS_NEXT_WAIT, rep->epoch, rep) != 0) return -100;
-    } else { /* END: the epoch is closed and worker 0 reports it */
-      int epoch = (int)rep->epoch;
-      if (wait_ok(p, pull_model(p, PS_PULL_FLUSHED, 0, epoch), NULL) != 0 ||
-          report_epoch(p, epoch, *t0, last) != 0)
-        return -100;
-      *have_last = 1;
-      if (ask_next(p, PS_NEXT_REPORTED, epoch, rep) != 0) return -100;
-    }
-    *pulled = 0;
+/* Resolves a coordinator's answer into a batch, or PS_BATCH_DONE, or
+ * PS_BATCH_END (worker 0: epoch rep->epoch is closed, to be reported).
+ * NONE: pushes what is pending and waits for the next epoch. After a wait
+ * the worker starts from the current model. */
+static int64_t resolve_batch(psw_t *p, ps_reply_t *rep, int pulled) {
+  while (rep->batch == PS_BATCH_NONE) {
+    if (push_pending(p) != 0 || finish_push(p) != 0) return -100;
+    if (ask_next(p, PS_NEXT_WAIT, rep->epoch, rep) != 0) return -100;
+    pulled = 0;
   }
-  if (rep->batch >= 0 && !*pulled) { /* waited for an epoch: start from the current model */
-    if (wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
-    *pulled = 1;
-  }
+  if (rep->batch >= 0 && !pulled && wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
+  p->closed_epoch = rep->epoch; /* what an END closes */
   return rep->batch;
 }
 
-static int run_pool(psw_t *p, epoch_report_t *last, int *have_last) {
+/* The coordinator's next answer: after a reported epoch, the report's
+ * acknowledgement; else a request for the next batch with the pull that
+ * --fetch-every makes due. */
+static int64_t fetch_batch(psw_t *p) {
+  const train_config_t *cfg = p->w->cfg;
+  ps_reply_t rep;
+  if (p->reported_epoch >= 0) {
+    int64_t e = p->reported_epoch;
+    p->reported_epoch = -1;
+    if (ask_next(p, PS_NEXT_REPORTED, e, &rep) != 0) return -100;
+    return resolve_batch(p, &rep, 0);
+  }
+  ps_req_t req = {.op = PS_OP_NEXT, .epoch = p->epoch};
+  int ts_next = ps_call(p->client, 0, &req, NULL, 0);
+  int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
+  if (finish_push(p) != 0 || wait_ok(p, ts_next, &rep) != 0) return -100;
+  if (ts_pull != -2 && wait_ok(p, ts_pull, NULL) != 0) return -100;
+  return resolve_batch(p, &rep, ts_pull != -2);
+}
+
+/* One batch handed out by the coordinator. A batch of a later epoch, or
+ * the close of this one (worker 0), ends the driver's epoch and waits. */
+static int pool_step(void *st, int epoch, int64_t k) {
+  psw_t *p = st;
   worker_t *w = p->w;
-  const train_config_t *cfg = w->cfg;
-  int64_t epoch = -1;
-  double t0 = dt_now();
-  for (;;) {
-    ps_req_t req = {.op = PS_OP_NEXT, .epoch = epoch};
-    int ts_next = ps_call(p->client, 0, &req, NULL, 0);
-    int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
-    ps_reply_t rep;
-    if (finish_push(p) != 0 || wait_ok(p, ts_next, &rep) != 0) return -1;
-    if (ts_pull != -2 && wait_ok(p, ts_pull, NULL) != 0) return -1;
-    int pulled = ts_pull != -2;
-    int64_t batch = next_batch(p, &rep, &pulled, &t0, last, have_last);
-    if (batch == -100) return -1;
-    if (batch == PS_BATCH_DONE) break;
-    int64_t e = batch / p->batches_per_epoch;
-    if (e != epoch) { /* a new epoch: its order, its sums, its clock */
-      epoch = e;
-      worker_begin_epoch(w, (int)e);
-      t0 = dt_now();
-    }
-    if (compute_batch(p, batch) != 0) return dt_error_prefix("epoch %lld: ", (long long)e + 1);
-    if (killed_now(p)) return finish_push(p) == 0 ? 1 : -1;
-    worker_progress(w, (int)e, (batch % p->batches_per_epoch) / p->N, w->steps_per_epoch);
+  if (p->next == PS_BATCH_NONE) {
+    p->next = fetch_batch(p);
+    if (p->next == -100) return -1;
+  }
+  if (p->next == PS_BATCH_DONE) return push_pending(p) == 0 ? DRIVE_RUN_END : -1;
+  if (p->next == PS_BATCH_END) {
+    if (p->closed_epoch > epoch) return DRIVE_EPOCH_END;
+    p->next = PS_BATCH_NONE;
+    p->report_epoch = p->closed_epoch;
+    return DRIVE_EPOCH_END;
+  }
+  int64_t e = p->next / p->batches_per_epoch;
+  if (e > epoch) return DRIVE_EPOCH_END;
+  int64_t batch = p->next;
+  p->next = PS_BATCH_NONE;
+  p->epoch = e;
+  if (compute_batch(p, batch) != 0) return -1;
+  if (killed_now(p)) return finish_push(p) == 0 ? DRIVE_STOPPED : -1;
+  worker_progress(w, (int)e, (batch % p->batches_per_epoch) / p->N, w->steps_per_epoch);
+  return DRIVE_NEXT;
+}
+
+/* Worker 0 reports an epoch the coordinator has closed. */
+static int pool_evaluate(void *st, epoch_report_t *r) {
+  psw_t *p = st;
+  if (p->report_epoch != r->epoch) return DRIVE_SKIP;
+  p->report_epoch = -1;
+  p->reported_epoch = r->epoch; /* acknowledged with the next request */
+  DT_TRY(wait_ok(p, pull_model(p, PS_PULL_FLUSHED, 0, r->epoch), NULL));
+  return evaluate_model(p, r);
+}
+
+/* After the last epoch: the last report acknowledged, and the
+ * coordinator's answers followed until it says the run is done. */
+static int pool_end_run(void *st) {
+  psw_t *p = st;
+  while (p->next != PS_BATCH_DONE) {
+    if (p->next != PS_BATCH_NONE && p->next != PS_BATCH_END)
+      return dt_error("parameter server: batch %lld handed out after the last epoch",
+                      (long long)p->next);
+    p->next = fetch_batch(p);
+    if (p->next == -100) return -1;
   }
   return push_pending(p);
 }
+
+static const driver_ops_t pool_ops = {
+    .step = pool_step, .evaluate = pool_evaluate, .report = report, .end_run = pool_end_run,
+    .open_ended = 1};
 
 /* ---- the strategy ------------------------------------------------------------------ */
 
@@ -359,6 +397,8 @@ static int psw_init(psw_t *p, worker_t *w) {
   memset(p, 0, sizeof *p);
   p->w = w;
   p->push_ts = -1;
+  p->next = PS_BATCH_NONE;
+  p->epoch = p->report_epoch = p->reported_epoch = -1;
   p->N = w->nranks;
   p->K = ps_nservers(cfg, p->N);
   p->pool = cfg->schedule == SCHEDULE_ASYNC || cfg->schedule == SCHEDULE_VALUE ||
@@ -394,11 +434,7 @@ int strategy_ps_worker(worker_t *w) {
                     "ranks (run through train_run)");
   psw_t p;
   int rc = psw_init(&p, w);
-  epoch_report_t last;
-  int have_last = 0;
-  double t0 = dt_now();
-  if (rc == 0) rc = p.pool ? run_pool(&p, &last, &have_last) : run_clocks(&p, &last, &have_last);
-  if (rc == 0 && w->rank == 0) rc = worker_report_done(w, have_last ? &last : NULL, dt_now() - t0);
+  if (rc == 0) rc = driver_run(w, p.pool ? &pool_ops : &clock_ops, &p);
   if (rc == 0) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
     ps_req_t bye = {.op = PS_OP_BYE};
     rc = wait_ok(&p, ps_call(p.client, 0, &bye, NULL, 0), NULL);

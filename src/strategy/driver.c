@@ -1,0 +1,81 @@
+/* The epoch/step driver: the one loop every strategy runs on (worker.h).
+ * A strategy gives its step, its evaluation and, where it needs them, the
+ * moments around them as hooks; the driver owns the epochs, --max-steps,
+ * the progress line, the epoch's timing, the report and the checkpoint
+ * (through worker_report_epoch), and the final "done" line. */
+#include "strategy/worker.h"
+
+/* Whether the run has taken its --max-steps (the driver's own limit). */
+static int step_limit_reached(const worker_t *w, const driver_ops_t *ops) {
+  return !ops->open_ended && w->cfg->max_steps && w->step >= w->cfg->max_steps;
+}
+
+/* The epoch's steps; *taken gets how many ran. Returns DRIVE_NEXT when the
+ * epoch ran out of steps, or what the step hook ended it with. */
+static int run_steps(worker_t *w, const driver_ops_t *ops, void *st, int epoch, int64_t *taken) {
+  int64_t k = 0;
+  int rc = DRIVE_NEXT;
+  for (; ops->open_ended || k < w->steps_per_epoch; k++) {
+    if (step_limit_reached(w, ops)) break;
+    rc = ops->step(st, epoch, k);
+    if (rc != DRIVE_NEXT) break;
+    if (!ops->open_ended) worker_progress(w, epoch, k, w->steps_per_epoch);
+  }
+  *taken = k;
+  return rc;
+}
+
+/* What the driver knows of an epoch before the strategy's evaluation:
+ * its timing and, for steps of the global batch, its throughput. */
+static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken, double train_sec) {
+  size_t samples = taken >= w->steps_per_epoch ? w->train->n
+                                               : (size_t)taken * w->cfg->batch * w->nranks;
+  *r = (epoch_report_t){.epoch = epoch, .steps = taken, .epoch_sec = train_sec, .timers = w->timers};
+  r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
+  r->samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
+}
+
+/* 0 when the epoch was reported, DRIVE_SKIP when this rank has nothing
+ * to report for it, -1 on error. */
+static int report_epoch(worker_t *w, const driver_ops_t *ops, void *st, epoch_report_t *r) {
+  double eval_t0 = dt_now();
+  int rc = ops->evaluate(st, r);
+  if (rc != 0) return rc == DRIVE_SKIP ? DRIVE_SKIP : -1;
+  if (r->eval_sec == 0) r->eval_sec = dt_now() - eval_t0;
+  rc = ops->report ? ops->report(st, r) : worker_report_epoch(w, r);
+  if (ops->after_report) ops->after_report(st);
+  return rc;
+}
+
+int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
+  const train_config_t *cfg = w->cfg;
+  epoch_report_t r, last = {0};
+  int have_report = 0;
+  double run_t0 = dt_now();
+  for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
+    double t0 = dt_now();
+    worker_begin_epoch(w, epoch);
+    if (ops->begin_epoch && ops->begin_epoch(st, epoch) != 0) return -1;
+    int64_t taken;
+    int rc = run_steps(w, ops, st, epoch, &taken);
+    if (rc < 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+    if (rc == DRIVE_STOPPED) return DRIVE_STOPPED;
+    int end = ops->end_epoch ? ops->end_epoch(st, epoch) : 0;
+    if (end < 0) return dt_error_prefix("epoch %d: ", epoch + 1);
+    if (end == DRIVE_RUN_END) rc = DRIVE_RUN_END;
+    fill_report(w, &r, epoch, taken, dt_now() - t0);
+    int reported = report_epoch(w, ops, st, &r);
+    if (reported < 0) return -1;
+    if (reported == 0) last = r, have_report = 1;
+    if (rc == DRIVE_RUN_END || step_limit_reached(w, ops)) break;
+  }
+  if (ops->end_run && ops->end_run(st) != 0) return -1;
+  return worker_report_done(w, have_report ? &last : NULL, dt_now() - run_t0);
+}
+
+double worker_comm_since(worker_t *w, double t0) {
+  double dt = dt_now() - t0;
+  w->timers.comm += dt;
+  w->timers.comm_exposed += dt;
+  return dt;
+}
