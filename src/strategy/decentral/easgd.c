@@ -88,8 +88,7 @@ static int sync_round(easgd_t *e) {
   if (reduce_tree(w->coll, e->master, e->buf, n) != 0) return -1;  /* c + sum (beta/p)(w_i - c) */
   if (!d->is_worker) kern_copy(n, e->buf, params);
   e->exchanges++;
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(w, t0);
   return 0;
 }
 
@@ -116,8 +115,7 @@ static int async_worker_exchange(easgd_t *e) {
     return dt_error_prefix("elastic exchange with the master (rank %d): ", e->master);
   for (size_t i = 0; i < n; i++) params[i] -= (float)e->alpha * (params[i] - e->buf[i]);
   e->exchanges++;
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(w, t0);
   return 0;
 }
 

@@ -72,8 +72,7 @@ static int step(decentral_t *d, int64_t k) {
   if (d->nworkers < 2 || rng_uniform(&g->rng) >= w->cfg->gossip_p) return 0;
   t0 = dt_now();
   int rc = send_to_random_peer(g);
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(w, t0);
   return rc;
 }
 
@@ -88,8 +87,7 @@ static int drain(decentral_t *d) {
   g->before[2] = (double)g->sent;
   g->before[3] = (double)g->received;
   int rc = mail_drain(&g->mail);
-  d->w->timers.comm += dt_now() - t0;
-  d->w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(d->w, t0);
   return rc;
 }
 

@@ -40,8 +40,7 @@ static int average_replicas(local_sgd_t *s) {
   }
   s->samples = s->global = 0;
   s->averages++;
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(w, t0);
   return 0;
 }
 

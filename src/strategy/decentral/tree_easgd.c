@@ -57,8 +57,7 @@ static int step(decentral_t *d, int64_t k) {
   if (!up && !down) return 0;
   t0 = dt_now();
   int rc = send_model(t, up, down);
-  w->timers.comm += dt_now() - t0;
-  w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(w, t0);
   return rc;
 }
 
@@ -66,8 +65,7 @@ static int drain(decentral_t *d) {
   tree_t *t = d->method;
   double t0 = dt_now();
   int rc = mail_drain(&t->mail);
-  d->w->timers.comm += dt_now() - t0;
-  d->w->timers.comm_exposed += dt_now() - t0;
+  worker_comm_since(d->w, t0);
   return rc;
 }
 
