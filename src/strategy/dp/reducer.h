@@ -1,0 +1,33 @@
+/* The gradient reducer seam (reducer.c): how a step's gradients are summed
+ * over the ranks of synchronous data parallelism and the update applied.
+ * One step: hooks = reducer_begin_step; backprop with the hooks (they start
+ * buckets as they become ready, and under priority order apply the last
+ * step's buckets in the forward pass); reducer_wait; reducer_apply.
+ * Overlap, priority order and ZeRO-1 sharding are modes of it;
+ * compression codecs and their error-feedback state will be a stage of it. */
+#ifndef DTRAIN_STRATEGY_DP_REDUCER_H
+#define DTRAIN_STRATEGY_DP_REDUCER_H
+
+#include "strategy/worker.h"
+
+typedef struct reducer reducer_t;
+
+/* Plans the buckets (and the shard, the priority order) for w's model. */
+int reducer_new(worker_t *w, reducer_t **out);
+void reducer_free(reducer_t *r);
+/* A new step: the hooks for worker_compute_gradient (ready starts buckets;
+ * wait, under priority order, applies the last step's). Pass them only
+ * when reducer_overlaps. */
+step_hooks_t reducer_begin_step(reducer_t *r);
+int reducer_overlaps(const reducer_t *r);
+/* Priority order: the update is left to the next forward pass. */
+int reducer_defers(const reducer_t *r);
+/* The step's gradients summed over ranks (what is left of them after
+ * overlap; nothing under priority order, whose waits are in the forward
+ * pass). Fails if a wait in the forward pass failed. */
+int reducer_wait(reducer_t *r);
+/* The update of step k (of its epoch) applied: whole, sharded then
+ * gathered, or under priority order begun (and finished at an epoch's or
+ * the run's last step). */
+int reducer_apply(reducer_t *r, int64_t k);
+#endif
