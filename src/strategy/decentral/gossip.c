@@ -64,13 +64,9 @@ static int send_to_random_peer(gossip_t *g) {
 static int step(decentral_t *d, int64_t k) {
   gossip_t *g = d->method;
   worker_t *w = d->w;
-  size_t count;
-  double t0 = dt_now();
-  if (mail_poll(&g->mail, NULL) != 0) return -1;
-  w->timers.comm += dt_now() - t0;
-  if (decentral_local_step(d, k, &count, NULL) != 0) return -1;
+  if (mail_poll_then_step(&g->mail, d, k) != 0) return -1;
   if (d->nworkers < 2 || rng_uniform(&g->rng) >= w->cfg->gossip_p) return 0;
-  t0 = dt_now();
+  double t0 = dt_now();
   int rc = send_to_random_peer(g);
   worker_comm_since(w, t0);
   return rc;

@@ -47,15 +47,11 @@ static int send_model(tree_t *t, int up, int down) {
 static int step(decentral_t *d, int64_t k) {
   tree_t *t = d->method;
   worker_t *w = d->w;
-  size_t count;
-  double t0 = dt_now();
-  if (mail_poll(&t->mail, NULL) != 0) return -1;
-  w->timers.comm += dt_now() - t0;
-  if (decentral_local_step(d, k, &count, NULL) != 0) return -1;
+  if (mail_poll_then_step(&t->mail, d, k) != 0) return -1;
   int up = t->parent >= 0 && w->step % w->cfg->tau_up == 0;
   int down = t->first_child <= t->last_child && w->step % w->cfg->tau_down == 0;
   if (!up && !down) return 0;
-  t0 = dt_now();
+  double t0 = dt_now();
   int rc = send_model(t, up, down);
   worker_comm_since(w, t0);
   return rc;
