@@ -1,7 +1,6 @@
 /* Option value parsing with errors that name the option and the value. */
 #include "dtrain/core.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -42,40 +41,47 @@ static int number_and_unit(const char *text, double *v, const char **unit) {
   return 0;
 }
 
+typedef struct { const char *name; double scale; } unit_t;
+
+/* The scale of unit `u` (case-insensitive; a trailing "/s" dropped when
+ * per_second), or 0 when the table has no such unit. */
+static double unit_scale(const char *u, const unit_t *units, size_t n, int per_second) {
+  char name[16];
+  size_t len = strlen(u);
+  if (len >= sizeof name) return 0;
+  memcpy(name, u, len + 1);
+  if (per_second && len > 2 && strcasecmp(name + len - 2, "/s") == 0) name[len - 2] = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strcasecmp(name, units[i].name) == 0) return units[i].scale;
+  return 0;
+}
+
 int parse_duration(const char *opt, const char *text, double *seconds) {
-  double v = 0;
+  static const unit_t units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
+  double v = 0, scale = 0;
   const char *u;
-  static const struct { const char *name; double scale; } units[] = {
-      {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
   if (text && number_and_unit(text, &v, &u) == 0)
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-      if (strcasecmp(u, units[i].name) == 0) {
-        *seconds = v * units[i].scale;
-        return 0;
-      }
+    scale = unit_scale(u, units, sizeof units / sizeof *units, 0);
+  if (scale > 0) {
+    *seconds = v * scale;
+    return 0;
+  }
   return dt_error("option --%s: '%s' is not a duration (examples: 50us, 2ms, 0.1s)", opt,
                   text ? text : "");
 }
 
 int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec) {
-  double v = 0;
-  const char *u;
-  static const struct { const char *name; double scale; } units[] = {
+  static const unit_t units[] = {
       {"bit", 1.0 / 8},  {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
       {"b", 1},          {"kb", 1e3},       {"mb", 1e6},       {"gb", 1e9},
       {"bps", 1.0 / 8},  {"kbps", 1e3 / 8}, {"mbps", 1e6 / 8}, {"gbps", 1e9 / 8}};
-  if (text && number_and_unit(text, &v, &u) == 0 && v > 0) {
-    char lower[16];
-    size_t n = strlen(u);
-    if (n < sizeof lower) {
-      for (size_t i = 0; i <= n; i++) lower[i] = (char)tolower((unsigned char)u[i]);
-      if (n > 2 && strcmp(lower + n - 2, "/s") == 0) lower[n - 2] = 0;
-      for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(lower, units[i].name) == 0) {
-          *bytes_per_sec = v * units[i].scale;
-          return 0;
-        }
-    }
+  double v = 0, scale = 0;
+  const char *u;
+  if (text && number_and_unit(text, &v, &u) == 0 && v > 0)
+    scale = unit_scale(u, units, sizeof units / sizeof *units, 1);
+  if (scale > 0) {
+    *bytes_per_sec = v * scale;
+    return 0;
   }
   return dt_error("option --%s: '%s' is not a bandwidth (examples: 1Gbit, 100Mbit, 10GB)", opt,
                   text ? text : "");
