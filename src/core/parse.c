@@ -56,35 +56,35 @@ static double unit_scale(const char *u, const unit_t *units, size_t n, int per_s
   return 0;
 }
 
-int parse_duration(const char *opt, const char *text, double *seconds) {
-  static const unit_t units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
+/* A number with a unit from the table: a duration, or (bandwidth) a
+ * positive rate whose unit may end in "/s". */
+static int parse_with_unit(const char *opt, const char *text, const unit_t *units, size_t n,
+                           int bandwidth, double *out) {
   double v = 0, scale = 0;
   const char *u;
-  if (text && number_and_unit(text, &v, &u) == 0)
-    scale = unit_scale(u, units, sizeof units / sizeof *units, 0);
+  if (text && number_and_unit(text, &v, &u) == 0 && (!bandwidth || v > 0))
+    scale = unit_scale(u, units, n, bandwidth);
   if (scale > 0) {
-    *seconds = v * scale;
+    *out = v * scale;
     return 0;
   }
-  return dt_error("option --%s: '%s' is not a duration (examples: 50us, 2ms, 0.1s)", opt,
-                  text ? text : "");
+  return dt_error("option --%s: '%s' is not a %s (examples: %s)", opt, text ? text : "",
+                  bandwidth ? "bandwidth" : "duration",
+                  bandwidth ? "1Gbit, 100Mbit, 10GB" : "50us, 2ms, 0.1s");
 }
 
+int parse_duration(const char *opt, const char *text, double *seconds) {
+  static const unit_t units[] = {{"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"", 1}};
+  return parse_with_unit(opt, text, units, sizeof units / sizeof *units, 0, seconds);
+}
+
+/* Bits or bytes per second ("/s" optional). */
 int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec) {
   static const unit_t units[] = {
       {"bit", 1.0 / 8},  {"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8},
       {"b", 1},          {"kb", 1e3},       {"mb", 1e6},       {"gb", 1e9},
       {"bps", 1.0 / 8},  {"kbps", 1e3 / 8}, {"mbps", 1e6 / 8}, {"gbps", 1e9 / 8}};
-  double v = 0, scale = 0;
-  const char *u;
-  if (text && number_and_unit(text, &v, &u) == 0 && v > 0)
-    scale = unit_scale(u, units, sizeof units / sizeof *units, 1);
-  if (scale > 0) {
-    *bytes_per_sec = v * scale;
-    return 0;
-  }
-  return dt_error("option --%s: '%s' is not a bandwidth (examples: 1Gbit, 100Mbit, 10GB)", opt,
-                  text ? text : "");
+  return parse_with_unit(opt, text, units, sizeof units / sizeof *units, 1, bytes_per_sec);
 }
 
 int parse_megabytes(const char *opt, const char *text, size_t *bytes) {
