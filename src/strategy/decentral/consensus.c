@@ -25,7 +25,7 @@ static int count_workers(decentral_t *d, int masters) {
   return 0;
 }
 
-int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int masters,
+static int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int masters,
                    void *method) {
   memset(d, 0, sizeof *d);
   d->w = w;
@@ -40,7 +40,7 @@ int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int 
   return d->consensus && d->replica ? 0 : -1;
 }
 
-void decentral_free(decentral_t *d) {
+static void decentral_free(decentral_t *d) {
   dt_free(d->consensus);
   dt_free(d->replica);
   d->consensus = d->replica = NULL;
@@ -171,11 +171,16 @@ static int before_eval(void *st, int epoch) {
   return d->ops->before_eval ? d->ops->before_eval(d) : 0;
 }
 
-int decentral_run(decentral_t *d) {
-  driver_ops_t ops = {.step = method_step, .end_epoch = before_eval,
+int decentral_strategy(worker_t *w, const decentral_ops_t *ops, int masters, void *method) {
+  decentral_t d;
+  int rc = decentral_init(&d, w, ops, masters, method);
+  if (rc == 0 && ops->setup) rc = ops->setup(&d);
+  driver_ops_t run = {.step = method_step, .end_epoch = before_eval,
                       .evaluate = evaluate_consensus, .after_report = replica_back};
-  int rc = driver_run(d->w, &ops, d);
-  replica_back(d); /* an evaluation that failed half-way */
+  if (rc == 0) rc = driver_run(w, &run, &d);
+  replica_back(&d); /* an evaluation that failed half-way */
+  if (ops->teardown) ops->teardown(&d);
+  decentral_free(&d);
   return rc;
 }
 

@@ -32,6 +32,8 @@ typedef struct decentral decentral_t;
 
 typedef struct {
   const char *consensus;                       /* "average", "centre", "root", ... */
+  int (*setup)(decentral_t *d);                /* optional: the method's state, once d is set up */
+  void (*teardown)(decentral_t *d);            /* optional: called whether setup ran or not */
   int (*step)(decentral_t *d, int64_t k);      /* step k of the epoch on this rank */
   int (*before_eval)(decentral_t *d);          /* optional: drain messages, serve requests */
   int (*consensus_params)(decentral_t *d, float *out); /* the consensus, on every rank */
@@ -51,14 +53,12 @@ struct decentral {
   char extra[512];        /* the report's method fields */
 };
 
-/* Sets d up for w: `masters` ranks after the workers hold no replica.
- * Counts workers from the communicator (mpi: -np), checks them against
- * --workers, and redoes the step schedule for nworkers replicas. */
-int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *ops, int masters,
-                   void *method);
-void decentral_free(decentral_t *d);
-/* Runs every epoch: steps, evaluation of the consensus, reports. */
-int decentral_run(decentral_t *d);
+/* A method's whole run on w: `masters` ranks after the workers hold no
+ * replica; `method` is its state (zeroed; d->method in the hooks). Counts
+ * workers from the communicator (mpi: -np), checks them against
+ * --workers, redoes the step schedule for nworkers replicas, then setup,
+ * every epoch (steps, evaluation of the consensus, reports), teardown. */
+int decentral_strategy(worker_t *w, const decentral_ops_t *ops, int masters, void *method);
 
 /* This worker's gradient for step k: its slice of the step, averaged over
  * its own samples (every replica takes a mean-gradient step). *count: its

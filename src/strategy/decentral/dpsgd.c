@@ -76,23 +76,25 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+static int setup(decentral_t *d) {
+  dpsgd_t *s = d->method;
+  s->d = d;
+  s->from_left = dt_alloc_floats(d->w->model->nparams);
+  s->from_right = dt_alloc_floats(d->w->model->nparams);
+  return s->from_left && s->from_right ? 0 : -1;
+}
+
+static void teardown(decentral_t *d) {
+  dpsgd_t *s = d->method;
+  dt_free(s->from_left);
+  dt_free(s->from_right);
+}
+
 static const decentral_ops_t DPSGD = {
-    .consensus = "average", .step = step, .consensus_params = mean_params,
-    .extra_json = extra_json};
+    .consensus = "average", .setup = setup, .teardown = teardown, .step = step,
+    .consensus_params = mean_params, .extra_json = extra_json};
 
 int strategy_dpsgd(worker_t *w) {
   dpsgd_t s = {0};
-  decentral_t d;
-  int rc = decentral_init(&d, w, &DPSGD, 0, &s);
-  s.d = &d;
-  if (rc == 0) {
-    s.from_left = dt_alloc_floats(w->model->nparams);
-    s.from_right = dt_alloc_floats(w->model->nparams);
-    if (!s.from_left || !s.from_right) rc = -1;
-  }
-  if (rc == 0) rc = decentral_run(&d);
-  dt_free(s.from_left);
-  dt_free(s.from_right);
-  decentral_free(&d);
-  return rc;
+  return decentral_strategy(w, &DPSGD, 0, &s);
 }

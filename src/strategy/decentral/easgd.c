@@ -170,29 +170,30 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+static int setup(decentral_t *d) {
+  easgd_t *e = d->method;
+  e->d = d;
+  e->master = d->nworkers;
+  if (elastic_coefficients(d->w->cfg, d->nworkers, &e->alpha, &e->beta) != 0) return -1;
+  e->buf = dt_alloc_floats(d->w->model->nparams);
+  e->reply = d->is_worker ? NULL : dt_alloc_floats(d->w->model->nparams);
+  return e->buf && (d->is_worker || e->reply) ? 0 : -1;
+}
+
+static void teardown(decentral_t *d) {
+  easgd_t *e = d->method;
+  dt_free(e->buf);
+  dt_free(e->reply);
+}
+
 static const decentral_ops_t EASGD_SYNC = {
-    .consensus = "centre", .step = sync_step, .consensus_params = centre_params,
-    .extra_json = extra_json};
-static const decentral_ops_t EASGD_ASYNC = {
-    .consensus = "centre", .step = async_step, .before_eval = serve_requests,
+    .consensus = "centre", .setup = setup, .teardown = teardown, .step = sync_step,
     .consensus_params = centre_params, .extra_json = extra_json};
+static const decentral_ops_t EASGD_ASYNC = {
+    .consensus = "centre", .setup = setup, .teardown = teardown, .step = async_step,
+    .before_eval = serve_requests, .consensus_params = centre_params, .extra_json = extra_json};
 
 int strategy_easgd(worker_t *w) {
   easgd_t e = {0};
-  decentral_t d;
-  int async = w->cfg->schedule == SCHEDULE_ASYNC;
-  int rc = decentral_init(&d, w, async ? &EASGD_ASYNC : &EASGD_SYNC, 1, &e);
-  e.d = &d;
-  e.master = d.nworkers;
-  if (rc == 0) rc = elastic_coefficients(w->cfg, d.nworkers, &e.alpha, &e.beta);
-  if (rc == 0) {
-    e.buf = dt_alloc_floats(w->model->nparams);
-    e.reply = d.is_worker ? NULL : dt_alloc_floats(w->model->nparams);
-    if (!e.buf || (!d.is_worker && !e.reply)) rc = -1;
-  }
-  if (rc == 0) rc = decentral_run(&d);
-  dt_free(e.buf);
-  dt_free(e.reply);
-  decentral_free(&d);
-  return rc;
+  return decentral_strategy(w, w->cfg->schedule == SCHEDULE_ASYNC ? &EASGD_ASYNC : &EASGD_SYNC, 1, &e);
 }

@@ -112,22 +112,26 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+static int setup(decentral_t *d) {
+  gossip_t *g = d->method;
+  worker_t *w = d->w;
+  g->d = d;
+  g->alpha = 1.0 / d->nworkers;
+  rng_seed(&g->rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
+  return mail_open(&g->mail, w->comm, TAG_GOSSIP_MODEL, TAG_GOSSIP_END,
+                   w->model->nparams + HEADER_FLOATS, w->cfg->net.timeout, merge, g);
+}
+
+static void teardown(decentral_t *d) {
+  gossip_t *g = d->method;
+  mail_close(&g->mail);
+}
+
 static const decentral_ops_t GOSSIP = {
-    .consensus = "weighted-average", .step = step, .before_eval = drain,
-    .consensus_params = weighted_mean, .extra_json = extra_json};
+    .consensus = "weighted-average", .setup = setup, .teardown = teardown, .step = step,
+    .before_eval = drain, .consensus_params = weighted_mean, .extra_json = extra_json};
 
 int strategy_gossip(worker_t *w) {
   gossip_t g = {0};
-  decentral_t d;
-  int rc = decentral_init(&d, w, &GOSSIP, 0, &g);
-  g.d = &d;
-  g.alpha = 1.0 / d.nworkers;
-  rng_seed(&g.rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
-  if (rc == 0)
-    rc = mail_open(&g.mail, w->comm, TAG_GOSSIP_MODEL, TAG_GOSSIP_END,
-                   w->model->nparams + HEADER_FLOATS, w->cfg->net.timeout, merge, &g);
-  if (rc == 0) rc = decentral_run(&d);
-  mail_close(&g.mail);
-  decentral_free(&d);
-  return rc;
+  return decentral_strategy(w, &GOSSIP, 0, &g);
 }

@@ -64,17 +64,18 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+static int setup(decentral_t *d) {
+  local_sgd_t *s = d->method;
+  s->d = d;
+  d->algo = d->w->cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : d->w->cfg->algo;
+  return 0;
+}
+
 static const decentral_ops_t LOCAL_SGD = {
-    .consensus = "average", .step = step, .consensus_params = mean_params,
+    .consensus = "average", .setup = setup, .step = step, .consensus_params = mean_params,
     .extra_json = extra_json};
 
 int strategy_local_sgd(worker_t *w) {
   local_sgd_t s = {0};
-  decentral_t d;
-  int rc = decentral_init(&d, w, &LOCAL_SGD, 0, &s);
-  s.d = &d;
-  d.algo = w->cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : w->cfg->algo;
-  if (rc == 0) rc = decentral_run(&d);
-  decentral_free(&d);
-  return rc;
+  return decentral_strategy(w, &LOCAL_SGD, 0, &s);
 }

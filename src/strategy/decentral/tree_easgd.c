@@ -75,28 +75,32 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
-static const decentral_ops_t TREE = {
-    .consensus = "root", .step = step, .before_eval = drain, .consensus_params = root_params,
-    .extra_json = extra_json};
-
 static void place_in_tree(tree_t *t, int rank, int p, int fanout) {
   t->parent = rank > 0 ? (rank - 1) / fanout : -1;
   t->first_child = fanout * rank + 1;
   t->last_child = fanout * rank + fanout < p - 1 ? fanout * rank + fanout : p - 1;
 }
 
+static int setup(decentral_t *d) {
+  tree_t *t = d->method;
+  worker_t *w = d->w;
+  t->d = d;
+  place_in_tree(t, w->rank, d->nworkers, w->cfg->tree_fanout);
+  if (elastic_coefficients(w->cfg, w->cfg->tree_fanout, &t->alpha, &t->beta) != 0) return -1;
+  return mail_open(&t->mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, w->model->nparams,
+                   w->cfg->net.timeout, merge, t);
+}
+
+static void teardown(decentral_t *d) {
+  tree_t *t = d->method;
+  mail_close(&t->mail);
+}
+
+static const decentral_ops_t TREE = {
+    .consensus = "root", .setup = setup, .teardown = teardown, .step = step, .before_eval = drain,
+    .consensus_params = root_params, .extra_json = extra_json};
+
 int strategy_tree_easgd(worker_t *w) {
   tree_t t = {0};
-  decentral_t d;
-  int rc = decentral_init(&d, w, &TREE, 0, &t);
-  t.d = &d;
-  place_in_tree(&t, w->rank, d.nworkers, w->cfg->tree_fanout);
-  if (rc == 0) rc = elastic_coefficients(w->cfg, w->cfg->tree_fanout, &t.alpha, &t.beta);
-  if (rc == 0)
-    rc = mail_open(&t.mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, w->model->nparams,
-                   w->cfg->net.timeout, merge, &t);
-  if (rc == 0) rc = decentral_run(&d);
-  mail_close(&t.mail);
-  decentral_free(&d);
-  return rc;
+  return decentral_strategy(w, &TREE, 0, &t);
 }
