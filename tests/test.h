@@ -1,11 +1,17 @@
 /* A minimal test harness: each test is a function; RUN prints one
- * "PASS name" or "FAIL name" line, which tests/run.sh counts. */
+ * "PASS name" or "FAIL name" line, which tests/run.sh counts.
+ *
+ * CHECK* count a failure in the running test and go on. RCHECK* are for
+ * functions that return 0 or -1, such as the rank functions that
+ * comm_local_run runs: a failed check returns -1 with the check in the
+ * error line, and the test checks the runner's result with CHECK_OK. */
 #ifndef DTRAIN_TEST_H
 #define DTRAIN_TEST_H
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dtrain/core.h"
 
@@ -53,6 +59,25 @@ static int tests_passed, tests_failed;
               __LINE__, #a, a_, b_, (double)(tol));                                 \
       test_failures_in_current++;                                                   \
     }                                                                               \
+  } while (0)
+
+#define RCHECK(cond)                                                              \
+  do {                                                                            \
+    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
+  } while (0)
+
+#define RCHECK_OK(expr)                                                           \
+  do {                                                                            \
+    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
+  } while (0)
+
+/* expr must fail (return non-zero) with an error line containing needle. */
+#define RCHECK_FAILS_WITH(expr, needle)                                           \
+  do {                                                                            \
+    dt_error_clear();                                                             \
+    if ((expr) == 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
+    if (!strstr(dt_errmsg(), (needle)))                                           \
+      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
   } while (0)
 
 static inline void test_run(const char *name, void (*fn)(void)) {

@@ -15,16 +15,6 @@
 #include "dtrain/coll_async.h"
 #include "test.h"
 
-#define RCHECK(cond)                                                                  \
-  do {                                                                                \
-    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define RCHECK_OK(expr)                                                                \
-  do {                                                                                 \
-    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
-  } while (0)
-
 /* Inputs with magnitudes over 20 binades, so that a different order of
  * additions would change the rounded result. */
 static float input(int rank, size_t i) {

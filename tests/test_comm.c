@@ -10,25 +10,6 @@
 #include "dtrain/comm.h"
 #include "test.h"
 
-#define RCHECK(cond)                                                              \
-  do {                                                                            \
-    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define RCHECK_OK(expr)                                                           \
-  do {                                                                            \
-    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
-  } while (0)
-
-/* expr must fail with an error line containing needle. */
-#define RCHECK_FAILS_WITH(expr, needle)                                           \
-  do {                                                                            \
-    dt_error_clear();                                                             \
-    if ((expr) == 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
-    if (!strstr(dt_errmsg(), (needle)))                                           \
-      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
-  } while (0)
-
 /* ---- ordering and matching ---------------------------------------------- */
 
 /* 200 messages on two tags: each tag's messages arrive in order, and a
