@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/core.h"
 
 static int test_failures_in_current;
@@ -79,6 +80,41 @@ static int tests_passed, tests_failed;
     if (!strstr(dt_errmsg(), (needle)))                                           \
       return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
   } while (0)
+
+/* ---- checks on any transport ---------------------------------------------
+ * Rank functions shared by test_comm (the local transport) and
+ * mpi_coll_check (mpi). */
+
+/* Rank 0 sends n ints on tag 1 and n on tag 2, interleaved (n <= 100);
+ * rank 1 takes the tag-2 ones first, then the tag-1 ones: each tag's
+ * messages arrive in order, and a receive on tag 2 skips the earlier tag-1
+ * messages. Any other rank has nothing to do. */
+static inline int check_order_by_tag(comm_t *c, int n) {
+  comm_req_t *r[200];
+  int v[200];
+  RCHECK(n <= 100);
+  if (comm_size(c) < 2 || comm_rank(c) > 1) return 0;
+  if (comm_rank(c) == 0) {
+    for (int i = 0; i < n; i++) {
+      v[i] = i, v[n + i] = 1000 + i;
+      RCHECK_OK(comm_isend(c, 1, 1, &v[i], sizeof(int), &r[i]));
+      RCHECK_OK(comm_isend(c, 1, 2, &v[n + i], sizeof(int), &r[n + i]));
+    }
+    RCHECK_OK(comm_waitall(c, 2 * n, r));
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    int x = -1;
+    RCHECK_OK(comm_recv(c, 0, 2, &x, sizeof x));
+    RCHECK(x == 1000 + i);
+  }
+  for (int i = 0; i < n; i++) {
+    int x = -1;
+    RCHECK_OK(comm_recv(c, 0, 1, &x, sizeof x));
+    RCHECK(x == i);
+  }
+  return 0;
+}
 
 static inline void test_run(const char *name, void (*fn)(void)) {
   test_failures_in_current = 0;
