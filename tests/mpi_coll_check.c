@@ -13,33 +13,6 @@
 
 #include <stdint.h>
 
-/* Two tags, interleaved: each tag's messages arrive in order. */
-static int check_ordering(comm_t *c) {
-  enum { N = 50 };
-  if (comm_size(c) < 2 || comm_rank(c) > 1) return 0;
-  if (comm_rank(c) == 0) {
-    comm_req_t *r[2 * N];
-    int v[2 * N];
-    for (int i = 0; i < N; i++) {
-      v[i] = i, v[N + i] = 1000 + i;
-      RCHECK_OK(comm_isend(c, 1, 1, &v[i], sizeof(int), &r[i]));
-      RCHECK_OK(comm_isend(c, 1, 2, &v[N + i], sizeof(int), &r[N + i]));
-    }
-    return comm_waitall(c, 2 * N, r);
-  }
-  for (int i = 0; i < N; i++) {
-    int x = -1;
-    RCHECK_OK(comm_recv(c, 0, 2, &x, sizeof x));
-    RCHECK(x == 1000 + i);
-  }
-  for (int i = 0; i < N; i++) {
-    int x = -1;
-    RCHECK_OK(comm_recv(c, 0, 1, &x, sizeof x));
-    RCHECK(x == i);
-  }
-  return 0;
-}
-
 /* Every other rank sends two messages to rank 0, which takes them with
  * ANY_SOURCE; large ones too, so the payload goes by rendezvous. */
 static int check_any_source(comm_t *c) {
@@ -109,7 +82,7 @@ typedef struct {
 } run_arg_t;
 
 static int run_checks(comm_t *c) {
-  RCHECK_OK(check_ordering(c));
+  RCHECK_OK(check_order_by_tag(c, 50)); /* tests/test.h */
   RCHECK_OK(check_any_source(c));
   RCHECK_OK(check_length_mismatch(c));
   RCHECK_OK(check_split(c));

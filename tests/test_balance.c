@@ -108,11 +108,22 @@ static void test_bounds(void) {
   balance_free(b);
 }
 
+/* Two ranks' balancers, made alike: *a and *b. */
+static int balance_pair_new(int nranks, int batch, int max_share, balance_t **a, balance_t **b) {
+  int rc_a = balance_new(nranks, batch, max_share, a);
+  int rc_b = balance_new(nranks, batch, max_share, b);
+  return rc_a || rc_b ? -1 : 0;
+}
+
+static void balance_pair_free(balance_t *a, balance_t *b) {
+  balance_free(a);
+  balance_free(b);
+}
+
 /* Two ranks' balancers fed the same times agree on every split. */
 static void test_same_inputs_same_split(void) {
   balance_t *a, *b;
-  CHECK_OK(balance_new(5, 32, 64, &a));
-  CHECK_OK(balance_new(5, 32, 64, &b));
+  CHECK_OK(balance_pair_new(5, 32, 64, &a, &b));
   rng_t rng;
   rng_seed(&rng, 7);
   int same = 1, ca[5], cb[5];
@@ -129,16 +140,14 @@ static void test_same_inputs_same_split(void) {
   char json[128];
   balance_json(a, 200, json, sizeof json);
   CHECK(!strncmp(json, "\"batch_per_rank\":[", 18) && json[strlen(json) - 1] == ']');
-  balance_free(a);
-  balance_free(b);
+  balance_pair_free(a, b);
 }
 
 /* A checkpoint's speeds give a fresh balancer the same split; a NaN or a
  * negative speed in the file is refused and changes nothing. */
 static void test_speeds_round_trip(void) {
   balance_t *a, *b;
-  CHECK_OK(balance_new(2, 64, 128, &a));
-  CHECK_OK(balance_new(2, 64, 128, &b));
+  CHECK_OK(balance_pair_new(2, 64, 128, &a, &b));
   int ca[2], cb[2];
   float sec[2] = {0.001f, 0.003f}, saved[2];
   split_is_a_partition(a, 128, ca);
@@ -151,8 +160,7 @@ static void test_speeds_round_trip(void) {
   CHECK_OK(balance_set_speeds(b, saved, "ckpt"));
   CHECK(split_is_a_partition(a, 128, ca) && split_is_a_partition(b, 128, cb));
   CHECK(ca[0] == 96 && cb[0] == 96 && ca[1] == 32 && cb[1] == 32);
-  balance_free(a);
-  balance_free(b);
+  balance_pair_free(a, b);
 }
 
 int main(void) {

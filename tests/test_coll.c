@@ -15,16 +15,6 @@
 #include "dtrain/coll_async.h"
 #include "test.h"
 
-#define RCHECK(cond)                                                                  \
-  do {                                                                                \
-    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define RCHECK_OK(expr)                                                                \
-  do {                                                                                 \
-    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
-  } while (0)
-
 /* Inputs with magnitudes over 20 binades, so that a different order of
  * additions would change the rounded result. */
 static float input(int rank, size_t i) {
@@ -418,79 +408,103 @@ static void async_fixture_close(async_fixture_t *f) {
   dt_free(f->x), dt_free(f->y);
 }
 
-static int rank_async_matches_blocking(comm_t *c, void *arg) {
-  int r = comm_rank(c);
-  async_fixture_t f;
-  RCHECK_OK(async_fixture_open(c, COLL_ORDER_FIFO, &f));
-  coll_ctx_t *ctx = f.ctx;
-  coll_async_t *a = f.a;
-  float *x = f.x, *y = f.y;
-  for (int round = 0; round < 3; round++) {
-    for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
-    double busy = -1;
-    RCHECK_OK(coll_async_wait(a, &busy)); /* nothing queued: returns at once */
-    coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 0);
-    coll_async_reduce_scatter(a, x + ASYNC_N, ASYNC_N, 0);
-    coll_async_allreduce(a, ALLREDUCE_RHD, x + 2 * ASYNC_N, ASYNC_N, 0);
-    coll_async_allgather(a, x + ASYNC_N, ASYNC_N, 0);
-    if (round == 1) dt_sleep_until(dt_now() + 0.002); /* let the progress thread take some */
-    coll_async_allreduce(a, ALLREDUCE_TREE, x + 3 * ASYNC_N, ASYNC_N, 0);
-    RCHECK_OK(coll_async_wait(a, &busy));
-    RCHECK(busy >= 0);
-    RCHECK_OK(allreduce_ring(ctx, y, ASYNC_N));
-    RCHECK_OK(allreduce_ring(ctx, y + ASYNC_N, ASYNC_N));
-    RCHECK_OK(allreduce_rhd(ctx, y + 2 * ASYNC_N, ASYNC_N));
-    RCHECK_OK(allreduce_tree(ctx, y + 3 * ASYNC_N, ASYNC_N));
-    RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
+/* A test of the queue: `rounds` rounds of `round`, which sends x through
+ * the queue and y through the blocking calls, from the same inputs (new
+ * ones each round): after each, x and y hold the same bits. Then `after`,
+ * when given. */
+typedef struct {
+  coll_order_t order;
+  int rounds;
+  int (*round)(comm_t *c, async_fixture_t *f, int round);
+  int (*after)(comm_t *c, async_fixture_t *f);
+} async_case_t;
+
+static int async_rounds(comm_t *c, async_fixture_t *f, const async_case_t *k) {
+  for (int round = 0; round < k->rounds; round++) {
+    for (size_t i = 0; i < 4 * ASYNC_N; i++) f->x[i] = f->y[i] = input(comm_rank(c) + round, i);
+    DT_TRY(k->round(c, f, round));
+    RCHECK(memcmp(f->x, f->y, 4 * ASYNC_N * sizeof(float)) == 0);
   }
-  /* a failed request is reported by the next wait, with its message */
-  coll_async_allreduce(a, ALLREDUCE_RING, x, r == 0 ? 100 : 101, 0);
-  int rc = coll_async_wait(a, NULL);
+  return k->after ? k->after(c, f) : 0;
+}
+
+static int rank_async(comm_t *c, void *arg) {
+  const async_case_t *k = arg;
+  async_fixture_t f;
+  RCHECK_OK(async_fixture_open(c, k->order, &f));
+  int rc = async_rounds(c, &f, k);
   async_fixture_close(&f);
+  return rc;
+}
+
+/* The blocking side: y's block k (of ASYNC_N floats) through blocking[k],
+ * over its first count[k] floats. */
+typedef int (*blocking_fn)(coll_ctx_t *ctx, float *buf, size_t count);
+static int blocking_side(async_fixture_t *f, const blocking_fn blocking[4], const size_t count[4]) {
+  for (int k = 0; k < 4; k++)
+    if (blocking[k](f->ctx, f->y + (size_t)k * ASYNC_N, count[k]) != 0)
+      return dt_error_prefix("%s:%d: the blocking call on block %d: ", __FILE__, __LINE__, k);
+  return 0;
+}
+
+static int fifo_round(comm_t *c, async_fixture_t *f, int round) {
+  coll_async_t *a = f->a;
+  float *x = f->x;
+  double busy = -1;
+  RCHECK_OK(coll_async_wait(a, &busy)); /* nothing queued: returns at once */
+  coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 0);
+  coll_async_reduce_scatter(a, x + ASYNC_N, ASYNC_N, 0);
+  coll_async_allreduce(a, ALLREDUCE_RHD, x + 2 * ASYNC_N, ASYNC_N, 0);
+  coll_async_allgather(a, x + ASYNC_N, ASYNC_N, 0);
+  if (round == 1) dt_sleep_until(dt_now() + 0.002); /* let the progress thread take some */
+  coll_async_allreduce(a, ALLREDUCE_TREE, x + 3 * ASYNC_N, ASYNC_N, 0);
+  RCHECK_OK(coll_async_wait(a, &busy));
+  RCHECK(busy >= 0);
+  /* block 1's reduce-scatter and allgather make a ring allreduce */
+  return blocking_side(f, (blocking_fn[4]){allreduce_ring, allreduce_ring, allreduce_rhd, allreduce_tree},
+                       (size_t[4]){ASYNC_N, ASYNC_N, ASYNC_N, ASYNC_N});
+}
+
+/* A failed request is reported by the next wait, with its message. */
+static int fifo_failed_request(comm_t *c, async_fixture_t *f) {
+  coll_async_allreduce(f->a, ALLREDUCE_RING, f->x, comm_rank(c) == 0 ? 100 : 101, 0);
+  int rc = coll_async_wait(f->a, NULL);
   RCHECK(rc != 0 && strstr(dt_errmsg(), "allreduce ring") != NULL);
   return 0;
 }
 
+static async_case_t fifo_case = {COLL_ORDER_FIFO, 3, fifo_round, fifo_failed_request};
+
 static void test_async_matches_blocking(void) {
-  CHECK_OK(comm_local_run(2, NULL, rank_async_matches_blocking, NULL));
-  CHECK_OK(comm_local_run(3, NULL, rank_async_matches_blocking, NULL));
+  CHECK_OK(comm_local_run(2, NULL, rank_async, &fifo_case));
+  CHECK_OK(comm_local_run(3, NULL, rank_async, &fifo_case));
 }
 
 /* coll_async in priority order: requests of mixed priorities, which one
  * rank submits later than the others (so the ranks must agree on which to
  * run), waited for one at a time out of submission order, give the bits of
  * the blocking calls. */
-static int rank_async_priority_matches_blocking(comm_t *c, void *arg) {
-  int r = comm_rank(c);
-  async_fixture_t f;
-  RCHECK_OK(async_fixture_open(c, COLL_ORDER_PRIORITY, &f));
-  coll_ctx_t *ctx = f.ctx;
-  coll_async_t *a = f.a;
-  float *x = f.x, *y = f.y;
-  for (int round = 0; round < 4; round++) {
-    for (size_t i = 0; i < 4 * ASYNC_N; i++) x[i] = y[i] = input(r + round, i);
-    size_t last = 1 + (size_t)round;
-    size_t t0 = coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 5);
-    if (r == round % comm_size(c)) dt_sleep_until(dt_now() + 0.002);
-    size_t t1 = coll_async_allreduce(a, ALLREDUCE_RHD, x + ASYNC_N, ASYNC_N, 1);
-    coll_async_allreduce(a, ALLREDUCE_TREE, x + 2 * ASYNC_N, ASYNC_N, 3);
-    size_t t3 = coll_async_allreduce(a, ALLREDUCE_RING, x + 3 * ASYNC_N, last, 0);
-    RCHECK_OK(coll_async_wait_one(a, t3));
-    RCHECK_OK(coll_async_wait_one(a, t1));
-    RCHECK_OK(coll_async_wait_one(a, t0));
-    RCHECK_OK(coll_async_wait(a, NULL));
-    RCHECK_OK(allreduce_ring(ctx, y, ASYNC_N));
-    RCHECK_OK(allreduce_rhd(ctx, y + ASYNC_N, ASYNC_N));
-    RCHECK_OK(allreduce_tree(ctx, y + 2 * ASYNC_N, ASYNC_N));
-    RCHECK_OK(allreduce_ring(ctx, y + 3 * ASYNC_N, last));
-    RCHECK(memcmp(x, y, 4 * ASYNC_N * sizeof(float)) == 0);
-  }
-  async_fixture_close(&f);
-  return 0;
+static int priority_round(comm_t *c, async_fixture_t *f, int round) {
+  coll_async_t *a = f->a;
+  float *x = f->x;
+  size_t last = 1 + (size_t)round;
+  size_t t0 = coll_async_allreduce(a, ALLREDUCE_RING, x, ASYNC_N, 5);
+  if (comm_rank(c) == round % comm_size(c)) dt_sleep_until(dt_now() + 0.002);
+  size_t t1 = coll_async_allreduce(a, ALLREDUCE_RHD, x + ASYNC_N, ASYNC_N, 1);
+  coll_async_allreduce(a, ALLREDUCE_TREE, x + 2 * ASYNC_N, ASYNC_N, 3);
+  size_t t3 = coll_async_allreduce(a, ALLREDUCE_RING, x + 3 * ASYNC_N, last, 0);
+  RCHECK_OK(coll_async_wait_one(a, t3));
+  RCHECK_OK(coll_async_wait_one(a, t1));
+  RCHECK_OK(coll_async_wait_one(a, t0));
+  RCHECK_OK(coll_async_wait(a, NULL));
+  return blocking_side(f, (blocking_fn[4]){allreduce_ring, allreduce_rhd, allreduce_tree, allreduce_ring},
+                       (size_t[4]){ASYNC_N, ASYNC_N, ASYNC_N, last});
 }
 
+static async_case_t priority_case = {COLL_ORDER_PRIORITY, 4, priority_round, NULL};
+
 static void test_async_priority_matches_blocking(void) {
-  for (int n = 2; n <= 4; n++) CHECK_OK(comm_local_run(n, NULL, rank_async_priority_matches_blocking, NULL));
+  for (int n = 2; n <= 4; n++) CHECK_OK(comm_local_run(n, NULL, rank_async, &priority_case));
 }
 
 int main(void) {

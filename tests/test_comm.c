@@ -10,54 +10,10 @@
 #include "dtrain/comm.h"
 #include "test.h"
 
-#define RCHECK(cond)                                                              \
-  do {                                                                            \
-    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define RCHECK_OK(expr)                                                           \
-  do {                                                                            \
-    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
-  } while (0)
-
-/* expr must fail with an error line containing needle. */
-#define RCHECK_FAILS_WITH(expr, needle)                                           \
-  do {                                                                            \
-    dt_error_clear();                                                             \
-    if ((expr) == 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
-    if (!strstr(dt_errmsg(), (needle)))                                           \
-      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
-  } while (0)
-
 /* ---- ordering and matching ---------------------------------------------- */
 
-/* 200 messages on two tags: each tag's messages arrive in order, and a
- * receive on tag 2 skips the earlier tag-1 messages. */
-static int rank_ordering(comm_t *c, void *arg) {
-  enum { N = 100 };
-  if (comm_rank(c) == 0) {
-    comm_req_t *r[2 * N];
-    int v[2 * N];
-    for (int i = 0; i < N; i++) {
-      v[i] = i, v[N + i] = 1000 + i;
-      RCHECK_OK(comm_isend(c, 1, 1, &v[i], sizeof(int), &r[i]));
-      RCHECK_OK(comm_isend(c, 1, 2, &v[N + i], sizeof(int), &r[N + i]));
-    }
-    RCHECK_OK(comm_waitall(c, 2 * N, r));
-  } else {
-    for (int i = 0; i < N; i++) {
-      int x = -1;
-      RCHECK_OK(comm_recv(c, 0, 2, &x, sizeof x));
-      RCHECK(x == 1000 + i);
-    }
-    for (int i = 0; i < N; i++) {
-      int x = -1;
-      RCHECK_OK(comm_recv(c, 0, 1, &x, sizeof x));
-      RCHECK(x == i);
-    }
-  }
-  return 0;
-}
+/* 200 messages on two tags, 100 each (tests/test.h). */
+static int rank_ordering(comm_t *c, void *arg) { return check_order_by_tag(c, 100); }
 
 static void test_ordering_by_tag(void) { CHECK_OK(comm_local_run(2, NULL, rank_ordering, NULL)); }
 

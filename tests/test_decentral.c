@@ -64,18 +64,34 @@ static int rank_fn(comm_t *c, void *arg) {
   return rc;
 }
 
+/* A run: the method, how long, and from which starting points. */
+typedef struct {
+  strategy_fn strategy;
+  exchange_t exchange;
+  schedule_t schedule;
+  int perturb;       /* distinct starting points */
+  int workers;       /* 0: 4 */
+  int epochs;        /* 0: 1 */
+  int64_t max_steps; /* 0: no limit */
+} run_spec_t;
+
 /* 4 workers, batch 8, 16 steps an epoch, plain SGD at lr 0 unless changed. */
-static void setup(run_t *r, strategy_fn fn) {
+static void setup(run_t *r, run_spec_t spec) {
   memset(r, 0, sizeof *r);
   train_config_default(&r->cfg);
+  r->cfg.exchange = spec.exchange;
+  r->cfg.schedule = spec.schedule;
+  r->perturb = spec.perturb;
+  r->cfg.workers = spec.workers ? spec.workers : 4;
+  if (spec.epochs) r->cfg.epochs = spec.epochs;
+  r->cfg.max_steps = spec.max_steps;
   snprintf(r->cfg.model, sizeof r->cfg.model, "%s", model_path);
-  r->cfg.workers = 4;
   r->cfg.batch = 8;
   r->cfg.lr = 0;
   r->cfg.progress = 0;
   r->cfg.seed = 7;
   r->cfg.optimization = OPTIMIZATION_DECENTRAL;
-  r->strategy = fn;
+  r->strategy = spec.strategy;
   CHECK_OK(dataset_synthetic_split(512, 1, 8, 8, 4, 7, 1, &r->train));
   CHECK_OK(dataset_synthetic_split(128, 1, 8, 8, 4, 7, 0, &r->test));
 }
@@ -120,6 +136,18 @@ static double mean_start(const run_t *r, int nworkers, size_t i) {
     }                                                   \
   } while (0)
 
+/* Every replica k in [from, to) is within tol of `want`, an expression of k
+ * and i: max over i of |final[k][i] - want| < tol. A rank without a
+ * replica fails. */
+#define CHECK_REPLICAS(r, from, to, want, tol)                                    \
+  do {                                                                            \
+    for (int k = (from); k < (to); k++) {                                         \
+      double err_ = 1;                                                            \
+      if ((r)->final[k]) MAX_ERR(err_, (r)->nparams, (r)->final[k][i] - (want));  \
+      CHECK(err_ < (tol));                                                        \
+    }                                                                             \
+  } while (0)
+
 /* Reads the checkpoint's model tensors into arena order. */
 static float *read_checkpoint(const run_t *r, const char *path) {
   safetensors_t st;
@@ -144,19 +172,18 @@ static float *read_checkpoint(const run_t *r, const char *path) {
  * whole epoch of 3 workers whose last step is short (500 = 20 x 24 + 20). */
 static void check_equals_data_parallel(int workers, size_t ntrain, int64_t max_steps) {
   run_t dp, ls;
-  setup(&dp, strategy_data_parallel);
-  setup(&ls, strategy_local_sgd);
+  setup(&dp, (run_spec_t){strategy_data_parallel, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC, .workers = workers,
+                          .max_steps = max_steps});
+  setup(&ls, (run_spec_t){strategy_local_sgd, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC, .workers = workers,
+                          .max_steps = max_steps});
   run_t *both[2] = {&dp, &ls};
   for (int k = 0; k < 2; k++) {
     run_t *r = both[k];
     r->cfg.lr = 0.1;
-    r->cfg.workers = workers;
-    r->cfg.max_steps = max_steps;
     dataset_free(&r->train);
     CHECK_OK(dataset_synthetic_split(ntrain, 1, 8, 8, 4, 7, 1, &r->train));
   }
   dp.cfg.optimization = OPTIMIZATION_CENTRAL;
-  ls.cfg.exchange = EXCHANGE_ALLREDUCE;
   ls.cfg.algo = ALLREDUCE_RING;
   ls.cfg.tau = 1;
   CHECK_OK(run(&dp));
@@ -179,17 +206,10 @@ static void test_local_sgd_tau1_short_last_step(void) { check_equals_data_parall
 /* lr = 0, tau = 3: after 3 steps every replica is the mean of the starts. */
 static void test_local_sgd_averages_distinct_starts(void) {
   run_t r;
-  setup(&r, strategy_local_sgd);
-  r.perturb = 1;
-  r.cfg.exchange = EXCHANGE_MASTER;
+  setup(&r, (run_spec_t){strategy_local_sgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 3});
   r.cfg.tau = 3;
-  r.cfg.max_steps = 3;
   CHECK_OK(run(&r));
-  for (int k = 0; k < 4; k++) {
-    double err = 1;
-    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - mean_start(&r, 4, i));
-    CHECK(err < 1e-6);
-  }
+  CHECK_REPLICAS(&r, 0, 4, mean_start(&r, 4, i), 1e-6);
   teardown(&r);
 }
 
@@ -200,27 +220,14 @@ static void test_local_sgd_averages_distinct_starts(void) {
  * The master is rank 4 and starts from start_4. */
 static void test_easgd_sync_elastic_rule(void) {
   run_t r;
-  setup(&r, strategy_easgd);
-  r.perturb = 1;
-  r.cfg.exchange = EXCHANGE_MASTER;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 1});
   r.cfg.alpha = 0.2;
   r.cfg.beta = 0.6;
-  r.cfg.max_steps = 1;
   CHECK(strategy_total_ranks(&r.cfg) == 5);
   CHECK_OK(run(&r));
-  double err;
-  for (int k = 0; k < 4; k++) {
-    err = 1;
-    if (r.final[k])
-      MAX_ERR(err, r.nparams,
-              r.final[k][i] - (start_value(&r, k, i) - 0.2 * (start_value(&r, k, i) - start_value(&r, 4, i))));
-    CHECK(err < 1e-6);
-  }
-  err = 1;
-  if (r.final[4])
-    MAX_ERR(err, r.nparams,
-            r.final[4][i] - (start_value(&r, 4, i) + 0.15 * (4 * mean_start(&r, 4, i) - 4 * start_value(&r, 4, i))));
-  CHECK(err < 1e-6);
+  CHECK_REPLICAS(&r, 0, 4, start_value(&r, k, i) - 0.2 * (start_value(&r, k, i) - start_value(&r, 4, i)), 1e-6);
+  CHECK_REPLICAS(&r, 4, 5, start_value(&r, 4, i) + 0.15 * (4 * mean_start(&r, 4, i) - 4 * start_value(&r, 4, i)),
+                 1e-6);
   teardown(&r);
 }
 
@@ -230,21 +237,13 @@ static void test_easgd_sync_elastic_rule(void) {
 static void test_easgd_async_replicas_meet_the_centre(void) {
   run_t r;
   char ckpt[128];
-  setup(&r, strategy_easgd);
-  r.perturb = 1;
-  r.cfg.exchange = EXCHANGE_MASTER;
-  r.cfg.schedule = SCHEDULE_ASYNC;
-  r.cfg.epochs = 20;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_ASYNC, .perturb = 1, .epochs = 20});
   snprintf(ckpt, sizeof ckpt, "%s/easgd.st", tmp_dir);
   snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
   CHECK_OK(run(&r));
   float *centre = read_checkpoint(&r, ckpt);
   CHECK(centre != NULL);
-  for (int k = 0; k < 5 && centre; k++) {
-    double err = 1;
-    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - centre[i]);
-    CHECK(err < 1e-4);
-  }
+  if (centre) CHECK_REPLICAS(&r, 0, 5, centre[i], 1e-4);
   free(centre);
   teardown(&r);
 }
@@ -254,21 +253,14 @@ static void test_easgd_async_replicas_meet_the_centre(void) {
 /* One step, lr = 0, W = 0.25: w_i' = 0.5 w_i + 0.25 (w_{i-1} + w_{i+1}). */
 static void test_dpsgd_mixing_rule(void) {
   run_t r;
-  setup(&r, strategy_dpsgd);
-  r.perturb = 1;
-  r.cfg.exchange = EXCHANGE_NEIGHBORS;
+  setup(&r, (run_spec_t){strategy_dpsgd, EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, .perturb = 1, .max_steps = 1});
   r.cfg.neighbor_weight = 0.25;
-  r.cfg.max_steps = 1;
   CHECK_OK(run(&r));
-  for (int k = 0; k < 4; k++) {
-    int left = (k + 3) % 4, right = (k + 1) % 4;
-    double err = 1;
-    if (r.final[k])
-      MAX_ERR(err, r.nparams,
-              r.final[k][i] - (0.5 * start_value(&r, k, i) +
-                               0.25 * (start_value(&r, left, i) + start_value(&r, right, i))));
-    CHECK(err < 1e-6);
-  }
+  /* the left neighbour of k is k + 3 mod 4, the right one k + 1 mod 4 */
+  CHECK_REPLICAS(&r, 0, 4,
+                 0.5 * start_value(&r, k, i) +
+                     0.25 * (start_value(&r, (k + 3) % 4, i) + start_value(&r, (k + 1) % 4, i)),
+                 1e-6);
   teardown(&r);
 }
 
@@ -310,12 +302,8 @@ static int check_mass(const char *metrics, double tol, int64_t *in_flight_seen) 
 static void test_gossip_converges_to_mean_of_starts(void) {
   run_t r;
   char ckpt[128], metrics[128];
-  setup(&r, strategy_gossip);
-  r.perturb = 1;
-  r.cfg.exchange = EXCHANGE_GOSSIP;
-  r.cfg.schedule = SCHEDULE_ASYNC;
+  setup(&r, (run_spec_t){strategy_gossip, EXCHANGE_GOSSIP, SCHEDULE_ASYNC, .perturb = 1, .epochs = 20});
   r.cfg.gossip_p = 0.5;
-  r.cfg.epochs = 20;
   snprintf(ckpt, sizeof ckpt, "%s/gossip.st", tmp_dir);
   snprintf(metrics, sizeof metrics, "%s/gossip.jsonl", tmp_dir);
   snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
@@ -326,11 +314,7 @@ static void test_gossip_converges_to_mean_of_starts(void) {
   if (consensus) MAX_ERR(err, r.nparams, consensus[i] - mean_start(&r, 4, i));
   CHECK(err < 1e-5);
   MAX_ERR(spread0, r.nparams, start_value(&r, 3, i) - mean_start(&r, 4, i));
-  for (int k = 0; k < 4; k++) {
-    err = 1;
-    if (r.final[k]) MAX_ERR(err, r.nparams, r.final[k][i] - mean_start(&r, 4, i));
-    CHECK(err < 1e-3 * spread0);
-  }
+  CHECK_REPLICAS(&r, 0, 4, mean_start(&r, 4, i), 1e-3 * spread0);
   int64_t in_flight;
   CHECK(check_mass(metrics, 1e-12, &in_flight) == 20);
   free(consensus);
@@ -343,13 +327,9 @@ static void test_gossip_converges_to_mean_of_starts(void) {
 static void test_gossip_mass_with_messages_in_flight(void) {
   run_t r;
   char metrics[128];
-  setup(&r, strategy_gossip);
-  r.cfg.workers = 3;
+  setup(&r, (run_spec_t){strategy_gossip, EXCHANGE_GOSSIP, SCHEDULE_ASYNC, .workers = 3, .epochs = 8});
   r.cfg.lr = 0.05;
-  r.cfg.exchange = EXCHANGE_GOSSIP;
-  r.cfg.schedule = SCHEDULE_ASYNC;
   r.cfg.gossip_p = 1;
-  r.cfg.epochs = 8;
   snprintf(metrics, sizeof metrics, "%s/mass.jsonl", tmp_dir);
   snprintf(r.cfg.metrics, sizeof r.cfg.metrics, "%s", metrics);
   CHECK_OK(run(&r));
@@ -365,13 +345,9 @@ static void test_gossip_mass_with_messages_in_flight(void) {
 /* lr = 0: elastic pulls along the tree bring every replica to the root's. */
 static void test_tree_replicas_meet_the_root(void) {
   run_t r;
-  setup(&r, strategy_tree_easgd);
-  r.perturb = 1;
-  r.cfg.workers = 7;
-  r.cfg.exchange = EXCHANGE_TREE;
-  r.cfg.schedule = SCHEDULE_ASYNC;
+  setup(&r, (run_spec_t){strategy_tree_easgd, EXCHANGE_TREE, SCHEDULE_ASYNC, .perturb = 1, .workers = 7,
+                         .epochs = 10});
   r.cfg.tree_fanout = 2;
-  r.cfg.epochs = 10;
   CHECK_OK(run(&r));
   double spread0;
   MAX_ERR(spread0, r.nparams, start_value(&r, 6, i) - start_value(&r, 0, i));

@@ -115,58 +115,73 @@ static void test_parse_refuses_sloppy_input(void) {
   model_spec_free(&s);
 }
 
+/* A forward pass of the n samples x in training mode, and their summed
+ * loss (labels y). */
+static double batch_loss(model_t *m, const float *x, const int32_t *y, int n) {
+  model_forward(m, x, n, 1, NULL);
+  return model_loss(m, y, n, n, NULL);
+}
+
 /* A small conv net (fused conv+relu, a pool, an aliasing flatten, a fused
- * dense+relu), seeded; a batch of 3 samples for it (x: 3 x 72 floats, y: 3
- * labels); and a copy of its gradient on that batch (*grads, dt_free it). */
-static model_t *small_net(float *x, int32_t *y, float **grads) {
+ * dense+relu), seeded; a batch of SMALL_N = 3 samples for it (x: 3 x 72
+ * floats, y: 3 labels); and a copy of its gradient on that batch. */
+enum { SMALL_N = 3 };
+typedef struct {
+  model_t *m;
+  float x[SMALL_N * 72];
+  int32_t y[SMALL_N];
+  float *grads;
+} small_net_t;
+
+/* Returns 1 when the net is built (then small_net_close frees it). */
+static int small_net_open(small_net_t *s) {
   const char *text = "conv2d filters=3 kernel=3 pad=1\nrelu\nmaxpool kernel=2\nflatten\n"
                      "dense units=6\nrelu\ndense units=4\n";
   shape_t in = {2, 6, 6};
-  model_t *m = build(text, in, 4, 3);
+  model_t *m = s->m = build(text, in, 4, 3);
   CHECK(m != NULL);
-  if (!m) return NULL;
+  if (!m) return 0;
   model_init_params(m, 5);
   rng_t r;
   rng_seed(&r, 9);
-  for (int i = 0; i < 3 * 72; i++) x[i] = rng_normal(&r);
+  for (int i = 0; i < 3 * 72; i++) s->x[i] = rng_normal(&r);
   int32_t labels[3] = {0, 3, 1};
-  memcpy(y, labels, sizeof labels);
-  model_forward(m, x, 3, 1, NULL);
-  model_loss(m, y, 3, 3, NULL);
-  model_backward(m, x, 3, NULL, NULL);
-  *grads = dt_alloc_floats(m->nparams);
-  memcpy(*grads, m->grads, m->nparams * sizeof(float));
-  return m;
+  memcpy(s->y, labels, sizeof labels);
+  batch_loss(m, s->x, s->y, SMALL_N);
+  model_backward(m, s->x, SMALL_N, NULL, NULL);
+  s->grads = dt_alloc_floats(m->nparams);
+  memcpy(s->grads, m->grads, m->nparams * sizeof(float));
+  return 1;
+}
+
+static void small_net_close(small_net_t *s) {
+  dt_free(s->grads);
+  model_free(s->m);
 }
 
 /* Finite differences of the summed loss over the whole model, through a
  * fused conv+relu, a pool, an aliasing flatten and a fused dense+relu. */
 static void test_model_gradient(void) {
-  int n = 3;
-  float x[3 * 72];
-  int32_t y[3];
-  float *analytic;
-  model_t *m = small_net(x, y, &analytic);
-  if (!m) return;
+  small_net_t s;
+  if (!small_net_open(&s)) return;
+  model_t *m = s.m;
+  const float *analytic = s.grads;
   double worst = 0;
   int bad = 0;
   for (size_t i = 0; i < m->nparams; i += 3) {
     float keep = m->params[i], h = 1e-3f;
     m->params[i] = keep + h;
-    model_forward(m, x, n, 1, NULL);
-    double lp = model_loss(m, y, n, n, NULL);
+    double lp = batch_loss(m, s.x, s.y, SMALL_N);
     m->params[i] = keep - h;
-    model_forward(m, x, n, 1, NULL);
-    double lm = model_loss(m, y, n, n, NULL);
+    double lm = batch_loss(m, s.x, s.y, SMALL_N);
     m->params[i] = keep;
-    double numeric = (lp - lm) / (2 * h) / n, err = fabs(numeric - analytic[i]) / (fabs(numeric) + 1e-2);
+    double numeric = (lp - lm) / (2 * h) / SMALL_N, err = fabs(numeric - analytic[i]) / (fabs(numeric) + 1e-2);
     if (err > worst) worst = err;
     if (err > 2e-2) { bad++; printf("  param %zu: numeric %g analytic %g\n", i, numeric, analytic[i]); }
   }
   printf("  model gradient check: worst relative error %.2e\n", worst);
   CHECK(worst < 2e-2);
-  dt_free(analytic);
-  model_free(m);
+  small_net_close(&s);
 }
 
 /* With a ready callback, a layer's parameter gradients leave before its
@@ -185,22 +200,17 @@ static void log_ready(void *ctx, int layer) {
 }
 
 static void test_ready_before_input_gradient(void) {
-  int n = 3;
-  float x[3 * 72];
-  int32_t y[3];
-  float *plain;
-  model_t *m = small_net(x, y, &plain);
-  if (!m) return;
-  model_forward(m, x, n, 1, NULL);
-  model_loss(m, y, n, n, NULL);
+  small_net_t s;
+  if (!small_net_open(&s)) return;
+  model_t *m = s.m;
+  batch_loss(m, s.x, s.y, SMALL_N);
   for (int i = 0; i < m->nlayers - 1; i++) m->layers[i].dout[0] = NAN; /* not written yet */
   ready_log_t log = {m, 0, 0};
-  model_backward(m, x, n, log_ready, &log);
+  model_backward(m, s.x, SMALL_N, log_ready, &log);
   CHECK(log.calls == 3);  /* conv2d and the two dense layers */
   CHECK(log.early == 2);  /* the dense layers, which have an input gradient to compute */
-  CHECK(memcmp(plain, m->grads, m->nparams * sizeof(float)) == 0);
-  dt_free(plain);
-  model_free(m);
+  CHECK(memcmp(s.grads, m->grads, m->nparams * sizeof(float)) == 0);
+  small_net_close(&s);
 }
 
 static void test_seeded_init(void) {
@@ -222,11 +232,16 @@ static void test_seeded_init(void) {
   model_free(b);
 }
 
-static void test_safetensors_round_trip(void) {
-  char path[] = "/tmp/dtrain-st-XXXXXX";
+/* Creates an empty file named after the template `path` (mkstemp). */
+static void make_temp_file(char *path) {
   int fd = mkstemp(path);
   CHECK(fd >= 0);
-  close(fd);
+  if (fd >= 0) close(fd);
+}
+
+static void test_safetensors_round_trip(void) {
+  char path[] = "/tmp/dtrain-st-XXXXXX";
+  make_temp_file(path);
   float a[6] = {1, -2, 3.5f, 4, 5, 6}, b[2] = {0.25f, -0.5f};
   st_tensor_t t[2] = {{.name = "w", .ndim = 2, .dims = {2, 3}, .len = 6, .data = a},
                       {.name = "b", .ndim = 1, .dims = {2}, .len = 2, .data = b}};
@@ -256,9 +271,7 @@ static void test_safetensors_round_trip(void) {
  * decompressed (no reader but the IDX one inflates its input). */
 static void test_model_file_gzip_refused(void) {
   char path[] = "/tmp/dtrain-model-XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  close(fd);
+  make_temp_file(path);
   gzFile g = gzopen(path, "wb");
   CHECK(g != NULL);
   if (g) {

@@ -34,12 +34,34 @@ static void check_vec(const float got[N], const double want[N], double tol) {
   for (int i = 0; i < N; i++) CHECK_NEAR(got[i], want[i], tol);
 }
 
+/* The defaults of `kind` but momentum mu, nesterov and weight decay wd. */
+static optim_config_t config(optim_kind_t kind, float mu, int nesterov, float wd) {
+  optim_config_t cfg;
+  optim_config_default(kind, &cfg);
+  cfg.momentum = mu;
+  cfg.nesterov = nesterov;
+  cfg.weight_decay = wd;
+  return cfg;
+}
+
+/* Runs cfg over the STEPS steps of G at lr: w must be want to 1e-6.
+ * Returns the optimizer, whose state the caller checks and frees. */
+static optimizer_t *run_and_check(const optim_config_t *cfg, float lr, const double want[N]) {
+  float w[N];
+  optimizer_t *o = run_rule(cfg, lr, w);
+  check_vec(w, want, 1e-6);
+  return o;
+}
+
+/* o keeps nstate arenas, and arena i is called `name`. */
+static int has_state(const optimizer_t *o, int nstate, int i, const char *name) {
+  return o && o->nstate == nstate && strcmp(optim_state_name(o, i), name) == 0;
+}
+
 /* ---- SGD ------------------------------------------------------------------ */
 
 static void test_sgd_plain_weight_decay(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_SGD, &cfg);
-  cfg.weight_decay = 0.01f;
+  optim_config_t cfg = config(OPTIM_SGD, 0, 0, 0.01f);
   float w[N];
   optimizer_t *o = run_rule(&cfg, 0.1f, w);
   CHECK(o && o->nstate == 0);
@@ -65,32 +87,21 @@ static void sgd_reference(double mu, int nesterov, double wd, double lr, double 
 }
 
 static void test_sgd_momentum(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_SGD, &cfg);
-  cfg.momentum = 0.9f;
-  cfg.weight_decay = 0.01f;
-  float w[N];
+  optim_config_t cfg = config(OPTIM_SGD, 0.9f, 0, 0.01f);
   double want[N];
-  optimizer_t *o = run_rule(&cfg, 0.1f, w);
   sgd_reference(0.9, 0, 0.01, 0.1, want);
-  check_vec(w, want, 1e-6);
+  optimizer_t *o = run_and_check(&cfg, 0.1f, want);
   /* The buffer after step 1 is exactly g1 + wd w0. */
-  CHECK(o && o->nstate == 1 && strcmp(optim_state_name(o, 0), "momentum_buffer") == 0);
+  CHECK(has_state(o, 1, 0, "momentum_buffer"));
   optim_free(o);
 }
 
 static void test_sgd_nesterov(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_SGD, &cfg);
-  cfg.momentum = 0.9f;
-  cfg.nesterov = 1;
-  cfg.weight_decay = 0.01f;
-  float w[N];
+  optim_config_t cfg = config(OPTIM_SGD, 0.9f, 1, 0.01f);
   double want[N];
-  optimizer_t *o = run_rule(&cfg, 0.1f, w);
+  float w[N];
   sgd_reference(0.9, 1, 0.01, 0.1, want);
-  check_vec(w, want, 1e-6);
-  optim_free(o);
+  optim_free(run_and_check(&cfg, 0.1f, want));
   /* by hand, first step of element 0: d = 0.1 + 0.01 * 0.5, buf = d,
    * w = 0.5 - 0.1 (d + 0.9 d) */
   optim_free(run_steps(&cfg, 1, 0.1f, w));
@@ -115,14 +126,10 @@ static void adam_reference(double lr, double b1, double b2, double eps, double w
 }
 
 static void test_adam(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_ADAM, &cfg);
-  cfg.weight_decay = 0.01f;
-  float w[N];
+  optim_config_t cfg = config(OPTIM_ADAM, 0, 0, 0.01f);
   double want[N];
-  optimizer_t *o = run_rule(&cfg, 0.01f, w);
   adam_reference(0.01, 0.9, 0.999, 1e-8, 0.01, want);
-  check_vec(w, want, 1e-6);
+  optimizer_t *o = run_and_check(&cfg, 0.01f, want);
   CHECK(o && o->steps == STEPS && o->nstate == 2);
   CHECK(o && strcmp(optim_state_name(o, 0), "exp_avg") == 0);
   CHECK(o && strcmp(optim_state_name(o, 1), "exp_avg_sq") == 0);
@@ -133,8 +140,7 @@ static void test_adam(void) {
 /* With bias correction, the first step is lr * sign(g): m^ = g, v^ = g^2.
  * Without it, it would be lr * (1-b1)/sqrt(1-b2) = 3.16 lr. */
 static void test_adam_first_step_bias_correction(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_ADAM, &cfg);
+  optim_config_t cfg = config(OPTIM_ADAM, 0, 0, 0);
   optimizer_t *o = NULL;
   CHECK_OK(optim_new(&cfg, N, &o));
   if (!o) return;
@@ -167,22 +173,18 @@ static void rmsprop_reference(double lr, double alpha, double eps, double mu, do
 }
 
 static void test_rmsprop(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_RMSPROP, &cfg);
-  cfg.weight_decay = 0.01f;
-  float w[N];
+  optim_config_t cfg = config(OPTIM_RMSPROP, 0, 0, 0.01f);
   double want[N];
-  optimizer_t *o = run_rule(&cfg, 0.01f, w);
+  float w[N];
   rmsprop_reference(0.01, 0.99, 1e-8, 0, 0.01, want);
-  check_vec(w, want, 1e-6);
-  CHECK(o && o->nstate == 1 && strcmp(optim_state_name(o, 0), "square_avg") == 0);
+  optimizer_t *o = run_and_check(&cfg, 0.01f, want);
+  CHECK(has_state(o, 1, 0, "square_avg"));
   optim_free(o);
 
   cfg.momentum = 0.9f;
-  o = run_rule(&cfg, 0.01f, w);
   rmsprop_reference(0.01, 0.99, 1e-8, 0.9, 0.01, want);
-  check_vec(w, want, 1e-6);
-  CHECK(o && o->nstate == 2 && strcmp(optim_state_name(o, 1), "momentum_buffer") == 0);
+  o = run_and_check(&cfg, 0.01f, want);
+  CHECK(has_state(o, 2, 1, "momentum_buffer"));
   optim_free(o);
   /* by hand, first step: sq = (1 - 0.99) d^2, so d / sqrt(sq) = 10 sign(d)
    * and w moves by lr * 10 whatever the size of g */
@@ -194,16 +196,10 @@ static void test_rmsprop(void) {
 
 /* ---- LARS ----------------------------------------------------------------- */
 
-static void test_lars_trust_ratio(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_LARS, &cfg);
-  cfg.weight_decay = 0.01f;
-  cfg.trust = 0.001f;
-  cfg.momentum = 0.9f;
-  float w[N];
-  optimizer_t *o = run_rule(&cfg, 1.0f, w);
-
-  double ww[N], v[N] = {0}, lr = 1.0, wd = 0.01, eta = 0.001;
+/* LARS with momentum 0.9 at lr 1, weight decay 0.01, trust 0.001; checks
+ * the first step's trust ratio on the way. */
+static void lars_reference(double ww[N]) {
+  double v[N] = {0}, lr = 1.0, wd = 0.01, eta = 0.001;
   for (int i = 0; i < N; i++) ww[i] = W0[i];
   for (int s = 0; s < STEPS; s++) {
     double wn = 0, gn = 0;
@@ -217,17 +213,22 @@ static void test_lars_trust_ratio(void) {
       ww[i] -= v[i];
     }
   }
-  check_vec(w, ww, 1e-6);
-  CHECK(o && o->nstate == 1 && strcmp(optim_state_name(o, 0), "momentum_buffer") == 0);
+}
+
+static void test_lars_trust_ratio(void) {
+  optim_config_t cfg = config(OPTIM_LARS, 0.9f, 0, 0.01f);
+  cfg.trust = 0.001f;
+  double want[N];
+  lars_reference(want);
+  optimizer_t *o = run_and_check(&cfg, 1.0f, want);
+  CHECK(has_state(o, 1, 0, "momentum_buffer"));
   optim_free(o);
 }
 
 /* Each segment gets its own trust ratio; a zero gradient leaves w alone
  * and a zero weight takes the plain rate. */
 static void test_lars_per_segment(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_LARS, &cfg);
-  cfg.momentum = 0;
+  optim_config_t cfg = config(OPTIM_LARS, 0, 0, 0);
   cfg.trust = 0.5f;
   optimizer_t *o = NULL;
   CHECK_OK(optim_new(&cfg, 6, &o));
@@ -270,11 +271,7 @@ static void test_lars_per_segment(void) {
  * (torch 1.13.0a0, Debian's python3-torch) */
 static void check_torch(optim_kind_t kind, float mu, int nesterov, float lr,
                         const float want[N]) {
-  optim_config_t cfg;
-  optim_config_default(kind, &cfg);
-  cfg.momentum = mu;
-  cfg.nesterov = nesterov;
-  cfg.weight_decay = 0.01f;
+  optim_config_t cfg = config(kind, mu, nesterov, 0.01f);
   float w[N];
   optim_free(run_rule(&cfg, lr, w));
   /* float32 on both sides; the difference is rounding order (PyTorch's
@@ -301,9 +298,7 @@ static void test_matches_pytorch(void) {
  * one, and an unlisted range is untouched (params and state): what a
  * parameter-server shard relies on. */
 static void test_segments_index_state(void) {
-  optim_config_t cfg;
-  optim_config_default(OPTIM_SGD, &cfg);
-  cfg.momentum = 0.9f;
+  optim_config_t cfg = config(OPTIM_SGD, 0.9f, 0, 0);
   optimizer_t *a = NULL, *b = NULL;
   CHECK_OK(optim_new(&cfg, 6, &a));
   CHECK_OK(optim_new(&cfg, 6, &b));

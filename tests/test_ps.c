@@ -9,24 +9,6 @@
 #include "strategy/ps/ps.h"
 #include "test.h"
 
-#define RCHECK(cond)                                                              \
-  do {                                                                            \
-    if (!(cond)) return dt_error("%s:%d: check failed: %s", __FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define RCHECK_OK(expr)                                                           \
-  do {                                                                            \
-    if ((expr) != 0) return dt_error_prefix("%s:%d: %s: ", __FILE__, __LINE__, #expr); \
-  } while (0)
-
-#define RCHECK_FAILS_WITH(expr, needle)                                           \
-  do {                                                                            \
-    dt_error_clear();                                                             \
-    if ((expr) >= 0) return dt_error("%s:%d: %s succeeded, expected failure", __FILE__, __LINE__, #expr); \
-    if (!strstr(dt_errmsg(), (needle)))                                           \
-      return dt_error("%s:%d: error '%s' does not mention '%s'", __FILE__, __LINE__, dt_errmsg(), (needle)); \
-  } while (0)
-
 /* w - lr g, to the rounding of a fused multiply-add */
 static int sgd_step_is(const float *got, const float *w0, float lr, const float *g, float gscale,
                        size_t n) {
@@ -106,23 +88,91 @@ static void test_shard_plan_whole_tensors_for_lars(void) {
 
 /* ---- servers on the local transport ------------------------------------------ */
 
+/* A world on the local transport: ranks 0..workers-1 are workers, the
+ * servers follow, and any rank after them is a stranger (neither). The
+ * servers serve; every other rank runs `fn` on a ps_rank_t. */
+typedef struct ps_rank ps_rank_t;
+
 typedef struct {
+  int workers, servers, strangers;
+  schedule_t schedule;
+  double schedule_param; /* backup:B */
+  int (*fn)(comm_t *c, ps_rank_t *w);
+} world_spec_t;
+
+typedef struct {
+  world_spec_t spec;
   train_config_t cfg;
   dataset_t data;
-  int nworkers;             /* ranks 0..N-1; servers follow; any rank after them is a stranger */
-  int nservers;
 } world_t;
 
-static int server_or_nothing(comm_t *c, world_t *t) {
-  int r = comm_rank(c);
-  if (r >= t->nworkers && r < t->nworkers + t->nservers)
-    return ps_server_run(c, &t->cfg, t->nworkers, &t->data);
-  return 1; /* not a server */
-}
+/* What a worker (or stranger) starts with: the servers' model (the same
+ * seed, so m->params are the initial parameters), P = m->nparams, the map
+ * of the world's servers, a client (a stranger has none) and two buffers
+ * of P floats. After fn, a worker says bye to the servers. */
+struct ps_rank {
+  int me;
+  model_t *m;
+  size_t P;
+  ps_shard_map_t map;
+  ps_client_t *cl;
+  float *buf, *g;
+};
 
 static int bye(ps_client_t *cl) {
   ps_req_t req = {.op = PS_OP_BYE};
   return ps_wait(cl, ps_call(cl, 0, &req, NULL, 0), NULL);
+}
+
+static int worker_open(comm_t *c, const world_t *t, ps_rank_t *w) {
+  w->m = build_mlp(8, 8);
+  RCHECK(w->m != NULL);
+  w->P = w->m->nparams;
+  w->buf = dt_alloc_floats(w->P), w->g = dt_alloc_floats(w->P);
+  RCHECK(w->buf && w->g);
+  RCHECK_OK(ps_shard_plan(w->m, t->spec.servers, 0, &w->map));
+  w->map.nworkers = t->spec.workers;
+  if (w->me < t->spec.workers) RCHECK_OK(ps_client_new(c, w->me, &w->map, &w->cl));
+  return 0;
+}
+
+static int worker_run(comm_t *c, const world_t *t, ps_rank_t *w) {
+  DT_TRY(worker_open(c, t, w));
+  DT_TRY(t->spec.fn(c, w));
+  if (w->cl) RCHECK_OK(bye(w->cl));
+  return 0;
+}
+
+static int world_rank(comm_t *c, void *arg) {
+  world_t *t = arg;
+  ps_rank_t w = {.me = comm_rank(c)};
+  if (w.me >= t->spec.workers && w.me < t->spec.workers + t->spec.servers)
+    return ps_server_run(c, &t->cfg, t->spec.workers, &t->data);
+  int rc = worker_run(c, t, &w);
+  ps_client_free(w.cl);
+  ps_shard_free(&w.map);
+  dt_free(w.buf), dt_free(w.g);
+  model_free(w.m);
+  return rc;
+}
+
+/* Runs the world: plain SGD at lr 0.1, batch 8, seed 5, on 64 synthetic
+ * 8x8 samples. */
+static int run_world(world_spec_t spec) {
+  world_t t = {.spec = spec};
+  train_config_default(&t.cfg);
+  t.cfg.lr = 0.1;
+  t.cfg.schedule = spec.schedule;
+  t.cfg.schedule_param = spec.schedule_param;
+  t.cfg.exchange = EXCHANGE_PS;
+  t.cfg.ps_servers = spec.servers;
+  t.cfg.batch = 8;
+  t.cfg.seed = 5;
+  t.cfg.workers = spec.workers;
+  int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
+  if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
+  dataset_free(&t.data);
+  return rc;
 }
 
 /* A raw request: its reply (and values), then the push values; a rejected
@@ -194,161 +244,87 @@ static int bad_requests(comm_t *c, const model_t *m, float *buf) {
   return 0;
 }
 
-static int rank_bad_input(comm_t *c, void *arg) {
-  world_t *t = arg;
-  int rc = server_or_nothing(c, t);
-  if (rc != 1) return rc;
-  model_t *m = build_mlp(8, 8);
-  RCHECK(m != NULL);
-  size_t P = m->nparams;
-  float *buf = dt_alloc_floats(P), *grad = dt_alloc_floats(P);
-  RCHECK(buf && grad);
-  ps_shard_map_t map;
-  RCHECK_OK(ps_shard_plan(m, 1, 0, &map));
-  map.nworkers = 2;
-  int me = comm_rank(c);
-  if (me == 3) { /* a stranger: rank 3 is neither worker nor server */
+/* Worker 0 sends bad requests, the stranger (rank 3) one; after them the
+ * server still serves: the initial parameters, or after worker 1's push ... */
+static int worker_bad_input(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  if (w->me == 3) { /* a stranger: rank 3 is neither worker nor server */
     ps_req_t q = base_req(PS_OP_PULL, 3, 0, 8);
     ps_reply_t rep;
-    RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
+    RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, w->buf, 8 * sizeof(float)) != 0);
     RCHECK(strstr(rep.error, "rank 3 is not a worker"));
-  } else {
-    ps_client_t *cl;
-    RCHECK_OK(ps_client_new(c, me, &map, &cl));
-    if (me == 0) RCHECK_OK(bad_requests(c, m, buf));
-    /* the server still serves: the initial parameters, or after worker 1's push ... */
-    for (size_t i = 0; i < P; i++) grad[i] = (float)(i % 7) - 3;
-    RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
-    RCHECK(!memcmp(buf, m->params, P * sizeof(float)) || sgd_step_is(buf, m->params, 0.1f, grad, 1, P));
-    if (me == 1) { /* ... which is w - lr g (async, plain SGD, lr 0.1) */
-      ps_req_t tmpl = {.nbatches = 1};
-      RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, grad, &tmpl), NULL));
-      RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
-      RCHECK(sgd_step_is(buf, m->params, 0.1f, grad, 1, P));
-      RCHECK(ps_client_version(cl, 0) == 1);
-    }
-    RCHECK_OK(bye(cl));
-    ps_client_free(cl);
+    return 0;
   }
-  ps_shard_free(&map);
-  dt_free(buf), dt_free(grad);
-  model_free(m);
+  if (w->me == 0) RCHECK_OK(bad_requests(c, w->m, w->buf));
+  for (size_t i = 0; i < P; i++) w->g[i] = (float)(i % 7) - 3;
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+  RCHECK(!memcmp(w->buf, w->m->params, P * sizeof(float)) ||
+         sgd_step_is(w->buf, w->m->params, 0.1f, w->g, 1, P));
+  if (w->me == 1) { /* ... which is w - lr g (async, plain SGD, lr 0.1) */
+    ps_req_t tmpl = {.nbatches = 1};
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+    RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, w->g, 1, P));
+    RCHECK(ps_client_version(w->cl, 0) == 1);
+  }
   return 0;
 }
 
-static int make_world(world_t *t, int nworkers, int nservers, schedule_t sched) {
-  memset(t, 0, sizeof *t);
-  train_config_default(&t->cfg);
-  t->cfg.lr = 0.1;
-  t->cfg.schedule = sched;
-  t->cfg.exchange = EXCHANGE_PS;
-  t->cfg.ps_servers = nservers;
-  t->cfg.batch = 8;
-  t->cfg.seed = 5;
-  t->cfg.workers = nworkers;
-  t->nworkers = nworkers;
-  t->nservers = nservers;
-  return dataset_synthetic(64, 1, 8, 8, 10, 3, &t->data);
-}
-
 static void test_server_rejects_bad_input_and_keeps_serving(void) {
-  world_t t;
-  CHECK_OK(make_world(&t, 2, 1, SCHEDULE_ASYNC));
-  CHECK_OK(comm_local_run(4, NULL, rank_bad_input, &t));
-  dataset_free(&t.data);
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 1, .strangers = 1,
+                                    .schedule = SCHEDULE_ASYNC, .fn = worker_bad_input}));
 }
 
 /* Two servers: a pull of a range across the cut comes back whole; pushes
  * of both workers under sync make one step of their sum. */
-static int rank_two_servers(comm_t *c, void *arg) {
-  world_t *t = arg;
-  int rc = server_or_nothing(c, t);
-  if (rc != 1) return rc;
-  model_t *m = build_mlp(8, 8);
-  RCHECK(m != NULL);
-  size_t P = m->nparams;
-  ps_shard_map_t map;
-  RCHECK_OK(ps_shard_plan(m, 2, 0, &map));
-  map.nworkers = 2;
-  ps_client_t *cl;
-  int me = comm_rank(c);
-  RCHECK_OK(ps_client_new(c, me, &map, &cl));
-  float *buf = dt_alloc_floats(P), *g = dt_alloc_floats(P);
-  RCHECK(buf && g);
-  size_t cut = map.shards[0].end, lo = cut - 5;
-  RCHECK_OK(ps_wait(cl, ps_pull(cl, lo, 10, 0, buf, NULL), NULL));
-  RCHECK(!memcmp(buf, m->params + lo, 10 * sizeof(float)));
-  for (size_t i = 0; i < P; i++) g[i] = me ? 1.0f : 2.0f;
+static int worker_two_servers(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P, cut = w->map.shards[0].end, lo = cut - 5;
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, lo, 10, 0, w->buf, NULL), NULL));
+  RCHECK(!memcmp(w->buf, w->m->params + lo, 10 * sizeof(float)));
+  for (size_t i = 0; i < P; i++) w->g[i] = w->me ? 1.0f : 2.0f;
   ps_req_t tmpl = {.clock = 0, .nbatches = 1};
-  RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, g, &tmpl), NULL));
+  RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
   ps_req_t cond = {.clock = 1}; /* sync: wait for clock 0 to be applied */
-  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &cond), NULL));
-  RCHECK(sgd_step_is(buf, m->params, 0.1f, NULL, 3, P));
-  RCHECK(ps_client_version(cl, 0) == 1 && ps_client_version(cl, 1) == 1);
-  RCHECK_FAILS_WITH(ps_pull(cl, P - 1, 2, 0, buf, NULL), "outside the model");
-  RCHECK_OK(bye(cl));
-  ps_client_free(cl);
-  ps_shard_free(&map);
-  dt_free(buf), dt_free(g);
-  model_free(m);
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, &cond), NULL));
+  RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, NULL, 3, P));
+  RCHECK(ps_client_version(w->cl, 0) == 1 && ps_client_version(w->cl, 1) == 1);
+  /* ps_pull returns a timestamp >= 0, or -1 */
+  RCHECK_FAILS_WITH(ps_pull(w->cl, P - 1, 2, 0, w->buf, NULL) >= 0 ? 0 : -1, "outside the model");
   return 0;
 }
 
 static void test_push_pull_across_two_servers(void) {
-  world_t t;
-  CHECK_OK(make_world(&t, 2, 2, SCHEDULE_SYNC));
-  CHECK_OK(comm_local_run(4, NULL, rank_two_servers, &t));
-  dataset_free(&t.data);
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 2, .schedule = SCHEDULE_SYNC,
+                                    .fn = worker_two_servers}));
 }
 
 /* backup:1 with 3 workers: the step is taken with the first two pushes;
  * the third, computed on the old version, is dropped. */
-static int rank_backup(comm_t *c, void *arg) {
-  world_t *t = arg;
-  int rc = server_or_nothing(c, t);
-  if (rc != 1) return rc;
-  model_t *m = build_mlp(8, 8);
-  RCHECK(m != NULL);
-  size_t P = m->nparams;
-  ps_shard_map_t map;
-  RCHECK_OK(ps_shard_plan(m, 1, 0, &map));
-  map.nworkers = 3;
-  ps_client_t *cl;
-  int me = comm_rank(c);
-  RCHECK_OK(ps_client_new(c, me, &map, &cl));
-  float *buf = dt_alloc_floats(P), *g = dt_alloc_floats(P);
-  RCHECK(buf && g);
-  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, NULL), NULL));
-  for (size_t i = 0; i < P; i++) g[i] = (float)(me + 1);
-  if (me == 2) { /* the slow one: it pushes, on version 0, after the step */
+static int worker_backup(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+  for (size_t i = 0; i < P; i++) w->g[i] = (float)(w->me + 1);
+  if (w->me == 2) { /* the slow one: it pushes, on version 0, after the step */
     ps_req_t newer = {.flags = PS_PULL_NEWER};
-    RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &newer), NULL)); /* answered after the step */
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, &newer), NULL)); /* answered after the step */
     ps_req_t q = base_req(PS_OP_PUSH, 2, 0, P);
     q.nvalues = P, q.version = 0, q.nbatches = 1;
     ps_reply_t rep;
-    RCHECK_OK(raw_call(c, 3, &q, g, P * sizeof(float), &rep, NULL, 0)); /* taken, and dropped */
+    RCHECK_OK(raw_call(c, 3, &q, w->g, P * sizeof(float), &rep, NULL, 0)); /* taken, and dropped */
   } else {
     ps_req_t tmpl = {.nbatches = 1};
-    RCHECK_OK(ps_wait(cl, ps_push(cl, 0, P, g, &tmpl), NULL));
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
   }
   ps_req_t cond = {.flags = PS_PULL_NEWER};
-  if (me == 2) cond.flags = 0;
-  RCHECK_OK(ps_wait(cl, ps_pull(cl, 0, P, 0, buf, &cond), NULL));
-  RCHECK(sgd_step_is(buf, m->params, 0.1f, NULL, 3, P)); /* 1 + 2: worker 2's push dropped */
-  RCHECK_OK(bye(cl));
-  ps_client_free(cl);
-  ps_shard_free(&map);
-  dt_free(buf), dt_free(g);
-  model_free(m);
+  if (w->me == 2) cond.flags = 0;
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, &cond), NULL));
+  RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, NULL, 3, P)); /* 1 + 2: worker 2's push dropped */
   return 0;
 }
 
 static void test_backup_drops_the_late_gradient(void) {
-  world_t t;
-  CHECK_OK(make_world(&t, 3, 1, SCHEDULE_BACKUP));
-  t.cfg.schedule_param = 1;
-  CHECK_OK(comm_local_run(4, NULL, rank_backup, &t));
-  dataset_free(&t.data);
+  CHECK_OK(run_world((world_spec_t){.workers = 3, .servers = 1, .schedule = SCHEDULE_BACKUP,
+                                    .schedule_param = 1, .fn = worker_backup}));
 }
 
 /* The shard-folder manifest as ps_ckpt_write_manifest writes it, and
