@@ -1,8 +1,9 @@
 /* Parameter servers (internal to src/strategy/ps/): the key-range split, the wire
  * protocol, the push/pull client and the server. docs/PARAMETER_SERVER.md
  * describes the design; this header is the contract between the files
- * ps_shard.c, ps_client.c, ps_server.c, ps_coord.c, ps_ckpt.c, ps_worker.c
- * and tests/test_ps.c.
+ * ps_shard.c, ps_client.c, ps_server.c, ps_ckpt.c, ps_worker.c and
+ * tests/test_ps.c. The server's own parts (its core, the rules, the
+ * coordinator) talk through ps_server.h.
  *
  * Ranks: workers are 0..N-1, servers N..N+K-1 of the world communicator.
  * Server 0 (world rank N) is also the coordinator: it hands out batches of
@@ -152,103 +153,6 @@ void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, doub
  * table, initial parameters) comes from cfg and the data's shape. */
 int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train);
 int ps_nservers(const train_config_t *cfg, int nworkers);
-
-/* ---- server internals (ps_server.c, ps_sched.c, ps_coord.c) ------------------- */
-typedef struct {
-  int src;
-  ps_req_t req;
-} ps_deferred_t;
-
-typedef struct {
-  int used, into_state;      /* values point into params / optimizer state */
-  int snap_of;               /* values are worker w's snapshot (-1: not) */
-  ps_reply_t hdr;
-  comm_req_t *hdr_req, *val_req;
-} ps_out_t;
-
-typedef struct ps_coord ps_coord_t;
-
-typedef struct {
-  comm_t *world;
-  const train_config_t *cfg;
-  int N, K, index, rank;     /* workers, servers, this server, its world rank */
-  model_t *model;            /* tensor table and initial parameters */
-  ps_shard_map_t map;
-  ps_range_t r;
-  size_t len;
-  float *params;             /* [len] this shard's parameters */
-  optimizer_t *opt;          /* state of [len] */
-  optim_segment_t *segs;
-  int nsegs;
-  lr_schedule_t sched;
-  int64_t steps_per_epoch;   /* synchronous steps (global batch N x batch) */
-  int64_t batches_per_epoch; /* batches of the shared order (pool schedules) */
-  int pool;                  /* async, value, backup, ssp:inf: batches drawn from the pool */
-  int S;                     /* ssp bound (sync: 0) */
-  int backup;                /* backup:B */
-  double value_bound;        /* value:V */
-  int64_t version;           /* updates applied */
-  int first_epoch;
-  /* a gradient per worker, received and not yet applied */
-  float **slot;              /* [N], allocated on first use */
-  int *have;                 /* [N] held: a clock ahead of the bound, queued, accepted */
-  int64_t *slot_version, *slot_batch, *slot_epoch; /* slot_batch: clock under sync/ssp */
-  int64_t *clock_of;         /* sync/ssp: pushes received from each worker */
-  int64_t *queue;            /* value: arrival order of queued pushes ([N], -1 = none) */
-  int64_t queue_seq;
-  int naccepted;             /* backup: gradients of this step */
-  /* what each worker last pulled: its pull's reply is sent from it, so
-   * updates need not wait for the reply to be taken (and DC-ASGD and the
-   * value bound need it) */
-  float **snap;
-  int64_t *pulled_version;
-  int *dead;
-  /* epochs of the pool schedules */
-  int64_t epoch_pushes;      /* push messages of the current epoch */
-  int64_t flush_epoch, flush_target, flushed_epoch;
-  int flushing;
-  ps_deferred_t *deferred;
-  int ndeferred, cap_deferred;
-  ps_out_t *out;
-  int cap_out;
-  float *drain;              /* pushes that are dropped or rejected land here */
-  ps_req_t in;               /* the request being received */
-  comm_req_t *in_req;
-  ps_coord_t *coord;         /* server 0 only */
-  int stop;
-  double rejected;
-} ps_server_t;
-
-/* ps_server.c */
-int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
-                    const void *vals, size_t nbytes, int into_state);
-int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
-                             const ps_reply_t *rep);
-int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);
-int ps_server_send_control(ps_server_t *s, int server, int op, int64_t epoch, int64_t clock);
-int ps_server_wait_state_sends(ps_server_t *s);
-/* ps_sched.c: one server implementation, the schedule's rule for each push */
-int ps_sched_init(ps_server_t *s);
-void ps_sched_free(ps_server_t *s);
-int ps_sched_push(ps_server_t *s, int src, const ps_req_t *req);
-int ps_sched_pull_ready(const ps_server_t *s, int src, const ps_req_t *req);
-void ps_sched_pulled(ps_server_t *s, int src, const ps_req_t *req);
-int ps_sched_flush(ps_server_t *s, int64_t epoch, int64_t pushes);
-int ps_sched_progress(ps_server_t *s);
-double ps_lr_of_batch(const ps_server_t *s, int64_t batch);
-/* ps_coord.c: server 0's other role */
-int ps_coord_init(ps_server_t *s);
-void ps_coord_free(ps_server_t *s);
-void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req);
-int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req);
-int ps_coord_ready(const ps_server_t *s, int src, const ps_req_t *req);
-int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req);
-int ps_coord_check(ps_server_t *s);
-void ps_coord_staleness(ps_server_t *s, int64_t epoch, double staleness);
-void ps_coord_dropped(ps_server_t *s, int64_t epoch);
-int ps_coord_watching(const ps_server_t *s);
 
 /* ---- checkpoints (ps_ckpt.c) --------------------------------------------------- */
 /* The shard's tensors from a whole-model checkpoint (FILE) or a shard

@@ -18,51 +18,41 @@
  * max(3 s, 20 x its usual interval) has stopped. Under async its batches
  * are written off and training goes on; under backup:B it goes on while
  * at most B have stopped; sync and ssp need every worker, so the run
- * fails with the reason. A worker heard from again is taken back. Worker 0
- * is never given up on: it reports the run. */
-#include <math.h>
+ * fails with the reason (the rule's may_lose decides). A worker heard from
+ * again is taken back. Worker 0 is never given up on: it reports the run.
+ *
+ * Per worker, the coordinator keeps its lease, its batches of the epoch
+ * and its statistics in s->workers[w].coord; the rest is struct ps_coord. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/ps/ps.h"
+#include "strategy/ps/ps_server.h"
 
 #define LEASE_MIN 3.0      /* seconds */
 #define LEASE_MIN_DONE 2.0 /* seconds, once training is over (0.5 wrote off workers merely slowed, under TSAN: their late push then failed the run) */
 #define LEASE_INTERVALS 20 /* times a worker's usual interval between requests */
 #define STATS_RING 4
 
+/* What the coordinator keeps besides its group of s->workers[w].coord. */
 struct ps_coord {
   int epoch;                 /* pool: the epoch being handed out */
   int64_t next, cap;         /* next batch within the epoch; global batch limit (--max-steps) */
   int closed, done;
-  int64_t *drawn, *settled;  /* per worker, batches of this epoch: handed out; pushed or lost */
   int64_t push_msgs;         /* push messages of this epoch */
-  double *last_heard, *interval;
-  int *bye;
   int nbye, ndead;
   ps_epoch_stats_t stats[STATS_RING];
   int64_t stats_epoch[STATS_RING];
-  ps_worker_stats_t *ws;
   unsigned char *stats_buf;  /* the STATS answer in flight */
 };
 
-int ps_coord_init(ps_server_t *s) {
+int ps_coord_init(ps_server_t *s, ps_coord_t **out) {
   ps_coord_t *c = calloc(1, sizeof *c);
   if (!c) return dt_error("out of memory");
-  s->coord = c;
-  size_t n = (size_t)s->N;
-  c->drawn = calloc(n, sizeof *c->drawn);
-  c->settled = calloc(n, sizeof *c->settled);
-  c->last_heard = calloc(n, sizeof *c->last_heard);
-  c->interval = calloc(n, sizeof *c->interval);
-  c->bye = calloc(n, sizeof *c->bye);
-  c->ws = calloc(n, sizeof *c->ws);
-  c->stats_buf = malloc(sizeof(ps_epoch_stats_t) + n * sizeof(ps_worker_stats_t));
-  if (!c->drawn || !c->settled || !c->last_heard || !c->interval || !c->bye || !c->ws ||
-      !c->stats_buf)
-    return dt_error("out of memory");
+  *out = c;
+  c->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)s->N * sizeof(ps_worker_stats_t));
+  if (!c->stats_buf) return dt_error("out of memory");
   double now = dt_now();
-  for (size_t w = 0; w < n; w++) c->last_heard[w] = now;
+  for (int w = 0; w < s->N; w++) s->workers[w].coord.last_heard = now;
   for (int i = 0; i < STATS_RING; i++) c->stats_epoch[i] = -1;
   c->epoch = s->first_epoch;
   c->cap = s->cfg->max_steps ? s->cfg->max_steps * s->N : INT64_MAX;
@@ -70,13 +60,10 @@ int ps_coord_init(ps_server_t *s) {
   return 0;
 }
 
-void ps_coord_free(ps_server_t *s) {
-  ps_coord_t *c = s->coord;
+void ps_coord_free(ps_coord_t *c) {
   if (!c) return;
-  free(c->drawn), free(c->settled), free(c->last_heard), free(c->interval), free(c->bye);
-  free(c->ws), free(c->stats_buf);
+  free(c->stats_buf);
   free(c);
-  s->coord = NULL;
 }
 
 static ps_epoch_stats_t *stats_of(ps_coord_t *c, int64_t epoch) {
@@ -88,55 +75,48 @@ static ps_epoch_stats_t *stats_of(ps_coord_t *c, int64_t epoch) {
   return &c->stats[i];
 }
 
-void ps_coord_staleness(ps_server_t *s, int64_t epoch, double staleness) {
-  ps_epoch_stats_t *st = stats_of(s->coord, epoch);
+void ps_coord_staleness(ps_coord_t *c, int64_t epoch, double staleness) {
+  ps_epoch_stats_t *st = stats_of(c, epoch);
   st->staleness_sum += staleness;
   st->staleness_n += 1;
   if (staleness > st->staleness_max) st->staleness_max = staleness;
 }
 
-void ps_coord_dropped(ps_server_t *s, int64_t epoch) { stats_of(s->coord, epoch)->dropped += 1; }
-
-static void send_to_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
-  for (int k = 1; k < s->K; k++)
-    if (ps_server_send_control(s, k, op, epoch, clock) != 0)
-      dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
-}
+void ps_coord_dropped(ps_coord_t *c, int64_t epoch) { stats_of(c, epoch)->dropped += 1; }
 
 /* ---- what workers tell us ---------------------------------------------------- */
 
 static void take_back(ps_server_t *s, int w) {
-  ps_coord_t *c = s->coord;
   dt_log(DT_LOG_WARN, "worker %d is back after being given up on; taking it back", w);
-  s->dead[w] = 0;
-  c->ws[w].dead = 0;
-  c->ndead--;
-  send_to_servers(s, PS_OP_DEAD, 1, w);
+  ps_server_set_dead(s, w, 0);
+  s->coord->ndead--;
+  ps_server_tell_servers(s, PS_OP_DEAD, 1, w);
 }
 
 void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
   ps_coord_t *c = s->coord;
-  double now = dt_now(), gap = now - c->last_heard[src];
-  c->interval[src] = c->interval[src] > 0 ? 0.8 * c->interval[src] + 0.2 * gap : gap;
-  c->last_heard[src] = now;
-  if (s->dead[src]) take_back(s, src);
+  ps_worker_state_t *ws = &s->workers[src];
+  double now = dt_now(), gap = now - ws->coord.last_heard;
+  ws->coord.interval = ws->coord.interval > 0 ? 0.8 * ws->coord.interval + 0.2 * gap : gap;
+  ws->coord.last_heard = now;
+  if (ws->dead) take_back(s, src);
   if (req->op != PS_OP_PUSH) return;
   ps_epoch_stats_t *st = stats_of(c, req->epoch);
   st->loss_sum += req->loss_sum;
   st->samples += req->samples;
   st->correct += req->correct;
-  ps_worker_stats_t *ws = &c->ws[src];
-  ws->batches += (double)req->nbatches;
-  ws->bytes_pushed = req->bytes_pushed;
-  ws->bytes_pulled = req->bytes_pulled;
-  ws->blocked_sec = req->blocked_sec;
-  if (s->pool && req->epoch == c->epoch) {
-    c->settled[src] += req->nbatches;
+  ps_worker_stats_t *wst = &ws->coord.stats;
+  wst->batches += (double)req->nbatches;
+  wst->bytes_pushed = req->bytes_pushed;
+  wst->bytes_pulled = req->bytes_pulled;
+  wst->blocked_sec = req->blocked_sec;
+  if (s->rule->pool && req->epoch == c->epoch) {
+    ws->coord.settled += req->nbatches;
     c->push_msgs++;
   }
 }
 
-/* ---- batches and epochs (pool schedules) ----------------------------------------- */
+/* ---- batches and epochs (pool rules) ------------------------------------------- */
 
 static int has_batch(const ps_server_t *s) {
   const ps_coord_t *c = s->coord;
@@ -152,12 +132,12 @@ int ps_coord_ready(const ps_server_t *s, int src, const ps_req_t *req) {
 
 int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req) {
   ps_coord_t *c = s->coord;
-  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = c->epoch};
+  ps_reply_t rep = ps_server_header(s, c->epoch);
   if (c->done) {
     rep.batch = PS_BATCH_DONE;
   } else if (has_batch(s)) {
     rep.batch = (int64_t)c->epoch * s->batches_per_epoch + c->next++;
-    c->drawn[src]++;
+    s->workers[src].coord.drawn++;
   } else if (!(req->flags & PS_NEXT_WAIT)) {
     rep.batch = PS_BATCH_NONE;
   } else {
@@ -167,17 +147,18 @@ int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req) {
 }
 
 static int all_settled(const ps_server_t *s) {
-  const ps_coord_t *c = s->coord;
-  for (int w = 0; w < s->N; w++)
-    if (!s->dead[w] && c->settled[w] < c->drawn[w]) return 0;
+  for (int w = 0; w < s->N; w++) {
+    const ps_worker_state_t *ws = &s->workers[w];
+    if (!ws->dead && ws->coord.settled < ws->coord.drawn) return 0;
+  }
   return 1;
 }
 
 static void close_epoch(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   c->closed = 1;
-  send_to_servers(s, PS_OP_FLUSH, c->epoch, c->push_msgs);
-  ps_sched_flush(s, c->epoch, c->push_msgs);
+  ps_server_tell_servers(s, PS_OP_FLUSH, c->epoch, c->push_msgs);
+  ps_server_flush(s, c->epoch, c->push_msgs);
 }
 
 static void open_next_epoch(ps_server_t *s) {
@@ -186,33 +167,37 @@ static void open_next_epoch(ps_server_t *s) {
   c->next = 0;
   c->closed = 0;
   c->push_msgs = 0;
-  memset(c->drawn, 0, (size_t)s->N * sizeof *c->drawn);
-  memset(c->settled, 0, (size_t)s->N * sizeof *c->settled);
+  for (int w = 0; w < s->N; w++) s->workers[w].coord.drawn = s->workers[w].coord.settled = 0;
   if (c->epoch >= s->cfg->epochs || (int64_t)c->epoch * s->batches_per_epoch >= c->cap)
     c->done = 1;
 }
 
+/* One ps_epoch_stats_t, then a ps_worker_stats_t per worker. */
 static int answer_stats(ps_server_t *s, int src, const ps_req_t *req) {
   ps_coord_t *c = s->coord;
   ps_epoch_stats_t st = *stats_of(c, req->epoch);
   st.rejected = s->rejected;
-  for (int w = 0; w < s->N; w++) c->ws[w].dead = s->dead[w];
   memcpy(c->stats_buf, &st, sizeof st);
-  memcpy(c->stats_buf + sizeof st, c->ws, (size_t)s->N * sizeof *c->ws);
-  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
+  for (int w = 0; w < s->N; w++) {
+    ps_worker_stats_t ws = s->workers[w].coord.stats;
+    ws.dead = s->workers[w].dead;
+    memcpy(c->stats_buf + sizeof st + (size_t)w * sizeof ws, &ws, sizeof ws);
+  }
+  ps_reply_t rep = ps_server_header(s, req->epoch);
   return ps_server_reply(s, src, req, &rep, c->stats_buf,
-                         sizeof st + (size_t)s->N * sizeof *c->ws, 0);
+                         sizeof st + (size_t)s->N * sizeof(ps_worker_stats_t), 0);
 }
 
 int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req) {
   ps_coord_t *c = s->coord;
   if (req->op == PS_OP_STATS) return answer_stats(s, src, req);
   if (req->op == PS_OP_BYE) {
-    if (!c->bye[src]) c->bye[src] = 1, c->nbye++;
-    ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps};
+    ps_worker_state_t *ws = &s->workers[src];
+    if (!ws->coord.bye) ws->coord.bye = 1, c->nbye++;
+    ps_reply_t rep = ps_server_header(s, 0);
     return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
   }
-  if (!s->pool)
+  if (!s->rule->pool)
     return ps_server_reject(s, src, req, "next: under --schedule %s every worker takes its own "
                             "slice of each step", schedule_name(s->cfg->schedule));
   if (req->flags & PS_NEXT_REPORTED) {
@@ -226,31 +211,18 @@ int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req) {
 
 /* ---- liveness ------------------------------------------------------------------------ */
 
-static int waiting_here(const ps_server_t *s, int w) {
-  for (int i = 0; i < s->ndeferred; i++)
-    if (s->deferred[i].src == w) return 1;
-  return 0;
-}
-
+/* The rule says whether the run can go on without worker w. */
 static int give_up_on(ps_server_t *s, int w, double silent) {
   ps_coord_t *c = s->coord;
-  const char *sched = schedule_name(s->cfg->schedule);
-  if (!s->pool)
-    return dt_error("worker %d has stopped (nothing heard from it for %.1f s); --schedule %s "
-                    "needs every worker: use --schedule async or backup:B to go on without it",
-                    w, silent, sched);
-  if (s->cfg->schedule == SCHEDULE_BACKUP && c->ndead + 1 > s->backup && !c->done)
-    return dt_error("worker %d has stopped (nothing heard from it for %.1f s) and %d had "
-                    "before; backup:%d goes on without at most %d", w, silent, c->ndead,
-                    s->backup, s->backup);
+  ps_worker_state_t *ws = &s->workers[w];
+  if (s->rule->may_lose && s->rule->may_lose(s, w, silent, c->ndead, c->done) != 0) return -1;
   dt_log(DT_LOG_WARN, "worker %d has stopped (nothing heard from it for %.1f s, after %.0f "
-         "batches); training goes on with %d workers", w, silent, c->ws[w].batches,
+         "batches); training goes on with %d workers", w, silent, ws->coord.stats.batches,
          s->N - c->ndead - 1);
-  s->dead[w] = 1;
-  c->ws[w].dead = 1;
+  ps_server_set_dead(s, w, 1);
   c->ndead++;
-  c->settled[w] = c->drawn[w]; /* its batches of this epoch are lost */
-  send_to_servers(s, PS_OP_DEAD, 0, w);
+  ws->coord.settled = ws->coord.drawn; /* its batches of this epoch are lost */
+  ps_server_tell_servers(s, PS_OP_DEAD, 0, w);
   return 0;
 }
 
@@ -258,25 +230,23 @@ static int check_liveness(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   double now = dt_now();
   for (int w = 1; w < s->N; w++) {
-    if (c->bye[w] || s->dead[w] || waiting_here(s, w)) continue;
-    double lease = LEASE_INTERVALS * c->interval[w], floor = c->done ? LEASE_MIN_DONE : LEASE_MIN;
+    const ps_worker_state_t *ws = &s->workers[w];
+    if (ws->coord.bye || ws->dead || ps_server_waiting(s, w)) continue;
+    double lease = LEASE_INTERVALS * ws->coord.interval;
+    double floor = c->done ? LEASE_MIN_DONE : LEASE_MIN;
     if (lease < floor) lease = floor; /* once done, every live worker is about to say bye */
-    if (now - c->last_heard[w] > lease) DT_TRY(give_up_on(s, w, now - c->last_heard[w]));
+    double silent = now - ws->coord.last_heard;
+    if (silent > lease) DT_TRY(give_up_on(s, w, silent));
   }
   return 0;
 }
-
-int ps_coord_watching(const ps_server_t *s) { return s->coord != NULL; }
 
 /* After every request and while idle: close the epoch when it is done,
  * notice stopped workers, stop the servers when every worker is done. */
 int ps_coord_check(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   DT_TRY(check_liveness(s));
-  if (s->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
-  if (c->nbye + c->ndead >= s->N && !s->stop) {
-    send_to_servers(s, PS_OP_STOP, 0, 0);
-    s->stop = 1;
-  }
+  if (s->rule->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
+  if (c->nbye + c->ndead >= s->N) ps_server_stop_all(s);
   return 0;
 }

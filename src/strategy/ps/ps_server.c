@@ -1,24 +1,37 @@
-/* A parameter server: one shard of the parameter arena, its optimizer
- * state, and a single-threaded event loop over requests received from any
- * rank (ps-lite's request handler). Every request is checked before it
- * touches anything: a bad magic, a rank that is not a worker, a key range
- * outside the shard, a push whose length is not its range's are rejected
- * with a logged error and an error reply, and the server goes on serving
- * the others. What a push does is the schedule's business (ps_sched.c);
- * server 0 also coordinates (ps_coord.c).
+/* A parameter server's core: one shard of the parameter arena, its
+ * optimizer state, what it knows of each worker, and a single-threaded
+ * event loop over requests received from any rank (ps-lite's request
+ * handler). Every request is checked before it touches anything: a bad
+ * magic, a rank that is not a worker, a key range outside the shard, a
+ * push whose length is not its range's are rejected with a logged error
+ * and an error reply, and the server goes on serving the others. What a
+ * push does and when a pull may be answered is the rule's business
+ * (rule_*.c, through the s->rule table); server 0 also coordinates
+ * (ps_coord.c). ps_server.h says who owns what.
  *
  * Replies are sent without waiting. A pull of the whole shard is sent
  * from a copy (the worker's snapshot); the values of other pulls point
- * into the shard, so an update first waits for those still in flight
- * (ps_server_wait_state_sends). */
+ * into the shard, so an update first waits for those still in flight. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/ps/ps.h"
+#include "strategy/ps/ps_server.h"
 
 #define MAX_RECV_FAILURES 8 /* in a row: the transport itself is failing */
+
+struct ps_deferred {
+  int src;
+  ps_req_t req;
+};
+
+struct ps_out {
+  int used, into_state;      /* values point into params / optimizer state */
+  int snap_of;               /* values are worker w's snapshot (-1: not) */
+  ps_reply_t hdr;
+  comm_req_t *hdr_req, *val_req;
+};
 
 int ps_nservers(const train_config_t *cfg, int nworkers) {
   return cfg->ps_servers > 0 ? cfg->ps_servers : nworkers;
@@ -46,10 +59,9 @@ static void sweep_outbox(ps_server_t *s) {
     if (s->out[i].used) out_done(s, &s->out[i], 0);
 }
 
-int ps_server_wait_state_sends(ps_server_t *s) {
+static void wait_state_sends(ps_server_t *s) {
   for (int i = 0; i < s->cap_out; i++)
     if (s->out[i].used && s->out[i].into_state) out_done(s, &s->out[i], 1);
-  return 0;
 }
 
 static void wait_snapshot_sends(ps_server_t *s, int w) {
@@ -97,6 +109,10 @@ static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const 
   return o;
 }
 
+ps_reply_t ps_server_header(const ps_server_t *s, int64_t epoch) {
+  return (ps_reply_t){.version = s->version, .opt_steps = s->opt->steps, .epoch = epoch};
+}
+
 int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
                     const void *vals, size_t nbytes, int into_state) {
   ps_out_t *o = send_reply(s, src, req, rep, vals, nbytes);
@@ -104,15 +120,21 @@ int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply
   return 0;
 }
 
-/* A pull of the whole shard: the parameters are copied into the worker's
- * snapshot and sent from there, so the next update need not wait until
- * the worker has taken them (on an oversubscribed machine it may not run
- * for a while). */
-int ps_server_reply_snapshot(ps_server_t *s, int src, const ps_req_t *req,
-                             const ps_reply_t *rep) {
+int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_reply_t rep = ps_server_header(s, req->epoch);
+  return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+}
+
+/* A pull of the whole shard's parameters is what the worker computes on
+ * next: it is copied into the worker's snapshot and sent from there, so
+ * the next update need not wait until the worker has taken it (on an
+ * oversubscribed machine it may not run for a while). */
+static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep) {
+  ps_worker_state_t *ws = &s->workers[src];
   wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
-  ps_sched_pulled(s, src, req);
-  ps_out_t *o = send_reply(s, src, req, rep, s->snap[src], s->len * sizeof(float));
+  ws->pulled_version = s->version;
+  memcpy(ws->snapshot, s->params, s->len * sizeof(float));
+  ps_out_t *o = send_reply(s, src, req, rep, ws->snapshot, s->len * sizeof(float));
   if (o) o->snap_of = src;
   return 0;
 }
@@ -151,9 +173,101 @@ int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req) {
   return 0;
 }
 
-int ps_server_send_control(ps_server_t *s, int server, int op, int64_t epoch, int64_t clock) {
+int ps_server_waiting(const ps_server_t *s, int w) {
+  for (int i = 0; i < s->ndeferred; i++)
+    if (s->deferred[i].src == w) return 1;
+  return 0;
+}
+
+void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
-  return comm_send(s->world, s->N + server, PS_TAG_REQ, &req, sizeof req);
+  for (int k = 1; k < s->K; k++)
+    if (comm_send(s->world, s->N + k, PS_TAG_REQ, &req, sizeof req) != 0)
+      dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
+}
+
+void ps_server_stop_all(ps_server_t *s) {
+  if (s->stop) return;
+  ps_server_tell_servers(s, PS_OP_STOP, 0, 0);
+  s->stop = 1;
+}
+
+void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = dead; }
+
+/* ---- pushes and the shard ------------------------------------------------------- */
+
+/* Receives a push's values into dst. 1: stored; 0: lost (logged). */
+static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
+  if (!dst) return 0;
+  if (comm_recv(s->world, src, PS_TAG_DATA, dst, req->nvalues * sizeof(float)) != 0) {
+    dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, src,
+           dt_errmsg());
+    return 0;
+  }
+  ps_worker_state_t *ws = &s->workers[src];
+  ws->push.version = req->version;
+  ws->push.batch = req->clock;
+  ws->push.epoch = req->epoch;
+  s->epoch.pushes++;
+  return 1;
+}
+
+int ps_server_store_push(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_worker_state_t *ws = &s->workers[src];
+  if (!ws->push.grad) ws->push.grad = dt_alloc_floats(s->len);
+  return receive(s, src, req, ws->push.grad);
+}
+
+int ps_server_drop_push(ps_server_t *s, int src, const ps_req_t *req) {
+  return receive(s, src, req, s->drain);
+}
+
+void ps_server_step(ps_server_t *s, const float *g, double lr) {
+  wait_state_sends(s);
+  optim_step(s->opt, s->params, g, s->segs, s->nsegs, (float)lr);
+  s->version++;
+}
+
+double ps_server_lr_of_step(const ps_server_t *s, int64_t step) { return lr_at(&s->lr, step); }
+
+/* lr of batch j of the shared order: the synchronous step that covers the
+ * same fraction of the same epoch, so every schedule follows one curve. */
+double ps_server_lr_of_batch(const ps_server_t *s, int64_t batch) {
+  int64_t B = s->batches_per_epoch, e = batch / B, q = batch % B;
+  return lr_at(&s->lr, e * s->steps_per_epoch + q * s->steps_per_epoch / B);
+}
+
+/* Staleness of a push: the steps this shard took between the pull its
+ * gradient was computed on and the push's own step. */
+void ps_server_staleness(ps_server_t *s, int64_t epoch, int64_t computed_on) {
+  if (s->coord) ps_coord_staleness(s->coord, epoch, (double)(s->version - computed_on));
+}
+
+void ps_server_dropped(ps_server_t *s, int64_t epoch) {
+  if (s->coord) ps_coord_dropped(s->coord, epoch);
+}
+
+/* ---- epochs of the pool rules ------------------------------------------------------ */
+
+void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes) {
+  if (!s->rule->pool) return;
+  s->epoch.flush = epoch;
+  s->epoch.flush_pushes = pushes;
+}
+
+/* An epoch closes here once this server has every push of it: the rule
+ * then applies what it still holds (a partial backup step, held-back
+ * value-bound pushes). */
+static void close_epoch(ps_server_t *s) {
+  if (s->epoch.flush <= s->epoch.flushed || s->epoch.pushes < s->epoch.flush_pushes) return;
+  if (s->rule->epoch_end) s->rule->epoch_end(s);
+  s->epoch.flushed = s->epoch.flush;
+  s->epoch.pushes = 0;
+}
+
+static void progress(ps_server_t *s) {
+  if (s->rule->progress) s->rule->progress(s);
+  close_epoch(s);
 }
 
 /* ---- requests --------------------------------------------------------------- */
@@ -184,10 +298,17 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
   return 0;
 }
 
+/* The waits a pull asks for itself; the rule may add its own. */
+static int pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
+  if ((req->flags & PS_PULL_NEWER) && s->version <= s->workers[src].pulled_version) return 0;
+  if ((req->flags & PS_PULL_FLUSHED) && s->epoch.flushed < req->epoch) return 0;
+  return !s->rule->pull_ready || s->rule->pull_ready(s, src, req);
+}
+
 static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
-  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
+  ps_reply_t rep = ps_server_header(s, req->epoch);
   if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
-    return ps_server_reply_snapshot(s, src, req, &rep);
+    return reply_snapshot(s, src, req, &rep);
   const float *base = req->which == 0 ? s->params : s->opt->state[req->which - 1];
   return ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
                          req->count * sizeof(float), 1);
@@ -198,7 +319,7 @@ static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->which < 0 || req->which > s->opt->nstate)
     return ps_server_reject(s, src, req, "pull of state %d: the optimizer keeps %d state "
                             "arenas", req->which, s->opt->nstate);
-  return ps_sched_pull_ready(s, src, req) ? reply_pull(s, src, req) : ps_server_defer(s, src, req);
+  return pull_ready(s, src, req) ? reply_pull(s, src, req) : ps_server_defer(s, src, req);
 }
 
 static int handle_save(ps_server_t *s, int src, const ps_req_t *req) {
@@ -207,8 +328,7 @@ static int handle_save(ps_server_t *s, int src, const ps_req_t *req) {
   if (ps_ckpt_save_shard(s->cfg, s->index, s->K, s->r, s->params, s->opt, (int)req->epoch,
                          req->clock) != 0)
     return ps_server_reject(s, src, req, "%s", dt_errmsg());
-  ps_reply_t rep = {.version = s->version, .opt_steps = s->opt->steps, .epoch = req->epoch};
-  return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+  return ps_server_ack(s, src, req);
 }
 
 /* FLUSH, DEAD and STOP come from the coordinator only. */
@@ -222,10 +342,11 @@ static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
   }
   if (req->op == PS_OP_DEAD) {
     if (req->clock < 0 || req->clock >= s->N) return 0;
-    s->dead[req->clock] = req->epoch ? 0 : 1; /* epoch 1: the worker is back */
+    ps_server_set_dead(s, (int)req->clock, req->epoch ? 0 : 1); /* epoch 1: the worker is back */
     return 0;
   }
-  return ps_sched_flush(s, req->epoch, req->clock);
+  ps_server_flush(s, req->epoch, req->clock);
+  return 0;
 }
 
 /* Checks who is asking and what, then hands it on. Returns -1 only when
@@ -247,7 +368,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   switch (req->op) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
-    return ps_sched_push(s, src, req);
+    return s->rule->push(s, src, req);
   case PS_OP_PULL: return handle_pull(s, src, req);
   case PS_OP_SAVE: return handle_save(s, src, req);
   default:
@@ -264,7 +385,7 @@ static int answer_deferred(ps_server_t *s) {
     again = 0;
     for (int i = 0; i < s->ndeferred; i++) {
       ps_deferred_t d = s->deferred[i];
-      int ready = d.req.op == PS_OP_PULL ? ps_sched_pull_ready(s, d.src, &d.req)
+      int ready = d.req.op == PS_OP_PULL ? pull_ready(s, d.src, &d.req)
                                          : ps_coord_ready(s, d.src, &d.req);
       if (!ready) continue;
       memmove(&s->deferred[i], &s->deferred[i + 1],
@@ -281,10 +402,10 @@ static int answer_deferred(ps_server_t *s) {
 
 /* ---- the loop ------------------------------------------------------------------ */
 
-typedef struct { int64_t version, flush_epoch, flushed_epoch; int ndeferred, stop; } progress_mark_t;
+typedef struct { int64_t version, flush, flushed; int ndeferred, stop; } progress_mark_t;
 
 static progress_mark_t mark(const ps_server_t *s) {
-  return (progress_mark_t){s->version, s->flush_epoch, s->flushed_epoch, s->ndeferred, s->stop};
+  return (progress_mark_t){s->version, s->epoch.flush, s->epoch.flushed, s->ndeferred, s->stop};
 }
 
 /* Applies what is ready, closes epochs, answers what has become
@@ -293,9 +414,10 @@ static progress_mark_t mark(const ps_server_t *s) {
 static int advance(ps_server_t *s) {
   for (;;) {
     progress_mark_t before = mark(s);
-    if (ps_sched_progress(s) != 0) return -1;
+    progress(s);
     if (s->coord && ps_coord_check(s) != 0) return -1;
-    if (ps_sched_progress(s) != 0 || answer_deferred(s) != 0) return -1;
+    progress(s);
+    if (answer_deferred(s) != 0) return -1;
     progress_mark_t after = mark(s);
     if (!memcmp(&before, &after, sizeof before)) return 0;
   }
@@ -307,7 +429,7 @@ static int next_request(ps_server_t *s, int *src) {
   if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, sizeof s->in,
                                &s->in_req) != 0)
     return -1;
-  if (s->coord && ps_coord_watching(s)) {
+  if (s->coord) {
     double pause = 0;
     for (;;) {
       int done = 0;
@@ -347,6 +469,17 @@ static int serve(ps_server_t *s) {
 
 /* ---- setup ---------------------------------------------------------------------- */
 
+/* The rule of --schedule; ssp:inf is async. */
+static const ps_rule_ops_t *rule_of(const train_config_t *cfg) {
+  switch (cfg->schedule) {
+  case SCHEDULE_VALUE: return &ps_rule_value;
+  case SCHEDULE_BACKUP: return &ps_rule_backup;
+  case SCHEDULE_ASYNC: return &ps_rule_async;
+  case SCHEDULE_SSP: return isinf(cfg->schedule_param) ? &ps_rule_async : &ps_rule_ssp;
+  default: return &ps_rule_ssp;
+  }
+}
+
 static int build_model(ps_server_t *s, const dataset_t *train) {
   model_spec_t spec;
   DT_TRY(model_spec_load(s->cfg->model, &spec));
@@ -361,7 +494,20 @@ static int build_model(ps_server_t *s, const dataset_t *train) {
 static void build_schedule(ps_server_t *s, const dataset_t *train) {
   s->steps_per_epoch = train_steps_per_epoch(s->cfg, train->n, s->N);
   s->batches_per_epoch = ((int64_t)train->n + s->cfg->batch - 1) / s->cfg->batch;
-  s->sched = train_lr_schedule(s->cfg, s->steps_per_epoch);
+  s->lr = train_lr_schedule(s->cfg, s->steps_per_epoch);
+}
+
+/* Every worker starts from the shard as it is now (resumed or not). */
+static int setup_workers(ps_server_t *s) {
+  s->workers = calloc((size_t)s->N, sizeof *s->workers);
+  if (!s->workers) return dt_error("out of memory");
+  for (int w = 0; w < s->N; w++) {
+    ps_worker_state_t *ws = &s->workers[w];
+    ws->pulled_version = s->version - 1;
+    if (!(ws->snapshot = dt_alloc_floats(s->len))) return -1;
+    memcpy(ws->snapshot, s->params, s->len * sizeof(float));
+  }
+  return 0;
 }
 
 static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int nworkers,
@@ -384,8 +530,7 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->drain = dt_alloc_floats(s->len);
   s->cap_out = 4 * (s->N + s->K) + 16;
   s->out = calloc((size_t)s->cap_out, sizeof *s->out);
-  s->dead = calloc((size_t)s->N, sizeof *s->dead);
-  if (!s->params || !s->drain || !s->out || !s->dead) return dt_error("out of memory");
+  if (!s->params || !s->drain || !s->out) return dt_error("out of memory");
   memcpy(s->params, s->model->params + s->r.begin, s->len * sizeof(float));
   DT_TRY(optim_new(&cfg->optim, s->len, &s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
@@ -398,10 +543,12 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
     s->version = step;
     s->opt->steps = step;
   }
-  s->flushed_epoch = s->first_epoch - 1;
-  s->flush_epoch = -1;
-  DT_TRY(ps_sched_init(s));
-  if (s->index == 0) DT_TRY(ps_coord_init(s));
+  s->epoch.flushed = s->first_epoch - 1;
+  s->epoch.flush = -1;
+  DT_TRY(setup_workers(s));
+  s->rule = rule_of(cfg);
+  if (s->rule->init) DT_TRY(s->rule->init(s));
+  if (s->index == 0) DT_TRY(ps_coord_init(s, &s->coord));
   return 0;
 }
 
@@ -409,11 +556,15 @@ static void teardown(ps_server_t *s) {
   if (s->in_req) comm_cancel(s->world, s->in_req);
   for (int i = 0; s->out && i < s->cap_out; i++)
     if (s->out[i].used) out_done(s, &s->out[i], 1);
-  ps_coord_free(s);
-  ps_sched_free(s);
+  ps_coord_free(s->coord);
+  free(s->rule_state);
+  for (int w = 0; s->workers && w < s->N; w++) {
+    dt_free(s->workers[w].push.grad);
+    dt_free(s->workers[w].snapshot);
+  }
+  free(s->workers);
   free(s->deferred);
   free(s->out);
-  free(s->dead);
   free(s->segs);
   optim_free(s->opt);
   dt_free(s->params);

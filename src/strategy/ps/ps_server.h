@@ -1,0 +1,153 @@
+/* A parameter server's parts and how they talk (internal to the server side
+ * of src/strategy/ps/). A server is three parts, each owning its fields:
+ *
+ *   ps_server.c   the core: the shard, its optimizer, the request loop and
+ *                 the replies, the table of workers, the pool epochs;
+ *   rule_*.c      the synchronisation rule of --schedule, one ops table
+ *                 each: rule_ssp.c (sync and ssp:S), rule_async.c (async,
+ *                 ssp:inf), rule_value.c (value:V), rule_backup.c
+ *                 (backup:B);
+ *   ps_coord.c    server 0's second role, the coordinator: batches,
+ *                 epochs, statistics, liveness.
+ *
+ * The rules and the coordinator may read the server's fields; they change
+ * the shard, answer requests and move epochs only through the ps_server_*
+ * functions below, and write only their own groups of ps_worker_state_t. */
+#ifndef DTRAIN_STRATEGY_PS_SERVER_H
+#define DTRAIN_STRATEGY_PS_SERVER_H
+
+#include "strategy/ps/ps.h"
+
+typedef struct ps_server ps_server_t;
+typedef struct ps_coord ps_coord_t;
+
+/* What a server knows of one worker (s->workers[w]). */
+typedef struct {
+  /* ps_server.c: the shard as the worker last pulled it whole. The pull's
+   * reply is sent from this copy, so updates need not wait for the worker
+   * to take it; DC-ASGD and the value bound compare against it. */
+  float *snapshot;
+  int64_t pulled_version;
+  int dead;                  /* written off by the coordinator */
+  /* The worker's gradient received and not yet applied. ps_server_store_push
+   * fills grad and what it was computed on; the rule does the rest. */
+  struct {
+    float *grad;             /* [len], allocated on its first push */
+    int64_t version, batch, epoch; /* batch: the clock under sync/ssp */
+    int held;                /* waiting for its clock, queued (value), accepted (backup) */
+    int64_t clock;           /* sync/ssp: pushes received, the next push's clock */
+    int64_t queued;          /* value: arrival number of the held push (-1: none) */
+  } push;
+  /* ps_coord.c (server 0 only) */
+  struct {
+    double last_heard, interval; /* the lease */
+    int bye;
+    int64_t drawn, settled;  /* batches of the epoch: handed out; pushed or lost */
+    ps_worker_stats_t stats;
+  } coord;
+} ps_worker_state_t;
+
+/* A synchronisation rule: what a push does, when a pull may be answered,
+ * what is applied as the workers move on and when an epoch ends, and
+ * whether the run may go on without a worker. NULL: nothing to do (pull
+ * always ready as far as the rule goes; the run goes on without any
+ * worker). */
+typedef struct {
+  int pool; /* workers draw batches from the coordinator, epochs end with FLUSH;
+             * else each takes its slice of every clock */
+  /* Sets up s->rule_state (one block: the server free()s it) and the
+   * rule's part of s->workers[w].push, after a resume too. */
+  int (*init)(ps_server_t *s);
+  /* A push that has passed the server's checks: the rule's own checks,
+   * ps_server_store_push, ps_server_ack, and maybe ps_server_step. */
+  int (*push)(ps_server_t *s, int src, const ps_req_t *req);
+  int (*pull_ready)(const ps_server_t *s, int src, const ps_req_t *req);
+  void (*progress)(ps_server_t *s);  /* applies what has become applicable */
+  void (*epoch_end)(ps_server_t *s); /* every push of the epoch is here: apply the held */
+  /* Worker w silent for `silent` s, `lost` written off before it, `over`:
+   * every batch handed out. 0: go on without it; -1: the run stops (why). */
+  int (*may_lose)(const ps_server_t *s, int w, double silent, int lost, int over);
+} ps_rule_ops_t;
+
+extern const ps_rule_ops_t ps_rule_ssp, ps_rule_async, ps_rule_value, ps_rule_backup;
+/* async's update of worker w's held gradient; value:V applies the same. */
+void ps_rule_apply_async(ps_server_t *s, int w);
+
+typedef struct ps_out ps_out_t;
+typedef struct ps_deferred ps_deferred_t;
+
+struct ps_server {
+  comm_t *world;
+  const train_config_t *cfg;
+  int N, K, index, rank;     /* workers, servers, this server, its world rank */
+  model_t *model;            /* tensor table and initial parameters */
+  ps_shard_map_t map;
+  ps_range_t r;
+  size_t len;
+  float *params;             /* [len] this shard's parameters */
+  optimizer_t *opt;          /* state of [len] */
+  optim_segment_t *segs;
+  int nsegs;
+  int64_t version;           /* updates applied */
+  int first_epoch;
+  lr_schedule_t lr;
+  int64_t steps_per_epoch;   /* synchronous steps (global batch N x batch) */
+  int64_t batches_per_epoch; /* batches of the shared order (pool rules) */
+  ps_worker_state_t *workers; /* [N] */
+  const ps_rule_ops_t *rule;
+  void *rule_state;
+  ps_coord_t *coord;         /* server 0 only */
+  /* Epochs of the pool rules: the coordinator says that epoch `flush` had
+   * `flush_pushes` pushes; it is closed here once they have all come. */
+  struct { int64_t pushes, flush, flush_pushes, flushed; } epoch;
+  ps_deferred_t *deferred;   /* requests that wait (pulls, NEXT) */
+  int ndeferred, cap_deferred;
+  ps_out_t *out;             /* replies in flight */
+  int cap_out;
+  float *drain;              /* pushes that are dropped or rejected land here */
+  ps_req_t in;               /* the request being received */
+  comm_req_t *in_req;
+  int stop;
+  double rejected;
+};
+
+/* ---- ps_server.c: for the rules ---------------------------------------------- */
+/* Receives worker src's push into its gradient slot (or, dropped, into
+ * nothing) and records what it was computed on. 1: stored; 0: lost
+ * (logged; the server goes on). */
+int ps_server_store_push(ps_server_t *s, int src, const ps_req_t *req);
+int ps_server_drop_push(ps_server_t *s, int src, const ps_req_t *req);
+int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req);
+/* The one place where the shard changes: an optimizer step with g. */
+void ps_server_step(ps_server_t *s, const float *g, double lr);
+double ps_server_lr_of_step(const ps_server_t *s, int64_t step);
+double ps_server_lr_of_batch(const ps_server_t *s, int64_t batch);
+/* Statistics, kept by the coordinator (server 0's shard only). */
+void ps_server_staleness(ps_server_t *s, int64_t epoch, int64_t computed_on);
+void ps_server_dropped(ps_server_t *s, int64_t epoch);
+
+/* ---- ps_server.c: for the rules and the coordinator --------------------------- */
+ps_reply_t ps_server_header(const ps_server_t *s, int64_t epoch);
+int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
+                    const void *vals, size_t nbytes, int into_state);
+int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);
+int ps_server_waiting(const ps_server_t *s, int w); /* w has a deferred request */
+/* A control request (FLUSH, DEAD, STOP) to servers 1..K-1; failures logged. */
+void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock);
+void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes);
+void ps_server_set_dead(ps_server_t *s, int w, int dead);
+void ps_server_stop_all(ps_server_t *s);
+
+/* ---- ps_coord.c: server 0's other role ------------------------------------------ */
+int ps_coord_init(ps_server_t *s, ps_coord_t **out);
+void ps_coord_free(ps_coord_t *c);
+void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req); /* every worker request */
+int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req); /* NEXT, STATS, BYE */
+int ps_coord_ready(const ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req);
+int ps_coord_check(ps_server_t *s); /* epochs, liveness, the end */
+void ps_coord_staleness(ps_coord_t *c, int64_t epoch, double staleness);
+void ps_coord_dropped(ps_coord_t *c, int64_t epoch);
+#endif

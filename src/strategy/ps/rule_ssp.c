@@ -1,0 +1,92 @@
+/* The clock rules: ssp:S, stale synchronous parallel (Ho et al. 2013, as
+ * the taxonomy states it), and sync, which is ssp:0.
+ *
+ * Worker w's c-th push has clock c. A pull by a worker at clock t waits
+ * until the slowest worker has pushed clock t - S - 1, and may then see
+ * other workers' updates up to clock t + S - 1, never later: a push of
+ * clock c is applied as soon as c < (slowest clock) + S, and held back
+ * until then. Pushes released together (the last push of a clock under
+ * sync; held-back ones when the slowest worker moves) are summed in worker
+ * order, as allreduce:naive sums, and make one optimizer step with lr(c);
+ * a push applicable on arrival makes a step of its own. So ssp:0 is sync
+ * bit for bit, and with S >= 1 and no straggler the server behaves as
+ * async does. Every clock needs every worker: the run cannot go on
+ * without one. */
+#include "strategy/ps/ps_server.h"
+
+static int bound(const ps_server_t *s) {
+  return s->cfg->schedule == SCHEDULE_SSP ? (int)s->cfg->schedule_param : 0;
+}
+
+static int64_t slowest_clock(const ps_server_t *s) {
+  int64_t m = s->workers[0].push.clock;
+  for (int w = 1; w < s->N; w++)
+    if (s->workers[w].push.clock < m) m = s->workers[w].push.clock;
+  return m;
+}
+
+static int ssp_init(ps_server_t *s) {
+  for (int w = 0; w < s->N; w++)
+    s->workers[w].push.clock = s->version; /* resumed: sync and ssp checkpoints count clocks */
+  return 0;
+}
+
+static int ssp_push(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_worker_state_t *ws = &s->workers[src];
+  int64_t c = req->clock, slowest = slowest_clock(s);
+  if (c != ws->push.clock)
+    return ps_server_reject(s, src, req, "worker %d pushed clock %lld but its next clock is "
+                            "%lld", src, (long long)c, (long long)ws->push.clock);
+  if (c > slowest + bound(s))
+    return ps_server_reject(s, src, req, "clock %lld is more than %d ahead of the slowest "
+                            "worker's (%lld)", (long long)c, bound(s), (long long)slowest);
+  if (!ps_server_store_push(s, src, req)) return 0;
+  ws->push.held = 1;
+  ws->push.clock++;
+  return ps_server_ack(s, src, req);
+}
+
+/* The delay bound: a worker at clock t sees every update up to the
+ * slowest worker's clock. */
+static int ssp_pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
+  return req->clock <= slowest_clock(s);
+}
+
+/* Applies, clock by clock, the held pushes whose clock is now within the
+ * bound; the pushes of one clock make one step, summed in worker order. */
+static void ssp_progress(ps_server_t *s) {
+  for (;;) {
+    int64_t limit = slowest_clock(s) + bound(s), c = -1;
+    for (int w = 0; w < s->N; w++) {
+      const ps_worker_state_t *ws = &s->workers[w];
+      if (ws->push.held && ws->push.batch < limit && (c < 0 || ws->push.batch < c))
+        c = ws->push.batch;
+    }
+    if (c < 0) return;
+    float *g = NULL;
+    for (int w = 0; w < s->N; w++) {
+      ps_worker_state_t *ws = &s->workers[w];
+      if (!ws->push.held || ws->push.batch != c) continue;
+      if (!g) g = ws->push.grad;
+      else kern_add(s->len, ws->push.grad, g);
+      ps_server_staleness(s, ws->push.epoch, ws->push.version);
+      ws->push.held = 0;
+    }
+    ps_server_step(s, g, ps_server_lr_of_step(s, c));
+  }
+}
+
+static int ssp_may_lose(const ps_server_t *s, int w, double silent, int lost, int over) {
+  return dt_error("worker %d has stopped (nothing heard from it for %.1f s); --schedule %s "
+                  "needs every worker: use --schedule async or backup:B to go on without it",
+                  w, silent, schedule_name(s->cfg->schedule));
+}
+
+const ps_rule_ops_t ps_rule_ssp = {
+    .pool = 0,
+    .init = ssp_init,
+    .push = ssp_push,
+    .pull_ready = ssp_pull_ready,
+    .progress = ssp_progress,
+    .may_lose = ssp_may_lose,
+};
