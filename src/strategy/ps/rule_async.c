@@ -31,6 +31,4 @@ static int async_push(ps_server_t *s, int src, const ps_req_t *req) {
 }
 
 const ps_rule_ops_t ps_rule_async = {
-    .pool = 1,
-    .push = async_push,
-};
+    .pool = 1, .push = async_push};

@@ -83,11 +83,5 @@ static int backup_may_lose(const ps_server_t *s, int w, double silent, int lost,
 }
 
 const ps_rule_ops_t ps_rule_backup = {
-    .pool = 1,
-    .init = backup_init,
-    .push = backup_push,
-    .pull_ready = backup_pull_ready,
-    .progress = backup_progress,
-    .epoch_end = backup_epoch_end,
-    .may_lose = backup_may_lose,
-};
+    .pool = 1, .init = backup_init, .push = backup_push, .pull_ready = backup_pull_ready,
+    .progress = backup_progress, .epoch_end = backup_epoch_end, .may_lose = backup_may_lose};

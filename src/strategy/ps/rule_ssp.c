@@ -83,10 +83,5 @@ static int ssp_may_lose(const ps_server_t *s, int w, double silent, int lost, in
 }
 
 const ps_rule_ops_t ps_rule_ssp = {
-    .pool = 0,
-    .init = ssp_init,
-    .push = ssp_push,
-    .pull_ready = ssp_pull_ready,
-    .progress = ssp_progress,
-    .may_lose = ssp_may_lose,
-};
+    .pool = 0, .init = ssp_init, .push = ssp_push, .pull_ready = ssp_pull_ready,
+    .progress = ssp_progress, .may_lose = ssp_may_lose};

@@ -94,10 +94,5 @@ static void value_epoch_end(ps_server_t *s) {
 }
 
 const ps_rule_ops_t ps_rule_value = {
-    .pool = 1,
-    .init = value_init,
-    .push = value_push,
-    .pull_ready = value_pull_ready,
-    .progress = value_progress,
-    .epoch_end = value_epoch_end,
-};
+    .pool = 1, .init = value_init, .push = value_push, .pull_ready = value_pull_ready,
+    .progress = value_progress, .epoch_end = value_epoch_end};
