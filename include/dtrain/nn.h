@@ -152,6 +152,105 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
 typedef void (*grad_ready_fn)(void *ctx, int layer);
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx);
 
+/* ---- pipeline stages (src/nn/stage.c) -------------------------------------
+ * A stage is the layers [first, last] of a model (indices into
+ * model_t.layers, after fusion: "dense; relu" is one layer), run forward
+ * and backward on their own: forward takes the stage's input activation
+ * and gives its output; backward takes the gradient of that output and
+ * gives the gradient of the input. The loss belongs to the stage that ends
+ * the model. Each layer runs the model's own per-layer code, so stages run
+ * in sequence over one micro-batch give model_forward + model_loss +
+ * model_backward bit for bit.
+ *
+ * Activations: a stage keeps up to max_micro micro-batches of up to
+ * micro_batch samples in flight, each with its own copy of the layers'
+ * out, dout and scratch (dropout masks, pooling argmax, batch statistics,
+ * im2col columns), and an input buffer: one allocation in stage_new, none
+ * after. So a schedule may run the forwards of several micro-batches
+ * before their backwards (GPipe, 1F1B), in any order, as long as each
+ * backward follows a forward of the same micro-batch. The stage never
+ * touches the model's own activations: model_forward and several stages
+ * of one model may be used side by side.
+ *
+ * Parameters, gradients and buffers stay in the model's arenas; a stage's
+ * are the contiguous ranges [param_off, param_off + param_len) of
+ * params/grads and [buf_off, buf_off + buf_len) of buffers (batch-norm
+ * running statistics, which each training forward updates), so a pipeline
+ * allreduces or steps exactly that range.
+ *
+ * Gradients over micro-batches: layers write their gradients, so
+ * stage_backward takes `accumulate`: 0 writes the stage's gradients (the
+ * first backward of a step), 1 adds to them (the others, in a fixed order
+ * for bitwise reproducibility). The average is the loss's: pass the whole
+ * batch (the sum of the micro-batch sizes) as stage_loss's denom, and the
+ * summed gradient is the batch mean.
+ *
+ * Cuts: a stage boundary before layer c (0 < c < nlayers) is valid when one
+ * activation crosses it: every layer from c on reads layer c - 1 or a later
+ * one, never an earlier layer or the model input. */
+typedef struct stage_mb stage_mb_t;   /* per micro-batch state (private) */
+typedef struct {
+  model_t *model;
+  int first, last;             /* layers [first, last] of model->layers */
+  int ends_model;              /* last is the model's last layer: stage_loss applies */
+  int max_micro, micro_batch;  /* micro-batches in flight, samples in each */
+  size_t in_size, out_size;    /* floats per sample of the input and output activation */
+  size_t param_off, param_len; /* the stage's range of model->params and model->grads */
+  size_t buf_off, buf_len;     /* the stage's range of model->buffers */
+  /* private */
+  stage_mb_t *mb;
+  float *arena;                /* activations, scratch and inputs of every micro-batch */
+  float *probs;                /* [micro_batch, nclasses] when ends_model */
+  float *gacc;                 /* one layer's gradients, while accumulating */
+} stage_t;
+
+/* Refuses an invalid cut with a line naming the layer that reads across it
+ * and the valid cuts. */
+int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, stage_t **out);
+void stage_free(stage_t *s);
+/* Forward of n samples (1..micro_batch) of micro-batch mb (0..max_micro-1)
+ * from x [n, in_size]; *y (if y != NULL) = its output [n, out_size], which
+ * stays valid until the next forward of mb. x must stay unchanged until
+ * the backward of mb (stage_input(s, mb) is a buffer for it). A forward
+ * replaces whatever mb held. train and rng as model_forward. */
+int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *rng,
+                  const float **y);
+/* Only for a stage that ends the model: model_loss for mb's logits, with
+ * d(loss_sum / denom)/d(logits) into stage_output_grad(s, mb). *loss_sum
+ * (summed over mb's samples) and *correct may be NULL. */
+int stage_loss(stage_t *s, int mb, const int32_t *labels, int denom, double *loss_sum,
+               int *correct);
+/* Backward of micro-batch mb, which must have had a forward since its last
+ * backward. dy [n, out_size]: the gradient of the stage's output; NULL
+ * when stage_output_grad(s, mb) already holds it (stage_loss wrote it, or
+ * it was received there). dx [n, in_size]: where the gradient of the
+ * stage's input goes; NULL: not computed (the first stage). accumulate: 0
+ * writes the stage's range of model->grads, 1 adds to it. ready(ctx, i),
+ * if given, after layer i's gradients in model->grads are final for this
+ * call, before its input gradient where the layer computes that apart. */
+int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulate,
+                   grad_ready_fn ready, void *ctx);
+/* mb's buffers: input [micro_batch, in_size] (for the caller to fill and
+ * pass as x), output [micro_batch, out_size] of its last forward, and the
+ * gradient of that output (stage_loss writes it; a pipeline may receive
+ * into it). NULL with dt_error set when mb is out of range. */
+float *stage_input(stage_t *s, int mb);
+const float *stage_output(const stage_t *s, int mb);
+float *stage_output_grad(stage_t *s, int mb);
+
+/* The valid cuts of a model: writes each c (a stage may start at layer c,
+ * 0 < c < nlayers) into cuts (room for nlayers - 1) in increasing order;
+ * returns their number. */
+int model_stage_cuts(const model_t *m, int *cuts);
+/* Splits the model into P stages at valid cuts, balanced by a cost per
+ * sample: multiply-adds of dense (weights) and conv2d (weights × output
+ * pixels) layers, output size for the others. The largest stage cost is
+ * the smallest possible (among equal splits, each cut from the last back
+ * as early as it can be). first[p] = the first
+ * layer of stage p (first[0] = 0; stage p ends at first[p+1] - 1, the last at
+ * nlayers - 1). P must be 1 .. number of valid cuts + 1. */
+int model_split_stages(const model_t *m, int P, int *first);
+
 /* Softmax cross-entropy on its own (used by model_loss and its test):
  * logits [n,k] -> probs, returns summed loss; dlogits = (p - onehot)/denom. */
 double softmax_xent(const float *logits, const int32_t *labels, int n, int k, int denom,

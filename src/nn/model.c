@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dtrain/nn.h"
+#include "model_internal.h"
 
 /* "dense; relu" and "conv2d; relu" become one layer with a fused ReLU when
  * nothing else reads the dense output. Returns the fused spec list. */
@@ -85,11 +86,47 @@ static int describe_tensors(model_t *m) {
   return 0;
 }
 
+/* The whole model as a range: a flatten of the model input aliases x. */
+static layer_range_t whole(const model_t *m) {
+  return (layer_range_t){m->layers, 0, m->nlayers - 1, m->nlayers - 1, 1};
+}
+
 /* Flatten only reinterprets NHWC memory: it aliases its input, except as
- * the last layer, whose dout the loss writes (a flatten of the input has no
- * buffer to alias). */
-static int is_alias(const model_t *m, const layer_t *l) {
-  return l->spec.kind == LAYER_FLATTEN && l != &m->layers[m->nlayers - 1];
+ * the model's last layer, whose dout the loss writes, and, in a stage, as a
+ * reader of the stage's input (the stage keeps its output and input
+ * gradient in storage of its own). */
+int layer_range_is_alias(const layer_range_t *r, int i) {
+  const layer_t *l = &r->layers[i];
+  return l->spec.kind == LAYER_FLATTEN && i != r->model_last &&
+         (r->alias_x || l->spec.input >= r->first);
+}
+
+size_t layer_range_act_floats(const layer_range_t *r, int batch) {
+  size_t total = 0;
+  for (int i = r->first; i <= r->last; i++) {
+    const layer_t *l = &r->layers[i];
+    if (!layer_range_is_alias(r, i)) total += 2 * (size_t)batch * shape_size(l->out_shape);
+    total += l->scratch_len;
+  }
+  return total;
+}
+
+float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
+  for (int i = r->first; i <= r->last; i++) {
+    layer_t *l = &r->layers[i];
+    if (layer_range_is_alias(r, i)) {
+      const layer_t *src = l->spec.input < r->first ? NULL : &r->layers[l->spec.input];
+      l->out = src ? src->out : NULL;
+      l->dout = src ? src->dout : NULL;
+    } else {
+      size_t sz = (size_t)batch * shape_size(l->out_shape);
+      l->out = p, p += sz;
+      l->dout = p, p += sz;
+    }
+    l->scratch = l->scratch_len ? p : NULL;
+    p += l->scratch_len;
+  }
+  return p;
 }
 
 static int setup_layers(model_t *m, const char *source) {
@@ -121,31 +158,15 @@ static int setup_layers(model_t *m, const char *source) {
 
 /* One allocation for every layer's out, dout and scratch. */
 static int allocate_activations(model_t *m) {
-  size_t total = (size_t)m->max_batch * (size_t)m->nclasses;
-  for (int i = 0; i < m->nlayers; i++) {
-    const layer_t *l = &m->layers[i];
-    if (!is_alias(m, l)) total += 2 * (size_t)m->max_batch * shape_size(l->out_shape);
-    total += l->scratch_len;
-  }
+  layer_range_t r = whole(m);
+  size_t total =
+      (size_t)m->max_batch * (size_t)m->nclasses + layer_range_act_floats(&r, m->max_batch);
   float *p = dt_alloc_floats(total);
   if (!p) return -1;
   m->act_arena = p;
   m->probs = p;
   p += (size_t)m->max_batch * m->nclasses;
-  for (int i = 0; i < m->nlayers; i++) {
-    layer_t *l = &m->layers[i];
-    if (is_alias(m, l)) {
-      const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
-      l->out = src ? src->out : NULL;
-      l->dout = src ? src->dout : NULL;
-    } else {
-      size_t sz = (size_t)m->max_batch * shape_size(l->out_shape);
-      l->out = p, p += sz;
-      l->dout = p, p += sz;
-    }
-    l->scratch = l->scratch_len ? p : NULL;
-    p += l->scratch_len;
-  }
+  layer_range_assign(&r, m->max_batch, p);
   return 0;
 }
 
@@ -217,8 +238,35 @@ void model_init_params(model_t *m, uint64_t seed) {
   }
 }
 
-static const float *layer_input(const model_t *m, const layer_t *l, const float *x) {
-  return l->spec.input < 0 ? x : m->layers[l->spec.input].out;
+static const float *layer_input(const layer_range_t *r, const layer_t *l, const float *x) {
+  return l->spec.input < r->first ? x : r->layers[l->spec.input].out;
+}
+
+void layer_range_forward(const layer_range_t *r, const float *x, int n, int train, rng_t *rng,
+                         param_wait_fn wait, void *ctx) {
+  for (int i = r->first; i <= r->last; i++) {
+    layer_t *l = &r->layers[i];
+    if (layer_range_is_alias(r, i)) {
+      /* Every forward: a chain of flattens over the input aliases x. */
+      l->out = (float *)layer_input(r, l, x);
+      continue;
+    }
+    if (wait && l->param_len) wait(ctx, i);
+    l->ops->forward(l, layer_input(r, l, x), n, train, rng);
+  }
+}
+
+void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int n,
+                          grad_ready_fn ready, void *ctx) {
+  for (int i = r->last; i >= r->first; i--) {
+    layer_t *l = &r->layers[i];
+    if (layer_range_is_alias(r, i)) continue;
+    float *ldx = l->spec.input < r->first ? dx : r->layers[l->spec.input].dout;
+    int early = ready && l->param_len && ldx && l->ops->backward_input;
+    l->ops->backward(l, layer_input(r, l, x), early ? NULL : ldx, n);
+    if (ready && l->param_len) ready(ctx, i);
+    if (early) l->ops->backward_input(l, ldx, n);
+  }
 }
 
 const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *rng) {
@@ -227,16 +275,8 @@ const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *
 
 const float *model_forward_waiting(model_t *m, const float *x, int n, int train, rng_t *rng,
                                    param_wait_fn wait, void *ctx) {
-  for (int i = 0; i < m->nlayers; i++) {
-    layer_t *l = &m->layers[i];
-    if (is_alias(m, l)) {
-      /* Every forward: a chain of flattens over the input aliases x. */
-      l->out = (float *)layer_input(m, l, x);
-      continue;
-    }
-    if (wait && l->param_len) wait(ctx, i);
-    l->ops->forward(l, layer_input(m, l, x), n, train, rng);
-  }
+  layer_range_t r = whole(m);
+  layer_range_forward(&r, x, n, train, rng, wait, ctx);
   return m->layers[m->nlayers - 1].out;
 }
 
@@ -246,14 +286,6 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
 }
 
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {
-  for (int i = m->nlayers - 1; i >= 0; i--) {
-    layer_t *l = &m->layers[i];
-    if (is_alias(m, l)) continue;
-    const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
-    float *dx = src ? src->dout : NULL;
-    int early = ready && l->param_len && dx && l->ops->backward_input;
-    l->ops->backward(l, layer_input(m, l, x), early ? NULL : dx, n);
-    if (ready && l->param_len) ready(ctx, i);
-    if (early) l->ops->backward_input(l, dx, n);
-  }
+  layer_range_t r = whole(m);
+  layer_range_backward(&r, x, NULL, n, ready, ctx);
 }
