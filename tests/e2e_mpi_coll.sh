@@ -1,7 +1,8 @@
 #!/bin/sh
 # The comm and coll checks on the mpi transport: tests/mpi_coll_check.c
 # under mpirun with K = 1..9 processes (more processes than cores, hence
-# --oversubscribe), plus a timeout check and a fail-fast check.
+# --oversubscribe), the bytes-on-the-wire checks with 2, 3 and 4, plus a
+# timeout check and a fail-fast check.
 # Prints PASS/FAIL lines for tests/run.sh, or one SKIP line when MPI is not
 # usable here. Extra mpirun flags: DTRAIN_MPIRUN_FLAGS (for example
 # "--mca btl_vader_single_copy_mechanism none" where CMA is not allowed).
@@ -39,6 +40,18 @@ for k in 1 2 3 4 5 6 7 8 9; do
     echo "PASS mpi_coll_np$k"
   else
     echo "FAIL mpi_coll_np$k"
+    tail -n 20 "$log"
+    status=1
+  fi
+done
+
+# Bytes on the wire: each rank's bytes sent and received by every
+# collective equal its formula (mpi counts payload, not its headers).
+for k in 2 3 4; do
+  if $run -np $k "$bin" bytes >"$log" 2>&1 && grep -q "mpi_coll_check: bytes ok ($k ranks)" "$log"; then
+    echo "PASS mpi_bytes_np$k"
+  else
+    echo "FAIL mpi_bytes_np$k"
     tail -n 20 "$log"
     status=1
   fi

@@ -6,6 +6,8 @@
  *   mpi_coll_check timeout    rank 1 waits for a message never sent: it
  *                             must time out after 0.5 s naming peer and tag
  *   mpi_coll_check fail       rank 1 fails: the run must stop at once
+ *   mpi_coll_check bytes      bytes on the wire (comm_bytes) of every
+ *                             collective, exactly its formula (test_coll.c)
  *
  * Exit status 0 and "mpi_coll_check: ok" from rank 0 when all passed. */
 #define COLL_CHECKS_ONLY
@@ -119,6 +121,14 @@ static int rank_main(comm_t *c, void *p) {
     x = 42;
     for (int r = 0; r < comm_size(c); r++)
       if (r != 1) DT_TRY(comm_send(c, r, 8, &x, sizeof x));
+    return 0;
+  }
+  if (!strcmp(arg->mode, "bytes")) {
+    /* counts P divides and counts it does not; 4099 floats span several
+     * small segments; 300000 several of the default 1 MiB */
+    static const size_t counts[] = {0, 1, 7, 1000, 4099, 300000};
+    DT_TRY(bytes_check_rank(c, counts, (int)(sizeof counts / sizeof counts[0])));
+    if (me == 0) printf("mpi_coll_check: bytes ok (%d ranks)\n", comm_size(c));
     return 0;
   }
   if (!strcmp(arg->mode, "fail")) {

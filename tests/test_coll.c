@@ -3,7 +3,8 @@
  * small segments. Results are compared with a double-precision reference
  * sum, must be bitwise equal on every rank, and bitwise equal between a
  * plain run and a run under an emulated network with uneven latencies
- * (different timing, same order of additions).
+ * (different timing, same order of additions). Bytes on the wire: each
+ * rank's comm_bytes after each collective equal its algorithm's formula.
  *
  * The checks (coll_check_rank) run on any comm_t: tests/mpi_coll_check.c
  * includes this file with COLL_CHECKS_ONLY and runs them on mpi. */
@@ -226,6 +227,294 @@ static int coll_check_rank(comm_t *c, void *arg) {
   if (rc == 0) rc = check_all(c, ctx, &b, cfg);
   coll_ctx_free(ctx);
   dt_free(b.buf), dt_free(b.aux), dt_free(b.ref), dt_free(b.absum);
+  return rc;
+}
+
+/* ---- bytes on the wire ------------------------------------------------------
+ * Each collective's payload bytes sent and received by each rank
+ * (comm_bytes) must equal, exactly, the formula of its algorithm, written
+ * here from the algorithm's definition (the head of each src/coll/ file,
+ * docs/COLLECTIVES.md), in floats of 4 bytes. Blocks are coll_block's:
+ * count cut into P parts, the first count % P one float longer. Bytes do
+ * not depend on segmentation, so every op runs with whole blocks and with
+ * small segments. Across ranks, bytes sent sum to bytes received. */
+
+static int pmod(int a, int p) { return ((a % p) + p) % p; }
+
+/* Floats in block b of count cut into parts. */
+static uint64_t blk(size_t count, int parts, int b) {
+  return count / (size_t)parts + ((size_t)pmod(b, parts) < count % (size_t)parts ? 1 : 0);
+}
+
+typedef struct {
+  uint64_t sent, received; /* floats */
+} wire_t;
+
+static wire_t wire_add(wire_t a, wire_t b) { return (wire_t){a.sent + b.sent, a.received + b.received}; }
+
+/* Ring, P ranks, rank r. Reduce-scatter (steps s = 0..P-2): rank r sends
+ * block r-s-1 and receives block r-s-2, i.e. sends every block but r and
+ * receives every block but r-1. Allgather (steps P-1..2P-3): sends every
+ * block but r+1, receives every block but r. Allreduce is both:
+ * 2(P-1)/P x S per rank when P divides the count. */
+static wire_t ring_reduce_scatter(int P, int r, size_t C) {
+  return (wire_t){C - blk(C, P, r), C - blk(C, P, r - 1)};
+}
+static wire_t ring_allgather(int P, int r, size_t C) {
+  return (wire_t){C - blk(C, P, r + 1), C - blk(C, P, r)};
+}
+
+/* Binomial tree rooted at 0 (ranks renumbered vr = r - root): the children
+ * of vr are vr + m for every power of two m below vr's lowest set bit (any
+ * m < P for the root) with vr + m < P; the parent of vr != 0 is vr minus
+ * its lowest set bit. */
+static uint64_t tree_children(int vr, int P) {
+  uint64_t k = 0;
+  for (int m = 1; m < P && !(vr & m); m <<= 1)
+    if (vr + m < P) k++;
+  return k;
+}
+/* reduce: S to the parent, S from each child; broadcast the reverse. */
+static wire_t tree_reduce(int P, int vr, size_t C) {
+  return (wire_t){vr ? C : 0, tree_children(vr, P) * C};
+}
+static wire_t tree_broadcast(int P, int vr, size_t C) {
+  return (wire_t){tree_children(vr, P) * C, vr ? C : 0};
+}
+
+/* Recursive halving-doubling, P' = 2^floor(lg P), rem = P - P'. Of the
+ * first 2 rem ranks each even one sends all S to the odd one after it and
+ * gets the result back (S each way); the P' others (new rank nr) halve: at
+ * each level of width w = P', P'/2, ..., 2 blocks (count cut into P'),
+ * they send the half of their aligned w-block range that does not hold
+ * block nr and receive the half that does; doubling reverses it. So at
+ * each level a rank sends and receives the whole range between them: S x
+ * (1 + 1/2 + ... + 2/P') = 2(P'-1)/P' x S each way when P' divides the
+ * count; the odd folded ranks add S each way. */
+static wire_t rhd(int P, int r, size_t C) {
+  if (P == 1 || C == 0) return (wire_t){0, 0};
+  int pof2 = 1;
+  while (2 * pof2 <= P) pof2 *= 2;
+  int rem = P - pof2;
+  if (r < 2 * rem && r % 2 == 0) return (wire_t){C, C};
+  int nr = r < 2 * rem ? r / 2 : r - rem;
+  uint64_t x = r < 2 * rem ? C : 0;
+  for (int w = pof2; w >= 2; w /= 2)
+    for (int b = nr / w * w; b < nr / w * w + w; b++) x += blk(C, pof2, b);
+  return (wire_t){x, x};
+}
+
+/* Naive: every rank sends S to rank 0 and gets S back; rank 0 receives
+ * and sends (P-1) x S. */
+static wire_t naive(int P, int r, size_t C) {
+  if (P == 1 || C == 0) return (wire_t){0, 0};
+  return r == 0 ? (wire_t){(uint64_t)(P - 1) * C, (uint64_t)(P - 1) * C} : (wire_t){C, C};
+}
+
+static wire_t flat_allreduce(allreduce_algo_t a, int P, int r, size_t C) {
+  switch (a) {
+  case ALLREDUCE_RING: return wire_add(ring_reduce_scatter(P, r, C), ring_allgather(P, r, C));
+  case ALLREDUCE_RHD: return rhd(P, r, C);
+  case ALLREDUCE_TREE: return wire_add(tree_reduce(P, r, C), tree_broadcast(P, r, C));
+  case ALLREDUCE_NAIVE: return naive(P, r, C);
+  default: return (wire_t){0, 0}; /* shm: memory, no messages */
+  }
+}
+
+enum { B_ALLREDUCE, B_BCAST, B_REDUCE, B_RS, B_RS_INPLACE, B_AG, B_GATHER, B_ASYNC };
+
+typedef struct {
+  int op, algo, root, group; /* root: 0 = rank 0, 1 = rank P-1, 2 = rank P/2; B_ASYNC: algo = order */
+} bytes_op_t;
+
+static const bytes_op_t bytes_ops[] = {
+    {B_ALLREDUCE, ALLREDUCE_AUTO, 0, 0},  {B_ALLREDUCE, ALLREDUCE_RING, 0, 0},
+    {B_ALLREDUCE, ALLREDUCE_RHD, 0, 0},   {B_ALLREDUCE, ALLREDUCE_TREE, 0, 0},
+    {B_ALLREDUCE, ALLREDUCE_NAIVE, 0, 0}, {B_ALLREDUCE, ALLREDUCE_HIER, 0, 0},
+    {B_ALLREDUCE, ALLREDUCE_HIER, 0, 2},  {B_ALLREDUCE, ALLREDUCE_HIER, 0, 3},
+    {B_ALLREDUCE, ALLREDUCE_SHM, 0, 0},   {B_BCAST, 0, 0, 0},
+    {B_BCAST, 0, 1, 0},                   {B_REDUCE, 0, 0, 0},
+    {B_REDUCE, 0, 2, 0},                  {B_RS, 0, 0, 0},
+    {B_RS_INPLACE, 0, 0, 0},              {B_AG, 0, 0, 0},
+    {B_GATHER, 0, 0, 0},                  {B_GATHER, 0, 1, 0},
+    {B_ASYNC, COLL_ORDER_FIFO, 0, 0},     {B_ASYNC, COLL_ORDER_PRIORITY, 0, 0},
+};
+#define BYTES_NOPS (sizeof bytes_ops / sizeof bytes_ops[0])
+#define BYTES_LINK_LATENCY 5e-6
+#define BYTES_LINK_BANDWIDTH 5e9
+
+/* hier's group size: given, or the default ceil(sqrt(P)); at most P. */
+static int hier_group(int P, int given) {
+  int g = given;
+  if (g <= 0)
+    for (g = 1; g * g < P; g++) {}
+  return g > P ? P : g;
+}
+
+/* The algorithm hier's leaders run: what auto picks among them (their own
+ * communicator and a context set up as hier sets up its own). The split
+ * and the choice send no payload. */
+static int hier_leaders_algo(coll_ctx_t *ctx, int g, size_t count, size_t seg_bytes,
+                             allreduce_algo_t *out) {
+  comm_t *c = coll_ctx_comm(ctx), *leaders;
+  coll_ctx_t *lctx;
+  RCHECK_OK(comm_split(c, comm_rank(c) % g == 0 ? 0 : 1, comm_rank(c), &leaders));
+  int rc = coll_ctx_new(leaders, &lctx);
+  if (rc == 0) {
+    coll_ctx_set_link(lctx, BYTES_LINK_LATENCY, BYTES_LINK_BANDWIDTH);
+    coll_ctx_set_segment(lctx, seg_bytes);
+    *out = allreduce_choose(lctx, count);
+    coll_ctx_free(lctx);
+  }
+  comm_free(leaders);
+  return rc;
+}
+
+/* The formula for op on this rank, in floats. */
+static int bytes_expected(coll_ctx_t *ctx, const bytes_op_t *op, size_t C, size_t seg_bytes,
+                          wire_t *w) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = comm_size(c), r = comm_rank(c);
+  int root = op->root == 0 ? 0 : op->root == 1 ? P - 1 : P / 2, vr = pmod(r - root, P);
+  *w = (wire_t){0, 0};
+  switch (op->op) {
+  case B_ALLREDUCE: {
+    allreduce_algo_t a = (allreduce_algo_t)op->algo;
+    if (a == ALLREDUCE_AUTO) a = allreduce_choose(ctx, C);
+    if (a != ALLREDUCE_HIER) {
+      *w = flat_allreduce(a, P, r, C);
+      break;
+    }
+    /* groups of g consecutive ranks: tree reduce + broadcast within each,
+     * the first ranks allreduce among themselves with auto's choice */
+    int g = hier_group(P, op->group), first = r / g * g, gs = P - first < g ? P - first : g;
+    allreduce_algo_t la = ALLREDUCE_AUTO;
+    DT_TRY(hier_leaders_algo(ctx, g, C, seg_bytes, &la));
+    if (P == 1 || C == 0) break;
+    *w = wire_add(tree_reduce(gs, r - first, C), tree_broadcast(gs, r - first, C));
+    if (r == first) *w = wire_add(*w, flat_allreduce(la, (P + g - 1) / g, r / g, C));
+    break;
+  }
+  case B_BCAST: *w = P > 1 ? tree_broadcast(P, vr, C) : *w; break;
+  case B_REDUCE: *w = P > 1 ? tree_reduce(P, vr, C) : *w; break;
+  case B_RS:
+  case B_RS_INPLACE: *w = ring_reduce_scatter(P, r, C); break;
+  case B_AG: *w = ring_allgather(P, r, C); break;
+  case B_GATHER: /* count per rank C: every rank sends C to root, which receives (P-1) x C */
+    *w = r == root ? (wire_t){0, (uint64_t)(P - 1) * C} : (wire_t){C, 0};
+    break;
+  case B_ASYNC: /* the sequence of bytes_run submits, plus in priority order, before
+                 * each of its 4 requests, an allgather of one float per rank */
+    *w = wire_add(flat_allreduce(ALLREDUCE_RING, P, r, C), ring_reduce_scatter(P, r, C));
+    *w = wire_add(*w, ring_allgather(P, r, C));
+    *w = wire_add(*w, flat_allreduce(ALLREDUCE_TREE, P, r, C));
+    if (op->algo == COLL_ORDER_PRIORITY)
+      for (int k = 0; k < 4; k++) *w = wire_add(*w, ring_allgather(P, r, (size_t)P));
+    break;
+  }
+  return 0;
+}
+
+static int bytes_run(coll_ctx_t *ctx, const bytes_op_t *op, float *buf, float *aux, size_t C) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = comm_size(c);
+  int root = op->root == 0 ? 0 : op->root == 1 ? P - 1 : P / 2;
+  coll_ctx_set_group_size(ctx, op->group);
+  switch (op->op) {
+  case B_ALLREDUCE: return allreduce(ctx, (allreduce_algo_t)op->algo, buf, C);
+  case B_BCAST: return broadcast_tree(ctx, root, buf, C);
+  case B_REDUCE: return reduce_tree(ctx, root, buf, C);
+  case B_RS: return reduce_scatter_ring(ctx, aux, buf, C);
+  case B_RS_INPLACE: return reduce_scatter_ring_inplace(ctx, buf, C);
+  case B_AG: return allgather_ring(ctx, buf, C);
+  case B_GATHER: return gather_to_root(ctx, root, aux, buf, C);
+  default: {
+    coll_async_t *a;
+    RCHECK_OK(coll_async_new(ctx, (coll_order_t)op->algo, &a));
+    coll_async_allreduce(a, ALLREDUCE_RING, buf, C, 3);
+    coll_async_reduce_scatter(a, buf + C, C, 2);
+    coll_async_allgather(a, buf + 2 * C, C, 1);
+    coll_async_allreduce(a, ALLREDUCE_TREE, buf + 3 * C, C, 0);
+    int rc = coll_async_wait(a, NULL);
+    coll_async_free(a);
+    return rc;
+  }
+  }
+}
+
+/* Rank 0 checks that the bytes all ranks sent add up to those they
+ * received (fails only on rank 0, after it has heard from every rank). */
+static int bytes_sum_check(comm_t *c, comm_bytes_t d, const char *what) {
+  int P = comm_size(c);
+  uint64_t mine[2] = {d.sent, d.received}, sum[2] = {d.sent, d.received};
+  if (comm_rank(c) != 0) return comm_send(c, 0, 78, mine, sizeof mine);
+  for (int q = 1; q < P; q++) {
+    uint64_t v[2];
+    RCHECK_OK(comm_recv(c, q, 78, v, sizeof v));
+    sum[0] += v[0], sum[1] += v[1];
+  }
+  if (sum[0] != sum[1])
+    return dt_error("%s: the ranks sent %llu bytes in all but received %llu", what,
+                    (unsigned long long)sum[0], (unsigned long long)sum[1]);
+  return 0;
+}
+
+static const char *bytes_op_name(const bytes_op_t *op) {
+  static const char *const names[] = {"allreduce", "broadcast_tree", "reduce_tree",
+                                      "reduce_scatter_ring", "reduce_scatter_ring_inplace",
+                                      "allgather_ring", "gather_to_root", "coll_async"};
+  return names[op->op];
+}
+
+/* Every op of bytes_ops (those the transport runs) on each count, with
+ * whole blocks and with small segments: each rank's bytes sent and
+ * received equal the formula, and the ranks' sums agree. */
+static int bytes_check_rank(comm_t *c, const size_t *counts, int ncounts) {
+  int P = comm_size(c), r = comm_rank(c);
+  size_t maxc = 0;
+  for (int k = 0; k < ncounts; k++) maxc = counts[k] > maxc ? counts[k] : maxc;
+  size_t cap = 4 * (size_t)P * (maxc + 1);
+  char wrong[400] = "";
+  float *buf = dt_alloc_floats(cap), *aux = dt_alloc_floats(cap);
+  coll_ctx_t *ctx = NULL;
+  int rc = buf && aux ? coll_ctx_new(c, &ctx) : dt_error("out of memory");
+  if (rc == 0) coll_ctx_set_link(ctx, BYTES_LINK_LATENCY, BYTES_LINK_BANDWIDTH);
+  for (int seg = 0; seg < 2 && rc == 0; seg++) {
+    size_t seg_bytes = seg ? SMALL_SEG_BYTES : 0;
+    coll_ctx_set_segment(ctx, seg_bytes);
+    for (int k = 0; k < ncounts && rc == 0; k++)
+      for (size_t o = 0; o < BYTES_NOPS && rc == 0; o++) {
+        const bytes_op_t *op = &bytes_ops[o];
+        op_t as_op = {op->op == B_ALLREDUCE ? OP_ALLREDUCE : -1, op->algo, 0, 0};
+        if (!op_runs_on(c, &as_op)) continue;
+        char what[160];
+        snprintf(what, sizeof what, "bytes: P=%d count=%zu %s%s%s root %d group %d seg %s", P,
+                 counts[k], bytes_op_name(op), op->op == B_ALLREDUCE ? " " : "",
+                 op->op == B_ALLREDUCE ? allreduce_algo_name((allreduce_algo_t)op->algo) : "",
+                 op->root, op->group, seg ? "small" : "default");
+        wire_t w;
+        memset(buf, 0, cap * sizeof(float)), memset(aux, 0, cap * sizeof(float));
+        rc = bytes_expected(ctx, op, counts[k], seg_bytes, &w);
+        comm_bytes_t b0 = comm_bytes(c);
+        if (rc == 0) rc = bytes_run(ctx, op, buf, aux, counts[k]);
+        comm_bytes_t b1 = comm_bytes(c), d = {b1.sent - b0.sent, b1.received - b0.received};
+        if (rc != 0) {
+          rc = dt_error_prefix("%s: ", what);
+          break;
+        }
+        /* a wrong count is reported at the end: the ranks go on in step,
+         * so that none waits for one that stopped */
+        if (!*wrong && (d.sent != w.sent * sizeof(float) || d.received != w.received * sizeof(float)))
+          snprintf(wrong, sizeof wrong, "%s: rank %d sent %llu bytes and received %llu; the formula says %llu and %llu",
+                   what, r, (unsigned long long)d.sent, (unsigned long long)d.received,
+                   (unsigned long long)(w.sent * sizeof(float)),
+                   (unsigned long long)(w.received * sizeof(float)));
+        if (bytes_sum_check(c, d, what) != 0 && !*wrong) snprintf(wrong, sizeof wrong, "%s", dt_errmsg());
+      }
+  }
+  coll_ctx_free(ctx);
+  dt_free(buf), dt_free(aux);
+  if (rc == 0 && *wrong) rc = dt_error("%s", wrong);
   return rc;
 }
 
@@ -507,6 +796,24 @@ static void test_async_priority_matches_blocking(void) {
   for (int n = 2; n <= 4; n++) CHECK_OK(comm_local_run(n, NULL, rank_async, &priority_case));
 }
 
+/* Bytes on the wire, exactly each collective's formula, on 1, 2, 3, 4, 5
+ * and 8 ranks, for counts that P divides and counts it does not. */
+static int rank_bytes(comm_t *c, void *arg) {
+  static const size_t counts[] = {0, 1, 7, 1000, 4099};
+  (void)arg;
+  return bytes_check_rank(c, counts, (int)(sizeof counts / sizeof counts[0]));
+}
+
+static void test_bytes_on_the_wire(void) {
+  static const int sizes[] = {1, 2, 3, 4, 5, 8};
+  comm_net_t net = {.timeout = 60};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    int ok = comm_local_run(sizes[i], &net, rank_bytes, NULL);
+    if (ok != 0) fprintf(stderr, "  P=%d: %s\n", sizes[i], dt_errmsg());
+    CHECK(ok == 0);
+  }
+}
+
 int main(void) {
   RUN(test_algo_names);
   RUN(test_block_partition);
@@ -516,6 +823,7 @@ int main(void) {
   RUN(test_shm_errors);
   RUN(test_async_matches_blocking);
   RUN(test_async_priority_matches_blocking);
+  RUN(test_bytes_on_the_wire);
   RUN(test_collectives_1_to_9_ranks);
   TEST_MAIN_END();
 }

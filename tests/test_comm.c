@@ -463,6 +463,137 @@ static void test_two_threads_per_rank(void) {
   CHECK_OK(comm_local_run(2, NULL, rank_two_threads, NULL));
 }
 
+/* ---- bytes on the wire (comm_bytes) -------------------------------------- */
+
+static int bytes_are(const comm_t *c, uint64_t sent, uint64_t received, const char *when) {
+  comm_bytes_t b = comm_bytes(c);
+  if (b.sent != sent || b.received != received)
+    return dt_error("rank %d %s: %llu bytes sent, %llu received; expected %llu and %llu",
+                    comm_rank(c), when, (unsigned long long)b.sent, (unsigned long long)b.received,
+                    (unsigned long long)sent, (unsigned long long)received);
+  return 0;
+}
+
+/* Every kind of point-to-point call, on 3 ranks: a send counts its length
+ * when posted, a receive its length when its wait succeeds (irecv_reduce:
+ * count x 4); a cancelled receive, and one whose wait fails, count
+ * nothing; wait_src reports the bytes a receive took, 0 for a send. */
+static int rank_bytes_p2p(comm_t *c, void *arg) {
+  int me = comm_rank(c);
+  char buf[1000] = {0}, big[80] = {0};
+  float acc[7] = {0}, add[7] = {1, 2, 3, 4, 5, 6, 7};
+  int a = me, b = -1, src = -1;
+  size_t got = 99;
+  comm_req_t *r;
+  RCHECK_OK(bytes_are(c, 0, 0, "at the start"));
+  if (me == 0) {
+    RCHECK_OK(comm_send(c, 1, 1, buf, 100));
+    RCHECK_OK(comm_isend(c, 1, 2, buf, 1000, &r));
+    RCHECK_OK(comm_wait_src(c, r, &src, &got));
+    RCHECK(got == 0); /* a send received nothing */
+    RCHECK_OK(comm_send(c, 1, 3, NULL, 0));
+    RCHECK_OK(comm_irecv(c, 1, 4, buf, 10, &r)); /* never sent: withdrawn */
+    RCHECK_OK(comm_cancel(c, r));
+    RCHECK_OK(bytes_are(c, 1100, 0, "after its sends"));
+    RCHECK_OK(comm_sendrecv(c, 2, 5, &a, sizeof a, 2, 5, &b, sizeof b));
+    RCHECK_OK(bytes_are(c, 1104, 4, "after the sendrecv"));
+  } else if (me == 1) {
+    RCHECK_OK(comm_recv(c, 0, 1, buf, 100));
+    RCHECK_OK(comm_irecv(c, 0, 2, buf, 1000, &r));
+    RCHECK_OK(comm_wait_src(c, r, &src, &got));
+    RCHECK(src == 0 && got == 1000);
+    RCHECK_OK(comm_recv(c, 0, 3, NULL, 0));
+    RCHECK_OK(comm_irecv_reduce(c, 2, 6, acc, 7, NULL, &r));
+    RCHECK_OK(comm_wait(c, r));
+    RCHECK(acc[6] == 7);
+    RCHECK_OK(bytes_are(c, 0, 1128, "after its receives"));
+    /* rank 2 sends 40 bytes, this receive expects 80: it fails, counting nothing */
+    RCHECK_FAILS_WITH(comm_recv(c, 2, 7, big, 80), "length 40 bytes but receive expects 80");
+    RCHECK_OK(bytes_are(c, 0, 1128, "after a failed receive"));
+  } else {
+    RCHECK_OK(comm_send(c, 1, 6, add, sizeof add));
+    RCHECK_OK(comm_sendrecv(c, 0, 5, &a, sizeof a, 0, 5, &b, sizeof b));
+    /* the send was posted, so it counts, though the receiver refused it */
+    RCHECK_FAILS_WITH(comm_send(c, 1, 7, big, 40), "receiver expects 80 bytes");
+    RCHECK_OK(bytes_are(c, 28 + 4 + 40, 4, "after its sends"));
+  }
+  RCHECK_OK(comm_barrier(c)); /* the transport's own messages: not counted */
+  return 0;
+}
+
+static void test_bytes_point_to_point(void) {
+  comm_net_t net = {.timeout = 20};
+  CHECK_OK(comm_local_run(3, &net, rank_bytes_p2p, NULL));
+}
+
+/* Communicators split from a rank's world share its counter: traffic on
+ * a sub-communicator (and on a split of it) shows in comm_bytes of each.
+ * Split, barrier and comm_shared_alloc are the transport's bookkeeping
+ * and count nothing. */
+static int rank_bytes_split(comm_t *c, void *arg) {
+  int me = comm_rank(c);
+  comm_t *sub, *single;
+  RCHECK_OK(comm_split(c, me % 2, me, &sub));
+  RCHECK_OK(comm_split(sub, comm_rank(sub), 0, &single));
+  RCHECK_OK(comm_barrier(sub));
+  RCHECK_OK(comm_barrier(c));
+  void *shared = NULL;
+  RCHECK_OK(comm_shared_alloc(sub, 256, &shared));
+  RCHECK_OK(bytes_are(c, 0, 0, "after split, barrier and shared alloc"));
+  double x[8] = {0};
+  if (comm_rank(sub) == 0) RCHECK_OK(comm_send(sub, 1, 3, x, sizeof x));
+  else RCHECK_OK(comm_recv(sub, 0, 3, x, sizeof x));
+  if (comm_rank(sub) == 0) RCHECK_OK(comm_send(c, me + 2, 4, x, 8)); /* on the parent */
+  else RCHECK_OK(comm_recv(c, me - 2, 4, x, 8));
+  uint64_t s = comm_rank(sub) == 0 ? 72 : 0, r = comm_rank(sub) == 0 ? 0 : 72;
+  RCHECK_OK(bytes_are(c, s, r, "world, after traffic on the world and a sub-communicator"));
+  RCHECK_OK(bytes_are(sub, s, r, "sub-communicator"));
+  RCHECK_OK(bytes_are(single, s, r, "split of the sub-communicator"));
+  comm_shared_free(sub, shared);
+  comm_free(single);
+  comm_free(sub);
+  return 0;
+}
+
+static void test_bytes_split_shares_counter(void) {
+  comm_net_t net = {.timeout = 20};
+  CHECK_OK(comm_local_run(4, &net, rank_bytes_split, NULL));
+}
+
+/* Two threads of each rank send and receive at once on two communicators
+ * of the rank (as a progress thread beside the compute thread): every
+ * byte is counted, once (and ThreadSanitizer sees no race). */
+static void *bytes_side_thread(void *p) {
+  side_t *s = p;
+  int peer = 1 - comm_rank(s->c);
+  float out[25] = {0}, in[25];
+  for (int i = 0; i < 300 && s->rc == 0; i++) {
+    s->rc = comm_sendrecv(s->c, peer, s->tag, out, sizeof out, peer, s->tag, in, sizeof in);
+    (void)comm_bytes(s->c); /* reading while the other thread counts */
+  }
+  if (s->rc) snprintf(s->err, sizeof s->err, "%s", dt_errmsg());
+  return NULL;
+}
+
+static int rank_bytes_threads(comm_t *c, void *arg) {
+  comm_t *sub;
+  RCHECK_OK(comm_split(c, 0, comm_rank(c), &sub));
+  side_t a = {sub, 1, 0, ""}, b = {c, 2, 0, ""};
+  pthread_t t;
+  RCHECK(pthread_create(&t, NULL, bytes_side_thread, &a) == 0);
+  bytes_side_thread(&b);
+  pthread_join(t, NULL);
+  comm_free(sub);
+  if (a.rc) return dt_error("%s", a.err);
+  if (b.rc) return dt_error("%s", b.err);
+  return bytes_are(c, 2 * 300 * 100, 2 * 300 * 100, "after two threads' exchanges");
+}
+
+static void test_bytes_two_threads(void) {
+  comm_net_t net = {.timeout = 20};
+  CHECK_OK(comm_local_run(2, &net, rank_bytes_threads, NULL));
+}
+
 /* The receiver's header check (wire.c), on raw bytes as they arrive. */
 static void test_wire_check_header(void) {
   comm_header_t good = {COMM_MAGIC, COMM_VERSION, 2, 7, 64}, h, bad;
@@ -512,5 +643,8 @@ int main(void) {
   RUN(test_straggler_delay);
   RUN(test_single_rank_and_bad_size);
   RUN(test_two_threads_per_rank);
+  RUN(test_bytes_point_to_point);
+  RUN(test_bytes_split_shares_counter);
+  RUN(test_bytes_two_threads);
   TEST_MAIN_END();
 }

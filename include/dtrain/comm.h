@@ -67,12 +67,16 @@ typedef struct {
 
 typedef struct comm comm_t;
 typedef struct comm_req comm_req_t;
+typedef struct comm_counters comm_counters_t; /* a rank's bytes on the wire (comm.c) */
 
 /* A backend's operations. Both backends fill one of these. */
 typedef struct {
   const char *name;
   int (*isend)(comm_t *c, int dst, int tag, const void *buf, size_t len, comm_req_t **req);
   int (*irecv)(comm_t *c, int src, int tag, void *buf, size_t len, comm_req_t **req);
+  /* wait, wait_src: *received (when not NULL) gets the payload bytes the
+   * request received: its length for a completed receive, 0 for a send or
+   * a failed wait (comm.c counts it, see comm_bytes). */
   int (*wait)(comm_t *c, comm_req_t *req, size_t *received);   /* frees req */
   int (*test)(comm_t *c, comm_req_t *req, int *done);
   int (*barrier)(comm_t *c);
@@ -101,6 +105,8 @@ struct comm {
   double link_bandwidth;     /* bytes per second */
   int thread_multiple;       /* several threads of one rank may call comm_* at once */
   int oversubscribed;        /* more ranks than cores on this host: every message costs CPU time */
+  comm_counters_t *counters; /* this rank's bytes on the wire: one per rank, shared by every
+                              * communicator split from its world communicator (comm_bytes) */
 };
 
 static inline int comm_rank(const comm_t *c) { return c->rank; }
@@ -140,6 +146,32 @@ int comm_cancel(comm_t *c, comm_req_t *req);
  * (ties by old rank). Collective over c. */
 int comm_split(comm_t *c, int color, int key, comm_t **out);
 void comm_free(comm_t *c);
+
+/* Bytes on the wire: the payload bytes this rank has sent and received so
+ * far, on c and on every communicator of the same rank (its world
+ * communicator and all those comm_split made from it share one counter).
+ *   sent:     the length of every send this rank posted (comm_isend, and
+ *             so comm_send, comm_sendrecv), counted when it is posted;
+ *   received: the length of every receive of this rank that completed (a
+ *             wait that succeeded; irecv_reduce: its count x 4 bytes);
+ *             a receive cancelled, or whose wait failed, counts nothing.
+ * Payload only: not the transport's own traffic (mpi's message headers,
+ * barriers, comm_split's tables, comm_shared_alloc's handing out of the
+ * address), so on both transports the counts are the collective's formula
+ * (docs/COLLECTIVES.md). Totals since the rank started; a caller wanting
+ * one phase's traffic takes the difference of two readings. Cheap (one
+ * relaxed atomic add per message) and safe from any thread of the rank. */
+typedef struct {
+  uint64_t sent, received;
+} comm_bytes_t;
+comm_bytes_t comm_bytes(const comm_t *c);
+
+/* For the backends: a world communicator gets its rank's counters (zero)
+ * from comm_counters_new and releases them with comm_counters_free when the
+ * rank's run ends, after every communicator split from it is done; comm_split
+ * hands them on. */
+int comm_counters_new(comm_t *c);
+void comm_counters_free(comm_t *c);
 
 /* How long the calling thread's blocking waits spin before they sleep
  * (local; mpi ignores it). The default suits one thread per rank; a
@@ -183,6 +215,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg);
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg);
 int comm_mpi_available(void);
 /* MPI's own MPI_Allreduce (sum, in place) on an mpi communicator: the
- * yardstick that dtrain's collectives are measured against. */
+ * yardstick that dtrain's collectives are measured against (its traffic is
+ * MPI's own, not in comm_bytes). */
 int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count);
 #endif

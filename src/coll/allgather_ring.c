@@ -4,6 +4,10 @@
  *   steps:  P-1 ring steps, pipelined in segments
  *   bytes:  each rank sends (P-1)/P x S
  *
+ * Bytes on the wire per rank, exactly (blocks b_i of coll_block, indices
+ * mod P): rank r sends every block but b_{r+1}, S - |b_{r+1}|, and
+ * receives every block but its own, S - |b_r|.
+ *
  * These are the last P-1 steps of the unified ring of allreduce_ring.c:
  * at step t rank r sends block r-t to the right and receives block r-t-1
  * from the left, forwarding each segment as it arrives. */

@@ -19,7 +19,8 @@
  * baseline; hier needs to know the hosts). a and b come from the
  * communicator's link estimate (the emulated network's, on local) or from
  * coll_ctx_set_link; they are the same on every rank, so every rank picks
- * the same algorithm. */
+ * the same algorithm. Bytes on the wire: those of the algorithm it picks
+ * (allreduce_choose says which). */
 #include <math.h>
 
 #include "coll_internal.h"

@@ -4,6 +4,12 @@
  *   bytes:  within a group as reduce_tree + broadcast_tree; across groups
  *           as the flat algorithm auto picks for P/G leaders
  *
+ * Bytes on the wire per rank, exactly: allreduce_tree's within the group
+ * (a group of g ranks, the rank's place in it), plus, on a group's first
+ * rank, the bytes of the algorithm auto picks for ceil(P/G) leaders at
+ * the leader's place among them. Making the two communicators (comm_split)
+ * sends no payload.
+ *
  * Groups are G consecutive ranks (coll_ctx_set_group_size; default
  * ceil(sqrt(P))). Each group reduces to its first rank (binomial tree),
  * the first ranks allreduce among themselves, and each broadcasts the sum

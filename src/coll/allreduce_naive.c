@@ -2,7 +2,8 @@
  * in rank order and sends the sum back to each: a single parameter server.
  *
  *   steps:  2(P-1) messages through rank 0, one after another
- *   bytes:  rank 0 receives (P-1) x S and sends (P-1) x S (total 2(P-1) x S)
+ *   bytes:  rank 0 receives (P-1) x S and sends (P-1) x S (total 2(P-1) x S);
+ *           every other rank sends S and receives S
  *
  * The baseline the other algorithms are measured against: rank 0's link
  * carries everything. */

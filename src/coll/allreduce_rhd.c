@@ -3,6 +3,16 @@
  *   steps:  2 lg P' exchanges (+2 when P is not a power of two), P' = 2^floor(lg P)
  *   bytes:  each rank sends 2(P'-1)/P' x S (+S on the ranks that fold)
  *
+ * Bytes on the wire per rank, exactly (blocks b_i: count cut into P' by
+ * coll_block): a rank with new rank nr sends and receives, at each level
+ * of width w = P', P'/2, ..., 2 blocks, the aligned range of w blocks
+ * holding b_nr, blocks [nr - nr mod w, nr - nr mod w + w) (half of it in
+ * the halving, the other half in the doubling): sent = received = the sum
+ * of those ranges' sizes over the levels (= 2(P'-1)/P' x S when P'
+ * divides the count). Of the first 2(P-P')
+ * ranks, each even one sends S and receives S and nothing else; each odd
+ * one adds S each way to its halving-doubling share.
+ *
  * Non-power-of-two P (as MPICH): of the first 2(P-P') ranks, each even
  * one sends its whole vector to the odd one after it and sits out; the
  * remaining P' ranks take new ranks 0..P'-1. Reduce-scatter by recursive

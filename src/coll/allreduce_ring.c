@@ -3,6 +3,12 @@
  *   steps:  2(P-1) ring steps; each block travels in ceil(S/P/seg) segments
  *   bytes:  each rank sends 2(P-1)/P x S (total on the wire 2(P-1) x S)
  *
+ * Bytes on the wire per rank, exactly (b_i = block i of coll_block, the
+ * first S mod P blocks one float longer; indices mod P): rank r sends
+ * every block but b_r in the reduce-scatter and every block but b_{r+1}
+ * in the allgather, 2S - |b_r| - |b_{r+1}|, and receives
+ * 2S - |b_{r-1}| - |b_r|. Segments change the messages, not the bytes.
+ *
  * The buffer is cut into P blocks. At unified step s (0 .. 2P-3) rank r
  * sends block r-s-1 to its right and receives block r-s-2 from its left;
  * during the first P-1 steps it adds what it receives (after them rank r

@@ -6,6 +6,10 @@
  *   bytes:  each rank reads S/P of every rank's buffer (S in all) and
  *           writes its sum back into every buffer (S in all)
  *
+ * Bytes on the wire: none (comm_bytes counts 0 sent, 0 received): the
+ * barriers' messages are empty, and handing out the table's address
+ * (comm_shared_alloc) is the transport's bookkeeping.
+ *
  * Each rank publishes its buffer's address and count in a slot of a table
  * every rank sees; after a barrier rank r sums block r (coll_block) of all
  * P buffers, in rank order, and writes the sum into block r of every

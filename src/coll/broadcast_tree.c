@@ -4,6 +4,11 @@
  *   bytes:  every non-root rank receives S once (total (P-1) x S); a rank
  *           sends S to each of its children (root: ceil(lg P) x S)
  *
+ * Bytes on the wire per rank, exactly: with vr = rank - root (mod P), the
+ * children of vr are vr + m for each power of two m below vr's lowest set
+ * bit (every m < P for the root) with vr + m < P; a rank with k children
+ * sends k x S and receives S (the root: nothing).
+ *
  * With ranks renumbered so that root is 0, a rank receives from the rank
  * that differs in its lowest set bit, then sends to rank + m for each
  * smaller power of two m, largest first, all sends in flight at once (on

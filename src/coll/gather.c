@@ -4,6 +4,10 @@
  *   steps:  P-1 messages into root, received in rank order
  *   bytes:  root receives (P-1)/P x S, S = P x count_per_rank floats
  *
+ * Bytes on the wire per rank, exactly: the root receives (P-1) x
+ * count_per_rank floats and sends nothing; every other rank sends
+ * count_per_rank floats and receives nothing.
+ *
  * Linear, as Gloo's gather: the root's link is the bottleneck whatever
  * the shape of the tree, and receiving in place needs no scratch. */
 #include <string.h>

@@ -4,6 +4,10 @@
  *   steps:  P-1 ring steps
  *   bytes:  each rank sends (P-1)/P x S
  *
+ * Bytes on the wire per rank, exactly (blocks b_i of coll_block, indices
+ * mod P): rank r sends every block but b_r, S - |b_r|, and receives every
+ * block but b_{r-1}, S - |b_{r-1}|; both versions.
+ *
  * The first P-1 steps of allreduce_ring.c's ring, out of place: at step s
  * rank r sends its partial sum of block r-s-1 to the right, receives the
  * left's partial of block r-s-2 and adds its own input to it. Partials

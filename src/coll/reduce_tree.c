@@ -4,6 +4,10 @@
  *   bytes:  every non-root rank sends S once (total (P-1) x S); a rank
  *           receives S from each of its children (root: ceil(lg P) x S)
  *
+ * Bytes on the wire per rank, exactly: the reverse of broadcast_tree.c
+ * (same tree): a rank with k children receives k x S and sends S (the
+ * root: nothing).
+ *
  * With ranks renumbered so that root is 0, in round m (mask = 1, 2, 4 ...)
  * a rank with bit m set sends its partial sum to rank - m and is done;
  * the others add what rank + m sends. The children are added in a fixed

@@ -1,7 +1,62 @@
 /* The transport-independent half of comm.h: argument checks, then the
  * backend's operation. Blocking calls are the non-blocking ones plus a
- * wait, so a backend implements each thing once. */
+ * wait, so a backend implements each thing once.
+ *
+ * Bytes on the wire are counted here, for both backends: a send when it is
+ * posted (comm_isend), a receive when its wait succeeds (the backend's wait
+ * reports the bytes received, 0 for a send). The transports' own messages
+ * (barriers, split tables, the shared-memory rendezvous) call the backend
+ * directly and are not counted; nor are mpi's headers. One relaxed atomic
+ * add per message: a rank's progress thread and its compute thread may
+ * send at the same time. */
+#include <stdatomic.h>
+
 #include "dtrain/comm.h"
+
+struct comm_counters {
+  atomic_uint_least64_t sent, received;
+};
+
+int comm_counters_new(comm_t *c) {
+  comm_counters_t *k = dt_alloc(sizeof *k); /* its own cache line: one per rank */
+  if (!k) return dt_error("out of memory creating a communicator");
+  atomic_init(&k->sent, 0);
+  atomic_init(&k->received, 0);
+  c->counters = k;
+  return 0;
+}
+
+void comm_counters_free(comm_t *c) {
+  dt_free(c->counters);
+  c->counters = NULL;
+}
+
+comm_bytes_t comm_bytes(const comm_t *c) {
+  comm_bytes_t b = {0, 0};
+  if (c && c->counters) {
+    b.sent = atomic_load_explicit(&c->counters->sent, memory_order_relaxed);
+    b.received = atomic_load_explicit(&c->counters->received, memory_order_relaxed);
+  }
+  return b;
+}
+
+static inline void count_sent(comm_t *c, size_t bytes) {
+  if (c->counters) atomic_fetch_add_explicit(&c->counters->sent, bytes, memory_order_relaxed);
+}
+
+static inline void count_received(comm_t *c, size_t bytes) {
+  if (bytes && c->counters)
+    atomic_fetch_add_explicit(&c->counters->received, bytes, memory_order_relaxed);
+}
+
+/* Every wait of comm.h goes through here (frees req); src may be NULL. */
+static int wait_counted(comm_t *c, comm_req_t *req, int *src, size_t *received) {
+  size_t got = 0;
+  int rc = c->ops->wait_src(c, req, src, &got);
+  if (rc == 0) count_received(c, got);
+  if (received) *received = rc == 0 ? got : 0;
+  return rc;
+}
 
 static int check_peer(const comm_t *c, int peer, int any_ok, const char *what) {
   if (peer == COMM_ANY_SOURCE && any_ok) return 0;
@@ -19,7 +74,9 @@ static int check_tag(int tag, const char *what, int peer) {
 int comm_isend(comm_t *c, int dst, int tag, const void *buf, size_t len, comm_req_t **req) {
   DT_TRY(check_peer(c, dst, 0, "send to"));
   DT_TRY(check_tag(tag, "send to", dst));
-  return c->ops->isend(c, dst, tag, buf, len, req);
+  DT_TRY(c->ops->isend(c, dst, tag, buf, len, req));
+  count_sent(c, len);
+  return 0;
 }
 
 int comm_irecv(comm_t *c, int src, int tag, void *buf, size_t len, comm_req_t **req) {
@@ -35,10 +92,10 @@ int comm_irecv_reduce(comm_t *c, int src, int tag, float *buf, size_t count, flo
   return c->ops->irecv_reduce(c, src, tag, buf, count, scratch, req);
 }
 
-int comm_wait(comm_t *c, comm_req_t *req) { return c->ops->wait(c, req, NULL); }
+int comm_wait(comm_t *c, comm_req_t *req) { return wait_counted(c, req, NULL, NULL); }
 
 int comm_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
-  return c->ops->wait_src(c, req, src, received);
+  return wait_counted(c, req, src, received);
 }
 
 int comm_test(comm_t *c, comm_req_t *req, int *done) { return c->ops->test(c, req, done); }
@@ -50,7 +107,7 @@ int comm_cancel(comm_t *c, comm_req_t *req) { return c->ops->cancel(c, req); }
 int comm_waitall(comm_t *c, int n, comm_req_t **reqs) {
   int i = 0;
   for (; i < n; i++)
-    if (c->ops->wait(c, reqs[i], NULL) != 0) break;
+    if (wait_counted(c, reqs[i], NULL, NULL) != 0) break;
   if (i == n) return 0;
   for (int j = i + 1; j < n; j++) c->ops->cancel(c, reqs[j]);
   return -1;
@@ -59,19 +116,19 @@ int comm_waitall(comm_t *c, int n, comm_req_t **reqs) {
 int comm_send(comm_t *c, int dst, int tag, const void *buf, size_t len) {
   comm_req_t *r;
   DT_TRY(comm_isend(c, dst, tag, buf, len, &r));
-  return c->ops->wait(c, r, NULL);
+  return wait_counted(c, r, NULL, NULL);
 }
 
 int comm_recv(comm_t *c, int src, int tag, void *buf, size_t len) {
   comm_req_t *r;
   DT_TRY(comm_irecv(c, src, tag, buf, len, &r));
-  return c->ops->wait(c, r, NULL);
+  return wait_counted(c, r, NULL, NULL);
 }
 
 int comm_recv_reduce(comm_t *c, int src, int tag, float *buf, size_t count, float *scratch) {
   comm_req_t *r;
   DT_TRY(comm_irecv_reduce(c, src, tag, buf, count, scratch, &r));
-  return c->ops->wait(c, r, NULL);
+  return wait_counted(c, r, NULL, NULL);
 }
 
 /* The receive is posted first so that two ranks exchanging with each
@@ -94,7 +151,9 @@ void comm_set_wait_spin(comm_t *c, double seconds) {
 }
 
 int comm_split(comm_t *c, int color, int key, comm_t **out) {
-  return c->ops->split(c, color, key, out);
+  DT_TRY(c->ops->split(c, color, key, out));
+  (*out)->counters = c->counters; /* the rank's one counter */
+  return 0;
 }
 
 void comm_free(comm_t *c) {

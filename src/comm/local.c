@@ -645,7 +645,7 @@ static int l_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
   }
   int rc = q->status == E_NONE ? 0 : status_error(c, q);
   if (src) *src = q->kind == K_RECV ? q->got_src : c->rank;
-  if (received) *received = rc == 0 ? q->len : 0;
+  if (received) *received = rc == 0 && q->kind == K_RECV ? q->len : 0;
   req_put(w, q);
   return rc;
 }
@@ -967,6 +967,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg) 
   for (int i = 0; rc == 0 && i < size; i++) identity[i] = i;
   for (int i = 0; rc == 0 && i < size; i++) {
     rc = make_comm(w, 0, 1, i, size, identity, &runs[i].comm);
+    if (rc == 0) rc = comm_counters_new(runs[i].comm);
     if (rc) break;
     runs[i].comm->emulated = w->emulated;
     runs[i].comm->slowdown = w->rank_slowdown && w->rank_slowdown[i] > 1 ? w->rank_slowdown[i] : 1;
@@ -989,6 +990,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg) 
   if (rc == 0 && atomic_load(&w->failed_rank) >= 0) rc = dt_error("%s", w->failmsg);
   for (int i = 0; runs && i < size; i++)
     if (runs[i].comm) {
+      comm_counters_free(runs[i].comm);
       free(((lcomm_t *)runs[i].comm->impl)->world_of);
       free(runs[i].comm->impl);
       free(runs[i].comm);

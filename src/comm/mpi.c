@@ -271,7 +271,7 @@ static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
     if (rc == 0 && q->reduce) kern_add(q->len / sizeof(float), q->scratch, q->buf);
   }
   if (src) *src = q->is_send ? c->rank : q->got_src;
-  if (received) *received = rc == 0 ? q->len : 0;
+  if (received) *received = rc == 0 && !q->is_send ? q->len : 0;
   req_put(q);
   return rc;
 }
@@ -417,7 +417,8 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   MPI_Comm hc, pc;
   MPI_Comm_dup(MPI_COMM_WORLD, &hc);
   MPI_Comm_dup(MPI_COMM_WORLD, &pc);
-  return make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out);
+  DT_TRY(make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out));
+  return comm_counters_new(*out);
 }
 
 /* One line naming this rank, then the job ends. The pause lets mpirun
@@ -456,6 +457,7 @@ int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn
   if (m_barrier(c) != 0) {
     fail_job(rank, "at the end of the run: ", dt_errmsg());
   }
+  comm_counters_free(c);
   m_free(c);
   free_all_reqs();
   MPI_Finalize();
