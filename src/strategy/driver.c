@@ -25,6 +25,16 @@ static int run_steps(worker_t *w, const driver_ops_t *ops, void *st, int epoch, 
   return rc;
 }
 
+/* The epoch's training traffic on this rank, from the transport's
+ * counters (they include every communicator split from the rank's). */
+static void count_bytes(worker_t *w, comm_bytes_t b0) {
+  comm_bytes_t b1 = comm_bytes(w->comm);
+  w->timers.bytes_sent = b1.sent - b0.sent;
+  w->timers.bytes_received = b1.received - b0.received;
+  w->run_bytes_sent += w->timers.bytes_sent;
+  w->run_bytes_received += w->timers.bytes_received;
+}
+
 /* What the driver knows of an epoch before the strategy's evaluation:
  * its timing and, for steps of the global batch, its throughput. */
 static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken, double train_sec) {
@@ -56,6 +66,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
     double t0 = dt_now();
     worker_begin_epoch(w, epoch);
     if (ops->begin_epoch && ops->begin_epoch(st, epoch) != 0) return -1;
+    comm_bytes_t b0 = comm_bytes(w->comm);
     int64_t taken;
     int rc = run_steps(w, ops, st, epoch, &taken);
     if (rc < 0) return dt_error_prefix("epoch %d: ", epoch + 1);
@@ -63,6 +74,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
     int end = ops->end_epoch ? ops->end_epoch(st, epoch) : 0;
     if (end < 0) return dt_error_prefix("epoch %d: ", epoch + 1);
     if (end == DRIVE_RUN_END) rc = DRIVE_RUN_END;
+    count_bytes(w, b0);
     fill_report(w, &r, epoch, taken, dt_now() - t0);
     int reported = report_epoch(w, ops, st, &r);
     if (reported < 0) return -1;

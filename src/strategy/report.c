@@ -97,6 +97,10 @@ static void end_progress_line(const worker_t *w) {
   if (w->cfg->progress && isatty(2)) fputs("\r\033[K", stderr);
 }
 
+static double per_step(uint64_t bytes, int64_t steps) {
+  return steps > 0 ? (double)bytes / (double)steps : 0;
+}
+
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   if (w->rank != 0) return 0;
   end_progress_line(w);
@@ -114,11 +118,15 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"test_loss\":%.6f,\"test_acc\":%.6f,\"samples_per_sec\":%.1f,\"epoch_sec\":%.4f,"
             "\"eval_sec\":%.4f,"
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
-            "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f%s%s%s}\n",
+            "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
+            "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
+            "%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
             r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
+            (unsigned long long)r->timers.bytes_sent, (unsigned long long)r->timers.bytes_received,
+            per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
             r->extra_json ? "," : "", r->extra_json ? r->extra_json : "") != 0)
     return -1;
@@ -139,9 +147,12 @@ int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec
   if (w->metrics &&
       metrics_line(w,
             "{\"event\":\"done\",\"epochs\":%d,\"steps\":%lld,\"test_loss\":%.6f,"
-            "\"test_acc\":%.6f,\"total_sec\":%.4f,\"samples_per_sec\":%.1f,\"workers\":%d%s}\n",
+            "\"test_acc\":%.6f,\"total_sec\":%.4f,\"samples_per_sec\":%.1f,\"workers\":%d,"
+            "\"params\":%zu,\"bytes_sent\":%llu,\"bytes_received\":%llu%s}\n",
             last ? last->epoch + 1 : 0, (long long)w->step, last ? last->test_loss : 0,
             last ? last->test_acc : 0, total_sec, sps, w->nranks,
+            w->model->nparams, (unsigned long long)w->run_bytes_sent,
+            (unsigned long long)w->run_bytes_received,
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "") != 0)
     return -1;
   return 0;

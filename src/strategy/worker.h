@@ -10,7 +10,9 @@
 
 typedef struct {
   double compute, comm, comm_exposed, wait;   /* seconds in this epoch */
-  size_t bytes_sent;
+  /* payload bytes this rank sent and received while training in this
+   * epoch (comm_bytes; evaluation's exchanges are not included) */
+  uint64_t bytes_sent, bytes_received;
 } step_timers_t;
 
 typedef struct balance balance_t;   /* dp/balance.h */
@@ -41,6 +43,7 @@ typedef struct worker {
   double step_compute;          /* seconds of the last worker_compute_gradient */
   balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
   double run_start;
+  uint64_t run_bytes_sent, run_bytes_received;  /* the epochs' bytes_sent/_received summed */
   void *strategy;               /* the strategy's own state */
   comm_t *world;                /* every rank of the run (parameter servers too); else == comm */
 } worker_t;

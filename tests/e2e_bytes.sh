@@ -1,0 +1,80 @@
+#!/bin/sh
+# Bytes on the wire in every strategy's metrics, against each method's
+# formula: the transport counts the payload each rank sends and receives
+# (comm_bytes), the driver takes the epoch's training traffic, and rank 0
+# reports it ("bytes_sent", "bytes_received", per step, and the run's total
+# in the "done" line). With S = 4 x params bytes and T steps, on rank 0:
+#   allreduce:ring, 2 ranks    T x S each way (2(n-1)/n x S)
+#   allreduce:ring, 4 ranks    T x 3/2 x S, to the rounding of the ring's
+#                              blocks (at most 8 bytes a bucket)
+#   allreduce:tree, 4 ranks    T x 2 x S (the root: ceil(log2 4) children)
+#   allreduce:naive, 3 ranks   T x 2 x S (the root: (n-1) x S each way)
+#   ZeRO-1, overlap            the same bytes as the plain ring
+#   D-PSGD, 3 ranks            T x 2 x S (its model to both ring neighbours)
+#   local SGD, tau 4           T/4 x S (one ring average every tau steps)
+#   shared sync, Hogwild, 1 worker   0 (shared memory; nothing sent)
+#   ps:1 sync, 2 workers       T x S pushed and pulled, plus the requests
+#                              and replies (under 1 KiB a step)
+# and the same counts under mpi as on local.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+T=12
+BASE="--data $SMALL --batch 16 --epochs 1 --max-steps $T --seed 3 --quiet"
+
+cat >"$TMP/bytes.py" <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+kind, T = sys.argv[2], int(sys.argv[3])
+done = lines[-1]
+ep = [l for l in lines if l["event"] == "epoch"]
+S = 4 * done["params"]
+sent, recv = done["bytes_sent"], done["bytes_received"]
+assert sum(e["bytes_sent"] for e in ep) == sent and sum(e["bytes_received"] for e in ep) == recv, (ep, done)
+for e in ep:
+    steps = e["step"] if len(ep) == 1 else None
+    if steps:
+        assert abs(e["bytes_sent_per_step"] - e["bytes_sent"] / steps) < 0.1, e
+        assert abs(e["bytes_received_per_step"] - e["bytes_received"] / steps) < 0.1, e
+if kind.startswith("exact:"):
+    want = round(float(kind[6:]) * T * S)
+    assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} (S {S}, T {T})"
+elif kind.startswith("near:"):
+    want = float(kind[5:]) * T * S
+    assert abs(sent - want) <= 64 * T and abs(recv - want) <= 64 * T, f"sent {sent} received {recv}, expected {want:.0f} +- {64 * T}"
+elif kind == "ps":
+    for v in (sent, recv):
+        assert T * S <= v <= T * (S + 1024), f"sent {sent} received {recv}, expected {T * S} .. {T * (S + 1024)}"
+print(f"sent {sent} received {recv} (S {S}, T {T})")
+PYEOF
+
+# run NAME FORMULA -- dtrain options...: one run's bytes against FORMULA
+run() {
+  name=$1 formula=$2; shift 3
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/bytes.py" "$TMP/$name.jsonl" "$formula" "$T" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+L="$DTRAIN train $BASE"
+run bytes_one_worker_zero exact:0 -- $L --workers 1
+run bytes_ring_2_ranks exact:1 -- $L --workers 2 --exchange allreduce:ring
+run bytes_ring_4_ranks near:1.5 -- $L --workers 4 --exchange allreduce:ring
+run bytes_tree_4_ranks_root exact:2 -- $L --workers 4 --exchange allreduce:tree
+run bytes_naive_3_ranks_root exact:2 -- $L --workers 3 --exchange allreduce:naive
+run bytes_zero1_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --shard-optimizer on
+run bytes_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --overlap on --bucket-mb 0
+run bytes_no_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --overlap off
+run bytes_dpsgd_two_neighbours exact:2 -- $L --workers 3 --preset d-psgd
+run bytes_local_sgd_tau_4 exact:0.25 -- $L --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring
+run bytes_shared_sync_zero exact:0 -- $L --workers 2 --exchange shared
+[ -z "$TSAN" ] && run bytes_hogwild_zero exact:0 -- $L --workers 2 --preset hogwild
+run bytes_ps_sync ps -- $L --workers 2 --exchange ps:1
+
+if have_mpi; then
+  M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"
+  run bytes_ring_2_ranks_mpi exact:1 -- $M --exchange allreduce:ring
+  run bytes_ps_sync_mpi ps -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --workers 2 --exchange ps:1
+  run bytes_dpsgd_two_neighbours_mpi exact:2 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset d-psgd
+  run bytes_tree_4_ranks_root_mpi exact:2 -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --exchange allreduce:tree
+fi
