@@ -48,6 +48,11 @@ typedef struct {
   size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   int balance;                  /* split each synchronous step's batch by measured speed */
+  /* pipeline parallelism (src/strategy/pipe/): workers = dp x pp */
+  int pp;                       /* pipeline stages [1] */
+  int micro_batches;            /* micro-batches per step of one replica [1] */
+  int pipe_schedule;            /* pipe_kind_t: gpipe, 1f1b */
+  char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
   int staleness_lr;             /* divide the step by the staleness */

@@ -7,6 +7,7 @@
 #include "strategy/worker.h"
 #include "strategy/ps/ps.h"
 #include "strategy/decentral/decentral.h"
+#include "strategy/pipe/pipe.h"
 
 void train_config_default(train_config_t *c) {
   memset(c, 0, sizeof *c);
@@ -35,6 +36,7 @@ void train_config_default(train_config_t *c) {
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
+  c->pp = c->micro_batches = 1;
   c->tau = 1;
   c->tau_up = c->tau_down = 1;
   c->neighbor_weight = 1.0 / 3.0;
@@ -219,6 +221,7 @@ int train_config_check(const train_config_t *c) {
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
+  if (pipe_check(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;

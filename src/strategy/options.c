@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dtrain/train.h"
+#include "strategy/pipe/pipe.h"
 
 /* ---- which options the configuration uses --------------------------------- */
 
@@ -33,8 +34,9 @@ static int is_downpour(const train_config_t *c) {
 static int is_async_ps(const train_config_t *c) {
   return is_downpour(c) || (is_ps(c) && c->schedule == SCHEDULE_VALUE);
 }
+static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
 static int is_data_parallel(const train_config_t *c) {
-  return !is_decentral(c) && c->exchange == EXCHANGE_ALLREDUCE;
+  return !is_decentral(c) && c->exchange == EXCHANGE_ALLREDUCE && !is_pipeline(c);
 }
 static int is_sync_dp(const train_config_t *c) {
   return is_data_parallel(c) && c->schedule == SCHEDULE_SYNC;
@@ -100,6 +102,10 @@ static const option_t OPTIONS[] = {
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
+    {"pp", 0, NULL, NULL, AX_STRATEGY},
+    {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
+    {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
+    {"partition", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {"net", 0, is_local, "--comm local", AX_COMM},
     {"straggler", 0, NULL, NULL, AX_STRATEGY},
     {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
@@ -360,6 +366,17 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
+  if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
+  if (!strcmp(name, "micro-batches"))
+    return parse_int(name, val, 1, 1 << 16, &iv) ? -1 : (c->micro_batches = (int)iv, 0);
+  if (!strcmp(name, "pipe-schedule")) {
+    pipe_kind_t k;
+    return pipe_kind_parse(val, &k) ? -1 : (c->pipe_schedule = (int)k, 0);
+  }
+  if (!strcmp(name, "partition")) {
+    if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
+    return pipe_partition_parse(val, NULL, 0) < 0 ? -1 : copy_path(name, val, c->partition, sizeof c->partition);
+  }
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);

@@ -6,8 +6,14 @@
 #include "strategy/dp/dp.h"
 #include "strategy/ps/ps.h"
 #include "strategy/decentral/decentral.h"
+#include "strategy/pipe/pipe.h"
 
 static int select_central(const train_config_t *c, strategy_fn *fn, const char **name) {
+  if (pipe_requested(c) && c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC) {
+    *fn = strategy_pipeline;
+    *name = "pipeline parallelism";
+    return 0;
+  }
   if (c->exchange == EXCHANGE_ALLREDUCE) {
     if (c->schedule != SCHEDULE_SYNC)
       return dt_error("options --schedule %s and --exchange allreduce do not combine: allreduce "

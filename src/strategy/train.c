@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "strategy/worker.h"
+#include "strategy/pipe/pipe.h"
 #include "strategy/ps/ps.h"
 
 typedef struct {
@@ -40,6 +41,7 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
                     exchange_name(cfg->exchange), need, given, need - given, need);
   cfg->workers = found;
   if (train_config_check_ranks(cfg) != 0) return -1;
+  if (pipe_check_world(cfg) != 0) return -1;
   return ps_check_world(cfg); /* values that depend on the number of workers */
 }
 

@@ -1,0 +1,95 @@
+#!/bin/sh
+# Pipeline parallelism end to end (src/strategy/pipe/): GPipe and 1F1B
+# with P stages and M micro-batches give the weights of one worker with the
+# same batch - bitwise for M = 1 (the same sums in the same order), within
+# 1e-6 for M > 1 (a micro-batch's gradient is summed apart, then added:
+# float rounding, measured at most 1e-7 after an epoch) - bitwise run to
+# run and between local and mpi; dp = 2 x pp = 2 equals one worker with
+# twice the batch; GPipe holds M activation sets on stage 0, 1F1B at most
+# P; a pipeline checkpoint resumes bit for bit; bad values and
+# combinations give one line naming the option.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 1024 256
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 24"
+
+"$DTRAIN" train $BASE --checkpoint "$TMP/one.st" >/dev/null 2>&1 || fail pipe_reference_run
+"$DTRAIN" train $BASE --model lenet --checkpoint "$TMP/one_lenet.st" >/dev/null 2>&1 || fail pipe_reference_run_lenet
+
+# equal NAME TOL REF -- dtrain options: the run's weights within TOL of REF
+equal() {
+  name=$1 tol=$2 ref=$3; shift 4
+  rm -f "$TMP/$name.st"
+  if ! "$@" --checkpoint "$TMP/$name.st" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if close "$ref" "$TMP/$name.st" "$tol"; then pass "$name"; else fail "$name" "$(cat "$TMP/cmp.out")"; fi
+}
+
+for sched in gpipe 1f1b; do
+  equal pipe_${sched}_p2_m1_bitwise_equals_one_worker 0 "$TMP/one.st" -- \
+    "$DTRAIN" train $BASE --workers 2 --pp 2 --micro-batches 1 --pipe-schedule $sched
+  for P in 2 3; do
+    for M in 2 4 8; do
+      equal pipe_${sched}_p${P}_m${M}_equals_one_worker 1e-6 "$TMP/one.st" -- \
+        "$DTRAIN" train $BASE --workers $P --pp $P --micro-batches $M --pipe-schedule $sched
+    done
+  done
+  equal pipe_${sched}_lenet_p4_m4_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
+    "$DTRAIN" train $BASE --model lenet --workers 4 --pp 4 --micro-batches 4 --pipe-schedule $sched
+done
+equal pipe_micro_batches_alone_equal_one_worker 1e-6 "$TMP/one.st" -- \
+  "$DTRAIN" train $BASE --micro-batches 4
+equal pipe_explicit_partition_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 2 --pp 2 --micro-batches 2 --partition 0,3
+
+# run to run, and local against mpi: the same bits
+"$DTRAIN" train $BASE --workers 3 --pp 3 --micro-batches 4 --pipe-schedule 1f1b --checkpoint "$TMP/r1.st" >/dev/null 2>&1
+equal pipe_bitwise_repeatable 0 "$TMP/r1.st" -- \
+  "$DTRAIN" train $BASE --workers 3 --pp 3 --micro-batches 4 --pipe-schedule 1f1b
+if have_mpi; then
+  equal mpi_pipe_1f1b_bitwise_equals_local 0 "$TMP/r1.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --pp 3 --micro-batches 4 --pipe-schedule 1f1b
+  "$DTRAIN" train $BASE --workers 4 --pp 2 --micro-batches 2 --checkpoint "$TMP/d1.st" >/dev/null 2>&1
+  equal mpi_pipe_dp2_pp2_bitwise_equals_local 0 "$TMP/d1.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --pp 2 --micro-batches 2
+fi
+
+# dp = 2 x pp = 2: the replicas' gradients summed, as one worker with twice the batch
+B32=$(echo "$BASE" | sed 's/--batch 16/--batch 32/')
+"$DTRAIN" train $B32 --checkpoint "$TMP/one32.st" >/dev/null 2>&1
+equal pipe_dp2_pp2_equals_one_worker_twice_the_batch 1e-6 "$TMP/one32.st" -- \
+  "$DTRAIN" train $BASE --workers 4 --pp 2 --micro-batches 2
+
+# activation sets held and the bubble, from the metrics
+for sched in gpipe 1f1b; do
+  rm -f "$TMP/$sched.jsonl"
+  "$DTRAIN" train $BASE --model lenet --workers 4 --pp 4 --micro-batches 8 --pipe-schedule $sched \
+    --metrics "$TMP/$sched.jsonl" >/dev/null 2>&1
+done
+check pipe_gpipe_holds_m_activation_sets $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/gpipe.jsonl')][0]
+assert e['stage_peak_activations'] == [8, 8, 8, 8] and e['pp'] == 4 and 0 < e['bubble_fraction'] < 1, e"
+check pipe_1f1b_holds_at_most_p_activation_sets $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/1f1b.jsonl')][0]
+assert e['stage_peak_activations'] == [4, 3, 2, 1], e"
+
+# resume: one epoch, then a second from its checkpoint = two epochs straight
+R="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --workers 2 --pp 2 --micro-batches 4"
+"$DTRAIN" train $R --epochs 2 --checkpoint "$TMP/two.st" >/dev/null 2>&1
+"$DTRAIN" train $R --epochs 1 --checkpoint "$TMP/half.st" >/dev/null 2>&1
+equal pipe_resume_bit_exact 0 "$TMP/two.st" -- "$DTRAIN" train $R --epochs 2 --resume "$TMP/half.st"
+
+# bad values and combinations
+expect_error pipe_workers_not_multiple 2 "multiple of --pp" -- "$DTRAIN" train $BASE --workers 3 --pp 2
+expect_error pipe_batch_not_divisible 2 "give a batch that M divides" -- "$DTRAIN" train $BASE --micro-batches 3
+expect_error pipe_zero_micro_batches 2 "option --micro-batches" -- "$DTRAIN" train $BASE --micro-batches 0
+expect_error pipe_zero_stages 2 "option --pp" -- "$DTRAIN" train $BASE --pp 0
+expect_error pipe_too_many_stages 1 "at most --pp 3" -- "$DTRAIN" train $BASE --workers 4 --pp 4
+expect_error pipe_partition_count 2 "names 2 stages" -- "$DTRAIN" train $BASE --workers 3 --pp 3 --partition 0,2
+expect_error pipe_partition_order 2 "increasing from 0" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 1,2
+expect_error pipe_partition_junk 2 "option --partition" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,x
+expect_error pipe_partition_past_the_model 1 "the model has 3 layers" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,7
+expect_error pipe_unknown_schedule 2 "expected gpipe or 1f1b" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --pipe-schedule pipedream
+expect_error pipe_with_ps 2 "pipelines run with" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --exchange ps:1
+expect_error pipe_with_zero1 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --shard-optimizer on
+expect_error pipe_schedule_needs_pp 2 "option --pipe-schedule" -- "$DTRAIN" train $BASE --pipe-schedule 1f1b
+expect_error pipe_overlap_unused 2 "option --overlap" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --overlap on
