@@ -302,7 +302,15 @@ static void test_push_pull_across_two_servers(void) {
  * the third, computed on the old version, is dropped. */
 static int worker_backup(comm_t *c, ps_rank_t *w) {
   size_t P = w->P;
+  enum { TAG_PULLED = 77 }; /* worker 2 has version 0: the others may step */
+  int token = 0;
   RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+  if (w->me == 2) {
+    RCHECK_OK(comm_send(c, 0, TAG_PULLED, &token, sizeof token));
+    RCHECK_OK(comm_send(c, 1, TAG_PULLED, &token, sizeof token));
+  } else { /* else a late first pull of worker 2 sees version 1 and waits for a 2nd step */
+    RCHECK_OK(comm_recv(c, 2, TAG_PULLED, &token, sizeof token));
+  }
   for (size_t i = 0; i < P; i++) w->g[i] = (float)(w->me + 1);
   if (w->me == 2) { /* the slow one: it pushes, on version 0, after the step */
     ps_req_t newer = {.flags = PS_PULL_NEWER};
