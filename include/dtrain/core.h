@@ -91,6 +91,10 @@ int parse_duration(const char *opt, const char *text, double *seconds);
 /* "1Gbit", "100Mbit", "10GB", "500MB" (per second) -> bytes per second */
 int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec);
 /* "25", "0.5" megabytes -> bytes */
+/* The index of `name` in names[0..n), or -1 (no error set); and the
+ * name of index k, or "unknown". For the enums an option names. */
+int name_index(const char *name, const char *const *names, int n);
+const char *name_of(int k, const char *const *names, int n);
 int parse_megabytes(const char *opt, const char *text, size_t *bytes);
 
 /* ---- files --------------------------------------------------------------- */

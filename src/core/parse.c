@@ -93,3 +93,13 @@ int parse_megabytes(const char *opt, const char *text, size_t *bytes) {
   *bytes = (size_t)(v * 1024 * 1024);
   return 0;
 }
+
+int name_index(const char *name, const char *const *names, int n) {
+  for (int k = 0; name && k < n; k++)
+    if (strcmp(name, names[k]) == 0) return k;
+  return -1;
+}
+
+const char *name_of(int k, const char *const *names, int n) {
+  return k >= 0 && k < n ? names[k] : "unknown";
+}

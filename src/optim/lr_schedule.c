@@ -7,16 +7,11 @@
 
 static const char *const lr_names[LR_KIND_COUNT] = {"constant", "step", "cosine"};
 
-const char *lr_kind_name(lr_kind_t kind) {
-  return kind >= 0 && kind < LR_KIND_COUNT ? lr_names[kind] : "unknown";
-}
+const char *lr_kind_name(lr_kind_t kind) { return name_of(kind, lr_names, LR_KIND_COUNT); }
 
 int lr_kind_parse(const char *name, lr_kind_t *out) {
-  for (int k = 0; k < LR_KIND_COUNT; k++)
-    if (name && strcmp(name, lr_names[k]) == 0) {
-      *out = (lr_kind_t)k;
-      return 0;
-    }
+  int k = name_index(name, lr_names, LR_KIND_COUNT);
+  if (k >= 0) return *out = (lr_kind_t)k, 0;
   return dt_error("unknown learning-rate schedule '%s' (expected constant, step, cosine)",
                   name ? name : "");
 }

@@ -10,16 +10,11 @@
 
 static const char *const kind_names[OPTIM_KIND_COUNT] = {"sgd", "adam", "rmsprop", "lars"};
 
-const char *optim_kind_name(optim_kind_t kind) {
-  return kind >= 0 && kind < OPTIM_KIND_COUNT ? kind_names[kind] : "unknown";
-}
+const char *optim_kind_name(optim_kind_t kind) { return name_of(kind, kind_names, OPTIM_KIND_COUNT); }
 
 int optim_kind_parse(const char *name, optim_kind_t *out) {
-  for (int k = 0; k < OPTIM_KIND_COUNT; k++)
-    if (name && strcmp(name, kind_names[k]) == 0) {
-      *out = (optim_kind_t)k;
-      return 0;
-    }
+  int k = name_index(name, kind_names, OPTIM_KIND_COUNT);
+  if (k >= 0) return *out = (optim_kind_t)k, 0;
   return dt_error("unknown optimizer '%s' (expected sgd, adam, rmsprop, lars)", name ? name : "");
 }
 

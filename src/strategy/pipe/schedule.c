@@ -13,18 +13,13 @@
 #include "dtrain/core.h"
 #include "strategy/pipe/schedule.h"
 
-static const char *KIND_NAMES[PIPE_KIND_COUNT] = {"gpipe", "1f1b"};
+static const char *const KIND_NAMES[PIPE_KIND_COUNT] = {"gpipe", "1f1b"};
 
-const char *pipe_kind_name(pipe_kind_t k) {
-  return k >= 0 && k < PIPE_KIND_COUNT ? KIND_NAMES[k] : "?";
-}
+const char *pipe_kind_name(pipe_kind_t k) { return name_of(k, KIND_NAMES, PIPE_KIND_COUNT); }
 
 int pipe_kind_parse(const char *name, pipe_kind_t *out) {
-  for (int k = 0; k < PIPE_KIND_COUNT; k++)
-    if (name && strcmp(name, KIND_NAMES[k]) == 0) {
-      *out = (pipe_kind_t)k;
-      return 0;
-    }
+  int k = name_index(name, KIND_NAMES, PIPE_KIND_COUNT);
+  if (k >= 0) return *out = (pipe_kind_t)k, 0;
   return dt_error("option --pipe-schedule: '%s' (expected gpipe or 1f1b)", name ? name : "");
 }
 
