@@ -93,3 +93,14 @@ expect_error pipe_with_ps 2 "pipelines run with" -- "$DTRAIN" train $BASE --work
 expect_error pipe_with_zero1 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --shard-optimizer on
 expect_error pipe_schedule_needs_pp 2 "option --pipe-schedule" -- "$DTRAIN" train $BASE --pipe-schedule 1f1b
 expect_error pipe_overlap_unused 2 "option --overlap" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --overlap on
+
+# presets: each a pipeline with its schedule
+for p in gpipe pipedream-flush distbelief-mp; do
+  rm -f "$TMP/p.jsonl"
+  if "$DTRAIN" train $BASE --preset $p --workers 2 --metrics "$TMP/p.jsonl" >/dev/null 2>"$TMP/err" &&
+     $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/p.jsonl')][0]
+want = {'gpipe': ('gpipe', 8), 'pipedream-flush': ('1f1b', 8), 'distbelief-mp': ('gpipe', 1)}['$p']
+assert (e['pipe_schedule'], e['micro_batches'], e['pp']) == want + (2,), e" 2>"$TMP/err"; then pass "pipe_preset_$p"
+  else fail "pipe_preset_$p" "$(tail -c 300 "$TMP/err")"; fi
+done

@@ -29,6 +29,17 @@ static const char *BUILTIN_LENET =
     "relu\n"
     "dense units=10\n";
 
+static const char *BUILTIN_DEEP =
+    "# deep: 8 dense layers, 10.5 M parameters, deep and wide enough for pipeline stages\n"
+    "dense units=1536\nrelu\n"
+    "dense units=1536\nrelu\n"
+    "dense units=1536\nrelu\n"
+    "dense units=1536\nrelu\n"
+    "dense units=1024\nrelu\n"
+    "dense units=512\nrelu\n"
+    "dense units=256\nrelu\n"
+    "dense units=10\n";
+
 static void spec_defaults(layer_spec_t *l, layer_kind_t kind) {
   memset(l, 0, sizeof *l);
   l->kind = kind;
@@ -273,7 +284,8 @@ int model_spec_parse(const char *text, const char *source, model_spec_t *spec) {
 int model_spec_builtin(const char *name, model_spec_t *spec) {
   if (!strcmp(name, "mlp")) return model_spec_parse(BUILTIN_MLP, "builtin:mlp", spec);
   if (!strcmp(name, "lenet")) return model_spec_parse(BUILTIN_LENET, "builtin:lenet", spec);
-  return dt_error("unknown builtin model '%s' (expected mlp, lenet or a model file)", name);
+  if (!strcmp(name, "deep")) return model_spec_parse(BUILTIN_DEEP, "builtin:deep", spec);
+  return dt_error("unknown builtin model '%s' (expected mlp, lenet, deep or a model file)", name);
 }
 
 int model_spec_load(const char *name_or_path, model_spec_t *spec) {

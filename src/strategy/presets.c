@@ -74,6 +74,22 @@ static const preset_t PRESETS[] = {
     {"dc-asgd", "central / async / ps:1 with delay compensation (lambda 0.04)",
      "Zheng et al. 2017, Asynchronous Stochastic Gradient Descent with Delay Compensation",
      "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
+    /* pipeline parallelism (src/strategy/pipe/): --workers = dp x pp */
+    {"gpipe", "central / sync / pipeline pp 2, 8 micro-batches: all forwards, all backwards, one "
+              "synchronous update",
+     "Huang et al. 2019, GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 8 --pipe-schedule gpipe"},
+    {"pipedream-flush", "central / sync / pipeline pp 2, 8 micro-batches, 1F1B: one forward, one "
+                        "backward, a flush per step",
+     "Narayanan et al. 2021, Memory-Efficient Pipeline-Parallel DNN Training (PipeDream-2BW's "
+     "PipeDream-Flush); Harlap et al. 2018, PipeDream (1F1B)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 8 --pipe-schedule 1f1b"},
+    {"distbelief-mp", "central / sync / model parallelism by layers: pp 2, one micro-batch",
+     "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief's model parallelism)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 1"},
 };
 
 const preset_t *preset_list(int *count) {
