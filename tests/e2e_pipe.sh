@@ -104,3 +104,16 @@ want = {'gpipe': ('gpipe', 8), 'pipedream-flush': ('1f1b', 8), 'distbelief-mp': 
 assert (e['pipe_schedule'], e['micro_batches'], e['pp']) == want + (2,), e" 2>"$TMP/err"; then pass "pipe_preset_$p"
   else fail "pipe_preset_$p" "$(tail -c 300 "$TMP/err")"; fi
 done
+
+# the partitioner: measured (each layer timed, the default) or multiply-adds
+for part in balanced macs; do
+  rm -f "$TMP/part.jsonl"
+  "$DTRAIN" train $BASE --model lenet --workers 3 --pp 3 --micro-batches 4 --partition $part \
+    --metrics "$TMP/part.jsonl" >/dev/null 2>&1
+  check pipe_partition_${part}_reported $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/part.jsonl')][0]
+f, prof, params = e['stage_first_layer'], e['stage_profiled_sec'], e['stage_params']
+assert len(f) == 3 and f[0] == 0 and f == sorted(set(f)) and sum(params) == 431080, e
+if '$part' == 'macs': assert f == [0, 2, 3], f   # the second convolution alone: most multiply-adds
+else: assert all(t > 0 for t in prof), prof"
+done

@@ -250,6 +250,9 @@ int model_stage_cuts(const model_t *m, int *cuts);
  * layer of stage p (first[0] = 0; stage p ends at first[p+1] - 1, the last at
  * nlayers - 1). P must be 1 .. number of valid cuts + 1. */
 int model_split_stages(const model_t *m, int P, int *first);
+/* The same with a cost of each layer given (cost[nlayers], e.g. measured
+ * seconds); NULL: the multiply-add model above. */
+int model_split_costs(const model_t *m, int P, const double *cost, int *first);
 
 /* Softmax cross-entropy on its own (used by model_loss and its test):
  * logits [n,k] -> probs, returns summed loss; dlogits = (p - onehot)/denom. */

@@ -276,7 +276,9 @@ static double layer_cost(const layer_t *l) {
   }
 }
 
-int model_split_stages(const model_t *m, int P, int *first) {
+int model_split_stages(const model_t *m, int P, int *first) { return model_split_costs(m, P, NULL, first); }
+
+int model_split_costs(const model_t *m, int P, const double *cost, int *first) {
   int n = m->nlayers;
   int *bounds = malloc((size_t)(n + 1) * sizeof *bounds);
   if (!bounds) return dt_error("out of memory");
@@ -303,7 +305,7 @@ int model_split_stages(const model_t *m, int P, int *first) {
     return dt_error("out of memory");
   }
   pre[0] = 0;
-  for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + layer_cost(&m->layers[i]);
+  for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + (cost ? cost[i] : layer_cost(&m->layers[i]));
   for (int j = 0; j < nb; j++) {
     best[j] = j ? pre[bounds[j]] : -1; /* -1: no stage can end at layer 0 */
     from[j] = 0;

@@ -375,6 +375,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   }
   if (!strcmp(name, "partition")) {
     if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
+    if (!strcmp(val, "macs")) return copy_path(name, val, c->partition, sizeof c->partition);
     return pipe_partition_parse(val, NULL, 0) < 0 ? -1 : copy_path(name, val, c->partition, sizeof c->partition);
   }
   if (!strcmp(name, "net")) return parse_net(val, c);

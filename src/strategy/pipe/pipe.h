@@ -21,6 +21,9 @@ int pipe_check_world(const train_config_t *cfg);
  * Returns how many (writing at most cap into first when first != NULL),
  * or -1 with one line naming the option. */
 int pipe_partition_parse(const char *text, int *first, int cap);
+/* Each layer's forward + backward seconds on one micro-batch of `micro`
+ * samples (profile.c); the model's buffers are left as they were. */
+int pipe_profile_layers(model_t *m, int micro, uint64_t seed, double *sec);
 /* The strategy: this rank's stage of its replica. */
 int strategy_pipeline(worker_t *w);
 #endif

@@ -31,6 +31,7 @@ typedef struct {
   coll_ctx_t *dp;             /* the replicas of this stage (NULL: dp = 1) */
   int P, M, s, ndp, r;        /* stages, micro-batches, this stage, replicas, this replica */
   int first[1025];            /* first layer of each stage; first[P] = nlayers */
+  double layer_sec[1025];     /* --partition balanced: each layer's measured seconds */
   stage_t *stage;
   pipe_schedule_t *sched;     /* sched[m - 1]: the step's program with m micro-batches */
   optim_segment_t *segs;      /* the stage's tensors, for its optimizer step */
@@ -42,7 +43,7 @@ typedef struct {
   size_t begin, mb_off[1 << 16], mb_len[1 << 16];
   int global;                 /* samples in the step, over all replicas */
   double compute, idle;       /* this epoch: seconds computing, waiting on the pipeline */
-  char extra[2048];
+  char extra[4096];
 } pipe_t;
 
 int pipe_requested(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
@@ -92,7 +93,8 @@ int pipe_check(const train_config_t *c) {
     return dt_error("option --pp / --micro-batches does not combine with %s (a stage steps its "
                     "own layers, whole)", c->shard_optimizer ? "--shard-optimizer on"
                     : c->balance ? "--balance on" : "--comm-order priority");
-  int n = c->partition[0] ? pipe_partition_parse(c->partition, NULL, 0) : c->pp;
+  int n = c->partition[0] && strcmp(c->partition, "macs") ? pipe_partition_parse(c->partition, NULL, 0)
+                                                          : c->pp;
   if (n < 0) return -1;
   if (n != c->pp)
     return dt_error("options --partition %s and --pp %d: the partition names %d stages", c->partition,
@@ -102,19 +104,38 @@ int pipe_check(const train_config_t *c) {
 
 /* ---- setup ------------------------------------------------------------------- */
 
+/* --partition balanced: rank 0 times every layer (forward + backward of a
+ * micro-batch) and every rank splits by its times, so all agree. The
+ * split changes no result: a stage boundary passes activations exactly. */
+static int measure_layers(pipe_t *p) {
+  worker_t *w = p->w;
+  model_t *m = w->model;
+  int n = m->nlayers;
+  float *t = calloc((size_t)n, sizeof *t);
+  int rc = t ? 0 : dt_error("out of memory");
+  if (rc == 0 && w->rank == 0 && !w->cfg->partition[0])
+    rc = pipe_profile_layers(m, w->cfg->batch / p->M, w->cfg->seed, p->layer_sec);
+  for (int i = 0; rc == 0 && w->rank == 0 && i < n; i++) t[i] = (float)p->layer_sec[i];
+  if (rc == 0 && comm_size(w->comm) > 1) rc = broadcast_tree(w->coll, 0, t, (size_t)n);
+  for (int i = 0; rc == 0 && i < n; i++) p->layer_sec[i] = t[i];
+  free(t);
+  return rc;
+}
+
 static int plan_partition(pipe_t *p) {
   const model_t *m = p->w->model;
   const train_config_t *cfg = p->w->cfg;
   if (m->nlayers >= (int)(sizeof p->first / sizeof *p->first))
     return dt_error("pipeline: %d layers (at most %zu)", m->nlayers, sizeof p->first / sizeof *p->first - 1);
-  if (cfg->partition[0]) {
+  if (cfg->partition[0] && strcmp(cfg->partition, "macs")) {
     pipe_partition_parse(cfg->partition, p->first, p->P);
   } else {
     int cuts = model_stage_cuts(m, p->first); /* p->first as scratch: room for nlayers */
     if (p->P > cuts + 1)
       return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
                       "--pp %d)", p->P, cuts + 1, cuts + 1);
-    DT_TRY(model_split_stages(m, p->P, p->first));
+    DT_TRY(measure_layers(p));
+    DT_TRY(model_split_costs(m, p->P, cfg->partition[0] ? NULL : p->layer_sec, p->first));
   }
   if (p->first[p->P - 1] >= m->nlayers)
     return dt_error("option --partition %s: the model has %d layers (0..%d)", cfg->partition,
@@ -366,6 +387,18 @@ static void extra_json(pipe_t *p, const float *times) {
     for (int s = 0; s < p->P && n < sizeof p->extra; s++) {
       double v = a < 2 ? times[a * p->P + s] : pipe_schedule_peak_live(&p->sched[p->M - 1], s);
       n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, a < 2 ? "%s%.4f" : "%s%.0f", s ? "," : "", v);
+    }
+  }
+  const model_t *m = p->w->model;
+  for (int a = 0; a < 2; a++) { /* the partitioner's view: measured seconds, parameters */
+    if (n < sizeof p->extra)
+      n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "],\"%s\":[",
+                            a ? "stage_params" : "stage_profiled_sec");
+    for (int s = 0; s < p->P && n < sizeof p->extra; s++) {
+      double v = 0;
+      for (int i = p->first[s]; i < p->first[s + 1]; i++)
+        v += a ? (double)m->layers[i].param_len : p->layer_sec[i];
+      n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, a ? "%s%.0f" : "%s%.6f", s ? "," : "", v);
     }
   }
   if (n < sizeof p->extra)
