@@ -1,6 +1,9 @@
 # dtrain: plain make. `make` builds build/dtrain; `make test` runs the tests;
 # `make test SAN=1` under AddressSanitizer + UBSan; `make test TSAN=1` under
-# ThreadSanitizer. Objects of each flavour go to their own build folder.
+# ThreadSanitizer. Objects of each flavour go to their own build folder,
+# which is rebuilt when its configuration changes (flags.stamp, below).
+# `make EXTRA_CFLAGS=...` adds compiler flags; `make MPICC=false` builds
+# without MPI.
 
 CC      ?= cc
 CSTD    := -std=c11 -D_GNU_SOURCE
@@ -9,8 +12,11 @@ OPT     := -O3 -march=native -fno-math-errno
 BLAS_INC := $(shell pkg-config --cflags openblas 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu)
 LIBS    := -lopenblas -lz -lm -lpthread
 
-MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+# MPICC names Open MPI's compiler wrapper; `make MPICC=false` builds as if
+# MPI were not installed.
+MPICC      ?= mpicc
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
 ifneq ($(MPI_LIBS),)
   HAVE_MPI := 1
 endif
@@ -25,7 +31,7 @@ ifeq ($(TSAN),1)
   BUILD := build-tsan
 endif
 
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC) $(EXTRA_CFLAGS)
 LDFLAGS += $(filter -fsanitize=%,$(OPT))
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \
@@ -54,31 +60,53 @@ ifeq ($(HAVE_MPI),1)
   LIBS += $(MPI_LIBS)
 endif
 
-.PHONY: all test bench clean fuzz
+.PHONY: all test bench clean fuzz FORCE
 all: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(BENCH_BIN) $(REPLAY_BIN)
 
-$(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h)
+# The configuration a build folder was made with, in a stamp file that every
+# object and program depends on: rewritten only when the text changes (a
+# compiler, a flag, MPI found or not), so a change of configuration rebuilds
+# the folder and an unchanged one rebuilds nothing. (A build/ made before
+# Open MPI was installed used to keep a dtrain built without MPI.)
+# The text is expanded here, once (:=), so that no target-specific CFLAGS
+# (mpi.o's, the benches') leaks into it.
+# flags_stamp FILE VARIABLE: the recipe that writes the text of VARIABLE
+# into FILE when it differs from what FILE holds.
+define flags_stamp
+	@mkdir -p $(dir $(1))
+	@printf '%s\n' '$(subst ','\'',$($(2)))' >$(1).new; \
+	if cmp -s $(1).new $(1); then rm -f $(1).new; \
+	else [ ! -f $(1) ] || echo "$(1): the build configuration changed: rebuilding"; mv -f $(1).new $(1); fi
+endef
+FLAGS_STAMP  := $(BUILD)/flags.stamp
+BUILD_CONFIG := CC=$(CC) | CFLAGS=$(CFLAGS) | LDFLAGS=$(LDFLAGS) | HAVE_MPI=$(HAVE_MPI) | \
+                MPI_CFLAGS=$(MPI_CFLAGS) | MPI_LIBS=$(MPI_LIBS) | LIBS=$(LIBS)
+$(FLAGS_STAMP): FORCE
+	$(call flags_stamp,$@,BUILD_CONFIG)
+FORCE:
+
+$(BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libdtrain.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/dtrain: $(CLI_OBJ) $(BUILD)/libdtrain.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(BUILD)/dtrain: $(CLI_OBJ) $(BUILD)/libdtrain.a $(FLAGS_STAMP)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libdtrain.a $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libdtrain.a
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libdtrain.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
 
 # mpi_coll_check reuses the checks of test_coll.c.
 $(BUILD)/tests/mpi_coll_check: tests/test_coll.c
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LIBS)
 
-$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay.c fuzz/util.c fuzz/fuzz.h $(BUILD)/libdtrain.a
+$(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay.c fuzz/util.c fuzz/fuzz.h $(BUILD)/libdtrain.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -DFUZZ_NAME='"$*"' -o $@ $< fuzz/replay.c fuzz/util.c $(BUILD)/libdtrain.a $(LIBS)
 
@@ -94,12 +122,18 @@ FUZZ_CC     ?= clang
 FUZZ_BUILD  := build-fuzz
 FUZZ_CFLAGS := $(CSTD) $(WARN) -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc $(BLAS_INC) \
                -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIBS   := -lopenblas -lz -lm -lpthread
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_BIN    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_STAMP  := $(FUZZ_BUILD)/flags.stamp
+FUZZ_CONFIG := FUZZ_CC=$(FUZZ_CC) | FUZZ_CFLAGS=$(FUZZ_CFLAGS) | LIBS=$(FUZZ_LIBS)
 
 fuzz: $(FUZZ_BIN)
 
-$(FUZZ_BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h fuzz/*.h)
+$(FUZZ_STAMP): FORCE
+	$(call flags_stamp,$@,FUZZ_CONFIG)
+
+$(FUZZ_BUILD)/%.o: %.c $(wildcard include/dtrain/*.h src/*/*.h src/*/*/*.h fuzz/*.h) $(FUZZ_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
@@ -107,7 +141,7 @@ $(FUZZ_BUILD)/libdtrain.a: $(FUZZ_LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_BUILD)/fuzz/util.o $(FUZZ_BUILD)/libdtrain.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lopenblas -lz -lm -lpthread
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz

@@ -42,6 +42,42 @@ for p in sparknet local-sgd easgd easgd-async d-psgd gosgd tree-easgd; do
   fi
 done
 
+# ---- TreeEASGD's periods per level of the tree, both transports ------------------
+# 4 workers, fan-out 2: level 1 = the root and ranks 1, 2; level 2 = rank 3
+# under rank 1. --tau-up 4,2 --tau-down 2,1: ranks 1 and 2 send up every 4
+# steps, rank 3 every 2; the root sends down every 2, rank 1 every step. So
+# in each epoch of 32 steps the root (whose bytes the metrics report) sends
+# 2 x 32/2 models and receives 2 x 32/4, plus the drain's end counts (8
+# bytes to and from each of 3 peers). All ranks together, after epoch e,
+# have sent e x 32 x (2/4 + 1/2) models up (ranks 1, 2; rank 3) and
+# e x 32 x (2/2 + 1/1) down (the root; rank 1): 32 and 64 an epoch, where
+# one global period (4 up, 2 down) gives 24 and 48. 3 epochs, >= 72% as
+# the preset.
+cat >"$TMP/levels.py" <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ep = [l for l in lines if l["event"] == "epoch"]
+S = 4 * lines[-1]["params"]
+for e in ep:
+    assert e["levels"] == 2 and e["tau_up"] == [4, 2] and e["tau_down"] == [2, 1], e
+    assert e["step"] % 32 == 0, e
+    want_sent, want_recv = 2 * (32 // 2) * S + 24, 2 * (32 // 4) * S + 24
+    assert e["bytes_sent"] == want_sent and e["bytes_received"] == want_recv, \
+        f"epoch {e['epoch']}: root sent {e['bytes_sent']} received {e['bytes_received']}, expected {want_sent} and {want_recv} (S {S})"
+    assert e["messages_up"] == 32 * e["epoch"] and e["messages_down"] == 64 * e["epoch"], e
+assert len(ep) == 3 and ep[-1]["test_acc"] >= 0.72, ep[-1]
+print(f"acc {ep[-1]['test_acc']:.4f}")
+PYEOF
+LEVELS="--preset tree-easgd --tau-up 4,2 --tau-down 2,1"
+"$DTRAIN" train $BASE --epochs 3 --workers 4 $LEVELS --metrics "$TMP/levels.jsonl" >/dev/null 2>"$TMP/err"
+if $PY "$TMP/levels.py" "$TMP/levels.jsonl" >"$TMP/m.out" 2>&1; then pass "local_tree-easgd_periods_per_level($(cat "$TMP/m.out"))"; else fail "local_tree-easgd_periods_per_level" "$(tail -c 300 "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --epochs 3 --comm mpi $LEVELS --metrics "$TMP/levels.mpi.jsonl" >/dev/null 2>"$TMP/err"
+  if $PY "$TMP/levels.py" "$TMP/levels.mpi.jsonl" >"$TMP/m.out" 2>&1; then pass "mpi_tree-easgd_periods_per_level($(cat "$TMP/m.out"))"; else fail "mpi_tree-easgd_periods_per_level" "$(tail -c 300 "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+else
+  echo "SKIP mpi_tree-easgd_periods_per_level: no mpirun"
+fi
+
 # ---- synchronous methods: repeatable, and the same weights on both transports ----
 for p in local-sgd sparknet easgd d-psgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --checkpoint "$TMP/$p.again" >/dev/null
@@ -78,6 +114,12 @@ expect_error alpha_unstable_bare 2 "outside the stable range" -- "$DTRAIN" train
 expect_error alpha_times_workers 2 "beta = 1.2 is outside the stable range 0 < beta < 1" -- "$DTRAIN" train --optimization decentral --exchange master --schedule async --workers 4 --alpha 0.3
 expect_error gossip_probability 2 "option --exchange gossip:1.5" -- "$DTRAIN" train --preset gosgd --exchange gossip:1.5
 expect_error tree_fanout 2 "option --exchange tree:0" -- "$DTRAIN" train --preset tree-easgd --exchange tree:0
+expect_error tree_periods_past_the_levels 2 "option --tau-up: 3 periods given, .* the tree of 4 workers with fan-out 2 has 2 levels" -- "$DTRAIN" train --preset tree-easgd --workers 4 --tau-up 1,2,4
+expect_error tree_periods_list 2 "option --tau-down: '2,,4' is not a list of periods" -- "$DTRAIN" train --preset tree-easgd --tau-down 2,,4
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset tree-easgd --tau-down 1,2 --max-steps 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_tree_periods_past_the_levels grep -q "option --tau-down: 2 periods given, .* the tree of 3 workers with fan-out 2 has 1 level" "$TMP/np.err"
+fi
 expect_error gossip_needs_async 2 "--schedule sync --exchange gossip do not combine" -- "$DTRAIN" train --optimization decentral --exchange gossip:0.5
 expect_error neighbor_weight 2 "option --neighbor-weight" -- "$DTRAIN" train --preset d-psgd --neighbor-weight 0.7
 if have_mpi; then

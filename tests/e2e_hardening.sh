@@ -48,6 +48,38 @@ expect_error output_metrics_over_resume 2 "own.st: exists and is not dtrain.s ow
 check output_no_temporaries sh -c "! ls '$TMP' | grep -q tmp"
 expect_error bench_json_foreign_refused 1 "notes.txt: exists and is not dtrain's own output" -- "$DTRAIN" bench allreduce --workers 2 --max-bytes 4096 --json "$TMP/notes.txt"
 
+# ---- outputs get the mode a plain create of a new file gets: 0666 & ~umask --
+# (a checkpoint, metrics, --checkpoint-dir shards and manifest, bench --json;
+# the folder 0777 & ~umask), also over an earlier output or a leftover
+# PATH.dtrain-tmp written under another umask, whose mode is not kept
+# (they kept 0600 after a run under umask 077)
+P="$TMP/perm"
+mkdir "$P"
+outputs() { # UMASK: one run of each kind that writes outputs, under UMASK
+  (umask "$1"
+   "$DTRAIN" train $SMALLQ --max-steps 2 --checkpoint "$P/c.st" --metrics "$P/m.jsonl" >/dev/null &&
+   "$DTRAIN" train $SMALLQ --max-steps 2 --workers 2 --exchange ps:1 --checkpoint-dir "$P/shards" --metrics "$P/ps.jsonl" >/dev/null &&
+   "$DTRAIN" bench allreduce --workers 2 --max-bytes 4096 --algo ring --json "$P/b.json" >/dev/null)
+}
+modes() { # FILE-MODE FOLDER-MODE: every output has these (else the first that differs in $TMP/perm.out)
+  for f in "$P/c.st" "$P/m.jsonl" "$P/ps.jsonl" "$P/b.json" "$P"/shards/* "$P/shards"; do
+    want=$1; [ -d "$f" ] && want=$2
+    [ "$(stat -c %a "$f")" = "$want" ] || { echo "${f#$P/} has mode $(stat -c %a "$f"), expected $want" >"$TMP/perm.out"; return 1; }
+  done
+  [ "$(ls "$P"/shards | grep -c safetensors)" -ge 1 ] && [ -f "$P/shards/manifest.json" ] || { ls -R "$P" >"$TMP/perm.out"; return 1; }
+}
+perm_case() { # NAME UMASK FILE-MODE FOLDER-MODE
+  if ! outputs "$2" 2>"$TMP/perm.out"; then fail "$1" "a run failed: $(tail -c 300 "$TMP/perm.out")"
+  elif modes "$3" "$4"; then pass "$1"; else fail "$1" "$(cat "$TMP/perm.out")"; fi
+}
+perm_case outputs_mode_umask_022 022 644 755
+rm -rf "$P"/*
+perm_case outputs_mode_umask_077 077 600 700
+perm_case outputs_mode_umask_022_over_077_outputs 022 644 700
+(umask 077; : >"$P/c.st.dtrain-tmp"; : >"$P/shards/manifest.json.dtrain-tmp")
+perm_case outputs_mode_umask_022_over_077_temporaries 022 644 700
+check outputs_mode_no_temporaries sh -c "! ls -R '$P' | grep -q dtrain-tmp"
+
 # ---- divergence: never written over the last good checkpoint --------------
 "$DTRAIN" train $SMALLQ --epochs 1 --checkpoint "$TMP/good.st" --metrics "$TMP/good.jsonl" >/dev/null
 cp "$TMP/good.st" "$TMP/good.orig"

@@ -26,6 +26,7 @@ typedef struct {
   strategy_fn strategy;
   int perturb;
   float *start[MAXR], *final[MAXR];
+  uint64_t sent[MAXR], received[MAXR]; /* each rank's training bytes (the driver's count) */
   size_t nparams;
   int ntensors;
   tensor_info_t tensors[16];
@@ -60,6 +61,8 @@ static int rank_fn(comm_t *c, void *arg) {
     rc = r->strategy(&w);
   }
   if (rc == 0) r->final[me] = copy_params(w.model);
+  r->sent[me] = w.run_bytes_sent;
+  r->received[me] = w.run_bytes_received;
   worker_free(&w);
   return rc;
 }
@@ -359,6 +362,94 @@ static void test_tree_replicas_meet_the_root(void) {
   teardown(&r);
 }
 
+/* The periods are set per node by its depth (the taxonomy: tau_up^i and
+ * tau_down^i "for each worker based on its depth in the hierarchy"); level
+ * l is the links between depths l-1 and l, and --tau-up/--tau-down give a
+ * period per level from the root, the last one holding for deeper levels.
+ * Which rank sends after which of its steps (1..8), written out by hand:
+ * '.' nothing, 'u' up to its parent, 'd' down to its children, 'b' both. */
+static void check_schedule(int p, int fanout, const char *up, const char *down, const char *const *rows) {
+  train_config_t c;
+  char tree[16], workers[16];
+  snprintf(tree, sizeof tree, "tree:%d", fanout);
+  snprintf(workers, sizeof workers, "%d", p);
+  char *argv[] = {"train", "--optimization", "decentral", "--schedule", "async", "--exchange", tree,
+                  "--workers", workers, "--tau-up", (char *)up, "--tau-down", (char *)down};
+  CHECK_OK(train_options_parse(13, argv, &c));
+  for (int rank = 0; rank < p; rank++) {
+    char got[9] = {0};
+    for (int s = 1; s <= 8; s++) {
+      int u, d;
+      tree_exchanges(&c, rank, p, s, &u, &d);
+      got[s - 1] = u && d ? 'b' : u ? 'u' : d ? 'd' : '.';
+    }
+    if (strcmp(got, rows[rank]) != 0) {
+      printf("  tree of %d, fan-out %d, --tau-up %s --tau-down %s: rank %d sends '%s', expected '%s'\n",
+             p, fanout, up, down, rank, got, rows[rank]);
+      CHECK(0);
+    }
+  }
+}
+
+static void test_tree_schedule_by_level(void) {
+  /* 6 workers, fan-out 2: depth 1 = ranks 1, 2; depth 2 = 3, 4 (under 1), 5 (under 2).
+   * up: level 1 every 2, level 2 every 3; down: the root every 4, depth 1 every step */
+  const char *binary[] = {"...d...d", "dbdbdbdb", "dbdbdbdb", "..u..u..", "..u..u..", "..u..u.."};
+  check_schedule(6, 2, "2,3", "4,1", binary);
+  /* a chain of 5 (fan-out 1, depths 0..4): levels past the list take its last value
+   * (up: 2, then 3 for levels 2, 3, 4; down: 1, then 2 for levels 2, 3, 4) */
+  const char *chain[] = {"dddddddd", ".b.b.b.b", ".dud.b.d", ".dud.b.d", "..u..u.."};
+  check_schedule(5, 1, "2,3", "1,2", chain);
+  /* one value: one period for the whole tree, as before the levels */
+  const char *global[] = {"..d..d..", ".udu.b.u", ".u.u.u.u", ".u.u.u.u"};
+  check_schedule(4, 2, "2", "3", global);
+  CHECK(tree_depth(0, 2) == 0 && tree_depth(2, 2) == 1 && tree_depth(3, 2) == 2 && tree_depth(6, 2) == 2 &&
+        tree_depth(7, 2) == 3 && tree_depth(4, 1) == 4);
+  CHECK(tree_levels(1, 2) == 0 && tree_levels(3, 2) == 1 && tree_levels(4, 2) == 2 && tree_levels(7, 2) == 2);
+  /* more periods than the tree has levels would be ignored: refused */
+  train_config_t c;
+  train_config_default(&c);
+  char *argv[] = {"train", "--optimization", "decentral", "--schedule", "async", "--exchange", "tree:2",
+                  "--workers", "3", "--tau-up", "2,4"};
+  CHECK_FAILS_WITH(train_options_parse(11, argv, &c),
+                   "option --tau-up: 2 periods given, one a level of the tree from the root, but the "
+                   "tree of 3 workers with fan-out 2 has 1 level");
+  argv[8] = "4";
+  CHECK_OK(train_options_parse(11, argv, &c));
+  CHECK(c.tau_up_levels == 2 && c.tau_up[0] == 2 && c.tau_up[1] == 4 && c.tau_down_levels == 1 &&
+        c.tau_down[0] == 1);
+}
+
+/* The schedule in a real run (threads): 7 workers, fan-out 2 (depth 1 =
+ * ranks 1, 2; depth 2 = ranks 3, 4 under 1 and 5, 6 under 2), 8 steps,
+ * --tau-up 2,3 --tau-down 4,1. Models each rank sends, by hand: the root
+ * 2 children x 8/4 = 4; ranks 1, 2: 8/2 up + 2 children x 8/1 down = 20;
+ * ranks 3..6: 8/3 -> 2 up. Received: the root 2 x 4 = 8; ranks 1, 2:
+ * 8/4 from the root + 2 x 2 from their children = 6; ranks 3..6: 8. Each
+ * model is S = 4 x params bytes; the end-of-epoch drain adds 8 bytes to
+ * and from each of the 6 peers. (One global period could not give these:
+ * the depth-1 ranks send up every 2 steps, the depth-2 ranks every 3.) */
+static void test_tree_sends_by_level(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_tree_easgd, EXCHANGE_TREE, SCHEDULE_ASYNC, .workers = 7});
+  char *argv[] = {"train", "--optimization", "decentral", "--schedule", "async", "--exchange", "tree:2",
+                  "--tau-up", "2,3", "--tau-down", "4,1", "--workers", "7", "--batch", "8", "--lr", "0",
+                  "--seed", "7", "--max-steps", "8", "--quiet", "--model", model_path};
+  CHECK_OK(train_options_parse((int)(sizeof argv / sizeof argv[0]), argv, &r.cfg));
+  CHECK_OK(run(&r));
+  const uint64_t sent[7] = {4, 20, 20, 2, 2, 2, 2}, received[7] = {8, 6, 6, 8, 8, 8, 8};
+  uint64_t S = 4 * (uint64_t)r.nparams, drain = 8 * 6;
+  for (int k = 0; k < 7; k++) {
+    if (r.sent[k] != sent[k] * S + drain || r.received[k] != received[k] * S + drain) {
+      printf("  rank %d: sent %.2f received %.2f models, expected %d and %d\n", k,
+             (double)(r.sent[k] - drain) / (double)S, (double)(r.received[k] - drain) / (double)S,
+             (int)sent[k], (int)received[k]);
+      CHECK(0);
+    }
+  }
+  teardown(&r);
+}
+
 /* ---- selection, ranks, values ----------------------------------------------------- */
 
 static void test_selection_and_ranks(void) {
@@ -451,6 +542,8 @@ int main(void) {
   RUN(test_gossip_converges_to_mean_of_starts);
   RUN(test_gossip_mass_with_messages_in_flight);
   RUN(test_tree_replicas_meet_the_root);
+  RUN(test_tree_schedule_by_level);
+  RUN(test_tree_sends_by_level);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
   if (getenv("KEEP") == NULL && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);

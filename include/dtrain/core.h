@@ -98,9 +98,10 @@ const char *name_of(int k, const char *const *names, int n);
 int parse_megabytes(const char *opt, const char *text, size_t *bytes);
 
 /* ---- files --------------------------------------------------------------- */
-/* Write `len` bytes to `path` atomically: temp file PATH.dtrain-tmp, fsync,
- * rename, fsync of the folder. On failure nothing is left behind. `path`
- * must be a regular file or not exist (a device or symlink is refused). */
+/* Write `len` bytes to `path` atomically: temp file PATH.dtrain-tmp (a
+ * leftover one is removed, and it is created anew: mode 0666 & ~umask),
+ * fsync, rename, fsync of the folder. On failure nothing is left behind.
+ * `path` must be a regular file or not exist (a device or symlink is refused). */
 int file_write_atomic(const char *path, const void *data, size_t len);
 /* Removes the temporary file of an atomic write in progress (async-signal-safe:
  * for a signal handler). */
@@ -112,8 +113,9 @@ int file_check_regular(const char *path);
 int file_check_output(const char *path, const char *own_magic);
 /* 1 when the two paths name the same file (existing or not). */
 int file_same(const char *a, const char *b);
-/* Opens an output stream (truncating, or appending), refusing what is not a
- * regular file; NULL after setting the error. */
+/* Opens an output stream, refusing what is not a regular file: appending
+ * to the file as it is, or else a new file (an old one is removed first)
+ * with mode 0666 & ~umask; NULL after setting the error. */
 FILE *file_open_output(const char *path, int append);
 /* Read a whole file (gzip-transparent when gz != 0; else the bytes as they
  * are on disk). Caller frees. */

@@ -13,6 +13,8 @@
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
 
+#define TREE_LEVELS_MAX 16      /* --tau-up, --tau-down: at most this many values */
+
 typedef enum { COMM_LOCAL, COMM_MPI } comm_kind_t;
 typedef enum { OPTIMIZATION_CENTRAL, OPTIMIZATION_DECENTRAL } optimization_t;
 typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP } schedule_t;
@@ -63,7 +65,13 @@ typedef struct {
   /* decentralized optimization */
   int tau;                      /* local steps between merges [1] */
   double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default) */
-  int tau_up, tau_down;         /* TreeEASGD exchange periods */
+  /* TreeEASGD exchange periods per level of the tree, from the root: level
+   * l >= 1 is the links between depths l-1 and l; a node at depth l sends
+   * its model to its parent every tau_up[l-1] of its steps, and a node at
+   * depth l-1 to its children every tau_down[l-1] steps. Levels past the
+   * last value given take the last one (one value: every level). */
+  int tau_up[TREE_LEVELS_MAX], tau_down[TREE_LEVELS_MAX];
+  int tau_up_levels, tau_down_levels; /* values given, 1 .. TREE_LEVELS_MAX */
   double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
   /* emulated network (local) */
   comm_net_t net;

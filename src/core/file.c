@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -204,9 +203,23 @@ int file_same(const char *a, const char *b) {
   return !strcmp(ra, rb) && !strcmp(basename(ca), basename(cb));
 }
 
+/* Removes a regular file at `path` (checked by lstat; a missing one is
+ * fine), so that the O_EXCL create after it makes a new file whose mode is
+ * 0666 & ~umask, as a plain create of a new file gets: truncating or
+ * renaming over an old file would keep the mode that file (or a leftover
+ * temporary) had, 0600 from a run under umask 077 for instance. */
+static int remove_old(const char *path) {
+  DT_TRY(file_check_regular(path));
+  if (unlink(path) != 0 && errno != ENOENT)
+    return dt_error("%s: cannot replace it: %s", path, strerror(errno));
+  return 0;
+}
+
 FILE *file_open_output(const char *path, int append) {
   if (file_check_regular(path) != 0) return NULL;
-  int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+  /* appending (--resume) continues the file as it is; otherwise a new file */
+  if (!append && remove_old(path) != 0) return NULL;
+  int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_EXCL), 0666);
   if (fd < 0) {
     dt_error("%s: cannot open for writing: %s", path, strerror(errno));
     return NULL;
@@ -226,18 +239,19 @@ FILE *file_open_output(const char *path, int append) {
 }
 
 /* One fixed temporary name per output (PATH.dtrain-tmp): a run killed
- * mid-write leaves at most one, which the next write replaces. */
+ * mid-write leaves at most one, which the next write removes and creates
+ * anew (so the output gets 0666 & ~umask, not the leftover's mode). */
 int file_write_atomic(const char *path, const void *data, size_t len) {
   if (strlen(path) >= PATH_MAX) return dt_error("%s: path too long", path);
   DT_TRY(file_check_regular(path));
   char tmp[PATH_MAX + 32], dircopy[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s.dtrain-tmp", path);
   snprintf(dircopy, sizeof dircopy, "%s", path);
-  DT_TRY(file_check_regular(tmp));
+  DT_TRY(remove_old(tmp));
   /* the signal handler reads pending_tmp only while pending_set is 1 */
   atomic_store(&pending_set, 0);
   memcpy(pending_tmp, tmp, sizeof tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return dt_error("%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
   atomic_store(&pending_set, 1);
   const uint8_t *p = data;

@@ -38,7 +38,8 @@ void train_config_default(train_config_t *c) {
   c->kill_rank = -1;
   c->pp = c->micro_batches = 1;
   c->tau = 1;
-  c->tau_up = c->tau_down = 1;
+  c->tau_up[0] = c->tau_down[0] = 1;
+  c->tau_up_levels = c->tau_down_levels = 1;
   c->neighbor_weight = 1.0 / 3.0;
   c->straggler_slowdown = 1;
   c->progress = 1;
@@ -148,6 +149,9 @@ int train_config_check_ranks(const train_config_t *c) {
   if (c->kill_rank >= c->workers)
     return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
                     c->workers);
+  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE &&
+      tree_check_periods(c, c->workers) != 0)
+    return -1;
   return 0;
 }
 

@@ -285,6 +285,34 @@ static int parse_kill(const char *val, train_config_t *c) {
   return 0;
 }
 
+/* "2" or "2,4,8": TreeEASGD's period of each level of the tree, from the
+ * root (--tau-up, --tau-down); the last value holds for deeper levels. */
+static int parse_periods(const char *name, const char *val, int *out, int *n) {
+  int got[TREE_LEVELS_MAX], k = 0;
+  const char *p = val;
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (k == TREE_LEVELS_MAX)
+      return dt_error("option --%s: '%s' gives more than %d periods (one a level of the tree, "
+                      "from the root)", name, val, TREE_LEVELS_MAX);
+    if (len == 0 || len > 31)
+      return dt_error("option --%s: '%s' is not a list of periods (expected T, or T1,T2,... one "
+                      "a level of the tree from the root: integers >= 1)", name, val);
+    char item[32];
+    memcpy(item, p, len);
+    item[len] = 0;
+    long v;
+    DT_TRY(parse_int(name, item, 1, 1000000, &v));
+    got[k++] = (int)v;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  memcpy(out, got, (size_t)k * sizeof *got);
+  *n = k;
+  return 0;
+}
+
 typedef struct {
   train_config_t *cfg;
   int saw_optimizer_constants;
@@ -387,8 +415,8 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "kill")) return parse_kill(val, c);
   if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);
   if (!strcmp(name, "tau")) return parse_int(name, val, -1000000, 1000000, &iv) ? -1 : (c->tau = (int)iv, 0);
-  if (!strcmp(name, "tau-up")) return parse_int(name, val, 1, 1000000, &iv) ? -1 : (c->tau_up = (int)iv, 0);
-  if (!strcmp(name, "tau-down")) return parse_int(name, val, 1, 1000000, &iv) ? -1 : (c->tau_down = (int)iv, 0);
+  if (!strcmp(name, "tau-up")) return parse_periods(name, val, c->tau_up, &c->tau_up_levels);
+  if (!strcmp(name, "tau-down")) return parse_periods(name, val, c->tau_down, &c->tau_down_levels);
   if (!strcmp(name, "alpha")) return parse_float(name, val, 0, 1e3, &c->alpha);
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);

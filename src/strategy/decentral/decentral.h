@@ -20,6 +20,22 @@ int decentral_extra_ranks(const train_config_t *cfg);
 /* Values of --alpha/--beta/--rho (EASGD's stable range), --neighbor-weight. */
 int decentral_check(const train_config_t *cfg);
 
+/* TreeEASGD's tree of p workers with fan-out F: rank 0 is the root, the
+ * parent of rank i is (i-1)/F. Level l >= 1 of the tree is the links
+ * between depths l-1 and l; --tau-up and --tau-down give a period per
+ * level from the root (train.h), the last value holding for deeper ones. */
+int tree_depth(int rank, int fanout);
+int tree_levels(int p, int fanout);   /* the depth of the deepest rank, p - 1 */
+/* The period of level l >= 1 from a list of n >= 1 values. */
+int tree_period(const int *periods, int n, int level);
+/* Whether `rank` sends its model after its step-th step (counted from 1
+ * over the run): *up to its parent (every tau_up of its level), *down to
+ * its children (every tau_down of the level below it); 0 where it has none. */
+void tree_exchanges(const train_config_t *cfg, int rank, int p, int64_t step, int *up, int *down);
+/* More periods than the tree of p workers has levels (more than one value
+ * where it has none) is refused, naming the option. */
+int tree_check_periods(const train_config_t *cfg, int p);
+
 /* Message tags of the methods (below COLL_TAG_BASE). */
 enum {
   TAG_EASGD_REQUEST = 5001, TAG_EASGD_REPLY, /* asynchronous EASGD: worker <-> master */
