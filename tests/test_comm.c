@@ -367,7 +367,7 @@ static void test_hosts(void) {
   CHECK_FAILS_WITH(comm_local_run(5, &many, rank_hosts, one),
                    "net hosts=6: more hosts than the 5 ranks of the run");
   CHECK_FAILS_WITH(comm_local_run(5, &wrong, rank_hosts, one),
-                   "net hosts=3+3: the hosts hold 6 ranks but the run has 5");
+                   "net hosts=3+3: the hosts hold 6 ranks but the run has 5 ranks");
 }
 
 /* --net's keys: values, and one line for each bad one. */

@@ -119,7 +119,7 @@ int comm_net_hosts(const comm_net_t *net, int size, int *host) {
     long sum = 0;
     for (int i = 0; i < net->hosts && i < COMM_NET_MAX_HOST_LIST; i++) sum += net->host_ranks[i];
     if (sum != size)
-      return dt_error("net hosts=%s: the hosts hold %ld ranks but the run has %d", text, sum, size);
+      return dt_error("net hosts=%s: the hosts hold %ld ranks but the run has %d ranks", text, sum, size);
     for (int i = 0, r = 0; i < net->hosts; i++)
       for (int k = 0; k < net->host_ranks[i]; k++) host[r++] = i;
     return 0;
