@@ -12,6 +12,10 @@
 #   ZeRO-1, overlap            the same bytes as the plain ring
 #   D-PSGD, 3 ranks            T x 2 x S (its model to both ring neighbours)
 #   local SGD, tau 4           T/4 x S (one ring average every tau steps)
+#   allreduce:hier, hosts 2+2  T x 3/2 x S: the ring inside the host (S) and
+#                              rhd of the rank's half between hosts (S/2)
+#   allreduce:hier, hosts 3+2  T x 5/2 x S on rank 0: that, plus S each way
+#                              for rank 2, which folds into it
 #   shared sync, Hogwild, 1 worker   0 (shared memory; nothing sent)
 #   ps:1 sync, 2 workers       T x S pushed and pulled, plus the requests
 #                              and replies (under 1 KiB a step)
@@ -67,6 +71,8 @@ run bytes_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:rin
 run bytes_no_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --overlap off
 run bytes_dpsgd_two_neighbours exact:2 -- $L --workers 3 --preset d-psgd
 run bytes_local_sgd_tau_4 exact:0.25 -- $L --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring
+run bytes_hier_hosts_2x2_auto near:1.5 -- $L --workers 4 --net hosts=2 --exchange allreduce:auto
+run bytes_hier_hosts_3+2_fold near:2.5 -- $L --workers 5 --net hosts=2 --exchange allreduce:hier
 run bytes_shared_sync_zero exact:0 -- $L --workers 2 --exchange shared
 [ -z "$TSAN" ] && run bytes_hogwild_zero exact:0 -- $L --workers 2 --preset hogwild
 run bytes_ps_sync ps -- $L --workers 2 --exchange ps:1

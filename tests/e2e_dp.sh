@@ -34,6 +34,16 @@ for algo in ring rhd tree naive hier shm; do
   check "allreduce_${algo}_deterministic" cmp -s "$TMP/$algo.a" "$TMP/$algo.b"
   if close "$TMP/one_4.st" "$TMP/$algo.a" $TOL; then pass "allreduce_${algo}_equals_one_worker"; else fail "allreduce_${algo}_equals_one_worker" "$(cat "$TMP/cmp.out")"; fi
 done
+# hosts (--net hosts=): auto picks hier, whose bits do not depend on the
+# emulated links' timing
+"$DTRAIN" train $BASE --batch 8 --workers 4 --net hosts=2 --exchange allreduce:hier --checkpoint "$TMP/hosts_hier.st" >/dev/null
+"$DTRAIN" train $BASE --batch 8 --workers 4 --net hosts=2 --exchange allreduce:auto --checkpoint "$TMP/hosts_auto.st" >/dev/null
+"$DTRAIN" train $BASE --batch 8 --workers 4 --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,bandwidth=1Gbit,latency=50us --exchange allreduce:auto --checkpoint "$TMP/hosts_net.st" >/dev/null
+check allreduce_auto_picks_hier_on_hosts cmp -s "$TMP/hosts_hier.st" "$TMP/hosts_auto.st"
+check allreduce_hier_hosts_emulated_same_bits cmp -s "$TMP/hosts_hier.st" "$TMP/hosts_net.st"
+if close "$TMP/one_4.st" "$TMP/hosts_hier.st" $TOL; then pass "allreduce_hier_hosts_equals_one_worker"; else fail "allreduce_hier_hosts_equals_one_worker" "$(cat "$TMP/cmp.out")"; fi
+# bench with hosts: the model and the ring's ratio beside the measurement
+check bench_allreduce_hosts sh -c "'$DTRAIN' bench allreduce --workers 4 --net hosts=2,intra-bandwidth=10Gbit,bandwidth=1Gbit,latency=50us --algo ring,hier,auto --min-bytes 64KiB --max-bytes 64KiB --iters 3 --json '$TMP/bench_hosts.jsonl' >/dev/null && grep -q '\"algo\":\"auto\",\"chosen\":\"hier\"' '$TMP/bench_hosts.jsonl' && [ \$(grep -c 'model_us' '$TMP/bench_hosts.jsonl') -eq 3 ] && [ \$(grep -c 'vs_ring' '$TMP/bench_hosts.jsonl') -eq 3 ]"
 # overlap on or off: the same buckets give the same bits. Other bucket
 # boundaries change which ring block an element falls in, and so the order
 # of its sum: equal to rounding only.

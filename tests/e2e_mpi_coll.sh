@@ -1,8 +1,10 @@
 #!/bin/sh
 # The comm and coll checks on the mpi transport: tests/mpi_coll_check.c
 # under mpirun with K = 1..9 processes (more processes than cores, hence
-# --oversubscribe), the bytes-on-the-wire checks with 2, 3 and 4, plus a
-# timeout check and a fail-fast check.
+# --oversubscribe), the bytes-on-the-wire checks with 2, 3 and 4, the
+# hierarchical allreduce on hosts given to the transport (all processes
+# share this one node, so the test names the hosts: 2+2, 3+2, 2+2+2), plus
+# a timeout check and a fail-fast check.
 # Prints PASS/FAIL lines for tests/run.sh, or one SKIP line when MPI is not
 # usable here. Extra mpirun flags: DTRAIN_MPIRUN_FLAGS (for example
 # "--mca btl_vader_single_copy_mechanism none" where CMA is not allowed).
@@ -52,6 +54,20 @@ for k in 2 3 4; do
     echo "PASS mpi_bytes_np$k"
   else
     echo "FAIL mpi_bytes_np$k"
+    tail -n 20 "$log"
+    status=1
+  fi
+done
+
+# Hosts: comm_host and its splits, hier and auto (which picks it) correct,
+# bitwise repeatable and equal to local with the same hosts, and the bytes
+# of every collective on those hosts.
+for kh in "4 2" "5 2" "6 3"; do
+  set -- $kh
+  if $run -np $1 "$bin" hosts $2 >"$log" 2>&1 && grep -q "mpi_coll_check: hosts ok ($1 ranks, $2 hosts)" "$log"; then
+    echo "PASS mpi_hosts_np$1_hosts$2"
+  else
+    echo "FAIL mpi_hosts_np$1_hosts$2"
     tail -n 20 "$log"
     status=1
   fi

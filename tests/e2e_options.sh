@@ -81,6 +81,24 @@ expect_error net_bandwidth_999bit 2 "expected 1 kbit/s to 10 Tbit/s" -- $T --net
 expect_error net_bandwidth_huge 2 "expected 1 kbit/s to 10 Tbit/s" -- $T --net bandwidth=1e20Gbit
 expect_error net_bandwidth_negative 2 "'-1Gbit' is not a bandwidth" -- $T --net bandwidth=-1Gbit
 
+# ---- hosts (--net hosts=N|A+B+..., intra-latency, intra-bandwidth) -----------------------------
+check help_train_hosts sh -c "$T --help | grep -q -- intra-bandwidth"
+check help_bench_hosts sh -c "$DTRAIN bench allreduce --help | grep -q -- 'hosts=N'"
+expect_error net_hosts_zero 2 "option --net: hosts=0: expected at least 1 host" -- $T --workers 4 --net hosts=0
+expect_error net_hosts_junk 2 "option --net: hosts=2x is not a number of hosts or a list of ranks per host" -- $T --workers 4 --net hosts=2x
+expect_error net_hosts_empty_size 2 "option --net: hosts=2++2 is not a number" -- $T --workers 4 --net hosts=2++2
+expect_error net_hosts_zero_size 2 "option --net: hosts=4+0: every host needs at least one rank" -- $T --workers 4 --net hosts=4+0
+expect_error net_hosts_more_than_ranks 2 "option --net hosts=5: more hosts than the 4 ranks of the run" -- $T --workers 4 --net hosts=5
+expect_error net_hosts_sum 2 "option --net hosts=3+2: the hosts hold 5 ranks but the run has 4 ranks" -- $T --workers 4 --net hosts=3+2
+expect_error net_hosts_servers_count 2 "the hosts hold 4 ranks but the run has 3 ranks" -- $T --workers 2 --exchange ps:1 --net hosts=2+2
+expect_error net_intra_needs_hosts 2 "option --net: intra-latency is the link within a host: it needs hosts=N with N >= 2" -- $T --net intra-latency=5us
+expect_error net_intra_bandwidth_bound 2 "option --net: intra-bandwidth 1e30Gbit is out of range (expected 1 kbit/s to 10 Tbit/s)" -- $T --workers 4 --net hosts=2,intra-bandwidth=1e30Gbit
+expect_error net_intra_latency_junk 2 "option --net intra-latency: 'soon' is not a duration" -- $T --workers 4 --net hosts=2,intra-latency=soon
+expect_error bench_net_hosts_sum 2 "option --net hosts=3+3: the hosts hold 6 ranks but the run has 4 ranks" -- "$DTRAIN" bench allreduce --workers 4 --net hosts=3+3
+expect_error bench_net_and_latency 2 "options --net and --latency/--bandwidth: give the links once" -- "$DTRAIN" bench allreduce --net latency=5us --latency 5us
+expect_error bench_net_under_mpi 2 "option --net: emulates a network on --comm local only" -- "$DTRAIN" bench allreduce --comm mpi --net hosts=2
+expect_error bench_net_unknown_key 2 "option --net: unknown key 'nodes'" -- "$DTRAIN" bench allreduce --net nodes=2
+
 # ---- options the configuration does not use ---------------------------------------------------
 expect_error tau_under_central 2 "option --tau: not used with --optimization central --schedule sync --exchange allreduce (it applies to --optimization decentral" -- $T --optimization central --tau 3
 expect_error tau_default_central 2 "option --tau: not used with --optimization central" -- $T --tau 3

@@ -5,6 +5,8 @@
  * plain run and a run under an emulated network with uneven latencies
  * (different timing, same order of additions). Bytes on the wire: each
  * rank's comm_bytes after each collective equal its algorithm's formula.
+ * Hierarchical allreduce also on emulated hosts (even and uneven layouts),
+ * where auto picks it.
  *
  * The checks (coll_check_rank) run on any comm_t: tests/mpi_coll_check.c
  * includes this file with COLL_CHECKS_ONLY and runs them on mpi. */
@@ -72,6 +74,7 @@ static void counts_for(int P, size_t out[NCOUNTS]) {
 typedef struct {
   uint64_t *hashes;   /* [rank][count][op], filled by coll_check_rank when not NULL */
   size_t max_count;   /* counts above it are skipped */
+  int hier_only;      /* only the allreduces that can run hier (hier, auto) */
 } check_cfg_t;
 
 typedef struct {
@@ -204,6 +207,9 @@ static int check_all(comm_t *c, coll_ctx_t *ctx, bufs_t *b, check_cfg_t *cfg) {
     for (size_t o = 0; o < NOPS; o++) {
       uint64_t h;
       if (!op_runs_on(c, &ops[o])) continue;
+      if (cfg->hier_only && !(ops[o].op == OP_ALLREDUCE &&
+                              (ops[o].algo == ALLREDUCE_HIER || ops[o].algo == ALLREDUCE_AUTO)))
+        continue;
       if (run_op(ctx, &ops[o], b, counts[k], &h) != 0) return -1;
       if (ops[o].op == OP_ALLREDUCE && check_same_on_all_ranks(c, h, "allreduce") != 0)
         return dt_error_prefix("P=%d count=%zu algo %s: ", P, counts[k],
@@ -343,36 +349,66 @@ static const bytes_op_t bytes_ops[] = {
 #define BYTES_LINK_LATENCY 5e-6
 #define BYTES_LINK_BANDWIDTH 5e9
 
-/* hier's group size: given, or the default ceil(sqrt(P)); at most P. */
-static int hier_group(int P, int given) {
-  int g = given;
+/* The hosts hier groups by: groups of `given` consecutive ranks, else the
+ * communicator's hosts, else (one host) groups of ceil(sqrt(P)). */
+static void hier_hosts_of(const comm_t *c, int given, int *host) {
+  int P = comm_size(c), g = given;
+  if (g <= 0 && comm_nhosts(c) > 1) {
+    for (int r = 0; r < P; r++) host[r] = comm_host(c, r);
+    return;
+  }
   if (g <= 0)
     for (g = 1; g * g < P; g++) {}
-  return g > P ? P : g;
+  if (g > P) g = P;
+  for (int r = 0; r < P; r++) host[r] = r / g;
 }
 
-/* The algorithm hier's leaders run: what auto picks among them (their own
- * communicator and a context set up as hier sets up its own). The split
- * and the choice send no payload. */
-static int hier_leaders_algo(coll_ctx_t *ctx, int g, size_t count, size_t seg_bytes,
-                             allreduce_algo_t *out) {
-  comm_t *c = coll_ctx_comm(ctx), *leaders;
-  coll_ctx_t *lctx;
-  RCHECK_OK(comm_split(c, comm_rank(c) % g == 0 ? 0 : 1, comm_rank(c), &leaders));
-  int rc = coll_ctx_new(leaders, &lctx);
-  if (rc == 0) {
-    coll_ctx_set_link(lctx, BYTES_LINK_LATENCY, BYTES_LINK_BANDWIDTH);
-    coll_ctx_set_segment(lctx, seg_bytes);
-    *out = allreduce_choose(lctx, count);
-    coll_ctx_free(lctx);
+/* Hierarchical allreduce on rank r (allreduce_hier.c): H hosts, m = the
+ * smallest host's ranks. A rank with local index j >= m folds: S each way.
+ * Otherwise the ring's row for m ranks (reduce-scatter + allgather inside
+ * the host, blocks of count cut into m), plus the inter-host algorithm's
+ * row for H ranks at place h (its host) on block j, plus S each way per
+ * rank that folds into it. The inter-host algorithm is auto's pick for H
+ * ranks and |b_j| (allreduce_hier_plan says which; the layout the plan
+ * reports must be the one computed here). */
+static int hier_bytes(coll_ctx_t *ctx, int given, size_t C, wire_t *w) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = comm_size(c), r = comm_rank(c);
+  int *host = calloc((size_t)P, sizeof(int)), *size = calloc((size_t)P, sizeof(int));
+  int *local = calloc((size_t)P, sizeof(int));
+  RCHECK(host && size && local);
+  hier_hosts_of(c, given, host);
+  int H = 0, m = P;
+  for (int q = 0; q < P; q++) {
+    local[q] = size[host[q]]++;
+    H = host[q] + 1 > H ? host[q] + 1 : H;
   }
-  comm_free(leaders);
-  return rc;
+  for (int h = 0; h < H; h++) m = size[h] < m ? size[h] : m;
+  int h = host[r], j = local[r], folding_in = 0;
+  for (int q = 0; q < P; q++) folding_in += host[q] == h && local[q] >= m && local[q] % m == j;
+  free(host), free(size), free(local);
+  hier_plan_t plan;
+  RCHECK_OK(allreduce_hier_plan(ctx, C, &plan));
+  if (plan.hosts != H || plan.per_host != m || plan.host != h || plan.local != j ||
+      (plan.partner >= 0) != (j >= m) || plan.block != (j < m ? blk(C, m, j) : plan.block))
+    return dt_error("allreduce_hier_plan on rank %d: %d hosts, %d a host, host %d, index %d, "
+                    "partner %d, block %zu; expected %d, %d, %d, %d, %s, %llu",
+                    r, plan.hosts, plan.per_host, plan.host, plan.local, plan.partner, plan.block,
+                    H, m, h, j, j >= m ? "a partner" : "none", (unsigned long long)blk(C, m, j));
+  *w = (wire_t){0, 0};
+  if (P == 1 || C == 0) return 0;
+  if (j >= m) {
+    *w = (wire_t){C, C};
+    return 0;
+  }
+  *w = flat_allreduce(ALLREDUCE_RING, m, j, C);
+  *w = wire_add(*w, flat_allreduce(plan.inter, H, h, blk(C, m, j)));
+  *w = wire_add(*w, (wire_t){(uint64_t)folding_in * C, (uint64_t)folding_in * C});
+  return 0;
 }
 
 /* The formula for op on this rank, in floats. */
-static int bytes_expected(coll_ctx_t *ctx, const bytes_op_t *op, size_t C, size_t seg_bytes,
-                          wire_t *w) {
+static int bytes_expected(coll_ctx_t *ctx, const bytes_op_t *op, size_t C, wire_t *w) {
   comm_t *c = coll_ctx_comm(ctx);
   int P = comm_size(c), r = comm_rank(c);
   int root = op->root == 0 ? 0 : op->root == 1 ? P - 1 : P / 2, vr = pmod(r - root, P);
@@ -385,15 +421,7 @@ static int bytes_expected(coll_ctx_t *ctx, const bytes_op_t *op, size_t C, size_
       *w = flat_allreduce(a, P, r, C);
       break;
     }
-    /* groups of g consecutive ranks: tree reduce + broadcast within each,
-     * the first ranks allreduce among themselves with auto's choice */
-    int g = hier_group(P, op->group), first = r / g * g, gs = P - first < g ? P - first : g;
-    allreduce_algo_t la = ALLREDUCE_AUTO;
-    DT_TRY(hier_leaders_algo(ctx, g, C, seg_bytes, &la));
-    if (P == 1 || C == 0) break;
-    *w = wire_add(tree_reduce(gs, r - first, C), tree_broadcast(gs, r - first, C));
-    if (r == first) *w = wire_add(*w, flat_allreduce(la, (P + g - 1) / g, r / g, C));
-    break;
+    return hier_bytes(ctx, op->group, C, w);
   }
   case B_BCAST: *w = P > 1 ? tree_broadcast(P, vr, C) : *w; break;
   case B_REDUCE: *w = P > 1 ? tree_reduce(P, vr, C) : *w; break;
@@ -419,7 +447,6 @@ static int bytes_run(coll_ctx_t *ctx, const bytes_op_t *op, float *buf, float *a
   comm_t *c = coll_ctx_comm(ctx);
   int P = comm_size(c);
   int root = op->root == 0 ? 0 : op->root == 1 ? P - 1 : P / 2;
-  coll_ctx_set_group_size(ctx, op->group);
   switch (op->op) {
   case B_ALLREDUCE: return allreduce(ctx, (allreduce_algo_t)op->algo, buf, C);
   case B_BCAST: return broadcast_tree(ctx, root, buf, C);
@@ -494,7 +521,8 @@ static int bytes_check_rank(comm_t *c, const size_t *counts, int ncounts) {
                  op->root, op->group, seg ? "small" : "default");
         wire_t w;
         memset(buf, 0, cap * sizeof(float)), memset(aux, 0, cap * sizeof(float));
-        rc = bytes_expected(ctx, op, counts[k], seg_bytes, &w);
+        coll_ctx_set_group_size(ctx, op->group);
+        rc = bytes_expected(ctx, op, counts[k], &w);
         comm_bytes_t b0 = comm_bytes(c);
         if (rc == 0) rc = bytes_run(ctx, op, buf, aux, counts[k]);
         comm_bytes_t b1 = comm_bytes(c), d = {b1.sent - b0.sent, b1.received - b0.received};
@@ -529,7 +557,7 @@ static void test_collectives_1_to_9_ranks(void) {
     double lat[9];
     for (int q = 0; q < P; q++) lat[q] = 5e-6 * (double)((q * 5) % P + 1);
     comm_net_t net = {.rank_latency = lat, .timeout = 60};
-    check_cfg_t a = {plain, MAX_COUNT}, b = {emulated, MAX_COUNT < 100003 ? MAX_COUNT : 100003};
+    check_cfg_t a = {plain, MAX_COUNT, 0}, b = {emulated, MAX_COUNT < 100003 ? MAX_COUNT : 100003, 0};
     int ok1 = comm_local_run(P, NULL, coll_check_rank, &a);
     if (ok1 != 0) fprintf(stderr, "  P=%d: %s\n", P, dt_errmsg());
     CHECK(ok1 == 0);
@@ -597,6 +625,30 @@ static void test_auto_choice(void) {
   CHECK_OK(comm_local_run(2, NULL, rank_choose, NULL));
   CHECK_OK(comm_local_run(6, NULL, rank_choose, NULL));
   CHECK_OK(comm_local_run(8, NULL, rank_choose, NULL));
+}
+
+/* auto picks hier when the ranks are on more than one host with at least
+ * two on each, at every size; otherwise a flat algorithm. */
+static int rank_choose_hosts(comm_t *c, void *arg) {
+  int want_hier = *(const int *)arg;
+  coll_ctx_t *ctx;
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  coll_ctx_set_link(ctx, 50e-6, 125e6);
+  allreduce_algo_t small = allreduce_choose(ctx, 256), large = allreduce_choose(ctx, 16 << 20);
+  coll_ctx_free(ctx);
+  RCHECK((small == ALLREDUCE_HIER) == want_hier && (large == ALLREDUCE_HIER) == want_hier);
+  return 0;
+}
+
+static void test_auto_choice_hosts(void) {
+  int yes = 1, no = 0;
+  comm_net_t two = {.hosts = 2}, three = {.hosts = 3}, lone = {.hosts = 2, .host_ranks = {3, 1}};
+  CHECK_OK(comm_local_run(4, &two, rank_choose_hosts, &yes));   /* 2+2 */
+  CHECK_OK(comm_local_run(5, &two, rank_choose_hosts, &yes));   /* 3+2 */
+  CHECK_OK(comm_local_run(6, &three, rank_choose_hosts, &yes)); /* 2+2+2 */
+  CHECK_OK(comm_local_run(4, &lone, rank_choose_hosts, &no));   /* 3+1 */
+  CHECK_OK(comm_local_run(3, &three, rank_choose_hosts, &no));  /* 1+1+1 */
+  CHECK_OK(comm_local_run(4, NULL, rank_choose_hosts, &no));    /* one host */
 }
 
 /* Collectives never consume a strategy's messages: a tag-5 message sent
@@ -814,16 +866,106 @@ static void test_bytes_on_the_wire(void) {
   }
 }
 
+/* Host layouts for hier (and auto, which picks it where every host has at
+ * least 2 ranks): even, uneven (folding), one rank alone on a host. */
+typedef struct {
+  int P, hosts, sizes[4]; /* sizes all 0: as even as possible */
+} layout_t;
+
+static const layout_t layouts[] = {
+    {4, 2, {0}},          /* 2+2 */
+    {5, 2, {0}},          /* 3+2: one rank folds */
+    {6, 3, {0}},          /* 2+2+2 */
+    {7, 3, {0}},          /* 3+2+2 */
+    {8, 2, {0}},          /* 4+4 */
+    {6, 3, {1, 3, 2}},    /* one rank alone: m = 1, two ranks fold into one */
+    {9, 3, {2, 4, 3}},    /* 2+4+3: ranks fold into both of host 1's actives */
+};
+#define NLAYOUTS (sizeof layouts / sizeof layouts[0])
+
+static comm_net_t layout_net(const layout_t *l) {
+  comm_net_t net = {.timeout = 60, .hosts = l->hosts};
+  for (int i = 0; i < 4 && l->sizes[i]; i++) net.host_ranks[i] = l->sizes[i];
+  return net;
+}
+
+static void layout_name(const layout_t *l, char *buf, size_t cap) {
+  int P = l->P, H = l->hosts;
+  buf[0] = 0;
+  for (int i = 0; i < H; i++) {
+    int n = l->sizes[0] ? l->sizes[i] : P / H + (i < P % H);
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "+" : "", n);
+  }
+}
+
+static void test_bytes_on_the_wire_hosts(void) {
+  for (size_t i = 0; i < NLAYOUTS; i++) {
+    comm_net_t net = layout_net(&layouts[i]);
+    char name[32];
+    layout_name(&layouts[i], name, sizeof name);
+    int ok = comm_local_run(layouts[i].P, &net, rank_bytes, NULL);
+    if (ok != 0) fprintf(stderr, "  hosts %s: %s\n", name, dt_errmsg());
+    CHECK(ok == 0);
+  }
+}
+
+/* hier on hosts: the sum for every count (not divisible by the ranks, the
+ * hosts or the ranks a host), the same bits on every rank, and the same
+ * bits again under an emulated network with uneven latencies and links
+ * inside and between hosts (other timing, same additions). */
+static void test_hier_host_layouts(void) {
+  for (size_t i = 0; i < NLAYOUTS; i++) {
+    const layout_t *l = &layouts[i];
+    size_t n = (size_t)l->P * NCOUNTS * NOPS;
+    uint64_t *plain = calloc(n, sizeof(uint64_t)), *emulated = calloc(n, sizeof(uint64_t));
+    double lat[9];
+    for (int q = 0; q < l->P; q++) lat[q] = 20e-6 * (double)((q * 5) % l->P + 1);
+    comm_net_t net = layout_net(l), enet = layout_net(l);
+    enet.rank_latency = lat;
+    enet.intra_latency = 3e-6, enet.intra_bandwidth = 20e9;
+    check_cfg_t a = {plain, MAX_COUNT, 1}, b = {emulated, MAX_COUNT < 100003 ? MAX_COUNT : 100003, 1};
+    char name[32];
+    layout_name(l, name, sizeof name);
+    int ok1 = comm_local_run(l->P, &net, coll_check_rank, &a);
+    if (ok1 != 0) fprintf(stderr, "  hosts %s: %s\n", name, dt_errmsg());
+    CHECK(ok1 == 0);
+    int ok2 = comm_local_run(l->P, &enet, coll_check_rank, &b);
+    if (ok2 != 0) fprintf(stderr, "  hosts %s emulated: %s\n", name, dt_errmsg());
+    CHECK(ok2 == 0);
+    size_t counts[NCOUNTS];
+    counts_for(l->P, counts);
+    size_t compared = 0;
+    for (size_t k = 0; ok1 == 0 && ok2 == 0 && k < n; k++) {
+      const op_t *op = &ops[k % NOPS];
+      if (counts[k / NOPS % NCOUNTS] > b.max_count || op->op != OP_ALLREDUCE ||
+          (op->algo != ALLREDUCE_HIER && op->algo != ALLREDUCE_AUTO))
+        continue;
+      compared++;
+      if (plain[k] != emulated[k]) {
+        fprintf(stderr, "  hosts %s rank %zu count %zu op %zu: bits differ between runs\n", name,
+                k / (NCOUNTS * NOPS), counts[k / NOPS % NCOUNTS], k % NOPS);
+        CHECK(plain[k] == emulated[k]);
+        break;
+      }
+    }
+    CHECK(ok1 != 0 || ok2 != 0 || compared > 0);
+    free(plain), free(emulated);
+  }
+}
+
 int main(void) {
   RUN(test_algo_names);
   RUN(test_block_partition);
   RUN(test_auto_choice);
+  RUN(test_auto_choice_hosts);
   RUN(test_collective_tags_apart);
   RUN(test_count_mismatch_fails);
   RUN(test_shm_errors);
   RUN(test_async_matches_blocking);
   RUN(test_async_priority_matches_blocking);
   RUN(test_bytes_on_the_wire);
+  RUN(test_bytes_on_the_wire_hosts);
+  RUN(test_hier_host_layouts);
   RUN(test_collectives_1_to_9_ranks);
   TEST_MAIN_END();
 }

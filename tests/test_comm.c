@@ -3,6 +3,7 @@
  * network's timing and the straggler delay. Rank functions report a
  * failed check by returning -1 with the check in the error line, and the
  * test checks comm_local_run's result. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -310,6 +311,105 @@ static int rank_split(comm_t *c, void *arg) {
 
 static void test_split(void) { CHECK_OK(comm_local_run(6, NULL, rank_split, NULL)); }
 
+/* ---- hosts -------------------------------------------------------------- */
+
+/* Host ids in the order of first appearance of each label. */
+static void renumber(const int *label, int n, int *out) {
+  int next = 0;
+  for (int i = 0; i < n; i++) {
+    int j = 0;
+    while (j < i && label[j] != label[i]) j++;
+    out[i] = j < i ? out[j] : next++;
+  }
+}
+
+/* comm_host on the world (the hosts of comm_net_t) and on splits: each
+ * rank keeps its host, renumbered in the order of the new ranks. */
+static int rank_hosts(comm_t *c, void *arg) {
+  const int *want = arg; /* host of each rank */
+  int P = comm_size(c), me = comm_rank(c), nh = 0, label[16], id[16];
+  RCHECK(P <= 16);
+  for (int r = 0; r < P; r++) {
+    RCHECK(comm_host(c, r) == want[r]);
+    nh = want[r] + 1 > nh ? want[r] + 1 : nh;
+  }
+  RCHECK(comm_nhosts(c) == nh);
+  comm_t *rev, *half;
+  /* reversed: new rank k is old rank P-1-k */
+  RCHECK_OK(comm_split(c, 0, -me, &rev));
+  for (int k = 0; k < P; k++) label[k] = want[P - 1 - k];
+  renumber(label, P, id);
+  for (int k = 0; k < P; k++) RCHECK(comm_host(rev, k) == id[k]);
+  RCHECK(comm_nhosts(rev) == nh);
+  /* even and odd ranks */
+  RCHECK_OK(comm_split(c, me % 2, me, &half));
+  int n = comm_size(half), hosts = 0;
+  for (int k = 0; k < n; k++) label[k] = want[2 * k + me % 2];
+  renumber(label, n, id);
+  for (int k = 0; k < n; k++) {
+    RCHECK(comm_host(half, k) == id[k]);
+    hosts = id[k] + 1 > hosts ? id[k] + 1 : hosts;
+  }
+  RCHECK(comm_nhosts(half) == hosts);
+  comm_free(rev);
+  comm_free(half);
+  return 0;
+}
+
+static void test_hosts(void) {
+  int one[5] = {0}, even[5] = {0, 0, 0, 1, 1}, list[5] = {0, 1, 1, 1, 2};
+  comm_net_t two = {.hosts = 2}, three = {.hosts = 3, .host_ranks = {1, 3, 1}};
+  CHECK_OK(comm_local_run(5, NULL, rank_hosts, one));
+  CHECK_OK(comm_local_run(5, &two, rank_hosts, even));
+  CHECK_OK(comm_local_run(5, &three, rank_hosts, list));
+  /* hosts that do not fit the ranks are refused, in one line */
+  comm_net_t many = {.hosts = 6}, wrong = {.hosts = 2, .host_ranks = {3, 3}};
+  CHECK_FAILS_WITH(comm_local_run(5, &many, rank_hosts, one),
+                   "net hosts=6: more hosts than the 5 ranks of the run");
+  CHECK_FAILS_WITH(comm_local_run(5, &wrong, rank_hosts, one),
+                   "net hosts=3+3: the hosts hold 6 ranks but the run has 5 ranks");
+}
+
+/* --net's keys: values, and one line for each bad one. */
+static void test_net_parse(void) {
+  comm_net_t n = {.timeout = 7};
+  CHECK_OK(comm_net_parse("hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,bandwidth=1Gbit,"
+                          "latency=50us", &n));
+  CHECK(n.hosts == 2 && n.host_ranks[0] == 0 && n.timeout == 7);
+  CHECK(fabs(n.intra_bandwidth - 1.25e9) < 1 && fabs(n.intra_latency - 5e-6) < 1e-12);
+  CHECK(fabs(n.bandwidth - 1.25e8) < 1 && fabs(n.latency - 50e-6) < 1e-12);
+  CHECK_OK(comm_net_parse("hosts=3+2", &n));
+  CHECK(n.hosts == 2 && n.host_ranks[0] == 3 && n.host_ranks[1] == 2 && n.host_ranks[2] == 0);
+  CHECK(n.latency == 0 && n.intra_bandwidth == 0); /* a --net replaces the whole description */
+  CHECK_OK(comm_net_parse("latency=1ms", &n));
+  CHECK(n.hosts == 0 && n.host_ranks[0] == 0 && n.latency == 1e-3);
+  static const struct { const char *text, *error; } bad[] = {
+      {"hosts=0", "option --net: hosts=0: expected at least 1 host"},
+      {"hosts=two", "option --net: hosts=two is not a number of hosts or a list of ranks per host"},
+      {"hosts=-2", "option --net: hosts=-2 is not a number"},
+      {"hosts=3+", "option --net: hosts=3+ is not a number"},
+      {"hosts=3+0", "option --net: hosts=3+0: every host needs at least one rank"},
+      {"hosts=5000", "option --net: hosts=5000: at most 4096"},
+      {"hosts=2.5", "option --net: hosts=2.5 is not a number"},
+      {"intra-latency=5us", "option --net: intra-latency is the link within a host: it needs hosts=N with N >= 2"},
+      {"hosts=1,intra-bandwidth=1Gbit", "option --net: intra-bandwidth is the link within a host"},
+      {"hosts=2,intra-bandwidth=1e30Gbit", "option --net: intra-bandwidth 1e30Gbit is out of range (expected 1 kbit/s to 10 Tbit/s)"},
+      {"hosts=2,intra-latency=11s", "option --net: intra-latency 11s is out of range (expected 0 to 10 s)"},
+      {"hosts=2,intra-latency=fast", "option --net intra-latency: 'fast' is not a duration"},
+      {"hosts=2,hosts=3", "option --net: key 'hosts' given twice"},
+      {"host=2", "option --net: unknown key 'host' (expected latency, bandwidth, hosts, intra-latency, intra-bandwidth)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    comm_net_t m = {0};
+    CHECK_FAILS_WITH(comm_net_parse(bad[i].text, &m), bad[i].error);
+    CHECK(strchr(dt_errmsg(), '\n') == NULL && m.hosts == 0);
+  }
+  char list[400] = "hosts=1";
+  for (int i = 1; i < 65; i++) strcat(list, "+1");
+  comm_net_t m = {0};
+  CHECK_FAILS_WITH(comm_net_parse(list, &m), "at most 64 hosts in a list");
+}
+
 /* ---- emulated network --------------------------------------------------- */
 
 typedef struct {
@@ -381,6 +481,47 @@ static int rank_per_rank_link(comm_t *c, void *arg) {
   RCHECK_OK(comm_wait(c, r[0]));
   elapsed[comm_rank(c)] = dt_now() - t0;
   return comm_wait(c, r[1]);
+}
+
+/* Hosts: a rank's link to its own host and its link to the other hosts
+ * are separate. Rank 0 (host 0 of 2+2) sends 1 MB to rank 2 (other host:
+ * 100 Mbit/s, 5 ms: arrives at 85 ms), then 10 kB to rank 1 (same host:
+ * 1 Gbit/s, 1 ms: 1.08 ms). On one shared link the second would wait for
+ * the first (past 81 ms). */
+static int rank_host_links(comm_t *c, void *arg) {
+  double *t = arg; /* [0] sent, [1] arrived from the other host, [2] from the same host */
+  size_t big = 1000000, small = 10000;
+  char *buf = calloc(1, big);
+  RCHECK(buf && c->emulated);
+  RCHECK_OK(comm_barrier(c));
+  int rc = 0;
+  if (comm_rank(c) == 0) {
+    comm_req_t *r[2];
+    t[0] = dt_now(); /* the receivers' clock too: threads of one process */
+    rc = comm_isend(c, 2, 0, buf, big, &r[0]);
+    if (rc == 0) rc = comm_isend(c, 1, 0, buf, small, &r[1]);
+    if (rc == 0) rc = comm_waitall(c, 2, r);
+  } else if (comm_rank(c) == 1 || comm_rank(c) == 2) {
+    int me = comm_rank(c);
+    rc = comm_recv(c, 0, 0, buf, me == 2 ? big : small);
+    t[me == 2 ? 1 : 2] = dt_now();
+  }
+  free(buf);
+  return rc;
+}
+
+static void test_emulated_host_links(void) {
+  comm_net_t net = {.hosts = 2, .latency = 5e-3, .bandwidth = 12.5e6, .intra_latency = 1e-3,
+                    .intra_bandwidth = 125e6};
+  double t[3] = {0};
+  CHECK_OK(comm_local_run(4, &net, rank_host_links, t));
+  double arrived[2] = {t[1] - t[0], t[2] - t[0]};
+  if (!(arrived[0] >= 0.085 && arrived[0] < 0.085 + LINK_SLACK && arrived[1] >= 0.00108 &&
+        arrived[1] < 0.00108 + LINK_SLACK))
+    fprintf(stderr, "  between hosts after %.2f ms, within a host after %.2f ms\n",
+            arrived[0] * 1e3, arrived[1] * 1e3);
+  CHECK(arrived[0] >= 0.085 && arrived[0] < 0.085 + LINK_SLACK);
+  CHECK(arrived[1] >= 0.00108 && arrived[1] < 0.00108 + LINK_SLACK);
 }
 
 static void test_emulated_per_rank_bandwidth(void) {
@@ -638,8 +779,11 @@ int main(void) {
   RUN(test_blocked_sender_names_failed_rank);
   RUN(test_cancel);
   RUN(test_split);
+  RUN(test_hosts);
+  RUN(test_net_parse);
   RUN(test_emulated_link_timing);
   RUN(test_emulated_per_rank_bandwidth);
+  RUN(test_emulated_host_links);
   RUN(test_straggler_delay);
   RUN(test_single_rank_and_bad_size);
   RUN(test_two_threads_per_rank);

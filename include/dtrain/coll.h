@@ -15,7 +15,7 @@ typedef enum {
   ALLREDUCE_RHD,       /* recursive halving-doubling (Rabenseifner) */
   ALLREDUCE_TREE,      /* binomial reduce + broadcast */
   ALLREDUCE_NAIVE,     /* gather to rank 0 + broadcast (single PS baseline) */
-  ALLREDUCE_HIER,      /* two-level: within host groups, then across */
+  ALLREDUCE_HIER,      /* two-level by host: reduce-scatter inside, allreduce across, allgather */
   ALLREDUCE_SHM,       /* one pass over shared memory (local only) */
   ALLREDUCE_COUNT
 } allreduce_algo_t;
@@ -36,7 +36,9 @@ typedef struct coll_ctx coll_ctx_t;
 int coll_ctx_new(comm_t *c, coll_ctx_t **out);
 void coll_ctx_free(coll_ctx_t *ctx);
 comm_t *coll_ctx_comm(coll_ctx_t *ctx);
-/* For ALLREDUCE_HIER: ranks per host group (consecutive ranks). */
+/* For ALLREDUCE_HIER: take groups of this many consecutive ranks as its
+ * hosts (0, the default: the communicator's hosts, comm_host; on one host,
+ * groups of ceil(sqrt(P))). Same on every rank. */
 void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group);
 /* For ALLREDUCE_AUTO: measured link parameters (seconds, bytes/s). Must be
  * the same on every rank, or ranks would pick different algorithms. The
@@ -54,6 +56,18 @@ int allreduce_tree(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_naive(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_hier(coll_ctx_t *ctx, float *buf, size_t count);
 int allreduce_shm(coll_ctx_t *ctx, float *buf, size_t count);
+/* What allreduce_hier does here (allreduce_hier.c): its hosts, the ranks
+ * of a host that take part (the smallest host's count; the others fold
+ * into them), this rank's host and index within it, the rank it folds
+ * into (-1: none), and the block of `count` floats it allreduces across
+ * hosts with the algorithm `inter`. Collective on first use, as
+ * allreduce_hier is (it makes the communicators). */
+typedef struct {
+  int hosts, per_host, host, local, partner;
+  size_t block;
+  allreduce_algo_t inter;
+} hier_plan_t;
+int allreduce_hier_plan(coll_ctx_t *ctx, size_t count, hier_plan_t *out);
 /* The algorithm `auto` would pick for this size on this communicator. */
 allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count);
 

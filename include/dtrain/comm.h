@@ -54,16 +54,42 @@ int wire_error(wire_status_t status, const comm_header_t *h, size_t nbytes, cons
 #define COMM_NET_BANDWIDTH_MIN (1e3 / 8)   /* bytes per second: 1 kbit/s */
 #define COMM_NET_BANDWIDTH_MAX (10e12 / 8) /* 10 Tbit/s */
 
+#define COMM_NET_MAX_HOST_LIST 64   /* hosts=A+B+...: at most this many sizes */
+
 typedef struct {
-  double latency;            /* seconds */
-  double bandwidth;          /* bytes per second, 0 = infinite */
+  double latency;            /* seconds; with hosts > 1: the links between hosts */
+  double bandwidth;          /* bytes per second, 0 = infinite; with hosts > 1: between hosts */
   double *rank_latency;      /* optional per-rank override, NULL = none */
   double *rank_bandwidth;
   double *rank_slowdown;     /* compute slow-down factor per rank (stragglers) */
   int rank_table_len;        /* entries in the rank_* tables (0 = one per rank); mpi ranks
                               * past the end take the global value */
   double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
+  /* Hosts: consecutive ranks on `hosts` machines (0 or 1 = one host), as
+   * even as possible (the first P mod hosts hosts one rank more) unless
+   * host_ranks lists the ranks of each (hosts entries, summing to P).
+   * local: the emulated topology, whose links between two ranks of one
+   * host are intra_latency/intra_bandwidth (0 = not delayed) and between
+   * hosts latency/bandwidth (and the per-rank tables: the rank's link to
+   * the other hosts). mpi: replaces the hosts MPI finds (tests only; the
+   * links are real there). */
+  int hosts;
+  int host_ranks[COMM_NET_MAX_HOST_LIST];
+  double intra_latency, intra_bandwidth;
 } comm_net_t;
+
+/* The value of --net (dtrain train, dtrain bench allreduce), key=value items:
+ * latency=TIME, bandwidth=RATE (with hosts: between hosts), hosts=N or
+ * hosts=A+B+..., intra-latency=TIME, intra-bandwidth=RATE (within a host;
+ * need hosts). Sets those fields of net, leaves the others; a bad value is
+ * one line naming the key and what it expects ("option --net: ..."). */
+int comm_net_parse(const char *text, comm_net_t *net);
+/* The host (0 .. hosts-1) of each of `size` ranks under net (all 0 without
+ * hosts). Fails when the hosts do not fit: more hosts than ranks, or
+ * host_ranks summing to another count. */
+int comm_net_hosts(const comm_net_t *net, int size, int *host);
+/* Whether net delays messages on local (any latency or bandwidth set). */
+int comm_net_emulated(const comm_net_t *net, int size);
 
 typedef struct comm comm_t;
 typedef struct comm_req comm_req_t;
@@ -107,10 +133,27 @@ struct comm {
   int oversubscribed;        /* more ranks than cores on this host: every message costs CPU time */
   comm_counters_t *counters; /* this rank's bytes on the wire: one per rank, shared by every
                               * communicator split from its world communicator (comm_bytes) */
+  int nhosts;                /* machines the ranks are on (comm_host); 0 = 1 */
+  int *host;                 /* host of each rank (size entries), NULL = all on host 0 */
 };
 
 static inline int comm_rank(const comm_t *c) { return c->rank; }
 static inline int comm_size(const comm_t *c) { return c->size; }
+
+/* Hosts: which ranks of c share a machine, so that a collective can keep
+ * the traffic between machines small (allreduce_hier). Host ids run from
+ * 0 to comm_nhosts(c) - 1, numbered in the order of each host's lowest
+ * rank (rank 0 is on host 0). local: the hosts of comm_net_t (emulated;
+ * one host without them); mpi: the ranks MPI_COMM_TYPE_SHARED puts
+ * together (one node), unless comm_net_t's hosts replace them. comm_split
+ * keeps every rank's machine (renumbered within the new communicator). */
+static inline int comm_host(const comm_t *c, int rank) { return c->host ? c->host[rank] : 0; }
+static inline int comm_nhosts(const comm_t *c) { return c->nhosts > 1 ? c->nhosts : 1; }
+/* For the backends: c's host table from a label per rank (ranks with equal
+ * labels share a host), renumbered as comm_host says; comm_hosts_free
+ * releases it (the backend's free and its world's end call it). */
+int comm_hosts_set(comm_t *c, const int *label);
+void comm_hosts_free(comm_t *c);
 
 /* Point to point. recv requires the incoming length to equal `len`
  * (collectives always know it); otherwise it fails naming both lengths.
@@ -210,7 +253,8 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg);
  * got in c->thread_multiple; at least FUNNELED), then fn on this process's
  * rank, then MPI_Finalize. Call it once per process. If fn fails, prints
  * "rank R: message" and calls MPI_Abort so the other ranks do not hang.
- * net: timeout and rank_slowdown apply; latency/bandwidth are local only.
+ * net: timeout, rank_slowdown and hosts apply (hosts replace what
+ * MPI_COMM_TYPE_SHARED finds: for tests); latency/bandwidth are local only.
  * Fails with a clear message when dtrain was built without MPI. */
 int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn, void *arg);
 int comm_mpi_available(void);

@@ -96,6 +96,12 @@ int parse_bandwidth(const char *opt, const char *text, double *bytes_per_sec);
 int name_index(const char *name, const char *const *names, int n);
 const char *name_of(int k, const char *const *names, int n);
 int parse_megabytes(const char *opt, const char *text, size_t *bytes);
+/* "key=value,key=value" of option --opt (example: a valid value, for the
+ * error line): each item a known key (keys[], nkeys of them) given at most
+ * once with a non-empty value; vals[i] is the value of keys[i] or NULL.
+ * The values point into buf (cap bytes), a copy of val. */
+int parse_items(const char *opt, const char *val, const char *example, char *buf, size_t cap,
+                const char *const *keys, int nkeys, const char **vals);
 
 /* ---- files --------------------------------------------------------------- */
 /* Write `len` bytes to `path` atomically: temp file PATH.dtrain-tmp (a

@@ -7,7 +7,13 @@
  * rank 0.
  * Bus bandwidth = bytes x 2(P-1)/P / time, the traffic a bandwidth-optimal
  * allreduce puts on each rank's link, so that algorithms and rank counts
- * compare on one scale. */
+ * compare on one scale.
+ *
+ * Under an emulated network (--net, --latency, --bandwidth) two more
+ * columns: model_us, the alpha-beta prediction from the links (ring and
+ * hier, and auto when it picks one of them; the formulas of
+ * allreduce_hier.c), and vs_ring, the flat ring's time measured in the
+ * same run divided by this row's (above 1: faster than the ring). */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +31,7 @@ typedef struct {
   size_t min_bytes, max_bytes, segment;
   const char *json;
   comm_net_t net;
+  int net_given, link_given; /* --net; --latency or --bandwidth */
 } opts_t;
 
 typedef struct {
@@ -47,8 +54,21 @@ static void usage(FILE *f) {
         "  --step 2|4            size factor between rows (default 4)\n"
         "  --iters N             timed iterations per row (default: 5..200 by size)\n"
         "  --warmup N            untimed iterations first (default 2)\n"
-        "  --group N             ranks per group for hier (default ceil(sqrt(P)))\n"
+        "  --group N             hier: groups of N consecutive ranks stand for hosts (default:\n"
+        "                        the hosts of --net hosts=, or on one host ceil(sqrt(P)))\n"
         "  --segment SIZE        pipeline segment (default: transport's)\n"
+        "  --net KEY=VALUE,...   emulated network (local), as dtrain train --net:\n"
+        "                          latency=TIME, bandwidth=RATE  every link, or with hosts the\n"
+        "                                                        links between hosts\n"
+        "                          hosts=N | hosts=A+B+...       ranks on N hosts (consecutive,\n"
+        "                                                        as even as possible), or A, B, ...\n"
+        "                                                        ranks on each\n"
+        "                          intra-latency=TIME, intra-bandwidth=RATE  links within a host\n"
+        "                                                        (need hosts; default: no delay)\n"
+        "                        e.g. hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
+        "                             bandwidth=1Gbit,latency=50us\n"
+        "                        emulated rows add model_us (alpha-beta prediction, ring and\n"
+        "                        hier) and vs_ring (ring's time / this row's, same run)\n"
         "  --latency TIME        emulated link latency (local; e.g. 50us; at most 10s)\n"
         "  --bandwidth RATE      emulated link bandwidth (local; e.g. 1Gbit; 1kbit..10Tbit)\n"
         "  --timeout TIME        give up a wait after this long (default 300s; 1ms..1e6s)\n"
@@ -107,7 +127,7 @@ static int parse_algos(const char *text, opts_t *o) {
 /* shm needs ranks in one process and no emulated network: left out of
  * "all" there, refused when named. */
 static int drop_shm_unless_shared(opts_t *o) {
-  if (!o->mpi && !(o->net.latency > 0 || o->net.bandwidth > 0)) return 0;
+  if (!o->mpi && !comm_net_emulated(&o->net, o->workers)) return 0;
   int n = 0;
   for (int i = 0; i < o->nalgos; i++) {
     if (o->algos[i] != ALLREDUCE_SHM) o->algos[n++] = o->algos[i];
@@ -126,7 +146,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   static const char *const known[] = {"--comm", "--workers", "--algo", "--min-bytes",
                                       "--max-bytes", "--step", "--iters", "--warmup",
                                       "--group", "--segment", "--latency", "--bandwidth",
-                                      "--timeout", "--json"};
+                                      "--timeout", "--json", "--net"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n;
@@ -153,12 +173,17 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     else if (!strcmp(a, "--warmup")) rc = parse_int("warmup", v, 0, 1000, &n), o->warmup = (int)n;
     else if (!strcmp(a, "--group")) rc = parse_int("group", v, 1, 1 << 20, &n), o->group = (int)n;
     else if (!strcmp(a, "--segment")) rc = parse_size("segment", v, &o->segment);
-    else if (!strcmp(a, "--latency")) {
+    else if (!strcmp(a, "--net")) {
+      rc = comm_net_parse(v, &o->net);
+      o->net_given = 1;
+    } else if (!strcmp(a, "--latency")) {
+      o->link_given = 1;
       rc = parse_duration("latency", v, &o->net.latency);
       if (rc == 0 && !(o->net.latency <= COMM_NET_LATENCY_MAX))
         rc = dt_error("option --latency: %s is out of range (expected 0 to %g s)", v,
                       COMM_NET_LATENCY_MAX);
     } else if (!strcmp(a, "--bandwidth")) {
+      o->link_given = 1;
       rc = parse_bandwidth("bandwidth", v, &o->net.bandwidth);
       if (rc == 0 && !(o->net.bandwidth >= COMM_NET_BANDWIDTH_MIN &&
                        o->net.bandwidth <= COMM_NET_BANDWIDTH_MAX))
@@ -174,8 +199,20 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   if (o->min_bytes < sizeof(float) || o->min_bytes > o->max_bytes)
     return dt_error("options --min-bytes/--max-bytes: need 4 <= min <= max (got %zu, %zu)",
                     o->min_bytes, o->max_bytes), 2;
+  if (o->net_given && o->link_given)
+    return dt_error("options --net and --latency/--bandwidth: give the links once (--net "
+                    "latency=TIME,bandwidth=RATE)"), 2;
+  if (o->mpi && o->net_given)
+    return dt_error("option --net: emulates a network on --comm local only (on mpi the hosts "
+                    "are the nodes MPI finds)"), 2;
   if (o->mpi && (o->net.latency > 0 || o->net.bandwidth > 0))
     return dt_error("options --latency/--bandwidth emulate a network on --comm local only"), 2;
+  if (!o->mpi && o->net.hosts > 1) {
+    int *host = malloc((size_t)o->workers * sizeof(int));
+    int rc = host ? comm_net_hosts(&o->net, o->workers, host) : dt_error("out of memory");
+    free(host);
+    if (rc) return dt_error_prefix("option --"), 2;
+  }
   return drop_shm_unless_shared(o) ? 2 : 0;
 }
 
@@ -253,14 +290,35 @@ static const char *algo_label(int algo) {
 static void print_header(const opts_t *o, comm_t *c) {
   printf("dtrain bench allreduce: %s, %d ranks, float32 sum, median of timed iterations%s\n",
          o->mpi ? "mpi" : "local", c->size, c->emulated ? ", EMULATED network" : "");
-  printf("%12s  %-18s %6s %12s %12s %12s %7s%s\n", "bytes", "algorithm", "iters", "time_us",
-         "busbw_GB/s", o->mpi ? "mpi_GB/s" : "memcpy_GB/s", "ratio", c->emulated ? "  net" : "");
+  if (c->emulated) {
+    const comm_net_t *n = &o->net;
+    if (n->hosts > 1) {
+      printf("hosts:");
+      for (int h = 0; h < comm_nhosts(c); h++) {
+        int k = 0;
+        for (int r = 0; r < c->size; r++) k += comm_host(c, r) == h;
+        printf("%s%d", h ? "+" : " ", k);
+      }
+      printf(" ranks; inside a host %g us, %g Gbit/s; between hosts %g us, %g Gbit/s\n",
+             n->intra_latency * 1e6, n->intra_bandwidth * 8e-9, n->latency * 1e6,
+             n->bandwidth * 8e-9);
+    } else {
+      printf("every link: %g us, %g Gbit/s\n", n->latency * 1e6, n->bandwidth * 8e-9);
+    }
+    printf("(a bandwidth of 0 Gbit/s is not delayed; model_us: alpha-beta prediction; vs_ring: "
+           "ring's time / this row's)\n");
+  }
+  printf("%12s  %-18s %6s %12s %12s %12s %7s", "bytes", "algorithm", "iters", "time_us",
+         "busbw_GB/s", o->mpi ? "mpi_GB/s" : "memcpy_GB/s", "ratio");
+  if (c->emulated) printf(" %10s %7s  net", "model_us", "vs_ring");
+  printf("\n");
 }
 
 typedef struct {
   size_t bytes;
   int algo, chosen, iters, ranks, emulated, mpi;
   double sec, bw, ref_bw;
+  double model, vs_ring; /* seconds; ring's time / sec (0 = none) */
 } row_t;
 
 static void print_row(const bench_t *b, const row_t *r) {
@@ -268,10 +326,14 @@ static void print_row(const bench_t *b, const row_t *r) {
   if (r->algo == ALLREDUCE_AUTO) snprintf(label, sizeof label, "auto(%s)", algo_label(r->chosen));
   else snprintf(label, sizeof label, "%s", algo_label(r->algo));
   int is_ref = r->algo < 0;
-  char ratio[16] = "-";
+  char ratio[16] = "-", model[24] = "-", vs[16] = "-";
   if (!is_ref && r->ref_bw > 0) snprintf(ratio, sizeof ratio, "%.2f", r->bw / r->ref_bw);
-  printf("%12zu  %-18s %6d %12.1f %12.3f %12.3f %7s%s\n", r->bytes, label, r->iters, r->sec * 1e6,
-         r->bw / 1e9, r->ref_bw / 1e9, ratio, r->emulated ? "  emulated" : "");
+  if (r->model > 0) snprintf(model, sizeof model, "%.1f", r->model * 1e6);
+  if (r->vs_ring > 0) snprintf(vs, sizeof vs, "%.2f", r->vs_ring);
+  printf("%12zu  %-18s %6d %12.1f %12.3f %12.3f %7s", r->bytes, label, r->iters, r->sec * 1e6,
+         r->bw / 1e9, r->ref_bw / 1e9, ratio);
+  if (r->emulated) printf(" %10s %7s  emulated", model, vs);
+  printf("\n");
   fflush(stdout);
   if (!b->json) return;
   fprintf(b->json,
@@ -283,8 +345,107 @@ static void print_row(const bench_t *b, const row_t *r) {
           r->sec * 1e6, is_ref && !r->mpi ? "copy_gbs" : "busbw_gbs", r->bw / 1e9,
           algo_label(r->mpi ? REF_MPI : REF_MEMCPY), r->ref_bw / 1e9);
   if (!is_ref && r->ref_bw > 0) fprintf(b->json, ",\"ratio\":%.4f", r->bw / r->ref_bw);
+  if (r->model > 0) fprintf(b->json, ",\"model_us\":%.3f", r->model * 1e6);
+  if (r->vs_ring > 0) fprintf(b->json, ",\"vs_ring\":%.4f", r->vs_ring);
   fprintf(b->json, ",\"emulated\":%s}\n", r->emulated ? "true" : "false");
   fflush(b->json);
+}
+
+/* ---- the alpha-beta model (emulated links) ------------------------------------ */
+
+typedef struct {
+  double a, b; /* latency (s), bandwidth (bytes/s; 0 = not delayed) */
+} link_t;
+
+/* One message of `bytes` over the link. */
+static double hop(link_t l, double bytes) { return l.a + (l.b > 0 ? bytes / l.b : 0); }
+
+/* The link from rank r to rank q under the emulated network. */
+static link_t link_between(const opts_t *o, const comm_t *c, int r, int q) {
+  if (o->net.hosts > 1 && comm_host(c, r) == comm_host(c, q))
+    return (link_t){o->net.intra_latency, o->net.intra_bandwidth};
+  return (link_t){o->net.latency, o->net.bandwidth};
+}
+
+/* A flat algorithm on P ranks over link l: ring 2(P-1) steps of S/P; rhd
+ * halving and doubling, steps of S/2, S/4, ..., S/P' each way (P' =
+ * 2^floor(lg P); +2 whole-vector steps folding the other P - P' ranks);
+ * tree 2 ceil(lg P) steps of S. */
+static double flat_model(allreduce_algo_t a, int P, double S, link_t l) {
+  int lg = 0, pof2 = 1;
+  while (2 * pof2 <= P) pof2 *= 2, lg++;
+  if (P <= 1 || S == 0) return 0;
+  switch (a) {
+  case ALLREDUCE_RING: return 2.0 * (P - 1) * hop(l, S / P);
+  case ALLREDUCE_RHD: {
+    double t = P != pof2 ? 2 * hop(l, S) : 0;
+    for (int k = 1; k <= lg; k++) t += 2 * hop(l, S / (double)(1 << k));
+    return t;
+  }
+  case ALLREDUCE_TREE: return 2.0 * (lg + (P != pof2)) * hop(l, S);
+  default: return 0;
+  }
+}
+
+/* The slower of two links for a message of `bytes`. */
+static link_t slower(link_t x, link_t y, double bytes) { return hop(y, bytes) > hop(x, bytes) ? y : x; }
+
+/* hier (allreduce_hier.c), from its plan and its hosts: hosts as hier takes
+ * them (--group's groups of consecutive ranks, else the network's hosts,
+ * else groups of ceil(sqrt P)), m ranks of each taking part. Time: the
+ * fold, S each way over the slowest folded rank's link (when hosts differ
+ * in size); 2(m-1) ring steps of S/m inside a host, at the pace of the
+ * slowest edge of the hosts' rings; the inter-host algorithm on S/m among
+ * the H ranks with one index, over the slowest link between two of them. */
+static double hier_model(const opts_t *o, coll_ctx_t *ctx, size_t count) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = c->size, g = o->group;
+  double S = (double)count * sizeof(float);
+  hier_plan_t plan;
+  int *hh = malloc((size_t)P * sizeof(int)), *local = calloc((size_t)P, sizeof(int));
+  int *seen = calloc((size_t)P, sizeof(int));
+  if (!hh || !local || !seen || allreduce_hier_plan(ctx, count, &plan) != 0) {
+    free(hh), free(local), free(seen);
+    return 0;
+  }
+  if (g <= 0 && comm_nhosts(c) <= 1)
+    for (g = 1; g * g < P; g++) {}
+  for (int r = 0; r < P; r++) hh[r] = g > 0 ? r / g : comm_host(c, r);
+  for (int r = 0; r < P; r++) local[r] = seen[hh[r]]++;
+  int m = plan.per_host, H = plan.hosts;
+  double s = S / m, fold = 0, step = 0;
+  link_t across = {0, 0};
+  for (int r = 0; r < P; r++) {
+    if (local[r] >= m) { /* folds into the rank of its host with index local mod m */
+      for (int q = 0; q < P; q++)
+        if (hh[q] == hh[r] && local[q] == local[r] % m)
+          fold = fmax(fold, hop(link_between(o, c, r, q), S));
+      continue;
+    }
+    for (int q = 0; q < P; q++) {
+      if (hh[q] == hh[r] && local[q] == (local[r] + 1) % m && m > 1) /* its ring's next rank */
+        step = fmax(step, hop(link_between(o, c, r, q), s));
+      if (hh[q] != hh[r] && local[q] == local[r]) across = slower(across, link_between(o, c, r, q), s);
+    }
+  }
+  free(hh), free(local), free(seen);
+  return 2 * fold + 2.0 * (m - 1) * step + flat_model(plan.inter, H, s, across);
+}
+
+/* The prediction for algo on count floats (0: none): ring in rank order
+ * runs at the pace of its slowest edge, 2(P-1) steps of S/P; hier as
+ * hier_model; auto as what it picks. Collective (hier's plan). */
+static double model(const opts_t *o, coll_ctx_t *ctx, int algo, size_t count) {
+  comm_t *c = coll_ctx_comm(ctx);
+  int P = c->size;
+  double S = (double)count * sizeof(float);
+  if (!c->emulated || P < 2) return 0;
+  if (algo == ALLREDUCE_AUTO) algo = (int)allreduce_choose(ctx, count);
+  if (algo == ALLREDUCE_HIER) return hier_model(o, ctx, count);
+  if (algo != ALLREDUCE_RING) return 0;
+  double step = 0;
+  for (int r = 0; r < P; r++) step = fmax(step, hop(link_between(o, c, r, (r + 1) % P), S / P));
+  return 2.0 * (P - 1) * step;
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -294,7 +455,8 @@ static int bench_size(const bench_t *b, op_t *op, double *times) {
   const opts_t *o = b->o;
   int P = c->size, iters = iterations(o, op->count * sizeof(float));
   double bus = (double)op->count * sizeof(float) * 2.0 * (P - 1) / P, sec;
-  row_t r = {op->count * sizeof(float), 0, 0, iters, P, c->emulated, o->mpi, 0, 0, 0};
+  row_t rows[ALLREDUCE_COUNT + 1];
+  row_t r = {op->count * sizeof(float), 0, 0, iters, P, c->emulated, o->mpi, 0, 0, 0, 0, 0};
   /* the yardstick first */
   op->algo = o->mpi ? REF_MPI : REF_MEMCPY;
   if (o->mpi && verify(op) != 0) return dt_error_prefix("MPI_Allreduce at %zu bytes: ", r.bytes);
@@ -302,7 +464,8 @@ static int bench_size(const bench_t *b, op_t *op, double *times) {
   r.algo = op->algo, r.sec = sec;
   r.ref_bw = o->mpi ? bus / sec : (double)r.bytes / sec;
   r.bw = r.ref_bw;
-  if (c->rank == 0) print_row(b, &r);
+  rows[0] = r;
+  double ring_sec = 0;
   for (int i = 0; i < o->nalgos; i++) {
     op->algo = o->algos[i];
     if (verify(op) != 0)
@@ -310,7 +473,14 @@ static int bench_size(const bench_t *b, op_t *op, double *times) {
     DT_TRY(time_op(op, o->warmup, iters, times, &sec));
     r.algo = op->algo, r.sec = sec, r.bw = P > 1 ? bus / sec : 0;
     r.chosen = op->algo == ALLREDUCE_AUTO ? (int)allreduce_choose(op->ctx, op->count) : op->algo;
-    if (c->rank == 0) print_row(b, &r);
+    r.model = model(o, op->ctx, op->algo, op->count); /* collective: every rank */
+    if (op->algo == ALLREDUCE_RING) ring_sec = sec;
+    rows[1 + i] = r;
+  }
+  /* printed once the ring is measured, whatever its place in --algo */
+  for (int i = 0; c->rank == 0 && i <= o->nalgos; i++) {
+    if (i > 0 && c->emulated && ring_sec > 0) rows[i].vs_ring = ring_sec / rows[i].sec;
+    print_row(b, &rows[i]);
   }
   return 0;
 }

@@ -17,23 +17,25 @@ int coll_ctx_new(comm_t *c, coll_ctx_t **out) {
   ctx->latency = c->link_latency > 0 ? c->link_latency : 5e-6;
   ctx->bandwidth = c->link_bandwidth > 0 ? c->link_bandwidth : 5e9;
   coll_ctx_set_segment(ctx, 0);
+  /* more than one host, and at least two ranks on each (allreduce_auto.c) */
+  if (comm_nhosts(c) > 1) {
+    int *n = calloc((size_t)comm_nhosts(c), sizeof(int)), ok = 1;
+    if (!n) {
+      coll_ctx_free(ctx);
+      return dt_error("out of memory creating a collective context");
+    }
+    for (int r = 0; r < c->size; r++) n[comm_host(c, r)]++;
+    for (int h = 0; h < comm_nhosts(c); h++) ok &= n[h] >= 2;
+    free(n);
+    ctx->hosts_worth_it = ok;
+  }
   *out = ctx;
   return 0;
 }
 
-void coll_free_groups(coll_ctx_t *ctx) {
-  coll_ctx_free(ctx->intra_ctx);
-  coll_ctx_free(ctx->leaders_ctx);
-  comm_free(ctx->intra);
-  comm_free(ctx->leaders);
-  ctx->intra_ctx = ctx->leaders_ctx = NULL;
-  ctx->intra = ctx->leaders = NULL;
-  ctx->hier_group = 0;
-}
-
 void coll_ctx_free(coll_ctx_t *ctx) {
   if (!ctx) return;
-  coll_free_groups(ctx);
+  coll_free_hier(ctx);
   coll_free_shm(ctx);
   dt_free(ctx->seg_scratch);
   dt_free(ctx->work[0]);

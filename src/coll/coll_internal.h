@@ -16,6 +16,7 @@ enum {
   TAG_NAIVE,
   TAG_GATHER,
   TAG_SHM,
+  TAG_HIER,
 };
 
 #define COLL_WINDOW 2 /* receives posted ahead: one in flight while one is reduced */
@@ -31,9 +32,8 @@ struct coll_ctx {
   comm_req_t **sends;         /* sends in flight, waited by coll_wait_sends */
   size_t nsends, sends_cap;
   int group_size;             /* ALLREDUCE_HIER; 0 = default */
-  int hier_group;             /* group size the cached communicators were made for */
-  comm_t *intra, *leaders;
-  coll_ctx_t *intra_ctx, *leaders_ctx;
+  int hosts_worth_it;         /* auto picks hier: > 1 host, >= 2 ranks on each */
+  struct coll_hier *hier;     /* ALLREDUCE_HIER's layout and communicators, made on first use */
   double latency, bandwidth;  /* for ALLREDUCE_AUTO */
   struct shm_slot *shm;       /* ALLREDUCE_SHM: one slot per rank, in shared memory */
 };
@@ -65,7 +65,7 @@ int coll_post_recv(coll_ctx_t *ctx, int src, int tag, float *buf, size_t n, int 
  * from the left, adding for s < P-1 and copying after. */
 int coll_ring_steps(coll_ctx_t *ctx, float *buf, size_t count, int first, int last, int tag);
 
-/* The flat algorithms auto chooses from (never hier or naive). */
+/* The flat algorithms auto chooses from (never hier, naive or shm). */
 allreduce_algo_t coll_choose_flat(coll_ctx_t *ctx, size_t count);
 
 /* Returns on every rank once all have called it: a dissemination barrier
@@ -76,8 +76,8 @@ int coll_barrier(coll_ctx_t *ctx, int tag);
 /* Frees allreduce_shm's shared slots (collective; allreduce_shm.c). */
 void coll_free_shm(coll_ctx_t *ctx);
 
-/* Frees allreduce_hier's cached communicators (coll_ctx.c). */
-void coll_free_groups(coll_ctx_t *ctx);
+/* Frees allreduce_hier's cached communicators (allreduce_hier.c). */
+void coll_free_hier(coll_ctx_t *ctx);
 
 /* Adds the prefix to the error line and returns -1. */
 int coll_fail(coll_ctx_t *ctx, const char *what);

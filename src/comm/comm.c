@@ -10,6 +10,7 @@
  * add per message: a rank's progress thread and its compute thread may
  * send at the same time. */
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "dtrain/comm.h"
 
@@ -29,6 +30,37 @@ int comm_counters_new(comm_t *c) {
 void comm_counters_free(comm_t *c) {
   dt_free(c->counters);
   c->counters = NULL;
+}
+
+/* Labels (>= 0) to host ids 0, 1, ... in the order of each host's lowest
+ * rank. */
+int comm_hosts_set(comm_t *c, const int *label) {
+  comm_hosts_free(c);
+  int max = 0;
+  for (int r = 0; r < c->size; r++) max = label[r] > max ? label[r] : max;
+  int *host = malloc((size_t)c->size * sizeof(int));
+  int *id = malloc(((size_t)max + 1) * sizeof(int));
+  if (!host || !id) {
+    free(host), free(id);
+    return dt_error("out of memory creating a communicator");
+  }
+  for (int i = 0; i <= max; i++) id[i] = -1;
+  int n = 0;
+  for (int r = 0; r < c->size; r++) {
+    int l = label[r] < 0 ? 0 : label[r];
+    if (id[l] < 0) id[l] = n++;
+    host[r] = id[l];
+  }
+  free(id);
+  c->host = host;
+  c->nhosts = n;
+  return 0;
+}
+
+void comm_hosts_free(comm_t *c) {
+  free(c->host);
+  c->host = NULL;
+  c->nhosts = 0;
 }
 
 comm_bytes_t comm_bytes(const comm_t *c) {

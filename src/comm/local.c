@@ -78,7 +78,7 @@ typedef struct {
   int waiters;
   lreq_t *free_reqs;
   slab_t *slabs;
-  double link_free_at;      /* emulated: when the outgoing link is idle */
+  double link_free_at[2];   /* emulated: when the outgoing links are idle (LINK_*) */
   atomic_int exited;
 } mailbox_t;
 
@@ -89,6 +89,9 @@ typedef struct {
   int yield;                /* spin with sched_yield: ranks outnumber cores */
   int emulated;
   double latency, bandwidth, *rank_latency, *rank_bandwidth, *rank_slowdown;
+  double intra_latency, intra_bandwidth; /* between two ranks of one host (multihost) */
+  int multihost;            /* the ranks are on more than one (emulated) host */
+  int *host;                /* world rank -> host (comm_net_hosts) */
   mailbox_t *mb;
   atomic_int aborted;
   atomic_int failed_rank;   /* first rank whose fn failed, -1 = none */
@@ -206,17 +209,24 @@ static double rank_value(const double *per_rank, double global, int r) {
   return per_rank ? per_rank[r] : global;
 }
 
-/* The sender's link carries one message at a time: this one starts when
- * the link is free, takes len / bandwidth, and arrives latency later. */
+/* A rank has two outgoing links: one to the ranks of its own host, one to
+ * the other hosts (with one host, every message takes the second, which
+ * is then "the" link of --net latency/bandwidth). */
+enum { LINK_INTRA, LINK_INTER };
+
+/* The sender's link to the destination carries one message at a time:
+ * this one starts when the link is free, takes len / bandwidth, and
+ * arrives latency later. */
 static void link_schedule(world_t *w, int me, lreq_t *s) {
-  double bw = rank_value(w->rank_bandwidth, w->bandwidth, me);
-  double lat = rank_value(w->rank_latency, w->latency, me);
+  int link = w->multihost && w->host[me] == w->host[s->peer_world] ? LINK_INTRA : LINK_INTER;
+  double bw = link == LINK_INTRA ? w->intra_bandwidth : rank_value(w->rank_bandwidth, w->bandwidth, me);
+  double lat = link == LINK_INTRA ? w->intra_latency : rank_value(w->rank_latency, w->latency, me);
   mailbox_t *mb = &w->mb[me];
   pthread_mutex_lock(&mb->mu);
   double now = dt_now();
-  double start = mb->link_free_at > now ? mb->link_free_at : now;
+  double start = mb->link_free_at[link] > now ? mb->link_free_at[link] : now;
   double finish = start + (bw > 0 ? (double)s->len / bw : 0);
-  mb->link_free_at = finish;
+  mb->link_free_at[link] = finish;
   pthread_mutex_unlock(&mb->mu);
   s->ready_at = finish;
   s->arrival = finish + lat;
@@ -691,6 +701,7 @@ static int l_barrier(comm_t *c) {
 
 static int make_comm(world_t *w, int id, int is_world, int rank, int size, const int *world_ranks,
                      comm_t **out);
+static void l_free(comm_t *c);
 
 /* Rank 0 gathers every (color, key), reserves a block of communicator ids
  * and sends the table back; each rank then forms its own group. */
@@ -751,6 +762,10 @@ static int l_split(comm_t *c, int color, int key, comm_t **out) {
   int first = members[0];
   for (int j = 1; j < n; j++) if (members[j] < first) first = members[j];
   rc = make_comm(lc->w, table[2 * P] + first, 0, myrank, n, world_ranks, out);
+  if (rc == 0) { /* each member's host, as the world has it */
+    for (int j = 0; j < n; j++) members[j] = lc->w->host[world_ranks[j]];
+    if ((rc = comm_hosts_set(*out, members)) != 0) l_free(*out);
+  }
   if (rc == 0) {
     (*out)->slowdown = c->slowdown;
     (*out)->emulated = c->emulated;
@@ -769,6 +784,7 @@ done:
 static void l_free(comm_t *c) {
   lcomm_t *lc = c->impl;
   if (lc->is_world) return;
+  comm_hosts_free(c);
   free(lc->world_of);
   free(lc);
   free(c);
@@ -828,12 +844,6 @@ static double *copy_array(const double *a, int n) {
   return b;
 }
 
-static int array_has_nonzero(const double *a, int n) {
-  for (int i = 0; a && i < n; i++)
-    if (a[i] != 0) return 1;
-  return 0;
-}
-
 static void world_free(world_t *w) {
   if (!w) return;
   for (int i = 0; w->mb && i < w->size; i++) {
@@ -844,6 +854,7 @@ static void world_free(world_t *w) {
   pthread_condattr_destroy(&w->cvattr);
   dt_free(w->mb);
   free(w->rank_latency), free(w->rank_bandwidth), free(w->rank_slowdown);
+  free(w->host);
   free(w);
 }
 
@@ -866,17 +877,22 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
   atomic_init(&w->next_comm_id, 1); /* 0 is the world */
   pthread_condattr_init(&w->cvattr);
   pthread_condattr_setclock(&w->cvattr, CLOCK_MONOTONIC);
+  w->host = malloc((size_t)size * sizeof(int));
+  if (w->host && comm_net_hosts(net, size, w->host) != 0) {
+    world_free(w);
+    return -1;
+  }
   if (net) {
     w->latency = net->latency, w->bandwidth = net->bandwidth;
     w->rank_latency = copy_array(net->rank_latency, size);
     w->rank_bandwidth = copy_array(net->rank_bandwidth, size);
     w->rank_slowdown = copy_array(net->rank_slowdown, size);
-    w->emulated = w->latency > 0 || w->bandwidth > 0 ||
-                  array_has_nonzero(net->rank_latency, size) ||
-                  array_has_nonzero(net->rank_bandwidth, size);
+    w->emulated = comm_net_emulated(net, size);
+    w->multihost = net->hosts > 1;
+    if (w->multihost) w->intra_latency = net->intra_latency, w->intra_bandwidth = net->intra_bandwidth;
   }
   w->mb = dt_alloc((size_t)size * sizeof(mailbox_t));
-  if (!w->mb || (net && ((net->rank_latency && !w->rank_latency) ||
+  if (!w->mb || !w->host || (net && ((net->rank_latency && !w->rank_latency) ||
                          (net->rank_bandwidth && !w->rank_bandwidth) ||
                          (net->rank_slowdown && !w->rank_slowdown)))) {
     world_free(w);
@@ -891,7 +907,8 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
 }
 
 /* Algorithm choice needs one link estimate that every rank agrees on:
- * the slowest link when links differ; memory speed when not emulated. */
+ * the slowest link when links differ (within or between hosts); memory
+ * speed when not emulated. */
 static void link_estimate(const world_t *w, double *latency, double *bandwidth) {
   if (!w->emulated) { /* measured here: ~5 us a hop, ~20 us when threads share cores */
     *latency = w->yield ? 20e-6 : 5e-6;
@@ -899,6 +916,10 @@ static void link_estimate(const world_t *w, double *latency, double *bandwidth) 
     return;
   }
   double lat = w->latency, bw = w->bandwidth > 0 ? w->bandwidth : 1e12;
+  if (w->multihost) {
+    if (w->intra_latency > lat) lat = w->intra_latency;
+    if (w->intra_bandwidth > 0 && w->intra_bandwidth < bw) bw = w->intra_bandwidth;
+  }
   for (int i = 0; i < w->size; i++) {
     double l = rank_value(w->rank_latency, w->latency, i);
     double b = rank_value(w->rank_bandwidth, w->bandwidth, i);
@@ -968,6 +989,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg) 
   for (int i = 0; rc == 0 && i < size; i++) {
     rc = make_comm(w, 0, 1, i, size, identity, &runs[i].comm);
     if (rc == 0) rc = comm_counters_new(runs[i].comm);
+    if (rc == 0) rc = comm_hosts_set(runs[i].comm, w->host);
     if (rc) break;
     runs[i].comm->emulated = w->emulated;
     runs[i].comm->slowdown = w->rank_slowdown && w->rank_slowdown[i] > 1 ? w->rank_slowdown[i] : 1;
@@ -991,6 +1013,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg) 
   for (int i = 0; runs && i < size; i++)
     if (runs[i].comm) {
       comm_counters_free(runs[i].comm);
+      comm_hosts_free(runs[i].comm);
       free(((lcomm_t *)runs[i].comm->impl)->world_of);
       free(runs[i].comm->impl);
       free(runs[i].comm);

@@ -314,6 +314,29 @@ static int m_barrier(comm_t *c) {
 }
 
 static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *like, comm_t **out);
+static void m_free(comm_t *c);
+
+/* Each member of a new communicator keeps its host: its rank in the parent
+ * (a translation of groups, no message) indexes the parent's table. */
+static int split_hosts(const comm_t *parent, comm_t *sub) {
+  MPI_Group pg, sg;
+  int n = sub->size, rc = 0;
+  int *ranks = malloc((size_t)n * sizeof(int)), *in_parent = malloc((size_t)n * sizeof(int));
+  if (!ranks || !in_parent) rc = dt_error("out of memory");
+  if (rc == 0) {
+    MPI_Comm_group(((mcomm_t *)parent->impl)->hc, &pg);
+    MPI_Comm_group(((mcomm_t *)sub->impl)->hc, &sg);
+    for (int i = 0; i < n; i++) ranks[i] = i;
+    if (MPI_Group_translate_ranks(sg, n, ranks, pg, in_parent) != MPI_SUCCESS)
+      rc = dt_error("cannot map the new communicator's ranks to the old one's");
+    MPI_Group_free(&pg);
+    MPI_Group_free(&sg);
+  }
+  for (int i = 0; rc == 0 && i < n; i++) ranks[i] = comm_host(parent, in_parent[i]);
+  if (rc == 0) rc = comm_hosts_set(sub, ranks);
+  free(ranks), free(in_parent);
+  return rc;
+}
 
 static int m_split(comm_t *c, int color, int key, comm_t **out) {
   mcomm_t *m = c->impl;
@@ -325,11 +348,17 @@ static int m_split(comm_t *c, int color, int key, comm_t **out) {
   int err = MPI_Comm_split(m->hc, color < 0 ? 0 : color, key, &hc);
   if (err == MPI_SUCCESS) err = MPI_Comm_split(m->pc, color < 0 ? 0 : color, key, &pc);
   if (err != MPI_SUCCESS) return mpi_fail(err, "split");
-  return make_comm(hc, pc, m->timeout, c, out);
+  DT_TRY(make_comm(hc, pc, m->timeout, c, out));
+  if (split_hosts(c, *out) != 0) {
+    m_free(*out);
+    return dt_error_prefix("split: ");
+  }
+  return 0;
 }
 
 static void m_free(comm_t *c) {
   mcomm_t *m = c->impl;
+  comm_hosts_free(c);
   MPI_Comm_free(&m->hc);
   MPI_Comm_free(&m->pc);
   free(m);
@@ -364,6 +393,7 @@ static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *lik
   *c = *like;
   c->ops = &mpi_ops;
   c->impl = m;
+  c->host = NULL, c->nhosts = 0; /* its own table: split_hosts or world_comm */
   MPI_Comm_rank(hc, &c->rank);
   MPI_Comm_size(hc, &c->size);
   *out = c;
@@ -381,15 +411,21 @@ int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
   return err == MPI_SUCCESS ? 0 : mpi_fail(err, "MPI_Allreduce");
 }
 
-/* More ranks on this host than cores? The answer is made the same on
- * every rank (any host oversubscribed), since algorithm choice uses it. */
-static int host_oversubscribed(void) {
+/* The ranks that share this node (MPI_COMM_TYPE_SHARED): each rank's
+ * label is the lowest world rank of its node, gathered into label[] (one
+ * per world rank). Returns whether any node has more ranks than cores: the
+ * answer is made the same on every rank, since algorithm choice uses it. */
+static int host_layout(int *label) {
   MPI_Comm host;
-  int here = 1, over = 0, any = 0;
+  int here = 1, over = 0, any = 0, rank = 0, first = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  first = rank;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
     MPI_Comm_size(host, &here);
+    MPI_Allreduce(&rank, &first, 1, MPI_INT, MPI_MIN, host);
     MPI_Comm_free(&host);
   }
+  MPI_Allgather(&first, 1, MPI_INT, label, 1, MPI_INT, MPI_COMM_WORLD);
   over = here > sysconf(_SC_NPROCESSORS_ONLN);
   MPI_Allreduce(&over, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return any;
@@ -402,13 +438,21 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   if (flag && *tag_ub < COMM_TAG_MAX)
     return dt_error("this MPI allows tags up to %d; dtrain needs %d", *tag_ub, COMM_TAG_MAX);
-  if (net && (net->latency > 0 || net->bandwidth > 0 || net->rank_latency || net->rank_bandwidth) &&
+  if (net && (net->latency > 0 || net->bandwidth > 0 || net->rank_latency || net->rank_bandwidth ||
+              net->intra_latency > 0 || net->intra_bandwidth > 0) &&
       rank == 0)
     dt_log(DT_LOG_WARN, "the emulated network (latency, bandwidth) is local only; "
                         "on mpi the real network is measured");
+  int *label = malloc((size_t)size * sizeof(int));
+  if (!label) return dt_error("out of memory");
   /* link estimate measured here (shared memory, CMA): ~3 us a message, ~10 us
    * when processes share cores, ~5 GB/s */
-  int over = host_oversubscribed();
+  int over = host_layout(label);
+  /* hosts given (tests): they replace the nodes MPI found */
+  if (net && net->hosts > 1 && comm_net_hosts(net, size, label) != 0) {
+    free(label);
+    return -1;
+  }
   comm_t like = {.slowdown = 1, .link_latency = over ? 10e-6 : 3e-6, .link_bandwidth = 5e9,
                  .thread_multiple = provided >= MPI_THREAD_MULTIPLE, .oversubscribed = over};
   if (net && net->rank_slowdown && (net->rank_table_len == 0 || rank < net->rank_table_len) &&
@@ -417,8 +461,10 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   MPI_Comm hc, pc;
   MPI_Comm_dup(MPI_COMM_WORLD, &hc);
   MPI_Comm_dup(MPI_COMM_WORLD, &pc);
-  DT_TRY(make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out));
-  return comm_counters_new(*out);
+  int rc = make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out);
+  if (rc == 0) rc = comm_hosts_set(*out, label);
+  free(label);
+  return rc == 0 ? comm_counters_new(*out) : -1;
 }
 
 /* One line naming this rank, then the job ends. The pause lets mpirun

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <strings.h>
 
 int parse_int(const char *opt, const char *text, long lo, long hi, long *out) {
@@ -103,3 +104,37 @@ int name_index(const char *name, const char *const *names, int n) {
 const char *name_of(int k, const char *const *names, int n) {
   return k >= 0 && k < n ? names[k] : "unknown";
 }
+
+/* "key=value,key=value" of option --opt: each item a known key (keys[],
+ * nkeys of them) given at most once with a non-empty value; vals[i] is the
+ * value of keys[i] or NULL. The values point into buf. */
+int parse_items(const char *opt, const char *val, const char *example, char *buf, size_t cap,
+                const char *const *keys, int nkeys, const char **vals) {
+  if (strlen(val) >= cap) return dt_error("option --%s: value too long (example: %s)", opt, example);
+  strcpy(buf, val);
+  for (int i = 0; i < nkeys; i++) vals[i] = NULL;
+  char *item = buf;
+  for (;;) {
+    char *comma = strchr(item, ',');
+    if (comma) *comma = 0;
+    if (!*item) return dt_error("option --%s: empty item in '%s' (example: %s)", opt, val, example);
+    char *eq = strchr(item, '=');
+    if (!eq) return dt_error("option --%s: '%s' is not key=value (example: %s)", opt, item, example);
+    *eq = 0;
+    int k = -1;
+    for (int i = 0; i < nkeys; i++)
+      if (!strcmp(item, keys[i])) k = i;
+    if (k < 0) {
+      char known[128] = "";
+      for (int i = 0; i < nkeys; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", keys[i]);
+      return dt_error("option --%s: unknown key '%s' (expected %s)", opt, item, known);
+    }
+    if (vals[k]) return dt_error("option --%s: key '%s' given twice in '%s'", opt, item, val);
+    if (!eq[1]) return dt_error("option --%s: key '%s' has an empty value (example: %s)", opt, item, example);
+    vals[k] = eq + 1;
+    if (!comma) return 0;
+    item = comma + 1;
+  }
+}
+

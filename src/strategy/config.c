@@ -209,10 +209,22 @@ static int shm_check(const train_config_t *c) {
   if (c->comm != COMM_LOCAL)
     return dt_error("option --exchange allreduce:shm needs shared memory: use --comm local "
                     "(ranks of --comm mpi are separate processes; ring, rhd and auto work on both)");
-  if (c->net_latency > 0 || c->net_bandwidth > 0)
+  if (c->net_latency > 0 || c->net_bandwidth > 0 || comm_net_emulated(&c->net, 0))
     return dt_error("options --exchange allreduce:shm and --net do not combine: shm sends no "
                     "messages for the emulated network to delay (use ring, rhd or auto)");
   return 0;
+}
+
+/* --net hosts=... must fit the ranks of the run (workers, and servers). */
+static int net_hosts_check(const train_config_t *c) {
+  if (c->net.hosts <= 1) return 0;
+  int n = strategy_total_ranks(c);
+  int *host = malloc((size_t)n * sizeof(int));
+  if (!host) return dt_error("out of memory");
+  int rc = comm_net_hosts(&c->net, n, host);
+  free(host);
+  if (rc == 0) return 0;
+  return dt_error_prefix("option --");
 }
 
 /* Values first, then whether the axes combine (strategy_select). */
@@ -232,6 +244,7 @@ int train_config_check(const train_config_t *c) {
   if (comm_order_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
+  if (c->comm != COMM_MPI && net_hosts_check(c) != 0) return -1;
   strategy_fn fn;
   const char *name;
   return strategy_select(c, &fn, &name);

@@ -194,61 +194,11 @@ static int parse_onoff(const char *opt, const char *val, int *out) {
   return 0;
 }
 
-/* "key=value,key=value" of option --opt: each item a known key (keys[],
- * nkeys of them) given at most once with a non-empty value; vals[i] is the
- * value of keys[i] or NULL. The values point into buf. */
-static int split_items(const char *opt, const char *val, const char *example, char *buf,
-                       size_t cap, const char *const *keys, int nkeys, const char **vals) {
-  if (strlen(val) >= cap) return dt_error("option --%s: value too long (example: %s)", opt, example);
-  strcpy(buf, val);
-  for (int i = 0; i < nkeys; i++) vals[i] = NULL;
-  char *item = buf;
-  for (;;) {
-    char *comma = strchr(item, ',');
-    if (comma) *comma = 0;
-    if (!*item) return dt_error("option --%s: empty item in '%s' (example: %s)", opt, val, example);
-    char *eq = strchr(item, '=');
-    if (!eq) return dt_error("option --%s: '%s' is not key=value (example: %s)", opt, item, example);
-    *eq = 0;
-    int k = -1;
-    for (int i = 0; i < nkeys; i++)
-      if (!strcmp(item, keys[i])) k = i;
-    if (k < 0) {
-      char known[128] = "";
-      for (int i = 0; i < nkeys; i++)
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", keys[i]);
-      return dt_error("option --%s: unknown key '%s' (expected %s)", opt, item, known);
-    }
-    if (vals[k]) return dt_error("option --%s: key '%s' given twice in '%s'", opt, item, val);
-    if (!eq[1]) return dt_error("option --%s: key '%s' has an empty value (example: %s)", opt, item, example);
-    vals[k] = eq + 1;
-    if (!comma) return 0;
-    item = comma + 1;
-  }
-}
-
-/* "latency=50us,bandwidth=1Gbit" */
+/* "latency=50us,bandwidth=1Gbit", "hosts=2,intra-bandwidth=10Gbit,..." */
 static int parse_net(const char *val, train_config_t *c) {
-  static const char *const keys[] = {"latency", "bandwidth"};
-  const char *v[2];
-  char buf[256];
-  const char *ex = "latency=50us,bandwidth=1Gbit";
-  DT_TRY(split_items("net", val, ex, buf, sizeof buf, keys, 2, v));
-  double lat = 0, bw = 0;
-  if (v[0]) {
-    DT_TRY(parse_duration("net latency", v[0], &lat));
-    if (!(lat <= COMM_NET_LATENCY_MAX))
-      return dt_error("option --net: latency %s is out of range (expected 0 to %g s)", v[0],
-                      COMM_NET_LATENCY_MAX);
-  }
-  if (v[1]) {
-    DT_TRY(parse_bandwidth("net bandwidth", v[1], &bw));
-    if (!(bw >= COMM_NET_BANDWIDTH_MIN && bw <= COMM_NET_BANDWIDTH_MAX))
-      return dt_error("option --net: bandwidth %s is out of range (expected 1 kbit/s to 10 "
-                      "Tbit/s)", v[1]);
-  }
-  c->net_latency = lat;
-  c->net_bandwidth = bw;
+  DT_TRY(comm_net_parse(val, &c->net));
+  c->net_latency = c->net.latency;
+  c->net_bandwidth = c->net.bandwidth;
   return 0;
 }
 
@@ -261,7 +211,7 @@ static int parse_straggler(const char *val, train_config_t *c) {
   char buf[128];
   long r;
   double f;
-  DT_TRY(split_items("straggler", val, "rank=2,slowdown=3", buf, sizeof buf, keys, 2, v));
+  DT_TRY(parse_items("straggler", val, "rank=2,slowdown=3", buf, sizeof buf, keys, 2, v));
   if (!v[0] || !v[1]) return dt_error("option --straggler: needs rank=R,slowdown=F (both)");
   DT_TRY(parse_int("straggler rank", v[0], 0, MAX_WORKERS - 1, &r));
   DT_TRY(parse_float("straggler slowdown", v[1], 1, 1000, &f));
@@ -276,7 +226,7 @@ static int parse_kill(const char *val, train_config_t *c) {
   const char *v[2];
   char buf[128];
   long r, s;
-  DT_TRY(split_items("kill", val, "rank=3,at-step=200", buf, sizeof buf, keys, 2, v));
+  DT_TRY(parse_items("kill", val, "rank=3,at-step=200", buf, sizeof buf, keys, 2, v));
   if (!v[0] || !v[1]) return dt_error("option --kill: needs rank=R,at-step=S (both)");
   DT_TRY(parse_int("kill rank", v[0], 0, MAX_WORKERS - 1, &r));
   DT_TRY(parse_int("kill at-step", v[1], 0, 1L << 50, &s));
