@@ -35,6 +35,7 @@ void train_config_default(train_config_t *c) {
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
+  c->drop_stale = -1;
   c->tau = 1;
   c->tau_up = c->tau_down = 1;
   c->neighbor_weight = 1.0 / 3.0;
