@@ -74,7 +74,7 @@ static const char *TRAIN_HELP =
     "                            a:LAMBDA0 is DC-ASGD-a, lambda = LAMBDA0 / sqrt(MeanSquare)\n"
     "  --implicit-momentum on|off   async, value:V, sgd: --momentum is the total; the\n"
     "                            servers use --momentum - (1 - 1/N), asynchrony's implicit\n"
-    "                            momentum taken out, negative for large N (Mitliagkas et al.)\n"
+    "                            momentum taken out, negative for large N (Mitliagkas) [off]\n"
     "  --kill rank=R,at-step=S   stop worker R at step S (fault injection, local)\n"
     "  --checkpoint-dir DIR      one checkpoint file per server shard plus a manifest\n"
     "\n"
