@@ -53,6 +53,18 @@ PYEOF
 done
 check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
 check staleness_lr_and_dc_asgd run --data "$SMALL" --workers 3 --exchange ps:1 --schedule async --staleness-lr --dc-asgd 0.04 --epochs 1 --quiet
+check dc_asgd_adaptive_trains run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --dc-asgd a:2 --epochs 1 --quiet
+# negative momentum: 4 workers, --momentum 0.5 total: the servers step with 0.5 - 0.75 = -0.25;
+# with 0.75, momentum 0 and no momentum buffer (worker 0's checkpoint agrees with the servers)
+check implicit_momentum_negative_trains run --data "$SMALL" --workers 4 --exchange ps:2 --schedule async --momentum 0.5 --implicit-momentum on --epochs 1 --quiet --checkpoint "$TMP/im.st"
+check implicit_momentum_zero_checkpoint sh -c "'$DTRAIN' train --data '$SMALL' --workers 4 --exchange ps:1 --schedule value:0.05 --momentum 0.75 --implicit-momentum on --max-steps 6 --quiet --checkpoint '$TMP/im0.st' >/dev/null 2>&1 && ! grep -q momentum_buffer '$TMP/im0.st' && grep -q momentum_buffer '$TMP/im.st'"
+# --drop-stale S: a 4x straggler's pushes come ~10 updates late and are dropped, the run goes on
+if run --data "$SMALL" --workers 4 --exchange ps:1 --schedule async --drop-stale 3 --straggler rank=1,slowdown=4 --epochs 1 --quiet --metrics "$TMP/ds.jsonl" &&
+   $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/ds.jsonl') if '\"epoch\"' in l][-1]
+assert e['dropped'] > 0 and e['staleness_max'] <= 3 and sum(e['batches']) == 32 and e['test_acc'] > 0.3, e" >"$TMP/check.out" 2>&1
+then pass drop_stale_drops_the_straggler; else fail drop_stale_drops_the_straggler "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+check dc_asgd_adaptive_under_value_bound run --data "$SMALL" --workers 3 --exchange ps:2 --schedule value:0.02 --dc-asgd a:2 --epochs 1 --quiet
 # Hogwild's unsynchronised updates are the algorithm: ThreadSanitizer would
 # report every one of them (and run for many minutes), so it is not run there.
 if [ -n "$TSAN" ]; then
@@ -119,6 +131,13 @@ for p in $presets; do
   check "preset_${p}_runs" sh -c "'$DTRAIN' train --data '$SMALL' --workers 2 --preset $p --max-steps 8 --quiet --metrics '$TMP/$p.jsonl' >/dev/null 2>&1 && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
 done
 
+# the taxonomy's Table 1 lists TensorFlow and MXNet as bounded asynchronous:
+# tensorflow-ps is its paper's bounded mode (backup workers); mxnet says why it is not
+check preset_tensorflow-ps_is_bounded grep -q '"schedule":"backup:1".*"servers":2' "$TMP/tensorflow-ps.jsonl"
+check presets_say_what_the_papers_say sh -c "'$DTRAIN' presets >'$TMP/presets.out' &&
+  grep -A2 '^tensorflow-ps ' '$TMP/presets.out' | grep -q 'options: .*--schedule backup:1 --exchange ps:n' &&
+  grep -A2 '^mxnet ' '$TMP/presets.out' | grep -q 'no staleness bound: the taxonomy.s Table 1 says bounded asynchronous'"
+
 # ---- bad combinations and values: one line naming the option ---------------------------
 expect_error shared_needs_async 2 "--schedule ssp and --exchange shared do not combine" -- "$DTRAIN" train --exchange shared --schedule ssp:3
 expect_error shared_needs_local 2 "option --exchange shared needs shared memory: use --comm local" -- "$DTRAIN" train --exchange shared --schedule async --comm mpi
@@ -126,6 +145,21 @@ expect_error kill_needs_ps 2 "option --kill: needs --exchange ps:K" -- "$DTRAIN"
 expect_error kill_not_worker_0 2 "worker 0 reports the run" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule async --kill rank=0,at-step=3
 expect_error fetch_every_needs_async 2 "--fetch-every and --push-every apply to Downpour" -- "$DTRAIN" train --workers 2 --exchange ps:1 --fetch-every 2
 expect_error dc_asgd_needs_async 2 "--dc-asgd mitigate stale asynchronous updates" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule backup:1 --dc-asgd 0.1
+expect_error dc_asgd_adaptive_needs_async 2 "--dc-asgd mitigate stale asynchronous updates" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:2 --dc-asgd a:2
+expect_error dc_asgd_adaptive_not_allreduce 2 "--dc-asgd mitigate stale asynchronous updates" -- "$DTRAIN" train --workers 2 --dc-asgd a:2
+expect_error dc_asgd_adaptive_empty 2 "option --dc-asgd: 'a:' needs a value" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --dc-asgd a:
+expect_error dc_asgd_adaptive_zero 2 "option --dc-asgd: a:0: the adaptive lambda0 must be > 0" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --dc-asgd a:0
+expect_error dc_asgd_adaptive_junk 2 "option --dc-asgd: '2x' is not a number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --dc-asgd a:2x
+expect_error dc_asgd_unknown_variant 2 "option --dc-asgd: 'b:1' (expected LAMBDA, or a:LAMBDA0 for DC-ASGD-a)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --dc-asgd b:1
+expect_error dc_asgd_negative 2 "option --dc-asgd: -1 is out of range" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --dc-asgd a:-1
+expect_error implicit_momentum_needs_async 2 "option --implicit-momentum on: the momentum asynchrony implies comes from updates applied one by one" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:2 --implicit-momentum on
+expect_error implicit_momentum_needs_sgd 2 "option --implicit-momentum on: lowers the servers' sgd momentum by 1 - 1/N: use --optimizer sgd" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --optimizer adam --implicit-momentum on
+expect_error implicit_momentum_not_nesterov 2 "which --nesterov does not take" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --momentum 0.9 --nesterov --implicit-momentum on
+expect_error implicit_momentum_not_allreduce 2 "option --implicit-momentum: not used with --optimization central --schedule sync --exchange allreduce (it applies to --exchange ps:K --schedule async or value:V with --optimizer sgd)" -- "$DTRAIN" train --workers 2 --implicit-momentum off
+expect_error implicit_momentum_on_or_off 2 "option --implicit-momentum: 'yes' (expected on or off)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --implicit-momentum yes
+expect_error drop_stale_needs_async 2 "option --drop-stale: not used with --optimization central --schedule value --exchange ps (it applies to --exchange ps:K --schedule async (Downpour))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --drop-stale 3
+expect_error drop_stale_negative 2 "option --drop-stale: -1 is out of range" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --drop-stale -1
+expect_error drop_stale_junk 2 "option --drop-stale: '3x' is not an integer" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --drop-stale 3x
 expect_error backup_too_many 2 "backup:4: needs a whole number 0 <= B < --workers 4" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule backup:4
 expect_error ssp_fraction 2 "ssp:1.5: the bound is a whole number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:1.5
 expect_error checkpoint_dir_needs_ps 2 "--checkpoint-dir: one file per server shard needs --exchange ps:K" -- "$DTRAIN" train --checkpoint-dir "$TMP/x"
@@ -137,6 +171,14 @@ if have_mpi; then
   check mpi_ps_sync_bitwise_equals_local cmp -s "$TMP/sync_2.st" "$TMP/mpi_sync.st"
   if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:1 --schedule async --epochs 1 --quiet --metrics "$TMP/mpi.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
      grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi.jsonl"; then pass mpi_ps_async_4_workers_1_server; else fail mpi_ps_async_4_workers_1_server "$(tail -c 300 "$TMP/mpi.err")"; fi
+  if $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:1 --schedule async --dc-asgd a:2 --epochs 1 --quiet --metrics "$TMP/mpi_dc.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":3.*"schedule":"async"' "$TMP/mpi_dc.jsonl"; then pass mpi_ps_dc_asgd_adaptive; else fail mpi_ps_dc_asgd_adaptive "$(tail -c 300 "$TMP/mpi.err")"; fi
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:1 --schedule async --momentum 0.5 --implicit-momentum on --epochs 1 --quiet --metrics "$TMP/mpi_im.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi_im.jsonl"; then pass mpi_ps_implicit_momentum; else fail mpi_ps_implicit_momentum "$(tail -c 300 "$TMP/mpi.err")"; fi
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:1 --schedule async --drop-stale 2 --epochs 1 --quiet --metrics "$TMP/mpi_ds.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi_ds.jsonl"; then pass mpi_ps_drop_stale; else fail mpi_ps_drop_stale "$(tail -c 300 "$TMP/mpi.err")"; fi
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule value:0.02 --epochs 1 --quiet --metrics "$TMP/mpi_v.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":3.*"schedule":"value:0.02"' "$TMP/mpi_v.jsonl"; then pass mpi_ps_value_bound; else fail mpi_ps_value_bound "$(tail -c 300 "$TMP/mpi.err")"; fi
   $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --workers 2 --quiet >/dev/null 2>"$TMP/mpi.err"
   check mpi_wrong_np_says_how grep -q "mpirun -np 5 does not fit.*run mpirun -np 4" "$TMP/mpi.err"
 else

@@ -96,6 +96,22 @@ static void test_sgd_momentum(void) {
   optim_free(o);
 }
 
+/* Negative momentum (asynchronous training, --implicit-momentum): sgd
+ * keeps the buffer and follows the same rule; -1 and below, and negative
+ * momentum for the other rules, are refused. */
+static void test_sgd_negative_momentum(void) {
+  optim_config_t cfg = config(OPTIM_SGD, -0.25f, 0, 0.01f);
+  double want[N];
+  sgd_reference(-0.25, 0, 0.01, 0.1, want);
+  optimizer_t *o = run_and_check(&cfg, 0.1f, want);
+  CHECK(has_state(o, 1, 0, "momentum_buffer"));
+  optim_free(o);
+  cfg.momentum = -1;
+  CHECK_FAILS_WITH(optim_new(&cfg, N, &o), "expected -1 < momentum < 1");
+  cfg = config(OPTIM_RMSPROP, -0.25f, 0, 0);
+  CHECK_FAILS_WITH(optim_new(&cfg, N, &o), "momentum = -0.25 is out of range");
+}
+
 static void test_sgd_nesterov(void) {
   optim_config_t cfg = config(OPTIM_SGD, 0.9f, 1, 0.01f);
   double want[N];
@@ -389,6 +405,7 @@ static void test_lr_cosine(void) {
 int main(void) {
   RUN(test_sgd_plain_weight_decay);
   RUN(test_sgd_momentum);
+  RUN(test_sgd_negative_momentum);
   RUN(test_sgd_nesterov);
   RUN(test_adam);
   RUN(test_adam_first_step_bias_correction);

@@ -97,6 +97,11 @@ typedef struct {
   int workers, servers, strangers;
   schedule_t schedule;
   double schedule_param; /* backup:B */
+  double dc_asgd;        /* --dc-asgd LAMBDA (or a:LAMBDA0 with dc_adaptive) */
+  int dc_adaptive;
+  int64_t drop_stale;    /* --drop-stale S given as S + 1 (0, the default here: off) */
+  float momentum;        /* sgd momentum [0] */
+  int implicit_momentum; /* --implicit-momentum on */
   int (*fn)(comm_t *c, ps_rank_t *w);
 } world_spec_t;
 
@@ -169,6 +174,11 @@ static int run_world(world_spec_t spec) {
   t.cfg.batch = 8;
   t.cfg.seed = 5;
   t.cfg.workers = spec.workers;
+  t.cfg.dc_asgd = spec.dc_asgd;
+  t.cfg.dc_asgd_adaptive = spec.dc_adaptive;
+  t.cfg.optim.momentum = spec.momentum;
+  t.cfg.drop_stale = spec.drop_stale - 1;
+  t.cfg.implicit_momentum = spec.implicit_momentum;
   int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
   if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
   dataset_free(&t.data);
@@ -335,6 +345,332 @@ static void test_backup_drops_the_late_gradient(void) {
                                     .schedule_param = 1, .fn = worker_backup}));
 }
 
+/* ---- DC-ASGD: the paper's update on the worker's mini-batch gradient -------------- */
+
+/* A message between worker ranks, to order their requests. */
+#define TEST_TAG 7
+static int signal_rank(comm_t *c, int to) {
+  char b = 1;
+  return comm_send(c, to, TEST_TAG, &b, 1);
+}
+static int wait_signal(comm_t *c, int from) {
+  char b;
+  return comm_recv(c, from, TEST_TAG, &b, 1);
+}
+
+/* Async, plain SGD at lr 0.1, N workers. Worker 0 pulls w0; worker 1
+ * pushes p1 = 1 (computed on w0: nothing to compensate), so w1 = w0 - 0.1;
+ * then worker 0 pushes p0 = 2, computed on w0, d = w1 - w0 = -0.1. Pushes
+ * are mini-batch gradients divided by N (ps_worker.c), so the paper's
+ * gradients are g1 = N p1, g0 = N p0 and its update, with eta = lr / N,
+ *
+ *   w2 = w1 - (lr / N) (g0 + lambda g0 g0 d) = w1 - lr (p0 + lambda N p0 p0 d).
+ *
+ * N = 2, lambda = 1: w2 = w0 - 0.1 - 0.1 (2 + 2 * 4 * -0.1) = w0 - 0.22
+ * (the old update, lambda on p0, gave w0 - 0.26). DC-ASGD-a, lambda0 = 1:
+ * MeanSquare = 0.95 (0.05 g1^2) + 0.05 g0^2 and lambda_t = 1 / sqrt(MS +
+ * 1e-7): N = 3: MS = 0.95 * 0.45 + 0.05 * 36 = 2.2275, lambda_t = 0.670025,
+ * w2 = w0 - 0.1 - 0.1 (2 - 0.670025 * 3 * 4 * 0.1) = w0 - 0.1 - 0.119596. */
+static double dc_expected_shift(int N, double lambda, int adaptive) {
+  double p1 = 1, p0 = 2, lr = 0.1, d = -lr * p1;
+  if (adaptive) {
+    double ms = 0.95 * (0.05 * (N * p1) * (N * p1)) + 0.05 * (N * p0) * (N * p0);
+    lambda = lambda / sqrt(ms + 1e-7);
+  }
+  return -lr * p1 - lr * (p0 + lambda * N * p0 * p0 * d);
+}
+
+static double dc_lambda;
+static int dc_adaptive;
+
+static int worker_dc_asgd(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  int N = (int)w->map.nworkers;
+  ps_req_t tmpl = {.nbatches = 1};
+  if (w->me == 0) {
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+    RCHECK(!memcmp(w->buf, w->m->params, P * sizeof(float)));
+    RCHECK_OK(signal_rank(c, 1));
+    RCHECK_OK(wait_signal(c, 1)); /* worker 1's push is applied */
+    for (size_t i = 0; i < P; i++) w->g[i] = 2;
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+    double shift = dc_expected_shift(N, dc_lambda, dc_adaptive);
+    for (size_t i = 0; i < P; i++)
+      if (fabs(w->buf[i] - (w->m->params[i] + shift)) > 1e-5) {
+        fprintf(stderr, "  key %zu: %.7f, expected %.7f (w0 %.7f %+.6f)\n", i, w->buf[i],
+                w->m->params[i] + shift, w->m->params[i], shift);
+        RCHECK(0);
+      }
+  } else if (w->me == 1) {
+    RCHECK_OK(wait_signal(c, 0));
+    for (size_t i = 0; i < P; i++) w->g[i] = 1;
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL)); /* applied on arrival */
+    RCHECK_OK(signal_rank(c, 0));
+  }
+  return 0;
+}
+
+static void test_dc_asgd_update_is_the_papers(void) {
+  for (int servers = 1; servers <= 2; servers++) {
+    dc_lambda = 1, dc_adaptive = 0;
+    CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = servers, .schedule = SCHEDULE_ASYNC,
+                                      .dc_asgd = dc_lambda, .fn = worker_dc_asgd}));
+    CHECK_OK(run_world((world_spec_t){.workers = 4, .servers = servers, .schedule = SCHEDULE_ASYNC,
+                                      .dc_asgd = dc_lambda, .fn = worker_dc_asgd}));
+  }
+}
+
+static void test_dc_asgd_adaptive_update_is_the_papers(void) {
+  for (int servers = 1; servers <= 2; servers++) {
+    dc_adaptive = 1;
+    dc_lambda = 1;
+    CHECK_OK(run_world((world_spec_t){.workers = 3, .servers = servers, .schedule = SCHEDULE_ASYNC,
+                                      .dc_asgd = dc_lambda, .dc_adaptive = 1,
+                                      .fn = worker_dc_asgd}));
+    dc_lambda = 2; /* the paper's lambda0 */
+    CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = servers, .schedule = SCHEDULE_ASYNC,
+                                      .dc_asgd = dc_lambda, .dc_adaptive = 1,
+                                      .fn = worker_dc_asgd}));
+  }
+}
+
+/* Pushes a gradient of `value` everywhere and waits for the ack; pulls the
+ * whole model as a value-bound worker does (waiting for its own push). */
+static int push_all(ps_rank_t *w, float value) {
+  ps_req_t tmpl = {.nbatches = 1};
+  for (size_t i = 0; i < w->P; i++) w->g[i] = value;
+  return ps_wait(w->cl, ps_push(w->cl, 0, w->P, w->g, &tmpl), NULL);
+}
+static int pull_own(ps_rank_t *w) {
+  ps_req_t cond = {.flags = PS_PULL_OWN};
+  return ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &cond), NULL);
+}
+/* Every key of buf is w0 + shift (lr 0.1, plain SGD: to float rounding). */
+static int all_shifted(const ps_rank_t *w, const float *buf, size_t n, double shift) {
+  for (size_t i = 0; i < n; i++)
+    if (fabs(buf[i] - (w->m->params[i] + shift)) > 1e-5) {
+      fprintf(stderr, "  worker %d key %zu: %.6f, expected w0 %+.3f = %.6f\n", w->me, i, buf[i],
+              shift, w->m->params[i] + shift);
+      return 0;
+    }
+  return 1;
+}
+
+/* ---- negative momentum: asynchrony's implicit momentum taken out ------------------ */
+
+/* async, sgd, lr 0.1: worker 1 pushes 1, then worker 0 pushes 1. The
+ * server's momentum buffer is 1, then mu + 1 (PyTorch's: the first step
+ * copies g), so w2 = w0 - 0.1 - 0.1 (mu + 1). --implicit-momentum on with
+ * --momentum M: mu = M - (1 - 1/N): N = 2, M = 0.9: mu = 0.4, w2 = w0 -
+ * 0.24; N = 4, M = 0.5: mu = -0.25 (negative), w2 = w0 - 0.175; off, M =
+ * 0.9: w2 = w0 - 0.29. */
+static double momentum_shift;
+
+static int worker_two_steps(comm_t *c, ps_rank_t *w) {
+  if (w->me == 0) {
+    RCHECK_OK(wait_signal(c, 1));
+    RCHECK_OK(push_all(w, 1));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, NULL), NULL));
+    RCHECK(all_shifted(w, w->buf, w->P, momentum_shift));
+  } else if (w->me == 1) {
+    RCHECK_OK(push_all(w, 1));
+    RCHECK_OK(signal_rank(c, 0));
+  }
+  return 0;
+}
+
+static void test_implicit_momentum_lowers_the_servers_momentum(void) {
+  struct { int N; float M; int on; double shift; } cases[] = {
+      {2, 0.9f, 1, -0.24}, {4, 0.5f, 1, -0.175}, {4, 0.9f, 0, -0.29}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    momentum_shift = cases[i].shift;
+    for (int servers = 1; servers <= 2; servers++)
+      CHECK_OK(run_world((world_spec_t){.workers = cases[i].N, .servers = servers,
+                                        .schedule = SCHEDULE_ASYNC, .momentum = cases[i].M,
+                                        .implicit_momentum = cases[i].on,
+                                        .fn = worker_two_steps}));
+  }
+  train_config_t cfg;
+  train_config_default(&cfg);
+  cfg.optim.momentum = 0.9f;
+  cfg.implicit_momentum = 1;
+  CHECK(ps_server_optim(&cfg, 1).momentum == 0.9f); /* one worker: nothing to take out */
+  CHECK(fabsf(ps_server_optim(&cfg, 16).momentum - (0.9f - 0.9375f)) < 1e-7f);
+  cfg.implicit_momentum = 0;
+  CHECK(ps_server_optim(&cfg, 16).momentum == 0.9f);
+}
+
+/* ---- --drop-stale S: a too-stale push dropped instead of waited for ----------------- */
+
+/* async, --drop-stale 1, 3 workers, lr 0.1, all on w0 (version 0): worker
+ * 1 pushes 1 (staleness 0: applied, version 1), worker 2 pushes 2
+ * (staleness 1: applied, version 2), worker 0 pushes 4 (staleness 2 > 1:
+ * dropped). Worker 0 then pulls w0 - 0.1 (1 + 2) = w0 - 0.3, and the
+ * coordinator counts one drop. */
+static int epoch_stats(ps_rank_t *w, ps_epoch_stats_t *st) {
+  int N = (int)w->map.nworkers;
+  size_t len = sizeof(ps_epoch_stats_t) + (size_t)N * sizeof(ps_worker_stats_t);
+  unsigned char *buf = malloc(len);
+  if (!buf) return -1;
+  ps_req_t req = {.op = PS_OP_STATS, .epoch = 0};
+  int rc = ps_wait(w->cl, ps_call(w->cl, 0, &req, buf, len), NULL);
+  memcpy(st, buf, sizeof *st);
+  free(buf);
+  return rc;
+}
+
+static int worker_drop_stale(comm_t *c, ps_rank_t *w) {
+  ps_req_t none = {0};
+  /* the order: 0 pulls, 2 pulls, 1 pulls and pushes, 2 pushes, 0 pushes */
+  if (w->me == 0) {
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+    RCHECK_OK(signal_rank(c, 2));
+    RCHECK_OK(wait_signal(c, 2));
+    RCHECK_OK(push_all(w, 4));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+    RCHECK(all_shifted(w, w->buf, w->P, -0.3));
+    ps_epoch_stats_t st;
+    RCHECK_OK(epoch_stats(w, &st));
+    RCHECK(st.dropped == 1 && st.staleness_n == 2 && st.staleness_sum == 1);
+  } else if (w->me == 2) {
+    RCHECK_OK(wait_signal(c, 0));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+    RCHECK_OK(signal_rank(c, 1));
+    RCHECK_OK(wait_signal(c, 1));
+    RCHECK_OK(push_all(w, 2));
+    RCHECK_OK(signal_rank(c, 0));
+  } else {
+    RCHECK_OK(wait_signal(c, 2));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+    RCHECK_OK(push_all(w, 1));
+    RCHECK_OK(signal_rank(c, 2));
+  }
+  return 0;
+}
+
+static void test_drop_stale_drops_the_too_stale_push(void) {
+  for (int servers = 1; servers <= 2; servers++)
+    CHECK_OK(run_world((world_spec_t){.workers = 3, .servers = servers,
+                                      .schedule = SCHEDULE_ASYNC, .drop_stale = 2 /* S = 1 */,
+                                      .fn = worker_drop_stale}));
+}
+
+/* ---- staleness: what the metrics count ---------------------------------------------- */
+
+/* async, N = 3 workers taking turns: each pulls, pushes, pulls again and
+ * hands on. In the first round every push is computed on the model it is
+ * applied to (staleness 0); from the second on, the N - 1 = 2 other
+ * workers' updates come between a worker's pull and its push: staleness
+ * 2, where Gupta et al. (2016), counting the update's own step too, say
+ * N = 3. STATS of epoch 0: sum 2 N (R - 1), over N R pushes, max N - 1. */
+#define TURN_ROUNDS 4
+static int worker_takes_turns(comm_t *c, ps_rank_t *w) {
+  int N = (int)w->map.nworkers;
+  for (int r = 0; r < TURN_ROUNDS; r++) {
+    if (r > 0 || w->me > 0) RCHECK_OK(wait_signal(c, (w->me + N - 1) % N));
+    if (r == 0) RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, NULL), NULL));
+    RCHECK_OK(push_all(w, 0));
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, NULL), NULL));
+    if (r < TURN_ROUNDS - 1 || w->me < N - 1) RCHECK_OK(signal_rank(c, (w->me + 1) % N));
+  }
+  if (w->me != N - 1) return 0;
+  size_t len = sizeof(ps_epoch_stats_t) + (size_t)N * sizeof(ps_worker_stats_t);
+  unsigned char *buf = malloc(len);
+  ps_req_t req = {.op = PS_OP_STATS, .epoch = 0};
+  int rc = ps_wait(w->cl, ps_call(w->cl, 0, &req, buf, len), NULL);
+  ps_epoch_stats_t st;
+  memcpy(&st, buf, sizeof st);
+  free(buf);
+  RCHECK_OK(rc);
+  RCHECK(st.staleness_n == N * TURN_ROUNDS);
+  RCHECK(st.staleness_sum == (N - 1) * N * (TURN_ROUNDS - 1));
+  RCHECK(st.staleness_max == N - 1);
+  return 0;
+}
+
+static void test_staleness_counts_the_updates_between_pull_and_push(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 3, .servers = 1, .schedule = SCHEDULE_ASYNC,
+                                    .fn = worker_takes_turns}));
+}
+
+/* ---- value:V: the bound holds after every update ------------------------------------ */
+
+/* value:1, 2 workers, lr 0.1. Worker 0 pulls w0 and waits. Worker 1 pushes
+ * 6 (a change of 0.6: applied), pulls w0 - 0.6, pushes 6 again: w0 - 1.2
+ * would be 1.2 >= 1 from worker 0's w0, so it is held, however small the
+ * change before it was (the old rule checked that, 0.6, and applied it).
+ * Worker 0, told so, looks at the model without pulling it whole (a pull
+ * of 8 keys leaves its snapshot alone): w0 - 0.6. It pushes 3 (w0 - 0.9:
+ * 0.9 from its own w0, 0.3 from worker 1's), which goes, and pulls w0 -
+ * 0.9; then worker 1's held push fits (0.6 from worker 0's new model) and
+ * worker 1's pull gets w0 - 1.5. */
+static int worker_value_bound(comm_t *c, ps_rank_t *w) {
+  if (w->me == 0) {
+    RCHECK_OK(pull_own(w));
+    RCHECK(all_shifted(w, w->buf, w->P, 0));
+    RCHECK_OK(signal_rank(c, 1));
+    RCHECK_OK(wait_signal(c, 1));
+    float peek[8];
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, 8, 0, peek, NULL), NULL));
+    RCHECK(all_shifted(w, peek, 8, -0.6)); /* not -1.2: that is 1.2 from our w0 */
+    RCHECK_OK(push_all(w, 3));
+    RCHECK_OK(pull_own(w));
+    RCHECK(all_shifted(w, w->buf, w->P, -0.9));
+  } else if (w->me == 1) {
+    RCHECK_OK(wait_signal(c, 0));
+    RCHECK_OK(pull_own(w));
+    RCHECK_OK(push_all(w, 6));
+    RCHECK_OK(pull_own(w));
+    RCHECK(all_shifted(w, w->buf, w->P, -0.6));
+    RCHECK_OK(push_all(w, 6));
+    RCHECK_OK(signal_rank(c, 0));
+    RCHECK_OK(pull_own(w)); /* waits until worker 0 has moved on */
+    RCHECK(all_shifted(w, w->buf, w->P, -1.5));
+  }
+  return 0;
+}
+
+static void test_value_bound_holds_after_every_update(void) {
+  for (int servers = 1; servers <= 2; servers++)
+    CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = servers,
+                                      .schedule = SCHEDULE_VALUE, .schedule_param = 1,
+                                      .fn = worker_value_bound}));
+}
+
+/* value:1 again: worker 1's second push (w0 - 1.2 from worker 0's w0) and
+ * worker 0's push of 11 (a change of 1.1 alone) can each go only once the
+ * other's worker has seen it; when both workers wait on their own, the two
+ * go together and both pulls get w0 - 0.6 - 0.6 - 1.1 = w0 - 2.3. The rule
+ * does not deadlock on updates it cannot apply one at a time. */
+static int worker_value_together(comm_t *c, ps_rank_t *w) {
+  if (w->me == 0) {
+    RCHECK_OK(pull_own(w));
+    RCHECK_OK(signal_rank(c, 1));
+    RCHECK_OK(wait_signal(c, 1));
+    RCHECK_OK(push_all(w, 11));
+    RCHECK_OK(pull_own(w));
+    RCHECK(all_shifted(w, w->buf, w->P, -2.3));
+  } else if (w->me == 1) {
+    RCHECK_OK(wait_signal(c, 0));
+    RCHECK_OK(pull_own(w));
+    RCHECK_OK(push_all(w, 6));
+    RCHECK_OK(pull_own(w));
+    RCHECK_OK(push_all(w, 6));
+    RCHECK_OK(signal_rank(c, 0));
+    RCHECK_OK(pull_own(w));
+    RCHECK(all_shifted(w, w->buf, w->P, -2.3));
+  }
+  return 0;
+}
+
+static void test_value_bound_releases_waiting_workers_together(void) {
+  for (int servers = 1; servers <= 2; servers++)
+    CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = servers,
+                                      .schedule = SCHEDULE_VALUE, .schedule_param = 1,
+                                      .fn = worker_value_together}));
+}
+
 /* The shard-folder manifest as ps_ckpt_write_manifest writes it, and
  * broken ones: each refused with a line naming what is wrong. */
 #define MF_HEAD "{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":2,\"step\":64,\"seed\":1,"
@@ -383,6 +719,13 @@ int main(void) {
   RUN(test_server_rejects_bad_input_and_keeps_serving);
   RUN(test_push_pull_across_two_servers);
   RUN(test_backup_drops_the_late_gradient);
+  RUN(test_dc_asgd_update_is_the_papers);
+  RUN(test_dc_asgd_adaptive_update_is_the_papers);
+  RUN(test_implicit_momentum_lowers_the_servers_momentum);
+  RUN(test_drop_stale_drops_the_too_stale_push);
+  RUN(test_staleness_counts_the_updates_between_pull_and_push);
+  RUN(test_value_bound_holds_after_every_update);
+  RUN(test_value_bound_releases_waiting_workers_together);
   RUN(test_manifest_parse);
   TEST_MAIN_END();
 }

@@ -58,7 +58,10 @@ typedef struct {
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
   int staleness_lr;             /* divide the step by the staleness */
-  double dc_asgd;               /* delay compensation lambda (0 = off) */
+  double dc_asgd;               /* delay compensation lambda (0 = off); DC-ASGD-a: lambda0 */
+  int dc_asgd_adaptive;         /* DC-ASGD-a: lambda_t = lambda0 / sqrt(MeanSquare_t + eps) */
+  int implicit_momentum;        /* the servers' momentum is --momentum - (1 - 1/N) */
+  int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
   int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
   int64_t kill_step;
   char checkpoint_dir[256];     /* one file per shard + manifest */

@@ -45,7 +45,12 @@ static int config_check(const optim_config_t *c) {
   if (c->kind < 0 || c->kind >= OPTIM_KIND_COUNT)
     return dt_error("optimizer: unknown kind %d (expected sgd, adam, rmsprop, lars)", (int)c->kind);
   DT_TRY(check_range(c, "weight_decay", c->weight_decay, 0, INFINITY, 1));
-  if (c->kind != OPTIM_ADAM) DT_TRY(check_range(c, "momentum", c->momentum, 0, 1, 0));
+  /* sgd's may be negative (asynchronous training: --implicit-momentum) */
+  if (c->kind == OPTIM_SGD && !(isfinite(c->momentum) && c->momentum > -1 && c->momentum < 1))
+    return dt_error("optimizer sgd: momentum = %g is out of range (expected -1 < momentum < 1)",
+                    (double)c->momentum);
+  if (c->kind != OPTIM_ADAM && c->kind != OPTIM_SGD)
+    DT_TRY(check_range(c, "momentum", c->momentum, 0, 1, 0));
   if (c->nesterov && (c->kind != OPTIM_SGD || c->momentum <= 0))
     return dt_error("optimizer %s: nesterov needs sgd with momentum > 0",
                     optim_kind_name(c->kind));
@@ -64,7 +69,7 @@ static int config_check(const optim_config_t *c) {
  * PyTorch, so its checkpoints carry no state either. */
 static int state_count(const optim_config_t *c) {
   switch (c->kind) {
-  case OPTIM_SGD: return c->momentum > 0 ? 1 : 0;
+  case OPTIM_SGD: return c->momentum != 0 ? 1 : 0;
   case OPTIM_ADAM: return 2;
   case OPTIM_RMSPROP: return c->momentum > 0 ? 2 : 1;
   case OPTIM_LARS: return 1;

@@ -37,6 +37,7 @@ void train_config_default(train_config_t *c) {
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
   c->pp = c->micro_batches = 1;
+  c->drop_stale = -1;
   c->tau = 1;
   c->tau_up[0] = c->tau_down[0] = 1;
   c->tau_up_levels = c->tau_down_levels = 1;

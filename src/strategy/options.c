@@ -55,6 +55,7 @@ static int uses_eps(const train_config_t *c) {
   return c->optim.kind == OPTIM_ADAM || c->optim.kind == OPTIM_RMSPROP;
 }
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
+static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
 static int is_step_schedule(const train_config_t *c) { return c->lr_schedule == LR_STEP; }
 
 /* The setting that decides whether an option is used, named in the error. */
@@ -111,8 +112,11 @@ static const option_t OPTIONS[] = {
     {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
     {"fetch-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"push-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {"drop-stale", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"staleness-lr", 1, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"dc-asgd", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {"implicit-momentum", 0, is_async_ps_sgd,
+     "--exchange ps:K --schedule async or value:V with --optimizer sgd", AX_STRATEGY},
     {"kill", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
     {"checkpoint-dir", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
     {"tau", 0, uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
@@ -263,6 +267,24 @@ static int parse_periods(const char *name, const char *val, int *out, int *n) {
   return 0;
 }
 
+/* "LAMBDA" (DC-ASGD-c, 0 = off) or "a:LAMBDA0" (DC-ASGD-a) */
+static int parse_dc_asgd(const char *val, train_config_t *c) {
+  int adaptive = !strncmp(val, "a:", 2);
+  double v;
+  if (!adaptive && strchr(val, ':'))
+    return dt_error("option --dc-asgd: '%s' (expected LAMBDA, or a:LAMBDA0 for DC-ASGD-a)", val);
+  if (adaptive && !val[2])
+    return dt_error("option --dc-asgd: 'a:' needs a value (example: a:2 for DC-ASGD-a with "
+                    "lambda0 = 2)");
+  if (parse_float("dc-asgd", adaptive ? val + 2 : val, 0, 1e3, &v) != 0) return -1;
+  if (adaptive && !(v > 0))
+    return dt_error("option --dc-asgd: a:%g: the adaptive lambda0 must be > 0 (--dc-asgd 0 "
+                    "turns delay compensation off)", v);
+  c->dc_asgd = v;
+  c->dc_asgd_adaptive = adaptive;
+  return 0;
+}
+
 typedef struct {
   train_config_t *cfg;
   int saw_optimizer_constants;
@@ -361,7 +383,10 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);
   if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
   if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
-  if (!strcmp(name, "dc-asgd")) return parse_float(name, val, 0, 1e3, &c->dc_asgd);
+  if (!strcmp(name, "dc-asgd")) return parse_dc_asgd(val, c);
+  if (!strcmp(name, "drop-stale"))
+    return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->drop_stale = iv, 0);
+  if (!strcmp(name, "implicit-momentum")) return parse_onoff(name, val, &c->implicit_momentum);
   if (!strcmp(name, "kill")) return parse_kill(val, c);
   if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);
   if (!strcmp(name, "tau")) return parse_int(name, val, -1000000, 1000000, &iv) ? -1 : (c->tau = (int)iv, 0);

@@ -56,11 +56,24 @@ static const preset_t PRESETS[] = {
     {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2",
      "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter Server (Petuum Bosen)",
      "--optimization central --schedule ssp:3 --exchange ps:2"},
-    {"tensorflow-ps", "central / async / ps:n: a server beside every worker (between-graph replication)",
-     "Abadi et al. 2016, TensorFlow: A System for Large-Scale Machine Learning",
-     "--optimization central --schedule async --exchange ps:n"},
-    {"mxnet", "central / async / ps:n: KVStore dist_async, a server on every machine",
-     "Chen et al. 2015, MXNet: A Flexible and Efficient Machine Learning Library for Heterogeneous Distributed Systems",
+    /* The taxonomy's Table 1 lists TensorFlow and MXNet as bounded
+     * asynchronous. TensorFlow's paper bounds staleness with its
+     * synchronous replicas and backup workers (sec. 4.4, fig. 7; the
+     * taxonomy cites it for ending a step at a quorum, sec. 3.3.1): a
+     * gradient computed on an older step is dropped, so none applied is
+     * stale. MXNet's KVStore modes (dist_sync, dist_async) set no
+     * staleness bound; the taxonomy's bounded reading is ps-lite's bounded
+     * delay (preset parameter-server, or add --schedule ssp:S). */
+    {"tensorflow-ps", "central / backup:1 (bounded: a step takes the first N-1 gradients, a gradient "
+                      "of an older step is dropped) / ps:n: a server beside every worker",
+     "Abadi et al. 2016, TensorFlow: A System for Large-Scale Machine Learning (sec. 4.4, "
+     "synchronous replicas with backup workers; the taxonomy's Table 1: bounded asynchronous)",
+     "--optimization central --schedule backup:1 --exchange ps:n"},
+    {"mxnet", "central / async / ps:n: KVStore dist_async, a server on every machine (no staleness "
+              "bound: the taxonomy's Table 1 says bounded asynchronous; add --schedule ssp:S for "
+              "ps-lite's bounded delay)",
+     "Chen et al. 2015, MXNet: A Flexible and Efficient Machine Learning Library for Heterogeneous "
+     "Distributed Systems (KVStore dist_async)",
      "--optimization central --schedule async --exchange ps:n"},
     {"bigdl", "central / sync / ps:n: every worker also serves 1/n of the model",
      "Dai et al. 2019, BigDL: A Distributed Deep Learning Framework for Big Data",

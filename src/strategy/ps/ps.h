@@ -23,6 +23,10 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
 /* Values of the parameter-server and Hogwild options (ps_config.c). */
 int ps_check(const train_config_t *cfg);
 int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
+/* The servers' optimizer: cfg's, its momentum lowered by 1 - 1/N under
+ * --implicit-momentum on (worker 0's optimizer, which gathers the state
+ * for checkpoints, is the same). */
+optim_config_t ps_server_optim(const train_config_t *cfg, int nworkers);
 
 /* ---- key ranges ------------------------------------------------------------
  * Keys are float offsets into the parameter arena. Server k holds the

@@ -36,6 +36,16 @@ static int check_async_options(const train_config_t *c) {
                                        (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param)))))
     return dt_error("options --fetch-every and --push-every apply to Downpour (--exchange ps:K "
                     "--schedule async)");
+  if (c->implicit_momentum && !is_async_ps(c))
+    return dt_error("option --implicit-momentum on: the momentum asynchrony implies comes from "
+                    "updates applied one by one: use it with --exchange ps:K --schedule async "
+                    "(or value:V)");
+  if (c->implicit_momentum && c->optim.kind != OPTIM_SGD)
+    return dt_error("option --implicit-momentum on: lowers the servers' sgd momentum by 1 - 1/N: "
+                    "use --optimizer sgd");
+  if (c->implicit_momentum && c->optim.nesterov)
+    return dt_error("option --implicit-momentum on: the servers' momentum may be 0 or negative, "
+                    "which --nesterov does not take");
   if ((c->staleness_lr || c->dc_asgd > 0) && !is_async_ps(c))
     return dt_error("options --staleness-lr and --dc-asgd mitigate stale asynchronous updates: "
                     "use them with --exchange ps:K --schedule async (or value:V)");
@@ -72,6 +82,17 @@ int ps_check(const train_config_t *c) {
     DT_TRY(check_schedule(c, c->comm == COMM_LOCAL));
   DT_TRY(check_async_options(c));
   return check_faults(c);
+}
+
+/* Asynchrony begets momentum (Mitliagkas et al. 2016): N workers whose
+ * updates are applied one by one act as momentum 1 - 1/N on top of the
+ * optimizer's. With --implicit-momentum on, --momentum is the total and
+ * the servers step with --momentum - (1 - 1/N), negative when N is large. */
+optim_config_t ps_server_optim(const train_config_t *c, int nworkers) {
+  optim_config_t o = c->optim;
+  if (c->implicit_momentum)
+    o.momentum = (float)((double)c->optim.momentum - (1.0 - 1.0 / (double)nworkers));
+  return o;
 }
 
 int ps_check_world(const train_config_t *c) {

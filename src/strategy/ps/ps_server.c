@@ -179,6 +179,16 @@ int ps_server_waiting(const ps_server_t *s, int w) {
   return 0;
 }
 
+int ps_server_pull_deferred(const ps_server_t *s, int w) {
+  for (int i = 0; i < s->ndeferred; i++) {
+    const ps_req_t *q = &s->deferred[i].req;
+    if (s->deferred[i].src == w && q->op == PS_OP_PULL && q->which == 0 &&
+        q->begin == s->r.begin && q->count == s->len && (q->flags & ~PS_PULL_OWN) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
   for (int k = 1; k < s->K; k++)
@@ -228,6 +238,25 @@ void ps_server_step(ps_server_t *s, const float *g, double lr) {
   s->version++;
 }
 
+void ps_server_keep(const ps_server_t *s, ps_shard_copy_t *c) {
+  size_t bytes = s->len * sizeof(float);
+  memcpy(c->params, s->params, bytes);
+  for (int i = 0; i < s->opt->nstate; i++) memcpy(c->state[i], s->opt->state[i], bytes);
+  if (s->dc_mean_square) memcpy(c->mean_square, s->dc_mean_square, bytes);
+  c->version = s->version;
+  c->steps = s->opt->steps;
+}
+
+void ps_server_put_back(ps_server_t *s, const ps_shard_copy_t *c) {
+  size_t bytes = s->len * sizeof(float);
+  wait_state_sends(s);
+  memcpy(s->params, c->params, bytes);
+  for (int i = 0; i < s->opt->nstate; i++) memcpy(s->opt->state[i], c->state[i], bytes);
+  if (s->dc_mean_square) memcpy(s->dc_mean_square, c->mean_square, bytes);
+  s->version = c->version;
+  s->opt->steps = c->steps;
+}
+
 double ps_server_lr_of_step(const ps_server_t *s, int64_t step) { return lr_at(&s->lr, step); }
 
 /* lr of batch j of the shared order: the synchronous step that covers the
@@ -241,6 +270,10 @@ double ps_server_lr_of_batch(const ps_server_t *s, int64_t batch) {
  * gradient was computed on and the push's own step. */
 void ps_server_staleness(ps_server_t *s, int64_t epoch, int64_t computed_on) {
   if (s->coord) ps_coord_staleness(s->coord, epoch, (double)(s->version - computed_on));
+}
+
+void ps_server_staleness_was(ps_server_t *s, int64_t epoch, int64_t staleness) {
+  if (s->coord) ps_coord_staleness(s->coord, epoch, (double)staleness);
 }
 
 void ps_server_dropped(ps_server_t *s, int64_t epoch) {
@@ -532,7 +565,8 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->out = calloc((size_t)s->cap_out, sizeof *s->out);
   if (!s->params || !s->drain || !s->out) return dt_error("out of memory");
   memcpy(s->params, s->model->params + s->r.begin, s->len * sizeof(float));
-  DT_TRY(optim_new(&cfg->optim, s->len, &s->opt));
+  optim_config_t ocfg = ps_server_optim(cfg, nworkers);
+  DT_TRY(optim_new(&ocfg, s->len, &s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
   build_schedule(s, train);
   if (cfg->resume[0]) {
@@ -558,6 +592,7 @@ static void teardown(ps_server_t *s) {
     if (s->out[i].used) out_done(s, &s->out[i], 1);
   ps_coord_free(s->coord);
   free(s->rule_state);
+  dt_free(s->dc_mean_square);
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
     dt_free(s->workers[w].snapshot);

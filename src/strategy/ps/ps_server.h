@@ -70,8 +70,15 @@ typedef struct {
 } ps_rule_ops_t;
 
 extern const ps_rule_ops_t ps_rule_ssp, ps_rule_async, ps_rule_value, ps_rule_backup;
-/* async's update of worker w's held gradient; value:V applies the same. */
+/* async's update of worker w's held gradient (staleness counted, the push
+ * no longer held); value:V applies the same. */
 void ps_rule_apply_async(ps_server_t *s, int w);
+/* The step alone: nothing counted, the push left as it is; DC-ASGD's
+ * corrected gradient goes to out (len floats: the push's own slot, or a
+ * scratch array that leaves the push untouched). */
+void ps_rule_step_async(ps_server_t *s, int w, float *out);
+/* DC-ASGD-a's MeanSquare (s->dc_mean_square), when the run uses it. */
+int ps_rule_async_init(ps_server_t *s);
 
 typedef struct ps_out ps_out_t;
 typedef struct ps_deferred ps_deferred_t;
@@ -96,6 +103,7 @@ struct ps_server {
   ps_worker_state_t *workers; /* [N] */
   const ps_rule_ops_t *rule;
   void *rule_state;
+  float *dc_mean_square;     /* rule_async.c: DC-ASGD-a's MeanSquare of the shard, [len] */
   ps_coord_t *coord;         /* server 0 only */
   /* Epochs of the pool rules: the coordinator says that epoch `flush` had
    * `flush_pushes` pushes; it is closed here once they have all come. */
@@ -120,10 +128,23 @@ int ps_server_drop_push(ps_server_t *s, int src, const ps_req_t *req);
 int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req);
 /* The one place where the shard changes: an optimizer step with g. */
 void ps_server_step(ps_server_t *s, const float *g, double lr);
+/* What steps change, kept aside and put back (value:V tries an update and
+ * undoes it when the bound refuses it). The arrays are the caller's, len
+ * floats each: params, state[0..opt->nstate), and mean_square when the
+ * run has DC-ASGD-a's. */
+typedef struct {
+  float *params, *state[2], *mean_square;
+  int64_t version, steps;
+} ps_shard_copy_t;
+void ps_server_keep(const ps_server_t *s, ps_shard_copy_t *c);
+void ps_server_put_back(ps_server_t *s, const ps_shard_copy_t *c);
 double ps_server_lr_of_step(const ps_server_t *s, int64_t step);
 double ps_server_lr_of_batch(const ps_server_t *s, int64_t batch);
-/* Statistics, kept by the coordinator (server 0's shard only). */
+/* Statistics, kept by the coordinator (server 0's shard only): the
+ * staleness of a push stepped now (computed on version computed_on), or
+ * of one stepped earlier. */
 void ps_server_staleness(ps_server_t *s, int64_t epoch, int64_t computed_on);
+void ps_server_staleness_was(ps_server_t *s, int64_t epoch, int64_t staleness);
 void ps_server_dropped(ps_server_t *s, int64_t epoch);
 
 /* ---- ps_server.c: for the rules and the coordinator --------------------------- */
@@ -134,6 +155,10 @@ int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *f
     __attribute__((format(printf, 4, 5)));
 int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);
 int ps_server_waiting(const ps_server_t *s, int w); /* w has a deferred request */
+/* w has a deferred pull of this whole shard's parameters (flags none but
+ * PS_PULL_OWN): once ready it is answered from the shard as it then is,
+ * before the server reads another request. */
+int ps_server_pull_deferred(const ps_server_t *s, int w);
 /* A control request (FLUSH, DEAD, STOP) to servers 1..K-1; failures logged. */
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock);
 void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes);

@@ -468,6 +468,7 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
     return ps_server_run(world, cfg, N, train);
   }
   train_config_t wcfg = *cfg; /* a folder is not worker_init's to read */
+  wcfg.optim = ps_server_optim(cfg, N); /* its state is the servers' (checkpoints) */
   int from_dir = cfg->resume[0] && ps_path_is_dir(cfg->resume);
   if (from_dir) wcfg.resume[0] = wcfg.metrics[0] = 0;
   worker_t w;
