@@ -57,6 +57,7 @@ void data_epoch_order(uint64_t seed, int64_t epoch, uint32_t *order, size_t n);
  * (sizes differ by at most one). */
 void data_shard(size_t n, int r, int parts, size_t *off, size_t *len);
 /* Copies the samples order[0..count) into x [count, dim] (normalised:
- * pixel * scale + shift, or the float samples) and y [count]. */
+ * pixel * scale + shift, or the float samples) and y [count]. x NULL:
+ * the labels only (a pipeline's last stage, whose input arrives). */
 void data_gather(const dataset_t *d, const uint32_t *order, size_t count, float *x, int32_t *y);
 #endif

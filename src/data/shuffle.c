@@ -37,7 +37,9 @@ void data_gather(const dataset_t *d, const uint32_t *order, size_t count, float 
   const size_t dim = d->dim;
   for (size_t i = 0; i < count; i++) {
     size_t src = (size_t)order[i] * dim;
-    if (d->pixels) gather_pixels(d->pixels + src, dim, d->scale, d->shift, x + i * dim);
+    if (!x) {
+      /* labels only */
+    } else if (d->pixels) gather_pixels(d->pixels + src, dim, d->scale, d->shift, x + i * dim);
     else memcpy(x + i * dim, d->x + src, dim * sizeof *x);
     y[i] = d->y[order[i]];
   }

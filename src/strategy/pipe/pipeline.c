@@ -40,7 +40,7 @@ typedef struct {
   int32_t *labels;            /* [batch]: the step's labels (the last stage) */
   comm_req_t **sends;         /* non-blocking sends of the step */
   int nsends, nback;
-  size_t begin, mb_off[1 << 16], mb_len[1 << 16];
+  size_t begin, *mb_off, *mb_len;  /* the step's micro-batches: [M] each */
   int global;                 /* samples in the step, over all replicas */
   double compute, idle;       /* this epoch: seconds computing, waiting on the pipeline */
   char extra[4096];
@@ -174,7 +174,10 @@ static int setup(pipe_t *p, worker_t *w) {
   p->sends = calloc((size_t)p->M * 2 + 2, sizeof *p->sends);
   p->dx = dt_alloc_floats((size_t)p->M * micro * p->stage->in_size + 1);
   p->labels = calloc((size_t)cfg->batch + 1, sizeof *p->labels);
-  if (!p->sched || !p->sends || !p->dx || !p->labels) return dt_error("out of memory");
+  p->mb_off = calloc((size_t)p->M, sizeof *p->mb_off);
+  p->mb_len = calloc((size_t)p->M, sizeof *p->mb_len);
+  if (!p->sched || !p->sends || !p->dx || !p->labels || !p->mb_off || !p->mb_len)
+    return dt_error("out of memory");
   for (int m = 1; m <= p->M; m++) {
     DT_TRY(pipe_schedule_build((pipe_kind_t)cfg->pipe_schedule, p->P, m, &p->sched[m - 1]));
     DT_TRY(pipe_schedule_check(&p->sched[m - 1]));
@@ -189,6 +192,8 @@ static void teardown(pipe_t *p) {
   free(p->sends);
   dt_free(p->dx);
   free(p->labels);
+  free(p->mb_off);
+  free(p->mb_len);
   free(p->segs);
   if (p->stage) stage_free(p->stage);
   if (p->dp) coll_ctx_free(p->dp);
@@ -243,7 +248,8 @@ static int forward(pipe_t *p, int mb) {
   rng_seed(&rng, rng_derive(w->cfg->seed, 0x919e, (uint64_t)((w->step * p->P + p->s) * p->M + mb)));
   DT_TRY(stage_forward(st, mb, stage_input(st, mb), n, 1, &rng, NULL));
   if (st->ends_model) {
-    data_gather(w->train, w->order + p->begin + p->mb_off[mb], (size_t)n, w->x, p->labels + p->mb_off[mb]);
+    if (p->s > 0) /* stage 0 (P = 1) has the labels from its LOAD */
+      data_gather(w->train, w->order + p->begin + p->mb_off[mb], (size_t)n, NULL, p->labels + p->mb_off[mb]);
     double loss;
     int correct;
     DT_TRY(stage_loss(st, mb, p->labels + p->mb_off[mb], p->global, &loss, &correct));
