@@ -19,6 +19,11 @@
 #   shared sync, Hogwild, 1 worker   0 (shared memory; nothing sent)
 #   ps:1 sync, 2 workers       T x S pushed and pulled, plus the requests
 #                              and replies (under 1 KiB a step)
+#   pipeline, stage 0 = mlp's first layer (512 outputs), batch 16:
+#     pp 2                     T x 16 x 512 x 4 each way (activations out,
+#                              their gradients back), whatever M
+#     dp 2 x pp 2              that, plus the ring allreduce of the stage's
+#                              parameters between its 2 replicas: 4 x 401,920
 # and the same counts under mpi as on local.
 . tests/lib.sh
 SMALL="$TMP/small"
@@ -46,6 +51,9 @@ if kind.startswith("exact:"):
 elif kind.startswith("near:"):
     want = float(kind[5:]) * T * S
     assert abs(sent - want) <= 64 * T and abs(recv - want) <= 64 * T, f"sent {sent} received {recv}, expected {want:.0f} +- {64 * T}"
+elif kind.startswith("step:"):
+    want = int(kind[5:]) * T
+    assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} ({kind[5:]} a step)"
 elif kind == "ps":
     for v in (sent, recv):
         assert T * S <= v <= T * (S + 1024), f"sent {sent} received {recv}, expected {T * S} .. {T * (S + 1024)}"
@@ -76,11 +84,15 @@ run bytes_hier_hosts_3+2_fold near:2.5 -- $L --workers 5 --net hosts=2 --exchang
 run bytes_shared_sync_zero exact:0 -- $L --workers 2 --exchange shared
 [ -z "$TSAN" ] && run bytes_hogwild_zero exact:0 -- $L --workers 2 --preset hogwild
 run bytes_ps_sync ps -- $L --workers 2 --exchange ps:1
+run bytes_pipeline_pp2 step:32768 -- $L --workers 2 --pp 2 --partition 0,1
+run bytes_pipeline_pp2_m4 step:32768 -- $L --workers 2 --pp 2 --partition 0,1 --micro-batches 4 --pipe-schedule 1f1b
+run bytes_pipeline_dp2_pp2 step:1640448 -- $L --workers 4 --pp 2 --partition 0,1 --micro-batches 2
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"
   run bytes_ring_2_ranks_mpi exact:1 -- $M --exchange allreduce:ring
   run bytes_ps_sync_mpi ps -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --workers 2 --exchange ps:1
   run bytes_dpsgd_two_neighbours_mpi exact:2 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset d-psgd
+  run bytes_pipeline_pp2_mpi step:32768 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --pp 2 --partition 0,1 --micro-batches 4
   run bytes_tree_4_ranks_root_mpi exact:2 -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --exchange allreduce:tree
 fi
