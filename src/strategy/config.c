@@ -44,6 +44,7 @@ void train_config_default(train_config_t *c) {
   c->neighbor_weight = 1.0 / 3.0;
   c->straggler_slowdown = 1;
   c->progress = 1;
+  c->error_feedback = -1;
 }
 
 const char *schedule_name(schedule_t s) {
@@ -192,6 +193,44 @@ static int comm_order_check(const train_config_t *c) {
   return 0;
 }
 
+/* Compression is a stage of synchronous data parallelism's reducer: it
+ * needs gradients that go on a wire, bucket by bucket. */
+static int compress_check(const train_config_t *c) {
+  const codec_spec_t *k = &c->compress;
+  if (k->kind == CODEC_NONE) {
+    if (c->error_feedback == 1 || c->compress_warmup_steps || c->dgc_clip > 0)
+      return dt_error("option --%s: needs --compress CODEC", c->error_feedback == 1 ? "error-feedback"
+                      : c->compress_warmup_steps ? "compress-warmup-steps" : "dgc-clip");
+    return 0;
+  }
+  char name[48];
+  codec_format(k, name, sizeof name);
+  if (c->exchange == EXCHANGE_SHARED)
+    return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
+                    "shared arena in place and nothing goes on a wire; use --exchange "
+                    "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
+      c->schedule != SCHEDULE_SYNC || c->pp > 1 || c->micro_batches > 1)
+    return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
+                    "central --schedule sync --exchange allreduce:ALGO); not yet for --exchange %s "
+                    "--schedule %s%s", name, exchange_name(c->exchange), schedule_name(c->schedule),
+                    c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
+  if (c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || c->balance)
+    return dt_error("option --compress %s: does not combine with %s (use the default FIFO, "
+                    "unsharded, even reducer)", name, c->shard_optimizer ? "--shard-optimizer on"
+                    : c->balance ? "--balance on" : "--comm-order priority");
+  if (c->error_feedback == 1 && !codec_biased(k))
+    return dt_error("option --error-feedback on: %s is unbiased, and error feedback is for biased "
+                    "codecs (fp16, bf16, int8, onebit, topk, randomk, threshold, dgc, powersgd); "
+                    "drop the option", name);
+  if (k->kind == CODEC_DGC && c->optim.kind != OPTIM_SGD)
+    return dt_error("option --compress %s: DGC's momentum correction takes the place of SGD's "
+                    "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
+  if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
+    return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
+  return 0;
+}
+
 /* Balancing splits the batch of a synchronous step of data parallelism. */
 static int balance_check(const train_config_t *c) {
   if (!c->balance) return 0;
@@ -243,6 +282,7 @@ int train_config_check(const train_config_t *c) {
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;
   if (comm_order_check(c) != 0) return -1;
+  if (compress_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   if (c->comm != COMM_MPI && net_hosts_check(c) != 0) return -1;
