@@ -33,13 +33,18 @@ static int rank_of(const compressor_t *c, const compress_matrix_t *m) {
   return r;
 }
 
+/* Gram-Schmidt on the r columns of p (rows x r, row-major), each
+ * projection done twice ("twice is enough", Giraud et al. 2005): when P is
+ * rank-deficient (a low-rank gradient) a column is rounding noise after the
+ * first pass, and only the second makes it orthogonal to the others. */
 static void orthonormalize(float *p, size_t rows, int r) {
   for (int j = 0; j < r; j++) {
-    for (int k = 0; k < j; k++) {
-      double d = 0;
-      for (size_t i = 0; i < rows; i++) d += (double)p[i * r + k] * p[i * r + j];
-      for (size_t i = 0; i < rows; i++) p[i * r + j] -= (float)d * p[i * r + k];
-    }
+    for (int pass = 0; pass < 2; pass++)
+      for (int k = 0; k < j; k++) {
+        double d = 0;
+        for (size_t i = 0; i < rows; i++) d += (double)p[i * r + k] * p[i * r + j];
+        for (size_t i = 0; i < rows; i++) p[i * r + j] -= (float)d * p[i * r + k];
+      }
     double sq = 0;
     for (size_t i = 0; i < rows; i++) sq += (double)p[i * r + j] * p[i * r + j];
     float inv = (float)(1.0 / (sqrt(sq) + 1e-8));
