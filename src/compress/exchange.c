@@ -34,9 +34,11 @@
 #include "compress/compressor.h"
 #include "dtrain/comm.h"
 
-static int grow(compressor_t *c, size_t len) {
-  size_t need = codec_max_bytes(&c->cfg.codec, len) + 64 * (size_t)c->nranks;
-  if (codec_sparse(&c->cfg.codec)) need = (size_t)c->nranks * codec_max_bytes(&c->cfg.codec, len);
+/* The encodings' buffers, for a buffer of len floats encoded by s (the
+ * codec at this step: DGC's density changes during its warm-up). */
+static int grow(compressor_t *c, const codec_spec_t *s, size_t len) {
+  size_t need = codec_max_bytes(s, len) + 64 * (size_t)c->nranks;
+  if (codec_sparse(s)) need = (size_t)c->nranks * codec_max_bytes(s, len);
   if (need <= c->cap) return 0;
   dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
   c->send = dt_alloc(need), c->recv = dt_alloc(need), c->out = dt_alloc(need);
@@ -158,6 +160,7 @@ static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off,
                           int64_t step, int stream) {
   const codec_spec_t *s = &c->cfg.codec;
   int P = c->nranks, r = c->rank;
+  DT_TRY(grow(c, s, len));
   size_t boff[P], blen[P], soff[P], mine;
   float *v = contribution(c, buf, off, len);
   size_t at = 0;
@@ -238,6 +241,7 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
                            size_t off, size_t len, int64_t step, int stream) {
   codec_spec_t s = sparse_spec_at(c, step);
   int P = c->nranks, r = c->rank;
+  DT_TRY(grow(c, &s, len));
   size_t cap = codec_max_bytes(&s, len);
   clip_local(c, buf, len);
   float *v = contribution(c, buf, off, len);
@@ -289,7 +293,6 @@ int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t of
   if (c->cfg.codec.kind == CODEC_NONE || c->cfg.codec.kind == CODEC_FP32)
     return allreduce(ctx, c->cfg.algo, buf, len); /* summable as it is */
   if (c->nranks == 1) return 0; /* nothing to exchange, nothing to compress */
-  DT_TRY(grow(c, len));
   comm_t *comm = coll_ctx_comm(ctx);
   if (codec_sparse(&c->cfg.codec)) return sparse_exchange(c, comm, ctx, buf, off, len, step, stream);
   return dense_exchange(c, comm, buf, off, len, step, stream);

@@ -34,7 +34,8 @@
  * go through the compressor (codec, error-feedback memory, the collective
  * the codec needs) instead of the plain allreduce, overlapped the same way
  * (a coll_async_call in the bucket's turn). The first
- * --compress-warmup-steps steps go dense. DGC's memory carries the
+ * --compress-warmup-steps steps go dense (DGC: its sparsity ramps up over
+ * them instead). DGC's memory carries the
  * momentum (momentum correction), so the optimizer steps without it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,10 +149,12 @@ static void start_bucket_in_parts(reducer_t *s, bucket_t *b) {
   b->pending = 1;
 }
 
-/* Whether this step's buckets go through the compressor (not during the
- * dense warm-up). */
+/* Whether this step's buckets go through the compressor: not during the
+ * dense warm-up (--compress-warmup-steps), but for DGC, whose warm-up is
+ * its sparsity ramp (compress/exchange.c). */
 static int compressing(const reducer_t *s) {
-  return s->cx && s->w->step >= s->w->cfg->compress_warmup_steps;
+  return s->cx && (s->w->step >= s->w->cfg->compress_warmup_steps ||
+                   s->w->cfg->compress.kind == CODEC_DGC);
 }
 
 /* One bucket through the compressor, on the context it is given (the
