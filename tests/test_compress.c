@@ -440,6 +440,44 @@ static void test_powersgd_exchange(void) {
   free_exchange(&e);
 }
 
+/* DGC's sparsity warm-up: over W steps the density falls 25%, 6.25%,
+ * 1.5625%, 0.39% (a quarter of the steps each), then R: each message's
+ * pairs, counted on the wire. */
+typedef struct { int64_t step; uint64_t sent; } dgc_case_t;
+
+static int dgc_rank(comm_t *c, void *arg) {
+  dgc_case_t *e = arg;
+  size_t n = 10000;
+  float *buf = calloc(n, sizeof *buf);
+  for (size_t i = 0; i < n; i++) buf[i] = rank_value(comm_rank(c), i);
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  compress_config_t cc = {.codec = spec("dgc:0.001"), .error_feedback = 1, .momentum = 0.9f,
+                          .warmup_steps = 100, .seed = 1, .algo = ALLREDUCE_RING};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&cc, n, comm_rank(c), comm_size(c), &cx));
+  comm_bytes_t b0 = comm_bytes(c);
+  RCHECK_OK(compressor_allreduce(cx, ctx, buf, 0, n, e->step, 0, NULL, 0));
+  if (comm_rank(c) == 0) e->sent = comm_bytes(c).sent - b0.sent;
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  free(buf);
+  return 0;
+}
+
+static void test_dgc_warmup(void) {
+  static const struct { int64_t step; size_t k; } want[] = {
+      {0, 2500}, {24, 2500}, {25, 625}, {50, 157}, {99, 40}, {100, 10}, {5000, 10}};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    dgc_case_t e = {want[i].step, 0};
+    CHECK_OK(comm_local_run(2, NULL, dgc_rank, &e));
+    if (e.sent != 4 + 8 * want[i].k)
+      fprintf(stderr, "  step %lld: sent %llu, want %zu\n", (long long)want[i].step,
+              (unsigned long long)e.sent, 4 + 8 * want[i].k);
+    CHECK(e.sent == 4 + 8 * want[i].k);
+  }
+}
+
 /* A malformed encoding on the wire: rank 1 sends rank 0 a top-k message
  * with an index past the buffer instead of its encoding. Rank 0 refuses
  * it, naming rank 1, and writes nothing out of bounds. */
@@ -549,6 +587,7 @@ int main(void) {
   RUN(test_exchange_sums_and_bytes);
   RUN(test_sparse_sizes_and_dense_switch);
   RUN(test_powersgd_exchange);
+  RUN(test_dgc_warmup);
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);
   TEST_MAIN_END();
