@@ -63,6 +63,22 @@ assert e['error_feedback'] is False and e['ef_residual_norm'] == 0, e"
 "$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
 check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]
 
+# parameter-server pushes (every schedule): encoded, one message a shard;
+# sync servers sum in rank order, so local = mpi bit for bit
+PSN=$("$DTRAIN" train $BASE --workers 2 --exchange ps:2 --metrics "$TMP/psn.jsonl" >/dev/null && field "$TMP/psn.jsonl" bytes_sent_per_step)
+PSF=$("$DTRAIN" train $BASE --workers 2 --exchange ps:2 --compress fp16 --metrics "$TMP/psf.jsonl" >/dev/null && field "$TMP/psf.jsonl" bytes_sent_per_step)
+check "ps_push_fp16_half_the_values($PSN,$PSF)" $PY -c "import sys; sys.exit(0 if $PSN - $PSF == 2 * 535818 else 1)"
+for sch in sync async ssp:2 backup:1; do
+  tag=$(echo $sch | tr ':' '_')
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:2 --schedule $sch --compress topk:0.01 --metrics "$TMP/ps_$tag.jsonl" >"$TMP/out" 2>&1
+  check "ps_${tag}_topk_trains" [ $? -eq 0 ]
+done
+"$DTRAIN" train $BASE --workers 3 --exchange ps:2 --compress int8 --checkpoint "$TMP/ps_int8.st" >/dev/null 2>&1
+if have_mpi; then
+  $MPIRUN -np 5 "$DTRAIN" train $BASE --workers 3 --comm mpi --exchange ps:2 --compress int8 --checkpoint "$TMP/ps_int8.mpi" >/dev/null 2>"$TMP/mpi.err"
+  check "ps_sync_int8_mpi_bitwise_equals_local" cmp -s "$TMP/ps_int8.st" "$TMP/ps_int8.mpi"
+fi
+
 # presets start
 for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd; do
   "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]
@@ -79,7 +95,8 @@ expect_error bad_ratio_zero 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress 
 expect_error bad_ratio_big 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress dgc:1.5
 expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$DTRAIN" train --workers 2 --exchange shared --compress fp16
 expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
-expect_error compress_ps 2 "not yet for --exchange ps" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress fp16
+expect_error compress_decentral 2 "not yet for --optimization decentral" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress fp16
+expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on
 expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on
 expect_error dgc_adam 2 "use --optimizer sgd" -- "$DTRAIN" train --workers 2 --compress dgc:0.01 --optimizer adam

@@ -209,12 +209,20 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
                     "shared arena in place and nothing goes on a wire; use --exchange "
                     "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
-  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
-      c->schedule != SCHEDULE_SYNC || c->pp > 1 || c->micro_batches > 1)
+  int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
+  if (c->optimization != OPTIMIZATION_CENTRAL || (!dp && c->exchange != EXCHANGE_PS) ||
+      c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
-                    "central --schedule sync --exchange allreduce:ALGO); not yet for --exchange %s "
-                    "--schedule %s%s", name, exchange_name(c->exchange), schedule_name(c->schedule),
+                    "central --schedule sync --exchange allreduce:ALGO) and parameter-server "
+                    "pushes (--exchange ps:K); not yet for --optimization %s --exchange %s%s", name,
+                    c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
+                    exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
+  if (c->exchange == EXCHANGE_PS && (k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
+    return dt_error("option --compress %s: with --exchange ps:K a push is one worker's gradient "
+                    "to each server; %s needs the synchronous allreduce (use topk:R there)", name,
+                    k->kind == CODEC_POWERSGD ? "PowerSGD sums its factors by allreduce and"
+                                              : "DGC's momentum correction");
   if (c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || c->balance)
     return dt_error("option --compress %s: does not combine with %s (use the default FIFO, "
                     "unsharded, even reducer)", name, c->shard_optimizer ? "--shard-optimizer on"
