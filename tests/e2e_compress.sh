@@ -79,6 +79,22 @@ if have_mpi; then
   check "ps_sync_int8_mpi_bitwise_equals_local" cmp -s "$TMP/ps_int8.st" "$TMP/ps_int8.mpi"
 fi
 
+# model averaging (local SGD, SparkNet): the replicas' changes compressed
+LSN=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --metrics "$TMP/lsn.jsonl" >/dev/null && field "$TMP/lsn.jsonl" bytes_sent)
+LSF=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --compress fp16 --metrics "$TMP/lsf.jsonl" >/dev/null && field "$TMP/lsf.jsonl" bytes_sent)
+check "local_sgd_fp16_half_the_bytes($LSN,$LSF)" [ "$($PY -c "print(int($LSN) == 2 * int($LSF))")" = True ]
+for c in topk:0.01 powersgd:2; do
+  tag=$(echo $c | tr ':.' '__')
+  "$DTRAIN" train $BASE --workers 3 --preset local-sgd --tau 2 --compress $c --checkpoint "$TMP/ls_$tag.st" >/dev/null 2>&1
+  check "local_sgd_${tag}_trains" [ $? -eq 0 ]
+  if have_mpi; then
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset local-sgd --tau 2 --compress $c --checkpoint "$TMP/ls_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "local_sgd_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/ls_$tag.st" "$TMP/ls_$tag.mpi"
+  fi
+done
+"$DTRAIN" train $BASE --workers 2 --preset sparknet --tau 3 --compress int8 >/dev/null 2>&1
+check "sparknet_int8_trains" [ $? -eq 0 ]
+
 # presets start
 for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd; do
   "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]
@@ -95,7 +111,8 @@ expect_error bad_ratio_zero 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress 
 expect_error bad_ratio_big 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress dgc:1.5
 expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$DTRAIN" train --workers 2 --exchange shared --compress fp16
 expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
-expect_error compress_decentral 2 "not yet for --optimization decentral" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress fp16
+expect_error compress_dpsgd 2 "not yet for --optimization decentral --exchange neighbors" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress fp16
+expect_error compress_local_sgd_dgc 2 "use topk:R" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress dgc:0.01
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on
 expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on

@@ -17,6 +17,7 @@
 #define DTRAIN_COMPRESS_H
 
 #include "dtrain/coll.h"
+#include "dtrain/nn.h"
 
 typedef enum {
   CODEC_NONE = 0,   /* no compression: the plain allreduce path */
@@ -111,6 +112,9 @@ void compressor_free(compressor_t *c);
  * communicator, compressed; `step` and `stream` (a bucket's index) seed the
  * stochastic codecs. For powersgd, `shape` gives the matrices in it. */
 typedef struct { size_t off, rows, cols; } compress_matrix_t;
+/* Every parameter tensor of m as a matrix (rows = its first dimension: a
+ * layer's outputs; a vector is one row), out[m->ntensors]. */
+void compress_model_matrices(const model_t *m, compress_matrix_t *out);
 int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                          int64_t step, int stream, const compress_matrix_t *mats, int nmats);
 /* Figures since the last call: seconds encoding and decoding, and the

@@ -82,6 +82,14 @@ void compressor_take_stats(compressor_t *c, compress_stats_t *out) {
   c->stats = (compress_stats_t){0};
 }
 
+void compress_model_matrices(const model_t *m, compress_matrix_t *out) {
+  for (int i = 0; i < m->ntensors; i++) {
+    const tensor_info_t *t = &m->tensors[i];
+    size_t rows = t->ndim >= 2 ? (size_t)t->dims[0] : 1;
+    out[i] = (compress_matrix_t){t->off, rows, t->len / rows};
+  }
+}
+
 int compressor_has_memory(const compressor_t *c) { return c->mem.residual != NULL; }
 
 /* The seed of message `msg` of a buffer (stream) at a step, on this rank. */

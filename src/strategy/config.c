@@ -210,11 +210,15 @@ static int compress_check(const train_config_t *c) {
                     "shared arena in place and nothing goes on a wire; use --exchange "
                     "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
   int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
-  if (c->optimization != OPTIMIZATION_CENTRAL || (!dp && c->exchange != EXCHANGE_PS) ||
+  int central = c->optimization == OPTIMIZATION_CENTRAL;
+  int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
+                  (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
+  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
-                    "central --schedule sync --exchange allreduce:ALGO) and parameter-server "
-                    "pushes (--exchange ps:K); not yet for --optimization %s --exchange %s%s", name,
+                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
+                    "(--exchange ps:K) and model averaging (--optimization decentral --exchange "
+                    "allreduce:ALGO or master); not yet for --optimization %s --exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
@@ -231,6 +235,9 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --error-feedback on: %s is unbiased, and error feedback is for biased "
                     "codecs (fp16, bf16, int8, onebit, topk, randomk, threshold, dgc, powersgd); "
                     "drop the option", name);
+  if (k->kind == CODEC_DGC && !central)
+    return dt_error("option --compress %s: DGC compresses gradients (its momentum correction); "
+                    "model averaging sends model changes: use topk:R", name);
   if (k->kind == CODEC_DGC && c->optim.kind != OPTIM_SGD)
     return dt_error("option --compress %s: DGC's momentum correction takes the place of SGD's "
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));

@@ -271,11 +271,7 @@ static int plan_compression(reducer_t *s) {
   const model_t *m = w->model;
   if (cfg->compress.kind == CODEC_NONE || w->nranks == 1) return 0;
   if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");
-  for (int i = 0; i < m->ntensors; i++) {
-    const tensor_info_t *t = &m->tensors[i];
-    size_t rows = t->ndim >= 2 ? (size_t)t->dims[0] : 1;
-    s->mats[i] = (compress_matrix_t){t->off, rows, t->len / rows};
-  }
+  compress_model_matrices(m, s->mats);
   for (int b = 0; b < s->nbuckets; b++) {
     bucket_t *k = &s->buckets[b];
     k->owner = s;
