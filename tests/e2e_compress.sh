@@ -95,6 +95,24 @@ done
 "$DTRAIN" train $BASE --workers 2 --preset sparknet --tau 3 --compress int8 >/dev/null 2>&1
 check "sparknet_int8_trains" [ $? -eq 0 ]
 
+# sufficient factors (Poseidon): lossless, so the dense run's weights to
+# rounding; 4 ranks, batch 16: fc1 (784 -> 512) and fc2 (512 -> 256) send
+# their factors, 3 (8 + 4 x 16 (in + out)) bytes each, fc3 goes by the ring
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --checkpoint "$TMP/sfb_dense.st" --metrics "$TMP/sfb_dense.jsonl" >/dev/null
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --sufficient-factors on --checkpoint "$TMP/sfb.st" --metrics "$TMP/sfb.jsonl" >/dev/null
+if close "$TMP/sfb_dense.st" "$TMP/sfb.st" 1e-6; then pass "sfb_equals_dense($(cat "$TMP/cmp.out"))"; else fail sfb_equals_dense "$(cat "$TMP/cmp.out")"; fi
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --sufficient-factors on --overlap off --checkpoint "$TMP/sfb_off.st" >/dev/null
+check sfb_bitwise_overlap_on_off cmp -s "$TMP/sfb.st" "$TMP/sfb_off.st"
+SFB4=$(field "$TMP/sfb.jsonl" bytes_sent_per_step)
+# fc3 by the ring: 2,570 floats on 4 ranks in blocks of 643, 643, 642, 642;
+# rank 0 sends three blocks in each half, 643 + 642 + 642 floats: 2 x 7,708
+check "sfb_bytes_exact($SFB4)" [ "$SFB4" = "$((3 * (8 + 4 * 16 * (784 + 512)) + 3 * (8 + 4 * 16 * (512 + 256)) + 15416)).0" ]
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --exchange allreduce:ring --sufficient-factors on --checkpoint "$TMP/sfb.mpi" >/dev/null 2>"$TMP/mpi.err"
+  check sfb_mpi_bitwise_equals_local cmp -s "$TMP/sfb.st" "$TMP/sfb.mpi"
+fi
+expect_error sfb_with_codec 2 "does not combine with --compress" -- "$DTRAIN" train --workers 2 --sufficient-factors on --compress fp16
+
 # presets start
 for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd; do
   "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]

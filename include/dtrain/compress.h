@@ -125,4 +125,17 @@ typedef struct {
 } compress_stats_t;
 void compressor_take_stats(compressor_t *c, compress_stats_t *out);
 int compressor_has_memory(const compressor_t *c);
+
+/* ---- sufficient factor broadcasting (sufficient_factors.c) -----------------
+ * A dense layer's gradient sum rebuilt from every rank's factors (its rows
+ * of output gradients dY, n x out, and of inputs X, n x in): lossless,
+ * (P - 1)(8 + 4 n (in + out)) bytes a rank. sfb_gains: whether that is
+ * fewer bytes than the ring's for a batch of `batch` rows. */
+typedef struct sfb sfb_t;
+int sfb_gains(int nranks, int batch, size_t in, size_t out);
+int sfb_new(int rank, int nranks, size_t max_rows, size_t max_in, size_t max_out, sfb_t **out);
+void sfb_free(sfb_t *s);
+/* dw (out x in) and db (out) = the sums over every rank's rows. */
+int sfb_allreduce(sfb_t *s, coll_ctx_t *ctx, const float *x, const float *dy, size_t n,
+                  size_t in, size_t out, float *dw, float *db);
 #endif

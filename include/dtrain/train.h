@@ -57,6 +57,7 @@ typedef struct {
   int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
   int64_t compress_warmup_steps;/* dense steps first; DGC: its sparsity warm-up */
   double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
+  int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */
   /* pipeline parallelism (src/strategy/pipe/): workers = dp x pp */
   int pp;                       /* pipeline stages [1] */
   int micro_batches;            /* micro-batches per step of one replica [1] */

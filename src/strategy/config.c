@@ -197,6 +197,12 @@ static int comm_order_check(const train_config_t *c) {
  * needs gradients that go on a wire, bucket by bucket. */
 static int compress_check(const train_config_t *c) {
   const codec_spec_t *k = &c->compress;
+  if (c->sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
+                                c->comm_order == COLL_ORDER_PRIORITY))
+    return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
+                    "layer's factors instead of its gradient, a bucket a layer)",
+                    k->kind != CODEC_NONE ? "--compress" : c->shard_optimizer ? "--shard-optimizer on"
+                    : c->balance ? "--balance on" : "--comm-order priority");
   if (k->kind == CODEC_NONE) {
     if (c->error_feedback == 1 || c->compress_warmup_steps || c->dgc_clip > 0)
       return dt_error("option --%s: needs --compress CODEC", c->error_feedback == 1 ? "error-feedback"

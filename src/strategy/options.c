@@ -108,6 +108,7 @@ static const option_t OPTIONS[] = {
     {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
+    {"sufficient-factors", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
     {"pp", 0, NULL, NULL, AX_STRATEGY},
     {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
     {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
@@ -375,6 +376,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "error-feedback")) return parse_onoff(name, val, &c->error_feedback);
   if (!strcmp(name, "compress-warmup-steps"))
     return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->compress_warmup_steps = iv, 0);
+  if (!strcmp(name, "sufficient-factors")) return parse_onoff(name, val, &c->sufficient_factors);
   if (!strcmp(name, "dgc-clip")) return parse_float(name, val, 1e-9, 1e9, &c->dgc_clip);
   if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
   if (!strcmp(name, "micro-batches"))

@@ -51,7 +51,7 @@ static int train_step(void *state, int epoch, int64_t k) {
   worker_t *w = s->w;
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
-  step_hooks_t hooks = reducer_begin_step(s->reducer);
+  step_hooks_t hooks = reducer_begin_step(s->reducer, (int)count);
   if (worker_compute_gradient(w, begin, count, (int)global,
                               reducer_overlaps(s->reducer) ? &hooks : NULL) != 0)
     return -1;

@@ -50,6 +50,7 @@ typedef struct {
   size_t last_ticket;   /* priority: the request of its last part */
   int pending;          /* priority: summed or being summed, not yet applied */
   int mat, nmat;        /* compression: its weight matrices, r->mats[mat .. mat + nmat) */
+  int sfb;              /* --sufficient-factors: the layer's factors go, not its gradient */
   struct reducer *owner;
 } bucket_t;
 
@@ -66,6 +67,8 @@ struct reducer {
   compressor_t *cx;         /* --compress: NULL for none */
   compress_matrix_t *mats;  /* compression: every parameter tensor as a matrix */
   int64_t step;             /* compression: the step being exchanged */
+  int count;                /* sufficient factors: this rank's rows this step */
+  sfb_t *sfb;               /* --sufficient-factors, else NULL */
   compress_stats_t stats;   /* compression: this epoch's figures */
 };
 
@@ -77,7 +80,7 @@ struct reducer {
 
 static int plan_buckets(reducer_t *s) {
   const model_t *m = s->w->model;
-  size_t cap = s->w->cfg->bucket_bytes / sizeof(float);
+  size_t cap = s->w->cfg->sufficient_factors ? 0 : s->w->cfg->bucket_bytes / sizeof(float);
   size_t first_cap = cap && cap > FIRST_BUCKET_BYTES / sizeof(float) ? FIRST_BUCKET_BYTES / sizeof(float) : cap;
   s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
   if (!s->buckets) return dt_error("out of memory");
@@ -166,12 +169,25 @@ static int compressed_bucket(coll_ctx_t *ctx, void *arg) {
                               (int)(b - s->buckets), s->mats + b->mat, b->nmat);
 }
 
+/* Sufficient factors: a dense layer's gradient rebuilt from every rank's
+ * rows of output gradients and inputs (compress/sufficient_factors.c). */
+static int sfb_bucket(coll_ctx_t *ctx, void *arg) {
+  bucket_t *b = arg;
+  reducer_t *s = b->owner;
+  model_t *m = s->w->model;
+  layer_t *l = &m->layers[b->first_layer];
+  size_t in = shape_size(l->in_shape), out = (size_t)l->spec.units;
+  return sfb_allreduce(s->sfb, ctx, model_layer_input(m, b->first_layer, s->w->x), l->dout,
+                       (size_t)s->count, in, out, l->dw, l->db);
+}
+
 static void start_ready_buckets(void *ctx, int layer) {
   reducer_t *s = ctx;
   while (s->next < s->nbuckets && s->buckets[s->next].first_layer >= layer) {
     bucket_t *b = &s->buckets[s->next++];
     float *g = s->w->model->grads + b->off;
     if (s->bucket_of) start_bucket_in_parts(s, b);
+    else if (b->sfb) coll_async_call(s->async, sfb_bucket, b, 0);
     else if (compressing(s)) coll_async_call(s->async, compressed_bucket, b, 0);
     else if (s->shard) coll_async_reduce_scatter(s->async, g, b->len, 0);
     else coll_async_allreduce(s->async, s->w->cfg->algo, g, b->len, 0);
@@ -206,7 +222,8 @@ static int exchange_gradients(reducer_t *s, double backward_end) {
   for (int i = 0; i < s->nbuckets; i++) {
     float *g = w->model->grads + s->buckets[i].off;
     size_t n = s->buckets[i].len;
-    int rc = compressing(s) ? compressed_bucket(w->coll, &s->buckets[i])
+    int rc = s->buckets[i].sfb ? sfb_bucket(w->coll, &s->buckets[i])
+             : compressing(s) ? compressed_bucket(w->coll, &s->buckets[i])
              : s->shard ? reduce_scatter_ring_inplace(w->coll, g, n)
                         : allreduce(w->coll, w->cfg->algo, g, n);
     if (rc != 0) return -1;
@@ -291,6 +308,26 @@ static int plan_compression(reducer_t *s) {
   return compressor_new(&cc, m->nparams, w->rank, w->nranks, &s->cx);
 }
 
+/* --sufficient-factors: which layers gain (a bucket a layer), and the
+ * buffers for every rank's rows of the widest of them. */
+static int plan_sufficient_factors(reducer_t *s) {
+  worker_t *w = s->w;
+  const model_t *m = w->model;
+  if (!w->cfg->sufficient_factors || w->nranks == 1) return 0;
+  size_t max_in = 0, max_out = 0;
+  for (int b = 0; b < s->nbuckets; b++) {
+    bucket_t *k = &s->buckets[b];
+    const layer_t *l = &m->layers[k->first_layer];
+    size_t in = shape_size(l->in_shape), out = (size_t)l->spec.units;
+    k->owner = s;
+    k->sfb = l->spec.kind == LAYER_DENSE && sfb_gains(w->nranks, w->cfg->batch, in, out);
+    if (k->sfb && in > max_in) max_in = in;
+    if (k->sfb && out > max_out) max_out = out;
+  }
+  if (!max_in) return 0;
+  return sfb_new(w->rank, w->nranks, (size_t)m->max_batch, max_in, max_out, &s->sfb);
+}
+
 int reducer_new(worker_t *w, reducer_t **out) {
   reducer_t *s = calloc(1, sizeof *s);
   if (!s) return dt_error("out of memory");
@@ -299,6 +336,7 @@ int reducer_new(worker_t *w, reducer_t **out) {
   if (rc == 0) rc = plan_bucket_updates(s);
   if (rc == 0) rc = plan_shard(s);
   if (rc == 0) rc = plan_compression(s);
+  if (rc == 0) rc = plan_sufficient_factors(s);
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap)
     rc = coll_async_new(w->coll, w->cfg->comm_order, &s->async);
   if (!s->async) free(s->bucket_of), s->bucket_of = NULL; /* one rank: nothing to order */
@@ -310,6 +348,7 @@ void reducer_free(reducer_t *s) {
   if (!s) return;
   coll_async_free(s->async);
   compressor_free(s->cx);
+  sfb_free(s->sfb);
   free(s->mats);
   free(s->shard);
   free(s->bucket_of);
@@ -317,9 +356,10 @@ void reducer_free(reducer_t *s) {
   free(s);
 }
 
-step_hooks_t reducer_begin_step(reducer_t *s) {
+step_hooks_t reducer_begin_step(reducer_t *s, int count) {
   s->next = 0;
   s->step = s->w->step;
+  s->count = count;
   return (step_hooks_t){.wait = s->bucket_of ? apply_bucket_update : NULL,
                         .ready = start_ready_buckets, .ctx = s};
 }

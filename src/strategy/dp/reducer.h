@@ -15,10 +15,10 @@ typedef struct reducer reducer_t;
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);
 void reducer_free(reducer_t *r);
-/* A new step: the hooks for worker_compute_gradient (ready starts buckets;
+/* A new step of `count` samples on this rank: the hooks for worker_compute_gradient (ready starts buckets;
  * wait, under priority order, applies the last step's). Pass them only
  * when reducer_overlaps. */
-step_hooks_t reducer_begin_step(reducer_t *r);
+step_hooks_t reducer_begin_step(reducer_t *r, int count);
 int reducer_overlaps(const reducer_t *r);
 /* Priority order: the update is left to the next forward pass. */
 int reducer_defers(const reducer_t *r);
