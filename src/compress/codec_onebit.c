@@ -11,18 +11,21 @@ static size_t onebit_bytes(const codec_spec_t *s, size_t n) { (void)s; return 8 
 static size_t onebit_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
                             uint8_t *out, float *scratch) {
   (void)s, (void)seed, (void)scratch;
-  double pos = 0, neg = 0;
+  /* branch-free: the signs of a gradient are a coin toss to a predictor */
+  double pos = 0, all = 0;
   size_t npos = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (x[i] >= 0) pos += x[i], npos++;
-    else neg += x[i];
-  }
-  put_f32(out, npos ? (float)(pos / (double)npos) : 0.0f);
-  put_f32(out + 4, n - npos ? (float)(neg / (double)(n - npos)) : 0.0f);
   uint8_t *bits = out + 8;
   memset(bits, 0, (n + 7) / 8);
-  for (size_t i = 0; i < n; i++)
-    if (x[i] >= 0) bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+  for (size_t i = 0; i < n; i++) {
+    unsigned p = x[i] >= 0;
+    all += x[i];
+    pos += p ? x[i] : 0.0f;
+    npos += p;
+    bits[i >> 3] |= (uint8_t)(p << (i & 7));
+  }
+  double neg = all - pos;
+  put_f32(out, npos ? (float)(pos / (double)npos) : 0.0f);
+  put_f32(out + 4, n - npos ? (float)(neg / (double)(n - npos)) : 0.0f);
   return 8 + (n + 7) / 8;
 }
 
@@ -35,7 +38,8 @@ static int onebit_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes,
   if (!isfinite(pos) || !isfinite(neg) || pos < 0 || neg > 0)
     return dt_error("malformed onebit message: means %g and %g (expected >= 0 and <= 0)", pos, neg);
   const uint8_t *bits = in + 8;
-  for (size_t i = 0; i < n; i++) acc[i] += (bits[i >> 3] >> (i & 7)) & 1 ? pos : neg;
+  const float value[2] = {neg, pos};
+  for (size_t i = 0; i < n; i++) acc[i] += value[(bits[i >> 3] >> (i & 7)) & 1];
   return 0;
 }
 

@@ -14,7 +14,6 @@ struct compressor {
   int rank, nranks;
   size_t n;                 /* the arena the offsets index */
   ef_memory_t mem;          /* the workers' memory (error feedback), or residual NULL */
-  float *owner_residual;    /* dense exchange: the memory of the owner's re-encoding */
   float *tmp, *scratch;     /* n floats each */
   uint8_t *send, *recv, *out, *gather;  /* encodings, grown to the largest buffer */
   size_t cap;               /* bytes of each of those */
