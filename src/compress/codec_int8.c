@@ -27,11 +27,9 @@ static int int8_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
   if (bytes != 4 + n) return codec_size_error("int8", bytes, 4 + n);
   float scale = get_f32(in);
   if (!(scale >= 0) || isinf(scale)) return dt_error("malformed int8 message: scale %g", scale);
-  for (size_t i = 0; i < n; i++) {
-    int8_t q = (int8_t)in[4 + i];
-    if (q == -128) return dt_error("malformed int8 message: value -128 at %zu (range -127..127)", i);
-    acc[i] += (float)q * scale;
-  }
+  for (size_t i = 0; i < n; i++) /* checked whole before anything is added */
+    if (in[4 + i] == 0x80) return dt_error("malformed int8 message: value -128 at %zu (range -127..127)", i);
+  for (size_t i = 0; i < n; i++) acc[i] += (float)(int8_t)in[4 + i] * scale;
   return 0;
 }
 
