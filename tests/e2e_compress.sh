@@ -42,8 +42,8 @@ check "bytes_fp16_half_the_ring" [ "$(bytes_of fp16)" = "1071636.0" ]
 check "bytes_bf16_half_the_ring" [ "$(bytes_of bf16)" = "1071636.0" ]
 # int8: n + a 4-byte scale a message (2 messages a bucket)
 check "bytes_int8_quarter_plus_scales" [ "$(bytes_of int8)" = "$((535818 + 4 * 4)).0" ]
-# onebit: ceil(h/8) + 8 a message: 2 (8369 + 8) + 2 (25120 + 8)
-check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((2 * (8369 + 8) + 2 * (25120 + 8))).0" ]
+# onebit: ceil(h/8) + 8 ceil(h/512) a message: 2 (8369 + 8 x 131) + 2 (25120 + 8 x 393)
+check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((2 * (8369 + 8 * 131) + 2 * (25120 + 8 * 393))).0" ]
 # top-k R: one message of 4 + 8 ceil(R B) a bucket to the other rank
 check "bytes_topk_pairs" [ "$(bytes_of topk:0.001)" = "$((4 + 8 * 134 + 4 + 8 * 402)).0" ]
 RATIO=$($PY -c "print($DENSE / $(bytes_of topk:0.001))")

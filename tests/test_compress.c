@@ -95,8 +95,8 @@ static void test_roundtrip_bounds(void) {
     CHECK(roundtrip(&s, x, n, 1, y) == 4 + n);
     for (size_t i = 0; i < n; i++) CHECK(fabsf(y[i] - x[i]) <= amax / 254 * 1.0001f);
     s = spec("onebit");
-    CHECK(roundtrip(&s, x, n, 1, y) == 8 + (n + 7) / 8);
-    double ysum = 0;
+    CHECK(roundtrip(&s, x, n, 1, y) == 8 * ((n + 511) / 512) + (n + 7) / 8);
+    double ysum = 0; /* per chunk of 512, the means keep each sign's sum */
     for (size_t i = 0; i < n; i++) {
       CHECK((y[i] >= 0) == (x[i] >= 0));
       ysum += y[i];
@@ -255,6 +255,7 @@ static void test_malformed_refused(void) {
   float bad_means[2] = {-1.0f, 1.0f};
   memcpy(m, bad_means, 8);
   CHECK_FAILS_WITH(codec_decode_add(&one, m, 8 + (N + 7) / 8, N, acc), "means");
+  CHECK_FAILS_WITH(codec_decode_add(&one, m, (N + 7) / 8, N, acc), "malformed onebit");
   for (int i = 0; i < N; i++) CHECK(acc[i] == 0); /* nothing added by a refused message */
   free(acc), free(m);
 }
