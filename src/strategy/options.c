@@ -49,6 +49,8 @@ static int is_balanceable(const train_config_t *c) {
          (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_SHARED);
 }
 static int compresses(const train_config_t *c) { return c->compress.kind != CODEC_NONE; }
+/* Whether gradients or models go on a wire (not one shared arena). */
+static int on_a_wire(const train_config_t *c) { return c->exchange != EXCHANGE_SHARED; }
 static int is_local(const train_config_t *c) { return c->comm == COMM_LOCAL; }
 static int uses_momentum(const train_config_t *c) { return c->optim.kind != OPTIM_ADAM; }
 static int is_adam(const train_config_t *c) { return c->optim.kind == OPTIM_ADAM; }
@@ -104,7 +106,7 @@ static const option_t OPTIONS[] = {
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
-    {"compress", 0, NULL, NULL, AX_STRATEGY},
+    {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K or master", AX_STRATEGY},
     {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
