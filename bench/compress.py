@@ -47,8 +47,6 @@ def accuracy(models, codecs, tmp):
         dense_acc = dense_bytes = None
         for codec in codecs:
             extra = [] if codec == "none" else ["--compress", codec]
-            if codec.startswith("dgc"):
-                extra += ["--compress-warmup-steps", "100"]
             rc, err, lines, _ = run(base + extra, os.path.join(tmp, "m.jsonl"))
             ep = epochs(lines)
             if rc != 0 or not ep:
@@ -76,8 +74,6 @@ def speed(tmp, target=0.85):
     dense = None
     for codec in ["none", "dgc:0.001", "powersgd:2"]:
         extra = [] if codec == "none" else ["--compress", codec]
-        if codec.startswith("dgc"):
-            extra += ["--compress-warmup-steps", "100"]
         rc, err, lines, _ = run(base + extra, os.path.join(tmp, "s.jsonl"))
         ep = epochs(lines)
         if rc != 0 or not ep:
