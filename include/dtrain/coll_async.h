@@ -21,6 +21,11 @@ size_t coll_async_allreduce(coll_async_t *a, allreduce_algo_t algo, float *buf, 
  * (coll_block) in rank r's buf; allgather spreads each rank's block r. */
 size_t coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count, int priority);
 size_t coll_async_allgather(coll_async_t *a, float *buf, size_t count, int priority);
+/* A collective of the caller's own, run in its turn like the others: fn
+ * gets the context the requests run on (a compressed allreduce, which
+ * composes collectives and point-to-point messages on it). */
+typedef int (*coll_async_fn)(coll_ctx_t *ctx, void *arg);
+size_t coll_async_call(coll_async_t *a, coll_async_fn fn, void *arg, int priority);
 /* Runs or waits for requests until this one has finished (under PRIORITY,
  * the more urgent ones run first; under FIFO, the earlier ones). */
 int coll_async_wait_one(coll_async_t *a, size_t ticket);

@@ -151,6 +151,9 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
  * before its input gradient where the layer computes that apart. */
 typedef void (*grad_ready_fn)(void *ctx, int layer);
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx);
+/* What layer i read in the last forward pass: the batch x, or the output
+ * of the layer it follows (sufficient factors need a dense layer's X). */
+const float *model_layer_input(const model_t *m, int i, const float *x);
 
 /* ---- pipeline stages (src/nn/stage.c) -------------------------------------
  * A stage is the layers [first, last] of a model (indices into

@@ -9,6 +9,7 @@
 
 #include "dtrain/coll.h"
 #include "dtrain/comm.h"
+#include "dtrain/compress.h"
 #include "dtrain/data.h"
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
@@ -50,6 +51,13 @@ typedef struct {
   size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   int balance;                  /* split each synchronous step's batch by measured speed */
+  /* gradient compression (src/compress/), in the reducer of synchronous
+   * data parallelism */
+  codec_spec_t compress;        /* CODEC_NONE: the plain allreduce */
+  int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
+  int64_t compress_warmup_steps;/* dense steps first; DGC: its sparsity warm-up */
+  double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
+  int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */
   /* pipeline parallelism (src/strategy/pipe/): workers = dp x pp */
   int pp;                       /* pipeline stages [1] */
   int micro_batches;            /* micro-batches per step of one replica [1] */

@@ -38,7 +38,7 @@
 
 #define ASYNC_QUEUE 1024
 
-typedef enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER } op_kind_t;
+typedef enum { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_CALL } op_kind_t;
 typedef enum { SLOT_FREE, SLOT_PENDING, SLOT_RUNNING } slot_state_t;
 
 typedef struct {
@@ -48,6 +48,8 @@ typedef struct {
   size_t count;
   int priority;
   slot_state_t state;
+  coll_async_fn fn;       /* OP_CALL */
+  void *arg;
 } async_op_t;
 
 struct coll_async {
@@ -79,6 +81,7 @@ static int run_op(coll_ctx_t *ctx, const async_op_t *op) {
   switch (op->kind) {
   case OP_REDUCE_SCATTER: return reduce_scatter_ring_inplace(ctx, op->buf, op->count);
   case OP_ALLGATHER: return allgather_ring(ctx, op->buf, op->count);
+  case OP_CALL: return op->fn(ctx, op->arg);
   default: return allreduce(ctx, op->algo, op->buf, op->count);
   }
 }
@@ -210,6 +213,10 @@ size_t coll_async_reduce_scatter(coll_async_t *a, float *buf, size_t count, int 
 size_t coll_async_allgather(coll_async_t *a, float *buf, size_t count, int priority) {
   return submit(a, (async_op_t){.kind = OP_ALLGATHER, .algo = ALLREDUCE_RING, .buf = buf,
                                 .count = count, .priority = priority});
+}
+
+size_t coll_async_call(coll_async_t *a, coll_async_fn fn, void *arg, int priority) {
+  return submit(a, (async_op_t){.kind = OP_CALL, .fn = fn, .arg = arg, .priority = priority});
 }
 
 /* Spins, yielding the core, until the running request ends or `seconds`

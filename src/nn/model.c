@@ -285,6 +285,11 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
   return softmax_xent(last->out, labels, n, m->nclasses, denom, m->probs, last->dout, correct);
 }
 
+const float *model_layer_input(const model_t *m, int i, const float *x) {
+  int from = m->layers[i].spec.input;
+  return from < 0 ? x : m->layers[from].out;
+}
+
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {
   layer_range_t r = whole(m);
   layer_range_backward(&r, x, NULL, n, ready, ctx);

@@ -44,6 +44,7 @@ void train_config_default(train_config_t *c) {
   c->neighbor_weight = 1.0 / 3.0;
   c->straggler_slowdown = 1;
   c->progress = 1;
+  c->error_feedback = -1;
 }
 
 const char *schedule_name(schedule_t s) {
@@ -192,6 +193,65 @@ static int comm_order_check(const train_config_t *c) {
   return 0;
 }
 
+/* Compression is a stage of synchronous data parallelism's reducer: it
+ * needs gradients that go on a wire, bucket by bucket. */
+static int compress_check(const train_config_t *c) {
+  const codec_spec_t *k = &c->compress;
+  if (c->sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
+                                c->comm_order == COLL_ORDER_PRIORITY))
+    return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
+                    "layer's factors instead of its gradient, a bucket a layer)",
+                    k->kind != CODEC_NONE ? "--compress" : c->shard_optimizer ? "--shard-optimizer on"
+                    : c->balance ? "--balance on" : "--comm-order priority");
+  if (k->kind == CODEC_NONE) {
+    if (c->error_feedback == 1 || c->compress_warmup_steps || c->dgc_clip > 0)
+      return dt_error("option --%s: needs --compress CODEC", c->error_feedback == 1 ? "error-feedback"
+                      : c->compress_warmup_steps ? "compress-warmup-steps" : "dgc-clip");
+    return 0;
+  }
+  char name[48];
+  codec_format(k, name, sizeof name);
+  if (c->exchange == EXCHANGE_SHARED)
+    return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
+                    "shared arena in place and nothing goes on a wire; use --exchange "
+                    "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
+  int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
+  int central = c->optimization == OPTIMIZATION_CENTRAL;
+  int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
+                  (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
+  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd) ||
+      c->pp > 1 || c->micro_batches > 1)
+    return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
+                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
+                    "(--exchange ps:K) and model averaging (--optimization decentral --exchange "
+                    "allreduce:ALGO or master); not yet for --optimization %s --exchange %s%s", name,
+                    c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
+                    exchange_name(c->exchange),
+                    c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
+  if (c->exchange == EXCHANGE_PS && (k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
+    return dt_error("option --compress %s: with --exchange ps:K a push is one worker's gradient "
+                    "to each server; %s needs the synchronous allreduce (use topk:R there)", name,
+                    k->kind == CODEC_POWERSGD ? "PowerSGD sums its factors by allreduce and"
+                                              : "DGC's momentum correction");
+  if (c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || c->balance)
+    return dt_error("option --compress %s: does not combine with %s (use the default FIFO, "
+                    "unsharded, even reducer)", name, c->shard_optimizer ? "--shard-optimizer on"
+                    : c->balance ? "--balance on" : "--comm-order priority");
+  if (c->error_feedback == 1 && !codec_biased(k))
+    return dt_error("option --error-feedback on: %s is unbiased, and error feedback is for biased "
+                    "codecs (fp16, bf16, int8, onebit, topk, randomk, threshold, dgc, powersgd); "
+                    "drop the option", name);
+  if (k->kind == CODEC_DGC && !central)
+    return dt_error("option --compress %s: DGC compresses gradients (its momentum correction); "
+                    "model averaging sends model changes: use topk:R", name);
+  if (k->kind == CODEC_DGC && c->optim.kind != OPTIM_SGD)
+    return dt_error("option --compress %s: DGC's momentum correction takes the place of SGD's "
+                    "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
+  if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
+    return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
+  return 0;
+}
+
 /* Balancing splits the batch of a synchronous step of data parallelism. */
 static int balance_check(const train_config_t *c) {
   if (!c->balance) return 0;
@@ -243,6 +303,7 @@ int train_config_check(const train_config_t *c) {
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;
   if (comm_order_check(c) != 0) return -1;
+  if (compress_check(c) != 0) return -1;
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   if (c->comm != COMM_MPI && net_hosts_check(c) != 0) return -1;

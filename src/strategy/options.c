@@ -48,6 +48,9 @@ static int is_balanceable(const train_config_t *c) {
   return !is_decentral(c) && c->schedule == SCHEDULE_SYNC &&
          (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_SHARED);
 }
+static int compresses(const train_config_t *c) { return c->compress.kind != CODEC_NONE; }
+/* Whether gradients or models go on a wire (not one shared arena). */
+static int on_a_wire(const train_config_t *c) { return c->exchange != EXCHANGE_SHARED; }
 static int is_local(const train_config_t *c) { return c->comm == COMM_LOCAL; }
 static int uses_momentum(const train_config_t *c) { return c->optim.kind != OPTIM_ADAM; }
 static int is_adam(const train_config_t *c) { return c->optim.kind == OPTIM_ADAM; }
@@ -103,6 +106,11 @@ static const option_t OPTIONS[] = {
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
+    {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K or master", AX_STRATEGY},
+    {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
+    {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
+    {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
+    {"sufficient-factors", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
     {"pp", 0, NULL, NULL, AX_STRATEGY},
     {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
     {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
@@ -366,6 +374,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
+  if (!strcmp(name, "compress")) return codec_parse(val, &c->compress);
+  if (!strcmp(name, "error-feedback")) return parse_onoff(name, val, &c->error_feedback);
+  if (!strcmp(name, "compress-warmup-steps"))
+    return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->compress_warmup_steps = iv, 0);
+  if (!strcmp(name, "sufficient-factors")) return parse_onoff(name, val, &c->sufficient_factors);
+  if (!strcmp(name, "dgc-clip")) return parse_float(name, val, 1e-9, 1e9, &c->dgc_clip);
   if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
   if (!strcmp(name, "micro-batches"))
     return parse_int(name, val, 1, 1 << 16, &iv) ? -1 : (c->micro_batches = (int)iv, 0);

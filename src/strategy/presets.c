@@ -87,6 +87,31 @@ static const preset_t PRESETS[] = {
     {"dc-asgd", "central / async / ps:1 with delay compensation (lambda 0.04)",
      "Zheng et al. 2017, Asynchronous Stochastic Gradient Descent with Delay Compensation",
      "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
+    /* gradient compression (src/compress/): synchronous data parallelism */
+    {"horovod-fp16", "central / sync / allreduce:ring, gradients sent as fp16 (no error feedback)",
+     "Sergeev & Del Balso 2018, Horovod (--fp16-allreduce, hvd.Compression.fp16)",
+     "--optimization central --schedule sync --exchange allreduce:ring --bucket-mb 64 --overlap on "
+     "--compress fp16 --error-feedback off"},
+    {"onebit-sgd", "central / sync / allreduce: 1 bit a value with error feedback",
+     "Seide et al. 2014, 1-Bit Stochastic Gradient Descent and its Application to Data-Parallel "
+     "Distributed Training of Speech DNNs",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress onebit"},
+    {"qsgd", "central / sync / allreduce: QSGD, 7 levels (4 bits a value), buckets of 512",
+     "Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress qsgd:7"},
+    {"terngrad", "central / sync / allreduce: ternary gradients {-s, 0, s}, unbiased",
+     "Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress terngrad"},
+    {"dgc", "central / sync / allgather of the top 0.1% (momentum correction, factor masking; "
+            "the sparsity warm-up is --compress-warmup-steps N, off here: on mlp it changed "
+            "nothing and tripled the bytes)",
+     "Lin et al. 2018, Deep Gradient Compression: Reducing the Communication Bandwidth for "
+     "Distributed Training",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress dgc:0.001"},
+    {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start)",
+     "Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed "
+     "Optimization",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress powersgd:2"},
     /* pipeline parallelism (src/strategy/pipe/): --workers = dp x pp */
     {"gpipe", "central / sync / pipeline pp 2, 8 micro-batches: all forwards, all backwards, one "
               "synchronous update",

@@ -13,8 +13,14 @@
  * (n_i/N) g_i, the gradient of the global batch (equal up to float
  * rounding, as the sums are taken in another order). Optimizer state
  * (momentum) stays per replica. Between averages, the consensus
- * evaluated is the plain mean of the replicas. */
+ * evaluated is the plain mean of the replicas.
+ *
+ * --compress CODEC: what goes on the wire is each replica's change since
+ * the last average (the anchor), compressed (src/compress/: the codec, its
+ * error-feedback memory, its exchange), as in Qsparse-local-SGD (Basu et
+ * al. 2019):  w <- anchor + sum_i (n_i / N) C(w_i - anchor);  anchor <- w. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "strategy/decentral/decentral.h"
@@ -23,7 +29,23 @@ typedef struct {
   decentral_t *d;
   size_t samples, global;   /* since the last average: this worker's, all workers' */
   int64_t averages;
+  compressor_t *cx;         /* --compress, else NULL */
+  float *anchor, *delta;    /* --compress: the last average; this replica's change */
+  compress_matrix_t *mats;
 } local_sgd_t;
+
+/* --compress: the replicas' changes since the anchor, compressed and
+ * summed, make the new average. */
+static int average_compressed(local_sgd_t *s, float share) {
+  worker_t *w = s->d->w;
+  model_t *m = w->model;
+  for (size_t i = 0; i < m->nparams; i++) s->delta[i] = share * (m->params[i] - s->anchor[i]);
+  if (compressor_allreduce(s->cx, w->coll, s->delta, 0, m->nparams, w->step, 0, s->mats,
+                           m->ntensors) != 0)
+    return -1;
+  for (size_t i = 0; i < m->nparams; i++) m->params[i] = s->anchor[i] += s->delta[i];
+  return 0;
+}
 
 static int average_replicas(local_sgd_t *s) {
   decentral_t *d = s->d;
@@ -32,8 +54,12 @@ static int average_replicas(local_sgd_t *s) {
   double t0 = dt_now();
   float share = s->global ? (float)((double)s->samples / (double)s->global)
                           : 1.0f / (float)d->nworkers;
-  kern_scale(m->nparams, share, m->params);
-  if (d->nworkers > 1 && allreduce(w->coll, d->algo, m->params, m->nparams) != 0) return -1;
+  if (s->cx) {
+    if (average_compressed(s, share) != 0) return -1;
+  } else {
+    kern_scale(m->nparams, share, m->params);
+    if (d->nworkers > 1 && allreduce(w->coll, d->algo, m->params, m->nparams) != 0) return -1;
+  }
   if (m->nbuffers) { /* batch-norm statistics: plain mean */
     kern_scale(m->nbuffers, 1.0f / (float)d->nworkers, m->buffers);
     if (d->nworkers > 1 && allreduce(w->coll, d->algo, m->buffers, m->nbuffers) != 0) return -1;
@@ -66,9 +92,20 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
 
 static int setup(decentral_t *d) {
   local_sgd_t *s = d->method;
+  const train_config_t *cfg = d->w->cfg;
+  const model_t *m = d->w->model;
   s->d = d;
-  d->algo = d->w->cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : d->w->cfg->algo;
-  return 0;
+  d->algo = cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
+  if (cfg->compress.kind == CODEC_NONE || d->nworkers == 1) return 0;
+  compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed, .algo = d->algo,
+                          .error_feedback = cfg->error_feedback < 0 ? codec_biased(&cfg->compress)
+                                                                    : cfg->error_feedback};
+  if (!(s->anchor = dt_alloc_floats(m->nparams)) || !(s->delta = dt_alloc_floats(m->nparams)))
+    return -1;
+  if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");
+  compress_model_matrices(m, s->mats);
+  memcpy(s->anchor, m->params, m->nparams * sizeof *s->anchor); /* the replicas start equal */
+  return compressor_new(&cc, m->nparams, d->w->rank, d->nworkers, &s->cx);
 }
 
 static const decentral_ops_t LOCAL_SGD = {
@@ -77,5 +114,9 @@ static const decentral_ops_t LOCAL_SGD = {
 
 int strategy_local_sgd(worker_t *w) {
   local_sgd_t s = {0};
-  return decentral_strategy(w, &LOCAL_SGD, 0, &s);
+  int rc = decentral_strategy(w, &LOCAL_SGD, 0, &s);
+  compressor_free(s.cx);
+  dt_free(s.anchor), dt_free(s.delta);
+  free(s.mats);
+  return rc;
 }

@@ -10,6 +10,7 @@
  * The summing is the gradient reducer's (reducer.c: buckets, overlap,
  * priority order, ZeRO-1 sharding); this file is the step and the
  * strategy, and --balance's exchange of step times. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ typedef struct {
   reducer_t *reducer;
   float *sec;               /* --balance: every rank's compute seconds this step */
   char split[512];          /* --balance: the epoch's samples per rank, for the metrics */
+  char extra[1024];         /* the metrics' strategy fields: split and compression */
 } dp_state_t;
 
 /* --balance: every rank's compute seconds, in one small allreduce of a
@@ -49,7 +51,7 @@ static int train_step(void *state, int epoch, int64_t k) {
   worker_t *w = s->w;
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
-  step_hooks_t hooks = reducer_begin_step(s->reducer);
+  step_hooks_t hooks = reducer_begin_step(s->reducer, (int)count);
   if (worker_compute_gradient(w, begin, count, (int)global,
                               reducer_overlaps(s->reducer) ? &hooks : NULL) != 0)
     return -1;
@@ -68,7 +70,15 @@ int dp_evaluate(worker_t *w, epoch_report_t *r, char *split, size_t cap) {
 
 static int evaluate(void *state, epoch_report_t *r) {
   dp_state_t *s = state;
-  return dp_evaluate(s->w, r, s->split, sizeof s->split);
+  char cx[512];
+  reducer_compress_json(s->reducer, r, cx, sizeof cx);
+  int rc = dp_evaluate(s->w, r, s->split, sizeof s->split);
+  if (cx[0]) {
+    snprintf(s->extra, sizeof s->extra, "%s%s%s", r->extra_json ? r->extra_json : "",
+             r->extra_json ? "," : "", cx);
+    r->extra_json = s->extra;
+  }
+  return rc;
 }
 
 int strategy_data_parallel(worker_t *w) {

@@ -30,8 +30,14 @@
  * give FIFO's bits). The last step of an epoch waits, so evaluation and
  * checkpoints see the updated model.
  *
- * Compression (a later issue) is a stage of this seam: a codec between
- * start and the collective, its error-feedback memory beside the buckets. */
+ * --compress CODEC (src/compress/) is a stage of it: a bucket's gradients
+ * go through the compressor (codec, error-feedback memory, the collective
+ * the codec needs) instead of the plain allreduce, overlapped the same way
+ * (a coll_async_call in the bucket's turn). The first
+ * --compress-warmup-steps steps go dense (DGC: its sparsity ramps up over
+ * them instead). DGC's memory carries the
+ * momentum (momentum correction), so the optimizer steps without it. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "dtrain/coll_async.h"
@@ -43,6 +49,9 @@ typedef struct {
   int seg, nseg;        /* its tensors: w->segs[seg .. seg + nseg) */
   size_t last_ticket;   /* priority: the request of its last part */
   int pending;          /* priority: summed or being summed, not yet applied */
+  int mat, nmat;        /* compression: its weight matrices, r->mats[mat .. mat + nmat) */
+  int sfb;              /* --sufficient-factors: the layer's factors go, not its gradient */
+  struct reducer *owner;
 } bucket_t;
 
 struct reducer {
@@ -55,6 +64,12 @@ struct reducer {
   int *bucket_of;           /* priority: each layer's bucket (-1: no parameters) */
   float lr;                 /* priority: the learning rate of the pending update */
   int failed;               /* priority: a wait in the forward pass failed */
+  compressor_t *cx;         /* --compress: NULL for none */
+  compress_matrix_t *mats;  /* compression: every parameter tensor as a matrix */
+  int64_t step;             /* compression: the step being exchanged */
+  int count;                /* sufficient factors: this rank's rows this step */
+  sfb_t *sfb;               /* --sufficient-factors, else NULL */
+  compress_stats_t stats;   /* compression: this epoch's figures */
 };
 
 /* PyTorch DDP's rule: the first bucket (the last layers, ready first) is
@@ -65,7 +80,7 @@ struct reducer {
 
 static int plan_buckets(reducer_t *s) {
   const model_t *m = s->w->model;
-  size_t cap = s->w->cfg->bucket_bytes / sizeof(float);
+  size_t cap = s->w->cfg->sufficient_factors ? 0 : s->w->cfg->bucket_bytes / sizeof(float);
   size_t first_cap = cap && cap > FIRST_BUCKET_BYTES / sizeof(float) ? FIRST_BUCKET_BYTES / sizeof(float) : cap;
   s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
   if (!s->buckets) return dt_error("out of memory");
@@ -137,12 +152,43 @@ static void start_bucket_in_parts(reducer_t *s, bucket_t *b) {
   b->pending = 1;
 }
 
+/* Whether this step's buckets go through the compressor: not during the
+ * dense warm-up (--compress-warmup-steps), but for DGC, whose warm-up is
+ * its sparsity ramp (compress/exchange.c). */
+static int compressing(const reducer_t *s) {
+  return s->cx && (s->w->step >= s->w->cfg->compress_warmup_steps ||
+                   s->w->cfg->compress.kind == CODEC_DGC);
+}
+
+/* One bucket through the compressor, on the context it is given (the
+ * caller's, or the overlap's progress thread's). */
+static int compressed_bucket(coll_ctx_t *ctx, void *arg) {
+  bucket_t *b = arg;
+  reducer_t *s = b->owner;
+  return compressor_allreduce(s->cx, ctx, s->w->model->grads + b->off, b->off, b->len, s->step,
+                              (int)(b - s->buckets), s->mats + b->mat, b->nmat);
+}
+
+/* Sufficient factors: a dense layer's gradient rebuilt from every rank's
+ * rows of output gradients and inputs (compress/sufficient_factors.c). */
+static int sfb_bucket(coll_ctx_t *ctx, void *arg) {
+  bucket_t *b = arg;
+  reducer_t *s = b->owner;
+  model_t *m = s->w->model;
+  layer_t *l = &m->layers[b->first_layer];
+  size_t in = shape_size(l->in_shape), out = (size_t)l->spec.units;
+  return sfb_allreduce(s->sfb, ctx, model_layer_input(m, b->first_layer, s->w->x), l->dout,
+                       (size_t)s->count, in, out, l->dw, l->db);
+}
+
 static void start_ready_buckets(void *ctx, int layer) {
   reducer_t *s = ctx;
   while (s->next < s->nbuckets && s->buckets[s->next].first_layer >= layer) {
     bucket_t *b = &s->buckets[s->next++];
     float *g = s->w->model->grads + b->off;
     if (s->bucket_of) start_bucket_in_parts(s, b);
+    else if (b->sfb) coll_async_call(s->async, sfb_bucket, b, 0);
+    else if (compressing(s)) coll_async_call(s->async, compressed_bucket, b, 0);
     else if (s->shard) coll_async_reduce_scatter(s->async, g, b->len, 0);
     else coll_async_allreduce(s->async, s->w->cfg->algo, g, b->len, 0);
   }
@@ -176,8 +222,11 @@ static int exchange_gradients(reducer_t *s, double backward_end) {
   for (int i = 0; i < s->nbuckets; i++) {
     float *g = w->model->grads + s->buckets[i].off;
     size_t n = s->buckets[i].len;
-    if ((s->shard ? reduce_scatter_ring_inplace(w->coll, g, n) : allreduce(w->coll, w->cfg->algo, g, n)) != 0)
-      return -1;
+    int rc = s->buckets[i].sfb ? sfb_bucket(w->coll, &s->buckets[i])
+             : compressing(s) ? compressed_bucket(w->coll, &s->buckets[i])
+             : s->shard ? reduce_scatter_ring_inplace(w->coll, g, n)
+                        : allreduce(w->coll, w->cfg->algo, g, n);
+    if (rc != 0) return -1;
   }
   worker_comm_since(w, t0);
   return 0;
@@ -231,6 +280,54 @@ static int finish_step_deferred(reducer_t *s, int64_t k) {
 }
 
 
+/* --compress: the compressor, and each bucket's tensors as matrices
+ * (rows = the first dimension: a layer's outputs) for PowerSGD. */
+static int plan_compression(reducer_t *s) {
+  worker_t *w = s->w;
+  const train_config_t *cfg = w->cfg;
+  const model_t *m = w->model;
+  if (cfg->compress.kind == CODEC_NONE || w->nranks == 1) return 0;
+  if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");
+  compress_model_matrices(m, s->mats);
+  for (int b = 0; b < s->nbuckets; b++) {
+    bucket_t *k = &s->buckets[b];
+    k->owner = s;
+    k->mat = m->ntensors;
+    for (int i = 0; i < m->ntensors; i++) {
+      if (m->tensors[i].off < k->off || m->tensors[i].off >= k->off + k->len) continue;
+      if (i < k->mat) k->mat = i;
+      k->nmat++;
+    }
+  }
+  compress_config_t cc = {.codec = cfg->compress, .error_feedback = cfg->error_feedback,
+                          .momentum = cfg->optim.momentum, .clip = cfg->dgc_clip,
+                          .warmup_steps = cfg->compress_warmup_steps, .seed = cfg->seed,
+                          .algo = cfg->algo};
+  if (cc.error_feedback < 0) cc.error_feedback = codec_biased(&cfg->compress);
+  if (cfg->compress.kind == CODEC_DGC) w->opt->cfg.momentum = 0; /* the memory carries it */
+  return compressor_new(&cc, m->nparams, w->rank, w->nranks, &s->cx);
+}
+
+/* --sufficient-factors: which layers gain (a bucket a layer), and the
+ * buffers for every rank's rows of the widest of them. */
+static int plan_sufficient_factors(reducer_t *s) {
+  worker_t *w = s->w;
+  const model_t *m = w->model;
+  if (!w->cfg->sufficient_factors || w->nranks == 1) return 0;
+  size_t max_in = 0, max_out = 0;
+  for (int b = 0; b < s->nbuckets; b++) {
+    bucket_t *k = &s->buckets[b];
+    const layer_t *l = &m->layers[k->first_layer];
+    size_t in = shape_size(l->in_shape), out = (size_t)l->spec.units;
+    k->owner = s;
+    k->sfb = l->spec.kind == LAYER_DENSE && sfb_gains(w->nranks, w->cfg->batch, in, out);
+    if (k->sfb && in > max_in) max_in = in;
+    if (k->sfb && out > max_out) max_out = out;
+  }
+  if (!max_in) return 0;
+  return sfb_new(w->rank, w->nranks, (size_t)m->max_batch, max_in, max_out, &s->sfb);
+}
+
 int reducer_new(worker_t *w, reducer_t **out) {
   reducer_t *s = calloc(1, sizeof *s);
   if (!s) return dt_error("out of memory");
@@ -238,6 +335,8 @@ int reducer_new(worker_t *w, reducer_t **out) {
   int rc = plan_buckets(s);
   if (rc == 0) rc = plan_bucket_updates(s);
   if (rc == 0) rc = plan_shard(s);
+  if (rc == 0) rc = plan_compression(s);
+  if (rc == 0) rc = plan_sufficient_factors(s);
   if (rc == 0 && w->nranks > 1 && w->cfg->overlap)
     rc = coll_async_new(w->coll, w->cfg->comm_order, &s->async);
   if (!s->async) free(s->bucket_of), s->bucket_of = NULL; /* one rank: nothing to order */
@@ -248,14 +347,19 @@ int reducer_new(worker_t *w, reducer_t **out) {
 void reducer_free(reducer_t *s) {
   if (!s) return;
   coll_async_free(s->async);
+  compressor_free(s->cx);
+  sfb_free(s->sfb);
+  free(s->mats);
   free(s->shard);
   free(s->bucket_of);
   free(s->buckets);
   free(s);
 }
 
-step_hooks_t reducer_begin_step(reducer_t *s) {
+step_hooks_t reducer_begin_step(reducer_t *s, int count) {
   s->next = 0;
+  s->step = s->w->step;
+  s->count = count;
   return (step_hooks_t){.wait = s->bucket_of ? apply_bucket_update : NULL,
                         .ready = start_ready_buckets, .ctx = s};
 }
@@ -275,4 +379,25 @@ int reducer_apply(reducer_t *s, int64_t k) {
   if (s->shard) return apply_sharded_update(s, k);
   worker_apply_update(s->w);
   return 0;
+}
+
+/* --compress: the epoch's figures as metrics fields (none without it):
+ * the codec, the ratio of the dense ring's bytes per step (2 (P - 1)/P 4n,
+ * n the gradient's floats) to the bytes this rank sent per step (counted
+ * by the transport), encode and decode seconds, the memory's norm. */
+void reducer_compress_json(reducer_t *s, const epoch_report_t *r, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!s->cx) return;
+  worker_t *w = s->w;
+  compress_stats_t st;
+  compressor_take_stats(s->cx, &st);
+  char name[48];
+  codec_format(&w->cfg->compress, name, sizeof name);
+  double dense = 2.0 * (w->nranks - 1) / w->nranks * 4.0 * (double)w->model->nparams;
+  double sent = r->steps ? (double)r->timers.bytes_sent / (double)r->steps : 0;
+  snprintf(buf, cap, "\"compress\":\"%s\",\"error_feedback\":%s,\"compress_ratio\":%.6g,"
+           "\"encode_sec\":%.6g,\"decode_sec\":%.6g,\"ef_residual_norm\":%.6g,"
+           "\"dense_fallbacks\":%llu", name, compressor_has_memory(s->cx) ? "true" : "false",
+           sent > 0 ? dense / sent : 0.0, st.encode_sec, st.decode_sec, st.residual_norm,
+           (unsigned long long)st.dense_fallbacks);
 }

@@ -4,7 +4,7 @@
  * buckets as they become ready, and under priority order apply the last
  * step's buckets in the forward pass); reducer_wait; reducer_apply.
  * Overlap, priority order and ZeRO-1 sharding are modes of it;
- * compression codecs and their error-feedback state will be a stage of it. */
+ * compression (codec, error-feedback memory, collective) is a stage of it. */
 #ifndef DTRAIN_STRATEGY_DP_REDUCER_H
 #define DTRAIN_STRATEGY_DP_REDUCER_H
 
@@ -15,10 +15,10 @@ typedef struct reducer reducer_t;
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);
 void reducer_free(reducer_t *r);
-/* A new step: the hooks for worker_compute_gradient (ready starts buckets;
+/* A new step of `count` samples on this rank: the hooks for worker_compute_gradient (ready starts buckets;
  * wait, under priority order, applies the last step's). Pass them only
  * when reducer_overlaps. */
-step_hooks_t reducer_begin_step(reducer_t *r);
+step_hooks_t reducer_begin_step(reducer_t *r, int count);
 int reducer_overlaps(const reducer_t *r);
 /* Priority order: the update is left to the next forward pass. */
 int reducer_defers(const reducer_t *r);
@@ -30,4 +30,7 @@ int reducer_wait(reducer_t *r);
  * gathered, or under priority order begun (and finished at an epoch's or
  * the run's last step). */
 int reducer_apply(reducer_t *r, int64_t k);
+/* --compress: the epoch's compression figures as JSON fields (without
+ * braces) for the metrics line; empty without compression. */
+void reducer_compress_json(reducer_t *r, const epoch_report_t *rep, char *buf, size_t cap);
 #endif

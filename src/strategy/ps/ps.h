@@ -96,6 +96,8 @@ typedef struct {
   int32_t flags;
   uint64_t begin, count; /* key range */
   uint64_t nvalues;      /* PUSH: floats that follow */
+  uint64_t encoded;      /* PUSH under --compress: the bytes of their encoding that follow
+                          * instead (0: nvalues plain floats) */
   int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version */
   int64_t version;       /* PUSH: this shard's version the gradient was computed on */
   int64_t epoch;
@@ -140,6 +142,9 @@ int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_clien
 void ps_client_free(ps_client_t *c);
 /* tmpl: the push's clock, epoch, nbatches and statistics (the rest is
  * filled in). Returns a timestamp >= 0, or -1. */
+/* --compress: pushes go encoded by cc's codec (each shard's part one
+ * message), with the client's error-feedback memory over the model's keys. */
+int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc);
 int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl);
 int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
             const ps_req_t *tmpl);

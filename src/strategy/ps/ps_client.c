@@ -19,6 +19,8 @@ typedef struct {
   ps_req_t req;
   ps_reply_t reply;
   comm_req_t *send_req, *send_data, *recv_reply, *recv_values;
+  uint8_t *enc;               /* --compress: the push's encoding, in flight until waited */
+  size_t enc_cap;
 } ps_part_t;
 
 typedef struct {
@@ -34,6 +36,10 @@ struct ps_client {
   ps_handle_t slots[PS_MAX_INFLIGHT];
   int64_t *version;           /* per shard: the version of the last parameters pulled */
   double pushed, pulled, blocked;
+  codec_spec_t codec;         /* --compress: pushes encoded (CODEC_NONE: plain floats) */
+  ef_memory_t mem;            /* its error feedback (residual NULL: none) */
+  float *scratch, *decoded;   /* nparams floats each */
+  uint64_t seed;
 };
 
 int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out) {
@@ -70,10 +76,50 @@ void ps_client_free(ps_client_t *c) {
   for (int i = 0; i < PS_MAX_INFLIGHT; i++) {
     ps_handle_t *h = &c->slots[i];
     for (int j = 0; h->used && j < h->nparts; j++) part_cancel(c, &h->parts[j]);
+    for (int j = 0; h->parts && j < c->map->nservers; j++) dt_free(h->parts[j].enc);
     free(h->parts);
   }
+  ef_free(&c->mem);
+  dt_free(c->scratch), dt_free(c->decoded);
   free(c->version);
   free(c);
+}
+
+int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc) {
+  size_t n = c->map->nparams;
+  c->codec = cc->codec;
+  c->seed = cc->seed;
+  if (cc->error_feedback && ef_init(&c->mem, n, 0) != 0) return -1;
+  if (!(c->scratch = dt_alloc_floats(n)) || !(c->decoded = dt_alloc_floats(n))) return -1;
+  return 0;
+}
+
+/* A push's part under --compress: vals[0..n) of keys [lo, lo + n) encoded
+ * into the part's own buffer (kept until the send completes); with the
+ * memory, what the encoding drops waits for the next push. */
+static const void *encode_part(ps_client_t *c, ps_part_t *p, const float *vals, size_t lo,
+                               size_t n, int64_t ts) {
+  size_t cap = codec_max_bytes(&c->codec, n);
+  if (cap > p->enc_cap) {
+    dt_free(p->enc);
+    if (!(p->enc = dt_alloc(cap))) return NULL;
+    p->enc_cap = cap;
+  }
+  if (c->mem.residual) {
+    ef_compensate(&c->mem, vals, lo, n);
+    vals = c->mem.residual + lo;
+  }
+  uint64_t seed = rng_derive(c->seed ^ 0x7073636f6d707265ull, (uint64_t)c->worker, (uint64_t)ts);
+  size_t bytes = codec_encode(&c->codec, vals, n, rng_derive(seed, (uint64_t)p->shard, 0), p->enc,
+                              c->scratch + lo);
+  if (c->mem.residual) {
+    memset(c->decoded + lo, 0, n * sizeof(float));
+    codec_decode_add(&c->codec, p->enc, bytes, n, c->decoded + lo);
+    ef_update(&c->mem, c->decoded + lo, lo, n);
+  }
+  p->nbytes = bytes;
+  p->req.encoded = bytes;
+  return p->enc;
 }
 
 static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
@@ -93,7 +139,7 @@ static int reply_tag(int64_t ts) { return PS_TAG_REPLY + 2 * (int)(ts % PS_MAX_I
 
 /* Posts the receives for the answer first, then the request (and the
  * values of a push): the answer can never arrive before its receive. */
-static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const float *push_vals,
+static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push_vals,
                       void *recv_vals) {
   comm_t *w = c->world;
   int tag = reply_tag(ts);
@@ -107,7 +153,9 @@ static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const float *pus
   return 0;
 }
 
-/* Splits [begin, begin+count) over the shards and starts one part each. */
+/* Splits [begin, begin+count) over the shards and starts one part each:
+ * all parts planned (and a push's encoded) first, so that every part's
+ * request carries the push's total bytes, then started. */
 static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int which,
                         const float *push_vals, float *pull_vals, const ps_req_t *tmpl) {
   const ps_shard_map_t *m = c->map;
@@ -118,12 +166,18 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
   ps_handle_t *h = new_handle(c, &ts);
   if (!h) return -1;
   size_t end = begin + count;
-  for (int k = 0; k < m->nservers; k++) {
+  const void *data[m->nservers];
+  double bytes = 0;
+  int rc = 0;
+  for (int k = 0; k < m->nservers && rc == 0; k++) {
     ps_range_t r = m->shards[k];
     if (r.end <= begin || r.begin >= end) continue;
     size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < end ? r.end : end;
-    ps_part_t *p = &h->parts[h->nparts++];
+    ps_part_t *p = &h->parts[h->nparts];
+    uint8_t *enc = p->enc;
+    size_t enc_cap = p->enc_cap;
     memset(p, 0, sizeof *p);
+    p->enc = enc, p->enc_cap = enc_cap;
     if (tmpl) p->req = *tmpl;
     p->server = c->first_server + k;
     p->shard = k;
@@ -134,14 +188,25 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     p->req.count = hi - lo;
     p->req.nvalues = op == PS_OP_PUSH ? hi - lo : 0;
     p->req.version = c->version[k];
-    if (part_start(c, p, ts, push_vals ? push_vals + (lo - begin) : NULL,
-                   pull_vals ? pull_vals + (lo - begin) : NULL) != 0) {
-      for (int j = 0; j < h->nparts; j++) part_cancel(c, &h->parts[j]);
-      h->used = 0;
-      return -1;
+    data[h->nparts] = push_vals ? push_vals + (lo - begin) : NULL;
+    if (push_vals && c->codec.kind != CODEC_NONE) {
+      data[h->nparts] = encode_part(c, p, push_vals + (lo - begin), lo, hi - lo, ts);
+      if (!data[h->nparts]) rc = -1;
     }
+    bytes += (double)p->nbytes;
+    h->nparts++;
   }
-  if (op == PS_OP_PUSH) c->pushed += (double)count * sizeof(float);
+  for (int j = 0; j < h->nparts && rc == 0; j++) {
+    ps_part_t *p = &h->parts[j];
+    if (op == PS_OP_PUSH) p->req.bytes_pushed = c->pushed + bytes; /* this push included */
+    rc = part_start(c, p, ts, data[j], pull_vals ? pull_vals + (p->req.begin - begin) : NULL);
+  }
+  if (rc != 0) {
+    for (int j = 0; j < h->nparts; j++) part_cancel(c, &h->parts[j]);
+    h->used = 0;
+    return -1;
+  }
+  if (op == PS_OP_PUSH) c->pushed += bytes;
   return (int)(ts % ((int64_t)1 << 30));
 }
 

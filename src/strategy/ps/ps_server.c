@@ -143,7 +143,10 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
  * is not left waiting; larger ones are left to the sender to cancel. */
 static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->op != PS_OP_PUSH || src >= s->N || req->nvalues == 0 || req->nvalues > s->len) return;
-  if (comm_recv(s->world, src, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float)) != 0)
+  if (req->encoded > s->encoded_cap) return;
+  int rc = req->encoded ? comm_recv(s->world, src, PS_TAG_DATA, s->encoded, req->encoded)
+                        : comm_recv(s->world, src, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float));
+  if (rc != 0)
     dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, src,
            dt_errmsg());
 }
@@ -209,7 +212,15 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = 
 /* Receives a push's values into dst. 1: stored; 0: lost (logged). */
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
-  if (comm_recv(s->world, src, PS_TAG_DATA, dst, req->nvalues * sizeof(float)) != 0) {
+  int rc;
+  if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
+    rc = comm_recv(s->world, src, PS_TAG_DATA, s->encoded, req->encoded);
+    if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
+    if (rc == 0) rc = codec_decode_add(&s->cfg->compress, s->encoded, req->encoded, req->nvalues, dst);
+  } else {
+    rc = comm_recv(s->world, src, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
+  }
+  if (rc != 0) {
     dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, src,
            dt_errmsg());
     return 0;
@@ -324,6 +335,11 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->op == PS_OP_PUSH && req->nvalues != n)
     return ps_server_reject(s, src, req, "push of %llu values for %llu keys",
                             (unsigned long long)req->nvalues, (unsigned long long)n), -1;
+  if (req->op == PS_OP_PUSH && req->encoded &&
+      (s->cfg->compress.kind == CODEC_NONE || req->encoded > s->encoded_cap))
+    return ps_server_reject(s, src, req, "an encoded push of %llu bytes (%s)",
+                            (unsigned long long)req->encoded, s->cfg->compress.kind == CODEC_NONE
+                            ? "this server runs without --compress" : "more than its codec takes"), -1;
   if (req->op == PS_OP_PUSH && (b != s->r.begin || n != s->len))
     return ps_server_reject(s, src, req, "push of keys [%llu, %llu): a push carries this "
                             "server's whole range [%zu, %zu)", (unsigned long long)b,
@@ -561,6 +577,10 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->len = s->r.end - s->r.begin;
   s->params = dt_alloc_floats(s->len);
   s->drain = dt_alloc_floats(s->len);
+  if (cfg->compress.kind != CODEC_NONE) {
+    s->encoded_cap = codec_max_bytes(&cfg->compress, s->len);
+    if (!(s->encoded = dt_alloc(s->encoded_cap))) return -1;
+  }
   s->cap_out = 4 * (s->N + s->K) + 16;
   s->out = calloc((size_t)s->cap_out, sizeof *s->out);
   if (!s->params || !s->drain || !s->out) return dt_error("out of memory");
@@ -604,6 +624,7 @@ static void teardown(ps_server_t *s) {
   optim_free(s->opt);
   dt_free(s->params);
   dt_free(s->drain);
+  dt_free(s->encoded);
   ps_shard_free(&s->map);
   model_free(s->model);
 }

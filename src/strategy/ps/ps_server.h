@@ -113,6 +113,8 @@ struct ps_server {
   ps_out_t *out;             /* replies in flight */
   int cap_out;
   float *drain;              /* pushes that are dropped or rejected land here */
+  uint8_t *encoded;          /* --compress: a push's encoding, decoded from here */
+  size_t encoded_cap;
   ps_req_t in;               /* the request being received */
   comm_req_t *in_req;
   int stop;

@@ -73,8 +73,7 @@ static int finish_push(psw_t *p) {
 /* Starts a push of `grads` described by tmpl, with the running totals. */
 static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
   ps_client_totals(p->client, &tmpl->bytes_pushed, &tmpl->bytes_pulled, &tmpl->blocked_sec);
-  tmpl->bytes_pushed += (double)p->map.nparams * sizeof(float); /* this one included */
-  p->push_ts = ps_push(p->client, 0, p->map.nparams, grads, tmpl);
+  p->push_ts = ps_push(p->client, 0, p->map.nparams, grads, tmpl); /* adds its own bytes */
   return p->push_ts < 0 ? -1 : 0;
 }
 
@@ -410,6 +409,12 @@ static int psw_init(psw_t *p, worker_t *w) {
   DT_TRY(ps_shard_plan(w->model, p->K, cfg->optim.kind == OPTIM_LARS, &p->map));
   p->map.nworkers = p->N;
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
+  if (cfg->compress.kind != CODEC_NONE) {
+    compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
+                            .error_feedback = cfg->error_feedback < 0 ? codec_biased(&cfg->compress)
+                                                                      : cfg->error_feedback};
+    DT_TRY(ps_client_set_codec(p->client, &cc));
+  }
   if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
   p->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t));
   p->prev = calloc((size_t)p->N, sizeof *p->prev);

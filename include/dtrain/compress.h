@@ -1,0 +1,141 @@
+/* compress: gradient compression, in the three parts of the GRACE framework
+ * (Xu et al. 2021):
+ *   the compressor - a codec: encode and decode, pure functions on a
+ *                    buffer (codec.c, one file a family of codecs);
+ *   the memory     - error feedback: what a biased codec did not send is
+ *                    added to the next gradient (memory.c; DGC's momentum
+ *                    correction and factor masking are a kind of it);
+ *   the communicator - which collective carries the encoding (exchange.c:
+ *                    dense encodings by a scatter-reduce that decodes and
+ *                    sums in fp32, then an allgather of the re-encoded
+ *                    sums; sparse ones by an allgather, dense again past
+ *                    the break-even density; powersgd.c: two allreduces of
+ *                    low-rank factors).
+ * Sits above coll/ (it runs collectives) and below strategy/ (the gradient
+ * reducer of data parallelism calls it, one bucket at a time). */
+#ifndef DTRAIN_COMPRESS_H
+#define DTRAIN_COMPRESS_H
+
+#include "dtrain/coll.h"
+#include "dtrain/nn.h"
+
+typedef enum {
+  CODEC_NONE = 0,   /* no compression: the plain allreduce path */
+  CODEC_FP32,       /* passthrough: summable, carried by the plain allreduce */
+  CODEC_FP16,       /* IEEE half, round to nearest even (or stochastic) */
+  CODEC_BF16,       /* bfloat16, round to nearest even (or stochastic) */
+  CODEC_INT8,       /* 8-bit integers, one fp32 scale per message */
+  CODEC_ONEBIT,     /* 1-bit SGD: sign, with the means of each sign's values */
+  CODEC_QSGD,       /* QSGD with S levels: stochastic, unbiased, plain bit packing */
+  CODEC_TERNGRAD,   /* TernGrad: {-1, 0, 1} x max|g|, stochastic, unbiased */
+  CODEC_TOPK,       /* the fraction R of largest magnitudes (Aji & Heafield) */
+  CODEC_RANDOMK,    /* a random fraction R (not rescaled: biased, with memory) */
+  CODEC_THRESHOLD,  /* every value with |g| >= T (Strom) */
+  CODEC_DGC,        /* top-k + momentum correction, clipping, masking, warm-up */
+  CODEC_POWERSGD,   /* rank-R approximation of each weight matrix */
+  CODEC_COUNT
+} codec_kind_t;
+
+typedef struct {
+  codec_kind_t kind;
+  double param;     /* qsgd: levels S; topk, randomk, dgc: ratio R; threshold: T;
+                     * powersgd: rank R */
+  int stochastic;   /* fp16, bf16, int8 with ":sr": unbiased stochastic rounding */
+} codec_spec_t;
+
+/* "none", "fp32", "fp16[:sr]", "bf16[:sr]", "int8[:sr]", "onebit", "qsgd:S",
+ * "terngrad", "topk:R", "randomk:R", "threshold:T", "dgc:R", "powersgd:R".
+ * A bad value is one line naming --compress and what it expects. */
+int codec_parse(const char *text, codec_spec_t *out);
+/* The spec as codec_parse reads it ("topk:0.001"). */
+void codec_format(const codec_spec_t *s, char *buf, size_t cap);
+/* Biased codecs need error feedback to converge (it is on by default for
+ * them); the unbiased ones (stochastic rounding, qsgd, terngrad) refuse it. */
+int codec_biased(const codec_spec_t *s);
+/* Sparse: a variable set of (index, value) pairs, carried by allgather. */
+int codec_sparse(const codec_spec_t *s);
+
+/* ---- the compressor: pure functions ---------------------------------------
+ * An encoding of n floats. codec_bytes: its exact size, or 0 when it
+ * depends on the values (threshold); codec_max_bytes: an upper bound.
+ * encode writes at most codec_max_bytes bytes and returns how many; `seed`
+ * drives the stochastic codecs (the same seed, the same bytes); scratch
+ * holds n floats (top-k's selection). decode_add adds the decoded values
+ * to acc[0..n); a message that is not a valid encoding of n values is
+ * refused (-1, one line saying what is wrong) and nothing outside
+ * acc[0..n) and in[0..bytes) is touched. PowerSGD is not a codec of this
+ * kind (powersgd.c). */
+size_t codec_bytes(const codec_spec_t *s, size_t n);
+size_t codec_max_bytes(const codec_spec_t *s, size_t n);
+size_t codec_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed, void *out,
+                    float *scratch);
+int codec_decode_add(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *acc);
+/* Sparse codecs: the number of values kept of n (top-k, random-k, DGC). */
+size_t codec_keep(double ratio, size_t n);
+
+/* ---- the memory: error feedback ------------------------------------------
+ * One float per gradient element (the residual v), and for DGC a second
+ * (the velocity u). compensate: v += g, or under momentum correction
+ * u = m u + g, v += u; the caller encodes v. update: v -= what was sent
+ * (decoded), and under factor masking u is cleared where a value was sent. */
+typedef struct {
+  float *residual, *velocity;   /* velocity: NULL unless momentum correction */
+  float momentum;
+  size_t n;
+} ef_memory_t;
+int ef_init(ef_memory_t *m, size_t n, float momentum_correction);
+void ef_free(ef_memory_t *m);
+void ef_compensate(ef_memory_t *m, const float *g, size_t off, size_t len);
+void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len);
+double ef_norm(const ef_memory_t *m);   /* ||v||_2 */
+
+/* ---- the communicator ------------------------------------------------------
+ * One per rank and communicator; sums a buffer's compressed contributions
+ * over the ranks, in place, the same bits on every rank and both
+ * transports (sums in rank order). */
+typedef struct compressor compressor_t;
+typedef struct {
+  codec_spec_t codec;
+  int error_feedback;       /* the memory (biased codecs only) */
+  float momentum;           /* DGC: momentum correction factor (the optimizer's) */
+  double clip;              /* DGC: local gradient clipping of the global norm (0 = off) */
+  int64_t warmup_steps;     /* DGC: steps over which the density falls to R */
+  uint64_t seed;
+  allreduce_algo_t algo;    /* the dense collective (fallbacks, powersgd's factors) */
+} compress_config_t;
+/* n: the length of the buffers summed (the gradient arena); their offsets
+ * in it index the memory. */
+int compressor_new(const compress_config_t *cfg, size_t n, int rank, int nranks,
+                   compressor_t **out);
+void compressor_free(compressor_t *c);
+/* buf[0..len) (at offset `off` of the arena) summed over the ranks of ctx's
+ * communicator, compressed; `step` and `stream` (a bucket's index) seed the
+ * stochastic codecs. For powersgd, `shape` gives the matrices in it. */
+typedef struct { size_t off, rows, cols; } compress_matrix_t;
+/* Every parameter tensor of m as a matrix (rows = its first dimension: a
+ * layer's outputs; a vector is one row), out[m->ntensors]. */
+void compress_model_matrices(const model_t *m, compress_matrix_t *out);
+int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                         int64_t step, int stream, const compress_matrix_t *mats, int nmats);
+/* Figures since the last call: seconds encoding and decoding, and the
+ * residual's norm (0 without memory). */
+typedef struct {
+  double encode_sec, decode_sec, residual_norm;
+  uint64_t dense_fallbacks;   /* sparse exchanges that went dense (SparCML's switch) */
+} compress_stats_t;
+void compressor_take_stats(compressor_t *c, compress_stats_t *out);
+int compressor_has_memory(const compressor_t *c);
+
+/* ---- sufficient factor broadcasting (sufficient_factors.c) -----------------
+ * A dense layer's gradient sum rebuilt from every rank's factors (its rows
+ * of output gradients dY, n x out, and of inputs X, n x in): lossless,
+ * (P - 1)(8 + 4 n (in + out)) bytes a rank. sfb_gains: whether that is
+ * fewer bytes than the ring's for a batch of `batch` rows. */
+typedef struct sfb sfb_t;
+int sfb_gains(int nranks, int batch, size_t in, size_t out);
+int sfb_new(int rank, int nranks, size_t max_rows, size_t max_in, size_t max_out, sfb_t **out);
+void sfb_free(sfb_t *s);
+/* dw (out x in) and db (out) = the sums over every rank's rows. */
+int sfb_allreduce(sfb_t *s, coll_ctx_t *ctx, const float *x, const float *dy, size_t n,
+                  size_t in, size_t out, float *dw, float *db);
+#endif

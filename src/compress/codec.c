@@ -1,0 +1,136 @@
+/* The codecs by name: --compress parsed, and encode/decode dispatched to
+ * the file of each family (codec_float16.c: fp16, bf16; codec_int8.c;
+ * codec_onebit.c; codec_qsgd.c; codec_terngrad.c; codec_sparse.c: top-k,
+ * random-k, threshold, and DGC's selection). fp32 is the identity here. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "compress/codec_internal.h"
+
+static const struct {
+  const char *name;
+  codec_kind_t kind;
+  int needs;            /* 0: no parameter; 1: required; 2: optional ":sr" */
+  double lo, hi;        /* the parameter's range (lo excluded when lo_open) */
+  int lo_open;
+  const char *expect;
+} CODECS[] = {
+    {"none", CODEC_NONE, 0, 0, 0, 0, ""},
+    {"fp32", CODEC_FP32, 0, 0, 0, 0, ""},
+    {"fp16", CODEC_FP16, 2, 0, 0, 0, "fp16 or fp16:sr (stochastic rounding)"},
+    {"bf16", CODEC_BF16, 2, 0, 0, 0, "bf16 or bf16:sr (stochastic rounding)"},
+    {"int8", CODEC_INT8, 2, 0, 0, 0, "int8 or int8:sr (stochastic rounding)"},
+    {"onebit", CODEC_ONEBIT, 0, 0, 0, 0, ""},
+    {"qsgd", CODEC_QSGD, 1, 1, 32767, 0, "qsgd:S with S levels, an integer in [1, 32767]"},
+    {"terngrad", CODEC_TERNGRAD, 0, 0, 0, 0, ""},
+    {"topk", CODEC_TOPK, 1, 0, 1, 1, "topk:R with a ratio R in (0, 1]"},
+    {"randomk", CODEC_RANDOMK, 1, 0, 1, 1, "randomk:R with a ratio R in (0, 1]"},
+    {"threshold", CODEC_THRESHOLD, 1, 0, 1e30, 1, "threshold:T with T > 0"},
+    {"dgc", CODEC_DGC, 1, 0, 1, 1, "dgc:R with a ratio R in (0, 1]"},
+    {"powersgd", CODEC_POWERSGD, 1, 1, 1024, 0, "powersgd:R with a rank R, an integer in [1, 1024]"},
+};
+#define NCODECS ((int)(sizeof CODECS / sizeof CODECS[0]))
+#define KNOWN "none, fp32, fp16[:sr], bf16[:sr], int8[:sr], onebit, qsgd:S, terngrad, topk:R, " \
+              "randomk:R, threshold:T, dgc:R, powersgd:R"
+
+int codec_parse(const char *text, codec_spec_t *out) {
+  const char *colon = strchr(text, ':');
+  size_t n = colon ? (size_t)(colon - text) : strlen(text);
+  for (int i = 0; i < NCODECS; i++) {
+    if (strlen(CODECS[i].name) != n || strncmp(CODECS[i].name, text, n)) continue;
+    codec_spec_t s = {.kind = CODECS[i].kind};
+    const char *arg = colon ? colon + 1 : NULL;
+    if (CODECS[i].needs == 0 && arg)
+      return dt_error("option --compress: '%s': %s takes no parameter", text, CODECS[i].name);
+    if (CODECS[i].needs == 2) {
+      if (arg && strcmp(arg, "sr"))
+        return dt_error("option --compress: '%s' (expected %s)", text, CODECS[i].expect);
+      s.stochastic = arg != NULL;
+    }
+    if (CODECS[i].needs == 1) {
+      char *end;
+      double v = arg && *arg ? strtod(arg, &end) : NAN;
+      int integral = s.kind == CODEC_QSGD || s.kind == CODEC_POWERSGD;
+      if (isnan(v) || *end || (integral && v != floor(v)) || v > CODECS[i].hi ||
+          (CODECS[i].lo_open ? !(v > CODECS[i].lo) : v < CODECS[i].lo))
+        return dt_error("option --compress: '%s' (expected %s)", text, CODECS[i].expect);
+      s.param = v;
+    }
+    *out = s;
+    return 0;
+  }
+  return dt_error("option --compress: unknown codec '%s' (expected one of %s)", text, KNOWN);
+}
+
+void codec_format(const codec_spec_t *s, char *buf, size_t cap) {
+  const char *name = "none";
+  int needs = 0;
+  for (int i = 0; i < NCODECS; i++)
+    if (CODECS[i].kind == s->kind) name = CODECS[i].name, needs = CODECS[i].needs;
+  if (needs == 1) snprintf(buf, cap, "%s:%g", name, s->param);
+  else snprintf(buf, cap, "%s%s", name, s->stochastic ? ":sr" : "");
+}
+
+static const codec_ops_t *ops_of(const codec_spec_t *s) {
+  switch (s->kind) {
+  case CODEC_FP16: return &codec_fp16_ops;
+  case CODEC_BF16: return &codec_bf16_ops;
+  case CODEC_INT8: return &codec_int8_ops;
+  case CODEC_ONEBIT: return &codec_onebit_ops;
+  case CODEC_QSGD: return &codec_qsgd_ops;
+  case CODEC_TERNGRAD: return &codec_terngrad_ops;
+  case CODEC_TOPK: case CODEC_DGC: return &codec_topk_ops;
+  case CODEC_RANDOMK: return &codec_randomk_ops;
+  case CODEC_THRESHOLD: return &codec_threshold_ops;
+  default: return &codec_fp32_ops;
+  }
+}
+
+int codec_biased(const codec_spec_t *s) {
+  if (s->kind == CODEC_NONE || s->kind == CODEC_FP32) return 0;
+  if (s->kind == CODEC_POWERSGD) return 1;
+  return ops_of(s)->biased && !s->stochastic;
+}
+
+int codec_sparse(const codec_spec_t *s) {
+  return s->kind != CODEC_POWERSGD && ops_of(s)->sparse;
+}
+
+size_t codec_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->bytes(s, n); }
+size_t codec_max_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->max_bytes(s, n); }
+
+size_t codec_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed, void *out,
+                    float *scratch) {
+  return ops_of(s)->encode(s, x, n, seed, out, scratch);
+}
+
+int codec_decode_add(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *acc) {
+  return ops_of(s)->decode_add(s, in, bytes, n, acc);
+}
+
+int codec_size_error(const char *codec, size_t bytes, size_t want) {
+  return dt_error("malformed %s message: %zu bytes where an encoding of this buffer takes %zu",
+                  codec, bytes, want);
+}
+
+/* ---- fp32: the identity ---------------------------------------------------- */
+
+static size_t fp32_bytes(const codec_spec_t *s, size_t n) { (void)s; return 4 * n; }
+
+static size_t fp32_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
+                          uint8_t *out, float *scratch) {
+  (void)s, (void)seed, (void)scratch;
+  memcpy(out, x, 4 * n);
+  return 4 * n;
+}
+
+static int fp32_decode_add(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n,
+                           float *acc) {
+  (void)s;
+  if (bytes != 4 * n) return codec_size_error("fp32", bytes, 4 * n);
+  for (size_t i = 0; i < n; i++) acc[i] += get_f32(in + 4 * i);
+  return 0;
+}
+
+const codec_ops_t codec_fp32_ops = {"fp32", 0, 0, fp32_bytes, fp32_bytes, fp32_encode,
+                                    fp32_decode_add};

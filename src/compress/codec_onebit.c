@@ -1,0 +1,66 @@
+/* 1-bit SGD (Seide et al. 2014): one bit a value, its sign, and two fp32
+ * reconstruction values per chunk of 512 values: the mean of the values
+ * >= 0 and the mean of those < 0 (the paper reconstructs per column of a
+ * weight matrix; a chunk of 512 is a column of mlp's and lenet's layers in
+ * size). ceil(n/8) + 8 ceil(n/512) bytes: 1/32 of fp32 plus 1/256 for the
+ * means. (One pair of means for a whole block of 10^5 values loses 2.8
+ * points of mlp's accuracy in 5 epochs; per chunk, see docs/BENCHMARKS.md.)
+ * Biased: error feedback carries the quantization error to the next step,
+ * which the paper shows is what makes it converge. */
+#include "compress/codec_internal.h"
+
+#define ONEBIT_CHUNK 512
+
+static size_t nchunks(size_t n) { return (n + ONEBIT_CHUNK - 1) / ONEBIT_CHUNK; }
+
+static size_t onebit_bytes(const codec_spec_t *s, size_t n) {
+  (void)s;
+  return 8 * nchunks(n) + (n + 7) / 8;
+}
+
+static size_t onebit_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
+                            uint8_t *out, float *scratch) {
+  (void)seed, (void)scratch;
+  size_t nc = nchunks(n);
+  uint8_t *bits = out + 8 * nc;
+  memset(bits, 0, (n + 7) / 8);
+  for (size_t k = 0; k < nc; k++) {
+    size_t lo = k * ONEBIT_CHUNK, hi = lo + ONEBIT_CHUNK < n ? lo + ONEBIT_CHUNK : n;
+    /* branch-free: the signs of a gradient are a coin toss to a predictor */
+    float pos = 0, all = 0;
+    unsigned npos = 0;
+    for (size_t i = lo; i < hi; i++) {
+      unsigned p = x[i] >= 0;
+      all += x[i];
+      pos += p ? x[i] : 0.0f;
+      npos += p;
+      bits[i >> 3] |= (uint8_t)(p << (i & 7));
+    }
+    unsigned nneg = (unsigned)(hi - lo) - npos;
+    put_f32(out + 8 * k, npos ? pos / (float)npos : 0.0f);
+    put_f32(out + 8 * k + 4, nneg ? (all - pos) / (float)nneg : 0.0f);
+  }
+  return onebit_bytes(s, n);
+}
+
+static int onebit_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n,
+                         float *acc) {
+  size_t want = onebit_bytes(s, n), nc = nchunks(n);
+  if (bytes != want) return codec_size_error("onebit", bytes, want);
+  for (size_t k = 0; k < nc; k++) {
+    float pos = get_f32(in + 8 * k), neg = get_f32(in + 8 * k + 4);
+    if (!isfinite(pos) || !isfinite(neg) || pos < 0 || neg > 0)
+      return dt_error("malformed onebit message: means %g and %g in chunk %zu (expected >= 0 "
+                      "and <= 0)", pos, neg, k);
+  }
+  const uint8_t *bits = in + 8 * nc;
+  for (size_t k = 0; k < nc; k++) {
+    const float value[2] = {get_f32(in + 8 * k + 4), get_f32(in + 8 * k)};
+    size_t lo = k * ONEBIT_CHUNK, hi = lo + ONEBIT_CHUNK < n ? lo + ONEBIT_CHUNK : n;
+    for (size_t i = lo; i < hi; i++) acc[i] += value[(bits[i >> 3] >> (i & 7)) & 1];
+  }
+  return 0;
+}
+
+const codec_ops_t codec_onebit_ops = {"onebit", 1, 0, onebit_bytes, onebit_bytes, onebit_encode,
+                                      onebit_decode};

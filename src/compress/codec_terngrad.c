@@ -1,0 +1,60 @@
+/* TernGrad (Wen et al. 2017): x_i = s sign(x_i) b_i with b_i ~
+ * Bernoulli(|x_i| / s): unbiased. s is the largest magnitude of a chunk
+ * of 512 values (the paper scales per layer and clips at 2.5 standard
+ * deviations to keep s, and so the variance, small; a scale per chunk does
+ * that job without a clip that would bias the gradient). 2 bits a value
+ * (00: 0, 01: +1, 10: -1; 11 is not an encoding) plus 4 bytes a chunk. */
+#include "compress/codec_internal.h"
+
+#define TERN_CHUNK 512
+
+static size_t nchunks(size_t n) { return (n + TERN_CHUNK - 1) / TERN_CHUNK; }
+
+static size_t tern_bytes(const codec_spec_t *s, size_t n) {
+  (void)s;
+  return 4 * nchunks(n) + (n + 3) / 4;
+}
+
+static size_t tern_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
+                          uint8_t *out, float *scratch) {
+  (void)s, (void)scratch;
+  size_t nc = nchunks(n);
+  uint8_t *t = out + 4 * nc;
+  memset(t, 0, (n + 3) / 4);
+  for (size_t k = 0; k < nc; k++) {
+    size_t lo = k * TERN_CHUNK, hi = lo + TERN_CHUNK < n ? lo + TERN_CHUNK : n;
+    float amax = 0;
+    for (size_t i = lo; i < hi; i++) amax = codec_max(amax, fabsf(x[i]));
+    put_f32(out + 4 * k, amax);
+    float inv = amax > 0 ? 1.0f / amax : 0;
+    for (size_t i = lo; i < hi; i++) {
+      unsigned keep = codec_uniform(seed, i) < fabsf(x[i]) * inv;
+      t[i >> 2] |= (uint8_t)((keep << (x[i] < 0)) << (2 * (i & 3)));
+    }
+  }
+  return tern_bytes(s, n);
+}
+
+static int tern_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n, float *acc) {
+  size_t nc = nchunks(n);
+  if (bytes != tern_bytes(s, n)) return codec_size_error("terngrad", bytes, tern_bytes(s, n));
+  for (size_t k = 0; k < nc; k++) {
+    float scale = get_f32(in + 4 * k);
+    if (!(scale >= 0) || isinf(scale))
+      return dt_error("malformed terngrad message: scale %g in chunk %zu", scale, k);
+  }
+  const uint8_t *t = in + 4 * nc;
+  for (size_t i = 0; i < n; i++) /* checked whole before anything is added */
+    if (((t[i >> 2] >> (2 * (i & 3))) & 3) == 3)
+      return dt_error("malformed terngrad message: code 11 at %zu", i);
+  for (size_t k = 0; k < nc; k++) {
+    float scale = get_f32(in + 4 * k);
+    const float value[4] = {0, scale, -scale, 0};
+    size_t lo = k * TERN_CHUNK, hi = lo + TERN_CHUNK < n ? lo + TERN_CHUNK : n;
+    for (size_t i = lo; i < hi; i++) acc[i] += value[(t[i >> 2] >> (2 * (i & 3))) & 3];
+  }
+  return 0;
+}
+
+const codec_ops_t codec_terngrad_ops = {"terngrad", 0, 0, tern_bytes, tern_bytes, tern_encode,
+                                        tern_decode};

@@ -1,0 +1,33 @@
+/* The communicator's state (exchange.c), shared with powersgd.c. */
+#ifndef DTRAIN_COMPRESS_COMPRESSOR_H
+#define DTRAIN_COMPRESS_COMPRESSOR_H
+
+#include "dtrain/compress.h"
+
+/* Tags of the compressed exchanges: in the collectives' range (coll.h),
+ * past the tags coll/ uses. */
+enum { TAG_COMPRESS_SCATTER = COLL_TAG_BASE + 256, TAG_COMPRESS_GATHER, TAG_COMPRESS_SIZE,
+       TAG_SFB_ROWS, TAG_SFB_DY, TAG_SFB_X };
+
+struct compressor {
+  compress_config_t cfg;
+  int rank, nranks;
+  size_t n;                 /* the arena the offsets index */
+  ef_memory_t mem;          /* the workers' memory (error feedback), or residual NULL */
+  float *tmp, *scratch;     /* n floats each */
+  uint8_t *send, *recv, *out, *gather;  /* encodings, grown to the largest buffer */
+  size_t cap;               /* bytes of each of those */
+  uint64_t *sizes;          /* sparse: each rank's message size */
+  void *reqs;               /* comm_req_t *[2 P] */
+  /* powersgd.c */
+  float *q;                 /* each matrix's Q (cols x rank), warm-started, by arena offset */
+  uint8_t *q_ready;         /* q_ready[off]: the matrix at off has its Q */
+  float *factors;           /* the P and Q factors of a buffer's matrices, side by side */
+  size_t factors_cap;
+  compress_stats_t stats;
+};
+
+int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                       const compress_matrix_t *mats, int nmats);
+int powersgd_init(compressor_t *c);
+#endif

@@ -1,0 +1,296 @@
+/* The communicator of compressed gradients: a buffer's compressed
+ * contributions summed over the P ranks, in place, with the same bits on
+ * every rank (each rank decodes the same bytes in the same rank order).
+ *
+ * Dense encodings (fp16, bf16, int8, onebit, qsgd, terngrad): scatter-
+ * reduce then allgather, as 1-bit SGD's implementation in CNTK does. The
+ * buffer is cut into P blocks (coll_block); rank r encodes block j of its
+ * contribution and sends it to rank j (P - 1 messages), decodes the P
+ * encodings of its own block and sums them in fp32 in rank order, encodes
+ * the sum once more and sends it to every rank (P - 1 messages). Steps: 2, each of P - 1
+ * concurrent messages. Bytes sent by rank r, with E(m) the encoding of m
+ * values and b_j the block sizes:
+ *     sum_{j != r} E(b_j) + (P - 1) E(b_r)      ~ 2 (P - 1)/P E(n),
+ * the ring allreduce's 2 (P - 1)/P 4n with 4n replaced by E(n): fp16 and
+ * bf16 move half the ring's bytes, int8 a quarter plus a scale a message,
+ * onebit 1/32 plus two means a chunk of 512.
+ * (A ring that decodes, sums and re-encodes at each of its P - 1 hops
+ * moves the same bytes in 2 (P - 1) steps but quantizes a partial sum
+ * P - 1 times; this quantizes twice.)
+ *
+ * Sparse encodings (topk, randomk, threshold, dgc) cannot be summed as
+ * they are: each rank sends its encoding to every other (allgather,
+ * SparCML's sparse allreduce), and every rank decodes all P in rank order.
+ * Bytes sent by rank r: (P - 1) E_r, where E = 4 + 8k; received:
+ * sum_{i != r} E_i. A variable size (threshold) is sent first, 8 bytes to
+ * each rank. When what a rank would receive passes the dense ring's
+ * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
+ * the buffer goes by dense allreduce instead; all ranks know every size, so
+ * all switch together. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compressor.h"
+#include "dtrain/comm.h"
+
+/* The encodings' buffers, for a buffer of len floats encoded by s (the
+ * codec at this step: DGC's density changes during its warm-up). */
+static int grow(compressor_t *c, const codec_spec_t *s, size_t len) {
+  size_t need = codec_max_bytes(s, len) + 64 * (size_t)c->nranks;
+  if (codec_sparse(s)) need = (size_t)c->nranks * codec_max_bytes(s, len);
+  if (need <= c->cap) return 0;
+  dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
+  c->send = dt_alloc(need), c->recv = dt_alloc(need), c->out = dt_alloc(need);
+  c->gather = dt_alloc(need);
+  if (!c->send || !c->recv || !c->out || !c->gather) return -1;
+  c->cap = need;
+  return 0;
+}
+
+int compressor_new(const compress_config_t *cfg, size_t n, int rank, int nranks,
+                   compressor_t **out) {
+  compressor_t *c = calloc(1, sizeof *c);
+  *out = c;
+  if (!c) return dt_error("out of memory");
+  c->cfg = *cfg, c->rank = rank, c->nranks = nranks, c->n = n;
+  int dgc = cfg->codec.kind == CODEC_DGC;
+  if (cfg->error_feedback && ef_init(&c->mem, n, dgc ? cfg->momentum : 0) != 0) return -1;
+  if (!(c->tmp = dt_alloc_floats(n + 1)) || !(c->scratch = dt_alloc_floats(n + 1))) return -1;
+  c->sizes = calloc((size_t)nranks, sizeof *c->sizes);
+  c->reqs = calloc(2 * (size_t)nranks, sizeof(comm_req_t *));
+  if (!c->sizes || !c->reqs) return dt_error("out of memory");
+  if (cfg->codec.kind == CODEC_POWERSGD) return powersgd_init(c);
+  return 0;
+}
+
+void compressor_free(compressor_t *c) {
+  if (!c) return;
+  ef_free(&c->mem);
+  dt_free(c->tmp), dt_free(c->scratch);
+  dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
+  dt_free(c->q), dt_free(c->q_ready), dt_free(c->factors);
+  free(c->sizes), free(c->reqs), free(c);
+}
+
+void compressor_take_stats(compressor_t *c, compress_stats_t *out) {
+  *out = c->stats;
+  out->residual_norm = ef_norm(&c->mem);
+  c->stats = (compress_stats_t){0};
+}
+
+void compress_model_matrices(const model_t *m, compress_matrix_t *out) {
+  for (int i = 0; i < m->ntensors; i++) {
+    const tensor_info_t *t = &m->tensors[i];
+    size_t rows = t->ndim >= 2 ? (size_t)t->dims[0] : 1;
+    out[i] = (compress_matrix_t){t->off, rows, t->len / rows};
+  }
+}
+
+int compressor_has_memory(const compressor_t *c) { return c->mem.residual != NULL; }
+
+/* The seed of message `msg` of a buffer (stream) at a step, on this rank. */
+static uint64_t message_seed(const compressor_t *c, int stream, int64_t step, int msg) {
+  uint64_t base = rng_derive(c->cfg.seed ^ 0x636f6d7072657373ull, (uint64_t)stream, (uint64_t)step);
+  return rng_derive(base, (uint64_t)c->rank, (uint64_t)msg);
+}
+
+static size_t encode_timed(compressor_t *c, const codec_spec_t *s, const float *x, size_t n,
+                           uint64_t seed, uint8_t *out) {
+  double t0 = dt_now();
+  size_t b = codec_encode(s, x, n, seed, out, c->scratch);
+  c->stats.encode_sec += dt_now() - t0;
+  return b;
+}
+
+/* acc[0..n) = 0 + decode(in), or += when `add`; names the peer it came from. */
+static int decode_timed(compressor_t *c, const codec_spec_t *s, const uint8_t *in, size_t bytes,
+                        size_t n, float *acc, int add, int from) {
+  double t0 = dt_now();
+  if (!add) memset(acc, 0, n * sizeof *acc);
+  int rc = codec_decode_add(s, in, bytes, n, acc);
+  c->stats.decode_sec += dt_now() - t0;
+  if (rc != 0) {
+    char name[32];
+    codec_format(s, name, sizeof name);
+    return dt_error_prefix("rank %d: compressed allreduce (%s): message from rank %d: ", c->rank,
+                           name, from);
+  }
+  return 0;
+}
+
+/* Posts the receives and sends of one step and waits for all of them. */
+typedef struct {
+  comm_t *comm;
+  comm_req_t **reqs;
+  int n;
+} posted_t;
+
+static int post(posted_t *p, int rc) {
+  if (rc == 0) return 0;
+  for (int i = 0; i < p->n; i++) comm_cancel(p->comm, p->reqs[i]);
+  p->n = 0;
+  return -1;
+}
+static int post_recv(posted_t *p, int src, int tag, void *buf, size_t len) {
+  return post(p, comm_irecv(p->comm, src, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
+}
+static int post_send(posted_t *p, int dst, int tag, const void *buf, size_t len) {
+  return post(p, comm_isend(p->comm, dst, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
+}
+static int wait_posted(posted_t *p) {
+  int rc = comm_waitall(p->comm, p->n, p->reqs);
+  p->n = 0;
+  return rc;
+}
+
+/* What this rank contributes: the buffer itself, or with memory the
+ * buffer added into it (the memory is then what is encoded). */
+static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) {
+  if (!c->mem.residual) return buf;
+  ef_compensate(&c->mem, buf, off, len);
+  return c->mem.residual + off;
+}
+
+/* With memory: what the encoding at `enc` drops stays in the memory. */
+static void remember_error(compressor_t *c, const codec_spec_t *s, const uint8_t *enc,
+                           size_t bytes, size_t off, size_t len) {
+  if (!c->mem.residual) return;
+  memset(c->tmp, 0, len * sizeof *c->tmp);
+  codec_decode_add(s, enc, bytes, len, c->tmp);
+  ef_update(&c->mem, c->tmp, off, len);
+}
+
+static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off, size_t len,
+                          int64_t step, int stream) {
+  const codec_spec_t *s = &c->cfg.codec;
+  int P = c->nranks, r = c->rank;
+  DT_TRY(grow(c, s, len));
+  size_t boff[P], blen[P], soff[P], mine;
+  float *v = contribution(c, buf, off, len);
+  size_t at = 0;
+  for (int j = 0; j < P; j++) {
+    coll_block(len, P, j, &boff[j], &blen[j]);
+    soff[j] = at;
+    size_t b = encode_timed(c, s, v + boff[j], blen[j], message_seed(c, stream, step, j),
+                            c->send + at);
+    remember_error(c, s, c->send + at, b, off + boff[j], blen[j]);
+    at += b;
+  }
+  mine = codec_bytes(s, blen[r]);
+  posted_t p = {comm, c->reqs, 0};
+  for (int i = 0; i < P; i++)
+    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_SCATTER, c->recv + (size_t)i * mine, mine));
+  for (int j = 0; j < P; j++)
+    if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SCATTER, c->send + soff[j], codec_bytes(s, blen[j])));
+  DT_TRY(wait_posted(&p));
+  /* my block: the P contributions decoded and summed in rank order */
+  float *acc = buf + boff[r];
+  memset(acc, 0, blen[r] * sizeof *acc);
+  for (int i = 0; i < P; i++)
+    DT_TRY(decode_timed(c, s, i == r ? c->send + soff[r] : c->recv + (size_t)i * mine, mine,
+                        blen[r], acc, 1, i));
+  /* re-encoded once; its error is not fed back (a second memory at the
+   * owner, as DoubleSqueeze has, made 1-bit SGD with momentum 0.9 diverge
+   * on mlp, 10% after 300 steps against 77%, and with means per chunk
+   * gained nothing: docs/COMPRESSION.md) */
+  encode_timed(c, s, acc, blen[r], message_seed(c, stream, step, P + r), c->out);
+  at = 0;
+  for (int i = 0; i < P; i++) {
+    size_t b = codec_bytes(s, blen[i]);
+    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_GATHER, c->gather + at, b));
+    soff[i] = at;
+    at += b;
+  }
+  for (int j = 0; j < P; j++)
+    if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_GATHER, c->out, mine));
+  DT_TRY(wait_posted(&p));
+  for (int i = 0; i < P; i++)
+    DT_TRY(decode_timed(c, s, i == r ? c->out : c->gather + soff[i], codec_bytes(s, blen[i]),
+                        blen[i], buf + boff[i], 0, i));
+  return 0;
+}
+
+/* DGC's warm-up: the density falls from 25% by a factor 4 at each quarter
+ * of the warm-up steps (75%, 93.75%, 98.4%, 99.6% sparsity), then R. */
+static codec_spec_t sparse_spec_at(const compressor_t *c, int64_t step) {
+  codec_spec_t s = c->cfg.codec;
+  int64_t w = c->cfg.warmup_steps;
+  if (s.kind != CODEC_DGC || w <= 0 || step >= w) return s;
+  double d = pow(0.25, 1.0 + (double)(4 * step / w));
+  if (d > s.param) s.param = d;
+  return s;
+}
+
+/* DGC's local gradient clipping: the contribution's norm capped at
+ * clip / sqrt(P) (each of P workers adds its own; the paper's scaling). */
+static void clip_local(compressor_t *c, float *buf, size_t len) {
+  if (c->cfg.codec.kind != CODEC_DGC || !(c->cfg.clip > 0)) return;
+  double sq = 0;
+  for (size_t i = 0; i < len; i++) sq += (double)buf[i] * buf[i];
+  double cap = c->cfg.clip / sqrt((double)c->nranks), norm = sqrt(sq);
+  if (norm <= cap) return;
+  float f = (float)(cap / norm);
+  for (size_t i = 0; i < len; i++) buf[i] *= f;
+}
+
+static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf,
+                           size_t off, size_t len, int64_t step, int stream) {
+  codec_spec_t s = sparse_spec_at(c, step);
+  int P = c->nranks, r = c->rank;
+  DT_TRY(grow(c, &s, len));
+  size_t cap = codec_max_bytes(&s, len);
+  clip_local(c, buf, len);
+  float *v = contribution(c, buf, off, len);
+  size_t mine = encode_timed(c, &s, v, len, message_seed(c, stream, step, 0), c->send);
+  remember_error(c, &s, c->send, mine, off, len);
+  posted_t p = {comm, c->reqs, 0};
+  size_t fixed = codec_bytes(&s, len);
+  for (int i = 0; i < P; i++) c->sizes[i] = fixed ? fixed : mine;
+  if (!fixed) { /* threshold: the sizes first */
+    uint64_t m = mine;
+    for (int i = 0; i < P; i++)
+      if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_SIZE, &c->sizes[i], sizeof c->sizes[i]));
+    for (int j = 0; j < P; j++)
+      if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SIZE, &m, sizeof m));
+    DT_TRY(wait_posted(&p));
+  }
+  double incoming = 0;
+  for (int i = 0; i < P; i++) {
+    if (c->sizes[i] > cap)
+      return dt_error("rank %d: compressed allreduce: rank %d announces a %llu-byte message, "
+                      "more than a sparse encoding of %zu values takes", r, i,
+                      (unsigned long long)c->sizes[i], len);
+    if (i != r) incoming += (double)c->sizes[i];
+  }
+  if (incoming > 2.0 * (P - 1) / P * 4.0 * (double)len) { /* past break-even: dense */
+    c->stats.dense_fallbacks++;
+    DT_TRY(decode_timed(c, &s, c->send, mine, len, buf, 0, r));
+    return allreduce(ctx, c->cfg.algo, buf, len);
+  }
+  size_t at[P], pos = 0;
+  for (int i = 0; i < P; i++) {
+    at[i] = pos;
+    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_GATHER, c->recv + pos, c->sizes[i]));
+    pos += i == r ? 0 : c->sizes[i];
+  }
+  for (int j = 0; j < P; j++)
+    if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_GATHER, c->send, mine));
+  DT_TRY(wait_posted(&p));
+  memset(buf, 0, len * sizeof *buf);
+  for (int i = 0; i < P; i++)
+    DT_TRY(decode_timed(c, &s, i == r ? c->send : c->recv + at[i], c->sizes[i], len, buf, 1, i));
+  return 0;
+}
+
+int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                         int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
+  if (off + len > c->n) return dt_error("compressed allreduce: range past the arena (a bug)");
+  if (c->cfg.codec.kind == CODEC_POWERSGD) return powersgd_allreduce(c, ctx, buf, off, len, mats, nmats);
+  if (c->cfg.codec.kind == CODEC_NONE || c->cfg.codec.kind == CODEC_FP32)
+    return allreduce(ctx, c->cfg.algo, buf, len); /* summable as it is */
+  if (c->nranks == 1) return 0; /* nothing to exchange, nothing to compress */
+  comm_t *comm = coll_ctx_comm(ctx);
+  if (codec_sparse(&c->cfg.codec)) return sparse_exchange(c, comm, ctx, buf, off, len, step, stream);
+  return dense_exchange(c, comm, buf, off, len, step, stream);
+}

@@ -1,0 +1,136 @@
+/* PowerSGD (Vogels et al. 2019): each weight matrix M (rows x cols; a
+ * convolution's [out, kh kw in]) of the worker's contribution is replaced
+ * by a rank-R approximation found by one step of power iteration, warm-
+ * started from the previous step's Q:
+ *   M += e                      (error feedback, the memory)
+ *   P = M Q;        allreduce P (sum: linear, so sum_w M_w Q = M_sum Q)
+ *   P = orthonormal columns of P (Gram-Schmidt)
+ *   Q = M^T P;      allreduce Q
+ *   M_sum ~= P Q^T; e = M - P Q^T / N (N ranks: as the paper's e = M - the
+ *   mean's approximation, in the units of one rank's share of the sum);
+ *   Q kept for the next step.
+ * A matrix gains only when (rows + cols) R < rows cols; the others, and
+ * biases, go dense with the P factors in the first allreduce (PyTorch's
+ * hook does the same with the tensors too small to gain). Bytes: two
+ * allreduces, of sum (rows R) + dense and of sum (cols R) floats, with the
+ * configured algorithm (ring: 2 (P - 1)/P 4 x floats each). Q starts as the
+ * same normal random matrix on every rank (seeded by the matrix's offset),
+ * so the first P sum is meaningful; from then on Q is the summed one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compressor.h"
+
+int powersgd_init(compressor_t *c) {
+  if (!(c->q = dt_alloc_floats(c->n + 1)) || !(c->q_ready = dt_alloc(c->n + 1))) return -1;
+  return 0;
+}
+
+static int rank_of(const compressor_t *c, const compress_matrix_t *m) {
+  int r = (int)c->cfg.codec.param;
+  if (m->rows < 2 || m->cols < 2 || (m->rows + m->cols) * (size_t)r >= m->rows * m->cols) return 0;
+  return r;
+}
+
+/* Gram-Schmidt on the r columns of p (rows x r, row-major), each
+ * projection done twice ("twice is enough", Giraud et al. 2005): when P is
+ * rank-deficient (a low-rank gradient) a column is rounding noise after the
+ * first pass, and only the second makes it orthogonal to the others. */
+static void orthonormalize(float *p, size_t rows, int r) {
+  for (int j = 0; j < r; j++) {
+    for (int pass = 0; pass < 2; pass++)
+      for (int k = 0; k < j; k++) {
+        double d = 0;
+        for (size_t i = 0; i < rows; i++) d += (double)p[i * r + k] * p[i * r + j];
+        for (size_t i = 0; i < rows; i++) p[i * r + j] -= (float)d * p[i * r + k];
+      }
+    double sq = 0;
+    for (size_t i = 0; i < rows; i++) sq += (double)p[i * r + j] * p[i * r + j];
+    float inv = (float)(1.0 / (sqrt(sq) + 1e-8));
+    for (size_t i = 0; i < rows; i++) p[i * r + j] *= inv;
+  }
+}
+
+/* Whether element `at` of the arena lies in a matrix that is compressed. */
+static int covered(const compressor_t *c, const compress_matrix_t *mats, int nmats, size_t at) {
+  for (int i = 0; i < nmats; i++)
+    if (at >= mats[i].off && at < mats[i].off + mats[i].rows * mats[i].cols)
+      return rank_of(c, &mats[i]) > 0;
+  return 0;
+}
+
+/* Q of a matrix on its first step: N(0, 1), the same on every rank. */
+static float *q_of(compressor_t *c, const compress_matrix_t *m, int r) {
+  float *q = c->q + m->off;
+  if (c->q_ready[m->off]) return q;
+  c->q_ready[m->off] = 1;
+  rng_t g;
+  rng_seed(&g, rng_derive(c->cfg.seed ^ 0x706f776572736764ull, m->off, 0));
+  for (size_t i = 0; i < m->cols * (size_t)r; i++) q[i] = rng_normal(&g);
+  return q;
+}
+
+int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                       const compress_matrix_t *mats, int nmats) {
+  if (c->nranks == 1) return 0;
+  if (c->factors_cap < 2 * len + 1) {
+    dt_free(c->factors);
+    if (!(c->factors = dt_alloc_floats(2 * len + 1))) return -1;
+    c->factors_cap = 2 * len + 1;
+  }
+  float *v = buf;
+  if (c->mem.residual) ef_compensate(&c->mem, buf, off, len), v = c->mem.residual + off;
+  float *f = c->factors;
+  size_t np = 0;
+  double t0 = dt_now();
+  for (int i = 0; i < nmats; i++) {
+    int r = rank_of(c, &mats[i]);
+    if (!r) continue;
+    const float *m = v + (mats[i].off - off);
+    float *q = q_of(c, &mats[i], r);
+    kern_gemm(0, 0, (int)mats[i].rows, r, (int)mats[i].cols, 1, m, (int)mats[i].cols, q, r, 0,
+              f + np, r);
+    np += mats[i].rows * (size_t)r;
+  }
+  size_t nd = 0;
+  for (size_t k = 0; k < len; k++)
+    if (!covered(c, mats, nmats, off + k)) f[np + nd++] = v[k];
+  c->stats.encode_sec += dt_now() - t0;
+  DT_TRY(allreduce(ctx, c->cfg.algo, f, np + nd));
+  t0 = dt_now();
+  float *fq = f + np + nd;
+  size_t pp = 0, nq = 0;
+  for (int i = 0; i < nmats; i++) {
+    int r = rank_of(c, &mats[i]);
+    if (!r) continue;
+    orthonormalize(f + pp, mats[i].rows, r);
+    kern_gemm(1, 0, (int)mats[i].cols, r, (int)mats[i].rows, 1, v + (mats[i].off - off),
+              (int)mats[i].cols, f + pp, r, 0, fq + nq, r);
+    pp += mats[i].rows * (size_t)r, nq += mats[i].cols * (size_t)r;
+  }
+  c->stats.encode_sec += dt_now() - t0;
+  DT_TRY(allreduce(ctx, c->cfg.algo, fq, nq));
+  t0 = dt_now();
+  pp = 0, nq = 0;
+  for (int i = 0; i < nmats; i++) {
+    int r = rank_of(c, &mats[i]);
+    if (!r) continue;
+    float *out = buf + (mats[i].off - off);
+    kern_gemm(0, 1, (int)mats[i].rows, (int)mats[i].cols, r, 1, f + pp, r, fq + nq, r, 0, out,
+              (int)mats[i].cols);
+    memcpy(c->q + mats[i].off, fq + nq, mats[i].cols * (size_t)r * sizeof(float));
+    pp += mats[i].rows * (size_t)r, nq += mats[i].cols * (size_t)r;
+  }
+  /* e = M - P Q^T in the units of one rank's share: a rank contributes
+   * its gradient over the global batch, the approximation is of the sum */
+  float share = 1.0f / (float)c->nranks;
+  nd = 0;
+  for (size_t k = 0; k < len; k++) {
+    int dense = !covered(c, mats, nmats, off + k);
+    if (dense) buf[k] = f[np + nd++];
+    if (c->mem.residual) v[k] = dense ? 0 : v[k] - share * buf[k];
+  }
+  c->stats.decode_sec += dt_now() - t0;
+  return 0;
+}

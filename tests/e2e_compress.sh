@@ -1,0 +1,138 @@
+#!/bin/sh
+# Gradient compression end to end (--compress, src/compress/): every codec
+# trains, bitwise the same run to run and on local and mpi; none and fp32
+# are bitwise the uncompressed runs; the bytes on the wire in the metrics
+# are each codec's formula (mlp: buckets of 535,818 floats cut into two,
+# [fc3, fc2] = 133,898 floats and [fc1] = 401,920; 2 ranks: each rank sends
+# each bucket's other half and then its own half, encoded); DGC and top-k
+# at R = 0.001 move over 100x fewer bytes than the ring; bad values and
+# combinations are refused with one line.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --max-steps 12 --epochs 1 --batch 16"
+# the value of a field of the metrics' epoch line
+field() { $PY -c "import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if '\"epoch\"' in l][0][sys.argv[2]])" "$1" "$2"; }
+
+# none and fp32: the plain allreduce, bit for bit
+"$DTRAIN" train $BASE --workers 2 --exchange allreduce:ring --metrics "$TMP/dense.jsonl" --checkpoint "$TMP/dense.st" >/dev/null
+for c in none fp32; do
+  "$DTRAIN" train $BASE --workers 2 --exchange allreduce:ring --compress $c --checkpoint "$TMP/$c.st" >/dev/null
+  check "compress_${c}_bitwise_uncompressed" cmp -s "$TMP/dense.st" "$TMP/$c.st"
+done
+DENSE=$(field "$TMP/dense.jsonl" bytes_sent_per_step)
+
+# every codec: deterministic, local = mpi bit for bit (3 ranks: uneven blocks)
+for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad topk:0.01 randomk:0.01 threshold:0.01 dgc:0.001 powersgd:2; do
+  tag=$(echo $c | tr ':.' '__')
+  "$DTRAIN" train $BASE --workers 3 --compress $c --checkpoint "$TMP/$tag.a" >"$TMP/out" 2>&1 || fail "compress_${tag}_trains" "$(tail -c 300 "$TMP/out")"
+  "$DTRAIN" train $BASE --workers 3 --compress $c --overlap off --checkpoint "$TMP/$tag.b" >/dev/null 2>&1
+  check "compress_${tag}_bitwise_overlap_on_off" cmp -s "$TMP/$tag.a" "$TMP/$tag.b"
+  if have_mpi; then
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --compress $c --checkpoint "$TMP/$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "compress_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/$tag.a" "$TMP/$tag.mpi"
+  fi
+done
+
+# bytes a step, from the transport (2 ranks, the two buckets B1 = 133,898
+# and B2 = 401,920 floats, halves h1 = 66,949 and h2 = 200,960)
+bytes_of() { "$DTRAIN" train $BASE --workers 2 --compress "$1" $2 --metrics "$TMP/b.jsonl" >/dev/null && field "$TMP/b.jsonl" bytes_sent_per_step; }
+check "bytes_dense_ring_is_4n" [ "$DENSE" = "2143272.0" ]
+check "bytes_fp16_half_the_ring" [ "$(bytes_of fp16)" = "1071636.0" ]
+check "bytes_bf16_half_the_ring" [ "$(bytes_of bf16)" = "1071636.0" ]
+# int8: n + a 4-byte scale a message (2 messages a bucket)
+check "bytes_int8_quarter_plus_scales" [ "$(bytes_of int8)" = "$((535818 + 4 * 4)).0" ]
+# onebit: ceil(h/8) + 8 ceil(h/512) a message: 2 (8369 + 8 x 131) + 2 (25120 + 8 x 393)
+check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((2 * (8369 + 8 * 131) + 2 * (25120 + 8 * 393))).0" ]
+# top-k R: one message of 4 + 8 ceil(R B) a bucket to the other rank
+check "bytes_topk_pairs" [ "$(bytes_of topk:0.001)" = "$((4 + 8 * 134 + 4 + 8 * 402)).0" ]
+RATIO=$($PY -c "print($DENSE / $(bytes_of topk:0.001))")
+check "bytes_topk_0.001_over_100x_fewer($RATIO)" $PY -c "import sys; sys.exit(0 if $RATIO >= 100 else 1)"
+"$DTRAIN" train $BASE --workers 2 --compress dgc:0.001 --metrics "$TMP/dgc.jsonl" >/dev/null
+check "dgc_reports_ratio_and_memory" $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/dgc.jsonl') if '\"epoch\"' in l][0]
+assert e['compress'] == 'dgc:0.001' and e['error_feedback'] is True, e
+assert e['compress_ratio'] >= 100 and e['ef_residual_norm'] > 0 and e['encode_sec'] > 0, e"
+"$DTRAIN" train $BASE --workers 2 --compress qsgd:7 --metrics "$TMP/q.jsonl" >/dev/null
+check "unbiased_codec_has_no_memory" $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/q.jsonl') if '\"epoch\"' in l][0]
+assert e['error_feedback'] is False and e['ef_residual_norm'] == 0, e"
+# dense warm-up: the first steps are the ring's
+"$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
+check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]
+
+# parameter-server pushes (every schedule): encoded, one message a shard;
+# sync servers sum in rank order, so local = mpi bit for bit
+PSN=$("$DTRAIN" train $BASE --workers 2 --exchange ps:2 --metrics "$TMP/psn.jsonl" >/dev/null && field "$TMP/psn.jsonl" bytes_sent_per_step)
+PSF=$("$DTRAIN" train $BASE --workers 2 --exchange ps:2 --compress fp16 --metrics "$TMP/psf.jsonl" >/dev/null && field "$TMP/psf.jsonl" bytes_sent_per_step)
+check "ps_push_fp16_half_the_values($PSN,$PSF)" $PY -c "import sys; sys.exit(0 if $PSN - $PSF == 2 * 535818 else 1)"
+for sch in sync async ssp:2 backup:1; do
+  tag=$(echo $sch | tr ':' '_')
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:2 --schedule $sch --compress topk:0.01 --metrics "$TMP/ps_$tag.jsonl" >"$TMP/out" 2>&1
+  check "ps_${tag}_topk_trains" [ $? -eq 0 ]
+done
+"$DTRAIN" train $BASE --workers 3 --exchange ps:2 --compress int8 --checkpoint "$TMP/ps_int8.st" >/dev/null 2>&1
+if have_mpi; then
+  $MPIRUN -np 5 "$DTRAIN" train $BASE --workers 3 --comm mpi --exchange ps:2 --compress int8 --checkpoint "$TMP/ps_int8.mpi" >/dev/null 2>"$TMP/mpi.err"
+  check "ps_sync_int8_mpi_bitwise_equals_local" cmp -s "$TMP/ps_int8.st" "$TMP/ps_int8.mpi"
+fi
+
+# model averaging (local SGD, SparkNet): the replicas' changes compressed
+LSN=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --metrics "$TMP/lsn.jsonl" >/dev/null && field "$TMP/lsn.jsonl" bytes_sent)
+LSF=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --compress fp16 --metrics "$TMP/lsf.jsonl" >/dev/null && field "$TMP/lsf.jsonl" bytes_sent)
+check "local_sgd_fp16_half_the_bytes($LSN,$LSF)" [ "$($PY -c "print(int($LSN) == 2 * int($LSF))")" = True ]
+for c in topk:0.01 powersgd:2; do
+  tag=$(echo $c | tr ':.' '__')
+  "$DTRAIN" train $BASE --workers 3 --preset local-sgd --tau 2 --compress $c --checkpoint "$TMP/ls_$tag.st" >/dev/null 2>&1
+  check "local_sgd_${tag}_trains" [ $? -eq 0 ]
+  if have_mpi; then
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset local-sgd --tau 2 --compress $c --checkpoint "$TMP/ls_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "local_sgd_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/ls_$tag.st" "$TMP/ls_$tag.mpi"
+  fi
+done
+"$DTRAIN" train $BASE --workers 2 --preset sparknet --tau 3 --compress int8 >/dev/null 2>&1
+check "sparknet_int8_trains" [ $? -eq 0 ]
+
+# sufficient factors (Poseidon): lossless, so the dense run's weights to
+# rounding; 4 ranks, batch 16: fc1 (784 -> 512) and fc2 (512 -> 256) send
+# their factors, 3 (8 + 4 x 16 (in + out)) bytes each, fc3 goes by the ring
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --checkpoint "$TMP/sfb_dense.st" --metrics "$TMP/sfb_dense.jsonl" >/dev/null
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --sufficient-factors on --checkpoint "$TMP/sfb.st" --metrics "$TMP/sfb.jsonl" >/dev/null
+if close "$TMP/sfb_dense.st" "$TMP/sfb.st" 1e-6; then pass "sfb_equals_dense($(cat "$TMP/cmp.out"))"; else fail sfb_equals_dense "$(cat "$TMP/cmp.out")"; fi
+"$DTRAIN" train $BASE --workers 4 --exchange allreduce:ring --sufficient-factors on --overlap off --checkpoint "$TMP/sfb_off.st" >/dev/null
+check sfb_bitwise_overlap_on_off cmp -s "$TMP/sfb.st" "$TMP/sfb_off.st"
+SFB4=$(field "$TMP/sfb.jsonl" bytes_sent_per_step)
+# fc3 by the ring: 2,570 floats on 4 ranks in blocks of 643, 643, 642, 642;
+# rank 0 sends three blocks in each half, 643 + 642 + 642 floats: 2 x 7,708
+check "sfb_bytes_exact($SFB4)" [ "$SFB4" = "$((3 * (8 + 4 * 16 * (784 + 512)) + 3 * (8 + 4 * 16 * (512 + 256)) + 15416)).0" ]
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --exchange allreduce:ring --sufficient-factors on --checkpoint "$TMP/sfb.mpi" >/dev/null 2>"$TMP/mpi.err"
+  check sfb_mpi_bitwise_equals_local cmp -s "$TMP/sfb.st" "$TMP/sfb.mpi"
+fi
+expect_error sfb_with_codec 2 "does not combine with --compress" -- "$DTRAIN" train --workers 2 --sufficient-factors on --compress fp16
+
+# presets start
+for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd; do
+  "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]
+done
+
+# convergence on the real data, 4 workers (one epoch of 2,048 samples)
+"$DTRAIN" train --data "$SMALL" --model mlp --workers 4 --batch 16 --epochs 3 --lr 0.05 --momentum 0.9 --seed 1 --quiet --compress dgc:0.01 --metrics "$TMP/acc.jsonl" >/dev/null
+ACC=$($PY -c "import json; print([json.loads(l) for l in open('$TMP/acc.jsonl') if 'epoch' in l][-1]['test_acc'])")
+check "dgc_converges_on_fashion_mnist($ACC)" $PY -c "import sys; sys.exit(0 if $ACC >= 0.70 else 1)"
+
+# bad input: one line naming the option
+expect_error bad_codec 2 "unknown codec 'zip'" -- "$DTRAIN" train --compress zip
+expect_error bad_ratio_zero 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress topk:0
+expect_error bad_ratio_big 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress dgc:1.5
+expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$DTRAIN" train --workers 2 --exchange shared --compress fp16
+expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
+expect_error compress_dpsgd 2 "not yet for --optimization decentral --exchange neighbors" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress fp16
+expect_error compress_local_sgd_dgc 2 "use topk:R" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress dgc:0.01
+expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
+expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on
+expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on
+expect_error dgc_adam 2 "use --optimizer sgd" -- "$DTRAIN" train --workers 2 --compress dgc:0.01 --optimizer adam
+expect_error compress_zero 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train --workers 2 --compress fp16 --shard-optimizer on
