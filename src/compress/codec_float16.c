@@ -68,6 +68,7 @@ static size_t bytes16(const codec_spec_t *s, size_t n) { (void)s; return 2 * n; 
  * the tests check); bf16 is a loop the compiler vectorizes. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#include <stdatomic.h>
 #include <immintrin.h>
 __attribute__((target("avx,f16c"))) static void fp16_encode_f16c(const float *x, size_t n,
                                                                   uint8_t *out) {
@@ -96,16 +97,18 @@ __attribute__((target("avx,f16c"))) static void fp16_decode_f16c(const uint8_t *
  * AVX registers (XCR0 bits 1 and 2). By hand: clang's
  * __builtin_cpu_supports knows no "f16c". */
 static int has_f16c(void) {
-  static int known = -1;
-  if (known >= 0) return known;
+  static atomic_int known = -1; /* ranks' threads ask at once: the same answer */
+  int k = atomic_load_explicit(&known, memory_order_relaxed);
+  if (k >= 0) return k;
   unsigned a, b, c, d;
-  known = 0;
+  k = 0;
   if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 7) == 7) {
     unsigned lo, hi;
     __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    known = (lo & 6) == 6;
+    k = (lo & 6) == 6;
   }
-  return known;
+  atomic_store_explicit(&known, k, memory_order_relaxed);
+  return k;
 }
 #else
 static int has_f16c(void) { return 0; }
