@@ -36,6 +36,36 @@ typedef enum {
  * pass over the output). */
 typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
 
+/* Tensor parallelism (Megatron-LM's split layers; src/strategy/tensor/):
+ * a dense layer split over the tp ranks of a group by its neurons.
+ * COLUMN: its output features are split (each rank holds a block of the
+ * weight's rows and of the bias); forward needs no communication, backward
+ * sums the input gradient over the group (Megatron's "f": identity forward,
+ * allreduce backward). ROW: its input features are split (a block of the
+ * weight's columns; the bias whole on every rank); forward sums the partial
+ * products over the group and then adds the bias and the activation once
+ * ("g": allreduce forward, identity backward). Element-wise layers between
+ * a COLUMN and a ROW layer run on the shard. NONE: the layer is whole on
+ * every rank (replicated; its gradients come out the same on every rank). */
+typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
+
+/* The group a split layer talks to: its size, this rank's place in it, and
+ * the sum over it (a callback, since nn sits below the collectives). A
+ * failed sum is sticky: `failed` is set, later sums are skipped, and the
+ * caller checks it after the forward or backward pass. */
+typedef struct tp_link tp_link_t;
+struct tp_link {
+  int rank, size;
+  int (*allreduce)(tp_link_t *t, float *buf, size_t count);
+  void *ctx;
+  int failed;
+};
+/* t->allreduce unless a sum has failed before; records a failure. */
+void tp_allreduce(tp_link_t *t, float *buf, size_t count);
+/* Block `i` of `count` split into `parts`: the first count % parts blocks
+ * hold one more (the same blocks as coll_block). */
+void tp_block(int count, int parts, int i, int *off, int *len);
+
 typedef struct {
   layer_kind_t kind;
   int units;                  /* dense: output features */
@@ -48,6 +78,7 @@ typedef struct {
   int input;                  /* index of the node feeding this one; -1 = model input */
   int line;                   /* line in the model file (for messages) */
   int index;                  /* position in the model file: tensors are layers.<index>.* */
+  split_t split;              /* tensor parallelism: set by the planner, not the file */
 } layer_spec_t;
 
 typedef struct layer layer_t;
@@ -84,25 +115,41 @@ struct layer {
   float *running_mean, *running_var;
   float *scratch;
   float *out, *dout;               /* [max_batch, out] */
+  /* Tensor parallelism: the channels (c) of the input and output in the
+   * one-worker model and where this rank's shard of them begins; in_shape
+   * and out_shape are the shard's. Unsplit: full == c, off == 0. */
+  int in_full, in_off, out_full, out_off;
+  tp_link_t *tp;                   /* the group (NULL: no tensor parallelism) */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);
 const char *layer_kind_name(layer_kind_t kind);
 int layer_kind_parse(const char *name, layer_kind_t *out);
 
-/* A named tensor inside an arena (a parameter or a buffer). */
+/* A named tensor inside an arena (a parameter or a buffer). dims is the
+ * one-worker shape (what a checkpoint holds); under tensor parallelism the
+ * arena holds a block of it: seen as [dims[0], full_cols], rows
+ * [row0, row0 + rows) and of each, columns [col0, col0 + cols), stored as a
+ * rows x cols matrix. Unsplit: the whole tensor, len = rows x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
-  size_t off, len;
+  size_t off, len;          /* the range in the arena (this rank's block) */
   int ndim, dims[4];
   int layer;
+  size_t row0, rows, col0, cols, full_cols;
 } tensor_info_t;
+/* Floats of the whole (one-worker) tensor. */
+size_t tensor_full_len(const tensor_info_t *t);
+/* Copies t's block between the whole tensor `full` and the arena block
+ * `block`: to_full != 0 writes full's block from block, else block from full. */
+void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full);
 
 typedef struct {
   int nlayers;
   layer_spec_t *layers;
   shape_t input;            /* c = h = w = 0: taken from the data */
   char source[256];         /* file name or "builtin:mlp" for messages */
+  tp_link_t *tp;            /* layers with split != SPLIT_NONE talk to it (NULL: none) */
 } model_spec_t;
 
 typedef struct {
@@ -117,6 +164,7 @@ typedef struct {
   tensor_info_t *tensors, *buf_tensors;
   float *probs;             /* softmax of the logits [max_batch, nclasses] */
   void *act_arena;          /* one allocation for all activations and scratch */
+  tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
 } model_t;
 
 /* Model text format (docs/MODEL_FORMAT.md): one layer a line,

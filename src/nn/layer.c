@@ -47,3 +47,14 @@ int layer_kind_parse(const char *name, layer_kind_t *out) {
   }
   return dt_error("unknown layer kind '%s' (expected one of: %s)", name, list);
 }
+
+void tp_allreduce(tp_link_t *t, float *buf, size_t count) {
+  if (!t || t->failed) return;
+  if (t->allreduce(t, buf, count) != 0) t->failed = 1;
+}
+
+void tp_block(int count, int parts, int i, int *off, int *len) {
+  int base = count / parts, extra = count % parts;
+  *len = base + (i < extra);
+  *off = i * base + (i < extra ? i : extra);
+}

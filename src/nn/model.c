@@ -41,17 +41,33 @@ static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *c
   return 0;
 }
 
+/* A tensor whose block is rows [row0, row0 + rows) x cols [col0, col0 +
+ * cols) of the one-worker tensor seen as [dims[0], full_cols]. */
 static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *what, size_t off,
-                       size_t len, int ndim, const int *dims) {
+                       int ndim, const int *dims, size_t row0, size_t rows, size_t col0,
+                       size_t cols) {
   snprintf(t->name, sizeof t->name, "layers.%d.%s", l->spec.index, what);
   t->off = off;
-  t->len = len;
+  t->len = rows * cols;
   t->ndim = ndim;
-  for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
+  t->full_cols = 1;
+  for (int d = 0; d < ndim; d++) t->dims[d] = dims[d], t->full_cols *= d ? (size_t)dims[d] : 1;
+  t->row0 = row0, t->rows = rows, t->col0 = col0, t->cols = cols;
   t->layer = li;
 }
 
-/* Names and shapes of the parameter and buffer tensors, PyTorch style. */
+size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->full_cols; }
+
+void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full) {
+  for (size_t r = 0; r < t->rows; r++) {
+    float *f = full + (t->row0 + r) * t->full_cols + t->col0, *b = block + r * t->cols;
+    memcpy(to_full ? f : b, to_full ? b : f, t->cols * sizeof(float));
+  }
+}
+
+/* Names and shapes of the parameter and buffer tensors, PyTorch style:
+ * the one-worker shapes, and the block of them this rank holds (a dense
+ * layer split by tensor parallelism holds rows or columns of its weight). */
 static int describe_tensors(model_t *m) {
   m->tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->tensors);
   m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
@@ -60,27 +76,34 @@ static int describe_tensors(model_t *m) {
     const layer_t *l = &m->layers[i];
     if (l->param_len == 0) continue;
     int wd[4], nd = 1;
-    size_t nb = l->param_len - l->nweight;
+    size_t nb = l->param_len - l->nweight, rows, cols, col0 = 0;
     switch (l->spec.kind) {
-      case LAYER_DENSE:
-        wd[0] = l->out_shape.c * l->out_shape.h * l->out_shape.w, wd[1] = (int)shape_size(l->in_shape), nd = 2;
+      case LAYER_DENSE: {
+        size_t in = shape_size(l->in_shape), pos = in / (size_t)l->in_shape.c;
+        wd[0] = l->out_full, wd[1] = (int)(pos * (size_t)l->in_full), nd = 2;
+        rows = (size_t)l->out_shape.c, cols = in, col0 = pos * (size_t)l->in_off;
         break;
+      }
       case LAYER_CONV2D:
         wd[0] = l->spec.filters, wd[1] = l->spec.kernel, wd[2] = l->spec.kernel, wd[3] = l->in_shape.c;
         nd = 4;
+        rows = (size_t)wd[0], cols = l->nweight / rows;
         break;
       default:
-        wd[0] = (int)l->nweight;
+        wd[0] = (int)l->nweight, rows = l->nweight, cols = 1;
     }
-    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, l->nweight, nd, wd);
-    int bd[1] = {(int)nb};
-    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, nb, 1, bd);
+    size_t row0 = (size_t)l->out_off;
+    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, nd, wd, row0, rows, col0, cols);
+    int bd[1] = {l->spec.split == SPLIT_COLUMN ? l->out_full : (int)nb};
+    if (nb)
+      add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, 1, bd,
+                 l->spec.split == SPLIT_COLUMN ? row0 : 0, nb, 0, 1);
     if (l->buf_len) {
       int cd[1] = {(int)(l->buf_len / 2)};
-      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off,
-                 l->buf_len / 2, 1, cd);
+      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off, 1, cd,
+                 0, (size_t)cd[0], 0, 1);
       add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_var",
-                 l->buf_off + l->buf_len / 2, l->buf_len / 2, 1, cd);
+                 l->buf_off + l->buf_len / 2, 1, cd, 0, (size_t)cd[0], 0, 1);
     }
   }
   return 0;
@@ -129,6 +152,21 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
   return p;
 }
 
+/* After a layer's setup: a layer that keeps its input's channels keeps
+ * its shard of them; one that changes them (flatten, dense, conv2d) gives
+ * a whole output, unless it splits it itself. A layer that changes the
+ * channels of a split input would mix shards: refused. */
+static int set_shard(layer_t *l) {
+  int split_in = l->in_full != l->in_shape.c;
+  if (l->spec.kind == LAYER_DENSE) return 0; /* dense_setup set out_full, out_off */
+  if (l->out_shape.c == l->in_shape.c && l->spec.kind != LAYER_CONV2D) return 0;
+  if (split_in)
+    return dt_error("%s cannot read a tensor-parallel shard (%d of %d channels): it mixes them",
+                    layer_kind_name(l->spec.kind), l->in_shape.c, l->in_full);
+  l->out_full = l->out_shape.c, l->out_off = 0;
+  return 0;
+}
+
 static int setup_layers(model_t *m, const char *source) {
   size_t poff = 0, boff = 0;
   for (int i = 0; i < m->nlayers; i++) {
@@ -139,9 +177,15 @@ static int setup_layers(model_t *m, const char *source) {
         return dt_error("%s:%d: two layers read the same input; branching with several "
                         "consumers is not supported yet", source, l->spec.line);
     l->ops = layer_ops_for(l->spec.kind);
-    l->in_shape = l->spec.input < 0 ? m->input : m->layers[l->spec.input].out_shape;
+    const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
+    l->in_shape = src ? src->out_shape : m->input;
+    l->in_full = src ? src->out_full : m->input.c;
+    l->in_off = src ? src->out_off : 0;
+    l->out_full = l->in_full, l->out_off = l->in_off; /* dense and conv2d set their own */
+    l->tp = m->tp;
     if (l->ops->setup(l, m->max_batch) != 0)
       return dt_error_prefix("%s:%d: ", source, l->spec.line);
+    if (set_shard(l) != 0) return dt_error_prefix("%s:%d: ", source, l->spec.line);
     l->param_off = poff;
     l->buf_off = boff;
     poff += l->param_len;
@@ -193,6 +237,7 @@ int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_b
   model_t *m = calloc(1, sizeof *m);
   if (!m) return dt_error("out of memory");
   m->input = input;
+  m->tp = spec->tp;
   m->nclasses = nclasses;
   m->max_batch = max_batch;
   layer_spec_t *ls = NULL;
