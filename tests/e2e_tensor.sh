@@ -43,7 +43,9 @@ for T in 2 3 4; do
   equal tensor_mlp_tp${T}_equals_one_worker 1e-6 "$TMP/one.st" -- "$DTRAIN" train $BASE --workers $T --tp $T
   equal tensor_deep_tp${T}_equals_one_worker 1e-5 "$TMP/one_deep.st" -- "$DTRAIN" train $DEEP --workers $T --tp $T
 done
-equal tensor_lenet_tp2_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
+for T in 2 3 4; do # both convolutions split too (20 and 50 filters: odd over 3)
+  equal tensor_lenet_tp${T}_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model lenet --workers $T --tp $T
+done
 equal tensor_dropout_tp3_equals_one_worker 1e-6 "$TMP/one_drop.st" -- "$DTRAIN" train $BASE --model "$TMP/drop.txt" --workers 3 --tp 3
 equal tensor_dp2_tp2_equals_one_worker_twice_the_batch 1e-6 "$TMP/one32.st" -- "$DTRAIN" train $BASE --workers 4 --tp 2
 equal tensor_pp2_tp2_equals_one_worker 1e-6 "$TMP/one.st" -- \
@@ -66,6 +68,8 @@ if have_mpi; then
     $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --tp 2
   equal mpi_tensor_pp2_tp2_bitwise_equals_local 0 "$TMP/tensor_pp2_tp2_equals_one_worker.st" -- \
     $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --pp 2 --tp 2 --micro-batches 2 --partition macs
+  equal mpi_tensor_lenet_tp3_bitwise_equals_local 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --model lenet --comm mpi --tp 3
   equal mpi_tensor_dp2_pp2_tp2_equals_one_worker 1e-6 "$TMP/one32.st" -- \
     $MPIRUN -np 8 "$DTRAIN" train $BASE --comm mpi --pp 2 --tp 2 --micro-batches 2 --partition macs
 fi
@@ -108,6 +112,9 @@ bytes() {
 }
 bytes tensor_bytes_mlp_tp2 2 256 0 -- "$DTRAIN" train $BASE --workers 2 --tp 2
 bytes tensor_bytes_mlp_tp3 3 256 0 -- "$DTRAIN" train $BASE --workers 3 --tp 3
+# lenet: conv 20 | conv 50 (its 8 x 8 x 50 output summed), dense 500 | 10;
+# backward the dense column layer's input gradient (800), not the first conv's
+bytes tensor_bytes_lenet_tp2 2 3200,10,800 0 -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
 bytes tensor_bytes_deep_tp4 4 1536,1536,512,10,1536,1536,512 0 -- "$DTRAIN" train $DEEP --workers 4 --tp 4
 # dp 2 x tp 2, rank 0's block: rows 0..255 of layer 0 (+ bias), columns
 # 0..255 of layer 2 (+ its whole bias), layer 4 whole
@@ -121,7 +128,7 @@ fi
 printf 'dense units=3\nrelu\ndense units=10\n' >"$TMP/narrow.txt"
 printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopair.txt"
 expect_error tensor_tp_above_features 1 "use --tp 3 or fewer" -- "$DTRAIN" train $BASE --model "$TMP/narrow.txt" --workers 4 --tp 4
-expect_error tensor_no_pair_to_split 1 "option --tp 2: .* has no pair of dense layers" -- \
+expect_error tensor_no_pair_to_split 1 "option --tp 2: .* has no pair of layers to split" -- \
   "$DTRAIN" train $BASE --model "$TMP/nopair.txt" --workers 2 --tp 2
 expect_error tensor_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train $BASE --workers 3 --tp 2
 expect_error tensor_grid_not_multiple 2 "multiple of 4" -- "$DTRAIN" train $BASE --workers 6 --tp 2 --pp 2 --partition macs

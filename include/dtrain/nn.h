@@ -65,6 +65,12 @@ void tp_allreduce(tp_link_t *t, float *buf, size_t count);
 /* Block `i` of `count` split into `parts`: the first count % parts blocks
  * hold one more (the same blocks as coll_block). */
 void tp_block(int count, int parts, int i, int *off, int *len);
+/* U(±bound) values of one worker's [rows, mid, cols] tensor drawn in order
+ * from rng, of which rows [r0, r0 + nr) x every mid x cols [c0, c0 + nc)
+ * are kept into out ([nr, mid, nc]): a split layer starts as its block of
+ * one worker's initial values. */
+void layer_uniform_block(rng_t *rng, float bound, size_t rows, size_t mid, size_t cols, size_t r0,
+                         size_t nr, size_t c0, size_t nc, float *out);
 
 typedef struct {
   layer_kind_t kind;
@@ -128,15 +134,17 @@ int layer_kind_parse(const char *name, layer_kind_t *out);
 
 /* A named tensor inside an arena (a parameter or a buffer). dims is the
  * one-worker shape (what a checkpoint holds); under tensor parallelism the
- * arena holds a block of it: seen as [dims[0], full_cols], rows
- * [row0, row0 + rows) and of each, columns [col0, col0 + cols), stored as a
- * rows x cols matrix. Unsplit: the whole tensor, len = rows x cols. */
+ * arena holds a block of it: seen as [dims[0], mid, full_cols], rows
+ * [row0, row0 + rows) and, of each of their mid runs, columns [col0, col0 +
+ * cols), stored as [rows, mid, cols] (a conv weight [out, kh, kw, in] split
+ * by input channels is mid = kh·kw runs of in). Unsplit: the whole tensor,
+ * len = rows x mid x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
   size_t off, len;          /* the range in the arena (this rank's block) */
   int ndim, dims[4];
   int layer;
-  size_t row0, rows, col0, cols, full_cols;
+  size_t row0, rows, mid, col0, cols, full_cols;
 } tensor_info_t;
 /* Floats of the whole (one-worker) tensor. */
 size_t tensor_full_len(const tensor_info_t *t);

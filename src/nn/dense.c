@@ -43,26 +43,14 @@ static int dense_setup(layer_t *l, int max_batch) {
   return 0;
 }
 
-/* Uniform(±bound) values of the one-worker [rows, cols] matrix drawn in
- * order, of which block rows [r0, r0 + nr) x cols [c0, c0 + nc) is kept
- * (row-major, nc a row). */
-static void uniform_block(rng_t *rng, float bound, size_t rows, size_t cols, size_t r0,
-                          size_t nr, size_t c0, size_t nc, float *out) {
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++) {
-      float v = (2.0f * rng_uniform(rng) - 1.0f) * bound;
-      if (r >= r0 && r < r0 + nr && c >= c0 && c < c0 + nc) out[(r - r0) * nc + (c - c0)] = v;
-    }
-}
-
 /* PyTorch's nn.Linear: kaiming_uniform(a=√5) ⇒ U(±1/√fan_in), bias likewise. */
 static void dense_init(layer_t *l, rng_t *rng) {
   size_t in = shape_size(l->in_shape), pos = in / (size_t)l->in_shape.c;
   size_t fan_in = pos * (size_t)l->in_full, rows = (size_t)l->out_shape.c;
   float bound = 1.0f / sqrtf((float)fan_in);
-  uniform_block(rng, bound, (size_t)l->out_full, fan_in, (size_t)l->out_off, rows,
-                pos * (size_t)l->in_off, in, l->w);
-  uniform_block(rng, bound, (size_t)l->out_full, 1, (size_t)l->out_off, rows, 0, 1, l->b);
+  layer_uniform_block(rng, bound, (size_t)l->out_full, 1, fan_in, (size_t)l->out_off, rows,
+                      pos * (size_t)l->in_off, in, l->w);
+  layer_uniform_block(rng, bound, (size_t)l->out_full, 1, 1, (size_t)l->out_off, rows, 0, 1, l->b);
 }
 
 static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {

@@ -41,33 +41,55 @@ static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *c
   return 0;
 }
 
-/* A tensor whose block is rows [row0, row0 + rows) x cols [col0, col0 +
- * cols) of the one-worker tensor seen as [dims[0], full_cols]. */
+/* A tensor whose block is rows [row0, row0 + rows) x every mid x cols
+ * [col0, col0 + cols) of the one-worker tensor seen as [dims[0], mid,
+ * full_cols]. */
+typedef struct { size_t row0, rows, mid, col0, cols, full_cols; } block_t;
+
 static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *what, size_t off,
-                       int ndim, const int *dims, size_t row0, size_t rows, size_t col0,
-                       size_t cols) {
+                       int ndim, const int *dims, block_t b) {
   snprintf(t->name, sizeof t->name, "layers.%d.%s", l->spec.index, what);
   t->off = off;
-  t->len = rows * cols;
+  t->len = b.rows * b.mid * b.cols;
   t->ndim = ndim;
-  t->full_cols = 1;
-  for (int d = 0; d < ndim; d++) t->dims[d] = dims[d], t->full_cols *= d ? (size_t)dims[d] : 1;
-  t->row0 = row0, t->rows = rows, t->col0 = col0, t->cols = cols;
+  for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
+  t->row0 = b.row0, t->rows = b.rows, t->mid = b.mid;
+  t->col0 = b.col0, t->cols = b.cols, t->full_cols = b.full_cols;
   t->layer = li;
 }
 
-size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->full_cols; }
+/* The whole tensor of `len` floats as one block. */
+static block_t whole_block(size_t len) { return (block_t){0, len, 1, 0, 1, 1}; }
+
+size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->mid * t->full_cols; }
 
 void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full) {
-  for (size_t r = 0; r < t->rows; r++) {
-    float *f = full + (t->row0 + r) * t->full_cols + t->col0, *b = block + r * t->cols;
-    memcpy(to_full ? f : b, to_full ? b : f, t->cols * sizeof(float));
+  for (size_t r = 0; r < t->rows; r++)
+    for (size_t m = 0; m < t->mid; m++) {
+      float *f = full + ((t->row0 + r) * t->mid + m) * t->full_cols + t->col0;
+      float *b = block + (r * t->mid + m) * t->cols;
+      memcpy(to_full ? f : b, to_full ? b : f, t->cols * sizeof(float));
+    }
+}
+
+/* The weight's block: rows are output features (dense) or filters (conv),
+ * split when the layer is column-split; columns are input features or
+ * input channels (runs of them, one per kernel position, for a conv),
+ * split when it is row-split. */
+static block_t weight_block(const layer_t *l) {
+  size_t in = shape_size(l->in_shape), rows = (size_t)l->out_shape.c;
+  if (l->spec.kind == LAYER_DENSE) { /* a flat input: pos positions of in_full channels */
+    size_t pos = in / (size_t)l->in_shape.c;
+    return (block_t){(size_t)l->out_off, rows, 1, pos * (size_t)l->in_off, in, pos * (size_t)l->in_full};
   }
+  size_t kk = (size_t)l->spec.kernel * (size_t)l->spec.kernel;
+  return (block_t){(size_t)l->out_off, rows, kk, (size_t)l->in_off, (size_t)l->in_shape.c,
+                   (size_t)l->in_full};
 }
 
 /* Names and shapes of the parameter and buffer tensors, PyTorch style:
- * the one-worker shapes, and the block of them this rank holds (a dense
- * layer split by tensor parallelism holds rows or columns of its weight). */
+ * the one-worker shapes, and the block of them this rank holds (a layer
+ * split by tensor parallelism holds rows or columns of its weight). */
 static int describe_tensors(model_t *m) {
   m->tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->tensors);
   m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
@@ -76,34 +98,28 @@ static int describe_tensors(model_t *m) {
     const layer_t *l = &m->layers[i];
     if (l->param_len == 0) continue;
     int wd[4], nd = 1;
-    size_t nb = l->param_len - l->nweight, rows, cols, col0 = 0;
+    size_t nb = l->param_len - l->nweight;
+    block_t wb = whole_block(l->nweight), bb = whole_block(nb);
     switch (l->spec.kind) {
-      case LAYER_DENSE: {
-        size_t in = shape_size(l->in_shape), pos = in / (size_t)l->in_shape.c;
-        wd[0] = l->out_full, wd[1] = (int)(pos * (size_t)l->in_full), nd = 2;
-        rows = (size_t)l->out_shape.c, cols = in, col0 = pos * (size_t)l->in_off;
-        break;
-      }
+      case LAYER_DENSE:
       case LAYER_CONV2D:
-        wd[0] = l->spec.filters, wd[1] = l->spec.kernel, wd[2] = l->spec.kernel, wd[3] = l->in_shape.c;
-        nd = 4;
-        rows = (size_t)wd[0], cols = l->nweight / rows;
+        wb = weight_block(l);
+        if (l->spec.kind == LAYER_DENSE) wd[0] = l->out_full, wd[1] = (int)wb.full_cols, nd = 2;
+        else wd[0] = l->out_full, wd[1] = wd[2] = l->spec.kernel, wd[3] = l->in_full, nd = 4;
+        bb = (block_t){(size_t)l->out_off, nb, 1, 0, 1, 1};
         break;
       default:
-        wd[0] = (int)l->nweight, rows = l->nweight, cols = 1;
+        wd[0] = (int)l->nweight;
     }
-    size_t row0 = (size_t)l->out_off;
-    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, nd, wd, row0, rows, col0, cols);
-    int bd[1] = {l->spec.split == SPLIT_COLUMN ? l->out_full : (int)nb};
-    if (nb)
-      add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, 1, bd,
-                 l->spec.split == SPLIT_COLUMN ? row0 : 0, nb, 0, 1);
+    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, nd, wd, wb);
+    int bd[1] = {l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D ? l->out_full : (int)nb};
+    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, 1, bd, bb);
     if (l->buf_len) {
       int cd[1] = {(int)(l->buf_len / 2)};
       add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off, 1, cd,
-                 0, (size_t)cd[0], 0, 1);
+                 whole_block(l->buf_len / 2));
       add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_var",
-                 l->buf_off + l->buf_len / 2, 1, cd, 0, (size_t)cd[0], 0, 1);
+                 l->buf_off + l->buf_len / 2, 1, cd, whole_block(l->buf_len / 2));
     }
   }
   return 0;
@@ -158,8 +174,8 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
  * channels of a split input would mix shards: refused. */
 static int set_shard(layer_t *l) {
   int split_in = l->in_full != l->in_shape.c;
-  if (l->spec.kind == LAYER_DENSE) return 0; /* dense_setup set out_full, out_off */
-  if (l->out_shape.c == l->in_shape.c && l->spec.kind != LAYER_CONV2D) return 0;
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D) return 0; /* set their own */
+  if (l->out_shape.c == l->in_shape.c) return 0;
   if (split_in)
     return dt_error("%s cannot read a tensor-parallel shard (%d of %d channels): it mixes them",
                     layer_kind_name(l->spec.kind), l->in_shape.c, l->in_full);

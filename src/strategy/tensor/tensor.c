@@ -142,7 +142,7 @@ static int receive_blocks(tensor_par_t *t, const worker_t *w, model_t *full, flo
       uint64_t h[4];
       rc = comm_recv(t->group, r, TAG_TP_GATHER, h, sizeof h);
       tensor_info_t b = *ti;
-      b.row0 = h[0], b.rows = h[1], b.col0 = h[2], b.cols = h[3], b.len = h[1] * h[3];
+      b.row0 = h[0], b.rows = h[1], b.col0 = h[2], b.cols = h[3], b.len = h[1] * b.mid * h[3];
       if (rc == 0 && (b.row0 + b.rows > (size_t)fi->dims[0] || b.col0 + b.cols > fi->full_cols))
         rc = dt_error("tensor parallelism: tp rank %d sent a block outside '%s'", r, fi->name);
       for (int s = -1; rc == 0 && s < nstate; s++) {
