@@ -141,3 +141,44 @@ if have_mpi; then
   $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"
   check mpi_tensor_np_not_multiple grep -q "mpirun -np 3 and --tp 2: .* -np must be a multiple of 2" "$TMP/np.err"
 fi
+
+# synchronized batch norm (--sync-bn on): 4 workers x 16 = one worker x 64
+# on a model with batch norm after a convolution and after a dense layer.
+# Tolerance 1e-4: a channel's statistics are sums over 64 x 26 x 26 pixels
+# in float32, in one run by one worker and in four partial sums in the
+# other (measured 2e-5 after 4 steps); without --sync-bn the runs differ
+# by more than 1e-2. A short last step leaves ranks with no sample: they
+# add zeros to the group's sums (tolerance 5e-4: one sample's statistics).
+cat >"$TMP/bn.txt" <<'MEOF'
+conv2d filters=8 kernel=3
+batchnorm
+relu
+maxpool kernel=2
+flatten
+dense units=32
+batchnorm
+relu
+dense units=10
+MEOF
+printf 'conv2d filters=8 kernel=3\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/bnc.txt"
+BN="--data $SMALL --lr 0.02 --momentum 0.9 --seed 3 --quiet --epochs 1 --max-steps 4 --exchange allreduce:ring --model $TMP/bn.txt"
+"$DTRAIN" train $BN --batch 64 --checkpoint "$TMP/bn64.st" >/dev/null 2>&1 || fail sync_bn_reference_run
+equal sync_bn_4x16_equals_1x64 1e-4 "$TMP/bn64.st" -- "$DTRAIN" train $BN --batch 16 --workers 4 --sync-bn on
+"$DTRAIN" train $BN --batch 16 --workers 4 --checkpoint "$TMP/bn_local.st" >/dev/null 2>&1
+check sync_bn_off_differs $PY -c "
+import subprocess, sys
+r = subprocess.run(['$PY', 'tests/ckpt_diff.py', '$TMP/bn64.st', '$TMP/bn_local.st', '1e-2'], stdout=subprocess.DEVNULL)
+sys.exit(0 if r.returncode == 1 else 1)"
+S257="$TMP/s257"
+make_small_fashion "$S257" 257 64
+BNS="--data $S257 --lr 0.02 --momentum 0.9 --seed 3 --quiet --epochs 1 --exchange allreduce:ring --model $TMP/bnc.txt"
+"$DTRAIN" train $BNS --batch 64 --checkpoint "$TMP/bns64.st" >/dev/null 2>&1 || fail sync_bn_short_reference_run
+equal sync_bn_short_last_step 5e-4 "$TMP/bns64.st" -- "$DTRAIN" train $BNS --batch 16 --workers 4 --sync-bn on
+if have_mpi; then
+  equal mpi_sync_bn_bitwise_equals_local 0 "$TMP/sync_bn_4x16_equals_1x64.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BN --batch 16 --comm mpi --sync-bn on
+fi
+expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
+  "$DTRAIN" train $BASE --workers 2 --sync-bn on
+expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
+  "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on

@@ -49,10 +49,12 @@ typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
  * every rank (replicated; its gradients come out the same on every rank). */
 typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
 
-/* The group a split layer talks to: its size, this rank's place in it, and
- * the sum over it (a callback, since nn sits below the collectives). A
- * failed sum is sticky: `failed` is set, later sums are skipped, and the
- * caller checks it after the forward or backward pass. */
+/* A group of ranks a layer sums over: the tensor-parallel group of a split
+ * layer, or the data-parallel group of a synchronized batch norm. Its
+ * size, this rank's place in it, and the sum over it (a callback, since nn
+ * sits below the collectives). A failed sum is sticky: `failed` is set,
+ * later sums are skipped, and the caller checks it after the forward or
+ * backward pass. */
 typedef struct tp_link tp_link_t;
 struct tp_link {
   int rank, size;
@@ -126,6 +128,7 @@ struct layer {
    * and out_shape are the shard's. Unsplit: full == c, off == 0. */
   int in_full, in_off, out_full, out_off;
   tp_link_t *tp;                   /* the group (NULL: no tensor parallelism) */
+  tp_link_t *bn_sync;              /* batchnorm: statistics over this group (NULL: local) */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);
@@ -158,6 +161,7 @@ typedef struct {
   shape_t input;            /* c = h = w = 0: taken from the data */
   char source[256];         /* file name or "builtin:mlp" for messages */
   tp_link_t *tp;            /* layers with split != SPLIT_NONE talk to it (NULL: none) */
+  tp_link_t *bn_sync;       /* --sync-bn: batch norm's statistics summed over it (NULL: local) */
 } model_spec_t;
 
 typedef struct {
@@ -173,6 +177,7 @@ typedef struct {
   float *probs;             /* softmax of the logits [max_batch, nclasses] */
   void *act_arena;          /* one allocation for all activations and scratch */
   tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
+  tp_link_t *bn_sync;       /* synchronized batch norm's group (from the spec), or NULL */
 } model_t;
 
 /* Model text format (docs/MODEL_FORMAT.md): one layer a line,
@@ -202,6 +207,10 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
  * last layer's dout. denom is the number of samples the gradient is
  * averaged over (n for one worker; the global batch for data parallelism). */
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct);
+/* A rank with no sample in a step, under synchronized batch norm: the
+ * group's sums with nothing added, in the order a forward and a backward
+ * pass would call them, so the others do not wait. */
+void model_bn_sync_idle(model_t *m);
 /* Backward pass. After layer i's parameter gradients are final, calls
  * ready(ctx, i) if given (data parallelism starts bucket allreduces there),
  * before its input gradient where the layer computes that apart. */

@@ -87,6 +87,8 @@ static const char *TRAIN_HELP =
     "  --tp T                    split each pair of dense layers (the first by output\n"
     "                            features, the second by input features) over T adjacent\n"
     "                            ranks; other layers replicated [1]\n"
+    "  --sync-bn on|off          batch norm's statistics over all data-parallel ranks\n"
+    "                            (synchronous allreduce) [off]\n"
     "\n"
     "parameter servers (--exchange ps:K | ps:n):\n"
     "  --fetch-every N --push-every N   Downpour: pull / push every N steps [1]\n"

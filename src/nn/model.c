@@ -199,6 +199,7 @@ static int setup_layers(model_t *m, const char *source) {
     l->in_off = src ? src->out_off : 0;
     l->out_full = l->in_full, l->out_off = l->in_off; /* dense and conv2d set their own */
     l->tp = m->tp;
+    l->bn_sync = m->bn_sync;
     if (l->ops->setup(l, m->max_batch) != 0)
       return dt_error_prefix("%s:%d: ", source, l->spec.line);
     if (set_shard(l) != 0) return dt_error_prefix("%s:%d: ", source, l->spec.line);
@@ -254,6 +255,7 @@ int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_b
   if (!m) return dt_error("out of memory");
   m->input = input;
   m->tp = spec->tp;
+  m->bn_sync = spec->bn_sync;
   m->nclasses = nclasses;
   m->max_batch = max_batch;
   layer_spec_t *ls = NULL;
@@ -344,6 +346,16 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct) {
   layer_t *last = &m->layers[m->nlayers - 1];
   return softmax_xent(last->out, labels, n, m->nclasses, denom, m->probs, last->dout, correct);
+}
+
+void model_bn_sync_idle(model_t *m) {
+  if (!m->bn_sync) return;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].spec.kind == LAYER_BATCHNORM) bn_sync_idle(&m->layers[i], 0);
+  for (int i = m->nlayers - 1; i >= 0; i--) /* backward: where an input gradient is computed */
+    if (m->layers[i].spec.kind == LAYER_BATCHNORM && m->layers[i].spec.input >= 0 &&
+        m->layers[m->layers[i].spec.input].dout) /* not a flatten aliasing the input */
+      bn_sync_idle(&m->layers[i], 1);
 }
 
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {

@@ -24,6 +24,8 @@ static int build_model(worker_t *w) {
     rc = tensor_plan(&spec, cfg->tp, NULL);
     spec.tp = tensor_link(w->tp);
   }
+  if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
+  if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);
   if (rc == 0) rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
   model_spec_free(&spec);
   if (rc != 0) return -1;
@@ -86,6 +88,8 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
     w->tp_rank = tensor_rank(w->tp);
   }
   if (comm && coll_ctx_new(w->comm, &w->coll) != 0) return -1;
+  if (comm && cfg->sync_bn && comm_size(w->comm) > 1 && sync_bn_new(w->comm, cfg->algo, &w->bn_sync) != 0)
+    return -1;
   if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
   worker_plan_steps(w, w->nranks);
   w->x = dt_alloc_floats((size_t)worker_max_batch(cfg) * train->dim);
@@ -118,7 +122,8 @@ int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t ste
 void worker_free(worker_t *w) {
   /* first: allreduce:shm waits there until no peer reads this rank's arenas */
   if (w->coll) coll_ctx_free(w->coll);
-  tensor_free(w->tp); /* after the coll on its slice */
+  sync_bn_free(w->bn_sync);
+  tensor_free(w->tp); /* after the colls on its slice */
   balance_free(w->balance);
   if (w->metrics) fclose(w->metrics);
   model_free(w->model);
@@ -173,6 +178,7 @@ static void timed_wait(void *ctx, int layer) {
 static void empty_step(worker_t *w, const step_hooks_t *hooks) {
   model_t *m = w->model;
   kern_zero(m->nparams, m->grads);
+  model_bn_sync_idle(m); /* --sync-bn: the others' sums wait for this rank's zeros */
   if (!hooks) return;
   for (int i = 0; hooks->wait && i < m->nlayers; i++)
     if (m->layers[i].param_len) hooks->wait(hooks->ctx, i);
@@ -205,10 +211,12 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   rng_t rng; /* dropout masks: a pure function of (seed, step, rank) */
   rng_seed(&rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * w->nranks + w->rank)));
   timed_wait_t tw = {w, hooks, 0, 0};
-  double tp0 = tensor_comm_sec(w->tp); /* the split layers' sums: communication, not compute */
+  /* the split layers' and batch norm's sums: communication, not compute */
+  double tp0 = tensor_comm_sec(w->tp) + sync_bn_comm_sec(w->bn_sync);
   if (hooks && hooks->wait) model_forward_waiting(m, w->x, (int)count, 1, &rng, timed_wait, &tw);
   else model_forward(m, w->x, (int)count, 1, &rng);
   DT_TRY(tensor_failed(w->tp, "forward"));
+  DT_TRY(sync_bn_failed(w->bn_sync, "forward"));
   int correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
@@ -219,7 +227,8 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   w->epoch_correct += correct;
   model_backward(m, w->x, (int)count, hooks ? hooks->ready : NULL, hooks ? hooks->ctx : NULL);
   DT_TRY(tensor_failed(w->tp, "backward"));
-  double tp_sec = tensor_comm_sec(w->tp) - tp0;
+  DT_TRY(sync_bn_failed(w->bn_sync, "backward"));
+  double tp_sec = tensor_comm_sec(w->tp) + sync_bn_comm_sec(w->bn_sync) - tp0;
   double dt = dt_now() - t0 - tw.inside - tp_sec;
   if (w->comm) comm_compute_delay(w->comm, dt);
   w->step_compute = dt_now() - t0 - tw.inside - tp_sec;

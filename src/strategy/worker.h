@@ -17,6 +17,7 @@ typedef struct {
 
 typedef struct balance balance_t;   /* dp/balance.h */
 typedef struct tensor_par tensor_par_t;   /* tensor/tensor.h */
+typedef struct sync_bn sync_bn_t;         /* tensor/tensor.h */
 
 typedef struct worker {
   const train_config_t *cfg;
@@ -51,6 +52,7 @@ typedef struct worker {
    * and comm is this rank's slice (the ranks with its tp coordinate) */
   tensor_par_t *tp;
   int tp_rank;                  /* 0 without tensor parallelism */
+  sync_bn_t *bn_sync;           /* --sync-bn on: batch norm over comm's ranks, else NULL */
 } worker_t;
 
 /* The one rank that prints, writes the metrics and the checkpoint: rank 0

@@ -48,4 +48,16 @@ size_t tensor_full_params(const model_t *m);
  * The caller frees them with tensor_gather_free. */
 int tensor_gather(tensor_par_t *t, worker_t *w, model_t **full, float ***state);
 void tensor_gather_free(model_t *full, float **state, int nstate);
+
+/* ---- synchronized batch norm (sync_bn.c): --sync-bn on ---------------------- */
+typedef struct sync_bn sync_bn_t;
+/* Collective over dp (the data-parallel ranks): a communicator of its own
+ * for batch norm's sums. */
+int sync_bn_new(comm_t *dp, allreduce_algo_t algo, sync_bn_t **out);
+void sync_bn_free(sync_bn_t *s);
+tp_link_t *sync_bn_link(sync_bn_t *s);
+double sync_bn_comm_sec(const sync_bn_t *s);
+int sync_bn_failed(const sync_bn_t *s, const char *where);
+/* Refuses a model with no batchnorm layer, naming --sync-bn. */
+int sync_bn_check_model(const model_spec_t *spec);
 #endif
