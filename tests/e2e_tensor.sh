@@ -98,7 +98,7 @@ path, T, sizes, dp_params = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.
 def ring(S, P):
     b = [S // P + (i < S % P) for i in range(P)]
     return 4 * (2 * S - b[0] - b[1 % P]) if P > 1 else 0
-want = sum(ring(16 * int(s), T) for s in sizes.split(",")) + 4 * dp_params
+want = sum(ring(16 * int(s), T) for s in sizes.split(",") if int(s)) + 4 * dp_params
 e = [json.loads(l) for l in open(path)][0]
 assert e["bytes_sent_per_step"] == want and e["tp"] == T, (e["bytes_sent_per_step"], want)
 print(f"{want} bytes a step")
@@ -182,3 +182,38 @@ expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no bat
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
   "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on
+
+# the one weird trick (--tp-conv data): the convolutions data-parallel over
+# 4 workers of 16 samples, the dense layers split over the 4, the batch
+# exchanged between = one worker with 64 samples (within 1e-6: the
+# convolutions' gradients are summed over the workers, the dense pair's
+# outputs over their splits); local = mpi bitwise; a model that starts
+# with its dense pair (mlp) exchanges the input; a short last step (257
+# samples: 1 in the last) pads each worker's block
+B64=$(echo "$BASE" | sed 's/--batch 16/--batch 64/')
+"$DTRAIN" train $B64 --model lenet --checkpoint "$TMP/one64_lenet.st" >/dev/null 2>&1 || fail owt_reference_run
+equal owt_lenet_4_equals_one_worker_4x_batch 1e-6 "$TMP/one64_lenet.st" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+if have_mpi; then
+  equal mpi_owt_lenet_bitwise_equals_local 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model lenet --comm mpi --tp-conv data
+fi
+OS="--data $S257 --lr 0.05 --momentum 0.9 --seed 3 --quiet --epochs 1 --exchange allreduce:ring"
+for model in lenet mlp; do
+  "$DTRAIN" train $OS --model $model --batch 64 --checkpoint "$TMP/s64_$model.st" >/dev/null 2>&1
+  equal owt_${model}_short_last_step 1e-6 "$TMP/s64_$model.st" -- \
+    "$DTRAIN" train $OS --model $model --batch 16 --workers 4 --tp-conv data
+done
+# bytes a step, lenet on 4 workers of 16 (floats): the allgather of the
+# 64 x 800 features and the reduce-scatter of their gradients, 3 x 16 x 800
+# each; the row layer's sum of the 64 x 10 logits (2 x 640 - 160 - 160);
+# the ring allreduce of the 25,570 convolution parameters (2 x 25570 -
+# 6393 - 6393). Data parallelism would send ~1.5 x 431,080.
+bytes owt_bytes_lenet_4 4 0 $((38400 + 960 + 38400 + 38354)) -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
+expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --pp 2 --tp-conv data
+expect_error owt_bad_value 2 "option --tp-conv: 'both' (expected split or data)" -- \
+  "$DTRAIN" train $BASE --tp-conv both

@@ -129,6 +129,8 @@ struct layer {
   int in_full, in_off, out_full, out_off;
   tp_link_t *tp;                   /* the group (NULL: no tensor parallelism) */
   tp_link_t *bn_sync;              /* batchnorm: statistics over this group (NULL: local) */
+  int tp_partial_dx;               /* COLUMN: leave the input gradient partial, the caller
+                                    * sums it (the one weird trick's reduce-scatter) */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);

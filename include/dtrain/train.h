@@ -57,6 +57,7 @@ typedef struct {
   char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
   /* tensor parallelism (src/strategy/tensor/): workers = dp x pp x tp */
   int tp;                       /* ranks a dense layer pair is split over [1] */
+  int tp_conv_data;             /* one weird trick: convolutions data-parallel, dense layers split over all workers */
   int sync_bn;                  /* batch norm's statistics over the data-parallel ranks */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */

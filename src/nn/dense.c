@@ -93,7 +93,8 @@ static void mask_and_sum(float *restrict dout, const float *restrict out, int re
 static void dense_backward_input(layer_t *l, float *dx, int n) {
   int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
-  if (l->spec.split == SPLIT_COLUMN) tp_allreduce(l->tp, dx, (size_t)n * in); /* Megatron's f */
+  if (l->spec.split == SPLIT_COLUMN && !l->tp_partial_dx)
+    tp_allreduce(l->tp, dx, (size_t)n * in); /* Megatron's f */
 }
 
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {

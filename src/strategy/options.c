@@ -106,6 +106,7 @@ static const option_t OPTIONS[] = {
     {"pp", 0, NULL, NULL, AX_STRATEGY},
     {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
     {"tp", 0, NULL, NULL, AX_STRATEGY},
+    {"tp-conv", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {"sync-bn", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {"partition", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
@@ -369,6 +370,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
   if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
+  if (!strcmp(name, "tp-conv")) {
+    if (strcmp(val, "split") && strcmp(val, "data"))
+      return dt_error("option --tp-conv: '%s' (expected split or data)", val);
+    c->tp_conv_data = !strcmp(val, "data");
+    return 0;
+  }
   if (!strcmp(name, "sync-bn")) return parse_onoff(name, val, &c->sync_bn);
   if (!strcmp(name, "tp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->tp = (int)iv, 0);
   if (!strcmp(name, "micro-batches"))

@@ -111,7 +111,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   DT_TRY(check_optimizer_finite(w, r->epoch));
   const char *emu = w->comm && w->comm->emulated ? " (emulated network)" : "";
   char tp_json[32] = ""; /* tensor parallelism: workers counts the ranks of one slice */
-  if (w->tp) snprintf(tp_json, sizeof tp_json, ",\"tp\":%d", w->cfg->tp);
+  if (w->tp) snprintf(tp_json, sizeof tp_json, ",\"tp\":%d", tensor_size(w->tp));
   printf("epoch %d/%d: train loss %.4f, test loss %.4f, test acc %.2f%%, %.0f samples/s, "
          "%.2f s%s\n",
          r->epoch + 1, w->cfg->epochs, r->train_loss, r->test_loss, 100 * r->test_acc,

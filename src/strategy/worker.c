@@ -21,7 +21,8 @@ static int build_model(worker_t *w) {
   shape_t in = {w->train->c, w->train->h, w->train->w};
   int rc = 0;
   if (w->tp) { /* Megatron's pairs of dense layers, split over the group */
-    rc = tensor_plan(&spec, cfg->tp, NULL);
+    rc = cfg->tp_conv_data ? tensor_plan_dense(&spec, tensor_size(w->tp), NULL)
+                           : tensor_plan(&spec, cfg->tp, NULL);
     spec.tp = tensor_link(w->tp);
   }
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
@@ -80,7 +81,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->train = train;
   w->test = test;
   w->run_start = dt_now();
-  if (comm && cfg->tp > 1) { /* the strategy runs on this rank's slice */
+  if (comm && tensor_group_size(cfg, comm_size(comm)) > 1) { /* the strategy runs on its slice */
     if (tensor_new(comm, cfg, &w->tp) != 0) return -1;
     w->comm = tensor_slice(w->tp);
     w->rank = comm_rank(w->comm);

@@ -18,13 +18,13 @@ static int elementwise(layer_kind_t k, layer_kind_t pair) {
 
 static int width(const layer_spec_t *l) { return l->kind == LAYER_DENSE ? l->units : l->filters; }
 
-int tensor_plan(model_spec_t *spec, int tp, int *pairs) {
+static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   int col = -1, n = 0;
   for (int i = 0; i < spec->nlayers; i++) {
     layer_spec_t *l = &spec->layers[i];
     l->split = SPLIT_NONE;
     int chained = l->input == i - 1;
-    if (l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D) {
+    if (l->kind == LAYER_DENSE || (l->kind == LAYER_CONV2D && !dense_only)) {
       if (col >= 0 && chained && spec->layers[col].kind == l->kind) {
         const layer_spec_t *c = &spec->layers[col];
         if (width(c) < tp)
@@ -50,3 +50,6 @@ int tensor_plan(model_spec_t *spec, int tp, int *pairs) {
                     "batchnorm and flatten layers are not split): use --tp 1", tp, spec->source);
   return 0;
 }
+
+int tensor_plan(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 0, pairs); }
+int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 1, pairs); }

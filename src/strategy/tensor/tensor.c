@@ -19,26 +19,37 @@ struct tensor_par {
 
 /* ---- options ------------------------------------------------------------------ */
 
+int tensor_group_size(const train_config_t *c, int nranks) { return c->tp_conv_data ? nranks : c->tp; }
+
 int tensor_check(const train_config_t *c) {
-  if (c->tp <= 1) return 0;
+  if (c->tp_conv_data && c->tp > 1 && c->comm != COMM_MPI && c->tp != c->workers)
+    return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
+                    "layers over every worker (leave --tp out, or give --tp %d)", c->tp, c->workers);
+  if (c->tp_conv_data && c->pp > 1)
+    return dt_error("options --tp-conv data and --pp %d do not combine (the one weird trick "
+                    "exchanges the batch between its data-parallel and its split layers)", c->pp);
+  if (c->tp <= 1 && !c->tp_conv_data) return 0;
+  char opt[40];
+  if (c->tp_conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
+  else snprintf(opt, sizeof opt, "--tp %d", c->tp);
   if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
       c->schedule != SCHEDULE_SYNC)
-    return dt_error("option --tp %d: tensor parallelism runs with --optimization central "
+    return dt_error("option %s: tensor parallelism runs with --optimization central "
                     "--schedule sync --exchange allreduce:ALGO (the replicas of a block sum "
-                    "their gradients by allreduce)", c->tp);
-  if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY)
-    return dt_error("option --tp %d does not combine with %s (the ranks of a tensor-parallel "
-                    "group must take the same samples and the same whole-tensor steps)", c->tp,
+                    "their gradients by allreduce)", opt);
+  if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || (c->sync_bn && c->tp_conv_data))
+    return dt_error("option %s does not combine with %s (the ranks of a tensor-parallel "
+                    "group must take the same samples and the same whole-tensor steps)", opt,
                     c->balance ? "--balance on" : c->shard_optimizer ? "--shard-optimizer on"
-                                                                     : "--comm-order priority");
+                    : c->sync_bn && c->tp_conv_data ? "--sync-bn on" : "--comm-order priority");
   if (c->optim.kind == OPTIM_LARS)
-    return dt_error("options --tp %d and --optimizer lars do not combine: LARS scales by the "
-                    "norm of a whole tensor, a rank holds a block (use sgd, adam or rmsprop)", c->tp);
+    return dt_error("options %s and --optimizer lars do not combine: LARS scales by the "
+                    "norm of a whole tensor, a rank holds a block (use sgd, adam or rmsprop)", opt);
   if (c->pp > 1 && !c->partition[0])
-    return dt_error("options --tp %d and --pp %d: --partition balanced times the layers on each "
+    return dt_error("options %s and --pp %d: --partition balanced times the layers on each "
                     "tensor-parallel rank apart, and the ranks could cut the model differently; "
                     "use --partition macs or a list of first layers (e.g. --partition 0,3)",
-                    c->tp, c->pp);
+                    opt, c->pp);
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
@@ -68,7 +79,11 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   tensor_par_t *t = calloc(1, sizeof *t);
   if (!t) return dt_error("out of memory");
   *out = t;
-  DT_TRY(rank_grid_split_tp(world, cfg->tp, &t->group, &t->slice));
+  int T = tensor_group_size(cfg, comm_size(world));
+  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T)
+    return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
+                    "layers over every worker (leave --tp out, or give --tp %d)", cfg->tp, T);
+  DT_TRY(rank_grid_split_tp(world, T, &t->group, &t->slice));
   DT_TRY(coll_ctx_new(t->group, &t->coll));
   t->algo = cfg->algo;
   t->link = (tp_link_t){.rank = comm_rank(t->group), .size = comm_size(t->group),
@@ -86,6 +101,8 @@ void tensor_free(tensor_par_t *t) {
 
 comm_t *tensor_slice(tensor_par_t *t) { return t->slice; }
 int tensor_rank(const tensor_par_t *t) { return t ? t->link.rank : 0; }
+int tensor_size(const tensor_par_t *t) { return t ? t->link.size : 1; }
+coll_ctx_t *tensor_coll(tensor_par_t *t) { return t->coll; }
 tp_link_t *tensor_link(tensor_par_t *t) { return &t->link; }
 double tensor_comm_sec(const tensor_par_t *t) { return t ? t->sec : 0; }
 

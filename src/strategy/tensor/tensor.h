@@ -25,6 +25,12 @@ typedef struct tensor_par tensor_par_t;
  * or a split layer with fewer features than tp. Writes the number of
  * pairs into *pairs if given. */
 int tensor_plan(model_spec_t *spec, int tp, int *pairs);
+/* The same, splitting dense layers only (convolutions stay whole: the one
+ * weird trick runs them data-parallel). */
+int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs);
+/* Ranks in a tensor-parallel group of a run of nranks: --tp, or every rank
+ * under --tp-conv data (one weird trick). 1: no tensor parallelism. */
+int tensor_group_size(const train_config_t *c, int nranks);
 /* The options that combine with --tp (config check), and, once the number
  * of workers is known, that it is a multiple of pp x tp. */
 int tensor_check(const train_config_t *c);
@@ -35,6 +41,8 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out);
 void tensor_free(tensor_par_t *t);
 comm_t *tensor_slice(tensor_par_t *t);
 int tensor_rank(const tensor_par_t *t);
+int tensor_size(const tensor_par_t *t);
+coll_ctx_t *tensor_coll(tensor_par_t *t);
 tp_link_t *tensor_link(tensor_par_t *t);
 /* Seconds spent in the group's sums so far (the caller takes differences). */
 double tensor_comm_sec(const tensor_par_t *t);
@@ -60,4 +68,9 @@ double sync_bn_comm_sec(const sync_bn_t *s);
 int sync_bn_failed(const sync_bn_t *s, const char *where);
 /* Refuses a model with no batchnorm layer, naming --sync-bn. */
 int sync_bn_check_model(const model_spec_t *spec);
+
+/* The one weird trick (one_weird_trick.c, Krizhevsky 2014): the layers
+ * before the first dense pair data-parallel over all workers, the dense
+ * layers split over all of them, the batch exchanged between. */
+int strategy_one_weird_trick(worker_t *w);
 #endif
