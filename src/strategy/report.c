@@ -104,8 +104,11 @@ static double per_step(uint64_t bytes, int64_t steps) {
 
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   if (w->rank != 0) return 0;
-  if (!worker_reports(w)) /* the group's others: their blocks for the checkpoint */
-    return w->cfg->checkpoint[0] ? worker_save_checkpoint(w, r->epoch) : 0;
+  if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */
+    if (!w->cfg->checkpoint[0]) return 0;
+    DT_TRY(check_diverged(w, r)); /* the same losses as rank 0: stop where it stops */
+    return worker_save_checkpoint(w, r->epoch);
+  }
   end_progress_line(w);
   DT_TRY(check_diverged(w, r));
   DT_TRY(check_optimizer_finite(w, r->epoch));
