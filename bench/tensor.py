@@ -15,7 +15,8 @@ gradient) against the one weird trick (--tp-conv data: convolutions
 data-parallel, dense layers split, the batch exchanged): samples/s and the
 bytes rank 0 sends a step (from the metrics).
 
-Part 3 (--part accuracy, not in both): lenet, 3 epochs, momentum 0.9, one
+Part 3 (--part accuracy, not in both): lenet, 3 epochs, momentum 0.9,
+--lr-schedule cosine (--schedule constant for the other), one
 worker of 64 samples against the one weird trick on 4 workers of 16 (the
 same global batch): test accuracy after each epoch.
 
@@ -65,9 +66,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--schedule", default="cosine", help="--part accuracy: the learning-rate schedule")
     a = ap.parse_args()
     if a.part == "accuracy":
-        return accuracy()
+        return accuracy(a)
     if a.part in ("wide", "both"):
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(f"dense units={a.hidden}\nrelu\ndense units={a.hidden}\nrelu\ndense units=10\n")
@@ -88,7 +90,7 @@ def main():
               a.steps * 3, a.rounds, "4 workers data parallel, 1 Gbit/s")
 
 
-def accuracy():
+def accuracy(a):
     runs = [("1 worker x 64", ["--workers", "1", "--batch", "64"]),
             ("one weird trick, 4 workers x 16", ["--workers", "4", "--batch", "16", "--tp-conv", "data",
                                                  "--exchange", "allreduce:ring"])]
@@ -97,6 +99,7 @@ def accuracy():
             m = os.path.join(d, "m.jsonl")
             out = subprocess.run([DTRAIN, "train", "--quiet", "--model", "lenet", "--data", "fashion-mnist",
                                   "--epochs", "3", "--momentum", "0.9", "--lr", "0.05", "--seed", "1",
+                                  "--lr-schedule", a.schedule,
                                   "--metrics", m, *opts], env=ENV, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"dtrain {' '.join(opts)} failed: {out.stderr.strip()}")
