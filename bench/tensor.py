@@ -40,16 +40,18 @@ def run(model, batch, steps, opts):
         if out.returncode:
             sys.exit(f"dtrain {' '.join(opts)} failed: {out.stderr.strip()}")
         ep = [json.loads(l) for l in open(m) if '"epoch"' in l][-1]
-        return ep["samples_per_sec"], ep["bytes_sent_per_step"]
+        return ep["samples_per_sec"], ep["bytes_sent_per_step"], ep["compute_sec"] / ep["step"]
 
 
 def table(title, rows, model, batch, steps, rounds, yardstick):
     sps = {n: [] for n, _ in rows}
+    comp = {n: [] for n, _ in rows}
     sent = {}
     for r in range(rounds):
         for name, opts in (rows if r % 2 == 0 else rows[::-1]):
-            s, b = run(model, batch, steps, opts)
+            s, b, c = run(model, batch, steps, opts)
             sps[name].append(s)
+            comp[name].append(c)
             sent[name] = b
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     one, one_med = max(sps[yardstick]), statistics.median(sps[yardstick])
@@ -57,7 +59,8 @@ def table(title, rows, model, batch, steps, rounds, yardstick):
     for name, _ in rows:
         v = sps[name]
         print(f"  {name:44} {max(v):8.0f} = {max(v) / one:.2f}x {yardstick} "
-              f"(median {statistics.median(v) / one_med:.2f}x); rank 0 sends {sent[name] / 1e6:.3f} MB a step")
+              f"(median {statistics.median(v) / one_med:.2f}x); rank 0 sends {sent[name] / 1e6:.3f} MB a step, "
+              f"computes {1e3 * min(comp[name]):.0f} ms a step (best)")
 
 
 def main():
