@@ -135,6 +135,7 @@ check value_with_equals sh -c "$T --workers=2 --net=latency=1us,bandwidth=10Gbit
 for p in $("$DTRAIN" presets | awk '/^[a-z]/ {print $1}'); do
   # Hogwild's unsynchronised updates are its design: ThreadSanitizer reports them (e2e_ps.sh too)
   [ -n "$TSAN" ] && [ "$p" = hogwild ] && { echo "SKIP preset_hogwild_starts under ThreadSanitizer"; continue; }
-  if "$DTRAIN" train --preset "$p" --workers 2 $S >/dev/null 2>"$TMP/err"; then pass "preset_${p}_starts"
+  W=2; [ "$p" = megatron ] && W=4 # tp 2 x pp 2
+  if "$DTRAIN" train --preset "$p" --workers $W $S >/dev/null 2>"$TMP/err"; then pass "preset_${p}_starts"
   else fail "preset_${p}_starts" "$(head -c 300 "$TMP/err")"; fi
 done

@@ -36,6 +36,44 @@ typedef enum {
  * pass over the output). */
 typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
 
+/* Tensor parallelism (Megatron-LM's split layers; src/strategy/tensor/):
+ * a dense layer split over the tp ranks of a group by its neurons.
+ * COLUMN: its output features are split (each rank holds a block of the
+ * weight's rows and of the bias); forward needs no communication, backward
+ * sums the input gradient over the group (Megatron's "f": identity forward,
+ * allreduce backward). ROW: its input features are split (a block of the
+ * weight's columns; the bias whole on every rank); forward sums the partial
+ * products over the group and then adds the bias and the activation once
+ * ("g": allreduce forward, identity backward). Element-wise layers between
+ * a COLUMN and a ROW layer run on the shard. NONE: the layer is whole on
+ * every rank (replicated; its gradients come out the same on every rank). */
+typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
+
+/* A group of ranks a layer sums over: the tensor-parallel group of a split
+ * layer, or the data-parallel group of a synchronized batch norm. Its
+ * size, this rank's place in it, and the sum over it (a callback, since nn
+ * sits below the collectives). A failed sum is sticky: `failed` is set,
+ * later sums are skipped, and the caller checks it after the forward or
+ * backward pass. */
+typedef struct tp_link tp_link_t;
+struct tp_link {
+  int rank, size;
+  int (*allreduce)(tp_link_t *t, float *buf, size_t count);
+  void *ctx;
+  int failed;
+};
+/* t->allreduce unless a sum has failed before; records a failure. */
+void tp_allreduce(tp_link_t *t, float *buf, size_t count);
+/* Block `i` of `count` split into `parts`: the first count % parts blocks
+ * hold one more (the same blocks as coll_block). */
+void tp_block(int count, int parts, int i, int *off, int *len);
+/* U(±bound) values of one worker's [rows, mid, cols] tensor drawn in order
+ * from rng, of which rows [r0, r0 + nr) x every mid x cols [c0, c0 + nc)
+ * are kept into out ([nr, mid, nc]): a split layer starts as its block of
+ * one worker's initial values. */
+void layer_uniform_block(rng_t *rng, float bound, size_t rows, size_t mid, size_t cols, size_t r0,
+                         size_t nr, size_t c0, size_t nc, float *out);
+
 typedef struct {
   layer_kind_t kind;
   int units;                  /* dense: output features */
@@ -48,6 +86,7 @@ typedef struct {
   int input;                  /* index of the node feeding this one; -1 = model input */
   int line;                   /* line in the model file (for messages) */
   int index;                  /* position in the model file: tensors are layers.<index>.* */
+  split_t split;              /* tensor parallelism: set by the planner, not the file */
 } layer_spec_t;
 
 typedef struct layer layer_t;
@@ -84,25 +123,47 @@ struct layer {
   float *running_mean, *running_var;
   float *scratch;
   float *out, *dout;               /* [max_batch, out] */
+  /* Tensor parallelism: the channels (c) of the input and output in the
+   * one-worker model and where this rank's shard of them begins; in_shape
+   * and out_shape are the shard's. Unsplit: full == c, off == 0. */
+  int in_full, in_off, out_full, out_off;
+  tp_link_t *tp;                   /* the group (NULL: no tensor parallelism) */
+  tp_link_t *bn_sync;              /* batchnorm: statistics over this group (NULL: local) */
+  int tp_partial_dx;               /* COLUMN: leave the input gradient partial, the caller
+                                    * sums it (the one weird trick's reduce-scatter) */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);
 const char *layer_kind_name(layer_kind_t kind);
 int layer_kind_parse(const char *name, layer_kind_t *out);
 
-/* A named tensor inside an arena (a parameter or a buffer). */
+/* A named tensor inside an arena (a parameter or a buffer). dims is the
+ * one-worker shape (what a checkpoint holds); under tensor parallelism the
+ * arena holds a block of it: seen as [dims[0], mid, full_cols], rows
+ * [row0, row0 + rows) and, of each of their mid runs, columns [col0, col0 +
+ * cols), stored as [rows, mid, cols] (a conv weight [out, kh, kw, in] split
+ * by input channels is mid = kh·kw runs of in). Unsplit: the whole tensor,
+ * len = rows x mid x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
-  size_t off, len;
+  size_t off, len;          /* the range in the arena (this rank's block) */
   int ndim, dims[4];
   int layer;
+  size_t row0, rows, mid, col0, cols, full_cols;
 } tensor_info_t;
+/* Floats of the whole (one-worker) tensor. */
+size_t tensor_full_len(const tensor_info_t *t);
+/* Copies t's block between the whole tensor `full` and the arena block
+ * `block`: to_full != 0 writes full's block from block, else block from full. */
+void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full);
 
 typedef struct {
   int nlayers;
   layer_spec_t *layers;
   shape_t input;            /* c = h = w = 0: taken from the data */
   char source[256];         /* file name or "builtin:mlp" for messages */
+  tp_link_t *tp;            /* layers with split != SPLIT_NONE talk to it (NULL: none) */
+  tp_link_t *bn_sync;       /* --sync-bn: batch norm's statistics summed over it (NULL: local) */
 } model_spec_t;
 
 typedef struct {
@@ -117,6 +178,8 @@ typedef struct {
   tensor_info_t *tensors, *buf_tensors;
   float *probs;             /* softmax of the logits [max_batch, nclasses] */
   void *act_arena;          /* one allocation for all activations and scratch */
+  tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
+  tp_link_t *bn_sync;       /* synchronized batch norm's group (from the spec), or NULL */
 } model_t;
 
 /* Model text format (docs/MODEL_FORMAT.md): one layer a line,
@@ -146,6 +209,10 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
  * last layer's dout. denom is the number of samples the gradient is
  * averaged over (n for one worker; the global batch for data parallelism). */
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct);
+/* A rank with no sample in a step, under synchronized batch norm: the
+ * group's sums with nothing added, in the order a forward and a backward
+ * pass would call them, so the others do not wait. */
+void model_bn_sync_idle(model_t *m);
 /* Backward pass. After layer i's parameter gradients are final, calls
  * ready(ctx, i) if given (data parallelism starts bucket allreduces there),
  * before its input gradient where the layer computes that apart. */

@@ -63,6 +63,10 @@ typedef struct {
   int micro_batches;            /* micro-batches per step of one replica [1] */
   int pipe_schedule;            /* pipe_kind_t: gpipe, 1f1b */
   char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
+  /* tensor parallelism (src/strategy/tensor/): workers = dp x pp x tp */
+  int tp;                       /* ranks a dense layer pair is split over [1] */
+  int tp_conv_data;             /* one weird trick: convolutions data-parallel, dense layers split over all workers */
+  int sync_bn;                  /* batch norm's statistics over the data-parallel ranks */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
   int staleness_lr;             /* divide the step by the staleness */

@@ -7,10 +7,19 @@
  * Scratch (independent of the batch size): mean[c], invstd[c] used by the
  * last forward, three per-channel temporaries, and a train flag. x̂ is not
  * stored: backward recomputes it from x, which costs less than the memory
- * traffic of keeping it. */
+ * traffic of keeping it.
+ *
+ * Synchronized (l->bn_sync, --sync-bn; PyTorch's SyncBatchNorm): the batch
+ * statistics are the group's - the sums of x and of the squared deviations
+ * and the pixel count are summed over it before they are used, and in
+ * backward the sums that dx needs (Σ dy, Σ dy·(x − μ)) too - so N ranks of
+ * b samples compute one worker's batch norm of N·b. γ and β's own
+ * gradients stay local sums: data parallelism adds them up. */
 #include "dtrain/nn.h"
 
 #include <math.h>
+
+#include "model_internal.h"
 
 static int bn_setup(layer_t *l, int max_batch) {
   const layer_spec_t *s = &l->spec;
@@ -25,7 +34,7 @@ static int bn_setup(layer_t *l, int max_batch) {
   l->nweight = c;
   l->param_len = 2 * c;
   l->buf_len = 2 * c;
-  l->scratch_len = 5 * c + 1;
+  l->scratch_len = 5 * c + 2;
   return 0;
 }
 
@@ -39,13 +48,25 @@ static void bn_init(layer_t *l, rng_t *rng) {
 }
 
 typedef struct {
-  float *mean, *invstd, *t0, *t1, *t2, *train;
+  float *mean, *invstd, *t0, *t1, *t2, *train, *pixels;  /* t0, t1 contiguous */
 } bn_scratch_t;
 
 static bn_scratch_t scratch_of(layer_t *l) {
   size_t c = (size_t)l->in_shape.c;
   float *s = l->scratch;
-  return (bn_scratch_t){s, s + c, s + 2 * c, s + 3 * c, s + 4 * c, s + 5 * c};
+  return (bn_scratch_t){s, s + c, s + 2 * c, s + 3 * c, s + 4 * c, s + 5 * c, s + 5 * c + 1};
+}
+
+/* Synchronized: sum[c] (and *count, if given) summed over the group, with
+ * tmp (C + 1 floats) as the message. */
+static void sync_sums(layer_t *l, float *sum, float *count, float *tmp) {
+  int C = l->in_shape.c;
+  if (!l->bn_sync) return;
+  for (int c = 0; c < C; c++) tmp[c] = sum[c];
+  tmp[C] = count ? *count : 0.0f;
+  tp_allreduce(l->bn_sync, tmp, (size_t)C + (count != NULL));
+  for (int c = 0; c < C; c++) sum[c] = tmp[c];
+  if (count) *count = tmp[C];
 }
 
 static void bn_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
@@ -63,7 +84,10 @@ static void bn_forward(layer_t *l, const float *x, int n, int train, rng_t *rng)
       const float *xp = x + p * C;
       for (int c = 0; c < C; c++) mean[c] += xp[c];
     }
-    for (int c = 0; c < C; c++) mean[c] /= (float)pixels;
+    float total = (float)pixels; /* the group's, when synchronized */
+    sync_sums(l, mean, &total, s.t0);
+    *s.pixels = total;
+    for (int c = 0; c < C; c++) mean[c] /= total;
     for (size_t p = 0; p < pixels; p++) {
       const float *xp = x + p * C;
       for (int c = 0; c < C; c++) {
@@ -71,10 +95,11 @@ static void bn_forward(layer_t *l, const float *x, int n, int train, rng_t *rng)
         var[c] += d * d;
       }
     }
+    sync_sums(l, var, NULL, s.t0);
     float m = l->spec.momentum;
-    float unbias = pixels > 1 ? (float)pixels / (float)(pixels - 1) : 1.0f;
+    float unbias = total > 1 ? total / (total - 1) : 1.0f;
     for (int c = 0; c < C; c++) {
-      float v = var[c] / (float)pixels;
+      float v = var[c] / total;
       l->running_mean[c] = (1.0f - m) * l->running_mean[c] + m * mean[c];
       l->running_var[c] = (1.0f - m) * l->running_var[c] + m * v * unbias;
       invstd[c] = 1.0f / sqrtf(v + eps);
@@ -119,17 +144,45 @@ static void bn_backward(layer_t *l, const float *x, float *dx, int n) {
   if (!dx) return;
   float *a = s.t0, *e = s.t1, *k = s.t2;
   int train = *s.train != 0.0f;
-  float inv_m = 1.0f / (float)pixels;
-  for (int c = 0; c < C; c++) {
-    a[c] = l->w[c] * invstd[c];
-    e[c] = train ? dbeta[c] * inv_m : 0.0f;
-    k[c] = train ? -a[c] * invstd[c] * dgamma[c] * inv_m : 0.0f;
+  float inv_m = train ? 1.0f / *s.pixels : 0.0f;
+  if (train && l->bn_sync) { /* the group's Σ dy and Σ dy·x̂ (γ, β's gradients stay local) */
+    for (int c = 0; c < C; c++) s.t0[c] = dbeta[c], s.t1[c] = dgamma[c];
+    tp_allreduce(l->bn_sync, s.t0, 2 * (size_t)C);
+    for (int c = 0; c < C; c++) {
+      float gb = s.t0[c], gg = s.t1[c];
+      a[c] = l->w[c] * invstd[c];
+      e[c] = gb * inv_m;
+      k[c] = -a[c] * invstd[c] * gg * inv_m;
+    }
+  } else {
+    for (int c = 0; c < C; c++) {
+      a[c] = l->w[c] * invstd[c];
+      e[c] = train ? dbeta[c] * inv_m : 0.0f;
+      k[c] = train ? -a[c] * invstd[c] * dgamma[c] * inv_m : 0.0f;
+    }
   }
   for (size_t p = 0; p < pixels; p++) {
     const float *xp = x + p * C, *dp = dout + p * C;
     float *gp = dx + p * C;
     for (int c = 0; c < C; c++) gp[c] = a[c] * (dp[c] - e[c]) + k[c] * (xp[c] - mean[c]);
   }
+}
+
+/* A rank with no sample: the sums a training forward and backward would
+ * add to, with nothing in them (backward = 0: the forward's two, else the
+ * backward's one). */
+void bn_sync_idle(layer_t *l, int backward) {
+  bn_scratch_t s = scratch_of(l);
+  size_t C = (size_t)l->in_shape.c;
+  if (!l->bn_sync) return;
+  for (size_t c = 0; c < 2 * C + 1; c++) s.t0[c] = 0.0f;
+  if (backward) {
+    tp_allreduce(l->bn_sync, s.t0, 2 * C);
+    return;
+  }
+  tp_allreduce(l->bn_sync, s.t0, C + 1);
+  for (size_t c = 0; c < C + 1; c++) s.t0[c] = 0.0f;
+  tp_allreduce(l->bn_sync, s.t0, C);
 }
 
 const layer_ops_t layer_batchnorm_ops = {"batchnorm", bn_setup, bn_init, bn_forward,

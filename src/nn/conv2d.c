@@ -8,7 +8,14 @@
  *             dcols = dout · w (into the same column buffer), col2im into dx.
  * The column buffer is the layer's scratch, sized for max_batch; backward
  * overwrites it with dcols, so each backward needs its own forward. A 1x1
- * kernel with stride 1 and no padding needs no columns: cols is x itself. */
+ * kernel with stride 1 and no padding needs no columns: cols is x itself.
+ *
+ * Split by tensor parallelism (nn.h, split_t) as a dense layer is: COLUMN
+ * holds a block of the filters (output channels; the input whole) and sums
+ * its input gradient over the group; ROW reads a shard of the input
+ * channels, holds those channels of every filter, and sums its output over
+ * the group before the bias and the activation. Pooling and activations
+ * between the two run on the channel shard. */
 #include "dtrain/nn.h"
 
 #include <limits.h>
@@ -40,10 +47,23 @@ static int conv_setup(layer_t *l, int max_batch) {
   if (l->in_shape.c <= 0 || l->in_shape.h <= 0 || l->in_shape.w <= 0)
     return dt_error("conv2d: empty input shape %dx%dx%d", l->in_shape.h, l->in_shape.w,
                     l->in_shape.c);
+  int filters = s->filters, off = 0;
+  if (l->in_full == 0) l->in_full = l->in_shape.c; /* a layer set up on its own: whole */
+  if (s->split != SPLIT_NONE && !l->tp)
+    return dt_error("conv2d: split by tensor parallelism but given no group");
+  if (s->split == SPLIT_COLUMN) {
+    if (filters < l->tp->size)
+      return dt_error("conv2d: %d filters cannot be split over %d tensor-parallel ranks", filters,
+                      l->tp->size);
+    tp_block(s->filters, l->tp->size, l->tp->rank, &off, &filters);
+  }
+  if (s->split != SPLIT_ROW && l->in_full != l->in_shape.c)
+    return dt_error("conv2d: reads a tensor-parallel shard but is not split by input channels");
+  l->out_full = s->filters, l->out_off = off;
   int ph = l->in_shape.h + 2 * s->pad, pw = l->in_shape.w + 2 * s->pad;
   if (s->kernel > ph || s->kernel > pw)
     return dt_error("conv2d: kernel %d larger than padded input %dx%d", s->kernel, ph, pw);
-  l->out_shape = (shape_t){.c = s->filters,
+  l->out_shape = (shape_t){.c = filters,
                            .h = (ph - s->kernel) / s->stride + 1,
                            .w = (pw - s->kernel) / s->stride + 1};
   geom_t g = geom(l);
@@ -60,9 +80,11 @@ static int conv_setup(layer_t *l, int max_batch) {
 
 /* PyTorch's nn.Conv2d: U(±1/√fan_in) with fan_in = in_c·kh·kw, bias likewise. */
 static void conv_init(layer_t *l, rng_t *rng) {
-  float bound = 1.0f / sqrtf((float)(l->spec.kernel * l->spec.kernel * l->in_shape.c));
-  for (size_t i = 0; i < l->nweight; i++) l->w[i] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
-  for (int j = 0; j < l->spec.filters; j++) l->b[j] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+  size_t kk = (size_t)l->spec.kernel * (size_t)l->spec.kernel, oc = (size_t)l->out_shape.c;
+  float bound = 1.0f / sqrtf((float)(kk * (size_t)l->in_full));
+  layer_uniform_block(rng, bound, (size_t)l->out_full, kk, (size_t)l->in_full, (size_t)l->out_off,
+                      oc, (size_t)l->in_off, (size_t)l->in_shape.c, l->w);
+  layer_uniform_block(rng, bound, (size_t)l->out_full, 1, 1, (size_t)l->out_off, oc, 0, 1, l->b);
 }
 
 /* The valid kernel columns [kx0, kx1) of output column ox: those whose
@@ -224,6 +246,7 @@ static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
     cols = l->scratch;
   }
   kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, l->out, g.oc);
+  if (l->spec.split == SPLIT_ROW) tp_allreduce(l->tp, l->out, (size_t)rows * g.oc); /* Megatron's g */
   bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
 
@@ -233,12 +256,12 @@ static void conv_backward_input(layer_t *l, float *dx, int n) {
   int rows = n * g.oh * g.ow;
   if (is_pointwise(&g)) {
     kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);
-    return;
+  } else { /* the columns are no longer needed: dcols overwrites them */
+    kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
+    kern_zero((size_t)n * g.h * g.w * g.c, dx);
+    col2im(&g, l->scratch, n, dx);
   }
-  /* The columns are no longer needed: dcols overwrites them. */
-  kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
-  kern_zero((size_t)n * g.h * g.w * g.c, dx);
-  col2im(&g, l->scratch, n, dx);
+  if (l->spec.split == SPLIT_COLUMN) tp_allreduce(l->tp, dx, (size_t)n * g.h * g.w * g.c); /* f */
 }
 
 static void conv_backward(layer_t *l, const float *x, float *dx, int n) {

@@ -2,20 +2,42 @@
  * as PyTorch. An input of any shape is read as a flat vector of
  * c·h·w features (NHWC order). With spec.act == ACT_RELU the ReLU is fused:
  * bias and ReLU are one pass over the output, and backward masks dout by
- * out > 0 before the GEMMs. */
+ * out > 0 before the GEMMs.
+ *
+ * Split by tensor parallelism (nn.h, split_t): a COLUMN layer holds rows
+ * [out_off, out_off + out_shape.c) of the weight and of the bias, and sums
+ * its input gradient over the group; a ROW layer reads a shard of its
+ * input, holds those columns of the weight and the whole bias, and sums
+ * its output over the group before the bias and the activation, which are
+ * then added once. Either way each rank draws the one-worker model's
+ * initial values and keeps its block, so the split model starts as one
+ * worker's. */
 #include "dtrain/nn.h"
 
 #include <math.h>
 
 static int dense_setup(layer_t *l, int max_batch) {
-  if (l->spec.units <= 0) return dt_error("dense: units must be > 0 (got %d)", l->spec.units);
+  int units = l->spec.units, off = 0, len = units;
+  if (units <= 0) return dt_error("dense: units must be > 0 (got %d)", units);
   size_t in = shape_size(l->in_shape);
   if (in == 0)
     return dt_error("dense: empty input shape %dx%dx%d", l->in_shape.h, l->in_shape.w,
                     l->in_shape.c);
-  l->out_shape = (shape_t){.c = l->spec.units, .h = 1, .w = 1};
-  l->nweight = (size_t)l->spec.units * in;
-  l->param_len = l->nweight + (size_t)l->spec.units;
+  if (l->in_full == 0) l->in_full = l->in_shape.c; /* a layer set up on its own: whole */
+  if (l->spec.split != SPLIT_NONE && !l->tp)
+    return dt_error("dense: split by tensor parallelism but given no group");
+  if (l->spec.split == SPLIT_COLUMN) {
+    if (units < l->tp->size)
+      return dt_error("dense: %d output features cannot be split over %d tensor-parallel ranks",
+                      units, l->tp->size);
+    tp_block(units, l->tp->size, l->tp->rank, &off, &len);
+  }
+  if (l->spec.split != SPLIT_ROW && l->in_full != l->in_shape.c)
+    return dt_error("dense: reads a tensor-parallel shard but is not split by rows");
+  l->out_shape = (shape_t){.c = len, .h = 1, .w = 1};
+  l->out_full = units, l->out_off = off;
+  l->nweight = (size_t)len * in;
+  l->param_len = l->nweight + (size_t)len;
   l->buf_len = 0;
   l->scratch_len = 0;
   return 0;
@@ -23,16 +45,20 @@ static int dense_setup(layer_t *l, int max_batch) {
 
 /* PyTorch's nn.Linear: kaiming_uniform(a=√5) ⇒ U(±1/√fan_in), bias likewise. */
 static void dense_init(layer_t *l, rng_t *rng) {
-  float bound = 1.0f / sqrtf((float)shape_size(l->in_shape));
-  for (size_t i = 0; i < l->nweight; i++) l->w[i] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
-  for (int j = 0; j < l->spec.units; j++) l->b[j] = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+  size_t in = shape_size(l->in_shape), pos = in / (size_t)l->in_shape.c;
+  size_t fan_in = pos * (size_t)l->in_full, rows = (size_t)l->out_shape.c;
+  float bound = 1.0f / sqrtf((float)fan_in);
+  layer_uniform_block(rng, bound, (size_t)l->out_full, 1, fan_in, (size_t)l->out_off, rows,
+                      pos * (size_t)l->in_off, in, l->w);
+  layer_uniform_block(rng, bound, (size_t)l->out_full, 1, 1, (size_t)l->out_off, rows, 0, 1, l->b);
 }
 
 static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
-  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   float *out = l->out;
   const float *b = l->b;
   kern_gemm(0, 1, n, units, in, 1.0f, x, in, l->w, in, 0.0f, out, units);
+  if (l->spec.split == SPLIT_ROW) tp_allreduce(l->tp, out, (size_t)n * units); /* Megatron's g */
   for (int r = 0; r < n; r++) {
     float *o = out + (size_t)r * units;
     if (l->spec.act == ACT_RELU)
@@ -65,12 +91,14 @@ static void mask_and_sum(float *restrict dout, const float *restrict out, int re
 }
 
 static void dense_backward_input(layer_t *l, float *dx, int n) {
-  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
+  if (l->spec.split == SPLIT_COLUMN && !l->tp_partial_dx)
+    tp_allreduce(l->tp, dx, (size_t)n * in); /* Megatron's f */
 }
 
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
-  int in = (int)shape_size(l->in_shape), units = l->spec.units;
+  int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, n, units, l->db);
   kern_gemm(1, 0, units, in, n, 1.0f, l->dout, units, x, in, 0.0f, l->dw, in);
   if (dx) dense_backward_input(l, dx, n);

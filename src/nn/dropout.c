@@ -3,7 +3,11 @@
  * (0 or 1/(1 − p) per element) is kept in scratch for backward; the last
  * scratch float records whether the last forward was a training one, so
  * a backward after an evaluation forward passes dout through unchanged.
- * Element-wise throughout: out == x and dx == dout are allowed. */
+ * Element-wise throughout: out == x and dx == dout are allowed.
+ *
+ * On a tensor-parallel shard (in_full > the input's channels) the layer
+ * draws the one-worker layer's whole mask, in its order, and keeps its
+ * channels, so the split model drops what one worker drops. */
 #include "dtrain/nn.h"
 
 static int dropout_setup(layer_t *l, int max_batch) {
@@ -13,6 +17,7 @@ static int dropout_setup(layer_t *l, int max_batch) {
     return dt_error("dropout: empty input shape %dx%dx%d", l->in_shape.h, l->in_shape.w,
                     l->in_shape.c);
   l->out_shape = l->in_shape;
+  if (l->in_full == 0) l->in_full = l->in_shape.c; /* a layer set up on its own: whole */
   l->nweight = l->param_len = l->buf_len = 0;
   l->scratch_len = (size_t)max_batch * shape_size(l->in_shape) + 1;
   return 0;
@@ -32,7 +37,12 @@ static void dropout_forward(layer_t *l, const float *x, int n, int train, rng_t 
     return;
   }
   float scale = 1.0f / (1.0f - p);
-  for (size_t i = 0; i < len; i++) mask[i] = rng_uniform(rng) >= p ? scale : 0.0f;
+  size_t c = (size_t)l->in_shape.c, full = (size_t)l->in_full, off = (size_t)l->in_off;
+  for (size_t g = 0; g < len / c; g++) /* positions; unsplit: full == c, off == 0 */
+    for (size_t j = 0; j < full; j++) {
+      float m = rng_uniform(rng) >= p ? scale : 0.0f;
+      if (j >= off && j < off + c) mask[g * c + j - off] = m;
+    }
   for (size_t i = 0; i < len; i++) out[i] = x[i] * mask[i];
 }
 

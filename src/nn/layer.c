@@ -47,3 +47,25 @@ int layer_kind_parse(const char *name, layer_kind_t *out) {
   }
   return dt_error("unknown layer kind '%s' (expected one of: %s)", name, list);
 }
+
+void tp_allreduce(tp_link_t *t, float *buf, size_t count) {
+  if (!t || t->failed) return;
+  if (t->allreduce(t, buf, count) != 0) t->failed = 1;
+}
+
+void layer_uniform_block(rng_t *rng, float bound, size_t rows, size_t mid, size_t cols, size_t r0,
+                         size_t nr, size_t c0, size_t nc, float *out) {
+  for (size_t r = 0; r < rows; r++)
+    for (size_t m = 0; m < mid; m++)
+      for (size_t c = 0; c < cols; c++) {
+        float v = (2.0f * rng_uniform(rng) - 1.0f) * bound;
+        if (r >= r0 && r < r0 + nr && c >= c0 && c < c0 + nc)
+          out[((r - r0) * mid + m) * nc + (c - c0)] = v;
+      }
+}
+
+void tp_block(int count, int parts, int i, int *off, int *len) {
+  int base = count / parts, extra = count % parts;
+  *len = base + (i < extra);
+  *off = i * base + (i < extra ? i : extra);
+}

@@ -41,17 +41,55 @@ static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *c
   return 0;
 }
 
+/* A tensor whose block is rows [row0, row0 + rows) x every mid x cols
+ * [col0, col0 + cols) of the one-worker tensor seen as [dims[0], mid,
+ * full_cols]. */
+typedef struct { size_t row0, rows, mid, col0, cols, full_cols; } block_t;
+
 static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *what, size_t off,
-                       size_t len, int ndim, const int *dims) {
+                       int ndim, const int *dims, block_t b) {
   snprintf(t->name, sizeof t->name, "layers.%d.%s", l->spec.index, what);
   t->off = off;
-  t->len = len;
+  t->len = b.rows * b.mid * b.cols;
   t->ndim = ndim;
   for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
+  t->row0 = b.row0, t->rows = b.rows, t->mid = b.mid;
+  t->col0 = b.col0, t->cols = b.cols, t->full_cols = b.full_cols;
   t->layer = li;
 }
 
-/* Names and shapes of the parameter and buffer tensors, PyTorch style. */
+/* The whole tensor of `len` floats as one block. */
+static block_t whole_block(size_t len) { return (block_t){0, len, 1, 0, 1, 1}; }
+
+size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->mid * t->full_cols; }
+
+void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full) {
+  for (size_t r = 0; r < t->rows; r++)
+    for (size_t m = 0; m < t->mid; m++) {
+      float *f = full + ((t->row0 + r) * t->mid + m) * t->full_cols + t->col0;
+      float *b = block + (r * t->mid + m) * t->cols;
+      memcpy(to_full ? f : b, to_full ? b : f, t->cols * sizeof(float));
+    }
+}
+
+/* The weight's block: rows are output features (dense) or filters (conv),
+ * split when the layer is column-split; columns are input features or
+ * input channels (runs of them, one per kernel position, for a conv),
+ * split when it is row-split. */
+static block_t weight_block(const layer_t *l) {
+  size_t in = shape_size(l->in_shape), rows = (size_t)l->out_shape.c;
+  if (l->spec.kind == LAYER_DENSE) { /* a flat input: pos positions of in_full channels */
+    size_t pos = in / (size_t)l->in_shape.c;
+    return (block_t){(size_t)l->out_off, rows, 1, pos * (size_t)l->in_off, in, pos * (size_t)l->in_full};
+  }
+  size_t kk = (size_t)l->spec.kernel * (size_t)l->spec.kernel;
+  return (block_t){(size_t)l->out_off, rows, kk, (size_t)l->in_off, (size_t)l->in_shape.c,
+                   (size_t)l->in_full};
+}
+
+/* Names and shapes of the parameter and buffer tensors, PyTorch style:
+ * the one-worker shapes, and the block of them this rank holds (a layer
+ * split by tensor parallelism holds rows or columns of its weight). */
 static int describe_tensors(model_t *m) {
   m->tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->tensors);
   m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
@@ -61,26 +99,27 @@ static int describe_tensors(model_t *m) {
     if (l->param_len == 0) continue;
     int wd[4], nd = 1;
     size_t nb = l->param_len - l->nweight;
+    block_t wb = whole_block(l->nweight), bb = whole_block(nb);
     switch (l->spec.kind) {
       case LAYER_DENSE:
-        wd[0] = l->out_shape.c * l->out_shape.h * l->out_shape.w, wd[1] = (int)shape_size(l->in_shape), nd = 2;
-        break;
       case LAYER_CONV2D:
-        wd[0] = l->spec.filters, wd[1] = l->spec.kernel, wd[2] = l->spec.kernel, wd[3] = l->in_shape.c;
-        nd = 4;
+        wb = weight_block(l);
+        if (l->spec.kind == LAYER_DENSE) wd[0] = l->out_full, wd[1] = (int)wb.full_cols, nd = 2;
+        else wd[0] = l->out_full, wd[1] = wd[2] = l->spec.kernel, wd[3] = l->in_full, nd = 4;
+        bb = (block_t){(size_t)l->out_off, nb, 1, 0, 1, 1};
         break;
       default:
         wd[0] = (int)l->nweight;
     }
-    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, l->nweight, nd, wd);
-    int bd[1] = {(int)nb};
-    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, nb, 1, bd);
+    add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, nd, wd, wb);
+    int bd[1] = {l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D ? l->out_full : (int)nb};
+    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, 1, bd, bb);
     if (l->buf_len) {
       int cd[1] = {(int)(l->buf_len / 2)};
-      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off,
-                 l->buf_len / 2, 1, cd);
+      add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off, 1, cd,
+                 whole_block(l->buf_len / 2));
       add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_var",
-                 l->buf_off + l->buf_len / 2, l->buf_len / 2, 1, cd);
+                 l->buf_off + l->buf_len / 2, 1, cd, whole_block(l->buf_len / 2));
     }
   }
   return 0;
@@ -129,6 +168,21 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
   return p;
 }
 
+/* After a layer's setup: a layer that keeps its input's channels keeps
+ * its shard of them; one that changes them (flatten, dense, conv2d) gives
+ * a whole output, unless it splits it itself. A layer that changes the
+ * channels of a split input would mix shards: refused. */
+static int set_shard(layer_t *l) {
+  int split_in = l->in_full != l->in_shape.c;
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D) return 0; /* set their own */
+  if (l->out_shape.c == l->in_shape.c) return 0;
+  if (split_in)
+    return dt_error("%s cannot read a tensor-parallel shard (%d of %d channels): it mixes them",
+                    layer_kind_name(l->spec.kind), l->in_shape.c, l->in_full);
+  l->out_full = l->out_shape.c, l->out_off = 0;
+  return 0;
+}
+
 static int setup_layers(model_t *m, const char *source) {
   size_t poff = 0, boff = 0;
   for (int i = 0; i < m->nlayers; i++) {
@@ -139,9 +193,16 @@ static int setup_layers(model_t *m, const char *source) {
         return dt_error("%s:%d: two layers read the same input; branching with several "
                         "consumers is not supported yet", source, l->spec.line);
     l->ops = layer_ops_for(l->spec.kind);
-    l->in_shape = l->spec.input < 0 ? m->input : m->layers[l->spec.input].out_shape;
+    const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
+    l->in_shape = src ? src->out_shape : m->input;
+    l->in_full = src ? src->out_full : m->input.c;
+    l->in_off = src ? src->out_off : 0;
+    l->out_full = l->in_full, l->out_off = l->in_off; /* dense and conv2d set their own */
+    l->tp = m->tp;
+    l->bn_sync = m->bn_sync;
     if (l->ops->setup(l, m->max_batch) != 0)
       return dt_error_prefix("%s:%d: ", source, l->spec.line);
+    if (set_shard(l) != 0) return dt_error_prefix("%s:%d: ", source, l->spec.line);
     l->param_off = poff;
     l->buf_off = boff;
     poff += l->param_len;
@@ -193,6 +254,8 @@ int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_b
   model_t *m = calloc(1, sizeof *m);
   if (!m) return dt_error("out of memory");
   m->input = input;
+  m->tp = spec->tp;
+  m->bn_sync = spec->bn_sync;
   m->nclasses = nclasses;
   m->max_batch = max_batch;
   layer_spec_t *ls = NULL;
@@ -288,6 +351,16 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
 const float *model_layer_input(const model_t *m, int i, const float *x) {
   int from = m->layers[i].spec.input;
   return from < 0 ? x : m->layers[from].out;
+}
+
+void model_bn_sync_idle(model_t *m) {
+  if (!m->bn_sync) return;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].spec.kind == LAYER_BATCHNORM) bn_sync_idle(&m->layers[i], 0);
+  for (int i = m->nlayers - 1; i >= 0; i--) /* backward: where an input gradient is computed */
+    if (m->layers[i].spec.kind == LAYER_BATCHNORM && m->layers[i].spec.input >= 0 &&
+        m->layers[m->layers[i].spec.input].dout) /* not a flatten aliasing the input */
+      bn_sync_idle(&m->layers[i], 1);
 }
 
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {

@@ -41,4 +41,8 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
 void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int n,
                           grad_ready_fn ready, void *ctx);
 
+/* batchnorm.c: a synchronized batch norm's sums with nothing added (a
+ * rank with no sample), for its forward (backward = 0) or its backward. */
+void bn_sync_idle(layer_t *l, int backward);
+
 #endif

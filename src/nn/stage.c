@@ -183,6 +183,8 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
   bind_params(s, b, 0);
   layer_range_t r = range_of(s, b);
   layer_range_forward(&r, x, n, train, rng, NULL, NULL);
+  if (s->model->tp && s->model->tp->failed)
+    return dt_error_prefix("stage forward, tensor-parallel sum: ");
   b->x = x;
   b->n = n;
   b->has_loss = 0;
@@ -246,6 +248,8 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
   } else {
     layer_range_backward(&r, b->x, dx, b->n, ready, ctx);
   }
+  if (s->model->tp && s->model->tp->failed)
+    return dt_error_prefix("stage backward, tensor-parallel sum: ");
   b->n = 0;
   b->has_loss = 0;
   return 0;

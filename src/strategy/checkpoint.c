@@ -3,7 +3,12 @@
  * Every random choice of a run is a pure function of (seed, epoch, step,
  * rank), so the seed and the step are the whole RNG state. Under
  * --balance the ranks' speed estimates are saved too, so a resumed run
- * splits its first steps as the run it continues would have. */
+ * splits its first steps as the run it continues would have.
+ *
+ * Under tensor parallelism the group's blocks are gathered on its rank 0
+ * into the whole model first (tensor_gather), so the file holds the same
+ * tensors, names and shapes as one worker's; a resumed rank copies its
+ * block out of each whole tensor, so a run may resume on another --tp. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -11,6 +16,7 @@
 
 #include "strategy/worker.h"
 #include "strategy/dp/balance.h"
+#include "strategy/tensor/tensor.h"
 #include "dtrain/safetensors.h"
 
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
@@ -37,8 +43,8 @@ static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
   (*n)++;
 }
 
-int worker_save_checkpoint(worker_t *w, int epoch) {
-  model_t *m = w->model;
+/* The file for model m (the whole model) and its optimizer state. */
+static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, int epoch) {
   int cap = m->ntensors * (1 + w->opt->nstate) + m->nbuf_tensors + 1, nt = 0, nm = 0;
   st_tensor_t *t = calloc((size_t)cap, sizeof *t);
   float *speeds = w->balance ? calloc((size_t)w->nranks, sizeof *speeds) : NULL;
@@ -54,7 +60,7 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "optimizer.%s.", optim_state_name(w->opt, s));
     for (int i = 0; i < m->ntensors; i++)
-      tensor_entry(&t[nt++], prefix, &m->tensors[i], w->opt->state[s]);
+      tensor_entry(&t[nt++], prefix, &m->tensors[i], state[s]);
   }
   if (w->balance) {
     balance_get_speeds(w->balance, speeds);
@@ -80,6 +86,21 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
   return 0;
 }
 
+int worker_save_checkpoint(worker_t *w, int epoch) {
+  if (!w->tp) return write_checkpoint(w, w->model, w->opt->state, epoch);
+  model_t *full;
+  float **state;
+  DT_TRY(tensor_gather(w->tp, w, &full, &state));
+  if (!full) return 0; /* this rank sent its blocks */
+  int rc = 0;
+  if (!kern_all_finite(full->nparams, full->params))
+    rc = dt_error("epoch %d: the parameters of another tensor-parallel rank hold NaN or "
+                  "infinity: training diverged; no checkpoint written (lower --lr)", epoch + 1);
+  if (rc == 0) rc = write_checkpoint(w, full, state, epoch);
+  tensor_gather_free(full, state, w->opt->nstate);
+  return rc;
+}
+
 /* Copies one tensor from the file after checking its shape. */
 static int restore_tensor(const safetensors_t *st, const char *prefix, const tensor_info_t *ti,
                           float *base) {
@@ -90,10 +111,10 @@ static int restore_tensor(const safetensors_t *st, const char *prefix, const ten
                           st->path, name);
   int same = t->ndim == ti->ndim;
   for (int d = 0; same && d < ti->ndim; d++) same = t->dims[d] == ti->dims[d];
-  if (!same || t->len != ti->len)
+  if (!same || t->len != tensor_full_len(ti))
     return dt_error("%s: tensor '%s' has %zu values in the file but the model has %zu "
-                    "(different model?)", st->path, name, t->len, ti->len);
-  memcpy(base + ti->off, t->data, ti->len * sizeof(float));
+                    "(different model?)", st->path, name, t->len, tensor_full_len(ti));
+  tensor_block_copy(ti, (float *)t->data, base + ti->off, 0); /* the block this rank holds */
   if (!kern_all_finite(ti->len, base + ti->off))
     return dt_error("%s: tensor '%s' holds NaN or infinity (written by a run that diverged?); "
                     "refusing to resume from it", st->path, name);

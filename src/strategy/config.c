@@ -8,6 +8,7 @@
 #include "strategy/ps/ps.h"
 #include "strategy/decentral/decentral.h"
 #include "strategy/pipe/pipe.h"
+#include "strategy/tensor/tensor.h"
 
 void train_config_default(train_config_t *c) {
   memset(c, 0, sizeof *c);
@@ -37,6 +38,7 @@ void train_config_default(train_config_t *c) {
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
   c->pp = c->micro_batches = 1;
+  c->tp = 1;
   c->drop_stale = -1;
   c->tau = 1;
   c->tau_up[0] = c->tau_down[0] = 1;
@@ -299,6 +301,7 @@ int train_config_check(const train_config_t *c) {
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
   if (pipe_check(c) != 0) return -1;
+  if (tensor_check(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;

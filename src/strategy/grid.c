@@ -52,3 +52,18 @@ void rank_grid_free(rank_grid_t *g) {
     g->axis[a] = NULL;
   }
 }
+
+int rank_grid_split_tp(comm_t *c, int tp, comm_t **group, comm_t **slice) {
+  *group = *slice = NULL;
+  int r = comm_rank(c);
+  if (tp < 1 || comm_size(c) % tp != 0)
+    return dt_error("rank grid: %d ranks do not split into tensor-parallel groups of %d",
+                    comm_size(c), tp);
+  if (comm_split(c, r / tp, r % tp, group) != 0) return dt_error_prefix("rank grid, tp axis: ");
+  if (comm_split(c, r % tp, r / tp, slice) != 0) {
+    comm_free(*group);
+    *group = NULL;
+    return dt_error_prefix("rank grid, tp slice: ");
+  }
+  return 0;
+}

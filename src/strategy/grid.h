@@ -4,8 +4,7 @@
  * exchange the most, every layer), then data-parallel, and pipeline stages
  * outermost: rank = (pp_i * dp + dp_i) * tp + tp_i. Each axis has its
  * sub-communicator, built with comm_split: the ranks that differ only in
- * that coordinate, ordered by it. Today every strategy runs with
- * pp = tp = 1 (the grid is the data-parallel communicator alone). */
+ * that coordinate, ordered by it. */
 #ifndef DTRAIN_STRATEGY_GRID_H
 #define DTRAIN_STRATEGY_GRID_H
 
@@ -27,5 +26,10 @@ int rank_grid_rank(int dp, int pp, int tp, const int coord[GRID_AXES]);
  * naming the product and how to fix it. */
 int rank_grid_new(comm_t *c, int dp, int pp, int tp, rank_grid_t *out);
 void rank_grid_free(rank_grid_t *g);
+/* Tensor parallelism's cut of c (tp innermost): *group, the tp adjacent
+ * ranks of this rank's tensor-parallel group, ordered by tp coordinate; and
+ * *slice, the ranks with this rank's tp coordinate, in rank order - a
+ * dp x pp grid of their own, in the same layout. Collective over c. */
+int rank_grid_split_tp(comm_t *c, int tp, comm_t **group, comm_t **slice);
 const char *rank_grid_axis_name(grid_axis_t a);
 #endif

@@ -113,6 +113,9 @@ static const option_t OPTIONS[] = {
     {"sufficient-factors", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
     {"pp", 0, NULL, NULL, AX_STRATEGY},
     {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
+    {"tp", 0, NULL, NULL, AX_STRATEGY},
+    {"tp-conv", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
+    {"sync-bn", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {"partition", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {"net", 0, is_local, "--comm local", AX_COMM},
@@ -381,6 +384,14 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "sufficient-factors")) return parse_onoff(name, val, &c->sufficient_factors);
   if (!strcmp(name, "dgc-clip")) return parse_float(name, val, 1e-9, 1e9, &c->dgc_clip);
   if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
+  if (!strcmp(name, "tp-conv")) {
+    if (strcmp(val, "split") && strcmp(val, "data"))
+      return dt_error("option --tp-conv: '%s' (expected split or data)", val);
+    c->tp_conv_data = !strcmp(val, "data");
+    return 0;
+  }
+  if (!strcmp(name, "sync-bn")) return parse_onoff(name, val, &c->sync_bn);
+  if (!strcmp(name, "tp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->tp = (int)iv, 0);
   if (!strcmp(name, "micro-batches"))
     return parse_int(name, val, 1, 1 << 16, &iv) ? -1 : (c->micro_batches = (int)iv, 0);
   if (!strcmp(name, "pipe-schedule")) {

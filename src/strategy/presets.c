@@ -128,6 +128,22 @@ static const preset_t PRESETS[] = {
      "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief's model parallelism)",
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 1"},
+    /* tensor parallelism and hybrids (src/strategy/tensor/): --workers = dp x pp x tp */
+    {"megatron", "central / sync / tensor parallelism tp 2 (Megatron's column/row pairs) inside "
+                 "pipeline stages pp 2, 1F1B over 4 micro-batches; tp ranks adjacent (one host)",
+     "Shoeybi et al. 2019, Megatron-LM; Narayanan et al. 2021, Efficient Large-Scale Language "
+     "Model Training on GPU Clusters Using Megatron-LM (tp within a node, pp across)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 4 --tp 2 --pp 2 "
+     "--micro-batches 4 --pipe-schedule 1f1b --partition macs"},
+    {"one-weird-trick", "central / sync / hybrid: convolutions data-parallel, dense layers split "
+                        "over all 4 workers, the batch exchanged between",
+     "Krizhevsky 2014, One weird trick for parallelizing convolutional neural networks",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 4 --tp-conv data"},
+    {"distbelief-tp", "central / sync / model parallelism within layers: each dense (and conv) "
+                      "pair's neurons split over 2 workers",
+     "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief's model parallelism: "
+     "a layer's nodes partitioned across machines)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --tp 2"},
 };
 
 const preset_t *preset_list(int *count) {

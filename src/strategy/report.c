@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "strategy/worker.h"
+#include "strategy/tensor/tensor.h"
 
 static void format_eta(double sec, char *buf, size_t cap) {
   if (!isfinite(sec) || sec < 0) sec = 0;
@@ -19,7 +20,7 @@ static void format_eta(double sec, char *buf, size_t cap) {
  * otherwise (one line each, for logs). */
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch) {
   static _Thread_local double last;
-  if (w->rank != 0 || !w->cfg->progress) return;
+  if (!worker_reports(w) || !w->cfg->progress) return;
   int tty = isatty(2);
   double now = dt_now();
   if (now - last < (tty ? 0.25 : 10.0) && k + 1 < steps_in_epoch) return;
@@ -103,10 +104,17 @@ static double per_step(uint64_t bytes, int64_t steps) {
 
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   if (w->rank != 0) return 0;
+  if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */
+    if (!w->cfg->checkpoint[0]) return 0;
+    DT_TRY(check_diverged(w, r)); /* the same losses as rank 0: stop where it stops */
+    return worker_save_checkpoint(w, r->epoch);
+  }
   end_progress_line(w);
   DT_TRY(check_diverged(w, r));
   DT_TRY(check_optimizer_finite(w, r->epoch));
   const char *emu = w->comm && w->comm->emulated ? " (emulated network)" : "";
+  char tp_json[32] = ""; /* tensor parallelism: workers counts the ranks of one slice */
+  if (w->tp) snprintf(tp_json, sizeof tp_json, ",\"tp\":%d", tensor_size(w->tp));
   printf("epoch %d/%d: train loss %.4f, test loss %.4f, test acc %.2f%%, %.0f samples/s, "
          "%.2f s%s\n",
          r->epoch + 1, w->cfg->epochs, r->train_loss, r->test_loss, 100 * r->test_acc,
@@ -120,7 +128,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
             "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s}\n",
+            "%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
@@ -128,14 +136,14 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             (unsigned long long)r->timers.bytes_sent, (unsigned long long)r->timers.bytes_received,
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
-            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "") != 0)
+            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json) != 0)
     return -1;
   if (w->cfg->checkpoint[0] && worker_save_checkpoint(w, r->epoch) != 0) return -1;
   return 0;
 }
 
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec) {
-  if (w->rank != 0) return 0;
+  if (!worker_reports(w)) return 0;
   end_progress_line(w);
   int64_t steps = w->step - w->first_step;
   double samples = (double)steps * w->cfg->batch * w->nranks; /* short last steps overcount */
@@ -151,7 +159,8 @@ int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec
             "\"params\":%zu,\"bytes_sent\":%llu,\"bytes_received\":%llu%s}\n",
             last ? last->epoch + 1 : 0, (long long)w->step, last ? last->test_loss : 0,
             last ? last->test_acc : 0, total_sec, sps, w->nranks,
-            w->model->nparams, (unsigned long long)w->run_bytes_sent,
+            w->tp ? tensor_full_params(w->model) : w->model->nparams,
+            (unsigned long long)w->run_bytes_sent,
             (unsigned long long)w->run_bytes_received,
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "") != 0)
     return -1;

@@ -7,8 +7,14 @@
 #include "strategy/ps/ps.h"
 #include "strategy/decentral/decentral.h"
 #include "strategy/pipe/pipe.h"
+#include "strategy/tensor/tensor.h"
 
 static int select_central(const train_config_t *c, strategy_fn *fn, const char **name) {
+  if (c->tp_conv_data && c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC) {
+    *fn = strategy_one_weird_trick;
+    *name = "one weird trick (data-parallel convolutions, split dense layers)";
+    return 0;
+  }
   if (pipe_requested(c) && c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC) {
     *fn = strategy_pipeline;
     *name = "pipeline parallelism";

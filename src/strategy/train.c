@@ -6,6 +6,7 @@
 #include "strategy/worker.h"
 #include "strategy/pipe/pipe.h"
 #include "strategy/ps/ps.h"
+#include "strategy/tensor/tensor.h"
 
 typedef struct {
   train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
@@ -42,6 +43,7 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
   cfg->workers = found;
   if (train_config_check_ranks(cfg) != 0) return -1;
   if (pipe_check_world(cfg) != 0) return -1;
+  if (tensor_check_world(cfg) != 0) return -1;
   return ps_check_world(cfg); /* values that depend on the number of workers */
 }
 

@@ -7,6 +7,7 @@
 
 #include "strategy/worker.h"
 #include "strategy/dp/balance.h"
+#include "strategy/tensor/tensor.h"
 
 /* A balanced rank computes up to twice its batch in a step (balance.c). */
 static int worker_max_batch(const train_config_t *cfg) {
@@ -18,7 +19,15 @@ static int build_model(worker_t *w) {
   model_spec_t spec;
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
   shape_t in = {w->train->c, w->train->h, w->train->w};
-  int rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
+  int rc = 0;
+  if (w->tp) { /* Megatron's pairs of dense layers, split over the group */
+    rc = cfg->tp_conv_data ? tensor_plan_dense(&spec, tensor_size(w->tp), NULL)
+                           : tensor_plan(&spec, cfg->tp, NULL);
+    spec.tp = tensor_link(w->tp);
+  }
+  if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
+  if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);
+  if (rc == 0) rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
   model_spec_free(&spec);
   if (rc != 0) return -1;
   model_init_params(w->model, cfg->seed);
@@ -72,7 +81,16 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->train = train;
   w->test = test;
   w->run_start = dt_now();
-  if (comm && coll_ctx_new(comm, &w->coll) != 0) return -1;
+  if (comm && tensor_group_size(cfg, comm_size(comm)) > 1) { /* the strategy runs on its slice */
+    if (tensor_new(comm, cfg, &w->tp) != 0) return -1;
+    w->comm = tensor_slice(w->tp);
+    w->rank = comm_rank(w->comm);
+    w->nranks = comm_size(w->comm);
+    w->tp_rank = tensor_rank(w->tp);
+  }
+  if (comm && coll_ctx_new(w->comm, &w->coll) != 0) return -1;
+  if (comm && cfg->sync_bn && comm_size(w->comm) > 1 && sync_bn_new(w->comm, cfg->algo, &w->bn_sync) != 0)
+    return -1;
   if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
   worker_plan_steps(w, w->nranks);
   w->x = dt_alloc_floats((size_t)worker_max_batch(cfg) * train->dim);
@@ -85,7 +103,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
       balance_new(w->nranks, cfg->batch, w->model->max_batch, &w->balance) != 0)
     return -1;
   if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
-  if (w->rank == 0 && cfg->metrics[0]) {
+  if (worker_reports(w) && cfg->metrics[0]) {
     w->metrics = file_open_output(cfg->metrics, cfg->resume[0] != 0);
     if (!w->metrics) return dt_error_prefix("--metrics: ");
   }
@@ -105,6 +123,8 @@ int worker_resume_at(worker_t *w, const char *from, long long epoch, int64_t ste
 void worker_free(worker_t *w) {
   /* first: allreduce:shm waits there until no peer reads this rank's arenas */
   if (w->coll) coll_ctx_free(w->coll);
+  sync_bn_free(w->bn_sync);
+  tensor_free(w->tp); /* after the colls on its slice */
   balance_free(w->balance);
   if (w->metrics) fclose(w->metrics);
   model_free(w->model);
@@ -159,6 +179,7 @@ static void timed_wait(void *ctx, int layer) {
 static void empty_step(worker_t *w, const step_hooks_t *hooks) {
   model_t *m = w->model;
   kern_zero(m->nparams, m->grads);
+  model_bn_sync_idle(m); /* --sync-bn: the others' sums wait for this rank's zeros */
   if (!hooks) return;
   for (int i = 0; hooks->wait && i < m->nlayers; i++)
     if (m->layers[i].param_len) hooks->wait(hooks->ctx, i);
@@ -191,8 +212,12 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   rng_t rng; /* dropout masks: a pure function of (seed, step, rank) */
   rng_seed(&rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * w->nranks + w->rank)));
   timed_wait_t tw = {w, hooks, 0, 0};
+  /* the split layers' and batch norm's sums: communication, not compute */
+  double tp0 = tensor_comm_sec(w->tp) + sync_bn_comm_sec(w->bn_sync);
   if (hooks && hooks->wait) model_forward_waiting(m, w->x, (int)count, 1, &rng, timed_wait, &tw);
   else model_forward(m, w->x, (int)count, 1, &rng);
+  DT_TRY(tensor_failed(w->tp, "forward"));
+  DT_TRY(sync_bn_failed(w->bn_sync, "forward"));
   int correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
@@ -202,11 +227,15 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   w->epoch_samples += (int64_t)count;
   w->epoch_correct += correct;
   model_backward(m, w->x, (int)count, hooks ? hooks->ready : NULL, hooks ? hooks->ctx : NULL);
-  double dt = dt_now() - t0 - tw.inside;
+  DT_TRY(tensor_failed(w->tp, "backward"));
+  DT_TRY(sync_bn_failed(w->bn_sync, "backward"));
+  double tp_sec = tensor_comm_sec(w->tp) + sync_bn_comm_sec(w->bn_sync) - tp0;
+  double dt = dt_now() - t0 - tw.inside - tp_sec;
   if (w->comm) comm_compute_delay(w->comm, dt);
-  w->step_compute = dt_now() - t0 - tw.inside;
+  w->step_compute = dt_now() - t0 - tw.inside - tp_sec;
   w->timers.compute += w->step_compute;
-  w->timers.comm_exposed += tw.waited;
+  w->timers.comm += tp_sec;
+  w->timers.comm_exposed += tw.waited + tp_sec;
   return 0;
 }
 
@@ -253,6 +282,7 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   double test_loss;
   int64_t test_correct;
   worker_evaluate(w, off, off + len, &test_loss, &test_correct);
+  DT_TRY(tensor_failed(w->tp, "evaluation"));
   float sums[5 + 8] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
                        (float)w->epoch_samples, (float)w->epoch_correct};
   if (nextra < 0 || nextra > 8) return dt_error("worker_epoch_figures: %d extra sums (at most 8)", nextra);

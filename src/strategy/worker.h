@@ -16,6 +16,8 @@ typedef struct {
 } step_timers_t;
 
 typedef struct balance balance_t;   /* dp/balance.h */
+typedef struct tensor_par tensor_par_t;   /* tensor/tensor.h */
+typedef struct sync_bn sync_bn_t;         /* tensor/tensor.h */
 
 typedef struct worker {
   const train_config_t *cfg;
@@ -46,7 +48,16 @@ typedef struct worker {
   uint64_t run_bytes_sent, run_bytes_received;  /* the epochs' bytes_sent/_received summed */
   void *strategy;               /* the strategy's own state */
   comm_t *world;                /* every rank of the run (parameter servers too); else == comm */
+  /* --tp T > 1: the model's dense pairs are split over this rank's group,
+   * and comm is this rank's slice (the ranks with its tp coordinate) */
+  tensor_par_t *tp;
+  int tp_rank;                  /* 0 without tensor parallelism */
+  sync_bn_t *bn_sync;           /* --sync-bn on: batch norm over comm's ranks, else NULL */
 } worker_t;
+
+/* The one rank that prints, writes the metrics and the checkpoint: rank 0
+ * of the worker's comm and, under tensor parallelism, of its group. */
+static inline int worker_reports(const struct worker *w) { return w->rank == 0 && w->tp_rank == 0; }
 
 int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const dataset_t *train,
                 const dataset_t *test);

@@ -1,0 +1,202 @@
+/* Tensor parallelism's group (tensor.h): the comm split, the sum the
+ * split layers call, the options it takes, and the gather of the blocks
+ * into one model for a checkpoint. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy/grid.h"
+#include "strategy/tensor/tensor.h"
+
+enum { TAG_TP_GATHER = 5601 };
+
+struct tensor_par {
+  tp_link_t link;
+  comm_t *group, *slice;
+  coll_ctx_t *coll;
+  allreduce_algo_t algo;
+  double sec;
+};
+
+/* ---- options ------------------------------------------------------------------ */
+
+int tensor_group_size(const train_config_t *c, int nranks) { return c->tp_conv_data ? nranks : c->tp; }
+
+int tensor_check(const train_config_t *c) {
+  if (c->tp_conv_data && c->tp > 1 && c->comm != COMM_MPI && c->tp != c->workers)
+    return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
+                    "layers over every worker (leave --tp out, or give --tp %d)", c->tp, c->workers);
+  if (c->tp_conv_data && c->pp > 1)
+    return dt_error("options --tp-conv data and --pp %d do not combine (the one weird trick "
+                    "exchanges the batch between its data-parallel and its split layers)", c->pp);
+  if (c->tp <= 1 && !c->tp_conv_data) return 0;
+  char opt[40];
+  if (c->tp_conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
+  else snprintf(opt, sizeof opt, "--tp %d", c->tp);
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
+      c->schedule != SCHEDULE_SYNC)
+    return dt_error("option %s: tensor parallelism runs with --optimization central "
+                    "--schedule sync --exchange allreduce:ALGO (the replicas of a block sum "
+                    "their gradients by allreduce)", opt);
+  if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || (c->sync_bn && c->tp_conv_data))
+    return dt_error("option %s does not combine with %s (the ranks of a tensor-parallel "
+                    "group must take the same samples and the same whole-tensor steps)", opt,
+                    c->balance ? "--balance on" : c->shard_optimizer ? "--shard-optimizer on"
+                    : c->sync_bn && c->tp_conv_data ? "--sync-bn on" : "--comm-order priority");
+  if (c->optim.kind == OPTIM_LARS)
+    return dt_error("options %s and --optimizer lars do not combine: LARS scales by the "
+                    "norm of a whole tensor, a rank holds a block (use sgd, adam or rmsprop)", opt);
+  if (c->pp > 1 && !c->partition[0])
+    return dt_error("options %s and --pp %d: --partition balanced times the layers on each "
+                    "tensor-parallel rank apart, and the ranks could cut the model differently; "
+                    "use --partition macs or a list of first layers (e.g. --partition 0,3)",
+                    opt, c->pp);
+  return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
+}
+
+int tensor_check_world(const train_config_t *c) {
+  int per = c->tp * c->pp;
+  if (c->tp <= 1 || c->workers % per == 0) return 0;
+  if (c->comm == COMM_MPI)
+    return dt_error("mpirun -np %d and --tp %d%s: workers = dp x pp x tp, so -np must be a "
+                    "multiple of %d (e.g. mpirun -np %d)", c->workers, c->tp,
+                    c->pp > 1 ? " --pp" : "", per, per);
+  return dt_error("options --workers %d and --tp %d%s: workers = dp x pp x tp, so --workers must "
+                  "be a multiple of %d (e.g. --workers %d for dp = 1)", c->workers, c->tp,
+                  c->pp > 1 ? " and --pp" : "", per, per);
+}
+
+/* ---- the group ---------------------------------------------------------------- */
+
+static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
+  tensor_par_t *t = l->ctx;
+  double t0 = dt_now();
+  int rc = allreduce(t->coll, t->algo, buf, count);
+  t->sec += dt_now() - t0;
+  return rc;
+}
+
+int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
+  tensor_par_t *t = calloc(1, sizeof *t);
+  if (!t) return dt_error("out of memory");
+  *out = t;
+  int T = tensor_group_size(cfg, comm_size(world));
+  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T)
+    return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
+                    "layers over every worker (leave --tp out, or give --tp %d)", cfg->tp, T);
+  DT_TRY(rank_grid_split_tp(world, T, &t->group, &t->slice));
+  DT_TRY(coll_ctx_new(t->group, &t->coll));
+  t->algo = cfg->algo;
+  t->link = (tp_link_t){.rank = comm_rank(t->group), .size = comm_size(t->group),
+                        .allreduce = link_allreduce, .ctx = t};
+  return 0;
+}
+
+void tensor_free(tensor_par_t *t) {
+  if (!t) return;
+  if (t->coll) coll_ctx_free(t->coll);
+  if (t->group) comm_free(t->group);
+  if (t->slice) comm_free(t->slice);
+  free(t);
+}
+
+comm_t *tensor_slice(tensor_par_t *t) { return t->slice; }
+int tensor_rank(const tensor_par_t *t) { return t ? t->link.rank : 0; }
+int tensor_size(const tensor_par_t *t) { return t ? t->link.size : 1; }
+coll_ctx_t *tensor_coll(tensor_par_t *t) { return t->coll; }
+tp_link_t *tensor_link(tensor_par_t *t) { return &t->link; }
+double tensor_comm_sec(const tensor_par_t *t) { return t ? t->sec : 0; }
+
+int tensor_failed(const tensor_par_t *t, const char *where) {
+  if (!t || !t->link.failed) return 0;
+  return dt_error_prefix("tensor-parallel sum in %s (tp rank %d): ", where, t->link.rank);
+}
+
+size_t tensor_full_params(const model_t *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->ntensors; i++) n += tensor_full_len(&m->tensors[i]);
+  return n;
+}
+
+/* ---- the gather for a checkpoint ---------------------------------------------- */
+
+static int split_tensor(const tensor_info_t *ti) { return ti->len != tensor_full_len(ti); }
+
+/* Ranks > 0: each split tensor's block (its place, then its values) of the
+ * parameters and of every optimizer state, in tensor order. */
+static int send_blocks(tensor_par_t *t, const worker_t *w) {
+  const model_t *m = w->model;
+  for (int i = 0; i < m->ntensors; i++) {
+    const tensor_info_t *ti = &m->tensors[i];
+    if (!split_tensor(ti)) continue;
+    uint64_t head[4] = {ti->row0, ti->rows, ti->col0, ti->cols};
+    DT_TRY(comm_send(t->group, 0, TAG_TP_GATHER, head, sizeof head));
+    DT_TRY(comm_send(t->group, 0, TAG_TP_GATHER, m->params + ti->off, ti->len * sizeof(float)));
+    for (int s = 0; s < w->opt->nstate; s++)
+      DT_TRY(comm_send(t->group, 0, TAG_TP_GATHER, w->opt->state[s] + ti->off, ti->len * sizeof(float)));
+  }
+  return 0;
+}
+
+/* Rank 0: its own blocks, then every other rank's, into the whole model. */
+static int receive_blocks(tensor_par_t *t, const worker_t *w, model_t *full, float **state) {
+  const model_t *m = w->model;
+  int nstate = w->opt->nstate;
+  if (full->ntensors != m->ntensors || full->nbuffers != m->nbuffers)
+    return dt_error("tensor parallelism: the split model has %d tensors, the whole one %d",
+                    m->ntensors, full->ntensors);
+  size_t most = 0;
+  for (int i = 0; i < m->ntensors; i++)
+    if (tensor_full_len(&m->tensors[i]) > most) most = tensor_full_len(&m->tensors[i]);
+  float *buf = dt_alloc_floats(most + 1);
+  if (!buf) return -1;
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < m->ntensors; i++) {
+    const tensor_info_t *ti = &m->tensors[i], *fi = &full->tensors[i];
+    tensor_block_copy(ti, full->params + fi->off, m->params + ti->off, 1);
+    for (int s = 0; s < nstate; s++)
+      tensor_block_copy(ti, state[s] + fi->off, w->opt->state[s] + ti->off, 1);
+    for (int r = 1; rc == 0 && split_tensor(ti) && r < t->link.size; r++) {
+      uint64_t h[4];
+      rc = comm_recv(t->group, r, TAG_TP_GATHER, h, sizeof h);
+      tensor_info_t b = *ti;
+      b.row0 = h[0], b.rows = h[1], b.col0 = h[2], b.cols = h[3], b.len = h[1] * b.mid * h[3];
+      if (rc == 0 && (b.row0 + b.rows > (size_t)fi->dims[0] || b.col0 + b.cols > fi->full_cols))
+        rc = dt_error("tensor parallelism: tp rank %d sent a block outside '%s'", r, fi->name);
+      for (int s = -1; rc == 0 && s < nstate; s++) {
+        rc = comm_recv(t->group, r, TAG_TP_GATHER, buf, b.len * sizeof(float));
+        if (rc == 0) tensor_block_copy(&b, (s < 0 ? full->params : state[s]) + fi->off, buf, 1);
+      }
+    }
+  }
+  memcpy(full->buffers, m->buffers, m->nbuffers * sizeof(float)); /* batch norm: never split */
+  dt_free(buf);
+  return rc;
+}
+
+void tensor_gather_free(model_t *full, float **state, int nstate) {
+  for (int s = 0; state && s < nstate; s++) dt_free(state[s]);
+  free(state);
+  model_free(full);
+}
+
+int tensor_gather(tensor_par_t *t, worker_t *w, model_t **full, float ***state) {
+  *full = NULL;
+  *state = NULL;
+  if (t->link.rank != 0) return send_blocks(t, w);
+  const train_config_t *cfg = w->cfg;
+  model_spec_t spec;
+  DT_TRY(model_spec_load(cfg->model, &spec));
+  shape_t in = {w->train->c, w->train->h, w->train->w};
+  int rc = model_build(&spec, in, w->train->nclasses, 1, full);
+  model_spec_free(&spec);
+  int nstate = w->opt->nstate;
+  if (rc == 0 && !(*state = calloc((size_t)nstate + 1, sizeof **state))) rc = dt_error("out of memory");
+  for (int s = 0; rc == 0 && s < nstate; s++)
+    if (!((*state)[s] = dt_alloc_floats((*full)->nparams))) rc = -1;
+  if (rc == 0) rc = receive_blocks(t, w, *full, *state);
+  if (rc != 0) {
+    tensor_gather_free(*full, *state, nstate);
+    *full = NULL, *state = NULL;
+  }
+  return rc;
+}

@@ -1,0 +1,76 @@
+/* Tensor parallelism (Megatron-LM): the dense layers of a model split by
+ * neurons over a group of tp adjacent ranks, each rank holding only its
+ * block of their parameters, gradients and optimizer state.
+ *
+ * Composition: a run of dp x pp x tp ranks is cut into tp "slices" (the
+ * ranks with the same tp coordinate, a dp x pp grid of their own) and, across
+ * them, the tensor-parallel groups (grid.h: rank_grid_split_tp). The worker
+ * runs on its slice (w->comm) as if tp were 1 - data parallelism sums the
+ * gradients over the slice's dp axis, which holds exactly the ranks with
+ * the same block of the parameters; a pipeline runs its stages on it - and
+ * the split layers sum over the group through the model's tp_link_t.
+ *
+ * The plan (plan.c) pairs the model's dense layers as Megatron does: a
+ * COLUMN layer, element-wise layers on its shard, a ROW layer; layers
+ * outside a pair (convolutions, an odd last dense layer) are replicated. */
+#ifndef DTRAIN_STRATEGY_TENSOR_H
+#define DTRAIN_STRATEGY_TENSOR_H
+
+#include "strategy/worker.h"
+
+typedef struct tensor_par tensor_par_t;
+
+/* Marks the pairs (layer_spec_t.split) of spec for a group of tp ranks;
+ * refuses, naming --tp and what would work, a model with no pair to split
+ * or a split layer with fewer features than tp. Writes the number of
+ * pairs into *pairs if given. */
+int tensor_plan(model_spec_t *spec, int tp, int *pairs);
+/* The same, splitting dense layers only (convolutions stay whole: the one
+ * weird trick runs them data-parallel). */
+int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs);
+/* Ranks in a tensor-parallel group of a run of nranks: --tp, or every rank
+ * under --tp-conv data (one weird trick). 1: no tensor parallelism. */
+int tensor_group_size(const train_config_t *c, int nranks);
+/* The options that combine with --tp (config check), and, once the number
+ * of workers is known, that it is a multiple of pp x tp. */
+int tensor_check(const train_config_t *c);
+int tensor_check_world(const train_config_t *c);
+
+/* Collective over world: splits it into this rank's slice and group. */
+int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out);
+void tensor_free(tensor_par_t *t);
+comm_t *tensor_slice(tensor_par_t *t);
+int tensor_rank(const tensor_par_t *t);
+int tensor_size(const tensor_par_t *t);
+coll_ctx_t *tensor_coll(tensor_par_t *t);
+tp_link_t *tensor_link(tensor_par_t *t);
+/* Seconds spent in the group's sums so far (the caller takes differences). */
+double tensor_comm_sec(const tensor_par_t *t);
+/* -1 (with the collective's error) once a sum over the group has failed. */
+int tensor_failed(const tensor_par_t *t, const char *where);
+/* Parameters of the whole (one-worker) model. */
+size_t tensor_full_params(const model_t *m);
+/* Collective over the group: rank 0 gets the whole model (*full, built
+ * from the unsplit spec) and its optimizer state (*state[nstate], each the
+ * full model's nparams floats); the others send their blocks and get NULL.
+ * The caller frees them with tensor_gather_free. */
+int tensor_gather(tensor_par_t *t, worker_t *w, model_t **full, float ***state);
+void tensor_gather_free(model_t *full, float **state, int nstate);
+
+/* ---- synchronized batch norm (sync_bn.c): --sync-bn on ---------------------- */
+typedef struct sync_bn sync_bn_t;
+/* Collective over dp (the data-parallel ranks): a communicator of its own
+ * for batch norm's sums. */
+int sync_bn_new(comm_t *dp, allreduce_algo_t algo, sync_bn_t **out);
+void sync_bn_free(sync_bn_t *s);
+tp_link_t *sync_bn_link(sync_bn_t *s);
+double sync_bn_comm_sec(const sync_bn_t *s);
+int sync_bn_failed(const sync_bn_t *s, const char *where);
+/* Refuses a model with no batchnorm layer, naming --sync-bn. */
+int sync_bn_check_model(const model_spec_t *spec);
+
+/* The one weird trick (one_weird_trick.c, Krizhevsky 2014): the layers
+ * before the first dense pair data-parallel over all workers, the dense
+ * layers split over all of them, the batch exchanged between. */
+int strategy_one_weird_trick(worker_t *w);
+#endif

@@ -1,0 +1,219 @@
+#!/bin/sh
+# Tensor parallelism end to end (src/strategy/tensor/): Megatron's pairs of
+# dense layers split over --tp ranks give one worker's weights - within
+# 1e-6 on mlp and lenet, 1e-5 on deep (a row-split layer sums T partial
+# dot products where one worker sums one: float rounding, and on deep a
+# ReLU whose input lies within that rounding of 0 takes the other side
+# for a step) - bitwise run to run and between local and mpi; with
+# dropout between the pair (the same masks as one worker); dp x tp,
+# pp x tp and dp x pp x tp equal one worker with the same global batch;
+# checkpoints hold one worker's tensors and resume onto another --tp;
+# bytes per step are the split layers' allreduces exactly; bad values and
+# combinations give one line naming the option.
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 1024 256
+BASE="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 24 --exchange allreduce:ring"
+DEEP="--data $SMALL --lr 0.01 --momentum 0.9 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 8 --exchange allreduce:ring --model deep"
+B32=$(echo "$BASE" | sed 's/--batch 16/--batch 32/')
+cat >"$TMP/drop.txt" <<'MEOF'
+dense units=96
+relu
+dropout rate=0.3
+dense units=40
+tanh
+dense units=10
+MEOF
+
+"$DTRAIN" train $BASE --checkpoint "$TMP/one.st" >/dev/null 2>&1 || fail tensor_reference_run
+"$DTRAIN" train $B32 --checkpoint "$TMP/one32.st" >/dev/null 2>&1 || fail tensor_reference_run_32
+"$DTRAIN" train $DEEP --checkpoint "$TMP/one_deep.st" >/dev/null 2>&1 || fail tensor_reference_run_deep
+"$DTRAIN" train $BASE --model lenet --checkpoint "$TMP/one_lenet.st" >/dev/null 2>&1 || fail tensor_reference_run_lenet
+"$DTRAIN" train $BASE --model "$TMP/drop.txt" --checkpoint "$TMP/one_drop.st" >/dev/null 2>&1 || fail tensor_reference_run_drop
+
+# equal NAME TOL REF -- dtrain options: the run's weights within TOL of REF
+equal() {
+  name=$1 tol=$2 ref=$3; shift 4
+  rm -f "$TMP/$name.st"
+  if ! "$@" --checkpoint "$TMP/$name.st" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if close "$ref" "$TMP/$name.st" "$tol"; then pass "$name"; else fail "$name" "$(cat "$TMP/cmp.out")"; fi
+}
+
+for T in 2 3 4; do
+  equal tensor_mlp_tp${T}_equals_one_worker 1e-6 "$TMP/one.st" -- "$DTRAIN" train $BASE --workers $T --tp $T
+  equal tensor_deep_tp${T}_equals_one_worker 1e-5 "$TMP/one_deep.st" -- "$DTRAIN" train $DEEP --workers $T --tp $T
+done
+for T in 2 3 4; do # both convolutions split too (20 and 50 filters: odd over 3)
+  equal tensor_lenet_tp${T}_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model lenet --workers $T --tp $T
+done
+equal tensor_dropout_tp3_equals_one_worker 1e-6 "$TMP/one_drop.st" -- "$DTRAIN" train $BASE --model "$TMP/drop.txt" --workers 3 --tp 3
+equal tensor_dp2_tp2_equals_one_worker_twice_the_batch 1e-6 "$TMP/one32.st" -- "$DTRAIN" train $BASE --workers 4 --tp 2
+equal tensor_pp2_tp2_equals_one_worker 1e-6 "$TMP/one.st" -- \
+  "$DTRAIN" train $BASE --workers 4 --pp 2 --tp 2 --micro-batches 2 --partition macs
+
+# the checkpoint holds one worker's tensors, names and shapes
+check tensor_checkpoint_has_one_workers_shapes $PY -c "
+import json, struct
+def head(p):
+    raw = open(p, 'rb').read(); n = struct.unpack('<Q', raw[:8])[0]; h = json.loads(raw[8:8 + n]); h.pop('__metadata__')
+    return {k: v['shape'] for k, v in h.items()}
+assert head('$TMP/one.st') == head('$TMP/tensor_mlp_tp3_equals_one_worker.st')"
+
+# run to run, and local against mpi: the same bits
+equal tensor_bitwise_repeatable 0 "$TMP/tensor_mlp_tp3_equals_one_worker.st" -- "$DTRAIN" train $BASE --workers 3 --tp 3
+if have_mpi; then
+  equal mpi_tensor_tp3_bitwise_equals_local 0 "$TMP/tensor_mlp_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --tp 3
+  equal mpi_tensor_dp2_tp2_bitwise_equals_local 0 "$TMP/tensor_dp2_tp2_equals_one_worker_twice_the_batch.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --tp 2
+  equal mpi_tensor_pp2_tp2_bitwise_equals_local 0 "$TMP/tensor_pp2_tp2_equals_one_worker.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --pp 2 --tp 2 --micro-batches 2 --partition macs
+  equal mpi_tensor_lenet_tp3_bitwise_equals_local 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --model lenet --comm mpi --tp 3
+  equal mpi_tensor_dp2_pp2_tp2_equals_one_worker 1e-6 "$TMP/one32.st" -- \
+    $MPIRUN -np 8 "$DTRAIN" train $BASE --comm mpi --pp 2 --tp 2 --micro-batches 2 --partition macs
+fi
+
+# resume: one epoch on tp 2, then a second from its checkpoint on tp 2 (bit
+# for bit) and on tp 3 (to rounding) = two epochs straight
+R="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --exchange allreduce:ring"
+"$DTRAIN" train $R --epochs 2 --workers 2 --tp 2 --checkpoint "$TMP/two.st" >/dev/null 2>&1
+"$DTRAIN" train $R --epochs 2 --checkpoint "$TMP/two1.st" >/dev/null 2>&1
+"$DTRAIN" train $R --epochs 1 --workers 2 --tp 2 --checkpoint "$TMP/half.st" >/dev/null 2>&1
+equal tensor_resume_bit_exact 0 "$TMP/two.st" -- "$DTRAIN" train $R --epochs 2 --workers 2 --tp 2 --resume "$TMP/half.st"
+equal tensor_resume_onto_tp3 1e-6 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --workers 3 --tp 3 --resume "$TMP/half.st"
+equal tensor_resume_onto_one_worker 1e-6 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --resume "$TMP/half.st"
+
+# bytes per step: the split layers' ring allreduces (rank 0 sends 2S - |b0|
+# - |b1| floats of an S-float sum, tests/e2e_bytes.sh), nothing else; with
+# dp 2 the data-parallel ring over the rank's block of the parameters too.
+# mlp (784-512-256-10): column 512, row 256, the last layer replicated: one
+# sum of batch x 256 forward, none backward (the column layer reads the
+# input). deep: pairs 1536|1536, 1536|1536, 1024|512, 256|10: sums of
+# batch x (1536 + 1536 + 512 + 10) forward and batch x (1536 + 1536 + 512)
+# backward (the input gradients of the last three column layers).
+cat >"$TMP/bytes.py" <<'PYEOF'
+import json, sys
+path, T, sizes, dp_params = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def ring(S, P):
+    b = [S // P + (i < S % P) for i in range(P)]
+    return 4 * (2 * S - b[0] - b[1 % P]) if P > 1 else 0
+want = sum(ring(16 * int(s), T) for s in sizes.split(",") if int(s)) + 4 * dp_params
+e = [json.loads(l) for l in open(path)][0]
+assert e["bytes_sent_per_step"] == want and e["tp"] == T, (e["bytes_sent_per_step"], want)
+print(f"{want} bytes a step")
+PYEOF
+bytes() {
+  name=$1 T=$2 sizes=$3 dpp=$4; shift 5
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/bytes.py" "$TMP/$name.jsonl" "$T" "$sizes" "$dpp" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+bytes tensor_bytes_mlp_tp2 2 256 0 -- "$DTRAIN" train $BASE --workers 2 --tp 2
+bytes tensor_bytes_mlp_tp3 3 256 0 -- "$DTRAIN" train $BASE --workers 3 --tp 3
+# lenet: conv 20 | conv 50 (its 8 x 8 x 50 output summed), dense 500 | 10;
+# backward the dense column layer's input gradient (800), not the first conv's
+bytes tensor_bytes_lenet_tp2 2 3200,10,800 0 -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
+bytes tensor_bytes_deep_tp4 4 1536,1536,512,10,1536,1536,512 0 -- "$DTRAIN" train $DEEP --workers 4 --tp 4
+# dp 2 x tp 2, rank 0's block: rows 0..255 of layer 0 (+ bias), columns
+# 0..255 of layer 2 (+ its whole bias), layer 4 whole
+bytes tensor_bytes_dp2_tp2 2 256 $((256 * 784 + 256 + 256 * 256 + 256 + 10 * 256 + 10)) -- \
+  "$DTRAIN" train $BASE --workers 4 --tp 2
+if have_mpi; then
+  bytes mpi_tensor_bytes_mlp_tp2 2 256 0 -- $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --tp 2
+fi
+
+# refusals: one line naming the option and what would work
+printf 'dense units=3\nrelu\ndense units=10\n' >"$TMP/narrow.txt"
+printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopair.txt"
+expect_error tensor_tp_above_features 1 "use --tp 3 or fewer" -- "$DTRAIN" train $BASE --model "$TMP/narrow.txt" --workers 4 --tp 4
+expect_error tensor_no_pair_to_split 1 "option --tp 2: .* has no pair of layers to split" -- \
+  "$DTRAIN" train $BASE --model "$TMP/nopair.txt" --workers 2 --tp 2
+expect_error tensor_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train $BASE --workers 3 --tp 2
+expect_error tensor_grid_not_multiple 2 "multiple of 4" -- "$DTRAIN" train $BASE --workers 6 --tp 2 --pp 2 --partition macs
+expect_error tensor_zero 2 "option --tp" -- "$DTRAIN" train $BASE --tp 0
+expect_error tensor_decentral 2 "option --tp 2: tensor parallelism runs with --optimization central" -- \
+  "$DTRAIN" train $BASE --workers 2 --tp 2 --preset local-sgd
+expect_error tensor_lars 2 "options --tp 2 and --optimizer lars" -- "$DTRAIN" train $BASE --workers 2 --tp 2 --optimizer lars
+expect_error tensor_pp_balanced_partition 2 "use --partition macs" -- "$DTRAIN" train $BASE --workers 4 --tp 2 --pp 2
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_tensor_np_not_multiple grep -q "mpirun -np 3 and --tp 2: .* -np must be a multiple of 2" "$TMP/np.err"
+fi
+
+# synchronized batch norm (--sync-bn on): 4 workers x 16 = one worker x 64
+# on a model with batch norm after a convolution and after a dense layer.
+# Tolerance 1e-4: a channel's statistics are sums over 64 x 26 x 26 pixels
+# in float32, in one run by one worker and in four partial sums in the
+# other (measured 2e-5 after 4 steps); without --sync-bn the runs differ
+# by more than 1e-2. A short last step leaves ranks with no sample: they
+# add zeros to the group's sums (tolerance 5e-4: one sample's statistics).
+cat >"$TMP/bn.txt" <<'MEOF'
+conv2d filters=8 kernel=3
+batchnorm
+relu
+maxpool kernel=2
+flatten
+dense units=32
+batchnorm
+relu
+dense units=10
+MEOF
+printf 'conv2d filters=8 kernel=3\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/bnc.txt"
+BN="--data $SMALL --lr 0.02 --momentum 0.9 --seed 3 --quiet --epochs 1 --max-steps 4 --exchange allreduce:ring --model $TMP/bn.txt"
+"$DTRAIN" train $BN --batch 64 --checkpoint "$TMP/bn64.st" >/dev/null 2>&1 || fail sync_bn_reference_run
+equal sync_bn_4x16_equals_1x64 1e-4 "$TMP/bn64.st" -- "$DTRAIN" train $BN --batch 16 --workers 4 --sync-bn on
+"$DTRAIN" train $BN --batch 16 --workers 4 --checkpoint "$TMP/bn_local.st" >/dev/null 2>&1
+check sync_bn_off_differs $PY -c "
+import subprocess, sys
+r = subprocess.run(['$PY', 'tests/ckpt_diff.py', '$TMP/bn64.st', '$TMP/bn_local.st', '1e-2'], stdout=subprocess.DEVNULL)
+sys.exit(0 if r.returncode == 1 else 1)"
+S257="$TMP/s257"
+make_small_fashion "$S257" 257 64
+BNS="--data $S257 --lr 0.02 --momentum 0.9 --seed 3 --quiet --epochs 1 --exchange allreduce:ring --model $TMP/bnc.txt"
+"$DTRAIN" train $BNS --batch 64 --checkpoint "$TMP/bns64.st" >/dev/null 2>&1 || fail sync_bn_short_reference_run
+equal sync_bn_short_last_step 5e-4 "$TMP/bns64.st" -- "$DTRAIN" train $BNS --batch 16 --workers 4 --sync-bn on
+if have_mpi; then
+  equal mpi_sync_bn_bitwise_equals_local 0 "$TMP/sync_bn_4x16_equals_1x64.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BN --batch 16 --comm mpi --sync-bn on
+fi
+expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
+  "$DTRAIN" train $BASE --workers 2 --sync-bn on
+expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
+  "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on
+
+# the one weird trick (--tp-conv data): the convolutions data-parallel over
+# 4 workers of 16 samples, the dense layers split over the 4, the batch
+# exchanged between = one worker with 64 samples (within 1e-6: the
+# convolutions' gradients are summed over the workers, the dense pair's
+# outputs over their splits); local = mpi bitwise; a model that starts
+# with its dense pair (mlp) exchanges the input; a short last step (257
+# samples: 1 in the last) pads each worker's block
+B64=$(echo "$BASE" | sed 's/--batch 16/--batch 64/')
+"$DTRAIN" train $B64 --model lenet --checkpoint "$TMP/one64_lenet.st" >/dev/null 2>&1 || fail owt_reference_run
+equal owt_lenet_4_equals_one_worker_4x_batch 1e-6 "$TMP/one64_lenet.st" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+if have_mpi; then
+  equal mpi_owt_lenet_bitwise_equals_local 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model lenet --comm mpi --tp-conv data
+fi
+OS="--data $S257 --lr 0.05 --momentum 0.9 --seed 3 --quiet --epochs 1 --exchange allreduce:ring"
+for model in lenet mlp; do
+  "$DTRAIN" train $OS --model $model --batch 64 --checkpoint "$TMP/s64_$model.st" >/dev/null 2>&1
+  equal owt_${model}_short_last_step 1e-6 "$TMP/s64_$model.st" -- \
+    "$DTRAIN" train $OS --model $model --batch 16 --workers 4 --tp-conv data
+done
+# bytes a step, lenet on 4 workers of 16 (floats): the allgather of the
+# 64 x 800 features and the reduce-scatter of their gradients, 3 x 16 x 800
+# each; the row layer's sum of the 64 x 10 logits (2 x 640 - 160 - 160);
+# the ring allreduce of the 25,570 convolution parameters (2 x 25570 -
+# 6393 - 6393). Data parallelism would send ~1.5 x 431,080.
+bytes owt_bytes_lenet_4 4 0 $((38400 + 960 + 38400 + 38354)) -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
+expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \
+  "$DTRAIN" train $BASE --model lenet --workers 4 --pp 2 --tp-conv data
+expect_error owt_bad_value 2 "option --tp-conv: 'both' (expected split or data)" -- \
+  "$DTRAIN" train $BASE --tp-conv both

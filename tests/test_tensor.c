@@ -1,0 +1,165 @@
+/* Tensor parallelism (src/strategy/tensor/, the split dense layers in
+ * src/nn/dense.c): Megatron's pairing of a model's dense layers, the blocks
+ * each rank holds, and the split layers' arithmetic - on 3 threads, a
+ * model with an odd split (7 features over 3 ranks) gives each rank the
+ * block of one worker's initial weights, its logits and its gradients;
+ * so does a pair of convolutions (5 filters over 3) with pooling and
+ * dropout on the channel shard between them. */
+#include <string.h>
+
+#include "dtrain/coll.h"
+#include "strategy/tensor/tensor.h"
+#include "test.h"
+
+static void test_plan_pairs_dense_layers(void) {
+  model_spec_t s;
+  int pairs;
+  CHECK_OK(model_spec_builtin("mlp", &s)); /* dense relu dense relu dense */
+  CHECK_OK(tensor_plan(&s, 2, &pairs));
+  CHECK(pairs == 1 && s.layers[0].split == SPLIT_COLUMN && s.layers[2].split == SPLIT_ROW &&
+        s.layers[4].split == SPLIT_NONE);
+  model_spec_free(&s);
+  CHECK_OK(model_spec_builtin("deep", &s)); /* 8 dense layers: 4 pairs */
+  CHECK_OK(tensor_plan(&s, 4, &pairs));
+  CHECK(pairs == 4);
+  for (int i = 0; i < s.nlayers; i++)
+    if (s.layers[i].kind == LAYER_DENSE) CHECK(s.layers[i].split == (i % 4 == 0 ? SPLIT_COLUMN : SPLIT_ROW));
+  model_spec_free(&s);
+  CHECK_OK(model_spec_builtin("lenet", &s)); /* conv relu pool conv relu pool flatten dense relu dense */
+  CHECK_OK(tensor_plan(&s, 2, &pairs));
+  CHECK(pairs == 2 && s.layers[0].split == SPLIT_COLUMN && s.layers[3].split == SPLIT_ROW &&
+        s.layers[7].split == SPLIT_COLUMN && s.layers[9].split == SPLIT_ROW);
+  model_spec_free(&s);
+  /* batch norm between two dense layers ends the chain: the next two pair */
+  CHECK_OK(model_spec_parse("dense units=8\nbatchnorm\ndense units=8\ndropout\ndense units=3\n", "t", &s));
+  CHECK_OK(tensor_plan(&s, 2, &pairs));
+  CHECK(pairs == 1 && s.layers[0].split == SPLIT_NONE && s.layers[2].split == SPLIT_COLUMN &&
+        s.layers[4].split == SPLIT_ROW);
+  model_spec_free(&s);
+}
+
+static void test_plan_refusals(void) {
+  model_spec_t s;
+  CHECK_OK(model_spec_parse("dense units=3\nrelu\ndense units=10\n", "narrow", &s));
+  CHECK_FAILS_WITH(tensor_plan(&s, 4, NULL), "option --tp 4: the dense layer on line 1 of narrow has 3 output features");
+  CHECK_OK(tensor_plan(&s, 3, NULL));
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("conv2d filters=4 kernel=3\nflatten\ndense units=10\n", "convnet", &s));
+  CHECK_FAILS_WITH(tensor_plan(&s, 2, NULL), "option --tp 2: convnet has no pair of layers to split");
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("conv2d filters=2 kernel=3\nmaxpool kernel=2\nconv2d filters=8 kernel=1\n", "c", &s));
+  CHECK_FAILS_WITH(tensor_plan(&s, 3, NULL), "the conv2d layer on line 1 of c has 2 filters");
+  model_spec_free(&s);
+}
+
+static void test_blocks(void) {
+  int off, len, total = 0;
+  for (int i = 0; i < 3; i++) {
+    tp_block(7, 3, i, &off, &len);
+    CHECK(off == total && len == (i == 0 ? 3 : 2));
+    total += len;
+  }
+  CHECK(total == 7);
+  /* a 2 x 3 block at (1, 2) of a 4 x 6 tensor, there and back */
+  tensor_info_t t = {.ndim = 2, .dims = {4, 6}, .row0 = 1, .rows = 2, .mid = 1, .col0 = 2, .cols = 3, .full_cols = 6};
+  float full[24], block[6] = {1, 2, 3, 4, 5, 6}, back[6];
+  memset(full, 0, sizeof full);
+  tensor_block_copy(&t, full, block, 1);
+  CHECK(full[8] == 1 && full[10] == 3 && full[14] == 4 && full[16] == 6 && full[7] == 0 && full[11] == 0);
+  tensor_block_copy(&t, full, back, 0);
+  CHECK(memcmp(back, block, sizeof back) == 0);
+  CHECK(tensor_full_len(&t) == 24);
+  /* a conv weight [2, 2 positions, 3 channels], channels 1..2 of each run */
+  tensor_info_t c = {.ndim = 2, .dims = {2, 6}, .row0 = 0, .rows = 2, .mid = 2, .col0 = 1, .cols = 2, .full_cols = 3};
+  float cf[12] = {0}, cb[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  tensor_block_copy(&c, cf, cb, 1);
+  CHECK(cf[0] == 0 && cf[1] == 1 && cf[2] == 2 && cf[3] == 0 && cf[4] == 3 && cf[11] == 8);
+  CHECK(tensor_full_len(&c) == 12);
+}
+
+/* ---- the split arithmetic on 3 threads ------------------------------------------ */
+
+#define TP 3
+#define N 5
+typedef struct { const char *spec; shape_t in; } split_case_t;
+static const split_case_t CASES[] = {
+    {"dense units=7\nrelu\ndropout rate=0.25\ndense units=6\ntanh\ndense units=3\n", {4, 1, 1}},
+    {"conv2d filters=5 kernel=3 pad=1\nrelu\nmaxpool kernel=2\ndropout rate=0.2\nconv2d filters=4 "
+     "kernel=3\nrelu\nflatten\ndense units=3\n", {2, 6, 6}},
+};
+
+typedef struct { coll_ctx_t *coll; } ring_link_t;
+
+static int ring_allreduce(tp_link_t *t, float *buf, size_t count) {
+  return allreduce(((ring_link_t *)t->ctx)->coll, ALLREDUCE_RING, buf, count);
+}
+
+/* The whole model's forward, loss and backward on a fixed batch. */
+static int run_model(model_t *m, const float *x, const int32_t *y) {
+  rng_t rng;
+  rng_seed(&rng, 42);
+  model_forward(m, x, N, 1, &rng);
+  model_loss(m, y, N, N, NULL);
+  model_backward(m, x, N, NULL, NULL);
+  return m->tp && m->tp->failed ? -1 : 0;
+}
+
+static int split_rank(comm_t *c, void *arg) {
+  const split_case_t *k = arg;
+  shape_t in = k->in;
+  float x[N * 72];
+  int32_t y[N] = {0, 1, 2, 1, 0};
+  for (int i = 0; i < N * (int)shape_size(in); i++) x[i] = (float)((i * 7) % 11) / 11.0f - 0.4f;
+  model_spec_t s;
+  model_t *whole = NULL, *part = NULL;
+  ring_link_t rl = {NULL};
+  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = ring_allreduce, .ctx = &rl};
+  RCHECK_OK(coll_ctx_new(c, &rl.coll));
+  RCHECK_OK(model_spec_parse(k->spec, "t", &s));
+  RCHECK_OK(model_build(&s, in, 3, N, &whole));
+  RCHECK_OK(tensor_plan(&s, TP, NULL));
+  s.tp = &link;
+  RCHECK_OK(model_build(&s, in, 3, N, &part));
+  model_spec_free(&s);
+  model_init_params(whole, 9);
+  model_init_params(part, 9);
+  RCHECK(part->nparams < whole->nparams && part->ntensors == whole->ntensors);
+  /* the block of one worker's initial values, bit for bit */
+  float *blk = dt_alloc_floats(whole->nparams);
+  for (int i = 0; i < part->ntensors; i++) {
+    const tensor_info_t *p = &part->tensors[i], *w = &whole->tensors[i];
+    RCHECK(!strcmp(p->name, w->name) && tensor_full_len(p) == w->len);
+    tensor_block_copy(p, whole->params + w->off, blk, 0);
+    RCHECK(memcmp(blk, part->params + p->off, p->len * sizeof(float)) == 0);
+  }
+  RCHECK_OK(run_model(whole, x, y));
+  RCHECK_OK(run_model(part, x, y));
+  const float *lw = whole->layers[whole->nlayers - 1].out, *lp = part->layers[part->nlayers - 1].out;
+  for (int i = 0; i < N * 3; i++) RCHECK(fabsf(lw[i] - lp[i]) < 1e-5f);
+  for (int i = 0; i < part->ntensors; i++) {
+    const tensor_info_t *p = &part->tensors[i], *w = &whole->tensors[i];
+    tensor_block_copy(p, whole->grads + w->off, blk, 0);
+    for (size_t j = 0; j < p->len; j++)
+      if (!(fabsf(blk[j] - part->grads[p->off + j]) < 1e-5f))
+        return dt_error("rank %d, %s[%zu]: gradient %g, one worker's %g", comm_rank(c), p->name, j,
+                        part->grads[p->off + j], blk[j]);
+  }
+  dt_free(blk);
+  model_free(whole);
+  model_free(part);
+  coll_ctx_free(rl.coll);
+  return 0;
+}
+
+static void test_split_model_equals_whole(void) {
+  for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++)
+    CHECK_OK(comm_local_run(TP, NULL, split_rank, (void *)&CASES[i]));
+}
+
+int main(void) {
+  RUN(test_plan_pairs_dense_layers);
+  RUN(test_plan_refusals);
+  RUN(test_blocks);
+  RUN(test_split_model_equals_whole);
+  TEST_MAIN_END();
+}
