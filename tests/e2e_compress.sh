@@ -136,3 +136,8 @@ expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 -
 expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on
 expect_error dgc_adam 2 "use --optimizer sgd" -- "$DTRAIN" train --workers 2 --compress dgc:0.01 --optimizer adam
 expect_error compress_zero 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train --workers 2 --compress fp16 --shard-optimizer on
+expect_error compress_one_weird_trick 2 "not with the one weird trick" -- "$DTRAIN" train --workers 4 --model lenet --tp 4 --tp-conv data --compress fp16
+expect_error sfb_with_tp 2 "not with --tp 2" -- "$DTRAIN" train --workers 4 --tp 2 --sufficient-factors on
+# compression on the data-parallel slices of a dp x tp grid
+"$DTRAIN" train $BASE --workers 4 --tp 2 --exchange allreduce:ring --compress topk:0.05 --checkpoint "$TMP/tp_topk.st" >/dev/null 2>&1
+check "dp2_tp2_topk_trains" [ $? -eq 0 ]

@@ -199,6 +199,12 @@ static int comm_order_check(const train_config_t *c) {
  * needs gradients that go on a wire, bucket by bucket. */
 static int compress_check(const train_config_t *c) {
   const codec_spec_t *k = &c->compress;
+  if (c->sufficient_factors && c->tp > 1)
+    return dt_error("option --sufficient-factors on: not with --tp %d (a split layer's factors "
+                    "are its block's; use --tp 1)", c->tp);
+  if (k->kind != CODEC_NONE && c->tp_conv_data)
+    return dt_error("option --compress: not with the one weird trick (--tp-conv data): its dense "
+                    "layers' activations, not gradients, go on the wire");
   if (c->sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
                                 c->comm_order == COLL_ORDER_PRIORITY))
     return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
