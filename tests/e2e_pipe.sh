@@ -1,7 +1,7 @@
 #!/bin/sh
-# Pipeline parallelism end to end (src/strategy/pipe/): GPipe and 1F1B
-# with P stages and M micro-batches give the weights of one worker with the
-# same batch - bitwise for M = 1 (the same sums in the same order), within
+# Pipeline parallelism end to end (src/strategy/pipe/): GPipe, 1F1B and
+# interleaved 1F1B with P stages and M micro-batches give the weights of
+# one worker with the same batch - bitwise for M = 1 (the same sums in the same order), within
 # 1e-6 for M > 1 (a micro-batch's gradient is summed apart, then added:
 # float rounding, measured at most 1e-7 after an epoch) - bitwise run to
 # run and between local and mpi; dp = 2 x pp = 2 equals one worker with
@@ -40,6 +40,37 @@ equal pipe_micro_batches_alone_equal_one_worker 1e-6 "$TMP/one.st" -- \
   "$DTRAIN" train $BASE --micro-batches 4
 equal pipe_explicit_partition_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
   "$DTRAIN" train $BASE --model lenet --workers 2 --pp 2 --micro-batches 2 --partition 0,3
+
+# interleaved 1F1B (Megatron): V = 2 chunks per rank on a model of 8 equal
+# dense layers, M a multiple of P (Megatron's rule); the same weights
+printf 'dense units=32\nrelu\n%.0s' 1 2 3 4 5 6 7 >"$TMP/eight.model"
+echo 'dense units=10' >>"$TMP/eight.model"
+E8="$BASE --model $TMP/eight.model --batch 24"
+"$DTRAIN" train $E8 --checkpoint "$TMP/one_eight.st" >/dev/null 2>&1 || fail pipe_reference_run_eight
+for PM in 2:2 2:4 2:8 3:3 3:6 4:4 4:8; do
+  P=${PM%:*} M=${PM#*:}
+  equal pipe_interleaved2_p${P}_m${M}_equals_one_worker 1e-6 "$TMP/one_eight.st" -- \
+    "$DTRAIN" train $E8 --workers $P --pp $P --micro-batches $M --pipe-schedule interleaved:2
+done
+equal pipe_interleaved4_p2_m2_equals_one_worker 1e-6 "$TMP/one_eight.st" -- \
+  "$DTRAIN" train $E8 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:4
+"$DTRAIN" train $E8 --workers 4 --pp 4 --micro-batches 8 --pipe-schedule interleaved:2 --checkpoint "$TMP/il.st" >/dev/null 2>&1
+equal pipe_interleaved_bitwise_repeatable 0 "$TMP/il.st" -- \
+  "$DTRAIN" train $E8 --workers 4 --pp 4 --micro-batches 8 --pipe-schedule interleaved:2
+if have_mpi; then
+  equal mpi_pipe_interleaved_bitwise_equals_local 0 "$TMP/il.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $E8 --comm mpi --pp 4 --micro-batches 8 --pipe-schedule interleaved:2
+fi
+expect_error pipe_interleaved_m_not_multiple_of_p 2 "a multiple of --pp 3 micro-batches (e.g. --micro-batches 6)" -- \
+  "$DTRAIN" train $E8 --workers 3 --pp 3 --micro-batches 4 --pipe-schedule interleaved:2
+expect_error pipe_interleaved_m1 2 "a multiple of --pp 2" -- \
+  "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:2
+expect_error pipe_interleaved_needs_v 2 "interleaved:V" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved
+expect_error pipe_interleaved_bad_v 2 "1 to 64" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:0
+expect_error pipe_interleaved_too_many_chunks 1 "at most --pp x V = 8" -- \
+  "$DTRAIN" train $E8 --workers 4 --pp 4 --micro-batches 4 --pipe-schedule interleaved:3
+expect_error pipe_interleaved_partition_count 2 "names 2 stages (give 4)" -- \
+  "$DTRAIN" train $E8 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition 0,3
 
 # run to run, and local against mpi: the same bits
 "$DTRAIN" train $BASE --workers 3 --pp 3 --micro-batches 4 --pipe-schedule 1f1b --checkpoint "$TMP/r1.st" >/dev/null 2>&1
@@ -88,7 +119,7 @@ expect_error pipe_partition_count 2 "names 2 stages" -- "$DTRAIN" train $BASE --
 expect_error pipe_partition_order 2 "increasing from 0" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 1,2
 expect_error pipe_partition_junk 2 "option --partition" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,x
 expect_error pipe_partition_past_the_model 1 "the model has 3 layers" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,7
-expect_error pipe_unknown_schedule 2 "expected gpipe or 1f1b" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --pipe-schedule pipedream
+expect_error pipe_unknown_schedule 2 "expected gpipe, 1f1b, interleaved:V, pipedream, 2bw or ddg" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --pipe-schedule pipedreamer
 expect_error pipe_with_ps 2 "pipelines run with" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --exchange ps:1
 expect_error pipe_with_zero1 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --shard-optimizer on
 expect_error pipe_schedule_needs_pp 2 "option --pipe-schedule" -- "$DTRAIN" train $BASE --pipe-schedule 1f1b

@@ -234,6 +234,11 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
  * pass as x), output [micro_batch, out_size] of its last forward, and the
  * gradient of that output (stage_loss writes it; a pipeline may receive
  * into it). NULL with dt_error set when mb is out of range. */
+/* Weight versions (PipeDream's stashing, 2BW's two buffers): from now
+ * on, mb's forward and backward read the stage's parameters from w, a copy
+ * of its range [param_off, param_off + param_len) of model->params; NULL:
+ * from the model (the default). Gradients still go to model->grads. */
+int stage_use_weights(stage_t *s, int mb, const float *w);
 float *stage_input(stage_t *s, int mb);
 const float *stage_output(const stage_t *s, int mb);
 float *stage_output_grad(stage_t *s, int mb);

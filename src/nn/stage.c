@@ -17,6 +17,7 @@ struct stage_mb {
   const float *x;    /* the input of the forward in flight */
   int n;             /* its samples; 0: none in flight */
   int has_loss;      /* stage_loss wrote the output gradient since that forward */
+  const float *weights; /* the stage's parameters for this micro-batch; NULL: the model's */
 };
 
 /* The first layer at or after c that reads across a cut before c (a layer
@@ -75,6 +76,12 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
     const layer_t *ml = &s->model->layers[i];
     layer_t *l = &b->layers[i];
     l->w = ml->w, l->b = ml->b;
+    if (b->weights) { /* the same offsets in the micro-batch's copy of the range */
+      float *copy = (float *)b->weights;
+      const float *range = s->model->params + s->param_off;
+      if (ml->w) l->w = copy + (ml->w - range);
+      if (ml->b) l->b = copy + (ml->b - range);
+    }
     l->running_mean = ml->running_mean, l->running_var = ml->running_var;
     l->dw = accumulate ? s->gacc : ml->dw;
     l->db = accumulate ? s->gacc + l->nweight : ml->db;
@@ -248,6 +255,13 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
   }
   b->n = 0;
   b->has_loss = 0;
+  return 0;
+}
+
+int stage_use_weights(stage_t *s, int mb, const float *w) {
+  stage_mb_t *b = micro(s, mb, "stage_use_weights");
+  if (!b) return -1;
+  b->weights = w;
   return 0;
 }
 
