@@ -72,6 +72,42 @@ expect_error pipe_interleaved_too_many_chunks 1 "at most --pp x V = 8" -- \
 expect_error pipe_interleaved_partition_count 2 "names 2 stages (give 4)" -- \
   "$DTRAIN" train $E8 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition 0,3
 
+# asynchronous pipelines (their update rules: test_pipe_async): bitwise run
+# to run and local = mpi; weight versions in the metrics (PipeDream stage s:
+# P - s, 2BW: 2, DDG: 1); an epoch drains, so a resume is bit exact
+for sk in pipedream:1 2bw:4 ddg:1; do
+  k=${sk%:*} M=${sk#*:}
+  A="$BASE --workers 3 --pp 3 --micro-batches $M --pipe-schedule $k"
+  rm -f "$TMP/$k.jsonl"
+  "$DTRAIN" train $A --checkpoint "$TMP/$k.st" --metrics "$TMP/$k.jsonl" >/dev/null 2>&1
+  equal pipe_${k}_bitwise_repeatable 0 "$TMP/$k.st" -- "$DTRAIN" train $A
+  if have_mpi; then
+    equal mpi_pipe_${k}_bitwise_equals_local 0 "$TMP/$k.st" -- \
+      $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --pp 3 --micro-batches $M --pipe-schedule $k
+  fi
+  check pipe_${k}_weight_versions_in_metrics $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/$k.jsonl')][0]
+want = {'pipedream': [3, 2, 1], '2bw': [2, 2, 2], 'ddg': [1, 1, 1]}['$k']
+assert e['stage_weight_versions'] == want and e['stage_peak_activations'] == [3, 2, 1], e"
+done
+"$DTRAIN" train $BASE --workers 3 --pp 3 --pipe-schedule pipedream --vertical-sync on --checkpoint "$TMP/vs.st" >/dev/null 2>&1
+if have_mpi; then
+  equal mpi_pipe_vertical_sync_bitwise_equals_local 0 "$TMP/vs.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --pp 3 --pipe-schedule pipedream --vertical-sync on
+fi
+R2="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 2bw"
+"$DTRAIN" train $R2 --epochs 2 --checkpoint "$TMP/two2.st" >/dev/null 2>&1
+"$DTRAIN" train $R2 --epochs 1 --checkpoint "$TMP/half2.st" >/dev/null 2>&1
+equal pipe_2bw_resume_bit_exact 0 "$TMP/two2.st" -- "$DTRAIN" train $R2 --epochs 2 --resume "$TMP/half2.st"
+equal pipe_2bw_resume_onto_other_p_bit_exact 0 "$TMP/two2.st" -- "$DTRAIN" train $R2 --epochs 2 \
+  --resume "$TMP/half2.st" --workers 3 --pp 3
+expect_error pipe_pipedream_whole_batches 2 "give --micro-batches 1" -- \
+  "$DTRAIN" train $BASE --workers 2 --pp 2 --micro-batches 2 --pipe-schedule pipedream
+expect_error pipe_2bw_needs_p_minus_1 2 "--micro-batches 3 or more" -- \
+  "$DTRAIN" train $BASE --workers 4 --pp 4 --micro-batches 2 --pipe-schedule 2bw --model lenet
+expect_error pipe_vertical_sync_needs_pipedream 2 "option --vertical-sync" -- \
+  "$DTRAIN" train $BASE --workers 2 --pp 2 --pipe-schedule 2bw --vertical-sync on
+
 # run to run, and local against mpi: the same bits
 "$DTRAIN" train $BASE --workers 3 --pp 3 --micro-batches 4 --pipe-schedule 1f1b --checkpoint "$TMP/r1.st" >/dev/null 2>&1
 equal pipe_bitwise_repeatable 0 "$TMP/r1.st" -- \
@@ -108,6 +144,13 @@ R="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --workers 
 "$DTRAIN" train $R --epochs 2 --checkpoint "$TMP/two.st" >/dev/null 2>&1
 "$DTRAIN" train $R --epochs 1 --checkpoint "$TMP/half.st" >/dev/null 2>&1
 equal pipe_resume_bit_exact 0 "$TMP/two.st" -- "$DTRAIN" train $R --epochs 2 --resume "$TMP/half.st"
+# onto another P (the checkpoint holds every stage): pp 2 GPipe, then pp 3 1F1B
+equal pipe_resume_onto_other_p_bit_exact 0 "$TMP/two.st" -- "$DTRAIN" train $R --epochs 2 \
+  --resume "$TMP/half.st" --workers 3 --pp 3 --pipe-schedule 1f1b
+if have_mpi; then
+  equal mpi_pipe_resume_onto_other_p_bit_exact 0 "$TMP/two.st" -- $MPIRUN -np 3 "$DTRAIN" train $R \
+    --comm mpi --workers 3 --pp 3 --pipe-schedule 1f1b --epochs 2 --resume "$TMP/half.st"
+fi
 
 # bad values and combinations
 expect_error pipe_workers_not_multiple 2 "multiple of --pp" -- "$DTRAIN" train $BASE --workers 3 --pp 2
@@ -126,12 +169,13 @@ expect_error pipe_schedule_needs_pp 2 "option --pipe-schedule" -- "$DTRAIN" trai
 expect_error pipe_overlap_unused 2 "option --overlap" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --overlap on
 
 # presets: each a pipeline with its schedule
-for p in gpipe pipedream-flush distbelief-mp; do
+for p in gpipe pipedream-flush distbelief-mp pipedream pipedream-2bw ddg; do
   rm -f "$TMP/p.jsonl"
   if "$DTRAIN" train $BASE --preset $p --workers 2 --metrics "$TMP/p.jsonl" >/dev/null 2>"$TMP/err" &&
      $PY -c "
 import json; e = [json.loads(l) for l in open('$TMP/p.jsonl')][0]
-want = {'gpipe': ('gpipe', 8), 'pipedream-flush': ('1f1b', 8), 'distbelief-mp': ('gpipe', 1)}['$p']
+want = {'gpipe': ('gpipe', 8), 'pipedream-flush': ('1f1b', 8), 'distbelief-mp': ('gpipe', 1),
+        'pipedream': ('pipedream', 1), 'pipedream-2bw': ('2bw', 4), 'ddg': ('ddg', 1)}['$p']
 assert (e['pipe_schedule'], e['micro_batches'], e['pp']) == want + (2,), e" 2>"$TMP/err"; then pass "pipe_preset_$p"
   else fail "pipe_preset_$p" "$(tail -c 300 "$TMP/err")"; fi
 done

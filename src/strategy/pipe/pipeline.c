@@ -336,9 +336,12 @@ static int64_t forward_version(const pipe_t *p, int unit) {
   return p->version;
 }
 
+/* Weight versions the rank holds: the newest, and those of in-flight
+ * units' forwards kept for their backwards (DDG keeps none). */
 static int count_versions(pipe_t *p) {
   int64_t seen[130];
   int n = 0;
+  if (!p->ring_len) return 1;
   seen[n++] = p->version;
   for (int i = 0; i < p->slots && n < 130; i++) {
     if (p->slot_ver[i] < 0) continue;
