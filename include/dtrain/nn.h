@@ -81,6 +81,8 @@ struct layer {
   size_t buf_off, buf_len;         /* range in the buffer arena */
   size_t scratch_len;              /* floats of per-layer scratch for max_batch */
   float *w, *b, *dw, *db;          /* views into params / grads */
+  float grad_beta;                 /* dense, conv2d: 1 adds the gradients to dw, db (the
+                                    * weight GEMM's beta), 0 writes them; others write */
   float *running_mean, *running_var;
   float *scratch;
   float *out, *dout;               /* [max_batch, out] */

@@ -69,8 +69,16 @@ static int check_cut(const model_t *m, int c, int first, int last) {
                   first, last, at, reader, source, cuts);
 }
 
+/* Dense and conv2d layers add their gradients in place (a GEMM with
+ * beta = 1 into the model's gradient); the others write into the
+ * accumulator, which layer_done then adds. */
+static int adds_in_place(const layer_t *l) {
+  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D;
+}
+
 /* The views into the model's arenas, taken afresh each call; dw/db into
- * the accumulator when the gradients are to be added. */
+ * the accumulator when the gradients are to be added by a layer that
+ * cannot add them itself. */
 static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   for (int i = s->first; i <= s->last; i++) {
     const layer_t *ml = &s->model->layers[i];
@@ -83,8 +91,10 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
       if (ml->b) l->b = copy + (ml->b - range);
     }
     l->running_mean = ml->running_mean, l->running_var = ml->running_var;
-    l->dw = accumulate ? s->gacc : ml->dw;
-    l->db = accumulate ? s->gacc + l->nweight : ml->db;
+    int in_place = accumulate && adds_in_place(l);
+    l->grad_beta = in_place ? 1.0f : 0.0f;
+    l->dw = accumulate && !in_place ? s->gacc : ml->dw;
+    l->db = accumulate && !in_place ? s->gacc + l->nweight : ml->db;
   }
 }
 
@@ -226,10 +236,8 @@ typedef struct {
  * accumulating, then tell the caller. */
 static void layer_done(void *ctx, int i) {
   backward_ctx_t *c = ctx;
-  if (c->accumulate) {
-    const layer_t *ml = &c->s->model->layers[i];
-    kern_add(ml->param_len, c->s->gacc, ml->dw);
-  }
+  const layer_t *ml = &c->s->model->layers[i];
+  if (c->accumulate && !adds_in_place(ml)) kern_add(ml->param_len, c->s->gacc, ml->dw);
   if (c->ready) c->ready(c->ctx, i);
 }
 
