@@ -183,7 +183,9 @@ void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void
  * Gradients over micro-batches: layers write their gradients, so
  * stage_backward takes `accumulate`: 0 writes the stage's gradients (the
  * first backward of a step), 1 adds to them (the others, in a fixed order
- * for bitwise reproducibility). The average is the loss's: pass the whole
+ * for bitwise reproducibility; dense and conv2d add in place, a GEMM with
+ * beta = 1, the other layers through one layer's accumulator). The
+ * average is the loss's: pass the whole
  * batch (the sum of the micro-batch sizes) as stage_loss's denom, and the
  * summed gradient is the batch mean.
  *
