@@ -1,5 +1,14 @@
-/* The pipeline engine: one rank runs one stage of one replica, executing
- * its schedule's instructions (schedule.h) on the stage seam (nn/stage.c).
+/* The pipeline engine: one rank runs one stage of one replica (V chunks
+ * of the model under interleaved 1F1B), executing its schedule's
+ * instructions (schedule.h) on the stage seam (nn/stage.c).
+ *
+ * The asynchronous schedules (PipeDream, 2BW, DDG) stream units across
+ * steps; a unit's activations stay in a slot (M + P of them) until its
+ * backward, perhaps steps later, with the weight version its forward used:
+ * the newest lives in the model, the older ones a rank still needs in a
+ * ring (a copy of the stage's range taken before each update: P of them
+ * for PipeDream, one for 2BW, none for DDG, whose backward runs on the
+ * weights as they are). The pipeline drains at each epoch's end.
  *
  * Ranks form a dp x pp grid (grid.h): the stages of a replica talk over
  * the pipeline axis (activations forward, gradients back, non-blocking
