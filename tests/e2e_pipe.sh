@@ -168,6 +168,16 @@ expect_error pipe_with_zero1 2 "does not combine with --shard-optimizer" -- "$DT
 expect_error pipe_schedule_needs_pp 2 "option --pipe-schedule" -- "$DTRAIN" train $BASE --pipe-schedule 1f1b
 expect_error pipe_overlap_unused 2 "option --overlap" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --overlap on
 
+# a stage that fails under mpi (the last stage's loss is NaN) ends the job,
+# the message naming the stage
+if have_mpi; then
+  timeout 120 $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --pp 2 --micro-batches 2 --lr 1e9 >"$TMP/out" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "stage 1: step [0-9]*: the training loss is NaN" "$TMP/out"; then
+    pass mpi_pipe_stage_failure_ends_the_job_naming_it
+  else fail mpi_pipe_stage_failure_ends_the_job_naming_it "exit $rc: $(tail -c 300 "$TMP/out")"; fi
+fi
+
 # presets: each a pipeline with its schedule
 for p in gpipe pipedream-flush distbelief-mp pipedream pipedream-2bw ddg; do
   rm -f "$TMP/p.jsonl"
