@@ -95,6 +95,17 @@ if have_mpi; then
   equal mpi_pipe_vertical_sync_bitwise_equals_local 0 "$TMP/vs.st" -- \
     $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --pp 3 --pipe-schedule pipedream --vertical-sync on
 fi
+# 2BW's rule does not depend on P: pp 2 and pp 3 give the same bits, also
+# through a last step of 1 sample over 3 micro-batches (empty units)
+B93="--data $SMALL --lr 0.02 --momentum 0.9 --seed 3 --quiet --batch 93 --epochs 1 --micro-batches 3 --pipe-schedule 2bw"
+"$DTRAIN" train $B93 --workers 2 --pp 2 --checkpoint "$TMP/b93.st" >/dev/null 2>&1
+equal pipe_2bw_same_bits_whatever_p_with_empty_units 0 "$TMP/b93.st" -- "$DTRAIN" train $B93 --workers 3 --pp 3
+# dp 2 x pp 2 without a flush: the replicas sum each update's gradients
+"$DTRAIN" train $BASE --workers 4 --pp 2 --pipe-schedule pipedream --checkpoint "$TMP/dpd.st" >/dev/null 2>&1
+if have_mpi; then
+  equal mpi_pipe_pipedream_dp2_pp2_bitwise_equals_local 0 "$TMP/dpd.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --pp 2 --pipe-schedule pipedream
+fi
 R2="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 2bw"
 "$DTRAIN" train $R2 --epochs 2 --checkpoint "$TMP/two2.st" >/dev/null 2>&1
 "$DTRAIN" train $R2 --epochs 1 --checkpoint "$TMP/half2.st" >/dev/null 2>&1
