@@ -54,7 +54,8 @@ typedef struct {
   optim_segment_t *segs;      /* the rank's tensors, for its optimizer step */
   int nsegs;
   int32_t *labels;            /* [slots][micro_batch]: each unit's labels (the last chunk) */
-  int *slot_n, *slot_ver;     /* each slot's samples; the weight version of its forward (-1: none in flight) */
+  int *slot_n;                /* each slot's samples */
+  int64_t *slot_ver;          /* the weight version of its forward (-1: none in flight) */
   comm_req_t **sends;         /* non-blocking sends of the step */
   int nsends, max_sends;
   size_t begin, *mb_off, *mb_len;  /* the step's micro-batches: [M] each */
@@ -63,6 +64,7 @@ typedef struct {
   int64_t version, epoch_version, epoch_step;  /* updates done; at the epoch's start; w->step then */
   int ring_len;               /* versions kept besides the newest: P (pipedream), 1 (2bw), 0 */
   float *ring;                /* [ring_len][param_len] (V = 1: the one chunk's range) */
+  unsigned char *lag_seen;    /* [ring_len + 1]: scratch of count_versions */
   int64_t steps_taken;        /* steps of this epoch, for the drain */
   int live, peak_live, peak_versions;
   double compute, idle;       /* this epoch: seconds computing, waiting on the pipeline */
@@ -242,7 +244,8 @@ static int setup(pipe_t *p, worker_t *w) {
     int n = pipe_async_max_len(p->P, p->M);
     p->prog = calloc((size_t)n, sizeof *p->prog);
     p->ring = dt_alloc_floats((size_t)p->ring_len * p->st[0]->param_len + 1);
-    if (!p->prog || !p->ring) return dt_error("out of memory");
+    p->lag_seen = calloc((size_t)p->ring_len + 1, 1);
+    if (!p->prog || !p->ring || !p->lag_seen) return dt_error("out of memory");
     pipe_schedule_t sc; /* the stream over a few steps, checked once */
     DT_TRY(pipe_schedule_build(p->kind, p->P, 1, p->M, p->P + 2, &sc));
     int rc = pipe_schedule_check(&sc);
@@ -269,6 +272,7 @@ static void teardown(pipe_t *p) {
     if (p->st[v]) stage_free(p->st[v]);
   }
   dt_free(p->ring);
+  free(p->lag_seen);
   free(p->labels);
   free(p->slot_n);
   free(p->slot_ver);
@@ -346,18 +350,16 @@ static int64_t forward_version(const pipe_t *p, int unit) {
 }
 
 /* Weight versions the rank holds: the newest, and those of in-flight
- * units' forwards kept for their backwards (DDG keeps none). */
+ * units' forwards kept for their backwards (DDG keeps none); each is
+ * 0 .. ring_len updates behind the newest. */
 static int count_versions(pipe_t *p) {
-  int64_t seen[130];
-  int n = 0;
   if (!p->ring_len) return 1;
-  seen[n++] = p->version;
-  for (int i = 0; i < p->slots && n < 130; i++) {
-    if (p->slot_ver[i] < 0) continue;
-    int k = 0;
-    while (k < n && seen[k] != p->slot_ver[i]) k++;
-    if (k == n) seen[n++] = p->slot_ver[i];
-  }
+  memset(p->lag_seen, 0, (size_t)p->ring_len + 1);
+  p->lag_seen[0] = 1;
+  for (int i = 0; i < p->slots; i++)
+    if (p->slot_ver[i] >= 0) p->lag_seen[p->version - p->slot_ver[i]] = 1;
+  int n = 0;
+  for (int k = 0; k <= p->ring_len; k++) n += p->lag_seen[k];
   return n;
 }
 
@@ -368,7 +370,7 @@ static int pin_weights(pipe_t *p, int unit, int slot) {
     return dt_error("pipeline %s: unit %d wants weight version %lld, the stage holds %lld..%lld",
                     pipe_kind_name(p->kind), unit, (long long)v, (long long)(p->version - p->ring_len),
                     (long long)p->version);
-  p->slot_ver[slot] = (int)v;
+  p->slot_ver[slot] = v;
   return stage_use_weights(p->st[0], slot, weights_of(p, v));
 }
 
