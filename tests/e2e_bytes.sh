@@ -24,6 +24,12 @@
 #                              their gradients back), whatever M
 #     dp 2 x pp 2              that, plus the ring allreduce of the stage's
 #                              parameters between its 2 replicas: 4 x 401,920
+#     4 equal layers (64 outputs), pp 2, M 2: 1F1B crosses one boundary
+#                              (T x 16 x 64 x 4 each way on rank 0);
+#                              interleaved:2 (chunks 0 and 2 on rank 0)
+#                              three, 3 x that: a micro-batch crosses P V - 1
+#                              boundaries instead of P - 1, V times the
+#                              messages of a middle rank, 2V - 1 of rank 0's
 # and the same counts under mpi as on local.
 . tests/lib.sh
 SMALL="$TMP/small"
@@ -87,6 +93,10 @@ run bytes_ps_sync ps -- $L --workers 2 --exchange ps:1
 run bytes_pipeline_pp2 step:32768 -- $L --workers 2 --pp 2 --partition 0,1
 run bytes_pipeline_pp2_m4 step:32768 -- $L --workers 2 --pp 2 --partition 0,1 --micro-batches 4 --pipe-schedule 1f1b
 run bytes_pipeline_dp2_pp2 step:1640448 -- $L --workers 4 --pp 2 --partition 0,1 --micro-batches 2
+printf 'dense units=64\nrelu\n%.0s' 1 2 3 >"$TMP/four.model"
+echo 'dense units=10' >>"$TMP/four.model"
+run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 1f1b
+run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"
@@ -94,5 +104,6 @@ if have_mpi; then
   run bytes_ps_sync_mpi ps -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --workers 2 --exchange ps:1
   run bytes_dpsgd_two_neighbours_mpi exact:2 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset d-psgd
   run bytes_pipeline_pp2_mpi step:32768 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --pp 2 --partition 0,1 --micro-batches 4
+  run bytes_pipeline_four_interleaved_mpi step:12288 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
   run bytes_tree_4_ranks_root_mpi exact:2 -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --exchange allreduce:tree
 fi

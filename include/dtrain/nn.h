@@ -120,6 +120,8 @@ struct layer {
   size_t buf_off, buf_len;         /* range in the buffer arena */
   size_t scratch_len;              /* floats of per-layer scratch for max_batch */
   float *w, *b, *dw, *db;          /* views into params / grads */
+  float grad_beta;                 /* dense, conv2d: 1 adds the gradients to dw, db (the
+                                    * weight GEMM's beta), 0 writes them; others write */
   float *running_mean, *running_var;
   float *scratch;
   float *out, *dout;               /* [max_batch, out] */
@@ -251,7 +253,9 @@ const float *model_layer_input(const model_t *m, int i, const float *x);
  * Gradients over micro-batches: layers write their gradients, so
  * stage_backward takes `accumulate`: 0 writes the stage's gradients (the
  * first backward of a step), 1 adds to them (the others, in a fixed order
- * for bitwise reproducibility). The average is the loss's: pass the whole
+ * for bitwise reproducibility; dense and conv2d add in place, a GEMM with
+ * beta = 1, the other layers through one layer's accumulator). The
+ * average is the loss's: pass the whole
  * batch (the sum of the micro-batch sizes) as stage_loss's denom, and the
  * summed gradient is the batch mean.
  *
@@ -304,6 +308,11 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
  * pass as x), output [micro_batch, out_size] of its last forward, and the
  * gradient of that output (stage_loss writes it; a pipeline may receive
  * into it). NULL with dt_error set when mb is out of range. */
+/* Weight versions (PipeDream's stashing, 2BW's two buffers): from now
+ * on, mb's forward and backward read the stage's parameters from w, a copy
+ * of its range [param_off, param_off + param_len) of model->params; NULL:
+ * from the model (the default). Gradients still go to model->grads. */
+int stage_use_weights(stage_t *s, int mb, const float *w);
 float *stage_input(stage_t *s, int mb);
 const float *stage_output(const stage_t *s, int mb);
 float *stage_output_grad(stage_t *s, int mb);

@@ -61,7 +61,9 @@ typedef struct {
   /* pipeline parallelism (src/strategy/pipe/): workers = dp x pp */
   int pp;                       /* pipeline stages [1] */
   int micro_batches;            /* micro-batches per step of one replica [1] */
-  int pipe_schedule;            /* pipe_kind_t: gpipe, 1f1b */
+  int pipe_schedule;            /* pipe_kind_t: gpipe, 1f1b, interleaved, pipedream, 2bw, ddg */
+  int pipe_chunks;              /* interleaved:V: model chunks per rank [1] */
+  int vertical_sync;            /* pipedream: a unit runs every stage on stage 0's weight version */
   char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
   /* tensor parallelism (src/strategy/tensor/): workers = dp x pp x tp */
   int tp;                       /* ranks a dense layer pair is split over [1] */

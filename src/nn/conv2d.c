@@ -208,15 +208,16 @@ static void bias_act(float *out, const float *b, size_t rows, int cols, int relu
   }
 }
 
-/* db = column sums of dout, after masking dout by out > 0 for a fused
- * ReLU: one pass over dout. */
+/* db = column sums of dout (added to db when add), after masking dout
+ * by out > 0 for a fused ReLU: one pass over dout. */
 static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, int cols,
-                         float *db) {
+                         float *db, int add) {
   float tile[TILE];
   size_t per = rows_per_block(cols);
   float *acc = per > 1 ? tile : db;
   size_t span = per * (size_t)cols;
-  for (size_t i = 0; i < span; i++) acc[i] = 0.0f;
+  if (per > 1 || !add)
+    for (size_t i = 0; i < span; i++) acc[i] = 0.0f;
   for (size_t r0 = 0; r0 < rows; r0 += per) {
     size_t len = (rows - r0 < per ? rows - r0 : per) * (size_t)cols;
     float *restrict d = dout + r0 * cols;
@@ -231,7 +232,8 @@ static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, i
     }
   }
   if (per > 1) {
-    for (int j = 0; j < cols; j++) db[j] = 0.0f;
+    if (!add)
+      for (int j = 0; j < cols; j++) db[j] = 0.0f;
     for (size_t r = 0; r < per; r++)
       for (int j = 0; j < cols; j++) db[j] += acc[r * cols + j];
   }
@@ -268,9 +270,9 @@ static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
   float *dout = l->dout;
-  mask_and_sum(dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db);
+  mask_and_sum(dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db, l->grad_beta != 0.0f);
   const float *cols = is_pointwise(&g) ? x : l->scratch;
-  kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, 0.0f, l->dw, g.kdim);
+  kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, l->grad_beta, l->dw, g.kdim);
   if (dx) conv_backward_input(l, dx, n);
 }
 

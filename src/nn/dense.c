@@ -71,11 +71,11 @@ static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *r
   }
 }
 
-/* db = column sums of dout, after masking dout by out > 0 for a fused
- * ReLU: one pass over dout. */
+/* db = column sums of dout (added to db when add), after masking dout
+ * by out > 0 for a fused ReLU: one pass over dout. */
 static void mask_and_sum(float *restrict dout, const float *restrict out, int relu, int rows,
-                         int cols, float *restrict db) {
-  for (int j = 0; j < cols; j++) db[j] = 0.0f;
+                         int cols, float *restrict db, int add) {
+  if (!add) for (int j = 0; j < cols; j++) db[j] = 0.0f;
   for (int r = 0; r < rows; r++) {
     float *d = dout + (size_t)r * cols;
     if (relu) {
@@ -99,8 +99,8 @@ static void dense_backward_input(layer_t *l, float *dx, int n) {
 
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
   int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
-  mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, n, units, l->db);
-  kern_gemm(1, 0, units, in, n, 1.0f, l->dout, units, x, in, 0.0f, l->dw, in);
+  mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, n, units, l->db, l->grad_beta != 0.0f);
+  kern_gemm(1, 0, units, in, n, 1.0f, l->dout, units, x, in, l->grad_beta, l->dw, in);
   if (dx) dense_backward_input(l, dx, n);
 }
 

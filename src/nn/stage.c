@@ -17,6 +17,7 @@ struct stage_mb {
   const float *x;    /* the input of the forward in flight */
   int n;             /* its samples; 0: none in flight */
   int has_loss;      /* stage_loss wrote the output gradient since that forward */
+  const float *weights; /* the stage's parameters for this micro-batch; NULL: the model's */
 };
 
 /* The first layer at or after c that reads across a cut before c (a layer
@@ -68,16 +69,32 @@ static int check_cut(const model_t *m, int c, int first, int last) {
                   first, last, at, reader, source, cuts);
 }
 
+/* Dense and conv2d layers add their gradients in place (a GEMM with
+ * beta = 1 into the model's gradient); the others write into the
+ * accumulator, which layer_done then adds. */
+static int adds_in_place(const layer_t *l) {
+  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D;
+}
+
 /* The views into the model's arenas, taken afresh each call; dw/db into
- * the accumulator when the gradients are to be added. */
+ * the accumulator when the gradients are to be added by a layer that
+ * cannot add them itself. */
 static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   for (int i = s->first; i <= s->last; i++) {
     const layer_t *ml = &s->model->layers[i];
     layer_t *l = &b->layers[i];
     l->w = ml->w, l->b = ml->b;
+    if (b->weights) { /* the same offsets in the micro-batch's copy of the range */
+      float *copy = (float *)b->weights;
+      const float *range = s->model->params + s->param_off;
+      if (ml->w) l->w = copy + (ml->w - range);
+      if (ml->b) l->b = copy + (ml->b - range);
+    }
     l->running_mean = ml->running_mean, l->running_var = ml->running_var;
-    l->dw = accumulate ? s->gacc : ml->dw;
-    l->db = accumulate ? s->gacc + l->nweight : ml->db;
+    int in_place = accumulate && adds_in_place(l);
+    l->grad_beta = in_place ? 1.0f : 0.0f;
+    l->dw = accumulate && !in_place ? s->gacc : ml->dw;
+    l->db = accumulate && !in_place ? s->gacc + l->nweight : ml->db;
   }
 }
 
@@ -221,10 +238,8 @@ typedef struct {
  * accumulating, then tell the caller. */
 static void layer_done(void *ctx, int i) {
   backward_ctx_t *c = ctx;
-  if (c->accumulate) {
-    const layer_t *ml = &c->s->model->layers[i];
-    kern_add(ml->param_len, c->s->gacc, ml->dw);
-  }
+  const layer_t *ml = &c->s->model->layers[i];
+  if (c->accumulate && !adds_in_place(ml)) kern_add(ml->param_len, c->s->gacc, ml->dw);
   if (c->ready) c->ready(c->ctx, i);
 }
 
@@ -252,6 +267,13 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
     return dt_error_prefix("stage backward, tensor-parallel sum: ");
   b->n = 0;
   b->has_loss = 0;
+  return 0;
+}
+
+int stage_use_weights(stage_t *s, int mb, const float *w) {
+  stage_mb_t *b = micro(s, mb, "stage_use_weights");
+  if (!b) return -1;
+  b->weights = w;
   return 0;
 }
 

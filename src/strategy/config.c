@@ -37,7 +37,7 @@ void train_config_default(train_config_t *c) {
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
-  c->pp = c->micro_batches = 1;
+  c->pp = c->micro_batches = c->pipe_chunks = 1;
   c->tp = 1;
   c->drop_stale = -1;
   c->tau = 1;

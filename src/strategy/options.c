@@ -35,6 +35,9 @@ static int is_async_ps(const train_config_t *c) {
   return is_downpour(c) || (is_ps(c) && c->schedule == SCHEDULE_VALUE);
 }
 static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
+static int is_pipedream(const train_config_t *c) {
+  return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
+}
 static int is_data_parallel(const train_config_t *c) {
   return !is_decentral(c) && c->exchange == EXCHANGE_ALLREDUCE && !is_pipeline(c);
 }
@@ -118,6 +121,7 @@ static const option_t OPTIONS[] = {
     {"sync-bn", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {"partition", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
+    {"vertical-sync", 0, is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
     {"net", 0, is_local, "--comm local", AX_COMM},
     {"straggler", 0, NULL, NULL, AX_STRATEGY},
     {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
@@ -396,8 +400,9 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     return parse_int(name, val, 1, 1 << 16, &iv) ? -1 : (c->micro_batches = (int)iv, 0);
   if (!strcmp(name, "pipe-schedule")) {
     pipe_kind_t k;
-    return pipe_kind_parse(val, &k) ? -1 : (c->pipe_schedule = (int)k, 0);
+    return pipe_kind_parse(val, &k, &c->pipe_chunks) ? -1 : (c->pipe_schedule = (int)k, 0);
   }
+  if (!strcmp(name, "vertical-sync")) return parse_onoff(name, val, &c->vertical_sync);
   if (!strcmp(name, "partition")) {
     if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
     if (!strcmp(val, "macs")) return copy_path(name, val, c->partition, sizeof c->partition);

@@ -128,6 +128,22 @@ static const preset_t PRESETS[] = {
      "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief's model parallelism)",
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 1"},
+    {"pipedream", "central / pipeline pp 2 without a flush: 1F1B over whole batches, each stage "
+                  "updating after every backward, weight stashing",
+     "Narayanan et al. 2019, PipeDream: Generalized Pipeline Parallelism for DNN Training (SOSP)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 1 --pipe-schedule pipedream --vertical-sync off"},
+    {"pipedream-2bw", "central / pipeline pp 2, 4 micro-batches without a flush: two weight "
+                      "versions, gradients of a step summed, applied one step late",
+     "Narayanan et al. 2021, Memory-Efficient Pipeline-Parallel DNN Training (ICML; PipeDream-2BW)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 4 --pipe-schedule 2bw"},
+    {"ddg", "central / pipeline of K = 2 modules, decoupled backward: module k updated with a "
+            "gradient K - k steps late",
+     "Huo, Gu, Yang & Huang 2018, Decoupled Parallel Backpropagation with Convergence Guarantee "
+     "(ICML; DDG)",
+     "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
+     "--micro-batches 1 --pipe-schedule ddg"},
     /* tensor parallelism and hybrids (src/strategy/tensor/): --workers = dp x pp x tp */
     {"megatron", "central / sync / tensor parallelism tp 2 (Megatron's column/row pairs) inside "
                  "pipeline stages pp 2, 1F1B over 4 micro-batches; tp ranks adjacent (one host)",

@@ -1,5 +1,14 @@
-/* The pipeline engine: one rank runs one stage of one replica, executing
- * its schedule's instructions (schedule.h) on the stage seam (nn/stage.c).
+/* The pipeline engine: one rank runs one stage of one replica (V chunks
+ * of the model under interleaved 1F1B), executing its schedule's
+ * instructions (schedule.h) on the stage seam (nn/stage.c).
+ *
+ * The asynchronous schedules (PipeDream, 2BW, DDG) stream units across
+ * steps; a unit's activations stay in a slot (M + P of them) until its
+ * backward, perhaps steps later, with the weight version its forward used:
+ * the newest lives in the model, the older ones a rank still needs in a
+ * ring (a copy of the stage's range taken before each update: P of them
+ * for PipeDream, one for 2BW, none for DDG, whose backward runs on the
+ * weights as they are). The pipeline drains at each epoch's end.
  *
  * Ranks form a dp x pp grid (grid.h): the stages of a replica talk over
  * the pipeline axis (activations forward, gradients back, non-blocking
@@ -22,26 +31,42 @@
 #include "strategy/grid.h"
 #include "strategy/pipe/pipe.h"
 
-enum { TAG_PIPE_ACT = 5401, TAG_PIPE_GRAD, TAG_PIPE_GATHER };
+/* Activations leaving chunk g carry tag TAG_PIPE_ACT0 + g, gradients
+ * coming back to it TAG_PIPE_GRAD0 + g: a channel per pair of chunks. */
+enum { TAG_PIPE_GATHER = 5403, TAG_PIPE_ACT0 = 6000, TAG_PIPE_GRAD0 = 8100 };
 
 typedef struct {
   worker_t *w;
   rank_grid_t grid;
   comm_t *pipe;               /* the stages of this replica, ranked by stage */
   coll_ctx_t *dp;             /* the replicas of this stage (NULL: dp = 1) */
-  int P, M, s, ndp, r;        /* stages, micro-batches, this stage, replicas, this replica */
-  int first[1025];            /* first layer of each stage; first[P] = nlayers */
+  int P, V, G, M, s, ndp, r;  /* ranks, chunks per rank, chunks, micro-batches, this rank, replicas, this replica */
+  pipe_kind_t kind;
+  int async;                  /* pipedream, 2bw, ddg: a stream of units across steps */
+  int first[1025];            /* first layer of each chunk (global stage); first[G] = nlayers */
   double layer_sec[1025];     /* --partition balanced: each layer's measured seconds */
-  stage_t *stage;
-  pipe_schedule_t *sched;     /* sched[m - 1]: the step's program with m micro-batches */
-  optim_segment_t *segs;      /* the stage's tensors, for its optimizer step */
+  stage_t *st[64];            /* this rank's chunks: st[v] is global stage v P + s */
+  float *dx[64];              /* [slots][micro_batch x in_size] of each chunk: input gradients in flight */
+  int nback[64];              /* backwards into each chunk's gradients since its last step */
+  int slots;                  /* activation sets per chunk: M, or M + P for a stream */
+  pipe_schedule_t *sched;     /* synchronous: sched[m - 1], the step's program with m micro-batches */
+  pipe_instr_t *prog;         /* asynchronous: this step's (or the drain's) instructions */
+  optim_segment_t *segs;      /* the rank's tensors, for its optimizer step */
   int nsegs;
-  float *dx;                  /* [M][micro_batch x in_size]: input gradients in flight */
-  int32_t *labels;            /* [batch]: the step's labels (the last stage) */
+  int32_t *labels;            /* [slots][micro_batch]: each unit's labels (the last chunk) */
+  int *slot_n;                /* each slot's samples */
+  int64_t *slot_ver;          /* the weight version of its forward (-1: none in flight) */
   comm_req_t **sends;         /* non-blocking sends of the step */
-  int nsends, nback;
+  int nsends, max_sends;
   size_t begin, *mb_off, *mb_len;  /* the step's micro-batches: [M] each */
   int global;                 /* samples in the step, over all replicas */
+  /* weight versions (asynchronous): the newest in the model, older ones in a ring */
+  int64_t version, epoch_version, epoch_step;  /* updates done; at the epoch's start; w->step then */
+  int ring_len;               /* versions kept besides the newest: P (pipedream), 1 (2bw), 0 */
+  float *ring;                /* [ring_len][param_len] (V = 1: the one chunk's range) */
+  unsigned char *lag_seen;    /* [ring_len + 1]: scratch of count_versions */
+  int64_t steps_taken;        /* steps of this epoch, for the drain */
+  int live, peak_live, peak_versions;
   double compute, idle;       /* this epoch: seconds computing, waiting on the pipeline */
   char extra[4096];
 } pipe_t;
@@ -93,12 +118,18 @@ int pipe_check(const train_config_t *c) {
     return dt_error("option --pp / --micro-batches does not combine with %s (a stage steps its "
                     "own layers, whole)", c->shard_optimizer ? "--shard-optimizer on"
                     : c->balance ? "--balance on" : "--comm-order priority");
+  pipe_kind_t kind = (pipe_kind_t)c->pipe_schedule;
+  if (kind == PIPE_INTERLEAVED && c->pp < 2 && c->pipe_chunks > 1)
+    return dt_error("option --pipe-schedule interleaved:%d: the chunks go round the ranks, so it "
+                    "needs --pp 2 or more", c->pipe_chunks);
+  if (pipe_kind_check_m(kind, c->pp, c->micro_batches) != 0) return -1;
+  int chunks = c->pp * c->pipe_chunks;
   int n = c->partition[0] && strcmp(c->partition, "macs") ? pipe_partition_parse(c->partition, NULL, 0)
-                                                          : c->pp;
+                                                          : chunks;
   if (n < 0) return -1;
-  if (n != c->pp)
-    return dt_error("options --partition %s and --pp %d: the partition names %d stages", c->partition,
-                    c->pp, n);
+  if (n != chunks)
+    return dt_error("options --partition %s and --pp %d%s: the partition names %d stages (give %d)",
+                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n, chunks);
   return 0;
 }
 
@@ -122,35 +153,57 @@ static int measure_layers(pipe_t *p) {
   return rc;
 }
 
+/* The model cut into G = P V chunks (global stages). */
 static int plan_partition(pipe_t *p) {
   const model_t *m = p->w->model;
   const train_config_t *cfg = p->w->cfg;
+  int G = p->G;
   if (m->nlayers >= (int)(sizeof p->first / sizeof *p->first))
     return dt_error("pipeline: %d layers (at most %zu)", m->nlayers, sizeof p->first / sizeof *p->first - 1);
   if (cfg->partition[0] && strcmp(cfg->partition, "macs")) {
-    pipe_partition_parse(cfg->partition, p->first, p->P);
+    pipe_partition_parse(cfg->partition, p->first, G);
   } else {
     int cuts = model_stage_cuts(m, p->first); /* p->first as scratch: room for nlayers */
-    if (p->P > cuts + 1)
+    if (G > cuts + 1) {
+      if (p->V > 1)
+        return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the "
+                        "model has %d layers that can start one (at most --pp x V = %d)", p->P,
+                        p->V, G, cuts + 1, cuts + 1);
       return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
                       "--pp %d)", p->P, cuts + 1, cuts + 1);
+    }
     DT_TRY(measure_layers(p));
-    DT_TRY(model_split_costs(m, p->P, cfg->partition[0] ? NULL : p->layer_sec, p->first));
+    DT_TRY(model_split_costs(m, G, cfg->partition[0] ? NULL : p->layer_sec, p->first));
   }
-  if (p->first[p->P - 1] >= m->nlayers)
+  if (p->first[G - 1] >= m->nlayers)
     return dt_error("option --partition %s: the model has %d layers (0..%d)", cfg->partition,
                     m->nlayers, m->nlayers - 1);
-  p->first[p->P] = m->nlayers;
+  p->first[G] = m->nlayers;
+  return 0;
+}
+
+static int in_chunks(const pipe_t *p, size_t off) {
+  for (int v = 0; v < p->V; v++)
+    if (off >= p->st[v]->param_off && off < p->st[v]->param_off + p->st[v]->param_len) return 1;
   return 0;
 }
 
 static int plan_segments(pipe_t *p) {
   const worker_t *w = p->w;
-  size_t lo = p->stage->param_off, hi = lo + p->stage->param_len;
   p->segs = calloc((size_t)w->nsegs + 1, sizeof *p->segs);
   if (!p->segs) return dt_error("out of memory");
   for (int i = 0; i < w->nsegs; i++)
-    if (w->segs[i].off >= lo && w->segs[i].off < hi) p->segs[p->nsegs++] = w->segs[i];
+    if (in_chunks(p, w->segs[i].off)) p->segs[p->nsegs++] = w->segs[i];
+  return 0;
+}
+
+static int plan_chunks(pipe_t *p, int micro) {
+  for (int v = 0; v < p->V; v++) {
+    int g = v * p->P + p->s;
+    DT_TRY(stage_new(p->w->model, p->first[g], p->first[g + 1] - 1, p->slots, micro, &p->st[v]));
+    p->dx[v] = dt_alloc_floats((size_t)p->slots * micro * p->st[v]->in_size + 1);
+    if (!p->dx[v]) return -1;
+  }
   return 0;
 }
 
@@ -158,7 +211,12 @@ static int setup(pipe_t *p, worker_t *w) {
   const train_config_t *cfg = w->cfg;
   memset(p, 0, sizeof *p);
   p->w = w;
-  p->P = cfg->pp, p->M = cfg->micro_batches;
+  p->P = cfg->pp, p->M = cfg->micro_batches, p->V = cfg->pipe_chunks, p->G = p->P * p->V;
+  p->kind = (pipe_kind_t)cfg->pipe_schedule;
+  p->async = pipe_kind_async(p->kind);
+  if (p->V > (int)(sizeof p->st / sizeof *p->st))
+    return dt_error("option --pipe-schedule interleaved:%d: at most %zu chunks per rank", p->V,
+                    sizeof p->st / sizeof *p->st);
   p->ndp = comm_size(w->comm) / p->P;
   DT_TRY(rank_grid_new(w->comm, p->ndp, p->P, 1, &p->grid));
   p->s = p->grid.coord[GRID_PP];
@@ -167,19 +225,37 @@ static int setup(pipe_t *p, worker_t *w) {
   if (p->ndp > 1) DT_TRY(coll_ctx_new(p->grid.axis[GRID_DP], &p->dp));
   worker_plan_steps(w, p->ndp); /* a step: batch samples per replica */
   DT_TRY(plan_partition(p));
-  int last = p->first[p->s + 1] - 1, micro = cfg->batch / p->M;
-  DT_TRY(stage_new(w->model, p->first[p->s], last, p->M, micro, &p->stage));
+  int micro = cfg->batch / p->M;
+  p->slots = p->async ? p->M + p->P : p->M;
+  DT_TRY(plan_chunks(p, micro));
   DT_TRY(plan_segments(p));
-  p->sched = calloc((size_t)p->M, sizeof *p->sched);
-  p->sends = calloc((size_t)p->M * 2 + 2, sizeof *p->sends);
-  p->dx = dt_alloc_floats((size_t)p->M * micro * p->stage->in_size + 1);
-  p->labels = calloc((size_t)cfg->batch + 1, sizeof *p->labels);
+  p->max_sends = p->async ? 2 * p->M + 2 * p->P + 2 : 2 * p->M * p->V + 2;
+  p->sends = calloc((size_t)p->max_sends, sizeof *p->sends);
+  p->labels = calloc((size_t)p->slots * micro, sizeof *p->labels);
+  p->slot_n = calloc((size_t)p->slots, sizeof *p->slot_n);
+  p->slot_ver = calloc((size_t)p->slots, sizeof *p->slot_ver);
   p->mb_off = calloc((size_t)p->M, sizeof *p->mb_off);
   p->mb_len = calloc((size_t)p->M, sizeof *p->mb_len);
-  if (!p->sched || !p->sends || !p->dx || !p->labels || !p->mb_off || !p->mb_len)
+  if (!p->sends || !p->labels || !p->slot_n || !p->slot_ver || !p->mb_off || !p->mb_len)
     return dt_error("out of memory");
+  for (int i = 0; i < p->slots; i++) p->slot_ver[i] = -1;
+  if (p->async) {
+    p->ring_len = p->kind == PIPE_PIPEDREAM ? p->P : p->kind == PIPE_2BW ? 1 : 0;
+    int n = pipe_async_max_len(p->P, p->M);
+    p->prog = calloc((size_t)n, sizeof *p->prog);
+    p->ring = dt_alloc_floats((size_t)p->ring_len * p->st[0]->param_len + 1);
+    p->lag_seen = calloc((size_t)p->ring_len + 1, 1);
+    if (!p->prog || !p->ring || !p->lag_seen) return dt_error("out of memory");
+    pipe_schedule_t sc; /* the stream over a few steps, checked once */
+    DT_TRY(pipe_schedule_build(p->kind, p->P, 1, p->M, p->P + 2, &sc));
+    int rc = pipe_schedule_check(&sc);
+    pipe_schedule_free(&sc);
+    return rc;
+  }
+  p->sched = calloc((size_t)p->M, sizeof *p->sched);
+  if (!p->sched) return dt_error("out of memory");
   for (int m = 1; m <= p->M; m++) {
-    DT_TRY(pipe_schedule_build((pipe_kind_t)cfg->pipe_schedule, p->P, m, &p->sched[m - 1]));
+    DT_TRY(pipe_schedule_build(p->kind, p->P, p->V, m, 0, &p->sched[m - 1]));
     DT_TRY(pipe_schedule_check(&p->sched[m - 1]));
   }
   return 0;
@@ -188,14 +264,21 @@ static int setup(pipe_t *p, worker_t *w) {
 static void teardown(pipe_t *p) {
   for (int m = 0; p->sched && m < p->M; m++) pipe_schedule_free(&p->sched[m]);
   free(p->sched);
+  free(p->prog);
   for (int i = 0; i < p->nsends; i++) comm_cancel(p->pipe, p->sends[i]);
   free(p->sends);
-  dt_free(p->dx);
+  for (int v = 0; v < p->V; v++) {
+    dt_free(p->dx[v]);
+    if (p->st[v]) stage_free(p->st[v]);
+  }
+  dt_free(p->ring);
+  free(p->lag_seen);
   free(p->labels);
+  free(p->slot_n);
+  free(p->slot_ver);
   free(p->mb_off);
   free(p->mb_len);
   free(p->segs);
-  if (p->stage) stage_free(p->stage);
   if (p->dp) coll_ctx_free(p->dp);
   rank_grid_free(&p->grid);
 }
@@ -213,6 +296,7 @@ static int slice_step(pipe_t *p, int64_t k) {
   p->global = (int)in_step;
   int m = len < (size_t)p->M ? (int)len : p->M;
   for (int j = 0; j < m; j++) data_shard(len, j, m, &p->mb_off[j], &p->mb_len[j]);
+  for (int j = m; j < p->M; j++) p->mb_off[j] = p->mb_len[j] = 0; /* a stream's empty units */
   return m;
 }
 
@@ -227,6 +311,7 @@ static int recv_timed(pipe_t *p, int src, int tag, void *buf, size_t bytes) {
 }
 
 static int send_async(pipe_t *p, int dst, int tag, const void *buf, size_t bytes) {
+  if (p->nsends >= p->max_sends) return dt_error("pipeline: more than %d sends in a step", p->max_sends);
   return comm_isend(p->pipe, dst, tag, buf, bytes, &p->sends[p->nsends++]);
 }
 
@@ -238,21 +323,80 @@ static void count_compute(pipe_t *p, double t0) {
   p->w->timers.compute += dt;
 }
 
-/* Forward of micro-batch mb; the last stage adds its loss to the epoch's. */
-static int forward(pipe_t *p, int mb) {
+/* A unit's slot: the micro-batch itself in a step, its place in the ring of
+ * slots in a stream. */
+static int slot_of(const pipe_t *p, int mb) { return p->async ? mb % p->slots : mb; }
+/* The micro-batch of the current step a unit is. */
+static int micro_of(const pipe_t *p, int mb) { return p->async ? mb % p->M : mb; }
+
+/* The weights of version v: the model's for the newest, else the ring's. */
+static const float *weights_of(pipe_t *p, int64_t v) {
+  if (v == p->version) return NULL;
+  return p->ring + (size_t)(v % p->ring_len) * p->st[0]->param_len;
+}
+
+/* The version a unit's forward uses (asynchronous schedules):
+ * PipeDream the newest (with vertical sync, the one stage 0 used: stage 0
+ * has done one update per unit after its first P - 1), 2BW the version
+ * before the newest that the step's units all share (one step of delay),
+ * DDG the newest. Counted from the epoch's start (the pipeline drains at
+ * an epoch's end). */
+static int64_t forward_version(const pipe_t *p, int unit) {
+  int64_t base = p->epoch_version;
+  if (p->kind == PIPE_PIPEDREAM && p->w->cfg->vertical_sync)
+    return base + (unit - (p->P - 1) > 0 ? unit - (p->P - 1) : 0);
+  if (p->kind == PIPE_2BW) return base + (unit / p->M - 1 > 0 ? unit / p->M - 1 : 0);
+  return p->version;
+}
+
+/* Weight versions the rank holds: the newest, and those of in-flight
+ * units' forwards kept for their backwards (DDG keeps none); each is
+ * 0 .. ring_len updates behind the newest. */
+static int count_versions(pipe_t *p) {
+  if (!p->ring_len) return 1;
+  memset(p->lag_seen, 0, (size_t)p->ring_len + 1);
+  p->lag_seen[0] = 1;
+  for (int i = 0; i < p->slots; i++)
+    if (p->slot_ver[i] >= 0) p->lag_seen[p->version - p->slot_ver[i]] = 1;
+  int n = 0;
+  for (int k = 0; k <= p->ring_len; k++) n += p->lag_seen[k];
+  return n;
+}
+
+/* Before a unit's forward: choose and pin its weights. */
+static int pin_weights(pipe_t *p, int unit, int slot) {
+  int64_t v = forward_version(p, unit);
+  if (v > p->version || v < p->version - p->ring_len)
+    return dt_error("pipeline %s: unit %d wants weight version %lld, the stage holds %lld..%lld",
+                    pipe_kind_name(p->kind), unit, (long long)v, (long long)(p->version - p->ring_len),
+                    (long long)p->version);
+  p->slot_ver[slot] = v;
+  return stage_use_weights(p->st[0], slot, weights_of(p, v));
+}
+
+/* Forward of micro-batch mb of chunk v; the last chunk adds its loss to the epoch's. */
+static int forward(pipe_t *p, int v, int mb) {
   worker_t *w = p->w;
-  stage_t *st = p->stage;
-  int n = (int)p->mb_len[mb];
+  stage_t *st = p->st[v];
+  int slot = slot_of(p, mb), n = p->slot_n[slot], g = v * p->P + p->s;
+  if (p->async) DT_TRY(pin_weights(p, mb, slot));
+  if (++p->live > p->peak_live) p->peak_live = p->live;
+  if (p->async) {
+    int nv = count_versions(p);
+    if (nv > p->peak_versions) p->peak_versions = nv;
+  }
+  if (n == 0) return 0; /* an empty unit of a stream: nothing to compute */
   double t0 = dt_now();
-  rng_t rng; /* dropout masks: a pure function of (seed, step, stage, micro-batch) */
-  rng_seed(&rng, rng_derive(w->cfg->seed, 0x919e, (uint64_t)((w->step * p->P + p->s) * p->M + mb)));
-  DT_TRY(stage_forward(st, mb, stage_input(st, mb), n, 1, &rng, NULL));
+  rng_t rng; /* dropout masks: a pure function of (seed, step, chunk, micro-batch) */
+  rng_seed(&rng, rng_derive(w->cfg->seed, 0x919e, (uint64_t)((w->step * p->G + g) * p->M + micro_of(p, mb))));
+  DT_TRY(stage_forward(st, slot, stage_input(st, slot), n, 1, &rng, NULL));
   if (st->ends_model) {
-    if (p->s > 0) /* stage 0 (P = 1) has the labels from its LOAD */
-      data_gather(w->train, w->order + p->begin + p->mb_off[mb], (size_t)n, NULL, p->labels + p->mb_off[mb]);
+    int32_t *labels = p->labels + (size_t)slot * st->micro_batch;
+    if (g > 0) /* the first chunk (P = 1) has the labels from its LOAD */
+      data_gather(w->train, w->order + p->begin + p->mb_off[micro_of(p, mb)], (size_t)n, NULL, labels);
     double loss;
     int correct;
-    DT_TRY(stage_loss(st, mb, p->labels + p->mb_off[mb], p->global, &loss, &correct));
+    DT_TRY(stage_loss(st, slot, labels, p->global, &loss, &correct));
     if (!isfinite(loss))
       return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
                       "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
@@ -264,61 +408,113 @@ static int forward(pipe_t *p, int mb) {
   return 0;
 }
 
-static float *dx_of(pipe_t *p, int mb) {
-  return p->dx + (size_t)mb * p->stage->micro_batch * p->stage->in_size;
+static float *dx_of(pipe_t *p, int v, int mb) {
+  return p->dx[v] + (size_t)slot_of(p, mb) * p->st[v]->micro_batch * p->st[v]->in_size;
 }
 
-static int backward(pipe_t *p, int mb) {
+/* Backward of micro-batch mb of chunk v: pipedream and 2bw on the weights
+ * its forward used, ddg on the newest (the stored activations, the
+ * weights as they are now). */
+static int backward(pipe_t *p, int v, int mb) {
+  stage_t *st = p->st[v];
+  int slot = slot_of(p, mb), g = v * p->P + p->s, acc = p->nback[v] > 0;
+  p->live--;
+  if (p->async)
+    DT_TRY(stage_use_weights(st, slot, p->kind == PIPE_DDG ? NULL : weights_of(p, p->slot_ver[slot])));
   double t0 = dt_now();
-  DT_TRY(stage_backward(p->stage, mb, NULL, p->s > 0 ? dx_of(p, mb) : NULL, p->nback++ > 0, NULL, NULL));
+  if (p->slot_n[slot] == 0) { /* an empty unit: no gradient (zeros when it is the first) */
+    if (!acc) kern_zero(st->param_len, p->w->model->grads + st->param_off);
+  } else {
+    DT_TRY(stage_backward(st, slot, NULL, g > 0 ? dx_of(p, v, mb) : NULL, acc, NULL, NULL));
+  }
+  p->nback[v]++;
+  if (p->async) p->slot_ver[slot] = -1;
   count_compute(p, t0);
   return 0;
 }
 
-/* The step's sends delivered, then the stage's gradients summed over the
- * replicas. */
-static int reduce(pipe_t *p) {
-  worker_t *w = p->w;
+static int wait_sends(pipe_t *p) {
   double t0 = dt_now();
   int rc = comm_waitall(p->pipe, p->nsends, p->sends);
   p->nsends = 0;
   p->idle += dt_now() - t0;
-  if (rc != 0) return rc;
-  if (p->dp && p->stage->param_len)
-    rc = allreduce(p->dp, w->cfg->algo, w->model->grads + p->stage->param_off, p->stage->param_len);
-  worker_comm_since(w, t0);
   return rc;
 }
 
+/* The step's sends delivered, then the rank's gradients summed over the
+ * replicas. */
+static int reduce(pipe_t *p) {
+  worker_t *w = p->w;
+  double t0 = dt_now();
+  if (!p->async) DT_TRY(wait_sends(p));
+  for (int v = 0; p->dp && v < p->V; v++)
+    if (p->st[v]->param_len)
+      DT_TRY(allreduce(p->dp, w->cfg->algo, w->model->grads + p->st[v]->param_off, p->st[v]->param_len));
+  worker_comm_since(w, t0);
+  return 0;
+}
+
+/* The optimizer step: synchronous schedules as one worker's (it advances
+ * w->step); a stream's at the lr of the unit's step, keeping the version
+ * it replaces in the ring when older versions are still in use. */
+static void update(pipe_t *p, int unit) {
+  worker_t *w = p->w;
+  double t0 = dt_now();
+  for (int v = 0; v < p->V; v++) p->nback[v] = 0;
+  if (!p->async) {
+    worker_apply_update_segs(w, p->segs, p->nsegs);
+  } else {
+    const stage_t *st = p->st[0];
+    if (p->ring_len)
+      memcpy(p->ring + (size_t)(p->version % p->ring_len) * st->param_len, w->model->params + st->param_off,
+             st->param_len * sizeof(float));
+    float lr = (float)lr_at(&w->sched, p->epoch_step + unit / p->M);
+    optim_begin_step(w->opt);
+    optim_step_segments(w->opt, w->model->params, w->model->grads, p->segs, p->nsegs, lr);
+    p->version++;
+  }
+  p->compute += dt_now() - t0;
+}
+
+
 static int execute(pipe_t *p, pipe_instr_t in) {
   worker_t *w = p->w;
-  stage_t *st = p->stage;
-  int mb = in.mb;
-  size_t n = mb >= 0 ? p->mb_len[mb] : 0;
+  int v = in.chunk, mb = in.mb, g = v * p->P + p->s;
+  int next = (p->s + 1) % p->P, prev = (p->s + p->P - 1) % p->P;
+  stage_t *st = p->st[v];
+  int slot = mb >= 0 ? slot_of(p, mb) : 0;
+  size_t n = mb >= 0 ? (size_t)p->slot_n[slot] : 0;
   switch (in.op) {
   case PIPE_LOAD:
-    data_gather(w->train, w->order + p->begin + p->mb_off[mb], n, stage_input(st, mb),
-                p->labels + p->mb_off[mb]);
+    if (n) data_gather(w->train, w->order + p->begin + p->mb_off[micro_of(p, mb)], n, stage_input(st, slot),
+                       p->labels + (size_t)slot * st->micro_batch);
     return 0;
   case PIPE_RECV_ACT:
-    return recv_timed(p, p->s - 1, TAG_PIPE_ACT, stage_input(st, mb), n * st->in_size * sizeof(float));
-  case PIPE_FORWARD: return forward(p, mb);
+    return recv_timed(p, prev, TAG_PIPE_ACT0 + g - 1, stage_input(st, slot), n * st->in_size * sizeof(float));
+  case PIPE_FORWARD: return forward(p, v, mb);
   case PIPE_SEND_ACT:
-    return send_async(p, p->s + 1, TAG_PIPE_ACT, stage_output(st, mb), n * st->out_size * sizeof(float));
+    return send_async(p, next, TAG_PIPE_ACT0 + g, stage_output(st, slot), n * st->out_size * sizeof(float));
   case PIPE_RECV_GRAD:
-    return recv_timed(p, p->s + 1, TAG_PIPE_GRAD, stage_output_grad(st, mb), n * st->out_size * sizeof(float));
-  case PIPE_BACKWARD: return backward(p, mb);
+    return recv_timed(p, next, TAG_PIPE_GRAD0 + g, stage_output_grad(st, slot), n * st->out_size * sizeof(float));
+  case PIPE_BACKWARD: return backward(p, v, mb);
   case PIPE_SEND_GRAD:
-    return send_async(p, p->s - 1, TAG_PIPE_GRAD, dx_of(p, mb), n * st->in_size * sizeof(float));
+    return send_async(p, prev, TAG_PIPE_GRAD0 + g - 1, dx_of(p, v, mb), n * st->in_size * sizeof(float));
   case PIPE_REDUCE: return reduce(p);
-  case PIPE_STEP: {
-    double t0 = dt_now();
-    worker_apply_update_segs(w, p->segs, p->nsegs);
-    p->compute += dt_now() - t0;
-    return 0;
-  }
+  case PIPE_STEP: update(p, mb); return 0;
   default: return dt_error("pipeline: unknown instruction %d", in.op);
   }
+}
+
+static int run_list(pipe_t *p, const pipe_instr_t *list, int n) {
+  for (int i = 0; i < n; i++)
+    if (execute(p, list[i]) != 0) return dt_error_prefix("stage %d: ", p->s);
+  return 0;
+}
+
+/* A unit's samples are known at its forward (the step it enters); its
+ * slot keeps them for its backward, perhaps steps later. */
+static void enter_units(pipe_t *p, int64_t k) {
+  for (int m = 0; m < p->M; m++) p->slot_n[slot_of(p, (int)k * p->M + m)] = (int)p->mb_len[m];
 }
 
 static int step(void *st, int epoch, int64_t k) {
@@ -326,16 +522,24 @@ static int step(void *st, int epoch, int64_t k) {
   worker_t *w = p->w;
   if (dt_interrupted()) return worker_interrupted(w);
   int m = slice_step(p, k);
-  p->nback = 0;
-  if (m == 0) { /* a replica with no sample: zero gradients, still in the sum */
-    kern_zero(p->stage->param_len, w->model->grads + p->stage->param_off);
-    DT_TRY(execute(p, (pipe_instr_t){PIPE_REDUCE, -1}));
-    return execute(p, (pipe_instr_t){PIPE_STEP, -1});
+  if (p->async) {
+    enter_units(p, k);
+    int n = pipe_async_step(p->kind, p->P, p->M, p->s, (int)k, p->prog);
+    DT_TRY(run_list(p, p->prog, n));
+    DT_TRY(wait_sends(p));
+    p->steps_taken = k + 1;
+    w->step++;
+    return 0;
   }
+  for (int v = 0; v < p->V; v++) p->nback[v] = 0;
+  if (m == 0) { /* a replica with no sample: zero gradients, still in the sum */
+    for (int v = 0; v < p->V; v++) kern_zero(p->st[v]->param_len, w->model->grads + p->st[v]->param_off);
+    DT_TRY(execute(p, (pipe_instr_t){PIPE_REDUCE, -1, 0}));
+    return execute(p, (pipe_instr_t){PIPE_STEP, -1, 0});
+  }
+  for (int i = 0; i < m; i++) p->slot_n[i] = (int)p->mb_len[i];
   const pipe_schedule_t *sc = &p->sched[m - 1];
-  for (int i = 0; i < sc->len[p->s]; i++)
-    if (execute(p, sc->prog[p->s][i]) != 0) return dt_error_prefix("stage %d: ", p->s);
-  return 0;
+  return run_list(p, sc->prog[p->s], sc->len[p->s]);
 }
 
 /* ---- evaluation and report --------------------------------------------------- */
@@ -343,87 +547,118 @@ static int step(void *st, int epoch, int64_t k) {
 static int begin_epoch(void *st, int epoch) {
   pipe_t *p = st;
   p->compute = p->idle = 0;
+  p->epoch_version = p->version;
+  p->epoch_step = p->w->step;
+  p->steps_taken = 0;
   return 0;
 }
 
-/* Replica 0's stages send their ranges to rank 0 (params, buffers and, for
- * a checkpoint, the optimizer state), which then holds the whole model. */
-static int gather_model(pipe_t *p) {
+/* A stream's epoch ends with the backwards (and updates) still in flight. */
+static int end_epoch(void *st, int epoch) {
+  pipe_t *p = st;
+  if (!p->async || !p->steps_taken) return 0;
+  int n = pipe_async_drain(p->kind, p->P, p->M, p->s, (int)p->steps_taken, p->prog);
+  DT_TRY(run_list(p, p->prog, n));
+  return wait_sends(p);
+}
+
+static int send_range(pipe_t *p, const stage_t *st, int nstate) {
   worker_t *w = p->w;
   model_t *m = w->model;
-  int nstate = w->cfg->checkpoint[0] ? w->opt->nstate : 0;
-  if (p->r != 0) return 0;
-  if (p->s > 0) {
-    const stage_t *st = p->stage;
-    uint64_t head[4] = {st->param_off, st->param_len, st->buf_off, st->buf_len};
-    DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, head, sizeof head));
-    DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, m->params + st->param_off, st->param_len * sizeof(float)));
-    DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, m->buffers + st->buf_off, st->buf_len * sizeof(float)));
-    for (int i = 0; i < nstate; i++)
-      DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, w->opt->state[i] + st->param_off,
-                       st->param_len * sizeof(float)));
-    return 0;
-  }
-  for (int s = 1; s < p->P; s++) {
-    uint64_t h[4];
-    DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, h, sizeof h));
-    if (h[0] + h[1] > m->nparams || h[2] + h[3] > m->nbuffers)
-      return dt_error("pipeline: stage %d sent the range [%llu, +%llu) of a %zu-parameter model", s,
-                      (unsigned long long)h[0], (unsigned long long)h[1], m->nparams);
-    DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, m->params + h[0], h[1] * sizeof(float)));
-    DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, m->buffers + h[2], h[3] * sizeof(float)));
-    for (int i = 0; i < nstate; i++)
-      DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, w->opt->state[i] + h[0], h[1] * sizeof(float)));
-  }
+  uint64_t head[4] = {st->param_off, st->param_len, st->buf_off, st->buf_len};
+  DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, head, sizeof head));
+  DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, m->params + st->param_off, st->param_len * sizeof(float)));
+  DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, m->buffers + st->buf_off, st->buf_len * sizeof(float)));
+  for (int i = 0; i < nstate; i++)
+    DT_TRY(comm_send(p->pipe, 0, TAG_PIPE_GATHER, w->opt->state[i] + st->param_off, st->param_len * sizeof(float)));
   return 0;
 }
 
-static void extra_json(pipe_t *p, const float *times) {
+static int recv_range(pipe_t *p, int s, int nstate) {
+  worker_t *w = p->w;
+  model_t *m = w->model;
+  uint64_t h[4];
+  DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, h, sizeof h));
+  if (h[0] + h[1] > m->nparams || h[2] + h[3] > m->nbuffers)
+    return dt_error("pipeline: stage %d sent the range [%llu, +%llu) of a %zu-parameter model", s,
+                    (unsigned long long)h[0], (unsigned long long)h[1], m->nparams);
+  DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, m->params + h[0], h[1] * sizeof(float)));
+  DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, m->buffers + h[2], h[3] * sizeof(float)));
+  for (int i = 0; i < nstate; i++)
+    DT_TRY(comm_recv(p->pipe, s, TAG_PIPE_GATHER, w->opt->state[i] + h[0], h[1] * sizeof(float)));
+  return 0;
+}
+
+/* Replica 0's ranks send their chunks' ranges to rank 0 (params, buffers
+ * and, for a checkpoint, the optimizer state), which then holds the whole
+ * model. */
+static int gather_model(pipe_t *p) {
+  int nstate = p->w->cfg->checkpoint[0] ? p->w->opt->nstate : 0;
+  if (p->r != 0) return 0;
+  for (int v = 0; p->s > 0 && v < p->V; v++) DT_TRY(send_range(p, p->st[v], nstate));
+  for (int s = 1; p->s == 0 && s < p->P; s++)
+    for (int v = 0; v < p->V; v++) DT_TRY(recv_range(p, s, nstate));
+  return 0;
+}
+
+static void json_array(pipe_t *p, size_t *n, const char *key, const double *v, const char *fmt) {
+  if (*n < sizeof p->extra) *n += (size_t)snprintf(p->extra + *n, sizeof p->extra - *n, ",\"%s\":[", key);
+  for (int s = 0; s < p->P && *n < sizeof p->extra; s++) {
+    if (s) p->extra[(*n)++] = ',';
+    *n += (size_t)snprintf(p->extra + *n, sizeof p->extra - *n, fmt, v[s]);
+  }
+  if (*n < sizeof p->extra) *n += (size_t)snprintf(p->extra + *n, sizeof p->extra - *n, "]");
+}
+
+/* figs: per rank of replica 0, [compute, idle, peak activation sets, peak
+ * weight versions] x P. */
+static void extra_json(pipe_t *p, const float *figs) {
+  int P = p->P, G = p->G;
   size_t n = (size_t)snprintf(p->extra, sizeof p->extra,
                               "\"pp\":%d,\"dp\":%d,\"micro_batches\":%d,\"pipe_schedule\":\"%s\","
-                              "\"stage_first_layer\":[", p->P, p->ndp, p->M,
-                              pipe_kind_name((pipe_kind_t)p->w->cfg->pipe_schedule));
-  double busy = 0, idle = 0;
-  for (int s = 0; s < p->P; s++) busy += times[s], idle += times[p->P + s];
-  for (int s = 0; s < p->P && n < sizeof p->extra; s++)
-    n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "%s%d", s ? "," : "", p->first[s]);
-  const char *keys[3] = {"stage_compute_sec", "stage_idle_sec", "stage_peak_activations"};
-  for (int a = 0; a < 3; a++) {
-    if (n < sizeof p->extra) n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "],\"%s\":[", keys[a]);
-    for (int s = 0; s < p->P && n < sizeof p->extra; s++) {
-      double v = a < 2 ? times[a * p->P + s] : pipe_schedule_peak_live(&p->sched[p->M - 1], s);
-      n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, a < 2 ? "%s%.4f" : "%s%.0f", s ? "," : "", v);
-    }
+                              "\"pipe_chunks\":%d,\"stage_first_layer\":[", P, p->ndp, p->M,
+                              pipe_kind_name(p->kind), p->V);
+  for (int g = 0; g < G && n < sizeof p->extra; g++)
+    n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "%s%d", g ? "," : "", p->first[g]);
+  if (n < sizeof p->extra) n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "]");
+  double v[1024], busy = 0, idle = 0;
+  const char *keys[4] = {"stage_compute_sec", "stage_idle_sec", "stage_peak_activations", "stage_weight_versions"};
+  for (int a = 0; a < 4; a++) {
+    if (a == 3 && !p->async) break;
+    for (int s = 0; s < P; s++) v[s] = figs[a * P + s];
+    json_array(p, &n, keys[a], v, a < 2 ? "%.4f" : "%.0f");
   }
+  for (int s = 0; s < P; s++) busy += figs[s], idle += figs[P + s];
   const model_t *m = p->w->model;
-  for (int a = 0; a < 2; a++) { /* the partitioner's view: measured seconds, parameters */
-    if (n < sizeof p->extra)
-      n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, "],\"%s\":[",
-                            a ? "stage_params" : "stage_profiled_sec");
-    for (int s = 0; s < p->P && n < sizeof p->extra; s++) {
-      double v = 0;
-      for (int i = p->first[s]; i < p->first[s + 1]; i++)
-        v += a ? (double)m->layers[i].param_len : p->layer_sec[i];
-      n += (size_t)snprintf(p->extra + n, sizeof p->extra - n, a ? "%s%.0f" : "%s%.6f", s ? "," : "", v);
+  for (int a = 0; a < 2; a++) { /* the partitioner's view per rank (its chunks summed): seconds, parameters */
+    for (int s = 0; s < P; s++) {
+      v[s] = 0;
+      for (int c = 0; c < p->V; c++)
+        for (int i = p->first[c * P + s]; i < p->first[c * P + s + 1]; i++)
+          v[s] += a ? (double)m->layers[i].param_len : p->layer_sec[i];
     }
+    json_array(p, &n, a ? "stage_params" : "stage_profiled_sec", v, a ? "%.0f" : "%.6f");
   }
   if (n < sizeof p->extra)
-    snprintf(p->extra + n, sizeof p->extra - n, "],\"bubble_fraction\":%.4f",
+    snprintf(p->extra + n, sizeof p->extra - n, ",\"bubble_fraction\":%.4f",
              busy + idle > 0 ? idle / (busy + idle) : 0);
 }
 
 /* Train figures summed over the replicas' last stages, replica 0's stage
- * times, the whole model on rank 0, evaluated there. */
+ * figures, the whole model on rank 0, evaluated there. */
 static int evaluate(void *st, epoch_report_t *r) {
   pipe_t *p = st;
   worker_t *w = p->w;
   int P = p->P;
-  float *v = calloc((size_t)(3 + 2 * P), sizeof *v);
+  float *v = calloc((size_t)(3 + 4 * P), sizeof *v);
   if (!v) return dt_error("out of memory");
-  if (p->stage->ends_model)
+  if (p->st[p->V - 1]->ends_model)
     v[0] = (float)w->epoch_loss_sum, v[1] = (float)w->epoch_samples, v[2] = (float)w->epoch_correct;
-  if (p->r == 0) v[3 + p->s] = (float)p->compute, v[3 + P + p->s] = (float)p->idle;
-  int rc = allreduce(w->coll, ALLREDUCE_TREE, v, (size_t)(3 + 2 * P));
+  if (p->r == 0) {
+    v[3 + p->s] = (float)p->compute, v[3 + P + p->s] = (float)p->idle;
+    v[3 + 2 * P + p->s] = (float)p->peak_live, v[3 + 3 * P + p->s] = (float)p->peak_versions;
+  }
+  int rc = allreduce(w->coll, ALLREDUCE_TREE, v, (size_t)(3 + 4 * P));
   if (rc == 0) rc = gather_model(p);
   if (rc == 0 && comm_rank(w->comm) == 0) {
     r->train_loss = v[1] > 0 ? v[0] / v[1] : 0;
@@ -444,7 +679,7 @@ int strategy_pipeline(worker_t *w) {
   pipe_t *p = calloc(1, sizeof *p);
   if (!p) return dt_error("out of memory");
   int rc = setup(p, w);
-  driver_ops_t ops = {.begin_epoch = begin_epoch, .step = step, .evaluate = evaluate};
+  driver_ops_t ops = {.begin_epoch = begin_epoch, .step = step, .end_epoch = end_epoch, .evaluate = evaluate};
   if (rc == 0) rc = driver_run(w, &ops, p);
   teardown(p);
   free(p);
