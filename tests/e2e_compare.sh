@@ -10,11 +10,12 @@ SMALL="--data synthetic --workers 2 --batch 32 --max-steps 24 --epochs 3"
 # ---- a comparison: allreduce, parameter server, decentralized; 2 seeds each
 out=$TMP/cmp
 $DTRAIN compare --presets horovod,petuum,gosgd --runs 2 --target-acc 0.12 $SMALL \
-  --out "$out" >"$TMP/table" 2>"$TMP/log"; rc=$?
+  --trace --trace-steps 1:3 --out "$out" >"$TMP/table" 2>"$TMP/log"; rc=$?
 check compare_runs [ "$rc" -eq 0 ]
 check compare_writes_report [ -s "$out/report.html" -a -s "$out/report.json" -a -s "$out/runs/petuum-seed2.jsonl" ]
 check compare_table_on_stdout sh -c "grep -q '^horovod ' '$TMP/table' && grep -q '^petuum ' '$TMP/table' && grep -q '^gosgd ' '$TMP/table' && ! grep -q '^epoch ' '$TMP/table'"
 $PY tests/compare_check.py "$out" compare
+check compare_trace_per_run $PY tests/trace_check.py "$out/runs/gosgd-seed2.trace.json" steps 1:3
 
 # ---- a preset that fails at run time: shown with its error, the others run
 printf 'dense units=10\n' >"$TMP/one.model"

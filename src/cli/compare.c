@@ -40,6 +40,8 @@ static const char *COMPARE_HELP =
     "  --runs R            R runs of each preset, seeds --seed, --seed+1, ... [1]\n"
     "  --target-acc X      test accuracy (a fraction, 0 < X <= 1) whose time to reach\n"
     "                      the report compares\n"
+    "  --trace             a timeline of each run: DIR/runs/PRESET-seedS.trace.json\n"
+    "                      (with --trace-steps A:B, steps A to B-1 only)\n"
     "\n"
     "Every other option is a 'dtrain train' option (dtrain train --help) shared by all\n"
     "the runs: --model, --data, --workers, --epochs, --max-steps, --batch, --lr, --net,\n"
@@ -56,7 +58,7 @@ typedef struct {
   char *presets[MAX_PRESETS];
   int npresets;
   char plist[1024];
-  int runs, force;
+  int runs, force, trace;
   double target_acc;
   const char *out;
   long long seed;
@@ -129,9 +131,9 @@ static int refused_option(const char *name, const char *val) {
   if (!strcmp(name, "preset"))
     return usage_error("option --preset: compare takes --presets A,B,... (a list)");
   if (!strcmp(name, "metrics") || !strcmp(name, "checkpoint") || !strcmp(name, "resume") ||
-      !strcmp(name, "checkpoint-dir"))
-    return usage_error("option --%s: compare writes each run's metrics into --out DIR/runs/ and "
-                       "keeps no checkpoints", name);
+      !strcmp(name, "checkpoint-dir") || (!strcmp(name, "trace") && val))
+    return usage_error("option --%s: compare writes each run's metrics (and with --trace, its "
+                       "timeline) into --out DIR/runs/ and keeps no checkpoints", name);
   if (!strcmp(name, "comm") && val && strcmp(val, "local") != 0)
     return usage_error("option --comm %s: compare runs its presets in this process (--comm local); "
                        "run 'dtrain train --comm mpi' for each instead", val);
@@ -146,6 +148,7 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--force")) { o->force = 1; continue; }
+    if (!strcmp(a, "--trace")) { o->trace = 1; continue; }
     if (strncmp(a, "--", 2) != 0 || !a[2]) {
       o->rest[o->nrest++] = argv[i]; /* train_options_parse names it */
       continue;
@@ -222,13 +225,14 @@ typedef struct {
 /* The train argv of one run: the shared options, then the preset, the
  * seed and the metrics file (compare's own, given last). */
 static int run_config(const compare_opts_t *o, const char *preset, long long seed, run_slot_t *s) {
-  char seedbuf[32], metrics[600];
+  char seedbuf[32], metrics[600], trace[600];
   snprintf(seedbuf, sizeof seedbuf, "%lld", seed);
   snprintf(s->log.file, sizeof s->log.file, "runs/%s-seed%lld.jsonl", preset, seed);
   snprintf(metrics, sizeof metrics, "%s/%s", o->out, s->log.file);
+  snprintf(trace, sizeof trace, "%s/runs/%s-seed%lld.trace.json", o->out, preset, seed);
   snprintf(s->log.preset, sizeof s->log.preset, "%s", preset);
   s->log.seed = seed;
-  char *argv[o->nrest + 9];
+  char *argv[o->nrest + 11];
   int argc = 0;
   for (int i = 0; i < o->nrest; i++) argv[argc++] = o->rest[i];
   argv[argc++] = "--preset";
@@ -238,6 +242,7 @@ static int run_config(const compare_opts_t *o, const char *preset, long long see
   argv[argc++] = "--metrics";
   argv[argc++] = metrics;
   argv[argc++] = "--quiet";
+  if (o->trace) argv[argc++] = "--trace", argv[argc++] = trace;
   argv[argc] = NULL;
   if (train_options_parse(argc, argv, &s->cfg) != 0) return -1;
   if (s->cfg.comm != COMM_LOCAL) return dt_error("--comm mpi: compare runs its presets on --comm local");

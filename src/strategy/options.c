@@ -57,6 +57,7 @@ static int uses_eps(const train_config_t *c) {
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
 static int is_step_schedule(const train_config_t *c) { return c->lr_schedule == LR_STEP; }
+static int is_traced(const train_config_t *c) { return c->trace[0] != 0; }
 
 /* The setting that decides whether an option is used, named in the error. */
 typedef enum { AX_STRATEGY = 0, AX_OPTIMIZER, AX_LR_SCHEDULE, AX_COMM, AX_COMM_ORDER } axis_t;
@@ -130,6 +131,8 @@ static const option_t OPTIONS[] = {
     {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
     {"resume", 0, NULL, NULL, AX_STRATEGY},
     {"quiet", 1, NULL, NULL, AX_STRATEGY},
+    {"trace", 0, NULL, NULL, AX_STRATEGY},
+    {"trace-steps", 0, is_traced, "--trace FILE.json", AX_STRATEGY},
 };
 #define NOPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -285,6 +288,22 @@ static int parse_dc_asgd(const char *val, train_config_t *c) {
   return 0;
 }
 
+/* "A:B": global steps A to B-1 are traced */
+static int parse_trace_steps(const char *val, train_config_t *c) {
+  const char *colon = strchr(val, ':');
+  char a[32];
+  long from, to;
+  if (!colon || (size_t)(colon - val) >= sizeof a)
+    return dt_error("option --trace-steps: '%s' (expected A:B, the steps A to B-1)", val);
+  snprintf(a, sizeof a, "%.*s", (int)(colon - val), val);
+  DT_TRY(parse_int("trace-steps", a, 0, 1L << 50, &from));
+  DT_TRY(parse_int("trace-steps", colon + 1, 1, 1L << 50, &to));
+  if (to <= from) return dt_error("option --trace-steps: %s: B must be above A", val);
+  c->trace_from = from;
+  c->trace_to = to;
+  return 0;
+}
+
 typedef struct {
   train_config_t *cfg;
   int saw_optimizer_constants;
@@ -396,6 +415,8 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
   if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
+  if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);
+  if (!strcmp(name, "trace-steps")) return parse_trace_steps(val, c);
   if (!strcmp(name, "preset")) return 0; /* applied before the other options */
   return dt_error("option --%s: not handled (a bug)", name);
 }

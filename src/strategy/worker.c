@@ -226,7 +226,9 @@ float worker_begin_update(worker_t *w) {
 void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
   double t0 = dt_now();
   optim_step_segments(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
-  w->timers.compute += dt_now() - t0;
+  double t1 = dt_now();
+  w->timers.compute += t1 - t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "optimizer step", nsegs, t0, t1);
 }
 
 void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {

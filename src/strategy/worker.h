@@ -118,6 +118,12 @@ int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec
 int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);
 
+/* --trace (strategy/trace.c): every rank of the run starts its timeline
+ * after a common barrier (NULL when not tracing) and ends it by sending
+ * its events to rank 0, which writes the file. */
+int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out);
+int run_trace_finish(comm_t *world, const train_config_t *cfg, dt_trace_t *t);
+
 /* Seconds since t0 counted as communication, all of it exposed (a
  * blocking exchange that nothing overlaps); returns them. */
 double worker_comm_since(worker_t *w, double t0);
