@@ -16,6 +16,7 @@
 int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count) {
   int P = ctx->comm->size;
   double t0 = dt_trace ? dt_now() : 0;
+  comm_stall_enter(ctx->comm, "allgather", count * sizeof *buf);
   if (coll_ring_steps(ctx, buf, count, P - 1, 2 * P - 2, TAG_ALLGATHER) != 0)
     return dt_error_prefix("allgather ring: ");
   if (dt_trace) trace_async(dt_trace, TRACE_COMM, "allgather", (long long)(count * sizeof *buf), t0, dt_now());

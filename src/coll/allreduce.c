@@ -25,6 +25,7 @@ static int run_algo(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t c
  * on the progress thread beside the rank's compute. */
 int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count) {
   double t0 = dt_trace ? dt_now() : 0;
+  comm_stall_enter(coll_ctx_comm(ctx), "allreduce", count * sizeof *buf);
   int rc = run_algo(ctx, algo, buf, count);
   if (dt_trace) trace_async(dt_trace, TRACE_COMM, "allreduce", (long long)(count * sizeof *buf), t0, dt_now());
   return rc;

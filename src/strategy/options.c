@@ -111,6 +111,7 @@ static const option_t OPTIONS[] = {
     {"net", 0, is_local, "--comm local", AX_COMM},
     {"straggler", 0, NULL, NULL, AX_STRATEGY},
     {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
+    {"stall-warning", 0, NULL, NULL, AX_STRATEGY},
     {"fetch-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"push-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"drop-stale", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
@@ -400,6 +401,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);
+  if (!strcmp(name, "stall-warning")) return parse_float(name, val, 0.001, 1e6, &c->net.stall_warning);
   if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
   if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
   if (!strcmp(name, "dc-asgd")) return parse_dc_asgd(val, c);
