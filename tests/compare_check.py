@@ -87,6 +87,9 @@ def figures(runs):
         if v:
             stale.append(sum(v) / len(v))
     f["staleness_mean"] = mean(stale)
+    waits = [sum(e["wait_sec"] for e in epochs(r) if "wait_sec" in e) for r in ok
+             if any("wait_sec" in e for e in epochs(r))]
+    f["wait_sec"] = mean(waits)
     f["ok"] = len(ok)
     f["runs"] = len(runs)
     return f
@@ -94,7 +97,7 @@ def figures(runs):
 
 KEYS = ["final_acc", "samples_per_sec", "bytes_sent", "bytes_per_step", "total_sec", "train_sec",
         "compute_sec", "comm_sec", "comm_exposed_sec", "eval_sec", "other_sec",
-        "comm_hidden_frac", "time_to_target", "staleness_mean", "reached", "ok", "runs"]
+        "comm_hidden_frac", "time_to_target", "staleness_mean", "wait_sec", "reached", "ok", "runs"]
 bad = []
 for p in rep["presets"]:
     f = figures([r for r in rep["runs"] if r["preset"] == p["name"]])
@@ -259,11 +262,16 @@ def clauses(p):
             c.append(("final", p["final_acc"], "final accuracy %.2f%%, %.2f points below %s"
                       % (100 * p["final_acc"], 100 * (best["final_acc"] - p["final_acc"]), best["name"])))
     if p["comm_sec"] > 0 and p["train_sec"] > 0:
-        exposed = p["comm_exposed_sec"] / p["train_sec"]
+        waits = p["wait_sec"] is not None
+        wait = p["wait_sec"] / p["train_sec"] if waits else 0
+        exposed = p["comm_exposed_sec"] / p["train_sec"] - wait
         if p["comm_hidden_frac"] is not None and p["comm_hidden_frac"] >= 0.5:
             c.append(("hidden", p["comm_hidden_frac"], "communication %.0f%% hidden" % (100 * p["comm_hidden_frac"])))
+        if wait >= 0.1:
+            c.append(("waiting", wait, "waited for slower ranks %.0f%% of training time" % (100 * wait)))
         if exposed >= 0.2:
-            c.append(("exposed", exposed, "exposed communication and waiting %.0f%% of training time" % (100 * exposed)))
+            c.append(("exposed", exposed, "exposed communication%s %.0f%% of training time"
+                      % ("" if waits else " and waiting", 100 * exposed)))
     most = extreme("bytes_per_step", -1)
     if most and most["bytes_per_step"] > 0:
         if p["bytes_per_step"] == 0:

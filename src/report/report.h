@@ -31,6 +31,7 @@ void sb_free(strbuf_t *sb);
 typedef struct {
   double epoch, step, train_loss, test_loss, test_acc, samples_per_sec, epoch_sec, eval_sec;
   double compute_sec, comm_sec, comm_exposed_sec, bytes_sent, bytes_sent_per_step;
+  double wait_sec;              /* NAN where the schedule does not measure it */
   double staleness_mean;        /* NAN where the schedule has none */
 } epoch_line_t;
 
@@ -79,6 +80,7 @@ typedef struct {
   int reached;                  /* runs that reached the target */
   double samples_per_sec, bytes_sent, bytes_per_step, total_sec;
   double train_sec, compute_sec, comm_sec, comm_exposed_sec, eval_sec, other_sec;
+  double wait_sec;              /* of comm_exposed_sec, waiting for slower ranks; NAN: not measured */
   double comm_hidden_frac;      /* (comm - exposed) / comm; NAN without communication */
   double staleness_mean;        /* NAN where the schedule has none */
   verdict_clause_t verdict[VERDICT_CLAUSES_MAX];

@@ -133,14 +133,15 @@ static void charts(const report_t *rep, strbuf_t *sb, svg_series_t *s, double *t
     s[i] = (svg_series_t){rep->presets[i].name, i, NULL, &one[i], 1};
   }
   svg_bar_chart(sb, "samples_per_sec", "Throughput", "samples/s", s, n);
-  static const char *const PARTS[] = {"compute", "exposed comm + waiting", "evaluation", "other"};
+  static const char *const PARTS[] = {"compute", "exposed comm", "waiting for peers", "evaluation", "other"};
   for (int i = 0; i < n; i++) {
     const preset_summary_t *p = &rep->presets[i];
-    double *y = split + 4 * i;
-    y[0] = p->compute_sec, y[1] = p->comm_exposed_sec, y[2] = p->eval_sec, y[3] = p->other_sec;
-    s[i] = (svg_series_t){p->name, i, NULL, y, 4};
+    double *y = split + 5 * i, wait = isfinite(p->wait_sec) ? p->wait_sec : 0;
+    y[0] = p->compute_sec, y[1] = p->comm_exposed_sec - wait, y[2] = wait, y[3] = p->eval_sec;
+    y[4] = p->other_sec;
+    s[i] = (svg_series_t){p->name, i, NULL, y, 5};
   }
-  svg_stacked_chart(sb, "time_split", "Where the time went (rank 0)", "s", s, n, PARTS, 4);
+  svg_stacked_chart(sb, "time_split", "Where the time went (rank 0)", "s", s, n, PARTS, 5);
   for (int i = 0; i < n; i++) {
     one[i] = rep->presets[i].bytes_per_step;
     s[i] = (svg_series_t){rep->presets[i].name, i, NULL, &one[i], 1};
@@ -196,10 +197,11 @@ int report_html(const report_t *rep, strbuf_t *sb) {
   sb_puts(sb, "<p class=\"note\">Wall time is the sum of each epoch's training and evaluation "
               "time; samples seen, the sum of samples/s times training time. With several seeds "
               "a curve is their mean, as far as the shortest run goes. The time split is rank 0's: "
-              "exposed communication includes the time it waited for peers or for a staleness "
-              "bound inside an exchange; other is what training time leaves (optimizer steps, "
-              "batches, straggler sleeps of its own). Figures measured under an emulated "
-              "network are emulated.</p>\n</body></html>\n");
+              "compute includes batches and optimizer steps; waiting for peers is measured for "
+              "synchronous schedules (the slowest rank's epoch compute less rank 0's); elsewhere "
+              "it is inside exposed communication, with waits for a staleness bound; other is "
+              "what training time leaves. Figures measured under an emulated network are "
+              "emulated.</p>\n</body></html>\n");
   free(s);
   free(tmp);
   return sb->failed ? dt_error("report.html: out of memory") : 0;

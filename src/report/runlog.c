@@ -39,7 +39,8 @@ static epoch_line_t epoch_from(const char *l) {
       .comm_exposed_sec = json_line_number(l, "comm_exposed_sec"),
       .bytes_sent = json_line_number(l, "bytes_sent"),
       .bytes_sent_per_step = json_line_number(l, "bytes_sent_per_step"),
-      .staleness_mean = json_line_number(l, "staleness_mean")};
+      .staleness_mean = json_line_number(l, "staleness_mean"),
+      .wait_sec = json_line_number(l, "wait_sec")};
 }
 
 static void read_line(run_log_t *r, const char *l) {

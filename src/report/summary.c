@@ -35,6 +35,15 @@ static double mean_staleness(const run_log_t *r) {
   return n ? s / n : NAN;
 }
 
+/* The epochs' waiting, NAN when no epoch measured it. */
+static double sum_wait(const run_log_t *r) {
+  double s = 0;
+  int n = 0;
+  for (int e = 0; e < r->nepochs; e++)
+    if (isfinite(r->epochs[e].wait_sec)) s += r->epochs[e].wait_sec, n++;
+  return n ? s : NAN;
+}
+
 static int alloc_curves(preset_summary_t *p, int n) {
   double **c[] = {&p->wall_sec, &p->samples, &p->test_acc, &p->train_loss, &p->step};
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
@@ -74,8 +83,8 @@ static int curves(preset_summary_t *p, const run_log_t **runs, int n) {
 /* The totals: the mean over the runs that ended well. */
 static void totals(preset_summary_t *p, const run_log_t **runs, int n, double target) {
   double acc = 0, ttt = 0, sps = 0, bytes = 0, bps = 0, total = 0, train = 0, compute = 0,
-         comm = 0, exposed = 0, eval = 0, stale = 0;
-  int nstale = 0;
+         comm = 0, exposed = 0, eval = 0, stale = 0, wait = 0;
+  int nstale = 0, nwait = 0;
   for (int i = 0; i < n; i++) {
     const run_log_t *r = runs[i];
     if (!r->ok) continue;
@@ -89,6 +98,8 @@ static void totals(preset_summary_t *p, const run_log_t **runs, int n, double ta
     comm += SUM(r, comm_sec);
     exposed += SUM(r, comm_exposed_sec);
     eval += SUM(r, eval_sec);
+    double wt = sum_wait(r);
+    if (isfinite(wt)) wait += wt, nwait++;
     double t = run_time_to(r, target);
     if (isfinite(t)) ttt += t, p->reached++;
     double st = mean_staleness(r);
@@ -110,6 +121,7 @@ static void totals(preset_summary_t *p, const run_log_t **runs, int n, double ta
   p->other_sec = k ? fmax(0, p->train_sec - p->compute_sec - p->comm_exposed_sec) : nan;
   p->comm_hidden_frac = k && comm > 0 ? fmax(0, (comm - exposed) / comm) : nan;
   p->staleness_mean = nstale ? stale / nstale : nan;
+  p->wait_sec = nwait ? wait / nwait : nan;
 }
 
 int report_summarize(report_t *rep, const char *const *presets, int npresets) {

@@ -154,7 +154,7 @@ void svg_bar_chart(strbuf_t *sb, const char *id, const char *title, const char *
 
 void svg_stacked_chart(strbuf_t *sb, const char *id, const char *title, const char *unit,
                        const svg_series_t *s, int ns, const char *const *parts, int nparts) {
-  static const char *const PART_COLORS[] = {"#4e79a7", "#e15759", "#f28e2b", "#bab0ac", "#76b7b2"};
+  static const char *const PART_COLORS[] = {"#4e79a7", "#e15759", "#b07aa1", "#f28e2b", "#bab0ac"};
   double max = 0;
   for (int i = 0; i < ns; i++) {
     double t = 0;

@@ -44,6 +44,7 @@ static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken
   size_t samples = taken >= w->steps_per_epoch ? w->train->n
                                                : (size_t)taken * w->cfg->batch * w->nranks;
   *r = (epoch_report_t){.epoch = epoch, .steps = taken, .epoch_sec = train_sec, .timers = w->timers};
+  r->timers.wait = -1; /* not measured, unless the evaluation does (worker_epoch_figures) */
   r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
   r->samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
 }

@@ -101,7 +101,15 @@ static double per_step(uint64_t bytes, int64_t steps) {
   return steps > 0 ? (double)bytes / (double)steps : 0;
 }
 
+/* ",\"wait_sec\":X" where the schedule measured it, else "". */
+static const char *wait_json(const epoch_report_t *r, char *buf, size_t cap) {
+  if (r->timers.wait >= 0) snprintf(buf, cap, ",\"wait_sec\":%.4f", r->timers.wait);
+  else buf[0] = 0;
+  return buf;
+}
+
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
+  char wait[48];
   if (w->rank != 0) return 0;
   end_progress_line(w);
   DT_TRY(check_diverged(w, r));
@@ -120,13 +128,14 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
             "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s}\n",
+            "%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
             r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
             (unsigned long long)r->timers.bytes_sent, (unsigned long long)r->timers.bytes_received,
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
+            wait_json(r, wait, sizeof wait),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
             r->extra_json ? "," : "", r->extra_json ? r->extra_json : "") != 0)
     return -1;

@@ -79,6 +79,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->y = dt_alloc((size_t)worker_max_batch(cfg) * sizeof(int32_t));
   w->order = dt_alloc(train->n * sizeof(uint32_t));
   w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
+  w->rank_compute = calloc((size_t)(comm ? comm_size(comm) : 1), sizeof(float));
   if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
   /* before a resume, which restores its speeds; shares bounded by what the buffers hold */
   if (cfg->balance && w->nranks > 1 &&
@@ -114,6 +115,7 @@ void worker_free(worker_t *w) {
   dt_free(w->y);
   dt_free(w->order);
   dt_free(w->eval_idx);
+  free(w->rank_compute);
   memset(w, 0, sizeof *w);
 }
 
@@ -248,6 +250,25 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
   }
 }
 
+/* A synchronous step ends when the slowest rank's does: over the epoch,
+ * this rank waited for the others about the slowest rank's compute less
+ * its own (exact when one rank is the slowest throughout, as a straggler
+ * is; less than the truth when the slowest changes from step to step).
+ * Counted inside exposed communication, so at most that. One allgather of
+ * a float a rank, once an epoch. */
+static int measure_wait(worker_t *w, epoch_report_t *r) {
+  int me = comm_rank(w->comm), P = comm_size(w->comm);
+  if (!w->rank_compute) return dt_error("out of memory");
+  memset(w->rank_compute, 0, (size_t)P * sizeof *w->rank_compute);
+  w->rank_compute[me] = (float)r->timers.compute;
+  DT_TRY(allgather_ring(w->coll, w->rank_compute, (size_t)P));
+  float slowest = 0;
+  for (int i = 0; i < P; i++) slowest = w->rank_compute[i] > slowest ? w->rank_compute[i] : slowest;
+  double wait = slowest - r->timers.compute;
+  r->timers.wait = wait < 0 ? 0 : wait > r->timers.comm_exposed ? r->timers.comm_exposed : wait;
+  return 0;
+}
+
 int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra) {
   int me = comm_rank(w->comm), P = comm_size(w->comm);
   size_t off, len;
@@ -265,5 +286,6 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
   r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
   for (int i = 0; i < nextra; i++) extra[i] = sums[5 + i];
+  if (w->cfg->schedule == SCHEDULE_SYNC && P > 1) DT_TRY(measure_wait(w, r));
   return 0;
 }

@@ -9,7 +9,11 @@
 #include "dtrain/train.h"
 
 typedef struct {
-  double compute, comm, comm_exposed, wait;   /* seconds in this epoch */
+  double compute, comm, comm_exposed;   /* seconds in this epoch */
+  /* of comm_exposed, the time spent waiting for slower ranks (synchronous
+   * schedules, measured at the epoch's end by worker_epoch_figures; -1:
+   * not measured) */
+  double wait;
   /* payload bytes this rank sent and received while training in this
    * epoch (comm_bytes; evaluation's exchanges are not included) */
   uint64_t bytes_sent, bytes_received;
@@ -32,6 +36,7 @@ typedef struct worker {
   int32_t *y;
   uint32_t *order;              /* this epoch's permutation */
   uint32_t *eval_idx;           /* [batch] test indices being evaluated */
+  float *rank_compute;          /* [ranks of comm]: each rank's epoch compute (wait_sec) */
   int64_t steps_per_epoch;
   int64_t step;                 /* global steps done */
   int first_epoch;              /* 0, or the epoch after the resumed one */
