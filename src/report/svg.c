@@ -180,12 +180,12 @@ void svg_stacked_chart(strbuf_t *sb, const char *id, const char *title, const ch
     }
     sb_printf(sb, "<text class=\"tick\" x=\"%.1f\" y=\"%.0f\">%.3g %s</text></g>", x + 4, y + 15, total, unit);
   }
-  double lx = left;
+  double lx = 16; /* the legend under the bars, from the chart's left edge */
   for (int k = 0; k < nparts; k++) {
     sb_printf(sb, "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
                   "<text class=\"tick\" x=\"%.0f\" y=\"%d\">%s</text>",
               lx, h - 20, PART_COLORS[k % 5], lx + 14, h - 11, parts[k]);
-    lx += 14 + 7.2 * (double)strlen(parts[k]) + 14;
+    lx += 14 + 6.4 * (double)strlen(parts[k]) + 12;
   }
   sb_puts(sb, "</svg></figure>\n");
 }

@@ -13,7 +13,7 @@
 #include "strategy/worker.h"
 
 #define TRACE_TAG 0x7ace0           /* below the collectives' tags, above the others' */
-#define TRACE_EVENTS (1 << 20)      /* per rank; more are counted as dropped */
+#define TRACE_EVENTS (1 << 18)      /* per rank (12 MiB); more are counted as dropped */
 
 int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out) {
   *out = NULL;
