@@ -14,6 +14,7 @@ check trace_overlap_on_overlaps $TC "$TMP/on.json" overlap
 $DTRAIN train $RUN --bucket-mb 0 --net bandwidth=1Gbit --overlap off --trace "$TMP/off.json" >/dev/null 2>&1
 check trace_overlap_off_apart $TC "$TMP/off.json" no-overlap
 check trace_dp_tracks $TC "$TMP/on.json" tracks compute,communication,waiting,optimizer,evaluation,steps
+check trace_bytes_in_flight $TC "$TMP/on.json" counters
 $DTRAIN train $RUN --trace-steps 2:4 --trace "$TMP/steps.json" >/dev/null 2>&1
 check trace_steps_window $TC "$TMP/steps.json" steps 2:4
 $DTRAIN train $RUN --preset distbelief --trace "$TMP/ps.json" >/dev/null 2>&1

@@ -9,6 +9,8 @@
                   (merged mpi traces keep each rank's order)
   MODE steps A:B  valid, and the step slices are exactly global steps A..B-1
   MODE tracks T,T,...  valid, and every rank that trains has slices on each track
+  MODE counters   valid, and each rank's "bytes in flight" counter rises above 0
+                  and ends at 0
 Exit 0 when the check holds, 1 (with the reason on stdout) when not."""
 import json
 import sys
@@ -22,7 +24,7 @@ def die(msg):
 
 
 ev = json.load(open(path))["traceEvents"]
-slices, opened, asyncs = [], {}, []
+slices, opened, asyncs, counters = [], {}, [], []
 for e in ev:
     ph = e["ph"]
     if ph == "M":
@@ -41,6 +43,11 @@ for e in ev:
         if b is None or e["ts"] < b["ts"]:
             die(f"an async end without its begin: {e}")
         asyncs.append(dict(b, dur=e["ts"] - b["ts"]))
+    elif ph == "C":
+        if not isinstance(e.get("pid"), int) or not isinstance(e.get("ts"), (int, float)) \
+                or e["args"]["bytes"] < 0:
+            die(f"bad counter: {e}")
+        counters.append(e)
     else:
         die(f"unexpected phase {ph}")
 if opened:
@@ -91,5 +98,13 @@ elif mode == "tracks":
         if "steps" in have and not set(want) <= have:
             die(f"rank {pid} lacks tracks {sorted(set(want) - have)}")
 
+elif mode == "counters":
+    ranks = sorted({c["pid"] for c in counters})
+    if not ranks:
+        die("no bytes-in-flight counter")
+    for pid in ranks:
+        v = [c["args"]["bytes"] for c in counters if c["pid"] == pid]
+        if max(v) <= 0 or v[-1] != 0:
+            die(f"rank {pid}: bytes in flight {v[:6]} ... {v[-3:]}")
 elif mode != "valid":
     die(f"unknown mode {mode}")

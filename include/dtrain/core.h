@@ -60,6 +60,9 @@ void trace_set_step(dt_trace_t *t, long long step);
  * track's others: a collective beside backprop), arg = its bytes. */
 void trace_slice(dt_trace_t *t, int track, const char *name, long long arg, double t0, double t1);
 void trace_async(dt_trace_t *t, int track, const char *name, long long arg, double t0, double t1);
+/* A collective's bytes start (delta > 0) or stop (< 0) being in flight:
+ * a sample of the rank's "bytes in flight" counter; returns the total. */
+long long trace_in_flight(dt_trace_t *t, long long delta, double now);
 /* The rank's events as JSON objects separated by commas (malloc'd). */
 int trace_json(const dt_trace_t *t, char **out, size_t *len);
 

@@ -17,7 +17,8 @@ _Thread_local dt_trace_t *dt_trace;
 typedef struct {
   const char *name;             /* a string that outlives the trace */
   int track;                    /* TRACE_*: the thread id in the file */
-  int async;                    /* an asynchronous slice (b/e pair) */
+  int async;                    /* 0: a slice, 1: an asynchronous slice (b/e pair),
+                                   2: a counter sample (arg: its value at t0) */
   long long arg, step;
   double t0, t1;
 } trace_event_t;
@@ -31,6 +32,7 @@ struct dt_trace {
   trace_event_t *ev;
   size_t cap;
   atomic_size_t n, dropped;
+  atomic_llong in_flight;       /* bytes in collectives started and not finished */
 };
 
 static const char *const TRACK_NAMES[] = {"", "compute", "communication", "waiting",
@@ -83,6 +85,12 @@ void trace_async(dt_trace_t *t, int track, const char *name, long long arg, doub
   record(t, track, 1, name, arg, t0, t1);
 }
 
+long long trace_in_flight(dt_trace_t *t, long long delta, double now) {
+  long long v = atomic_fetch_add(&t->in_flight, delta) + delta;
+  record(t, TRACE_COMM, 2, "bytes in flight", v, now, now);
+  return v;
+}
+
 /* Microseconds since the common origin. */
 static double us(const dt_trace_t *t, double sec) { return (sec - t->origin) * 1e6; }
 
@@ -107,7 +115,11 @@ int trace_json(const dt_trace_t *t, char **out, size_t *len) {
   for (size_t i = 0; i < n && k < cap; i++) {
     const trace_event_t *e = &t->ev[i];
     const char *cat = TRACK_NAMES[e->track];
-    if (!e->async) {
+    if (e->async == 2) {
+      k += (size_t)snprintf(buf + k, cap - k,
+                            ",\n{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%d,\"ts\":%.3f,"
+                            "\"args\":{\"bytes\":%lld}}", e->name, t->rank, us(t, e->t0), e->arg);
+    } else if (!e->async) {
       k += (size_t)snprintf(buf + k, cap - k,
                             ",\n{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,"
                             "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"rank\":%d,\"step\":%lld,\"arg\":%lld}}",
