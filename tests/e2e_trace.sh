@@ -19,6 +19,12 @@ $DTRAIN train $RUN --trace-steps 2:4 --trace "$TMP/steps.json" >/dev/null 2>&1
 check trace_steps_window $TC "$TMP/steps.json" steps 2:4
 $DTRAIN train $RUN --preset distbelief --trace "$TMP/ps.json" >/dev/null 2>&1
 check trace_ps_push_pull $TC "$TMP/ps.json" tracks compute,"parameter server",steps
+check trace_ps_server_updates $PY -c "
+import json
+ev = json.load(open('$TMP/ps.json'))['traceEvents']
+servers = {e['pid'] for e in ev if e.get('name') == 'server update'}
+assert servers == {2, 3}, servers
+"
 $DTRAIN train $RUN --preset gosgd --trace "$TMP/gossip.json" >/dev/null 2>&1
 check trace_decentral $TC "$TMP/gossip.json" tracks compute,waiting,steps
 check trace_rewrites_own sh -c "$DTRAIN train $RUN --trace '$TMP/steps.json' >/dev/null"
