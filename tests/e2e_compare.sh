@@ -42,6 +42,23 @@ $DTRAIN compare --presets horovod --data synthetic --workers 2 --max-steps 8 --l
   --max-loss 3 --out "$dout" >/dev/null 2>&1; rc=$?
 check compare_diverged_shown sh -c "[ $rc -eq 1 ] && grep -Eq 'diverged|loss is NaN' '$dout/report.json' && grep -q 'failed: ' '$dout/report.html'"
 
+# ---- --time-budget: every run ends at its first epoch end past the budget
+make_small_fashion "$TMP/small" 2000 500
+bout=$TMP/cmp-budget
+$DTRAIN compare --presets horovod,local-sgd,gosgd --data "$TMP/small" --workers 2 --epochs 500 \
+  --time-budget 1 --out "$bout" >/dev/null 2>"$TMP/log"; rc=$?
+check compare_time_budget $PY -c "
+import json
+r = json.load(open('$bout/report.json'))
+for run in r['runs']:
+    ep = [m for m in run['metrics'] if m['event'] == 'epoch']
+    done = [m for m in run['metrics'] if m['event'] == 'done']
+    assert run['ok'] and done and 1 <= len(ep) < 500, (run['preset'], len(ep))
+    assert done[0]['total_sec'] >= 0.9, (run['preset'], done[0]['total_sec'])  # rank 0's clock from before the first epoch
+" && [ "$rc" -eq 0 ]
+expect_error compare_time_budget_unused 2 "preset petuum: option --time-budget: not used" -- \
+  $DTRAIN compare --presets horovod,petuum --time-budget 5 --out "$TMP/none"
+
 # ---- the page in a browser: no console error, a screenshot --------------------
 if command -v chromium >/dev/null 2>&1; then
   CHROME="chromium --headless --disable-gpu --no-sandbox --user-data-dir=$TMP/chromium \

@@ -22,6 +22,8 @@ static const char *TRAIN_HELP =
     "  --seed N                  seed of initialisation, shuffling, dropout [1]\n"
     "  --threads N               BLAS threads per worker [1]\n"
     "  --max-steps N             stop after N optimizer steps in total (smoke tests)\n"
+    "  --time-budget SEC         end the run at the first epoch end past SEC seconds (rank 0's\n"
+    "                            clock; allreduce, shared sync and decentralized strategies)\n"
     "  --max-loss X              a mean train or test loss above X (or NaN) stops the run as\n"
     "                            diverged, keeping the last good checkpoint [1e4]\n"
     "\n"

@@ -84,7 +84,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
     int reported = report_epoch(w, ops, st, &r);
     if (reported < 0) return -1;
     if (reported == 0) last = r, have_report = 1;
-    if (rc == DRIVE_RUN_END || step_limit_reached(w, ops)) break;
+    if (rc == DRIVE_RUN_END || step_limit_reached(w, ops) || r.budget_spent) break;
   }
   if (ops->end_run && ops->end_run(st) != 0) return -1;
   return worker_report_done(w, have_report ? &last : NULL, dt_now() - run_t0);

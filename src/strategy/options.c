@@ -58,6 +58,13 @@ static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; 
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
 static int is_step_schedule(const train_config_t *c) { return c->lr_schedule == LR_STEP; }
 static int is_traced(const train_config_t *c) { return c->trace[0] != 0; }
+/* Every rank evaluates in one collective (worker_epoch_figures), which
+ * carries the decision to stop at --time-budget to all at once. */
+static int stops_together(const train_config_t *c) {
+  if (is_pipeline(c)) return 0;
+  return is_decentral(c) || c->exchange == EXCHANGE_ALLREDUCE ||
+         (c->exchange == EXCHANGE_SHARED && c->schedule == SCHEDULE_SYNC);
+}
 
 /* The setting that decides whether an option is used, named in the error. */
 typedef enum { AX_STRATEGY = 0, AX_OPTIMIZER, AX_LR_SCHEDULE, AX_COMM, AX_COMM_ORDER } axis_t;
@@ -78,6 +85,9 @@ static const option_t OPTIONS[] = {
     {"seed", 0, NULL, NULL, AX_STRATEGY},
     {"threads", 0, NULL, NULL, AX_STRATEGY},
     {"max-steps", 0, NULL, NULL, AX_STRATEGY},
+    {"time-budget", 0, stops_together,
+     "--exchange allreduce:ALGO, --exchange shared --schedule sync, or --optimization decentral",
+     AX_STRATEGY},
     {"max-loss", 0, NULL, NULL, AX_STRATEGY},
     {"optimizer", 0, NULL, NULL, AX_STRATEGY},
     {"lr", 0, NULL, NULL, AX_STRATEGY},
@@ -331,6 +341,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "workers")) return parse_int(name, val, 1, MAX_WORKERS, &iv) ? -1 : (c->workers = (int)iv, 0);
   if (!strcmp(name, "threads")) return parse_int(name, val, 1, 256, &iv) ? -1 : (c->threads = (int)iv, 0);
   if (!strcmp(name, "seed")) return parse_int(name, val, 0, 1L << 62, &iv) ? -1 : (c->seed = (uint64_t)iv, 0);
+  if (!strcmp(name, "time-budget")) return parse_float(name, val, 0.001, 1e9, &c->time_budget);
   if (!strcmp(name, "max-loss")) return parse_float(name, val, 1e-3, 1e30, &c->max_loss);
   if (!strcmp(name, "max-steps")) return parse_int(name, val, 1, 1L << 50, &iv) ? -1 : (c->max_steps = iv, 0);
   if (!strcmp(name, "lr")) {

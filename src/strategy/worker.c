@@ -276,11 +276,15 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   double test_loss;
   int64_t test_correct;
   worker_evaluate(w, off, off + len, &test_loss, &test_correct);
-  float sums[5 + 8] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
-                       (float)w->epoch_samples, (float)w->epoch_correct};
+  float sums[5 + 8 + 1] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
+                           (float)w->epoch_samples, (float)w->epoch_correct};
   if (nextra < 0 || nextra > 8) return dt_error("worker_epoch_figures: %d extra sums (at most 8)", nextra);
   for (int i = 0; i < nextra; i++) sums[5 + i] = extra[i];
-  if (P > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, (size_t)(5 + nextra)) != 0) return -1;
+  /* --time-budget: rank 0's clock decides, and the sum tells every rank */
+  double budget = w->cfg->time_budget;
+  sums[5 + nextra] = me == 0 && budget > 0 && dt_now() - w->run_start >= budget;
+  if (P > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, (size_t)(6 + nextra)) != 0) return -1;
+  r->budget_spent = sums[5 + nextra] > 0;
   r->test_loss = sums[0] / (double)w->test->n;
   r->test_acc = sums[1] / (double)w->test->n;
   r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;

@@ -109,6 +109,7 @@ typedef struct {
   double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
   step_timers_t timers;
   const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
+  int budget_spent;             /* --time-budget: every rank ends the run after this epoch */
 } epoch_report_t;
 /* Collective over w->comm: the test metrics of this rank's model on its
  * shard of the test set, and the epoch's train loss and accuracy, summed
