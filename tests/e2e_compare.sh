@@ -59,6 +59,18 @@ for run in r['runs']:
 expect_error compare_time_budget_unused 2 "preset petuum: option --time-budget: not used" -- \
   $DTRAIN compare --presets horovod,petuum --time-budget 5 --out "$TMP/none"
 
+# ---- SIGINT during the second run: no report, the first run's metrics kept
+iout=$TMP/cmp-int
+$DTRAIN compare --presets horovod,local-sgd --data synthetic --workers 2 --epochs 1 \
+  --out "$iout" >/dev/null 2>"$TMP/int.err" &
+pid=$!
+for i in $(seq 1 600); do
+  grep -q '"event":"done"' "$iout/runs/horovod-seed1.jsonl" 2>/dev/null && [ -e "$iout/runs/local-sgd-seed1.jsonl" ] && break
+  sleep 0.1
+done
+kill -INT $pid; wait $pid; rc=$?
+check compare_interrupted_keeps_runs sh -c "[ $rc -eq 130 ] && [ ! -e '$iout/report.html' ] && [ ! -e '$iout/report.json' ] && grep -q '\"event\":\"done\"' '$iout/runs/horovod-seed1.jsonl' && grep -q 'no report written' '$TMP/int.err'"
+
 # ---- the page in a browser: no console error, a screenshot --------------------
 if command -v chromium >/dev/null 2>&1; then
   CHROME="chromium --headless --disable-gpu --no-sandbox --user-data-dir=$TMP/chromium \
