@@ -35,7 +35,7 @@ CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC) $(EXTRA_CFLAGS)
 LDFLAGS += $(filter -fsanitize=%,$(OPT))
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \
-             src/comm/*.c src/coll/*.c src/compress/*.c src/strategy/*.c \
+             src/comm/*.c src/coll/*.c src/compress/*.c src/strategy/*.c src/report/*.c \
              src/strategy/*/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

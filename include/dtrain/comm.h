@@ -65,6 +65,8 @@ typedef struct {
   int rank_table_len;        /* entries in the rank_* tables (0 = one per rank); mpi ranks
                               * past the end take the global value */
   double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
+  double stall_warning;      /* seconds a blocking call waits before a stall line, repeated at
+                              * that period (the stall inspector); 0 = default 60 */
   /* Hosts: consecutive ranks on `hosts` machines (0 or 1 = one host), as
    * even as possible (the first P mod hosts hosts one rank more) unless
    * host_ranks lists the ranks of each (hosts entries, summing to P).
@@ -116,6 +118,7 @@ typedef struct {
   void (*set_spin)(comm_t *c, double seconds);                              /* may be NULL */
   int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; NULL elsewhere) */
   int (*aborted)(comm_t *c);        /* another rank has failed (local; NULL elsewhere) */
+  void (*stall_enter)(comm_t *c, const char *op, size_t bytes);     /* may be NULL */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -170,6 +173,13 @@ int comm_waitall(comm_t *c, int n, comm_req_t **reqs);
 int comm_sendrecv(comm_t *c, int dst, int stag, const void *sbuf, size_t slen,
                   int src, int rtag, void *rbuf, size_t rlen);
 int comm_barrier(comm_t *c);
+/* The stall inspector: a collective named `op` (a string literal) moving
+ * `bytes` starts on c. A wait inside it that passes --stall-warning prints
+ * one line naming the operation, the ranks that have started it and those
+ * that have not (local: every rank's record is in the world; mpi: the
+ * rank awaited), again at every period; a wait that times out names the
+ * same in its error. */
+void comm_stall_enter(comm_t *c, const char *op, size_t bytes);
 /* Receive `count` floats from src and add them into buf (buf[i] += msg[i]),
  * one pass: local adds straight from the sender's buffer (scratch unused,
  * may be NULL); mpi receives into `scratch` (count floats, untouched by the

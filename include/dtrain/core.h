@@ -42,6 +42,30 @@ const char *dt_signal_name(int signo);
 double dt_now(void);               /* monotonic seconds */
 void dt_sleep_until(double t);     /* monotonic deadline */
 
+/* ---- timeline traces (src/core/trace.c) ------------------------------------
+ * One trace per rank; dt_trace is the calling thread's (NULL: not tracing,
+ * and then a caller records nothing: `if (dt_trace) trace_slice(...)`).
+ * Times are dt_now() seconds; the file shows microseconds since `origin`,
+ * the run's common start. Names must outlive the trace (string literals,
+ * layer kind names). */
+typedef struct dt_trace dt_trace_t;
+extern _Thread_local dt_trace_t *dt_trace;
+enum { TRACE_COMPUTE = 1, TRACE_COMM, TRACE_WAIT, TRACE_PS, TRACE_OPTIM, TRACE_EVAL, TRACE_STEP,
+       TRACE_TRACKS };
+/* Records steps [from, to) (--trace-steps); at most cap events. */
+dt_trace_t *trace_new(int rank, double origin, long long from, long long to, size_t cap);
+void trace_free(dt_trace_t *t);
+void trace_set_step(dt_trace_t *t, long long step);
+/* A slice [t0, t1] on a track; an asynchronous one (it may overlap the
+ * track's others: a collective beside backprop), arg = its bytes. */
+void trace_slice(dt_trace_t *t, int track, const char *name, long long arg, double t0, double t1);
+void trace_async(dt_trace_t *t, int track, const char *name, long long arg, double t0, double t1);
+/* A collective's bytes start (delta > 0) or stop (< 0) being in flight:
+ * a sample of the rank's "bytes in flight" counter; returns the total. */
+long long trace_in_flight(dt_trace_t *t, long long delta, double now);
+/* The rank's events as JSON objects separated by commas (malloc'd). */
+int trace_json(const dt_trace_t *t, char **out, size_t *len);
+
 /* ---- RNG: xoshiro256**, seeded by splitmix64. The state is four words so
  * it can be saved in a checkpoint and restored bit for bit. */
 typedef struct { uint64_t s[4]; } rng_t;
@@ -119,6 +143,8 @@ int file_check_regular(const char *path);
 int file_check_output(const char *path, const char *own_magic);
 /* 1 when the two paths name the same file (existing or not). */
 int file_same(const char *a, const char *b);
+/* 0 when the folder that would hold `path` exists and may be written in. */
+int file_check_writable_dir(const char *path);
 /* Opens an output stream, refusing what is not a regular file: appending
  * to the file as it is, or else a new file (an old one is removed first)
  * with mode 0666 & ~umask; NULL after setting the error. */

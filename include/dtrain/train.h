@@ -97,8 +97,11 @@ typedef struct {
   double straggler_slowdown;
   /* files and output */
   char metrics[256], checkpoint[256], resume[256];
+  char trace[256];              /* --trace FILE.json: a timeline of every rank ("" = off) */
+  long long trace_from, trace_to;  /* --trace-steps A:B: global steps [A, B) */
   int progress;                 /* live progress line on stderr */
   int64_t max_steps;            /* stop after this many steps in total (0 = no limit; for tests and benches) */
+  double time_budget;           /* --time-budget SEC: end at the first epoch end past SEC (0 = none) */
   double max_loss;              /* a mean train or test loss above this is divergence [1e4] */
 } train_config_t;
 

@@ -7,5 +7,6 @@ int cmd_train(int argc, char **argv);
 int cmd_bench(int argc, char **argv);          /* dispatches bench kinds */
 int cmd_bench_allreduce(int argc, char **argv);
 int cmd_presets(int argc, char **argv);
+int cmd_compare(int argc, char **argv);         /* src/cli/compare.c */
 
 #endif

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
         "  train     train a model (dtrain train --help)\n"
         "  bench     benchmarks: allreduce (dtrain bench allreduce --help)\n"
         "  presets   list the named systems and the taxonomy axes they set\n"
+        "  compare   run several presets on one task, write a report (dtrain compare --help)\n"
         "\n"
         "Run 'dtrain COMMAND --help' for the options of a command.\n",
         f);
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "presets")) return cmd_presets(argc - 1, argv + 1);
-  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench or presets)\n", cmd);
+  if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
+  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets or compare)\n", cmd);
   return 2;
 }

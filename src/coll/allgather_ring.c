@@ -15,7 +15,15 @@
 
 int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count) {
   int P = ctx->comm->size;
+  double t0 = dt_trace ? dt_now() : 0;
+  if (dt_trace) trace_in_flight(dt_trace, (long long)(count * sizeof *buf), t0);
+  comm_stall_enter(ctx->comm, "allgather", count * sizeof *buf);
   if (coll_ring_steps(ctx, buf, count, P - 1, 2 * P - 2, TAG_ALLGATHER) != 0)
     return dt_error_prefix("allgather ring: ");
+  if (dt_trace) {
+    double t1 = dt_now();
+    trace_async(dt_trace, TRACE_COMM, "allgather", (long long)(count * sizeof *buf), t0, t1);
+    trace_in_flight(dt_trace, -(long long)(count * sizeof *buf), t1);
+  }
   return 0;
 }

@@ -19,7 +19,25 @@ int allreduce_algo_parse(const char *name, allreduce_algo_t *out) {
                   name ? name : "");
 }
 
+static int run_algo(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count);
+
+/* Traced as one asynchronous slice on the communication track: it may run
+ * on the progress thread beside the rank's compute. */
 int allreduce(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count) {
+  long long bytes = (long long)(count * sizeof *buf);
+  double t0 = dt_trace ? dt_now() : 0;
+  if (dt_trace) trace_in_flight(dt_trace, bytes, t0);
+  comm_stall_enter(coll_ctx_comm(ctx), "allreduce", count * sizeof *buf);
+  int rc = run_algo(ctx, algo, buf, count);
+  if (dt_trace) {
+    double t1 = dt_now();
+    trace_async(dt_trace, TRACE_COMM, "allreduce", bytes, t0, t1);
+    trace_in_flight(dt_trace, -bytes, t1);
+  }
+  return rc;
+}
+
+static int run_algo(coll_ctx_t *ctx, allreduce_algo_t algo, float *buf, size_t count) {
   if (algo == ALLREDUCE_AUTO) algo = allreduce_choose(ctx, count);
   switch (algo) {
   case ALLREDUCE_RING: return allreduce_ring(ctx, buf, count);

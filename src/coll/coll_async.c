@@ -68,6 +68,7 @@ struct coll_async {
   char error[512];
   double busy;
   float *held;                /* PRIORITY: each rank's count of requests not run */
+  dt_trace_t *trace;          /* the creating rank's trace (dt_trace), or NULL */
 };
 
 /* Waits of the progress thread spin this long before sleeping: longer, and
@@ -151,6 +152,7 @@ static void run_next(coll_async_t *a) {
 
 static void *progress_main(void *arg) {
   coll_async_t *a = arg;
+  dt_trace = a->trace;
   comm_set_wait_spin(coll_ctx_comm(a->ctx), PROGRESS_SPIN);
   pthread_mutex_lock(&a->mu);
   for (;;) {
@@ -168,6 +170,7 @@ int coll_async_new(coll_ctx_t *ctx, coll_order_t order, coll_async_t **out) {
   if (!a) return dt_error("out of memory");
   a->ctx = ctx;
   a->order = order;
+  a->trace = dt_trace;
   if (order == COLL_ORDER_PRIORITY &&
       !(a->held = calloc((size_t)comm_size(coll_ctx_comm(ctx)), sizeof *a->held))) {
     free(a);

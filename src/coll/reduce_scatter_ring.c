@@ -50,7 +50,15 @@ int reduce_scatter_ring(coll_ctx_t *ctx, const float *in, float *out, size_t cou
 
 int reduce_scatter_ring_inplace(coll_ctx_t *ctx, float *buf, size_t count) {
   int P = ctx->comm->size;
+  double t0 = dt_trace ? dt_now() : 0;
+  if (dt_trace) trace_in_flight(dt_trace, (long long)(count * sizeof *buf), t0);
+  comm_stall_enter(ctx->comm, "reduce-scatter", count * sizeof *buf);
   if (coll_ring_steps(ctx, buf, count, 0, P - 1, TAG_REDUCE_SCATTER) != 0)
     return dt_error_prefix("reduce-scatter ring: ");
+  if (dt_trace) {
+    double t1 = dt_now();
+    trace_async(dt_trace, TRACE_COMM, "reduce-scatter", (long long)(count * sizeof *buf), t0, t1);
+    trace_in_flight(dt_trace, -(long long)(count * sizeof *buf), t1);
+  }
   return 0;
 }

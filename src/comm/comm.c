@@ -178,6 +178,10 @@ int comm_sendrecv(comm_t *c, int dst, int stag, const void *sbuf, size_t slen,
 
 int comm_barrier(comm_t *c) { return c->ops->barrier(c); }
 
+void comm_stall_enter(comm_t *c, const char *op, size_t bytes) {
+  if (c->ops->stall_enter) c->ops->stall_enter(c, op, bytes);
+}
+
 void comm_set_wait_spin(comm_t *c, double seconds) {
   if (c->ops->set_spin) c->ops->set_spin(c, seconds);
 }

@@ -37,6 +37,7 @@
 #define TAG_BARRIER (-2)
 #define SLAB_REQS 64
 #define DEFAULT_TIMEOUT 300.0
+#define DEFAULT_STALL_WARNING 60.0
 #define MAX_RANKS 4096
 
 enum { K_FREE, K_SEND, K_RECV };
@@ -67,6 +68,15 @@ struct lreq {
 typedef struct { lreq_t *head, *tail; } queue_t;
 typedef struct slab { struct slab *next; lreq_t reqs[SLAB_REQS]; } slab_t;
 
+/* The stall inspector's record of a world rank: the last collective it
+ * started (comm_stall_enter), on which communicator, and its number there. */
+typedef struct {
+  _Alignas(64) atomic_int comm_id;
+  atomic_ullong seq;        /* 0: none yet */
+  _Atomic(const char *) op;
+  atomic_size_t bytes;
+} stall_slot_t;
+
 /* One per world rank; aligned so that ranks do not share cache lines. */
 typedef struct {
   _Alignas(64) pthread_mutex_t mu;
@@ -85,6 +95,8 @@ typedef struct {
 typedef struct {
   int size;
   double timeout;           /* seconds */
+  double stall_warning;     /* seconds before a stall line, and its period */
+  stall_slot_t *stall;      /* [size] */
   double spin;              /* seconds a wait spins before sleeping, unless the thread set its own */
   int yield;                /* spin with sched_yield: ranks outnumber cores */
   int emulated;
@@ -105,6 +117,7 @@ typedef struct {
   int id;                   /* messages on different communicators never match */
   int is_world;
   int *world_of;            /* comm rank -> world rank */
+  atomic_ullong coll_seq;   /* collectives this rank started on this communicator */
 } lcomm_t;
 
 static const comm_ops_t local_ops;
@@ -449,13 +462,20 @@ static int spin_briefly(world_t *w, lreq_t *q) {
   return 0;
 }
 
+static void stall_warn(world_t *w, const comm_t *c, const lreq_t *q, double waited);
+
 static int wait_done(world_t *w, const comm_t *c, lreq_t *q) {
-  double deadline = dt_now() + w->timeout;
+  double start = dt_now(), deadline = start + w->timeout, warn_at = start + w->stall_warning;
   for (;;) {
     progress(w, q->owner, q);
     if (is_done(q)) return WAIT_OK;
     if (spin_briefly(w, q)) continue;
-    int rc = block(w, c, q, deadline);
+    int rc = block(w, c, q, warn_at < deadline ? warn_at : deadline);
+    if (rc == WAIT_TIMEOUT && dt_now() < deadline) { /* a period of the stall inspector */
+      stall_warn(w, c, q, dt_now() - start);
+      warn_at += w->stall_warning;
+      continue;
+    }
     if (rc != WAIT_OK) {
       progress(w, q->owner, q);
       return is_done(q) ? WAIT_OK : rc;
@@ -543,17 +563,83 @@ static const char *rank_name(const comm_t *c, int r, char *buf, size_t n) {
   return buf;
 }
 
+/* ---- the stall inspector ------------------------------------------------ */
+
+static void l_stall_enter(comm_t *c, const char *op, size_t bytes) {
+  lcomm_t *lc = c->impl;
+  stall_slot_t *s = &lc->w->stall[my_world(c)];
+  unsigned long long seq = atomic_fetch_add(&lc->coll_seq, 1) + 1;
+  atomic_store(&s->op, op);
+  atomic_store(&s->bytes, bytes);
+  atomic_store(&s->comm_id, lc->id);
+  atomic_store(&s->seq, seq);
+}
+
+static void add_rank(char *buf, size_t cap, int *count, int r) {
+  size_t n = strlen(buf);
+  if (n < cap) snprintf(buf + n, cap - n, "%s%d", (*count)++ ? ", " : "", r);
+}
+
+/* The collective this rank waits in on c, the ranks (of c) that have
+ * started it and those that have not, into buf; *lowest_joined gets the
+ * lowest rank that has. 0 when this rank's last collective is not on c
+ * (a point-to-point wait). */
+static int stall_describe(const comm_t *c, char *buf, size_t cap, int *lowest_joined) {
+  const lcomm_t *lc = c->impl;
+  world_t *w = lc->w;
+  stall_slot_t *me = &w->stall[my_world(c)];
+  unsigned long long seq = atomic_load(&me->seq);
+  if (seq == 0 || atomic_load(&me->comm_id) != lc->id) return 0;
+  char joined[400] = "", missing[400] = "";
+  int nj = 0, nm = 0;
+  *lowest_joined = -1;
+  for (int r = 0; r < c->size; r++) {
+    stall_slot_t *s = &w->stall[lc->world_of[r]];
+    int in = atomic_load(&s->comm_id) == lc->id && atomic_load(&s->seq) >= seq;
+    if (in && *lowest_joined < 0) *lowest_joined = r;
+    add_rank(in ? joined : missing, in ? sizeof joined : sizeof missing, in ? &nj : &nm, r);
+  }
+  snprintf(buf, cap, "%s #%llu (%zu bytes) on %s: joined rank%s %s; not joined: rank%s %s",
+           atomic_load(&me->op), seq, atomic_load(&me->bytes),
+           lc->is_world ? "the world" : "a sub-communicator", nj == 1 ? "" : "s", joined,
+           nm == 1 ? "" : "s", nm ? missing : "none (a message is late)");
+  return 1;
+}
+
+static const char *rank_name(const comm_t *c, int r, char *buf, size_t n);
+
+/* One line per period, from the lowest rank that has joined (so one line
+ * for the whole communicator); a point-to-point wait reports its own. */
+static void stall_warn(world_t *w, const comm_t *c, const lreq_t *q, double waited) {
+  char what[1024], who[64];
+  int lowest;
+  if (stall_describe(c, what, sizeof what, &lowest)) {
+    if (lowest == c->rank)
+      dt_log(DT_LOG_WARN, "stall: %s; waited %.1f s (--stall-warning %g, --comm-timeout %g)", what,
+             waited, w->stall_warning, w->timeout);
+    return;
+  }
+  rank_name(c, q->peer_rank, who, sizeof who);
+  dt_log(DT_LOG_WARN, "stall: rank %d has waited %.1f s to %s %s (tag %d) (--stall-warning %g)",
+         my_world(c), waited, q->kind == K_SEND ? "send to" : "receive from", who, q->tag,
+         w->stall_warning);
+}
+
 static int wait_error(const comm_t *c, const lreq_t *q, int why) {
   world_t *w = ((lcomm_t *)c->impl)->w;
   char who[64];
   const char *dir = q->kind == K_SEND ? "send to" : "recv from";
   rank_name(c, q->peer_rank, who, sizeof who);
   switch (why) {
-  case WAIT_TIMEOUT:
-    return dt_error("%s %s tag %d (%zu bytes): timed out after %g s (%s)", dir, who, q->tag,
+  case WAIT_TIMEOUT: {
+    char what[1024] = "";
+    int lowest;
+    if (stall_describe(c, what + 4, sizeof what - 4, &lowest)) memcpy(what, " in ", 4);
+    return dt_error("%s %s tag %d (%zu bytes): timed out after %g s (%s)%s", dir, who, q->tag,
                     q->len, w->timeout,
                     q->kind == K_SEND ? "the receiver never took the message"
-                                      : "no matching message arrived");
+                                      : "no matching message arrived", what);
+  }
   case WAIT_ABORTED:
     return dt_error("%s %s tag %d: stopped because peer rank %d failed", dir, who, q->tag,
                     atomic_load(&w->failed_rank));
@@ -804,6 +890,7 @@ static const comm_ops_t local_ops = {
     .name = "local",
     .gone = l_gone,
     .aborted = l_aborted,
+    .stall_enter = l_stall_enter,
     .set_spin = l_set_spin,
     .isend = l_isend,
     .irecv = l_irecv,
@@ -828,7 +915,7 @@ static int make_comm(world_t *w, int id, int is_world, int rank, int size, const
     return dt_error("out of memory creating a communicator");
   }
   memcpy(map, world_ranks, (size_t)size * sizeof(int));
-  *lc = (lcomm_t){w, id, is_world, map};
+  *lc = (lcomm_t){.w = w, .id = id, .is_world = is_world, .world_of = map};
   *c = (comm_t){.ops = &local_ops, .rank = rank, .size = size, .slowdown = 1, .impl = lc,
                 .thread_multiple = 1};
   *out = c;
@@ -853,6 +940,7 @@ static void world_free(world_t *w) {
   }
   pthread_condattr_destroy(&w->cvattr);
   dt_free(w->mb);
+  dt_free(w->stall);
   free(w->rank_latency), free(w->rank_bandwidth), free(w->rank_slowdown);
   free(w->host);
   free(w);
@@ -863,6 +951,12 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
   if (!w) return dt_error("out of memory creating %d local ranks", size);
   w->size = size;
   w->timeout = net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT;
+  w->stall_warning = net && net->stall_warning > 0 ? net->stall_warning : DEFAULT_STALL_WARNING;
+  w->stall = dt_alloc((size_t)size * sizeof *w->stall);
+  if (!w->stall) {
+    free(w);
+    return -1;
+  }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   /* Waking a sleeping rank costs 50-400 us on a VM, more than a 1 MiB
    * step, and once one rank oversleeps the ranks can keep falling asleep in

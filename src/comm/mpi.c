@@ -33,6 +33,7 @@ int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,7 +44,15 @@ int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
 typedef struct {
   MPI_Comm hc, pc;          /* headers, payloads */
   double timeout;
+  /* the stall inspector: this rank's last collective on this communicator
+   * (under mpi a rank knows no other's: a stall line names the rank awaited) */
+  _Atomic(const char *) op;
+  atomic_ullong seq;
+  atomic_size_t bytes;
 } mcomm_t;
+
+#define DEFAULT_STALL_WARNING 60.0
+static double stall_warning = DEFAULT_STALL_WARNING;  /* one run per process */
 
 typedef struct mreq mreq_t;
 struct mreq {
@@ -240,10 +249,32 @@ static int wait_fail(comm_t *c, mreq_t *q, const char *why) {
   return -1;
 }
 
+static void m_stall_enter(comm_t *c, const char *op, size_t bytes) {
+  mcomm_t *m = c->impl;
+  atomic_store(&m->op, op);
+  atomic_store(&m->bytes, bytes);
+  atomic_fetch_add(&m->seq, 1);
+}
+
+/* " in allreduce #N (B bytes)", or "" before any collective. */
+static void stall_op(mcomm_t *m, char *buf, size_t cap) {
+  const char *op = atomic_load(&m->op);
+  if (op) snprintf(buf, cap, " in %s #%llu (%zu bytes)", op, atomic_load(&m->seq), atomic_load(&m->bytes));
+  else buf[0] = 0;
+}
+
+static void stall_warn(const comm_t *c, mreq_t *q, double waited) {
+  char op[160];
+  stall_op(c->impl, op, sizeof op);
+  dt_log(DT_LOG_WARN, "stall: rank %d has waited %.1f s%s to %s rank %d (tag %d) (--stall-warning "
+         "%g; under mpi a rank knows only the rank it waits on)", c->rank, waited, op,
+         q->is_send ? "send to" : "receive from", q->src, q->tag, stall_warning);
+}
+
 static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
   mcomm_t *m = c->impl;
   mreq_t *q = (mreq_t *)req;
-  double deadline = dt_now() + m->timeout;
+  double start = dt_now(), deadline = start + m->timeout, warn_at = start + stall_warning;
   int done = 0;
   for (unsigned polls = 0;; polls++) {
     if (poll_once(m, q, &done) != 0) {
@@ -255,12 +286,17 @@ static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
     if (done) break;
     if ((polls & 63) == 63 && dt_interrupted()) /* interrupted: ranks that wait, not compute (servers) */
       return wait_fail(c, q, dt_signal_name(dt_interrupted()));
+    if ((polls & 63) == 63 && dt_now() >= warn_at && dt_now() < deadline) {
+      stall_warn(c, q, dt_now() - start);
+      warn_at += stall_warning;
+    }
     if ((polls & 63) == 63 && dt_now() >= deadline) {
-      char why[160];
-      snprintf(why, sizeof why, "timed out after %g s (%s)", m->timeout,
+      char why[360], op[160];
+      stall_op(m, op, sizeof op);
+      snprintf(why, sizeof why, "timed out after %g s (%s)%s", m->timeout,
                q->is_send ? "the receiver never took the message"
                : q->r[0] != MPI_REQUEST_NULL ? "no matching message arrived"
-                                             : "the header arrived but not the payload");
+                                             : "the header arrived but not the payload", op);
       return wait_fail(c, q, why);
     }
     sched_yield();
@@ -372,6 +408,7 @@ static const comm_ops_t mpi_ops = {
     .wait = m_wait,
     .test = m_test,
     .barrier = m_barrier,
+    .stall_enter = m_stall_enter,
     .split = m_split,
     .free = m_free,
     .irecv_reduce = m_irecv_reduce,
@@ -389,7 +426,7 @@ static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *lik
   }
   MPI_Comm_set_errhandler(hc, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(pc, MPI_ERRORS_RETURN);
-  *m = (mcomm_t){hc, pc, timeout};
+  *m = (mcomm_t){.hc = hc, .pc = pc, .timeout = timeout};
   *c = *like;
   c->ops = &mpi_ops;
   c->impl = m;
@@ -483,6 +520,7 @@ int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (finalized) return dt_error("comm_mpi_run: MPI was already finalized (one run per process)");
+  if (net && net->stall_warning > 0) stall_warning = net->stall_warning;
   if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     return dt_error("MPI_Init_thread failed");
   if (inited) MPI_Query_thread(&provided);

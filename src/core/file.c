@@ -190,6 +190,15 @@ int file_check_output(const char *path, const char *own_magic) {
                   "replace it: choose another path or remove the file", path, own_magic);
 }
 
+int file_check_writable_dir(const char *path) {
+  char copy[PATH_MAX];
+  snprintf(copy, sizeof copy, "%s", path);
+  const char *dir = dirname(copy);
+  if (access(dir, W_OK | X_OK) != 0)
+    return dt_error("%s: cannot be written: the folder %s: %s", path, dir, strerror(errno));
+  return 0;
+}
+
 int file_same(const char *a, const char *b) {
   struct stat sa, sb;
   if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;

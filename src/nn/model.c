@@ -315,7 +315,9 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
       continue;
     }
     if (wait && l->param_len) wait(ctx, i);
+    double t0 = dt_trace ? dt_now() : 0;
     l->ops->forward(l, layer_input(r, l, x), n, train, rng);
+    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, l->ops->name, i, t0, dt_now());
   }
 }
 
@@ -326,9 +328,15 @@ void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int
     if (layer_range_is_alias(r, i)) continue;
     float *ldx = l->spec.input < r->first ? dx : r->layers[l->spec.input].dout;
     int early = ready && l->param_len && ldx && l->ops->backward_input;
+    double t0 = dt_trace ? dt_now() : 0;
     l->ops->backward(l, layer_input(r, l, x), early ? NULL : ldx, n);
+    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward", i, t0, dt_now());
     if (ready && l->param_len) ready(ctx, i);
-    if (early) l->ops->backward_input(l, ldx, n);
+    if (early) {
+      t0 = dt_trace ? dt_now() : 0;
+      l->ops->backward_input(l, ldx, n);
+      if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward input", i, t0, dt_now());
+    }
   }
 }
 

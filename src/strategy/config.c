@@ -24,6 +24,7 @@ void train_config_default(train_config_t *c) {
   c->lr_step_epochs = 1;
   c->lr_gamma = 0.1;
   c->max_loss = 1e4;
+  c->trace_to = 1LL << 62;
   c->workers = 1;
   c->comm = COMM_LOCAL;
   c->optimization = OPTIMIZATION_CENTRAL;

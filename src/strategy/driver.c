@@ -17,7 +17,10 @@ static int run_steps(worker_t *w, const driver_ops_t *ops, void *st, int epoch, 
   int rc = DRIVE_NEXT;
   for (; ops->open_ended || k < w->steps_per_epoch; k++) {
     if (step_limit_reached(w, ops)) break;
+    double t0 = 0;
+    if (dt_trace) trace_set_step(dt_trace, w->step), t0 = dt_now();
     rc = ops->step(st, epoch, k);
+    if (dt_trace) trace_slice(dt_trace, TRACE_STEP, "step", k, t0, dt_now());
     if (rc != DRIVE_NEXT) break;
     if (!ops->open_ended) worker_progress(w, epoch, k, w->steps_per_epoch);
   }
@@ -41,6 +44,7 @@ static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken
   size_t samples = taken >= w->steps_per_epoch ? w->train->n
                                                : (size_t)taken * w->cfg->batch * w->nranks;
   *r = (epoch_report_t){.epoch = epoch, .steps = taken, .epoch_sec = train_sec, .timers = w->timers};
+  r->timers.wait = -1; /* not measured, unless the evaluation does (worker_epoch_figures) */
   r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
   r->samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
 }
@@ -50,6 +54,7 @@ static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken
 static int report_epoch(worker_t *w, const driver_ops_t *ops, void *st, epoch_report_t *r) {
   double eval_t0 = dt_now();
   int rc = ops->evaluate(st, r);
+  if (dt_trace) trace_slice(dt_trace, TRACE_EVAL, "evaluate", r->epoch, eval_t0, dt_now());
   if (rc != 0) return rc == DRIVE_SKIP ? DRIVE_SKIP : -1;
   if (r->eval_sec == 0) r->eval_sec = dt_now() - eval_t0;
   rc = ops->report ? ops->report(st, r) : worker_report_epoch(w, r);
@@ -79,7 +84,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
     int reported = report_epoch(w, ops, st, &r);
     if (reported < 0) return -1;
     if (reported == 0) last = r, have_report = 1;
-    if (rc == DRIVE_RUN_END || step_limit_reached(w, ops)) break;
+    if (rc == DRIVE_RUN_END || step_limit_reached(w, ops) || r.budget_spent) break;
   }
   if (ops->end_run && ops->end_run(st) != 0) return -1;
   return worker_report_done(w, have_report ? &last : NULL, dt_now() - run_t0);
@@ -87,6 +92,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
 
 double worker_comm_since(worker_t *w, double t0) {
   double dt = dt_now() - t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "blocking exchange", 0, t0, t0 + dt);
   w->timers.comm += dt;
   w->timers.comm_exposed += dt;
   return dt;

@@ -63,6 +63,14 @@ static int uses_eps(const train_config_t *c) {
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
 static int is_step_schedule(const train_config_t *c) { return c->lr_schedule == LR_STEP; }
+static int is_traced(const train_config_t *c) { return c->trace[0] != 0; }
+/* Every rank evaluates in one collective (worker_epoch_figures), which
+ * carries the decision to stop at --time-budget to all at once. */
+static int stops_together(const train_config_t *c) {
+  if (is_pipeline(c)) return 0;
+  return is_decentral(c) || c->exchange == EXCHANGE_ALLREDUCE ||
+         (c->exchange == EXCHANGE_SHARED && c->schedule == SCHEDULE_SYNC);
+}
 
 /* The setting that decides whether an option is used, named in the error. */
 typedef enum { AX_STRATEGY = 0, AX_OPTIMIZER, AX_LR_SCHEDULE, AX_COMM, AX_COMM_ORDER } axis_t;
@@ -83,6 +91,9 @@ static const option_t OPTIONS[] = {
     {"seed", 0, NULL, NULL, AX_STRATEGY},
     {"threads", 0, NULL, NULL, AX_STRATEGY},
     {"max-steps", 0, NULL, NULL, AX_STRATEGY},
+    {"time-budget", 0, stops_together,
+     "--exchange allreduce:ALGO, --exchange shared --schedule sync, or --optimization decentral",
+     AX_STRATEGY},
     {"max-loss", 0, NULL, NULL, AX_STRATEGY},
     {"optimizer", 0, NULL, NULL, AX_STRATEGY},
     {"lr", 0, NULL, NULL, AX_STRATEGY},
@@ -125,6 +136,7 @@ static const option_t OPTIONS[] = {
     {"net", 0, is_local, "--comm local", AX_COMM},
     {"straggler", 0, NULL, NULL, AX_STRATEGY},
     {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
+    {"stall-warning", 0, NULL, NULL, AX_STRATEGY},
     {"fetch-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"push-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"drop-stale", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
@@ -145,6 +157,8 @@ static const option_t OPTIONS[] = {
     {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
     {"resume", 0, NULL, NULL, AX_STRATEGY},
     {"quiet", 1, NULL, NULL, AX_STRATEGY},
+    {"trace", 0, NULL, NULL, AX_STRATEGY},
+    {"trace-steps", 0, is_traced, "--trace FILE.json", AX_STRATEGY},
 };
 #define NOPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 
@@ -300,6 +314,22 @@ static int parse_dc_asgd(const char *val, train_config_t *c) {
   return 0;
 }
 
+/* "A:B": global steps A to B-1 are traced */
+static int parse_trace_steps(const char *val, train_config_t *c) {
+  const char *colon = strchr(val, ':');
+  char a[32];
+  long from, to;
+  if (!colon || (size_t)(colon - val) >= sizeof a)
+    return dt_error("option --trace-steps: '%s' (expected A:B, the steps A to B-1)", val);
+  snprintf(a, sizeof a, "%.*s", (int)(colon - val), val);
+  DT_TRY(parse_int("trace-steps", a, 0, 1L << 50, &from));
+  DT_TRY(parse_int("trace-steps", colon + 1, 1, 1L << 50, &to));
+  if (to <= from) return dt_error("option --trace-steps: %s: B must be above A", val);
+  c->trace_from = from;
+  c->trace_to = to;
+  return 0;
+}
+
 typedef struct {
   train_config_t *cfg;
   int saw_optimizer_constants;
@@ -326,6 +356,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "workers")) return parse_int(name, val, 1, MAX_WORKERS, &iv) ? -1 : (c->workers = (int)iv, 0);
   if (!strcmp(name, "threads")) return parse_int(name, val, 1, 256, &iv) ? -1 : (c->threads = (int)iv, 0);
   if (!strcmp(name, "seed")) return parse_int(name, val, 0, 1L << 62, &iv) ? -1 : (c->seed = (uint64_t)iv, 0);
+  if (!strcmp(name, "time-budget")) return parse_float(name, val, 0.001, 1e9, &c->time_budget);
   if (!strcmp(name, "max-loss")) return parse_float(name, val, 1e-3, 1e30, &c->max_loss);
   if (!strcmp(name, "max-steps")) return parse_int(name, val, 1, 1L << 50, &iv) ? -1 : (c->max_steps = iv, 0);
   if (!strcmp(name, "lr")) {
@@ -411,6 +442,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "net")) return parse_net(val, c);
   if (!strcmp(name, "straggler")) return parse_straggler(val, c);
   if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);
+  if (!strcmp(name, "stall-warning")) return parse_float(name, val, 0.001, 1e6, &c->net.stall_warning);
   if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
   if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
   if (!strcmp(name, "dc-asgd")) return parse_dc_asgd(val, c);
@@ -426,6 +458,8 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
   if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
+  if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);
+  if (!strcmp(name, "trace-steps")) return parse_trace_steps(val, c);
   if (!strcmp(name, "preset")) return 0; /* applied before the other options */
   return dt_error("option --%s: not handled (a bug)", name);
 }

@@ -7,6 +7,7 @@
 
 #define CHECKPOINT_MAGIC "\"format\":\"dtrain-checkpoint-1\""
 #define METRICS_MAGIC "{\"event\":\""
+#define TRACE_MAGIC "{\"traceEvents\":["
 
 static int check_one(const char *opt, const char *path, const char *magic) {
   if (!path[0]) return 0;
@@ -17,6 +18,11 @@ static int check_one(const char *opt, const char *path, const char *magic) {
 int train_check_outputs(const train_config_t *cfg) {
   DT_TRY(check_one("--checkpoint", cfg->checkpoint, CHECKPOINT_MAGIC));
   DT_TRY(check_one("--metrics", cfg->metrics, METRICS_MAGIC));
+  DT_TRY(check_one("--trace", cfg->trace, TRACE_MAGIC));
+  if (cfg->trace[0] && file_check_writable_dir(cfg->trace) != 0) return dt_error_prefix("option --trace: ");
+  if (cfg->trace[0] && ((cfg->metrics[0] && file_same(cfg->trace, cfg->metrics)) ||
+                        (cfg->checkpoint[0] && file_same(cfg->trace, cfg->checkpoint))))
+    return dt_error("option --trace %s is also another output", cfg->trace);
   if (cfg->checkpoint[0] && cfg->metrics[0] && file_same(cfg->checkpoint, cfg->metrics))
     return dt_error("options --checkpoint and --metrics name the same file %s: each output "
                     "needs its own", cfg->metrics);

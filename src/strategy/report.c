@@ -102,7 +102,15 @@ static double per_step(uint64_t bytes, int64_t steps) {
   return steps > 0 ? (double)bytes / (double)steps : 0;
 }
 
+/* ",\"wait_sec\":X" where the schedule measured it, else "". */
+static const char *wait_json(const epoch_report_t *r, char *buf, size_t cap) {
+  if (r->timers.wait >= 0) snprintf(buf, cap, ",\"wait_sec\":%.4f", r->timers.wait);
+  else buf[0] = 0;
+  return buf;
+}
+
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
+  char wait[48];
   if (w->rank != 0) return 0;
   if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */
     if (!w->cfg->checkpoint[0]) return 0;
@@ -135,6 +143,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
             (unsigned long long)r->timers.bytes_sent, (unsigned long long)r->timers.bytes_received,
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
+            wait_json(r, wait, sizeof wait),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
             r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json) != 0)
     return -1;

@@ -54,12 +54,20 @@ static int run_rank(comm_t *comm, void *arg) {
   strategy_fn strategy;
   const char *name;
   if (strategy_select(r->cfg, &strategy, &name) != 0) return -1;
-  if (r->cfg->exchange == EXCHANGE_PS) /* workers and servers */
-    return ps_run_rank(comm, r->cfg, &r->train, &r->test);
-  worker_t w;
-  int rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
-  if (rc == 0) rc = strategy(&w);
-  worker_free(&w);
+  dt_trace_t *trace;
+  if (run_trace_start(comm, r->cfg, &trace) != 0) return -1;
+  int rc;
+  if (r->cfg->exchange == EXCHANGE_PS) { /* workers and servers */
+    rc = ps_run_rank(comm, r->cfg, &r->train, &r->test);
+  } else {
+    worker_t w;
+    rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
+    if (rc == 0) rc = strategy(&w);
+    worker_free(&w);
+  }
+  if (rc == 0) return run_trace_finish(comm, r->cfg, trace);
+  dt_trace = NULL; /* a failed run leaves no trace: its peers may be gone */
+  trace_free(trace);
   return rc;
 }
 

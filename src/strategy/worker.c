@@ -97,6 +97,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   w->y = dt_alloc((size_t)worker_max_batch(cfg) * sizeof(int32_t));
   w->order = dt_alloc(train->n * sizeof(uint32_t));
   w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
+  w->rank_compute = calloc((size_t)(comm ? comm_size(comm) : 1), sizeof(float));
   if (!w->x || !w->y || !w->order || !w->eval_idx) return -1;
   /* before a resume, which restores its speeds; shares bounded by what the buffers hold */
   if (cfg->balance && w->nranks > 1 &&
@@ -134,6 +135,7 @@ void worker_free(worker_t *w) {
   dt_free(w->y);
   dt_free(w->order);
   dt_free(w->eval_idx);
+  free(w->rank_compute);
   memset(w, 0, sizeof *w);
 }
 
@@ -255,7 +257,9 @@ float worker_begin_update(worker_t *w) {
 void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
   double t0 = dt_now();
   optim_step_segments(w->opt, w->model->params, w->model->grads, segs, nsegs, lr);
-  w->timers.compute += dt_now() - t0;
+  double t1 = dt_now();
+  w->timers.compute += t1 - t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "optimizer step", nsegs, t0, t1);
 }
 
 void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {
@@ -275,6 +279,25 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
   }
 }
 
+/* A synchronous step ends when the slowest rank's does: over the epoch,
+ * this rank waited for the others about the slowest rank's compute less
+ * its own (exact when one rank is the slowest throughout, as a straggler
+ * is; less than the truth when the slowest changes from step to step).
+ * Counted inside exposed communication, so at most that. One allgather of
+ * a float a rank, once an epoch. */
+static int measure_wait(worker_t *w, epoch_report_t *r) {
+  int me = comm_rank(w->comm), P = comm_size(w->comm);
+  if (!w->rank_compute) return dt_error("out of memory");
+  memset(w->rank_compute, 0, (size_t)P * sizeof *w->rank_compute);
+  w->rank_compute[me] = (float)r->timers.compute;
+  DT_TRY(allgather_ring(w->coll, w->rank_compute, (size_t)P));
+  float slowest = 0;
+  for (int i = 0; i < P; i++) slowest = w->rank_compute[i] > slowest ? w->rank_compute[i] : slowest;
+  double wait = slowest - r->timers.compute;
+  r->timers.wait = wait < 0 ? 0 : wait > r->timers.comm_exposed ? r->timers.comm_exposed : wait;
+  return 0;
+}
+
 int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra) {
   int me = comm_rank(w->comm), P = comm_size(w->comm);
   size_t off, len;
@@ -283,15 +306,20 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   int64_t test_correct;
   worker_evaluate(w, off, off + len, &test_loss, &test_correct);
   DT_TRY(tensor_failed(w->tp, "evaluation"));
-  float sums[5 + 8] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
-                       (float)w->epoch_samples, (float)w->epoch_correct};
+  float sums[5 + 8 + 1] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,
+                           (float)w->epoch_samples, (float)w->epoch_correct};
   if (nextra < 0 || nextra > 8) return dt_error("worker_epoch_figures: %d extra sums (at most 8)", nextra);
   for (int i = 0; i < nextra; i++) sums[5 + i] = extra[i];
-  if (P > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, (size_t)(5 + nextra)) != 0) return -1;
+  /* --time-budget: rank 0's clock decides, and the sum tells every rank */
+  double budget = w->cfg->time_budget;
+  sums[5 + nextra] = me == 0 && budget > 0 && dt_now() - w->run_start >= budget;
+  if (P > 1 && allreduce(w->coll, ALLREDUCE_TREE, sums, (size_t)(6 + nextra)) != 0) return -1;
+  r->budget_spent = sums[5 + nextra] > 0;
   r->test_loss = sums[0] / (double)w->test->n;
   r->test_acc = sums[1] / (double)w->test->n;
   r->train_loss = sums[3] > 0 ? sums[2] / sums[3] : 0;
   r->train_acc = sums[3] > 0 ? sums[4] / sums[3] : 0;
   for (int i = 0; i < nextra; i++) extra[i] = sums[5 + i];
+  if (w->cfg->schedule == SCHEDULE_SYNC && P > 1) DT_TRY(measure_wait(w, r));
   return 0;
 }

@@ -9,7 +9,11 @@
 #include "dtrain/train.h"
 
 typedef struct {
-  double compute, comm, comm_exposed, wait;   /* seconds in this epoch */
+  double compute, comm, comm_exposed;   /* seconds in this epoch */
+  /* of comm_exposed, the time spent waiting for slower ranks (synchronous
+   * schedules, measured at the epoch's end by worker_epoch_figures; -1:
+   * not measured) */
+  double wait;
   /* payload bytes this rank sent and received while training in this
    * epoch (comm_bytes; evaluation's exchanges are not included) */
   uint64_t bytes_sent, bytes_received;
@@ -34,6 +38,7 @@ typedef struct worker {
   int32_t *y;
   uint32_t *order;              /* this epoch's permutation */
   uint32_t *eval_idx;           /* [batch] test indices being evaluated */
+  float *rank_compute;          /* [ranks of comm]: each rank's epoch compute (wait_sec) */
   int64_t steps_per_epoch;
   int64_t step;                 /* global steps done */
   int first_epoch;              /* 0, or the epoch after the resumed one */
@@ -115,6 +120,7 @@ typedef struct {
   double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
   step_timers_t timers;
   const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
+  int budget_spent;             /* --time-budget: every rank ends the run after this epoch */
 } epoch_report_t;
 /* Collective over w->comm: the test metrics of this rank's model on its
  * shard of the test set, and the epoch's train loss and accuracy, summed
@@ -128,6 +134,12 @@ int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);
+
+/* --trace (strategy/trace.c): every rank of the run starts its timeline
+ * after a common barrier (NULL when not tracing) and ends it by sending
+ * its events to rank 0, which writes the file. */
+int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out);
+int run_trace_finish(comm_t *world, const train_config_t *cfg, dt_trace_t *t);
 
 /* Seconds since t0 counted as communication, all of it exposed (a
  * blocking exchange that nothing overlaps); returns them. */

@@ -201,10 +201,12 @@ static void apply_bucket_update(void *ctx, int layer) {
   bucket_t *b = &s->buckets[s->bucket_of[layer]];
   if (!b->pending) return;
   b->pending = 0;
+  double t0 = dt_trace ? dt_now() : 0;
   if (coll_async_wait_one(s->async, b->last_ticket) != 0) {
     s->failed = 1;
     return;
   }
+  if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "wait for bucket", layer, t0, dt_now());
   worker_update_part(s->w, s->w->segs + b->seg, b->nseg, s->lr);
 }
 
@@ -215,6 +217,7 @@ static int exchange_gradients(reducer_t *s, double backward_end) {
   double t0 = dt_now(), busy = 0;
   if (s->async) {
     int rc = coll_async_wait(s->async, &busy);
+    if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "wait for buckets", 0, backward_end, dt_now());
     w->timers.comm += busy;
     w->timers.comm_exposed += dt_now() - backward_end;
     return rc;

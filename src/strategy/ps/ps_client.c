@@ -26,6 +26,7 @@ typedef struct {
 typedef struct {
   int used, nparts;
   ps_part_t *parts;           /* [nservers] */
+  double started;             /* dt_now() when issued (the trace's push/pull slice) */
 } ps_handle_t;
 
 struct ps_client {
@@ -132,6 +133,7 @@ static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
   *ts = c->next_ts++;
   h->used = 1;
   h->nparts = 0;
+  h->started = dt_trace ? dt_now() : 0;
   return h;
 }
 
@@ -288,6 +290,13 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
     }
   }
   if (rc == 0 && reply && h->nparts) *reply = h->parts[0].reply;
+  if (dt_trace && h->nparts) {
+    size_t bytes = 0;
+    for (int i = 0; i < h->nparts; i++) bytes += h->parts[i].nbytes;
+    int op = h->parts[0].req.op;
+    trace_async(dt_trace, TRACE_PS, op == PS_OP_PUSH ? "push" : op == PS_OP_PULL ? "pull" : "call",
+                (long long)bytes, h->started, dt_now());
+  }
   h->used = 0;
   c->blocked += dt_now() - t0;
   return rc;

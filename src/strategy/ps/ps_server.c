@@ -245,7 +245,10 @@ int ps_server_drop_push(ps_server_t *s, int src, const ps_req_t *req) {
 
 void ps_server_step(ps_server_t *s, const float *g, double lr) {
   wait_state_sends(s);
+  double t0 = 0;
+  if (dt_trace) trace_set_step(dt_trace, s->version), t0 = dt_now(); /* a server's step: its updates */
   optim_step(s->opt, s->params, g, s->segs, s->nsegs, (float)lr);
+  if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "server update", (long long)s->version, t0, dt_now());
   s->version++;
 }
 

@@ -1,0 +1,111 @@
+/* report: the comparison of several runs on one task (dtrain compare).
+ * Each run's JSON Lines metrics are read back (runlog.c), the runs of a
+ * preset are summed up into its figures (summary.c), the figures give each
+ * preset a verdict in words (verdict.c), and the whole is written as
+ * report.json (report_json.c) and as one self-contained page with SVG
+ * charts (report_html.c, svg.c). Every number on the page comes from the
+ * figures, and the figures from the metrics, so a test can check them
+ * against each other. */
+#ifndef DTRAIN_REPORT_H
+#define DTRAIN_REPORT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* ---- a growable string (strbuf.c) ------------------------------------------ */
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  int failed;                   /* an allocation failed: the text is cut */
+} strbuf_t;
+void sb_printf(strbuf_t *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_puts(strbuf_t *sb, const char *s);
+/* s as the inside of a JSON string, or as HTML text (escaped) */
+void sb_json_str(strbuf_t *sb, const char *s);
+void sb_html(strbuf_t *sb, const char *s);
+/* A number as JSON and data-value attributes write it ("null" when not finite). */
+void sb_num(strbuf_t *sb, double v);
+void sb_free(strbuf_t *sb);
+
+/* ---- one run's metrics (runlog.c) -------------------------------------------- */
+typedef struct {
+  double epoch, step, train_loss, test_loss, test_acc, samples_per_sec, epoch_sec, eval_sec;
+  double compute_sec, comm_sec, comm_exposed_sec, bytes_sent, bytes_sent_per_step;
+  double wait_sec;              /* NAN where the schedule does not measure it */
+  double staleness_mean;        /* NAN where the schedule has none */
+} epoch_line_t;
+
+typedef struct {
+  char preset[32];
+  long long seed;
+  char file[512];               /* the metrics file, relative to the report's folder */
+  int ok;                       /* the run ended with a "done" line and no error */
+  char error[512];              /* why it failed or diverged; "" when ok */
+  epoch_line_t *epochs;
+  int nepochs;
+  int has_done;
+  double total_sec, samples_per_sec, test_acc, bytes_sent;  /* the "done" line */
+  char *lines;                  /* the file's whole lines, as they are */
+  size_t lines_len;
+} run_log_t;
+
+/* Reads `path` (whole lines only; a cut last line is left out). A file
+ * that is missing or empty gives a run with no epochs. */
+int run_log_read(run_log_t *r, const char *path);
+void run_log_free(run_log_t *r);
+/* The number after "key": in a flat JSON object line; NAN when absent. */
+double json_line_number(const char *line, const char *key);
+
+/* ---- a preset's figures (summary.c) ------------------------------------------ */
+#define REPORT_SERIES_MAX 4096
+#define VERDICT_CLAUSES_MAX 6
+
+typedef struct {
+  const char *kind;             /* first, reached, not_reached, best_final, final,
+                                   hidden, exposed, bytes, throughput, staleness, failed */
+  double value;                 /* the number the clause cites */
+  char text[200];
+} verdict_clause_t;
+
+typedef struct {
+  char name[32];
+  int runs, ok;                 /* runs made, runs that ended well */
+  char error[512];              /* the first failed run's error, or "" */
+  /* per evaluated epoch, the mean over the runs that have it (as many
+   * points as the shortest of the preset's runs) */
+  int npoints;
+  double *wall_sec, *samples, *test_acc, *train_loss, *step;
+  /* totals, the mean over the runs that ended well (NAN when none did) */
+  double final_acc, time_to_target;  /* NAN: target not reached (or no target) */
+  int reached;                  /* runs that reached the target */
+  double samples_per_sec, bytes_sent, bytes_per_step, total_sec;
+  double train_sec, compute_sec, comm_sec, comm_exposed_sec, eval_sec, other_sec;
+  double wait_sec;              /* of comm_exposed_sec, waiting for slower ranks; NAN: not measured */
+  double comm_hidden_frac;      /* (comm - exposed) / comm; NAN without communication */
+  double staleness_mean;        /* NAN where the schedule has none */
+  verdict_clause_t verdict[VERDICT_CLAUSES_MAX];
+  int nverdict;
+} preset_summary_t;
+
+typedef struct {
+  double target_acc;            /* NAN: none given */
+  const char *command;          /* the command line, for the page */
+  const char *task;             /* the shared options, in words */
+  run_log_t *runs;
+  int nruns;
+  preset_summary_t *presets;
+  int npresets;
+} report_t;
+
+/* The presets' figures from their runs (runs[i].preset names the preset). */
+int report_summarize(report_t *rep, const char *const *presets, int npresets);
+void report_free(report_t *rep);
+/* Each preset's verdict, from the figures of all (verdict.c). */
+void report_verdicts(report_t *rep);
+
+/* The report's text (report_json.c, report_html.c) and the table (stdout). */
+int report_json(const report_t *rep, strbuf_t *out);
+int report_html(const report_t *rep, strbuf_t *out);
+void report_table(const report_t *rep, FILE *f);
+
+#endif

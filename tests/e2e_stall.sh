@@ -1,0 +1,28 @@
+#!/bin/sh
+# The stall inspector: one rank held back (--straggler, 1000x slower) past
+# --stall-warning; the warning names the collective, the ranks that joined
+# and exactly the one that has not, again every period, and the
+# --comm-timeout error names the same. Under mpi a rank knows only the
+# rank it waits on: the line names the collective and that rank.
+. tests/lib.sh
+RUN="--data synthetic --max-steps 3 --quiet --stall-warning 0.3 --comm-timeout 2"
+
+$DTRAIN train $RUN --workers 4 --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"; rc=$?
+check stall_local_fails_at_timeout [ "$rc" -eq 1 ]
+n=$(grep -c '^dtrain: warning: stall: allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 0, 1, 3; not joined: rank 2; waited' "$TMP/err")
+check stall_local_names_missing_rank [ "$n" -ge 2 ]
+check stall_local_repeats_at_period grep -q 'not joined: rank 2; waited 0\.6 s' "$TMP/err"
+check stall_local_one_line_a_period sh -c "[ \$(grep -c 'waited 0\.3 s' '$TMP/err') -eq 1 ]"
+check stall_local_timeout_names_same grep -q 'timed out after 2 s .* in allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 0, 1, 3; not joined: rank 2$' "$TMP/err"
+
+# ring allreduce, gradients in buckets on the progress thread (overlap on)
+$DTRAIN train $RUN --workers 3 --preset horovod --bucket-mb 0 --straggler rank=0,slowdown=1000 >"$TMP/out" 2>"$TMP/err"
+check stall_local_ring_overlap grep -q 'stall: allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 1, 2; not joined: rank 0; waited' "$TMP/err"
+
+if have_mpi; then
+  $MPIRUN -np 3 $DTRAIN train --comm mpi --data synthetic --max-steps 2 --quiet --stall-warning 0.3 \
+    --comm-timeout 1 --straggler rank=1,slowdown=1000 >"$TMP/out" 2>"$TMP/err"
+  check stall_mpi_names_op_and_rank grep -Eq 'stall: rank [02] has waited 0\.[0-9] s in allreduce #[0-9]+ \([0-9]+ bytes\) to receive from rank 1' "$TMP/err"
+fi
+
+expect_error stall_warning_range 2 "option --stall-warning" -- $DTRAIN train --stall-warning 0
