@@ -136,7 +136,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
             "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s%s}\n",
+            "%s%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
