@@ -43,7 +43,13 @@ static const char *TRAIN_HELP =
     "  --comm local|mpi          transport: threads in this process, or MPI processes [local]\n"
     "  --optimization central|decentral   [central]\n"
     "  --schedule sync|async|ssp:S|value:V|backup:B   [sync]\n"
-    "  --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto|ps:K|...   [allreduce:auto]\n"
+    "  --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto|ps:K|...\n"
+    "                            [shared with --comm local, --schedule sync and 2+ workers,\n"
+    "                            where no option given needs allreduce (--bucket-mb,\n"
+    "                            --overlap, --comm-order, --shard-optimizer, --net, a\n"
+    "                            pipeline, lars): the fastest one-machine path; otherwise\n"
+    "                            allreduce:auto, which picks ring, rhd, tree or hier by\n"
+    "                            size, ranks and link (docs/COLLECTIVES.md)]\n"
     "                            allreduce:shm: one pass over the ranks' buffers in shared\n"
     "                            memory (--comm local, no --net)\n"
     "                            allreduce:hier: by host (reduce-scatter inside a host,\n"
@@ -134,6 +140,7 @@ int cmd_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(TRAIN_HELP, stdout);
+      cli_describe_kernels(stdout);
       return 0;
     }
   kern_set_threads(1); /* before any BLAS call: idle pool threads must not spin */

@@ -22,10 +22,19 @@ void kern_set_threads(int n) {
 
 int kern_get_threads(void) { return blas_threads; }
 
+static int use_reference;
+
+void kern_use_reference(int on) { use_reference = on; }
+int kern_using_reference(void) { return use_reference; }
+
 void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb,
                float beta, float *c, int ldc) {
   if (m == 0 || n == 0) return;
+  if (use_reference) {
+    kern_gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

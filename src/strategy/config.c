@@ -1,6 +1,7 @@
 /* The taxonomy axes as configuration: defaults, parsing of --schedule and
  * --exchange, and the check that refuses combinations that do not exist. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,16 @@ const char *schedule_name(schedule_t s) {
 const char *exchange_name(exchange_t e) {
   static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree", "shared"};
   return names[e];
+}
+
+void exchange_spec(const train_config_t *c, char *buf, size_t cap) {
+  if (c->exchange == EXCHANGE_ALLREDUCE)
+    snprintf(buf, cap, "allreduce:%s", allreduce_algo_name(c->algo));
+  else if (c->exchange == EXCHANGE_PS && c->ps_servers == 0) snprintf(buf, cap, "ps:n");
+  else if (c->exchange == EXCHANGE_PS) snprintf(buf, cap, "ps:%d", c->ps_servers);
+  else if (c->exchange == EXCHANGE_GOSSIP) snprintf(buf, cap, "gossip:%g", c->gossip_p);
+  else if (c->exchange == EXCHANGE_TREE) snprintf(buf, cap, "tree:%d", c->tree_fanout);
+  else snprintf(buf, cap, "%s", exchange_name(c->exchange));
 }
 
 int schedule_parse(const char *text, schedule_t *out, double *param) {
