@@ -70,6 +70,21 @@ void kern_gemm_ref(int ta, int tb, int m, int n, int k, float alpha,
                    float beta, float *c, int ldc);
 void kern_use_reference(int on);
 int kern_using_reference(void);
+/* --precision bf16 (src/core/gemm_bf16.c): kern_gemm rounds its operands to
+ * bfloat16 and multiplies them with fp32 accumulation (oneDNN's matmul on
+ * the CPU's bf16 instructions); C stays fp32. Process-wide, set before any
+ * thread. kern_bf16_available: built with oneDNN and the CPU has
+ * AVX512_BF16 or AMX-BF16. kern_gemm_bf16: one product (alpha 1, beta 0);
+ * -1 when oneDNN failed (kern_gemm then computes it in fp32 and counts it,
+ * kern_bf16_fallbacks). kern_bf16_release frees the calling thread's
+ * oneDNN state (other threads' is freed when they end). */
+int kern_bf16_available(void);
+void kern_set_bf16(int on);
+int kern_using_bf16(void);
+long kern_bf16_fallbacks(void);
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float *c, int ldc);
+void kern_bf16_release(void);
 void kern_set_threads(int n);   /* BLAS thread count (process-wide) */
 int kern_get_threads(void);
 void kern_axpy(size_t n, float a, const float *x, float *y);   /* y += a x */

@@ -27,6 +27,7 @@ typedef struct {
   int epochs, batch;            /* batch per worker */
   uint64_t seed;
   int threads;                  /* BLAS threads per worker */
+  int bf16;                     /* --precision bf16: products in bfloat16 (kern_set_bf16) */
   /* optimizer and schedule */
   optim_config_t optim;
   double lr;

@@ -77,6 +77,12 @@ void kern_gemm_describe(char *buf, size_t cap) {
     snprintf(buf, cap, "reference");
     return;
   }
+  if (kern_using_bf16()) {
+    long fb = kern_bf16_fallbacks();
+    if (fb) snprintf(buf, cap, "bf16 onednn (%ld products fell back to openblas fp32)", fb);
+    else snprintf(buf, cap, "bf16 onednn");
+    return;
+  }
   blas_info_t b;
   kern_blas_info(&b);
   snprintf(buf, cap, "openblas %s (set by %s)", b.core, b.set_by);

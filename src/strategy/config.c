@@ -247,6 +247,11 @@ int train_config_check(const train_config_t *c) {
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
+  if (c->bf16 && !kern_bf16_available())
+    return dt_error("option --precision bf16: %s (use --precision fp32)",
+                    cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)
+                        ? "dtrain was built without oneDNN (libdnnl-dev)"
+                        : "this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16)");
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
   if (pipe_check(c) != 0) return -1;

@@ -76,6 +76,7 @@ static const option_t OPTIONS[] = {
     {"batch", 0, NULL, NULL, AX_STRATEGY},
     {"seed", 0, NULL, NULL, AX_STRATEGY},
     {"threads", 0, NULL, NULL, AX_STRATEGY},
+    {"precision", 0, NULL, NULL, AX_STRATEGY},
     {"max-steps", 0, NULL, NULL, AX_STRATEGY},
     {"max-loss", 0, NULL, NULL, AX_STRATEGY},
     {"optimizer", 0, NULL, NULL, AX_STRATEGY},
@@ -339,6 +340,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
       c->optim.weight_decay = keep.weight_decay;
       c->optim.nesterov = keep.nesterov;
     }
+    return 0;
+  }
+  if (!strcmp(name, "precision")) {
+    if (!strcmp(val, "fp32")) c->bf16 = 0;
+    else if (!strcmp(val, "bf16")) c->bf16 = 1;
+    else return dt_error("option --precision: '%s' (expected fp32 or bf16)", val);
     return 0;
   }
   if (!strcmp(name, "comm")) {
