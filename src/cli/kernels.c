@@ -96,5 +96,5 @@ void cli_describe_kernels(FILE *f) {
   fprintf(f, "kernels here: %s; CPU: %s", what, cpu);
   if (b.best && b.core_tier < b.cpu_tier)
     fprintf(f, "; OPENBLAS_CORETYPE=%s would use all of it", b.best);
-  fputc('\n', f);
+  fprintf(f, "; --precision bf16: %s\n", kern_bf16_available() ? "available" : "not available");
 }
