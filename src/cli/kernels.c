@@ -10,7 +10,7 @@
  *   tiers: SSE kernels on an AVX2 CPU, or AVX on AVX-512) one line says so,
  *   with the setting that would be faster. One tier below (Haswell's AVX2
  *   kernels on an AVX-512 CPU, as this project's machine is set up on
- *   purpose) measured within 5-15% here and is not worth a line on every
+ *   purpose) ran sgemm within 4% of SkylakeX or faster here: not worth a line on every
  *   run: `dtrain train --help` shows it.
  * - No kernel is trusted before it agrees with the reference GEMM
  *   (kern_gemm_check). A core type dtrain chose that disagrees is given up
