@@ -21,6 +21,14 @@ ifneq ($(MPI_LIBS),)
   HAVE_MPI := 1
 endif
 
+# oneDNN (libdnnl-dev) carries --precision bf16 (src/core/gemm_bf16.c); without
+# it dtrain builds and refuses bf16. `make DNNL=0` builds as if it were absent.
+DNNL ?= $(shell test -f /usr/include/oneapi/dnnl/dnnl.h && echo 1)
+ifeq ($(DNNL),1)
+  DNNL_CFLAGS := -DDTRAIN_HAVE_DNNL
+  LIBS += -ldnnl -lgomp
+endif
+
 BUILD := build
 ifeq ($(SAN),1)
   OPT   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -31,7 +39,7 @@ ifeq ($(TSAN),1)
   BUILD := build-tsan
 endif
 
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC) $(EXTRA_CFLAGS)
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -Iinclude -Isrc $(BLAS_INC) $(DNNL_CFLAGS) $(EXTRA_CFLAGS)
 LDFLAGS += $(filter -fsanitize=%,$(OPT))
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \

@@ -9,9 +9,9 @@ and 2 data-parallel workers with half the batch each, i.e. the same global
 batch), the GFLOP/s each reaches against the cblas_sgemm roof measured
 here, and the peak memory of an mlp run.
 
-usage: bench/train_vs_pytorch.py [--steps N] [--models mlp,lenet] [--json FILE]
+usage: bench/train_vs_pytorch.py [--steps N] [--models mlp,lenet] [--rounds R] [--json FILE]
 Run from the repository root after `make`."""
-import argparse, json, os, resource, subprocess, sys, tempfile, time
+import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTRAIN = os.path.join(ROOT, "build", "dtrain")
@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="steps timed per run (default: 900 mlp, 300 lenet)")
     ap.add_argument("--models", default="mlp,lenet")
     ap.add_argument("--json", help="append the results as JSON Lines")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds; each setting keeps its best")
     args = ap.parse_args()
     print(f"environment: OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
           f"{os.cpu_count()} cores; both sides run under it")
@@ -75,11 +76,24 @@ def main():
     rows = []
     for model in args.models.split(","):
         steps = args.steps or (900 if model == "mlp" else 300)
-        d1 = dtrain(model, steps)
-        p1 = pytorch(model, steps)
-        d2_opts = {"--threads 2": dtrain(model, steps, threads=2),
-                   "--workers 2 --batch 32": dtrain(model, steps * 2, workers=2, batch=32)}
-        p2_opts = {f"torch {t} / openblas {b}": pytorch(model, steps, t, b) for t in (1, 2) for b in (1, 2)}
+        # every setting once a round, the rounds interleaved; each keeps its best
+        runs = {"d1": [], "p1": []}
+        d2_runs, p2_runs = {}, {}
+        for _ in range(args.rounds):
+            runs["d1"].append(dtrain(model, steps))
+            runs["p1"].append(pytorch(model, steps))
+            for k, f in (("--threads 2", lambda: dtrain(model, steps, threads=2)),
+                         ("--workers 2 --batch 32", lambda: dtrain(model, steps * 2, workers=2, batch=32))):
+                d2_runs.setdefault(k, []).append(f())
+            for t in (1, 2):
+                for b in (1, 2):
+                    p2_runs.setdefault(f"torch {t} / openblas {b}", []).append(pytorch(model, steps, t, b))
+        d1, p1 = max(runs["d1"]), max(runs["p1"])
+        d2_opts = {k: max(v) for k, v in d2_runs.items()}
+        p2_opts = {k: max(v) for k, v in p2_runs.items()}
+        print(f"  {model}: 1 core, every round: dtrain {[round(x) for x in runs['d1']]}, "
+              f"pytorch {[round(x) for x in runs['p1']]}; medians' ratio "
+              f"{statistics.median(runs['d1']) / statistics.median(runs['p1']):.2f}")
         d2k = max(d2_opts, key=d2_opts.get)
         p2k = max(p2_opts, key=p2_opts.get)
         for cores, d, p, dk, pk in ((1, d1, p1, "--threads 1", "torch 1 / openblas 1"),

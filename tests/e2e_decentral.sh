@@ -89,7 +89,7 @@ done
 # (the same sums in another order: measured max |diff| ~1e-7 on weights ~0.1)
 PLAIN="--data $SMALL --lr 0.05 --seed 3 --quiet --batch 8 --epochs 1 --max-steps 40"
 TOL=2e-6
-"$DTRAIN" train $PLAIN --workers 4 --checkpoint "$TMP/dp.st" >/dev/null
+"$DTRAIN" train $PLAIN --workers 4 --exchange allreduce:auto --checkpoint "$TMP/dp.st" >/dev/null
 for p in local-sgd sparknet; do
   "$DTRAIN" train $PLAIN --workers 4 --preset $p --tau 1 --checkpoint "$TMP/$p.tau1" >/dev/null
   if close "$TMP/dp.st" "$TMP/$p.tau1" $TOL; then pass "local_${p}_tau1_equals_data_parallel($(cat "$TMP/cmp.out"))"; else fail "local_${p}_tau1_equals_data_parallel" "$(cat "$TMP/cmp.out")"; fi

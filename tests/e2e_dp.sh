@@ -154,6 +154,29 @@ check balance_speeds_survive_resume $PY -c "
 import json; e, d = [json.loads(l) for l in open('$TMP/bal_res.jsonl')]; s=e['batch_per_rank']
 assert e['epoch'] == 2 and s[1] < s[0], e
 assert d['event'] == 'done' and d['steps'] == 21 and d['samples_per_sec'] > 0, d  # 1 step since the resume, mid-epoch"
+# ---- the default exchange: shared memory on --comm local (2+ workers), the
+# same bits as asking for it; allreduce:auto under mpi and wherever the other
+# options need allreduce (the "done" line names the exchange) --------------
+default_exchange() { # NAME EXPECTED OPTIONS...
+  name=$1 want=$2; shift 2
+  rm -f "$TMP/default_$name.jsonl"
+  "$DTRAIN" train $BASE --batch 8 "$@" --metrics "$TMP/default_$name.jsonl" >/dev/null 2>"$TMP/default.err"
+  check "default_exchange_${name}_is_$(echo $want | tr : _)" grep -q "\"exchange\":\"$want\",\"schedule\":\"sync\"" "$TMP/default_$name.jsonl"
+}
+default_exchange local_2 shared --workers 2 --checkpoint "$TMP/default_2.st"
+"$DTRAIN" train $BASE --batch 8 --workers 2 --exchange shared --schedule sync --checkpoint "$TMP/shared_2.st" >/dev/null
+check default_exchange_same_bits_as_shared_sync cmp -s "$TMP/default_2.st" "$TMP/shared_2.st"
+default_exchange local_1 allreduce:auto --workers 1
+default_exchange bucket_mb allreduce:auto --workers 2 --bucket-mb 0
+default_exchange shard_optimizer allreduce:auto --workers 2 --shard-optimizer on
+default_exchange net allreduce:auto --workers 2 --net latency=50us
+default_exchange lars allreduce:auto --workers 2 --optimizer lars
+default_exchange preset allreduce:ring --workers 2 --preset pytorch-ddp
+if have_mpi; then
+  rm -f "$TMP/default_mpi.jsonl"
+  $MPIRUN -np 2 "$DTRAIN" train $BASE --batch 8 --comm mpi --metrics "$TMP/default_mpi.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check default_exchange_mpi_is_allreduce_auto grep -q '"exchange":"allreduce:auto","schedule":"sync"' "$TMP/default_mpi.jsonl"
+fi
 expect_error balance_needs_sync_data_parallelism 2 "option --balance: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --schedule async --exchange ps:1 --balance on
 expect_error balance_on_or_off 2 "option --balance" -- "$DTRAIN" train --workers 2 --balance yes
 expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars

@@ -112,7 +112,7 @@ expect_error preset_overridden_to_central 2 "option --tau: not used with --optim
 # (a value other than the default was refused before; the default given explicitly was not)
 for o in "fetch-every 1" "push-every 1" "dc-asgd 0"; do
   set -- $o
-  expect_error "${1}_outside_ps" 2 "option --$1: not used with --optimization central --schedule sync --exchange allreduce (it applies to --exchange ps:K" -- $T --workers 2 --$1 $2
+  expect_error "${1}_outside_ps" 2 "option --$1: not used with --optimization central --schedule sync --exchange shared (it applies to --exchange ps:K" -- $T --workers 2 --$1 $2
 done
 expect_error fetch_every_sync_ps 2 "option --fetch-every: not used with --optimization central --schedule sync --exchange ps" -- $T --workers 2 --exchange ps:1 --fetch-every 1
 expect_error bucket_mb_under_ps 2 "option --bucket-mb: not used with --optimization central --schedule async --exchange ps" -- $T --workers 2 --exchange ps:1 --schedule async --bucket-mb 4

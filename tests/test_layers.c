@@ -745,7 +745,88 @@ static void test_kern_allsum_in_order(void) {
   dt_free(ref);
 }
 
+/* The reference GEMM against OpenBLAS on every transpose, alpha and beta,
+ * odd sizes and leading dimensions wider than the matrix. */
+static void test_gemm_reference_matches_blas(void) {
+  rng_t r;
+  rng_seed(&r, 9);
+  enum { M = 13, N = 21, K = 34, PAD = 3 };
+  float a[(K + PAD) * (K + PAD)], b[(K + PAD) * (K + PAD)], c[M * (N + PAD)], ref[M * (N + PAD)];
+  for (size_t i = 0; i < sizeof a / sizeof *a; i++) a[i] = rng_uniform(&r) - 0.5f;
+  for (size_t i = 0; i < sizeof b / sizeof *b; i++) b[i] = rng_uniform(&r) - 0.5f;
+  for (int t = 0; t < 8; t++) {
+    int ta = t & 1, tb = (t >> 1) & 1;
+    float alpha = t & 4 ? 0.5f : 1.0f, beta = t & 4 ? 0.25f : 0.0f;
+    int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+    for (int i = 0; i < M * ldc; i++) c[i] = ref[i] = (float)(i % 5);
+    kern_gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    kern_gemm_ref(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, ref, ldc);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < ldc; j++) {
+        double e = fabs((double)c[i * ldc + j] - ref[i * ldc + j]);
+        if (j >= N) CHECK(c[i * ldc + j] == (float)((i * ldc + j) % 5)); /* past n: untouched */
+        worst = e > worst ? e : worst;
+      }
+    CHECK_NEAR(worst, 0, 1e-5);
+  }
+  CHECK_OK(kern_gemm_check());
+}
+
+/* bf16 products (when this build and CPU have them): within bf16's
+ * rounding of the reference, |error| <= 2^-7 sum |a||b| for every
+ * transpose; alpha or beta other than (1, 0) go through fp32. */
+static void test_gemm_bf16_close_to_reference(void) {
+  if (!kern_bf16_available()) {
+    printf("  (no bf16 here: the refusal is tested by e2e_kernels.sh)\n");
+    return;
+  }
+  rng_t r;
+  rng_seed(&r, 11);
+  enum { M = 19, N = 45, K = 70 };
+  static float a[K * K], b[K * K], c[M * N], ref[M * N], mag[M * N];
+  float absa[K * K], absb[K * K];
+  for (int i = 0; i < K * K; i++) a[i] = rng_uniform(&r) - 0.5f, absa[i] = fabsf(a[i]);
+  for (int i = 0; i < K * K; i++) b[i] = rng_uniform(&r) - 0.5f, absb[i] = fabsf(b[i]);
+  for (int t = 0; t < 4; t++) {
+    int ta = t & 1, tb = t >> 1, lda = ta ? M : K, ldb = tb ? K : N;
+    CHECK_OK(kern_gemm_bf16(ta, tb, M, N, K, a, lda, b, ldb, c, N));
+    kern_gemm_ref(ta, tb, M, N, K, 1, a, lda, b, ldb, 0, ref, N);
+    kern_gemm_ref(ta, tb, M, N, K, 1, absa, lda, absb, ldb, 0, mag, N);
+    double worst = 0, nonzero = 0;
+    for (int i = 0; i < M * N; i++) {
+      double e = fabs((double)c[i] - ref[i]) / mag[i];
+      worst = e > worst ? e : worst;
+      nonzero += c[i] != ref[i];
+    }
+    CHECK(worst <= 1.0 / 128);
+    CHECK(nonzero > 0); /* rounded to bf16 indeed: not the fp32 product */
+  }
+  kern_set_bf16(1);
+  kern_gemm(0, 0, M, N, K, 0.5f, a, K, b, N, 0, c, N); /* alpha 0.5: fp32 */
+  kern_gemm_ref(0, 0, M, N, K, 0.5f, a, K, b, N, 0, ref, N);
+  for (int i = 0; i < M * N; i++) CHECK_NEAR(c[i], ref[i], 1e-5);
+  CHECK(kern_bf16_fallbacks() == 0);
+  kern_set_bf16(0);
+  kern_bf16_release();
+}
+
+/* The layer tests whose products go through kern_gemm, run again on the
+ * reference path: every layer is right on both. */
+static void run_on_reference_path(void) {
+  kern_use_reference(1);
+  test_run("test_dense_forward_reference", test_dense_forward);
+  test_run("test_dense_gradients_reference", test_dense_gradients);
+  test_run("test_conv_forward_matches_direct_reference", test_conv_forward_matches_direct);
+  test_run("test_conv_gradients_reference", test_conv_gradients);
+  test_run("test_batchnorm_gradients_reference", test_batchnorm_gradients);
+  test_run("test_softmax_xent_reference", test_softmax_xent);
+  kern_use_reference(0);
+}
+
 int main(void) {
+  RUN(test_gemm_reference_matches_blas);
+  RUN(test_gemm_bf16_close_to_reference);
   RUN(test_kern_sum_in_order);
   RUN(test_kern_allsum_in_order);
   RUN(test_kern_copy_stream);
@@ -764,5 +845,6 @@ int main(void) {
   RUN(test_batchnorm_gradients);
   RUN(test_batchnorm_values);
   RUN(test_softmax_xent);
+  run_on_reference_path();
   TEST_MAIN_END();
 }

@@ -119,6 +119,7 @@ typedef struct {
   int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; NULL elsewhere) */
   int (*aborted)(comm_t *c);        /* another rank has failed (local; NULL elsewhere) */
   void (*stall_enter)(comm_t *c, const char *op, size_t bytes);     /* may be NULL */
+  void (*fail)(comm_t *c);          /* this rank has failed (local; NULL elsewhere) */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -251,6 +252,10 @@ int comm_shares_memory(const comm_t *c);
  * published through it (their arenas): only then may a rank free those.
  * The last rank to leave frees the block. */
 int comm_shared_free(comm_t *c, void *ptr);
+/* This rank's run has failed (dt_errmsg() says why): on local the peers'
+ * waits stop now. A strategy calls it before a comm_shared_free that would
+ * otherwise wait for peers that wait on this rank (until their timeout). */
+void comm_fail(comm_t *c);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 
 /* local: run fn(comm, arg) on `size` threads, one per rank, and join.

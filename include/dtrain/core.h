@@ -86,6 +86,29 @@ uint64_t rng_derive(uint64_t seed, uint64_t stream, uint64_t index);
 void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb,
                float beta, float *c, int ldc);
+/* The same product in plain C loops: the reference that the library's
+ * kernels are checked against (kern_gemm_check), and the path kern_gemm
+ * takes after kern_use_reference(1) (process-wide; set before any thread). */
+void kern_gemm_ref(int ta, int tb, int m, int n, int k, float alpha,
+                   const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc);
+void kern_use_reference(int on);
+int kern_using_reference(void);
+/* --precision bf16 (src/core/gemm_bf16.c): kern_gemm rounds its operands to
+ * bfloat16 and multiplies them with fp32 accumulation (oneDNN's matmul on
+ * the CPU's bf16 instructions); C stays fp32. Process-wide, set before any
+ * thread. kern_bf16_available: built with oneDNN and the CPU has
+ * AVX512_BF16 or AMX-BF16. kern_gemm_bf16: one product (alpha 1, beta 0);
+ * -1 when oneDNN failed (kern_gemm then computes it in fp32 and counts it,
+ * kern_bf16_fallbacks). kern_bf16_release frees the calling thread's
+ * oneDNN state (other threads' is freed when they end). */
+int kern_bf16_available(void);
+void kern_set_bf16(int on);
+int kern_using_bf16(void);
+long kern_bf16_fallbacks(void);
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float *c, int ldc);
+void kern_bf16_release(void);
 void kern_set_threads(int n);   /* BLAS thread count (process-wide) */
 int kern_get_threads(void);
 void kern_axpy(size_t n, float a, const float *x, float *y);   /* y += a x */
@@ -104,6 +127,36 @@ double kern_dot(size_t n, const float *x, const float *y);
 double kern_sumsq(size_t n, const float *x);
 float kern_maxabs(size_t n, const float *x);
 int kern_all_finite(size_t n, const float *x);
+
+/* ---- CPU features and the BLAS kernels (src/core/cpu.c, blas_check.c) ----
+ * cpu_has: the CPU executes it and the OS saves its registers; the
+ * environment variable DTRAIN_CPU_DISABLE=name,name,... hides features
+ * (tests take the paths of an older CPU with it). */
+typedef enum {
+  CPU_AVX, CPU_AVX2, CPU_FMA, CPU_AVX512F, CPU_AVX512_BF16, CPU_AMX_BF16, CPU_NFEATURES
+} cpu_feature_t;
+int cpu_has(cpu_feature_t feature);
+const char *cpu_feature_name(cpu_feature_t feature);
+void cpu_describe(char *buf, size_t cap);   /* "avx avx2 fma avx512f ..." */
+
+/* Which OpenBLAS kernels run, against what the CPU can do. Tiers: 0 SSE,
+ * 1 AVX, 2 AVX2 + FMA, 3 AVX-512. */
+typedef struct {
+  char core[32];      /* openblas_get_corename() */
+  int core_tier;      /* of those kernels */
+  int cpu_tier;       /* of this CPU */
+  const char *best;   /* the core type for this CPU (NULL: none known) */
+  int dynamic;        /* a DYNAMIC_ARCH build, which reads OPENBLAS_CORETYPE */
+  const char *set_by; /* who chose the core: "openblas", "user" or "dtrain" */
+} blas_info_t;
+void kern_blas_info(blas_info_t *info);
+/* 0 when cblas_sgemm agrees with kern_gemm_ref on a few products of every
+ * transpose (error within 1e-4 of sum |a||b|); else -1 with the worst
+ * disagreement in the error line. */
+int kern_gemm_check(void);
+/* What kern_gemm runs, for the metrics: "openblas Haswell (set by user)"
+ * or "reference". */
+void kern_gemm_describe(char *buf, size_t cap);
 
 /* ---- option parsing helpers -------------------------------------------
  * Each parses text for the option named `opt` and on failure writes

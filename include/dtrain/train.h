@@ -28,6 +28,7 @@ typedef struct {
   int epochs, batch;            /* batch per worker */
   uint64_t seed;
   int threads;                  /* BLAS threads per worker */
+  int bf16;                     /* --precision bf16: products in bfloat16 (kern_set_bf16) */
   /* optimizer and schedule */
   optim_config_t optim;
   double lr;
@@ -118,6 +119,8 @@ int train_check_outputs(const train_config_t *cfg);
 int train_config_check_ranks(const train_config_t *cfg);
 const char *schedule_name(schedule_t s);
 const char *exchange_name(exchange_t e);
+/* The exchange as --exchange spells it ("allreduce:auto", "ps:2", "shared"). */
+void exchange_spec(const train_config_t *cfg, char *buf, size_t cap);
 
 /* Parse --schedule and --exchange values into the config. */
 int schedule_parse(const char *text, schedule_t *out, double *param);

@@ -9,4 +9,13 @@ int cmd_bench_allreduce(int argc, char **argv);
 int cmd_presets(int argc, char **argv);
 int cmd_compare(int argc, char **argv);         /* src/cli/compare.c */
 
+#include <stdio.h>
+/* Before a command runs: the best OpenBLAS kernels for this CPU (may start
+ * dtrain again with OPENBLAS_CORETYPE set), checked against the reference
+ * GEMM, and one line on stderr where the user's setting is far below the
+ * CPU (src/cli/kernels.c). */
+void cli_settle_kernels(char **argv);
+/* One line: the kernels in use, the CPU's features, and a faster setting. */
+void cli_describe_kernels(FILE *f);
+
 #endif

@@ -28,6 +28,7 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) cli_settle_kernels(argv);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "presets")) return cmd_presets(argc - 1, argv + 1);

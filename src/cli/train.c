@@ -21,6 +21,10 @@ static const char *TRAIN_HELP =
     "  --batch N                 batch size per worker [64]\n"
     "  --seed N                  seed of initialisation, shuffling, dropout [1]\n"
     "  --threads N               BLAS threads per worker [1]\n"
+    "  --precision fp32|bf16     bf16: every product's operands rounded to bfloat16, fp32\n"
+    "                            accumulation and results (oneDNN on AVX512_BF16 or AMX);\n"
+    "                            parameters, optimizer state, activations between layers\n"
+    "                            and the loss stay fp32; refused on a CPU without bf16 [fp32]\n"
     "  --max-steps N             stop after N optimizer steps in total (smoke tests)\n"
     "  --time-budget SEC         end the run at the first epoch end past SEC seconds (rank 0's\n"
     "                            clock; allreduce, shared sync and decentralized strategies)\n"
@@ -45,7 +49,13 @@ static const char *TRAIN_HELP =
     "  --comm local|mpi          transport: threads in this process, or MPI processes [local]\n"
     "  --optimization central|decentral   [central]\n"
     "  --schedule sync|async|ssp:S|value:V|backup:B   [sync]\n"
-    "  --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto|ps:K|...   [allreduce:auto]\n"
+    "  --exchange allreduce:ring|rhd|tree|naive|hier|shm|auto|ps:K|...\n"
+    "                            [shared with --comm local, --schedule sync and 2+ workers,\n"
+    "                            where no option given needs allreduce (--bucket-mb,\n"
+    "                            --overlap, --comm-order, --shard-optimizer, --net, a\n"
+    "                            pipeline, lars): the fastest one-machine path; otherwise\n"
+    "                            allreduce:auto, which picks ring, rhd, tree or hier by\n"
+    "                            size, ranks and link (docs/COLLECTIVES.md)]\n"
     "                            allreduce:shm: one pass over the ranks' buffers in shared\n"
     "                            memory (--comm local, no --net)\n"
     "                            allreduce:hier: by host (reduce-scatter inside a host,\n"
@@ -169,6 +179,7 @@ int cmd_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(TRAIN_HELP, stdout);
+      cli_describe_kernels(stdout);
       return 0;
     }
   kern_set_threads(1); /* before any BLAS call: idle pool threads must not spin */

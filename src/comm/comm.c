@@ -196,6 +196,10 @@ void comm_free(comm_t *c) {
   if (c) c->ops->free(c);
 }
 
+void comm_fail(comm_t *c) {
+  if (c->ops->fail) c->ops->fail(c);
+}
+
 void comm_compute_delay(comm_t *c, double seconds) {
   if (c->slowdown <= 1 || seconds <= 0) return;
   double end = dt_now() + (c->slowdown - 1) * seconds;

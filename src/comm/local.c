@@ -885,12 +885,19 @@ static void l_set_spin(comm_t *c, double seconds) {
 
 static int l_gone(comm_t *c, int rank) { return peer_exited(world_of(c), c->impl, rank); }
 static int l_aborted(comm_t *c) { return atomic_load(&world_of(c)->aborted); }
+static void record_failure(world_t *w, int rank);
+static void l_fail(comm_t *c) {
+  world_t *w = world_of(c);
+  record_failure(w, my_world(c));
+  wake_all(w);
+}
 
 static const comm_ops_t local_ops = {
     .name = "local",
     .gone = l_gone,
     .aborted = l_aborted,
     .stall_enter = l_stall_enter,
+    .fail = l_fail,
     .set_spin = l_set_spin,
     .isend = l_isend,
     .irecv = l_irecv,

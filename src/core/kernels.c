@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #ifdef __AVX__
@@ -22,10 +23,27 @@ void kern_set_threads(int n) {
 
 int kern_get_threads(void) { return blas_threads; }
 
+static int use_reference, use_bf16;
+static atomic_long bf16_fallbacks;
+
+void kern_use_reference(int on) { use_reference = on; }
+int kern_using_reference(void) { return use_reference; }
+void kern_set_bf16(int on) { use_bf16 = on; }
+int kern_using_bf16(void) { return use_bf16; }
+long kern_bf16_fallbacks(void) { return atomic_load(&bf16_fallbacks); }
+
 void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb,
                float beta, float *c, int ldc) {
   if (m == 0 || n == 0) return;
+  if (use_reference) {
+    kern_gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (use_bf16 && alpha == 1.0f && beta == 0.0f && k > 0) {
+    if (kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc) == 0) return;
+    atomic_fetch_add(&bf16_fallbacks, 1);
+  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

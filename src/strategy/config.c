@@ -1,6 +1,7 @@
 /* The taxonomy axes as configuration: defaults, parsing of --schedule and
  * --exchange, and the check that refuses combinations that do not exist. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,16 @@ const char *schedule_name(schedule_t s) {
 const char *exchange_name(exchange_t e) {
   static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree", "shared"};
   return names[e];
+}
+
+void exchange_spec(const train_config_t *c, char *buf, size_t cap) {
+  if (c->exchange == EXCHANGE_ALLREDUCE)
+    snprintf(buf, cap, "allreduce:%s", allreduce_algo_name(c->algo));
+  else if (c->exchange == EXCHANGE_PS && c->ps_servers == 0) snprintf(buf, cap, "ps:n");
+  else if (c->exchange == EXCHANGE_PS) snprintf(buf, cap, "ps:%d", c->ps_servers);
+  else if (c->exchange == EXCHANGE_GOSSIP) snprintf(buf, cap, "gossip:%g", c->gossip_p);
+  else if (c->exchange == EXCHANGE_TREE) snprintf(buf, cap, "tree:%d", c->tree_fanout);
+  else snprintf(buf, cap, "%s", exchange_name(c->exchange));
 }
 
 int schedule_parse(const char *text, schedule_t *out, double *param) {
@@ -305,6 +316,11 @@ int train_config_check(const train_config_t *c) {
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
   if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
+  if (c->bf16 && !kern_bf16_available())
+    return dt_error("option --precision bf16: %s (use --precision fp32)",
+                    cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)
+                        ? "dtrain was built without oneDNN (libdnnl-dev)"
+                        : "this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16)");
   if (decentral_check(c) != 0) return -1;
   if (ps_check(c) != 0) return -1;
   if (pipe_check(c) != 0) return -1;

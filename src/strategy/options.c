@@ -90,6 +90,7 @@ static const option_t OPTIONS[] = {
     {"batch", 0, NULL, NULL, AX_STRATEGY},
     {"seed", 0, NULL, NULL, AX_STRATEGY},
     {"threads", 0, NULL, NULL, AX_STRATEGY},
+    {"precision", 0, NULL, NULL, AX_STRATEGY},
     {"max-steps", 0, NULL, NULL, AX_STRATEGY},
     {"time-budget", 0, stops_together,
      "--exchange allreduce:ALGO, --exchange shared --schedule sync, or --optimization decentral",
@@ -334,6 +335,7 @@ typedef struct {
   train_config_t *cfg;
   int saw_optimizer_constants;
   int given[NOPTIONS];        /* the user's options (a preset's do not count) */
+  int exchange_set;           /* --exchange given by the user or the preset */
   const char *preset;
 } parse_state_t;
 
@@ -386,6 +388,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     }
     return 0;
   }
+  if (!strcmp(name, "precision")) {
+    if (!strcmp(val, "fp32")) c->bf16 = 0;
+    else if (!strcmp(val, "bf16")) c->bf16 = 1;
+    else return dt_error("option --precision: '%s' (expected fp32 or bf16)", val);
+    return 0;
+  }
   if (!strcmp(name, "comm")) {
     if (!strcmp(val, "local")) c->comm = COMM_LOCAL;
     else if (!strcmp(val, "mpi")) c->comm = COMM_MPI;
@@ -399,7 +407,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     return 0;
   }
   if (!strcmp(name, "schedule")) return schedule_parse(val, &c->schedule, &c->schedule_param);
-  if (!strcmp(name, "exchange")) return exchange_parse(val, c);
+  if (!strcmp(name, "exchange")) return st->exchange_set = 1, exchange_parse(val, c);
   if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
   if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
   if (!strcmp(name, "comm-order")) {
@@ -565,6 +573,33 @@ static int check_used(const parse_state_t *st) {
   return 0;
 }
 
+/* With no --exchange (from the user or a preset), synchronous data
+ * parallelism on --comm local goes through shared memory: the ranks are
+ * threads of one process, and shared sync's one pass over the gradients
+ * (each rank sums and steps its block, then writes it into the others'
+ * parameters) made 1.9-2.0x one worker on two cores where allreduce:auto
+ * made 1.7-1.9x (docs/BENCHMARKS.md). Allreduce stays where shared memory
+ * does not fit the rest: mpi, one worker (nothing to exchange), a
+ * pipeline, --net (shared memory sends no messages for the emulated
+ * network to delay), LARS (whole tensors), tensor parallelism and sync
+ * batch norm (their sums are collectives), and an option that only the
+ * allreduce path uses (--bucket-mb, --overlap, --comm-order,
+ * --shard-optimizer, ...). */
+static void pick_default_exchange(const parse_state_t *st, train_config_t *c) {
+  if (st->exchange_set || c->comm != COMM_LOCAL || c->optimization != OPTIMIZATION_CENTRAL ||
+      c->schedule != SCHEDULE_SYNC || is_pipeline(c) || c->workers < 2 ||
+      c->optim.kind == OPTIM_LARS || st->given[find_option("net", 3)] || c->tp > 1 ||
+      c->tp_conv_data || c->sync_bn)
+    return;
+  train_config_t shared = *c;
+  shared.exchange = EXCHANGE_SHARED;
+  for (int i = 0; i < NOPTIONS; i++)
+    if (st->given[i] && OPTIONS[i].applies && OPTIONS[i].applies(c) &&
+        !OPTIONS[i].applies(&shared))
+      return;
+  c->exchange = EXCHANGE_SHARED;
+}
+
 int train_options_parse(int argc, char **argv, train_config_t *cfg) {
   train_config_default(cfg);
   parse_state_t st;
@@ -573,6 +608,7 @@ int train_options_parse(int argc, char **argv, train_config_t *cfg) {
   DT_TRY(parse_args(&st, argc, argv, 1)); /* names and values present; the preset */
   if (st.preset) DT_TRY(apply_preset(&st, st.preset));
   DT_TRY(apply_args(&st, argc, argv));
+  pick_default_exchange(&st, cfg);
   DT_TRY(train_config_check(cfg));
   return check_used(&st);
 }

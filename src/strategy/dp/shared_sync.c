@@ -138,6 +138,7 @@ int strategy_shared_sync(worker_t *w) {
   int rc = setup(&s);
   driver_ops_t ops = {.step = train_step, .evaluate = evaluate};
   if (rc == 0) rc = driver_run(w, &ops, &s);
+  if (rc != 0) comm_fail(w->comm); /* peers waiting on this rank stop now, not at their timeout */
   teardown(&s);
   return rc;
 }
