@@ -7,13 +7,17 @@
 . tests/lib.sh
 RUN="--data synthetic --max-steps 3 --quiet --stall-warning 0.3 --comm-timeout 2"
 
-$DTRAIN train $RUN --workers 4 --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"; rc=$?
+$DTRAIN train $RUN --workers 4 --exchange allreduce:auto --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"; rc=$?
 check stall_local_fails_at_timeout [ "$rc" -eq 1 ]
 n=$(grep -c '^dtrain: warning: stall: allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 0, 1, 3; not joined: rank 2; waited' "$TMP/err")
 check stall_local_names_missing_rank [ "$n" -ge 2 ]
 check stall_local_repeats_at_period grep -q 'not joined: rank 2; waited 0\.6 s' "$TMP/err"
 check stall_local_one_line_a_period sh -c "[ \$(grep -c 'waited 0\.3 s' '$TMP/err') -eq 1 ]"
 check stall_local_timeout_names_same grep -q 'timed out after 2 s .* in allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 0, 1, 3; not joined: rank 2$' "$TMP/err"
+
+# shared sync (the default on local): its barrier's messages name the rank waited on
+$DTRAIN train $RUN --workers 4 --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"
+check stall_shared_sync_names_rank grep -q 'stall: rank [013] has waited 0\.[0-9] s to \(send to\|receive from\) rank 2' "$TMP/err"
 
 # ring allreduce, gradients in buckets on the progress thread (overlap on)
 $DTRAIN train $RUN --workers 3 --preset horovod --bucket-mb 0 --straggler rank=0,slowdown=1000 >"$TMP/out" 2>"$TMP/err"
