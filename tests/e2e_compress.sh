@@ -113,6 +113,25 @@ if have_mpi; then
 fi
 expect_error sfb_with_codec 2 "does not combine with --compress" -- "$DTRAIN" train --workers 2 --sufficient-factors on --compress fp16
 
+# D-PSGD with compressed gossip (CHOCO-SGD): each rank sends its change to
+# both neighbours, encoded: fp16 exactly half D-PSGD's 2 x 4n bytes a step
+DPN=$("$DTRAIN" train $BASE --workers 3 --preset d-psgd --metrics "$TMP/dpn.jsonl" >/dev/null && field "$TMP/dpn.jsonl" bytes_sent_per_step)
+DPF=$("$DTRAIN" train $BASE --workers 3 --preset d-psgd --compress fp16 --metrics "$TMP/dpf.jsonl" >/dev/null && field "$TMP/dpf.jsonl" bytes_sent_per_step)
+check "choco_fp16_half_dpsgd_bytes($DPN,$DPF)" [ "$DPN" = "$((8 * 535818)).0" -a "$DPF" = "$((4 * 535818)).0" ]
+"$DTRAIN" train $BASE --workers 3 --preset d-psgd --compress topk:0.05 --consensus-step 0.2 --checkpoint "$TMP/choco.st" >/dev/null 2>&1
+check choco_topk_trains [ $? -eq 0 ]
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset d-psgd --compress topk:0.05 --consensus-step 0.2 --checkpoint "$TMP/choco.mpi" >/dev/null 2>"$TMP/mpi.err"
+  check choco_topk_mpi_bitwise_equals_local cmp -s "$TMP/choco.st" "$TMP/choco.mpi"
+fi
+# it converges: on 2,048 samples, 3 epochs, the test loss within 0.1 of
+# plain D-PSGD's (measured: 0.640 against 0.656) and accuracy within 2 points
+"$DTRAIN" train --data "$SMALL" --workers 3 --preset d-psgd --batch 16 --epochs 3 --seed 1 --quiet --metrics "$TMP/dp_acc.jsonl" >/dev/null
+"$DTRAIN" train --data "$SMALL" --workers 3 --preset d-psgd --batch 16 --epochs 3 --seed 1 --quiet --compress topk:0.05 --consensus-step 0.2 --metrics "$TMP/choco_acc.jsonl" >/dev/null
+last() { $PY -c "import json; e=[json.loads(l) for l in open('$1') if '\"epoch\"' in l][-1]; print(e['test_loss'], e['test_acc'])"; }
+set -- $(last "$TMP/dp_acc.jsonl") $(last "$TMP/choco_acc.jsonl")
+check "choco_topk_converges(loss $3 acc $4 against $1 $2)" $PY -c "import sys; sys.exit(0 if $3 <= $1 + 0.1 and $4 >= $2 - 0.02 else 1)"
+
 # presets start
 for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd; do
   "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]
@@ -129,7 +148,10 @@ expect_error bad_ratio_zero 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress 
 expect_error bad_ratio_big 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress dgc:1.5
 expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$DTRAIN" train --workers 2 --exchange shared --compress fp16
 expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
-expect_error compress_dpsgd 2 "not yet for --optimization decentral --exchange neighbors" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress fp16
+expect_error compress_gossip 2 "not yet for --optimization decentral --exchange gossip" -- "$DTRAIN" train --workers 3 --preset gosgd --compress fp16
+expect_error choco_threshold 2 "messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress threshold:0.1
+expect_error choco_error_feedback 2 "keeps public copies" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress topk:0.1 --error-feedback on
+expect_error consensus_step_without_codec 2 "option --consensus-step: not used" -- "$DTRAIN" train --workers 3 --preset d-psgd --consensus-step 0.5
 expect_error compress_local_sgd_dgc 2 "use topk:R" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress dgc:0.01
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on

@@ -91,6 +91,7 @@ typedef struct {
   int tau_up[TREE_LEVELS_MAX], tau_down[TREE_LEVELS_MAX];
   int tau_up_levels, tau_down_levels; /* values given, 1 .. TREE_LEVELS_MAX */
   double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
+  double consensus_step;        /* D-PSGD with --compress (CHOCO-SGD): gossip step gamma [1] */
   /* emulated network (local) */
   comm_net_t net;
   double net_latency, net_bandwidth;

@@ -85,6 +85,8 @@ static const char *TRAIN_HELP =
     "  --compress-warmup-steps N the first N steps dense; dgc: its sparsity ramps from 75%\n"
     "                            to 1 - R over them instead [0]\n"
     "  --dgc-clip NORM           dgc: clip each rank's gradient to NORM / sqrt(workers) [off]\n"
+    "  --consensus-step G        D-PSGD with --compress (CHOCO-SGD): the gossip step, in\n"
+    "                            (0, 1]; sparse codecs need a small one (0.2) [1]\n"
     "  --net latency=50us,bandwidth=1Gbit   emulated network on --comm local; either key\n"
     "                            or both; latency 0 to 10 s, bandwidth 1 kbit/s to 10 Tbit/s\n"
     "      hosts=N | hosts=A+B+...   the ranks (servers too) on N hosts, consecutive and as\n"

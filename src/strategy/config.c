@@ -49,6 +49,7 @@ void train_config_default(train_config_t *c) {
   c->straggler_slowdown = 1;
   c->progress = 1;
   c->error_feedback = -1;
+  c->consensus_step = 1;
 }
 
 const char *schedule_name(schedule_t s) {
@@ -239,12 +240,20 @@ static int compress_check(const train_config_t *c) {
   int central = c->optimization == OPTIMIZATION_CENTRAL;
   int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
-  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd) ||
+  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS;
+  if (choco && (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
+    return dt_error("option --compress %s: D-PSGD's compressed gossip (CHOCO-SGD) sends messages "
+                    "of a fixed size: use fp16, bf16, int8, onebit, qsgd:S, terngrad, topk:R or "
+                    "randomk:R", name);
+  if (choco && c->error_feedback == 1)
+    return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
+                    "public copies that carry what was not sent; drop the option");
+  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd && !choco) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
-                    "(--exchange ps:K) and model averaging (--optimization decentral --exchange "
-                    "allreduce:ALGO or master); not yet for --optimization %s --exchange %s%s", name,
+                    "(--exchange ps:K), model averaging (--optimization decentral --exchange "
+                    "allreduce:ALGO or master) and D-PSGD (neighbors); not yet for --optimization %s --exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");

@@ -26,6 +26,9 @@ static int uses_tree(const train_config_t *c) { return is_decentral(c) && c->exc
 static int uses_neighbors(const train_config_t *c) {
   return is_decentral(c) && c->exchange == EXCHANGE_NEIGHBORS;
 }
+static int uses_choco(const train_config_t *c) {
+  return uses_neighbors(c) && c->compress.kind != CODEC_NONE;
+}
 static int is_ps(const train_config_t *c) { return c->exchange == EXCHANGE_PS; }
 static int is_downpour(const train_config_t *c) {
   return is_ps(c) && (c->schedule == SCHEDULE_ASYNC ||
@@ -154,6 +157,7 @@ static const option_t OPTIONS[] = {
     {"tau-up", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {"tau-down", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {"neighbor-weight", 0, uses_neighbors, "--optimization decentral --exchange neighbors", AX_STRATEGY},
+    {"consensus-step", 0, uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
     {"metrics", 0, NULL, NULL, AX_STRATEGY},
     {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
     {"resume", 0, NULL, NULL, AX_STRATEGY},
@@ -465,6 +469,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "alpha")) return parse_float(name, val, 0, 1e3, &c->alpha);
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
+  if (!strcmp(name, "consensus-step")) return parse_float(name, val, 1e-6, 1, &c->consensus_step);
   if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
   if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);
   if (!strcmp(name, "trace-steps")) return parse_trace_steps(val, c);
