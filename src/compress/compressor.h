@@ -2,6 +2,7 @@
 #ifndef DTRAIN_COMPRESS_COMPRESSOR_H
 #define DTRAIN_COMPRESS_COMPRESSOR_H
 
+#include "dtrain/comm.h"
 #include "dtrain/compress.h"
 
 /* Tags of the compressed exchanges: in the collectives' range (coll.h),
@@ -26,6 +27,33 @@ struct compressor {
   size_t factors_cap;
   compress_stats_t stats;
 };
+
+/* The receives and sends of one exchange step, posted into reqs; one
+ * that fails to post cancels those already posted, and wait_posted waits
+ * for all (comm_waitall cancels the rest when one fails). */
+typedef struct {
+  comm_t *comm;
+  comm_req_t **reqs;
+  int n;
+} posted_t;
+
+static inline int post(posted_t *p, int rc) {
+  if (rc == 0) return 0;
+  for (int i = 0; i < p->n; i++) comm_cancel(p->comm, p->reqs[i]);
+  p->n = 0;
+  return -1;
+}
+static inline int post_recv(posted_t *p, int src, int tag, void *buf, size_t len) {
+  return post(p, comm_irecv(p->comm, src, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
+}
+static inline int post_send(posted_t *p, int dst, int tag, const void *buf, size_t len) {
+  return post(p, comm_isend(p->comm, dst, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
+}
+static inline int wait_posted(posted_t *p) {
+  int rc = comm_waitall(p->comm, p->n, p->reqs);
+  p->n = 0;
+  return rc;
+}
 
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats);

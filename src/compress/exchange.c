@@ -119,31 +119,6 @@ static int decode_timed(compressor_t *c, const codec_spec_t *s, const uint8_t *i
   return 0;
 }
 
-/* Posts the receives and sends of one step and waits for all of them. */
-typedef struct {
-  comm_t *comm;
-  comm_req_t **reqs;
-  int n;
-} posted_t;
-
-static int post(posted_t *p, int rc) {
-  if (rc == 0) return 0;
-  for (int i = 0; i < p->n; i++) comm_cancel(p->comm, p->reqs[i]);
-  p->n = 0;
-  return -1;
-}
-static int post_recv(posted_t *p, int src, int tag, void *buf, size_t len) {
-  return post(p, comm_irecv(p->comm, src, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
-}
-static int post_send(posted_t *p, int dst, int tag, const void *buf, size_t len) {
-  return post(p, comm_isend(p->comm, dst, tag, buf, len, &p->reqs[p->n]) ? -1 : (p->n++, 0));
-}
-static int wait_posted(posted_t *p) {
-  int rc = comm_waitall(p->comm, p->n, p->reqs);
-  p->n = 0;
-  return rc;
-}
-
 /* What this rank contributes: the buffer itself, or with memory the
  * buffer added into it (the memory is then what is encoded). */
 static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) {

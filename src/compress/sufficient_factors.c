@@ -53,31 +53,16 @@ void sfb_free(sfb_t *s) {
   free(s->rows), free(s->reqs), free(s);
 }
 
-/* Posted requests of one exchange, cancelled together on a failure. */
-typedef struct {
-  comm_t *c;
-  comm_req_t **reqs;
-  int n;
-} posted_t;
-
-static int posted(posted_t *p, int rc) {
-  if (rc == 0) return p->n++, 0;
-  for (int i = 0; i < p->n; i++) comm_cancel(p->c, p->reqs[i]);
-  p->n = 0;
-  return -1;
-}
-
 /* Every rank's row count (8 bytes to each peer), checked against what
  * this layer's buffers hold. */
 static int exchange_rows(sfb_t *s, comm_t *c, uint64_t mine) {
   posted_t p = {c, s->reqs, 0};
   s->rows[s->rank] = mine;
   for (int i = 0; i < s->nranks; i++)
-    if (i != s->rank)
-      DT_TRY(posted(&p, comm_irecv(c, i, TAG_SFB_ROWS, &s->rows[i], sizeof *s->rows, &p.reqs[p.n])));
+    if (i != s->rank) DT_TRY(post_recv(&p, i, TAG_SFB_ROWS, &s->rows[i], sizeof *s->rows));
   for (int j = 0; j < s->nranks; j++)
-    if (j != s->rank) DT_TRY(posted(&p, comm_isend(c, j, TAG_SFB_ROWS, &mine, sizeof mine, &p.reqs[p.n])));
-  DT_TRY(comm_waitall(c, p.n, p.reqs));
+    if (j != s->rank) DT_TRY(post_send(&p, j, TAG_SFB_ROWS, &mine, sizeof mine));
+  DT_TRY(wait_posted(&p));
   for (int i = 0; i < s->nranks; i++)
     if (s->rows[i] > s->max_rows)
       return dt_error("rank %d: sufficient factors: rank %d announces %llu rows (at most %zu a "
@@ -100,17 +85,15 @@ int sfb_allreduce(sfb_t *s, coll_ctx_t *ctx, const float *x, const float *dy, si
   posted_t p = {c, s->reqs, 0};
   for (int i = 0; i < s->nranks; i++) {
     if (i == s->rank || !s->rows[i]) continue;
-    DT_TRY(posted(&p, comm_irecv(c, i, TAG_SFB_DY, s->dy + first[i] * out,
-                                 s->rows[i] * out * sizeof(float), &p.reqs[p.n])));
-    DT_TRY(posted(&p, comm_irecv(c, i, TAG_SFB_X, s->x + first[i] * in,
-                                 s->rows[i] * in * sizeof(float), &p.reqs[p.n])));
+    DT_TRY(post_recv(&p, i, TAG_SFB_DY, s->dy + first[i] * out, s->rows[i] * out * sizeof(float)));
+    DT_TRY(post_recv(&p, i, TAG_SFB_X, s->x + first[i] * in, s->rows[i] * in * sizeof(float)));
   }
   for (int j = 0; j < s->nranks && n; j++) {
     if (j == s->rank) continue;
-    DT_TRY(posted(&p, comm_isend(c, j, TAG_SFB_DY, dy, n * out * sizeof(float), &p.reqs[p.n])));
-    DT_TRY(posted(&p, comm_isend(c, j, TAG_SFB_X, x, n * in * sizeof(float), &p.reqs[p.n])));
+    DT_TRY(post_send(&p, j, TAG_SFB_DY, dy, n * out * sizeof(float)));
+    DT_TRY(post_send(&p, j, TAG_SFB_X, x, n * in * sizeof(float)));
   }
-  DT_TRY(comm_waitall(c, p.n, p.reqs));
+  DT_TRY(wait_posted(&p));
   if (total == 0) {
     memset(dw, 0, in * out * sizeof(float));
     memset(db, 0, out * sizeof(float));

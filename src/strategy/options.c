@@ -124,7 +124,7 @@ static const option_t OPTIONS[] = {
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
-    {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K or master", AX_STRATEGY},
+    {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
     {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},

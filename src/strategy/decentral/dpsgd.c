@@ -72,7 +72,7 @@ static int post_exchange(dpsgd_t *s, comm_req_t **req) {
 /* CHOCO-SGD's exchange after the local step: my change against my public
  * copy, compressed, to both neighbours; every copy moves by what was sent;
  * then the gossip step towards the neighbours' copies. */
-static int choco_exchange(dpsgd_t *s, int64_t k) {
+static int choco_exchange(dpsgd_t *s) {
   worker_t *w = s->d->w;
   const train_config_t *cfg = w->cfg;
   const codec_spec_t *codec = &cfg->compress;
@@ -99,7 +99,6 @@ static int choco_exchange(dpsgd_t *s, int64_t k) {
   float g = (float)(cfg->consensus_step * cfg->neighbor_weight);
   for (size_t i = 0; i < n; i++)
     x[i] += g * ((s->copy[1][i] - self[i]) + (s->copy[2][i] - self[i]));
-  (void)k;
   return 0;
 }
 
@@ -109,7 +108,7 @@ static int step(decentral_t *d, int64_t k) {
   if (d->nworkers == 1) return decentral_local_step(d, k, &count, NULL);
   if (s->diff) {
     if (decentral_local_step(d, k, &count, NULL) != 0) return -1;
-    return choco_exchange(s, k);
+    return choco_exchange(s);
   }
   comm_req_t *req[4];
   double t0 = dt_now();
