@@ -52,12 +52,23 @@ static void orthonormalize(float *p, size_t rows, int r) {
   }
 }
 
-/* Whether element `at` of the arena lies in a matrix that is compressed. */
-static int covered(const compressor_t *c, const compress_matrix_t *mats, int nmats, size_t at) {
-  for (int i = 0; i < nmats; i++)
-    if (at >= mats[i].off && at < mats[i].off + mats[i].rows * mats[i].cols)
-      return rank_of(c, &mats[i]) > 0;
-  return 0;
+/* The ranges of buf [off, off + len) of the arena that go dense (not in a
+ * compressed matrix), relative to buf, in order; mats are in arena order.
+ * At most nmats + 1 ranges. */
+typedef struct { size_t lo, hi; } range_t;
+
+static int dense_ranges(const compressor_t *c, const compress_matrix_t *mats, int nmats,
+                        size_t off, size_t len, range_t *out) {
+  int n = 0;
+  size_t at = off;
+  for (int i = 0; i < nmats; i++) {
+    if (!rank_of(c, &mats[i])) continue;
+    size_t lo = mats[i].off, hi = lo + mats[i].rows * mats[i].cols;
+    if (lo > at) out[n++] = (range_t){at - off, lo - off};
+    at = hi;
+  }
+  if (off + len > at) out[n++] = (range_t){at - off, len};
+  return n;
 }
 
 /* Q of a matrix on its first step: N(0, 1), the same on every rank. */
@@ -93,9 +104,13 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
               f + np, r);
     np += mats[i].rows * (size_t)r;
   }
+  range_t dense[nmats + 1];
+  int ndense = dense_ranges(c, mats, nmats, off, len, dense);
   size_t nd = 0;
-  for (size_t k = 0; k < len; k++)
-    if (!covered(c, mats, nmats, off + k)) f[np + nd++] = v[k];
+  for (int i = 0; i < ndense; i++) {
+    memcpy(f + np + nd, v + dense[i].lo, (dense[i].hi - dense[i].lo) * sizeof(float));
+    nd += dense[i].hi - dense[i].lo;
+  }
   c->stats.encode_sec += dt_now() - t0;
   DT_TRY(allreduce(ctx, c->cfg.algo, f, np + nd));
   t0 = dt_now();
@@ -125,11 +140,14 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   /* e = M - P Q^T in the units of one rank's share: a rank contributes
    * its gradient over the global batch, the approximation is of the sum */
   float share = 1.0f / (float)c->nranks;
+  if (c->mem.residual) /* the dense values are overwritten below: their memory is 0 */
+    for (size_t k = 0; k < len; k++) v[k] -= share * buf[k];
   nd = 0;
-  for (size_t k = 0; k < len; k++) {
-    int dense = !covered(c, mats, nmats, off + k);
-    if (dense) buf[k] = f[np + nd++];
-    if (c->mem.residual) v[k] = dense ? 0 : v[k] - share * buf[k];
+  for (int i = 0; i < ndense; i++) {
+    size_t m = dense[i].hi - dense[i].lo;
+    memcpy(buf + dense[i].lo, f + np + nd, m * sizeof(float));
+    if (c->mem.residual) memset(v + dense[i].lo, 0, m * sizeof(float));
+    nd += m;
   }
   c->stats.decode_sec += dt_now() - t0;
   return 0;
