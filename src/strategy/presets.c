@@ -108,6 +108,18 @@ static const preset_t PRESETS[] = {
      "Lin et al. 2018, Deep Gradient Compression: Reducing the Communication Bandwidth for "
      "Distributed Training",
      "--optimization central --schedule sync --exchange allreduce:ring --compress dgc:0.001"},
+    {"poseidon", "central / sync / allreduce, overlapped with backprop; dense layers send their "
+                 "sufficient factors where fewer bytes (hybrid communication)",
+     "Zhang et al. 2017, Poseidon: An Efficient Communication Architecture for Distributed Deep "
+     "Learning on GPU Clusters (wait-free backprop, sufficient factor broadcasting)",
+     "--optimization central --schedule sync --exchange allreduce:ring --overlap on "
+     "--sufficient-factors on"},
+    {"choco-sgd", "decentral / sync / neighbors: D-PSGD's gossip compressed, top 1% of each "
+                  "change, public copies of the neighbours' models, gossip step 0.2",
+     "Koloskova, Stich & Jaggi 2019, Decentralized Stochastic Optimization and Gossip Algorithms "
+     "with Compressed Communication (CHOCO-SGD)",
+     "--optimization decentral --schedule sync --exchange neighbors --compress topk:0.01 "
+     "--consensus-step 0.2"},
     {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start)",
      "Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed "
      "Optimization",
