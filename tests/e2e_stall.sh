@@ -7,7 +7,10 @@
 . tests/lib.sh
 RUN="--data synthetic --max-steps 3 --quiet --stall-warning 0.3 --comm-timeout 2"
 
-$DTRAIN train $RUN --workers 4 --exchange allreduce:auto --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"; rc=$?
+# --batch 512: the straggler's step (1000x a few ms) outlasts --comm-timeout
+# whatever the host's speed (with the default batch a fast step made the
+# straggler join after 1.8 s, and the run ended without a timeout)
+$DTRAIN train $RUN --batch 512 --workers 4 --exchange allreduce:auto --straggler rank=2,slowdown=1000 >"$TMP/out" 2>"$TMP/err"; rc=$?
 check stall_local_fails_at_timeout [ "$rc" -eq 1 ]
 n=$(grep -c '^dtrain: warning: stall: allreduce #[0-9]* ([0-9]* bytes) on the world: joined ranks 0, 1, 3; not joined: rank 2; waited' "$TMP/err")
 check stall_local_names_missing_rank [ "$n" -ge 2 ]
