@@ -115,7 +115,7 @@ bytes tensor_bytes_mlp_tp3 3 256 0 -- "$DTRAIN" train $BASE --workers 3 --tp 3
 # lenet: conv 20 | conv 50 (its 8 x 8 x 50 output summed), dense 500 | 10;
 # backward the dense column layer's input gradient (800), not the first conv's
 bytes tensor_bytes_lenet_tp2 2 3200,10,800 0 -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
-bytes tensor_bytes_deep_tp4 4 1536,1536,512,10,1536,1536,512 0 -- "$DTRAIN" train $DEEP --workers 4 --tp 4
+bytes tensor_bytes_deep_tp4 4 1536,1536,1024,10,1536,1536,1024 0 -- "$DTRAIN" train $DEEP --workers 4 --tp 4
 # dp 2 x tp 2, rank 0's block: rows 0..255 of layer 0 (+ bias), columns
 # 0..255 of layer 2 (+ its whole bias), layer 4 whole
 bytes tensor_bytes_dp2_tp2 2 256 $((256 * 784 + 256 + 256 * 256 + 256 + 10 * 256 + 10)) -- \
