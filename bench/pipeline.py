@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Pipeline parallelism against one worker and data parallelism, in the same run.
 
-The `deep` builtin (8 dense layers, 10.5 M parameters) on Fashion-MNIST,
-batch 64 per replica, --max-steps STEPS: samples/s of one worker, of 2
+The `deep` builtin (8 dense layers, 11.4 M parameters) on Fashion-MNIST,
+--batch B per replica (micro-batches of B / M rows), --max-steps STEPS: samples/s of one worker, of 2
 data-parallel workers (allreduce:ring, what two cores give with whole
 replicas), and of pp = 2 pipelines (GPipe and 1F1B, M micro-batches each),
 interleaved round after round (this VM drifts), best round and median.
@@ -13,13 +13,13 @@ take equal time.
 
 --bubble measures the bubble alone, on a model of equal layers (8 dense
 layers of 1024 units, then the 10-way output, cut by --partition into
-equal chunks), batch 256, pp 2, M micro-batches: GPipe, 1F1B and
+equal chunks), batch 256 (or --batch), pp 2, M micro-batches: GPipe, 1F1B and
 interleaved 1F1B with V = 2 and 4. Two definitions: GPipe's, the idle
 fraction of the total time, (P - 1) / (M + P - 1) for GPipe and 1F1B and
 (P - 1) / (V M + P - 1) interleaved; Megatron's, the idle time over the
 ideal (busy) time, (P - 1) / M and (P - 1) / (V M).
 
-usage: bench/pipeline.py [--rounds 5] [--steps 60] [--micro 8] [--model deep] [--bubble]"""
+usage: bench/pipeline.py [--rounds 5] [--steps 60] [--micro 8] [--batch B] [--model deep] [--bubble]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,10 +53,10 @@ def bubble(a):
             for name, sched, V in (rows if r % 2 == 0 else rows[::-1]):
                 cuts = ",".join(str(i * 8 // (P * V)) for i in range(P * V))
                 _, b = run(model, a.steps, ["--workers", "2", "--pp", "2", "--micro-batches", str(M),
-                                            "--pipe-schedule", sched, "--partition", cuts], batch=256)
+                                            "--pipe-schedule", sched, "--partition", cuts], batch=a.batch)
                 got[name].append(b)
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
-    print(f"bubble, {P} stages of equal layers, M {M}, batch 256, {a.steps} steps, median of {a.rounds} rounds:")
+    print(f"bubble, {P} stages of equal layers, M {M}, batch {a.batch}, {a.steps} steps, median of {a.rounds} rounds:")
     for name, _, V in rows:
         b = statistics.median(got[name])
         total_f = (P - 1) / (V * M + P - 1)
@@ -70,11 +70,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--micro", type=int, default=8)
+    ap.add_argument("--batch", type=int, help="batch per replica [64; --bubble: 256]")
     ap.add_argument("--model", default="deep")
     ap.add_argument("--bubble", action="store_true")
     a = ap.parse_args()
     if a.bubble:
+        a.batch = a.batch or 256
         return bubble(a)
+    a.batch = a.batch or 64
     M = a.micro
     rows = [
         ("1 worker", ["--workers", "1"]),
@@ -93,14 +96,14 @@ def main():
     bub = {n: [] for n, _ in rows}
     for r in range(a.rounds):
         for name, opts in (rows if r % 2 == 0 else rows[::-1]):
-            s, b = run(a.model, a.steps, opts)
+            s, b = run(a.model, a.steps, opts, batch=a.batch)
             sps[name].append(s)
             if b is not None:
                 bub[name].append(b)
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     one = max(sps["1 worker"])
     one_med = statistics.median(sps["1 worker"])
-    print(f"{a.model}, batch 64 per replica, {a.steps} steps, best of {a.rounds} interleaved rounds (samples/s):")
+    print(f"{a.model}, batch {a.batch} per replica, {a.steps} steps, best of {a.rounds} interleaved rounds (samples/s):")
     for name, _ in rows:
         v = sps[name]
         line = (f"  {name:34} {max(v):8.0f} = {max(v) / one:.2f}x 1 worker "

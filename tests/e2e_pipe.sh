@@ -213,3 +213,9 @@ assert len(f) == 3 and f[0] == 0 and f == sorted(set(f)) and sum(params) == 4310
 if '$part' == 'macs': assert f == [0, 2, 3], f   # the second convolution alone: most multiply-adds
 else: assert all(t > 0 for t in prof), prof"
 done
+
+# the progress line shows the training loss, which only the last stage has
+# (the line printed at the epoch's last step, so no --quiet and no --max-steps)
+"$DTRAIN" train --data "$SMALL" --lr 0.05 --momentum 0.9 --seed 3 --batch 64 --epochs 1 \
+  --workers 2 --pp 2 --micro-batches 4 >/dev/null 2>"$TMP/progress.err"
+check pipe_progress_line_shows_the_loss sh -c "grep -q 'batch 16/16  loss [0-9.]*' '$TMP/progress.err' && ! grep -q 'loss 0.0000' '$TMP/progress.err'"

@@ -20,7 +20,7 @@ static void format_eta(double sec, char *buf, size_t cap) {
  * otherwise (one line each, for logs). */
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch) {
   static _Thread_local double last;
-  if (!worker_reports(w) || !w->cfg->progress) return;
+  if (w->rank != w->progress_rank || w->tp_rank != 0 || !w->cfg->progress) return;
   int tty = isatty(2);
   double now = dt_now();
   if (now - last < (tty ? 0.25 : 10.0) && k + 1 < steps_in_epoch) return;

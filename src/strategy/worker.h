@@ -58,6 +58,8 @@ typedef struct worker {
   tensor_par_t *tp;
   int tp_rank;                  /* 0 without tensor parallelism */
   sync_bn_t *bn_sync;           /* --sync-bn on: batch norm over comm's ranks, else NULL */
+  int progress_rank;            /* the rank of comm that prints the progress line: the one
+                                   whose loss it shows (0; the last stage under a pipeline) */
 } worker_t;
 
 /* The one rank that prints, writes the metrics and the checkpoint: rank 0

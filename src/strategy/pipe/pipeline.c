@@ -224,6 +224,9 @@ static int setup(pipe_t *p, worker_t *w) {
   p->pipe = p->grid.axis[GRID_PP];
   if (p->ndp > 1) DT_TRY(coll_ctx_new(p->grid.axis[GRID_DP], &p->dp));
   worker_plan_steps(w, p->ndp); /* a step: batch samples per replica */
+  int last[GRID_AXES] = {0};      /* the progress line comes from where the loss is */
+  last[GRID_PP] = p->P - 1;
+  w->progress_rank = rank_grid_rank(p->ndp, p->P, 1, last);
   DT_TRY(plan_partition(p));
   int micro = cfg->batch / p->M;
   p->slots = p->async ? p->M + p->P : p->M;
