@@ -146,7 +146,8 @@ static const preset_t PRESETS[] = {
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 1 --pipe-schedule pipedream --vertical-sync off"},
     {"pipedream-2bw", "central / pipeline pp 2, 4 micro-batches without a flush: two weight "
-                      "versions, gradients of a step summed, applied one step late",
+                      "versions, gradients of a step summed, applied one step late (with "
+                      "momentum, add --nesterov: the delay's compensation, docs/BENCHMARKS.md)",
      "Narayanan et al. 2021, Memory-Efficient Pipeline-Parallel DNN Training (ICML; PipeDream-2BW)",
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 4 --pipe-schedule 2bw"},
