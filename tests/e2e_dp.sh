@@ -226,3 +226,14 @@ if have_mpi; then
     if [ $rc -ne 0 ]; then pass "mpi_dead_rank_ends_job(${waited}s)"; else fail mpi_dead_rank_ends_job "exit 0"; fi
   fi
 fi
+
+# communication took at least as long as the compute waited for it: with
+# overlap (FIFO and priority order) the wait also holds the hand-off to the
+# communication thread, which its busy time does not
+for p in pytorch-ddp bytescheduler; do
+  rm -f "$TMP/exposed_$p.jsonl"
+  "$DTRAIN" train $BASE --batch 32 --workers 2 --preset $p --metrics "$TMP/exposed_$p.jsonl" >/dev/null 2>&1
+  check "comm_sec_covers_exposed_$p" $PY -c "
+import json; e = json.loads(open('$TMP/exposed_$p.jsonl').readline())
+assert e['comm_sec'] >= e['comm_exposed_sec'] > 0 and e['comm_hidden_sec'] >= 0, e"
+done

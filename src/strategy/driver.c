@@ -45,6 +45,11 @@ static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken
                                                : (size_t)taken * w->cfg->batch * w->nranks;
   *r = (epoch_report_t){.epoch = epoch, .steps = taken, .epoch_sec = train_sec, .timers = w->timers};
   r->timers.wait = -1; /* not measured, unless the evaluation does (worker_epoch_figures) */
+  /* Waits on overlapped exchanges include the hand-off to the
+   * communication thread (its wake-up, slow on a loaded host), which the
+   * thread's own busy time does not: communication took at least as long
+   * as the compute waited for it. */
+  if (r->timers.comm < r->timers.comm_exposed) r->timers.comm = r->timers.comm_exposed;
   r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
   r->samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
 }
