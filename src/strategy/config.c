@@ -240,7 +240,7 @@ static int compress_check(const train_config_t *c) {
   int central = c->optimization == OPTIMIZATION_CENTRAL;
   int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
-  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS;
+  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
   if (choco && (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: D-PSGD's compressed gossip (CHOCO-SGD) sends messages "
                     "of a fixed size: use fp16, bf16, int8, onebit, qsgd:S, terngrad, topk:R or "

@@ -26,8 +26,11 @@ static int uses_tree(const train_config_t *c) { return is_decentral(c) && c->exc
 static int uses_neighbors(const train_config_t *c) {
   return is_decentral(c) && c->exchange == EXCHANGE_NEIGHBORS;
 }
+static int is_dpsgd(const train_config_t *c) {
+  return uses_neighbors(c) && c->schedule == SCHEDULE_SYNC;
+}
 static int uses_choco(const train_config_t *c) {
-  return uses_neighbors(c) && c->compress.kind != CODEC_NONE;
+  return is_dpsgd(c) && c->compress.kind != CODEC_NONE;
 }
 static int is_ps(const train_config_t *c) { return c->exchange == EXCHANGE_PS; }
 static int is_downpour(const train_config_t *c) {
@@ -156,7 +159,7 @@ static const option_t OPTIONS[] = {
     {"rho", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
     {"tau-up", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {"tau-down", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {"neighbor-weight", 0, uses_neighbors, "--optimization decentral --exchange neighbors", AX_STRATEGY},
+    {"neighbor-weight", 0, is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
     {"consensus-step", 0, uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
     {"metrics", 0, NULL, NULL, AX_STRATEGY},
     {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
