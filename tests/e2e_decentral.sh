@@ -3,7 +3,7 @@
 # trains and reports its consensus model and the spread of the replicas;
 # local SGD with tau = 1 equals synchronous data parallelism; synchronous
 # methods are bitwise repeatable and give the same weights on local and
-# mpi (asynchronous ones - easgd-async, gosgd, tree-easgd - may differ run
+# mpi (asynchronous ones - easgd-async, ad-psgd, gosgd, tree-easgd - may differ run
 # to run, by design); bad values and combinations give one line naming the
 # option. The 85% / 5-epoch figures are bench/decentral_accuracy.sh's.
 . tests/lib.sh
@@ -19,19 +19,22 @@ import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 ep = [l for l in lines if l["event"] == "epoch"]
 want = {"sparknet": "average", "local-sgd": "average", "easgd": "centre", "easgd-async": "centre",
-        "d-psgd": "average", "gosgd": "weighted-average", "tree-easgd": "root"}[sys.argv[3]]
+        "d-psgd": "average", "ad-psgd": "average", "gosgd": "weighted-average",
+        "tree-easgd": "root"}[sys.argv[3]]
 last = ep[-1]
 assert all(e["consensus"] == want and e["replica_spread"] >= 0 for e in ep), last
 assert last["workers"] == 4 and lines[-1]["event"] == "done", lines[-1]
 assert last["test_acc"] >= float(sys.argv[2]), f"test acc {last['test_acc']:.4f} < {sys.argv[2]}"
 if sys.argv[3] == "gosgd":
     assert all(abs(e["alpha_sum"] - 1) < 1e-12 and abs(e["alpha_sum_before_drain"] + e["alpha_in_flight"] - 1) < 1e-12 for e in ep), last
+if sys.argv[3] == "ad-psgd": # 2 active workers, at most one average each a step
+    assert all(e["active_workers"] == 2 and 0 < e["exchanges"] <= 2 * e["step"] for e in ep), last
 print(f"acc {last['test_acc']:.4f} spread {last['replica_spread']:.3g}")
 PYEOF
 metrics_ok() { $PY "$TMP/metrics.py" "$1" "$2" "$3" >"$TMP/m.out" 2>&1; }
 
 # ---- every preset, both transports: 3 epochs of 2048 samples, >= 72% ------------
-for p in sparknet local-sgd easgd easgd-async d-psgd gosgd tree-easgd; do
+for p in sparknet local-sgd easgd easgd-async d-psgd ad-psgd gosgd tree-easgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --metrics "$TMP/$p.jsonl" --checkpoint "$TMP/$p.local" >/dev/null 2>"$TMP/err"
   if metrics_ok "$TMP/$p.jsonl" 0.72 $p; then pass "local_${p}_trains_consensus_reported($(cat "$TMP/m.out"))"; else fail "local_${p}_trains_consensus_reported" "$(cat "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
   if have_mpi; then
@@ -122,6 +125,9 @@ if have_mpi; then
 fi
 expect_error gossip_needs_async 2 "--schedule sync --exchange gossip do not combine" -- "$DTRAIN" train --optimization decentral --exchange gossip:0.5
 expect_error neighbor_weight 2 "option --neighbor-weight" -- "$DTRAIN" train --preset d-psgd --neighbor-weight 0.7
+expect_error adpsgd_neighbor_weight 2 "option --neighbor-weight: not used with --optimization decentral --schedule async --exchange neighbors" -- "$DTRAIN" train --preset ad-psgd --neighbor-weight 0.25
+expect_error adpsgd_compress 2 "option --compress fp16: not with AD-PSGD" -- "$DTRAIN" train --preset ad-psgd --compress fp16
+expect_error adpsgd_ssp 2 "schedule ssp --exchange neighbors do not combine" -- "$DTRAIN" train --preset ad-psgd --schedule ssp:2
 if have_mpi; then
   $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset easgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
   check mpi_easgd_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"

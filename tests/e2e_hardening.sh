@@ -146,7 +146,7 @@ STALL="--model lenet --batch 128 --epochs 50 --straggler rank=1,slowdown=1000 --
 for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
            "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
            "d_psgd --preset d-psgd" "easgd --preset easgd" "gosgd --preset gosgd" \
-           "tree_easgd --preset tree-easgd"; do
+           "tree_easgd --preset tree-easgd" "ad_psgd --preset ad-psgd"; do
   set -- $fam; name=$1; shift
   ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
 done
@@ -170,10 +170,11 @@ stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   else pass "$name"; fi
 }
 if have_mpi; then
-  # one of each family (GoSGD stands for the peer-mailbox methods: TreeEASGD too)
+  # one of each family (GoSGD stands for the peer-mailbox methods: TreeEASGD
+  # too; AD-PSGD for its own wait on a reply)
   for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
              "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
-             "gosgd --preset gosgd"; do
+             "gosgd --preset gosgd" "ad_psgd --preset ad-psgd"; do
     set -- $fam; name=$1; shift
     stop_one_rank "stopped_rank_ends_mpi_$name" -- "$@"
   done

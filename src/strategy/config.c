@@ -245,6 +245,10 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: D-PSGD's compressed gossip (CHOCO-SGD) sends messages "
                     "of a fixed size: use fp16, bf16, int8, onebit, qsgd:S, terngrad, topk:R or "
                     "randomk:R", name);
+  if (!central && c->exchange == EXCHANGE_NEIGHBORS && !choco)
+    return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
+                    "neighbors), whose pairwise averages keep the sum of the models only when "
+                    "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
   if (choco && c->error_feedback == 1)
     return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
                     "public copies that carry what was not sent; drop the option");
