@@ -234,6 +234,72 @@ static void test_easgd_sync_elastic_rule(void) {
   teardown(&r);
 }
 
+/* DeepSpark's moving-rate decay G^min(k/S, L), by hand: G 0.5, S 3, L 2. */
+static void test_elastic_decay(void) {
+  train_config_t c;
+  train_config_default(&c);
+  CHECK(elastic_decay(&c, 1000) == 1); /* off */
+  c.alpha_decay = 0.5;
+  c.alpha_decay_every = 3;
+  c.alpha_decay_limit = 2;
+  const double want[10] = {1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25};
+  for (int k = 0; k < 10; k++) CHECK(elastic_decay(&c, k) == want[k]);
+  CHECK(elastic_decay(&c, 1000000) == 0.25);
+  c.alpha_decay_limit = 0; /* no limit */
+  CHECK(elastic_decay(&c, 9) == 0.125);
+}
+
+/* Two synchronous rounds with --alpha-decay 0.5,1 (lr = 0, tau = 1): the
+ * first with alpha 0.2, beta 0.6, the second with 0.1 and 0.3, written
+ * out per element from the starts. */
+static double easgd_two_rounds(const run_t *r, int rank, size_t i) {
+  double w[4], c = start_value(r, 4, i), alpha = 0.2, beta = 0.6;
+  for (int k = 0; k < 4; k++) w[k] = start_value(r, k, i);
+  for (int round = 0; round < 2; round++, alpha /= 2, beta /= 2) {
+    double pull = 0;
+    for (int k = 0; k < 4; k++) pull += beta / 4 * (w[k] - c), w[k] -= alpha * (w[k] - c);
+    c += pull;
+  }
+  return rank == 4 ? c : w[rank];
+}
+
+static void test_easgd_sync_alpha_decay(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 2});
+  r.cfg.alpha = 0.2;
+  r.cfg.beta = 0.6;
+  r.cfg.alpha_decay = 0.5;
+  r.cfg.alpha_decay_every = 1;
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 5, easgd_two_rounds(&r, k, i), 1e-6);
+  teardown(&r);
+}
+
+/* The same decay on the asynchronous path, where the master takes the
+ * factor from its count of the requesting worker's exchanges: one worker
+ * (rank 0, master rank 1), two exchanges, p = 1. */
+static double easgd_async_two_exchanges(const run_t *r, int rank, size_t i) {
+  double w = start_value(r, 0, i), c = start_value(r, 1, i), alpha = 0.2, beta = 0.6;
+  for (int x = 0; x < 2; x++, alpha /= 2, beta /= 2) {
+    double d = w - c;
+    c += beta * d, w -= alpha * d;
+  }
+  return rank == 1 ? c : w;
+}
+
+static void test_easgd_async_alpha_decay(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_ASYNC, .perturb = 1, .workers = 1,
+                         .max_steps = 2});
+  r.cfg.alpha = 0.2;
+  r.cfg.beta = 0.6;
+  r.cfg.alpha_decay = 0.5;
+  r.cfg.alpha_decay_every = 1;
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 2, easgd_async_two_exchanges(&r, k, i), 1e-6);
+  teardown(&r);
+}
+
 /* Asynchronous, lr = 0: exchanges in any order pull the replicas and the
  * centre together; after 320 steps they agree, and the checkpointed
  * consensus is the centre. */
@@ -612,6 +678,9 @@ int main(void) {
   RUN(test_local_sgd_averages_distinct_starts);
   RUN(test_easgd_sync_elastic_rule);
   RUN(test_easgd_async_replicas_meet_the_centre);
+  RUN(test_elastic_decay);
+  RUN(test_easgd_sync_alpha_decay);
+  RUN(test_easgd_async_alpha_decay);
   RUN(test_dpsgd_mixing_rule);
   RUN(test_adpsgd_average_rule);
   RUN(test_adpsgd_neighbours);

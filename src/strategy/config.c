@@ -46,6 +46,7 @@ void train_config_default(train_config_t *c) {
   c->tau_up[0] = c->tau_down[0] = 1;
   c->tau_up_levels = c->tau_down_levels = 1;
   c->neighbor_weight = 1.0 / 3.0;
+  c->alpha_decay = 1;
   c->straggler_slowdown = 1;
   c->progress = 1;
   c->error_feedback = -1;

@@ -107,6 +107,9 @@ int decentral_broadcast_params(decentral_t *d, int root, float *out);
  * centre's moving-average rate over its p pullers (per exchange the centre
  * moves by beta/p). Fails with a line naming the option if unstable. */
 int elastic_coefficients(const train_config_t *cfg, int p, double *alpha, double *beta);
+/* DeepSpark's adaptive moving rate (--alpha-decay G,S,L): the factor on
+ * alpha and beta at a worker's k-th exchange (k from 0), G^min(k/S, L). */
+double elastic_decay(const train_config_t *cfg, int64_t k);
 
 /* ---- asynchronous model messages between peers (GoSGD, TreeEASGD, AD-PSGD) --
  * One receive from any rank is always posted and is polled between steps;
