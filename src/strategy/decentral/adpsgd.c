@@ -26,8 +26,11 @@
  * Requests go through the peer mailbox (peer_mail.c), whose drain at an
  * epoch's end leaves nothing in flight; replies on a tag of their own, one
  * buffer per neighbour on the passive side (an active has at most one
- * request in flight). The consensus is the mean of the replicas, which
- * the averages keep; runs may differ (message timing). */
+ * request in flight). The paper gives each worker a communication thread;
+ * here the step's layers test the messages in flight between them
+ * (progress), which is what moves a large message under mpi. The
+ * consensus is the mean of the replicas, which the averages keep; runs
+ * may differ (message timing). */
 #include <stdio.h>
 
 #include "strategy/decentral/decentral.h"
@@ -130,19 +133,38 @@ static int active_exchange(adpsgd_t *s) {
   return request(s);
 }
 
+/* Between layers: the messages in flight are tested, nothing is merged
+ * (the replica must not change inside its own step). Errors show at the
+ * next poll. */
+static void progress(adpsgd_t *s) {
+  int done;
+  mail_progress(&s->mail);
+  if (s->reply_req) comm_test(s->d->w->comm, s->reply_req, &done);
+  for (int j = 0; j < 2; j++)
+    if (s->out_req[j]) comm_test(s->d->w->comm, s->out_req[j], &done);
+}
+static void progress_at_layer(void *ctx, int layer) { progress(ctx); }
+
+/* Gradient and optimizer step, the messages progressing in between. */
+static int local_step(adpsgd_t *s, int64_t k) {
+  worker_t *w = s->d->w;
+  size_t begin, count, all;
+  step_hooks_t hooks = {.wait = progress_at_layer, .ready = progress_at_layer, .ctx = s};
+  worker_step_slice(w, k, &begin, &count, &all);
+  if (worker_compute_gradient(w, begin, count, count ? (int)count : 1, &hooks) != 0) return -1;
+  worker_apply_update(w);
+  return 0;
+}
+
 static int step(decentral_t *d, int64_t k) {
   adpsgd_t *s = d->method;
   worker_t *w = d->w;
-  size_t count;
-  if (s->nnb == 0) return decentral_local_step(d, k, &count, NULL);
-  if (!s->active) {
-    if (mail_poll_then_step(&s->mail, d, k) != 0) return -1;
-    return s->failed;
-  }
   double t0 = dt_now();
-  if (active_exchange(s) != 0) return -1;
-  w->timers.comm += dt_now() - t0; /* the round trip itself is hidden by the last step */
-  return decentral_local_step(d, k, &count, NULL);
+  if (s->nnb > 0 && !s->active && mail_poll(&s->mail, NULL) != 0) return -1;
+  if (s->nnb > 0 && s->active && active_exchange(s) != 0) return -1;
+  if (s->failed) return -1;
+  w->timers.comm += dt_now() - t0; /* merges; the round trips are hidden by the steps */
+  return local_step(s, k);
 }
 
 /* Active: the request in flight is answered before the drain (its passive

@@ -144,6 +144,10 @@ int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, doubl
 void mail_close(peer_mail_t *m);
 /* Merges every model that has arrived; *n (may be NULL) counts them. */
 int mail_poll(peer_mail_t *m, int *n);
+/* Tests the posted receive and the snapshot's sends, taking nothing: under
+ * mpi a large message moves only while both ranks are inside MPI, so a
+ * method calls this between the layers of its step (step_hooks_t). */
+void mail_progress(peer_mail_t *m);
 /* A step of a message-passing method: mail_poll, then the local step. */
 int mail_poll_then_step(peer_mail_t *m, decentral_t *d, int64_t k);
 /* The snapshot buffer, once the previous snapshot has been taken by all. */

@@ -77,6 +77,13 @@ int mail_poll(peer_mail_t *m, int *n) {
   return 0;
 }
 
+void mail_progress(peer_mail_t *m) {
+  int done;
+  if (m->rreq) comm_test(m->comm, m->rreq, &done);
+  for (int i = 0; i < m->nsreq; i++)
+    if (m->sreq[i]) comm_test(m->comm, m->sreq[i], &done);
+}
+
 /* Completes the snapshot's sends that are done; *pending counts the rest
  * and *peer names the destination of one of them. */
 static int reap_sends(peer_mail_t *m, int *pending, int *peer) {
