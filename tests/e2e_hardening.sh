@@ -150,6 +150,10 @@ for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
   set -- $fam; name=$1; shift
   ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
 done
+# the peer mailbox's end-of-epoch drain names the rank whose count has not
+# come (AD-PSGD: rank 1, the only active worker, is the straggler)
+"$DTRAIN" train $SMALLQ --workers 3 $STALL --preset ad-psgd >/dev/null 2>"$TMP/err"
+check stalled_rank_named_by_the_drain grep -q "drain of peer models: no progress for 1 s (rank 1 has not reached the end of the epoch" "$TMP/err"
 # mpi: one process is stopped (SIGSTOP) mid-run
 stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   name=$1; cont=0; [ "$2" != "--" ] && { cont=$2; shift; }; shift 2
