@@ -11,7 +11,15 @@
 #   allreduce:naive, 3 ranks   T x 2 x S (the root: (n-1) x S each way)
 #   ZeRO-1, overlap            the same bytes as the plain ring
 #   D-PSGD, 3 ranks            T x 2 x S (its model to both ring neighbours)
+#   AD-PSGD, 2 ranks           rank 0 (passive) receives a model and replies
+#                              one for each average: sent = received =
+#                              exchanges x S + 8 (the drain's count to rank
+#                              1), 1 <= exchanges <= T (timing decides how
+#                              many; one request in flight at a time)
 #   local SGD, tau 4           T/4 x S (one ring average every tau steps)
+#   async EASGD, tau 4 (deepspark)  T/4 x S each way on worker 0 (its model
+#                              to the master, the centre back), whatever the
+#                              moving rate's decay
 #   allreduce:hier, hosts 2+2  T x 3/2 x S: the ring inside the host (S) and
 #                              rhd of the rank's half between hosts (S/2)
 #   allreduce:hier, hosts 3+2  T x 5/2 x S on rank 0: that, plus S each way
@@ -60,6 +68,9 @@ elif kind.startswith("near:"):
 elif kind.startswith("step:"):
     want = int(kind[5:]) * T
     assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} ({kind[5:]} a step)"
+elif kind == "adpsgd":
+    n = ep[-1]["exchanges"]
+    assert 1 <= n <= T and sent == recv == n * S + 8, f"sent {sent} received {recv}, expected {n} x S + 8 (S {S}, T {T})"
 elif kind == "ps":
     for v in (sent, recv):
         assert T * S <= v <= T * (S + 1024), f"sent {sent} received {recv}, expected {T * S} .. {T * (S + 1024)}"
@@ -84,6 +95,8 @@ run bytes_zero1_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring 
 run bytes_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --overlap on --bucket-mb 0
 run bytes_no_overlap_equals_ring exact:1 -- $L --workers 2 --exchange allreduce:ring --overlap off
 run bytes_dpsgd_two_neighbours exact:2 -- $L --workers 3 --preset d-psgd
+run bytes_adpsgd_one_model_each_way adpsgd -- $L --workers 2 --preset ad-psgd
+run bytes_deepspark_worker exact:0.25 -- $L --workers 2 --preset deepspark
 run bytes_local_sgd_tau_4 exact:0.25 -- $L --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring
 run bytes_hier_hosts_2x2_auto near:1.5 -- $L --workers 4 --net hosts=2 --exchange allreduce:auto
 run bytes_hier_hosts_3+2_fold near:2.5 -- $L --workers 5 --net hosts=2 --exchange allreduce:hier
@@ -103,6 +116,8 @@ if have_mpi; then
   run bytes_ring_2_ranks_mpi exact:1 -- $M --exchange allreduce:ring
   run bytes_ps_sync_mpi ps -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --workers 2 --exchange ps:1
   run bytes_dpsgd_two_neighbours_mpi exact:2 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset d-psgd
+  run bytes_adpsgd_one_model_each_way_mpi adpsgd -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --preset ad-psgd
+  run bytes_deepspark_worker_mpi exact:0.25 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset deepspark
   run bytes_pipeline_pp2_mpi step:32768 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --pp 2 --partition 0,1 --micro-batches 4
   run bytes_pipeline_four_interleaved_mpi step:12288 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
   run bytes_tree_4_ranks_root_mpi exact:2 -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --exchange allreduce:tree

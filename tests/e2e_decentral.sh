@@ -3,14 +3,14 @@
 # trains and reports its consensus model and the spread of the replicas;
 # local SGD with tau = 1 equals synchronous data parallelism; synchronous
 # methods are bitwise repeatable and give the same weights on local and
-# mpi (asynchronous ones - easgd-async, gosgd, tree-easgd - may differ run
+# mpi (asynchronous ones - easgd-async, ad-psgd, gosgd, tree-easgd - may differ run
 # to run, by design); bad values and combinations give one line naming the
 # option. The 85% / 5-epoch figures are bench/decentral_accuracy.sh's.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 3 --quiet --batch 16"
-ranks_for() { case $1 in easgd*) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
+ranks_for() { case $1 in easgd*|deepspark) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
 
 
 # the last epoch line: consensus named, spread present, accuracy at least $2
@@ -19,19 +19,25 @@ import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 ep = [l for l in lines if l["event"] == "epoch"]
 want = {"sparknet": "average", "local-sgd": "average", "easgd": "centre", "easgd-async": "centre",
-        "d-psgd": "average", "gosgd": "weighted-average", "tree-easgd": "root"}[sys.argv[3]]
+        "deepspark": "centre",
+        "d-psgd": "average", "ad-psgd": "average", "gosgd": "weighted-average",
+        "tree-easgd": "root"}[sys.argv[3]]
 last = ep[-1]
 assert all(e["consensus"] == want and e["replica_spread"] >= 0 for e in ep), last
 assert last["workers"] == 4 and lines[-1]["event"] == "done", lines[-1]
 assert last["test_acc"] >= float(sys.argv[2]), f"test acc {last['test_acc']:.4f} < {sys.argv[2]}"
 if sys.argv[3] == "gosgd":
     assert all(abs(e["alpha_sum"] - 1) < 1e-12 and abs(e["alpha_sum_before_drain"] + e["alpha_in_flight"] - 1) < 1e-12 for e in ep), last
+if sys.argv[3] == "deepspark": # alpha = 0.9/4 halved every 50 exchanges, twice at most; 8 an epoch (32 steps, tau 4)
+    assert all(e["alpha_now"] == round(0.225 * 0.5 ** min(8 * e["epoch"] // 50, 2), 6) for e in ep), last
+if sys.argv[3] == "ad-psgd": # 2 active workers, at most one average each a step
+    assert all(e["active_workers"] == 2 and 0 < e["exchanges"] <= 2 * e["step"] for e in ep), last
 print(f"acc {last['test_acc']:.4f} spread {last['replica_spread']:.3g}")
 PYEOF
 metrics_ok() { $PY "$TMP/metrics.py" "$1" "$2" "$3" >"$TMP/m.out" 2>&1; }
 
 # ---- every preset, both transports: 3 epochs of 2048 samples, >= 72% ------------
-for p in sparknet local-sgd easgd easgd-async d-psgd gosgd tree-easgd; do
+for p in sparknet local-sgd easgd easgd-async deepspark d-psgd ad-psgd gosgd tree-easgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --metrics "$TMP/$p.jsonl" --checkpoint "$TMP/$p.local" >/dev/null 2>"$TMP/err"
   if metrics_ok "$TMP/$p.jsonl" 0.72 $p; then pass "local_${p}_trains_consensus_reported($(cat "$TMP/m.out"))"; else fail "local_${p}_trains_consensus_reported" "$(cat "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
   if have_mpi; then
@@ -78,6 +84,26 @@ else
   echo "SKIP mpi_tree-easgd_periods_per_level: no mpirun"
 fi
 
+# ---- DeepSpark's moving rate, both transports: --alpha-decay 0.5,8,2 halves ------
+# alpha (0.9/4) after each epoch's 8 exchanges, twice at most: 0.1125 after
+# epoch 1, 0.05625 after epochs 2 and 3 (the last exchange's factor is
+# that of the exchanges made before it: 7, 15, 23 -> 0.225, 0.1125,
+# 0.05625; alpha_now is the next one's)
+cat >"$TMP/decay.py" <<'PYEOF'
+import json, sys
+ep = [json.loads(l) for l in open(sys.argv[1])]
+ep = [e for e in ep if e["event"] == "epoch"]
+assert [e["alpha_now"] for e in ep] == [0.1125, 0.05625, 0.05625] and ep[-1]["test_acc"] >= 0.72, ep
+print(f"acc {ep[-1]['test_acc']:.4f}")
+PYEOF
+DECAY="--preset deepspark --alpha-decay 0.5,8,2"
+"$DTRAIN" train $BASE --epochs 3 --workers 4 $DECAY --metrics "$TMP/decay.jsonl" >/dev/null 2>"$TMP/err"
+if $PY "$TMP/decay.py" "$TMP/decay.jsonl" >"$TMP/m.out" 2>&1; then pass "local_deepspark_alpha_decay($(cat "$TMP/m.out"))"; else fail "local_deepspark_alpha_decay" "$(tail -c 300 "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+if have_mpi; then
+  $MPIRUN -np 5 "$DTRAIN" train $BASE --epochs 3 --comm mpi $DECAY --metrics "$TMP/decay.mpi.jsonl" >/dev/null 2>"$TMP/err"
+  if $PY "$TMP/decay.py" "$TMP/decay.mpi.jsonl" >"$TMP/m.out" 2>&1; then pass "mpi_deepspark_alpha_decay($(cat "$TMP/m.out"))"; else fail "mpi_deepspark_alpha_decay" "$(tail -c 300 "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
+fi
+
 # ---- synchronous methods: repeatable, and the same weights on both transports ----
 for p in local-sgd sparknet easgd d-psgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --checkpoint "$TMP/$p.again" >/dev/null
@@ -122,6 +148,13 @@ if have_mpi; then
 fi
 expect_error gossip_needs_async 2 "--schedule sync --exchange gossip do not combine" -- "$DTRAIN" train --optimization decentral --exchange gossip:0.5
 expect_error neighbor_weight 2 "option --neighbor-weight" -- "$DTRAIN" train --preset d-psgd --neighbor-weight 0.7
+expect_error alpha_decay_growth 2 "option --alpha-decay: 1.5 is out of range" -- "$DTRAIN" train --preset deepspark --alpha-decay 1.5,10
+expect_error alpha_decay_form 2 "option --alpha-decay: '0.5' (expected G,S or G,S,L" -- "$DTRAIN" train --preset deepspark --alpha-decay 0.5
+expect_error alpha_decay_period 2 "option --alpha-decay: 0 is out of range" -- "$DTRAIN" train --preset deepspark --alpha-decay 0.5,0
+expect_error alpha_decay_not_easgd 2 "option --alpha-decay: not used with" -- "$DTRAIN" train --preset sparknet --alpha-decay 0.5,10
+expect_error adpsgd_neighbor_weight 2 "option --neighbor-weight: not used with --optimization decentral --schedule async --exchange neighbors" -- "$DTRAIN" train --preset ad-psgd --neighbor-weight 0.25
+expect_error adpsgd_compress 2 "option --compress fp16: not with AD-PSGD" -- "$DTRAIN" train --preset ad-psgd --compress fp16
+expect_error adpsgd_ssp 2 "schedule ssp --exchange neighbors do not combine" -- "$DTRAIN" train --preset ad-psgd --schedule ssp:2
 if have_mpi; then
   $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset easgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
   check mpi_easgd_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"

@@ -146,10 +146,14 @@ STALL="--model lenet --batch 128 --epochs 50 --straggler rank=1,slowdown=1000 --
 for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
            "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
            "d_psgd --preset d-psgd" "easgd --preset easgd" "gosgd --preset gosgd" \
-           "tree_easgd --preset tree-easgd"; do
+           "tree_easgd --preset tree-easgd" "ad_psgd --preset ad-psgd" "deepspark --preset deepspark"; do
   set -- $fam; name=$1; shift
   ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
 done
+# the peer mailbox's end-of-epoch drain names the rank whose count has not
+# come (AD-PSGD: rank 1, the only active worker, is the straggler)
+"$DTRAIN" train $SMALLQ --workers 3 $STALL --preset ad-psgd >/dev/null 2>"$TMP/err"
+check stalled_rank_named_by_the_drain grep -q "drain of peer models: no progress for 1 s (rank 1 has not reached the end of the epoch" "$TMP/err"
 # mpi: one process is stopped (SIGSTOP) mid-run
 stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   name=$1; cont=0; [ "$2" != "--" ] && { cont=$2; shift; }; shift 2
@@ -170,10 +174,11 @@ stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   else pass "$name"; fi
 }
 if have_mpi; then
-  # one of each family (GoSGD stands for the peer-mailbox methods: TreeEASGD too)
+  # one of each family (GoSGD stands for the peer-mailbox methods: TreeEASGD
+  # too; AD-PSGD for its own wait on a reply)
   for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
              "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
-             "gosgd --preset gosgd"; do
+             "gosgd --preset gosgd" "ad_psgd --preset ad-psgd"; do
     set -- $fam; name=$1; shift
     stop_one_rank "stopped_rank_ends_mpi_$name" -- "$@"
   done

@@ -106,6 +106,7 @@ for o in "alpha 0.1" "beta 0.5" "rho 1" "tau-up 2" "tau-down 2" "neighbor-weight
   set -- $o
   expect_error "${1}_under_central" 2 "option --$1: not used with --optimization central" -- $T --$1 $2
 done
+expect_error alpha-decay_under_central 2 "option --alpha-decay: not used with --optimization central" -- $T --alpha-decay 0.5,10
 expect_error tau_under_dpsgd 2 "option --tau: not used with --optimization decentral --schedule sync --exchange neighbors" -- $T --preset d-psgd --tau 3
 expect_error alpha_under_local_sgd 2 "option --alpha: not used with --optimization decentral --schedule sync --exchange allreduce" -- $T --preset local-sgd --alpha 0.1
 expect_error preset_overridden_to_central 2 "option --tau: not used with --optimization central" -- $T --preset local-sgd --optimization central --tau 4

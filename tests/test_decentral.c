@@ -234,6 +234,72 @@ static void test_easgd_sync_elastic_rule(void) {
   teardown(&r);
 }
 
+/* DeepSpark's moving-rate decay G^min(k/S, L), by hand: G 0.5, S 3, L 2. */
+static void test_elastic_decay(void) {
+  train_config_t c;
+  train_config_default(&c);
+  CHECK(elastic_decay(&c, 1000) == 1); /* off */
+  c.alpha_decay = 0.5;
+  c.alpha_decay_every = 3;
+  c.alpha_decay_limit = 2;
+  const double want[10] = {1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25};
+  for (int k = 0; k < 10; k++) CHECK(elastic_decay(&c, k) == want[k]);
+  CHECK(elastic_decay(&c, 1000000) == 0.25);
+  c.alpha_decay_limit = 0; /* no limit */
+  CHECK(elastic_decay(&c, 9) == 0.125);
+}
+
+/* Two synchronous rounds with --alpha-decay 0.5,1 (lr = 0, tau = 1): the
+ * first with alpha 0.2, beta 0.6, the second with 0.1 and 0.3, written
+ * out per element from the starts. */
+static double easgd_two_rounds(const run_t *r, int rank, size_t i) {
+  double w[4], c = start_value(r, 4, i), alpha = 0.2, beta = 0.6;
+  for (int k = 0; k < 4; k++) w[k] = start_value(r, k, i);
+  for (int round = 0; round < 2; round++, alpha /= 2, beta /= 2) {
+    double pull = 0;
+    for (int k = 0; k < 4; k++) pull += beta / 4 * (w[k] - c), w[k] -= alpha * (w[k] - c);
+    c += pull;
+  }
+  return rank == 4 ? c : w[rank];
+}
+
+static void test_easgd_sync_alpha_decay(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 2});
+  r.cfg.alpha = 0.2;
+  r.cfg.beta = 0.6;
+  r.cfg.alpha_decay = 0.5;
+  r.cfg.alpha_decay_every = 1;
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 5, easgd_two_rounds(&r, k, i), 1e-6);
+  teardown(&r);
+}
+
+/* The same decay on the asynchronous path, where the master takes the
+ * factor from its count of the requesting worker's exchanges: one worker
+ * (rank 0, master rank 1), two exchanges, p = 1. */
+static double easgd_async_two_exchanges(const run_t *r, int rank, size_t i) {
+  double w = start_value(r, 0, i), c = start_value(r, 1, i), alpha = 0.2, beta = 0.6;
+  for (int x = 0; x < 2; x++, alpha /= 2, beta /= 2) {
+    double d = w - c;
+    c += beta * d, w -= alpha * d;
+  }
+  return rank == 1 ? c : w;
+}
+
+static void test_easgd_async_alpha_decay(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_ASYNC, .perturb = 1, .workers = 1,
+                         .max_steps = 2});
+  r.cfg.alpha = 0.2;
+  r.cfg.beta = 0.6;
+  r.cfg.alpha_decay = 0.5;
+  r.cfg.alpha_decay_every = 1;
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 2, easgd_async_two_exchanges(&r, k, i), 1e-6);
+  teardown(&r);
+}
+
 /* Asynchronous, lr = 0: exchanges in any order pull the replicas and the
  * centre together; after 320 steps they agree, and the checkpointed
  * consensus is the centre. */
@@ -266,6 +332,79 @@ static void test_dpsgd_mixing_rule(void) {
                  1e-6);
   teardown(&r);
 }
+
+/* ---- AD-PSGD ------------------------------------------------------------------ */
+
+/* The two sides of one average, by hand: the passive replica x_j = (3, 6, -1)
+ * takes the request s = (1, 2, 1): it replies (3, 6, -1) and becomes
+ * (2, 4, 0). The active one sent s and has since taken a step to
+ * (1.5, 2, 1); with the reply it becomes x + (reply - s)/2 = (2.5, 4, 0):
+ * the average (2, 4, 0) plus its step since s, (0.5, 0, 0). */
+static void test_adpsgd_average_rule(void) {
+  float xj[3] = {3, 6, -1}, s[3] = {1, 2, 1}, reply[3], xi[3] = {1.5f, 2, 1};
+  adpsgd_passive_average(3, xj, s, reply);
+  CHECK(reply[0] == 3 && reply[1] == 6 && reply[2] == -1);
+  CHECK(xj[0] == 2 && xj[1] == 4 && xj[2] == 0);
+  adpsgd_active_average(3, xi, s, reply);
+  CHECK(xi[0] == 2.5f && xi[1] == 4 && xi[2] == 0);
+}
+
+/* The bipartite graph: odd ranks active, their ring neighbours passive;
+ * with an odd p the edge p-1 -- 0 (two passive ranks) is left out. */
+static void test_adpsgd_neighbours(void) {
+  struct { int rank, p, n, a, b; } rows[] = {
+      {1, 4, 2, 0, 2}, {3, 4, 2, 2, 0}, {0, 4, 2, 3, 1}, {2, 4, 2, 1, 3},
+      {0, 3, 1, 1, -1}, {1, 3, 2, 0, 2}, {2, 3, 1, 1, -1},
+      {0, 2, 1, 1, -1}, {1, 2, 1, 0, -1}, {4, 5, 1, 3, -1}, {0, 5, 1, 1, -1},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    int nb[2] = {-1, -1};
+    int n = adpsgd_neighbours(rows[i].rank, rows[i].p, nb);
+    CHECK(n == rows[i].n && nb[0] == rows[i].a && (n < 2 || nb[1] == rows[i].b));
+  }
+}
+
+/* Two workers, one step, lr = 0: rank 1 sends its start to rank 0, which
+ * serves it at the latest in the epoch's drain; both replicas are then
+ * the mean of the two starts. */
+static void test_adpsgd_one_exchange(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_adpsgd, EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, .perturb = 1,
+                         .workers = 2, .max_steps = 1});
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 2, 0.5 * (start_value(&r, 0, i) + start_value(&r, 1, i)), 1e-6);
+  teardown(&r);
+}
+
+/* lr = 0, distinct starts, 4 and 3 workers: every average keeps the sum
+ * of the replicas, so the consensus stays the mean of the starts, and the
+ * replicas converge to it. */
+static void check_adpsgd_converges(int workers) {
+  run_t r;
+  char ckpt[128];
+  setup(&r, (run_spec_t){strategy_adpsgd, EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, .perturb = 1,
+                         .workers = workers, .epochs = 40});
+  snprintf(ckpt, sizeof ckpt, "%s/adpsgd%d.st", tmp_dir, workers);
+  snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
+  CHECK_OK(run(&r));
+  float *consensus = read_checkpoint(&r, ckpt);
+  double err = 1, spread0 = 0;
+  if (consensus) MAX_ERR(err, r.nparams, consensus[i] - mean_start(&r, workers, i));
+  CHECK(err < 1e-5);
+  MAX_ERR(spread0, r.nparams, start_value(&r, workers - 1, i) - mean_start(&r, workers, i));
+  double worst = 0;
+  for (int k = 0; k < workers; k++) {
+    double e = 1;
+    if (r.final[k]) MAX_ERR(e, r.nparams, r.final[k][i] - mean_start(&r, workers, i));
+    if (e > worst) worst = e;
+  }
+  fprintf(stderr, "  AD-PSGD, %d workers: replicas within %.3g of the mean (starts %.3g)\n", workers, worst, spread0);
+  CHECK_REPLICAS(&r, 0, workers, mean_start(&r, workers, i), 1e-3 * spread0);
+  free(consensus);
+  teardown(&r);
+}
+static void test_adpsgd_converges_4(void) { check_adpsgd_converges(4); }
+static void test_adpsgd_converges_3(void) { check_adpsgd_converges(3); }
 
 /* ---- GoSGD -------------------------------------------------------------------- */
 
@@ -465,6 +604,7 @@ static void test_selection_and_ranks(void) {
       {EXCHANGE_MASTER, SCHEDULE_SYNC, 0.9, strategy_easgd, 5},
       {EXCHANGE_MASTER, SCHEDULE_ASYNC, 0, strategy_easgd, 5},
       {EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, 0, strategy_dpsgd, 4},
+      {EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, 0, strategy_adpsgd, 4},
       {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, 0, strategy_gossip, 4},
       {EXCHANGE_TREE, SCHEDULE_ASYNC, 0, strategy_tree_easgd, 4},
   };
@@ -538,7 +678,15 @@ int main(void) {
   RUN(test_local_sgd_averages_distinct_starts);
   RUN(test_easgd_sync_elastic_rule);
   RUN(test_easgd_async_replicas_meet_the_centre);
+  RUN(test_elastic_decay);
+  RUN(test_easgd_sync_alpha_decay);
+  RUN(test_easgd_async_alpha_decay);
   RUN(test_dpsgd_mixing_rule);
+  RUN(test_adpsgd_average_rule);
+  RUN(test_adpsgd_neighbours);
+  RUN(test_adpsgd_one_exchange);
+  RUN(test_adpsgd_converges_4);
+  RUN(test_adpsgd_converges_3);
   RUN(test_gossip_converges_to_mean_of_starts);
   RUN(test_gossip_mass_with_messages_in_flight);
   RUN(test_tree_replicas_meet_the_root);

@@ -83,6 +83,11 @@ typedef struct {
   /* decentralized optimization */
   int tau;                      /* local steps between merges [1] */
   double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default) */
+  /* EASGD, DeepSpark's adaptive moving rate: alpha and beta are multiplied
+   * by alpha_decay every alpha_decay_every exchanges of a worker, at most
+   * alpha_decay_limit times (0: no limit) [1, 0, 0: constant] */
+  double alpha_decay;
+  int alpha_decay_every, alpha_decay_limit;
   /* TreeEASGD exchange periods per level of the tree, from the root: level
    * l >= 1 is the links between depths l-1 and l; a node at depth l sends
    * its model to its parent every tau_up[l-1] of its steps, and a node at

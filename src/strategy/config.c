@@ -46,6 +46,7 @@ void train_config_default(train_config_t *c) {
   c->tau_up[0] = c->tau_down[0] = 1;
   c->tau_up_levels = c->tau_down_levels = 1;
   c->neighbor_weight = 1.0 / 3.0;
+  c->alpha_decay = 1;
   c->straggler_slowdown = 1;
   c->progress = 1;
   c->error_feedback = -1;
@@ -240,11 +241,15 @@ static int compress_check(const train_config_t *c) {
   int central = c->optimization == OPTIMIZATION_CENTRAL;
   int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
-  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS;
+  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
   if (choco && (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: D-PSGD's compressed gossip (CHOCO-SGD) sends messages "
                     "of a fixed size: use fp16, bf16, int8, onebit, qsgd:S, terngrad, topk:R or "
                     "randomk:R", name);
+  if (!central && c->exchange == EXCHANGE_NEIGHBORS && !choco)
+    return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
+                    "neighbors), whose pairwise averages keep the sum of the models only when "
+                    "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
   if (choco && c->error_feedback == 1)
     return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
                     "public copies that carry what was not sent; drop the option");

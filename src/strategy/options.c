@@ -22,12 +22,19 @@ static int uses_tau(const train_config_t *c) {
 static int uses_elastic(const train_config_t *c) {
   return is_decentral(c) && (c->exchange == EXCHANGE_MASTER || c->exchange == EXCHANGE_TREE);
 }
+static int is_easgd(const train_config_t *c) { /* a master rank of its own: decentral.h */
+  return is_decentral(c) && c->exchange == EXCHANGE_MASTER &&
+         (c->schedule == SCHEDULE_ASYNC || c->alpha > 0 || c->beta > 0 || c->rho > 0);
+}
 static int uses_tree(const train_config_t *c) { return is_decentral(c) && c->exchange == EXCHANGE_TREE; }
 static int uses_neighbors(const train_config_t *c) {
   return is_decentral(c) && c->exchange == EXCHANGE_NEIGHBORS;
 }
+static int is_dpsgd(const train_config_t *c) {
+  return uses_neighbors(c) && c->schedule == SCHEDULE_SYNC;
+}
 static int uses_choco(const train_config_t *c) {
-  return uses_neighbors(c) && c->compress.kind != CODEC_NONE;
+  return is_dpsgd(c) && c->compress.kind != CODEC_NONE;
 }
 static int is_ps(const train_config_t *c) { return c->exchange == EXCHANGE_PS; }
 static int is_downpour(const train_config_t *c) {
@@ -154,9 +161,10 @@ static const option_t OPTIONS[] = {
     {"alpha", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
     {"beta", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
     {"rho", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {"alpha-decay", 0, is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
     {"tau-up", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {"tau-down", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {"neighbor-weight", 0, uses_neighbors, "--optimization decentral --exchange neighbors", AX_STRATEGY},
+    {"neighbor-weight", 0, is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
     {"consensus-step", 0, uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
     {"metrics", 0, NULL, NULL, AX_STRATEGY},
     {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
@@ -319,6 +327,37 @@ static int parse_dc_asgd(const char *val, train_config_t *c) {
   return 0;
 }
 
+/* "G,S" or "G,S,L": DeepSpark's moving-rate decay (train.h) */
+static int parse_alpha_decay(const char *val, train_config_t *c) {
+  char g[32];
+  const char *comma = strchr(val, ',');
+  if (!comma || (size_t)(comma - val) >= sizeof g)
+    return dt_error("option --alpha-decay: '%s' (expected G,S or G,S,L: alpha times G every S "
+                    "exchanges of a worker, at most L times; example 0.5,50,2)", val);
+  memcpy(g, val, (size_t)(comma - val));
+  g[comma - val] = 0;
+  char s[32];
+  const char *second = strchr(comma + 1, ',');
+  size_t slen = second ? (size_t)(second - comma - 1) : strlen(comma + 1);
+  if (slen >= sizeof s)
+    return dt_error("option --alpha-decay: '%s' (expected G,S or G,S,L)", val);
+  memcpy(s, comma + 1, slen);
+  s[slen] = 0;
+  double gamma;
+  long every, limit = 0;
+  if (parse_float("alpha-decay", g, 0, 1, &gamma) != 0 ||
+      parse_int("alpha-decay", s, 1, 1L << 30, &every) != 0 ||
+      (second && parse_int("alpha-decay", second + 1, 1, 1L << 30, &limit) != 0))
+    return -1;
+  if (!(gamma > 0))
+    return dt_error("option --alpha-decay: factor %g (expected 0 < G <= 1: alpha only "
+                    "decreases, so it stays in the stable range it starts in)", gamma);
+  c->alpha_decay = gamma;
+  c->alpha_decay_every = (int)every;
+  c->alpha_decay_limit = (int)limit;
+  return 0;
+}
+
 /* "A:B": global steps A to B-1 are traced */
 static int parse_trace_steps(const char *val, train_config_t *c) {
   const char *colon = strchr(val, ':');
@@ -469,6 +508,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "alpha")) return parse_float(name, val, 0, 1e3, &c->alpha);
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
+  if (!strcmp(name, "alpha-decay")) return parse_alpha_decay(val, c);
   if (!strcmp(name, "consensus-step")) return parse_float(name, val, 1e-6, 1, &c->consensus_step);
   if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
   if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);

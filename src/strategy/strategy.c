@@ -70,6 +70,7 @@ static int select_decentral(const train_config_t *c, strategy_fn *fn, const char
       {EXCHANGE_MASTER, SCHEDULE_SYNC, 1, strategy_easgd, "synchronous EASGD"},
       {EXCHANGE_MASTER, SCHEDULE_ASYNC, -1, strategy_easgd, "asynchronous EASGD"},
       {EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, -1, strategy_dpsgd, "D-PSGD"},
+      {EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, -1, strategy_adpsgd, "AD-PSGD (asynchronous D-PSGD)"},
       {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, -1, strategy_gossip, "GoSGD (gossip)"},
       {EXCHANGE_TREE, SCHEDULE_ASYNC, -1, strategy_tree_easgd, "TreeEASGD"},
   };
@@ -84,8 +85,8 @@ static int select_decentral(const train_config_t *c, strategy_fn *fn, const char
   return dt_error("options --optimization decentral --schedule %s --exchange %s do not combine "
                   "(what exists with decentral: allreduce:* or master + sync = model averaging, "
                   "master + sync + --alpha/--beta/--rho = EASGD, master + async = asynchronous "
-                  "EASGD, neighbors + sync = D-PSGD, gossip:p + async = GoSGD, tree:F + async = "
-                  "TreeEASGD)",
+                  "EASGD, neighbors + sync = D-PSGD, neighbors + async = AD-PSGD, gossip:p + "
+                  "async = GoSGD, tree:F + async = TreeEASGD)",
                   schedule_name(c->schedule), exchange_name(c->exchange));
 }
 

@@ -13,6 +13,7 @@
 int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */
 int strategy_easgd(worker_t *w);          /* elastic averaging with a master rank, sync or async */
 int strategy_dpsgd(worker_t *w);          /* D-PSGD: mix with the two ring neighbours every step */
+int strategy_adpsgd(worker_t *w);         /* AD-PSGD: atomic pairwise averages, no barrier */
 int strategy_gossip(worker_t *w);         /* GoSGD: sum-weighted gossip */
 int strategy_tree_easgd(worker_t *w);     /* TreeEASGD: elastic exchanges along a tree */
 /* 1 when the axes select EASGD, whose master is a rank of its own, else 0. */
@@ -36,10 +37,20 @@ void tree_exchanges(const train_config_t *cfg, int rank, int p, int64_t step, in
  * where it has none) is refused, naming the option. */
 int tree_check_periods(const train_config_t *cfg, int p);
 
+/* AD-PSGD's rules (adpsgd.c). The passive side of an average: reply =
+ * x, then x <- (x + request)/2. The active side, once the reply to the
+ * model `sent` has come: x <- x + (reply - sent)/2. */
+void adpsgd_passive_average(size_t n, float *x, const float *request, float *reply);
+void adpsgd_active_average(size_t n, float *x, const float *sent, const float *reply);
+/* The neighbours of `rank` among p workers (its ring neighbours of the
+ * other parity: odd ranks are active, even ones passive); returns 0..2. */
+int adpsgd_neighbours(int rank, int p, int nb[2]);
+
 /* Message tags of the methods (below COLL_TAG_BASE). */
 enum {
   TAG_EASGD_REQUEST = 5001, TAG_EASGD_REPLY, /* asynchronous EASGD: worker <-> master */
   TAG_DPSGD_LEFT = 5101, TAG_DPSGD_RIGHT,    /* D-PSGD: models to the ring neighbours */
+  TAG_ADPSGD_REQUEST = 5151, TAG_ADPSGD_REPLY, TAG_ADPSGD_END, /* AD-PSGD: active <-> passive */
   TAG_GOSSIP_MODEL = 5201, TAG_GOSSIP_END,   /* GoSGD: <alpha, w>, end-of-epoch counts */
   TAG_TREE_MODEL = 5301, TAG_TREE_END,       /* TreeEASGD: models, end-of-epoch counts */
 };
@@ -96,8 +107,11 @@ int decentral_broadcast_params(decentral_t *d, int root, float *out);
  * centre's moving-average rate over its p pullers (per exchange the centre
  * moves by beta/p). Fails with a line naming the option if unstable. */
 int elastic_coefficients(const train_config_t *cfg, int p, double *alpha, double *beta);
+/* DeepSpark's adaptive moving rate (--alpha-decay G,S,L): the factor on
+ * alpha and beta at a worker's k-th exchange (k from 0), G^min(k/S, L). */
+double elastic_decay(const train_config_t *cfg, int64_t k);
 
-/* ---- asynchronous model messages between peers (GoSGD, TreeEASGD) ----------
+/* ---- asynchronous model messages between peers (GoSGD, TreeEASGD, AD-PSGD) --
  * One receive from any rank is always posted and is polled between steps;
  * a model goes out from one snapshot buffer to one or more peers, and a new
  * snapshot waits (serving receives meanwhile) until the previous one has
@@ -130,6 +144,10 @@ int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, doubl
 void mail_close(peer_mail_t *m);
 /* Merges every model that has arrived; *n (may be NULL) counts them. */
 int mail_poll(peer_mail_t *m, int *n);
+/* Tests the posted receive and the snapshot's sends, taking nothing: under
+ * mpi a large message moves only while both ranks are inside MPI, so a
+ * method calls this between the layers of its step (step_hooks_t). */
+void mail_progress(peer_mail_t *m);
 /* A step of a message-passing method: mail_poll, then the local step. */
 int mail_poll_then_step(peer_mail_t *m, decentral_t *d, int64_t k);
 /* The snapshot buffer, once the previous snapshot has been taken by all. */

@@ -13,7 +13,13 @@
  * the taxonomy's Fig. 10): a worker sends w_i when its own clock says
  * so; the master applies the centre's move at once and replies with the
  * c it used, from which the worker makes its own move; requests are served
- * in arrival order, so runs may differ. The consensus model is the centre. */
+ * in arrival order, so runs may differ. The consensus model is the centre.
+ *
+ * --alpha-decay G,S,L: DeepSpark's adaptive moving rate (Kim et al. 2016;
+ * its released solver and server): alpha and beta are multiplied by G
+ * every S exchanges of a worker, at most L times, so the elastic force
+ * weakens as training settles. Both ends of an exchange use the factor of
+ * the worker's exchange count, keeping beta = p alpha where it held. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +35,7 @@ typedef struct {
   float *reply;          /* master: the centre a request was answered with */
   int64_t pending;       /* async master: requests due in this epoch */
   int64_t exchanges;     /* elastic exchanges of this rank */
+  int64_t *served;       /* async master: exchanges of each worker */
 } easgd_t;
 
 static int elastic_given(const train_config_t *c) {
@@ -66,6 +73,13 @@ int elastic_coefficients(const train_config_t *c, int p, double *alpha, double *
   return 0;
 }
 
+double elastic_decay(const train_config_t *c, int64_t k) {
+  if (c->alpha_decay_every < 1) return 1;
+  int64_t n = k / c->alpha_decay_every;
+  if (c->alpha_decay_limit > 0 && n > c->alpha_decay_limit) n = c->alpha_decay_limit;
+  return pow(c->alpha_decay, (double)n);
+}
+
 static int exchange_due(const easgd_t *e) { return e->d->w->step % e->d->w->cfg->tau == 0; }
 
 /* ---- synchronous ------------------------------------------------------------ */
@@ -77,11 +91,12 @@ static int sync_round(easgd_t *e) {
   float *params = w->model->params;
   double t0 = dt_now();
   float *centre = d->is_worker ? e->buf : params;
+  double f = elastic_decay(w->cfg, e->exchanges);
   if (broadcast_tree(w->coll, e->master, centre, n) != 0) return -1;
   if (d->is_worker) {
     for (size_t i = 0; i < n; i++) e->buf[i] = params[i] - e->buf[i];  /* w_i - c */
-    kern_axpy(n, (float)-e->alpha, e->buf, params);
-    kern_scale(n, (float)(e->beta / d->nworkers), e->buf);
+    kern_axpy(n, (float)(-e->alpha * f), e->buf, params);
+    kern_scale(n, (float)(e->beta * f / d->nworkers), e->buf);
   } else {
     kern_copy(n, params, e->buf);
   }
@@ -113,7 +128,8 @@ static int async_worker_exchange(easgd_t *e) {
   if (comm_sendrecv(w->comm, e->master, TAG_EASGD_REQUEST, params, n * sizeof(float), e->master,
                     TAG_EASGD_REPLY, e->buf, n * sizeof(float)) != 0)
     return dt_error_prefix("elastic exchange with the master (rank %d): ", e->master);
-  for (size_t i = 0; i < n; i++) params[i] -= (float)e->alpha * (params[i] - e->buf[i]);
+  float alpha = (float)(e->alpha * elastic_decay(w->cfg, e->exchanges));
+  for (size_t i = 0; i < n; i++) params[i] -= alpha * (params[i] - e->buf[i]);
   e->exchanges++;
   worker_comm_since(w, t0);
   return 0;
@@ -139,7 +155,6 @@ static int serve_requests(decentral_t *d) {
   if (d->is_worker) return 0;
   size_t n = w->model->nparams;
   float *centre = w->model->params;
-  float step = (float)(e->beta / d->nworkers);
   for (; e->pending > 0; e->pending--) {
     comm_req_t *req;
     int src;
@@ -148,6 +163,7 @@ static int serve_requests(decentral_t *d) {
       return dt_error_prefix("master: waiting for %lld more elastic requests: ",
                              (long long)e->pending);
     kern_copy(n, centre, e->reply);
+    float step = (float)(e->beta * elastic_decay(w->cfg, e->served[src]++) / d->nworkers);
     for (size_t i = 0; i < n; i++) centre[i] += step * (e->buf[i] - e->reply[i]);
     if (comm_send(w->comm, src, TAG_EASGD_REPLY, e->reply, n * sizeof(float)) != 0)
       return dt_error_prefix("master: reply to worker %d: ", src);
@@ -165,8 +181,12 @@ static int centre_params(decentral_t *d, float *out) {
 
 static int extra_json(decentral_t *d, char *buf, size_t cap) {
   easgd_t *e = d->method;
-  snprintf(buf, cap, ",\"alpha\":%.6g,\"beta\":%.6g,\"tau\":%d,\"master_rank\":%d", e->alpha,
-           e->beta, d->w->cfg->tau, e->master);
+  const train_config_t *c = d->w->cfg;
+  int n = snprintf(buf, cap, ",\"alpha\":%.6g,\"beta\":%.6g,\"tau\":%d,\"master_rank\":%d",
+                   e->alpha, e->beta, c->tau, e->master);
+  if (c->alpha_decay_every > 0 && n > 0 && (size_t)n < cap) /* rank 0's factor now */
+    snprintf(buf + n, cap - (size_t)n, ",\"alpha_decay\":%.6g,\"alpha_now\":%.6g",
+             c->alpha_decay, e->alpha * elastic_decay(c, e->exchanges));
   return 0;
 }
 
@@ -176,14 +196,19 @@ static int setup(decentral_t *d) {
   e->master = d->nworkers;
   if (elastic_coefficients(d->w->cfg, d->nworkers, &e->alpha, &e->beta) != 0) return -1;
   e->buf = dt_alloc_floats(d->w->model->nparams);
-  e->reply = d->is_worker ? NULL : dt_alloc_floats(d->w->model->nparams);
-  return e->buf && (d->is_worker || e->reply) ? 0 : -1;
+  if (!d->is_worker) {
+    e->reply = dt_alloc_floats(d->w->model->nparams);
+    e->served = calloc((size_t)d->nworkers, sizeof *e->served);
+    if (!e->reply || !e->served) return dt_error("out of memory (EASGD master)");
+  }
+  return e->buf ? 0 : -1;
 }
 
 static void teardown(decentral_t *d) {
   easgd_t *e = d->method;
   dt_free(e->buf);
   dt_free(e->reply);
+  free(e->served);
 }
 
 static const decentral_ops_t EASGD_SYNC = {

@@ -77,6 +77,13 @@ int mail_poll(peer_mail_t *m, int *n) {
   return 0;
 }
 
+void mail_progress(peer_mail_t *m) {
+  int done;
+  if (m->rreq) comm_test(m->comm, m->rreq, &done);
+  for (int i = 0; i < m->nsreq; i++)
+    if (m->sreq[i]) comm_test(m->comm, m->sreq[i], &done);
+}
+
 /* Completes the snapshot's sends that are done; *pending counts the rest
  * and *peer names the destination of one of them. */
 static int reap_sends(peer_mail_t *m, int *pending, int *peer) {
@@ -128,6 +135,19 @@ int mail_send(peer_mail_t *m, int dst) {
   return comm_isend(m->comm, dst, m->tag, m->sbuf, m->len * sizeof(float), &m->sreq[m->nsreq++]);
 }
 
+/* The drain has made no progress for the timeout: it names a rank whose
+ * count has not come (that rank has not reached its drain), else one that
+ * has not taken this rank's model. */
+static int drain_stalled(const peer_mail_t *m, double since, comm_req_t **ends, int which) {
+  if (dt_now() - since < m->timeout) return 0;
+  int P = comm_size(m->comm), me = comm_rank(m->comm);
+  for (int r = 0; r < P; r++)
+    if (r != me && ends[2 * r])
+      return dt_error("end-of-epoch drain of peer models: no progress for %g s (rank %d has "
+                      "not reached the end of the epoch: dead, stopped or slower)", m->timeout, r);
+  return stalled(m, since, "end-of-epoch drain of peer models", which);
+}
+
 /* Every rank sends every other the number of models it sent it (since the
  * start), then takes models until it holds as many as it was told of. */
 int mail_drain(peer_mail_t *m) {
@@ -160,7 +180,7 @@ int mail_drain(peer_mail_t *m) {
     for (int r = 0; r < P; r++) expected += m->end_counts[r];
     if (open == 0 && m->received >= expected && !pending) break;
     if (progress || got) last = dt_now();
-    else if ((rc = stalled(m, last, "end-of-epoch drain of peer models", which)) != 0) break;
+    else if ((rc = drain_stalled(m, last, ends, which)) != 0) break;
     else idle();
   }
   for (int i = 0; i < 2 * P; i++)
