@@ -124,6 +124,48 @@ if have_mpi; then
   bytes mpi_tensor_bytes_mlp_tp2 2 256 0 -- $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --tp 2
 fi
 
+# per layer kind, per rank: every rank's "rank" line charges its split
+# layers' sums to their kind, each the ring formula for that rank (rank r
+# sends 2S - |b_r| - |b_r+1| floats) over the epoch's 24 steps; the rest of
+# the rank's bytes is the data-parallel ring over its block (dp 2: S floats
+# a step on each rank), so kinds + that = the rank's total exactly.
+cat >"$TMP/kinds.py" <<'PYEOF'
+import json, sys
+path, T, P, kinds, dp_params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+def ring(S, P, r):
+    b = [S // P + (i < S % P) for i in range(P)]
+    return 4 * (2 * S - b[r % P] - b[(r + 1) % P])
+lines = [json.loads(l) for l in open(path)]
+ranks = [l for l in lines if l["event"] == "rank"]
+assert [l["rank"] for l in ranks] == list(range(P)), ranks
+for l in ranks:
+    assert l["tp_rank"] == l["rank"] % T, l
+    got = {k: v["bytes_sent"] for k, v in l["layers"].items() if v["bytes_sent"]}
+    want = {k: 24 * sum(ring(16 * int(s), T, l["tp_rank"]) for s in v.split("+"))
+            for k, v in (kv.split(":") for kv in kinds.split(","))}
+    assert got == want, (l["rank"], got, want)
+    assert all(l["layers"][k]["comm_sec"] > 0 for k in want), l
+    assert sum(got.values()) + 24 * 4 * dp_params == l["bytes_sent"], (l["rank"], got, l["bytes_sent"])
+epoch = [l for l in lines if l["event"] == "epoch"][0]
+assert epoch["layers"] == ranks[0]["layers"], (epoch["layers"], ranks[0]["layers"])
+print(f"{P} rank lines")
+PYEOF
+kinds() {
+  name=$1 T=$2 P=$3 k=$4 dpp=$5; shift 6
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/kinds.py" "$TMP/$name.jsonl" "$T" "$P" "$k" "$dpp" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+kinds tensor_kinds_mlp_tp3 3 3 dense:256 0 -- "$DTRAIN" train $BASE --workers 3 --tp 3
+kinds tensor_kinds_lenet_tp2 2 2 conv2d:3200,dense:10+800 0 -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
+kinds tensor_kinds_dp2_tp2 2 4 dense:256 $((256 * 784 + 256 + 256 * 256 + 256 + 10 * 256 + 10)) -- \
+  "$DTRAIN" train $BASE --workers 4 --tp 2
+if have_mpi; then
+  kinds mpi_tensor_kinds_lenet_tp2 2 2 conv2d:3200,dense:10+800 0 -- \
+    $MPIRUN -np 2 "$DTRAIN" train $BASE --model lenet --comm mpi --tp 2
+fi
+
 # refusals: one line naming the option and what would work
 printf 'dense units=3\nrelu\ndense units=10\n' >"$TMP/narrow.txt"
 printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopair.txt"

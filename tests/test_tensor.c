@@ -156,10 +156,66 @@ static void test_split_model_equals_whole(void) {
     CHECK_OK(comm_local_run(TP, NULL, split_rank, (void *)&CASES[i]));
 }
 
+/* ---- what the layers cost, by kind ------------------------------------------------ */
+
+/* Bytes rank r of P sends in a ring allreduce of S floats
+ * (src/coll/allreduce_ring.c): 2S - |b_r| - |b_{r+1}| floats. */
+static uint64_t ring_sent(int S, int P, int r) {
+  int off, br, bn;
+  tp_block(S, P, r, &off, &br);
+  tp_block(S, P, (r + 1) % P, &off, &bn);
+  return 4 * (uint64_t)(2 * S - br - bn);
+}
+
+typedef struct { coll_ctx_t *coll; } group_link_t;
+
+static int group_sum(tp_link_t *t, float *buf, size_t count) {
+  return tensor_link_sum(t, ((group_link_t *)t->ctx)->coll, ALLREDUCE_RING, buf, count);
+}
+
+/* A Megatron MLP block (dense 7 by columns, relu, dense 6 by rows) after
+ * a dense layer and batch norm, over 3 ranks: forward sums the row layer's
+ * N x 6 outputs, backward the column layer's N x 4 input gradient, and
+ * model_t.cost charges those bytes, and no others, to the dense kind. */
+static int costs_rank(comm_t *c, void *arg) {
+  (void)arg;
+  float x[N * 4];
+  int32_t y[N] = {0, 1, 2, 1, 0};
+  for (int i = 0; i < N * 4; i++) x[i] = (float)((i * 5) % 7) / 7.0f - 0.5f;
+  comm_t *g;
+  group_link_t gl;
+  RCHECK_OK(comm_split(c, 0, comm_rank(c), &g));
+  RCHECK_OK(coll_ctx_new(g, &gl.coll));
+  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = group_sum, .ctx = &gl};
+  model_spec_t s;
+  model_t *m;
+  RCHECK_OK(model_spec_parse("dense units=4\nbatchnorm\ndense units=7\nrelu\ndense units=6\ndense units=3\n", "t", &s));
+  RCHECK_OK(tensor_plan(&s, TP, NULL));
+  RCHECK(s.layers[2].split == SPLIT_COLUMN && s.layers[4].split == SPLIT_ROW);
+  s.tp = &link;
+  RCHECK_OK(model_build(&s, (shape_t){4, 1, 1}, 3, N, &m));
+  model_spec_free(&s);
+  model_init_params(m, 9);
+  RCHECK_OK(run_model(m, x, y));
+  const layer_cost_t *d = &m->cost[LAYER_DENSE], *bn = &m->cost[LAYER_BATCHNORM];
+  uint64_t want = ring_sent(N * 6, TP, comm_rank(c)) + ring_sent(N * 4, TP, comm_rank(c));
+  comm_bytes_t own = comm_bytes_own(g);
+  RCHECK(d->bytes_sent == want && own.sent == want && d->bytes_received == own.received);
+  RCHECK(d->comm_sec > 0 && d->comm_sec == link.sec && d->compute_sec > 0);
+  RCHECK(bn->bytes_sent == 0 && bn->comm_sec == 0 && bn->compute_sec > 0);
+  model_free(m);
+  coll_ctx_free(gl.coll);
+  comm_free(g);
+  return 0;
+}
+
+static void test_layer_costs_by_kind(void) { CHECK_OK(comm_local_run(TP, NULL, costs_rank, NULL)); }
+
 int main(void) {
   RUN(test_plan_pairs_dense_layers);
   RUN(test_plan_refusals);
   RUN(test_blocks);
   RUN(test_split_model_equals_whole);
+  RUN(test_layer_costs_by_kind);
   TEST_MAIN_END();
 }

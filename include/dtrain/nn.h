@@ -61,6 +61,11 @@ struct tp_link {
   int (*allreduce)(tp_link_t *t, float *buf, size_t count);
   void *ctx;
   int failed;
+  /* What the sums have cost so far, added by the owner's allreduce: the
+   * seconds in them and the payload bytes sent and received over the
+   * group (model.c charges the differences to the layer that summed). */
+  double sec;
+  uint64_t sent, received;
 };
 /* t->allreduce unless a sum has failed before; records a failure. */
 void tp_allreduce(tp_link_t *t, float *buf, size_t count);
@@ -168,6 +173,15 @@ typedef struct {
   tp_link_t *bn_sync;       /* --sync-bn: batch norm's statistics summed over it (NULL: local) */
 } model_spec_t;
 
+/* What the layers of one kind cost in forward and backward passes: the
+ * seconds they computed, and the seconds and bytes of the sums over their
+ * groups (tensor parallelism's, synchronized batch norm's), which are not
+ * compute. */
+typedef struct {
+  double compute_sec, comm_sec;
+  uint64_t bytes_sent, bytes_received;
+} layer_cost_t;
+
 typedef struct {
   int nlayers;
   layer_t *layers;
@@ -182,6 +196,9 @@ typedef struct {
   void *act_arena;          /* one allocation for all activations and scratch */
   tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
   tp_link_t *bn_sync;       /* synchronized batch norm's group (from the spec), or NULL */
+  layer_cost_t cost[LAYER_KIND_COUNT]; /* by layer kind, every pass of the model and of its
+                                        * stages since it was built (callers take differences
+                                        * or clear it) */
 } model_t;
 
 /* Model text format (docs/MODEL_FORMAT.md): one layer a line,

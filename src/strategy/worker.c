@@ -141,6 +141,7 @@ void worker_free(worker_t *w) {
 
 void worker_begin_epoch(worker_t *w, int epoch) {
   memset(&w->timers, 0, sizeof w->timers);
+  memset(w->model->cost, 0, sizeof w->model->cost);
   w->epoch_loss_sum = 0;
   w->epoch_samples = w->epoch_correct = 0;
   data_epoch_order(w->cfg->seed, epoch, w->order, w->train->n);

@@ -14,7 +14,6 @@ struct tensor_par {
   comm_t *group, *slice;
   coll_ctx_t *coll;
   allreduce_algo_t algo;
-  double sec;
 };
 
 /* ---- options ------------------------------------------------------------------ */
@@ -67,12 +66,20 @@ int tensor_check_world(const train_config_t *c) {
 
 /* ---- the group ---------------------------------------------------------------- */
 
+int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count) {
+  double t0 = dt_now();
+  comm_bytes_t b0 = comm_bytes_own(coll_ctx_comm(coll));
+  int rc = allreduce(coll, algo, buf, count);
+  comm_bytes_t b1 = comm_bytes_own(coll_ctx_comm(coll));
+  l->sec += dt_now() - t0;
+  l->sent += b1.sent - b0.sent;
+  l->received += b1.received - b0.received;
+  return rc;
+}
+
 static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
   tensor_par_t *t = l->ctx;
-  double t0 = dt_now();
-  int rc = allreduce(t->coll, t->algo, buf, count);
-  t->sec += dt_now() - t0;
-  return rc;
+  return tensor_link_sum(l, t->coll, t->algo, buf, count);
 }
 
 int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
@@ -104,7 +111,7 @@ int tensor_rank(const tensor_par_t *t) { return t ? t->link.rank : 0; }
 int tensor_size(const tensor_par_t *t) { return t ? t->link.size : 1; }
 coll_ctx_t *tensor_coll(tensor_par_t *t) { return t->coll; }
 tp_link_t *tensor_link(tensor_par_t *t) { return &t->link; }
-double tensor_comm_sec(const tensor_par_t *t) { return t ? t->sec : 0; }
+double tensor_comm_sec(const tensor_par_t *t) { return t ? t->link.sec : 0; }
 
 int tensor_failed(const tensor_par_t *t, const char *where) {
   if (!t || !t->link.failed) return 0;

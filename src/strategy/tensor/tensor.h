@@ -44,6 +44,9 @@ int tensor_rank(const tensor_par_t *t);
 int tensor_size(const tensor_par_t *t);
 coll_ctx_t *tensor_coll(tensor_par_t *t);
 tp_link_t *tensor_link(tensor_par_t *t);
+/* A link's sum: the allreduce over coll's communicator (one of its own),
+ * its seconds and bytes added to the link's counters. */
+int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count);
 /* Seconds spent in the group's sums so far (the caller takes differences). */
 double tensor_comm_sec(const tensor_par_t *t);
 /* -1 (with the collective's error) once a sum over the group has failed. */
