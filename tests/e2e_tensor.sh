@@ -253,6 +253,56 @@ done
 # 6393 - 6393). Data parallelism would send ~1.5 x 431,080.
 bytes owt_bytes_lenet_4 4 0 $((38400 + 960 + 38400 + 38354)) -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+
+# the split chosen per layer in the model file (split=): the one weird
+# trick's lenet and Megatron's lenet written out equal the option forms bit
+# for bit; a choice no option makes (the convolutions whole, the dense pair
+# split) equals one worker; bad files and combinations: one line naming the
+# file and line, or the option
+sed -e '/^conv2d/s/$/ split=data/' -e 's/^dense units=500$/& split=column/' -e 's/^dense units=10$/& split=row/' \
+  >"$TMP/owt.txt" <<'MEOF'
+conv2d filters=20 kernel=5
+relu
+maxpool kernel=2
+conv2d filters=50 kernel=5
+relu
+maxpool kernel=2
+flatten
+dense units=500
+relu
+dense units=10
+MEOF
+sed -e 's/split=data/split=column/' -e '4s/split=column/split=row/' "$TMP/owt.txt" >"$TMP/megatron.txt"
+sed -e 's/split=data/split=none/' "$TMP/owt.txt" >"$TMP/dense_only.txt"
+equal owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 4
+equal tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --workers 3 --tp 3
+equal tensor_model_file_dense_only_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/dense_only.txt" --workers 2 --tp 2
+equal tensor_model_file_on_one_worker 0 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model "$TMP/owt.txt"
+if have_mpi; then
+  equal mpi_owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 4
+  equal mpi_tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --comm mpi --tp 3
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_owt_model_file_tp_not_all_workers grep -q "option --tp 2: .*owt.txt:1 says split=data.*give --tp 4" "$TMP/np.err"
+fi
+sed -e '10s/split=row/split=none/' "$TMP/megatron.txt" >"$TMP/unpaired.txt"
+expect_error tensor_model_file_unpaired 1 "unpaired.txt:8: dense split=column needs a split=row dense layer after it" -- \
+  "$DTRAIN" train $BASE --model "$TMP/unpaired.txt" --workers 2 --tp 2
+expect_error tensor_model_file_unpaired_one_worker 1 "unpaired.txt:8: dense split=column" -- \
+  "$DTRAIN" train $BASE --model "$TMP/unpaired.txt"
+expect_error owt_model_file_tp_not_all_workers 1 "option --tp 2: .*owt.txt:1 says split=data, .* (give --tp 4, the workers)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2
+expect_error owt_model_file_and_tp_conv 1 "option --tp-conv data: .*owt.txt says how its layers split (split= on line 1): leave --tp-conv out" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp-conv data
+expect_error owt_model_file_with_pipeline 1 "option --pp 2: .*owt.txt:1 says split=data" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2 --pp 2 --partition macs
+printf 'dense units=64 split=across\ndense units=10\n' >"$TMP/badsplit.txt"
+expect_error tensor_model_file_bad_split 1 "badsplit.txt:1: split=across: expected none, column, row or data" -- \
+  "$DTRAIN" train $BASE --model "$TMP/badsplit.txt"
 expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
 expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \

@@ -52,6 +52,54 @@ static void test_plan_refusals(void) {
   model_spec_free(&s);
 }
 
+/* The model file's split= keys: Megatron's pairs and the one weird
+ * trick's data-parallel front, as the file says, each error naming the
+ * file and line. */
+static void test_plan_from_file(void) {
+  model_spec_t s;
+  const char *owt = "conv2d filters=4 kernel=3 split=data\nrelu\nmaxpool kernel=2\n"
+                    "conv2d filters=6 kernel=3 split=data\nflatten\ndense units=8 split=column\n"
+                    "relu\ndropout\ndense units=5 split=row\ndense units=3\n";
+  CHECK_OK(model_spec_parse(owt, "owt", &s));
+  CHECK(tensor_file_split_line(&s, FILE_SPLIT_DATA) == 1 && tensor_file_split_line(&s, FILE_SPLIT_UNSET) == 1);
+  CHECK_OK(tensor_plan_file(&s, 2));
+  for (int i = 0; i < s.nlayers; i++)
+    CHECK(s.layers[i].split == (i == 5 ? SPLIT_COLUMN : i == 8 ? SPLIT_ROW : SPLIT_NONE));
+  CHECK_OK(tensor_plan_file(&s, 1)); /* one rank: checked, nothing split */
+  for (int i = 0; i < s.nlayers; i++) CHECK(s.layers[i].split == SPLIT_NONE);
+  model_spec_free(&s);
+  /* a choice the planner would not make: the convolutions whole, a conv pair later */
+  CHECK_OK(model_spec_parse("conv2d filters=4 kernel=3 split=none\nconv2d filters=6 kernel=1 split=column\n"
+                            "avgpool kernel=2\nconv2d filters=3 kernel=1 split=row\ndense units=3\n", "c", &s));
+  CHECK_OK(tensor_plan_file(&s, 3));
+  CHECK(s.layers[0].split == SPLIT_NONE && s.layers[1].split == SPLIT_COLUMN &&
+        s.layers[3].split == SPLIT_ROW && s.layers[4].split == SPLIT_NONE);
+  model_spec_free(&s);
+  static const struct { const char *text, *error; int tp; } BAD[] = {
+      {"dense units=8 split=row\ndense units=3\n", "bad:1: dense split=row needs a split=column dense layer before it", 2},
+      {"dense units=8 split=column\nrelu\ndense units=3\n", "bad:1: dense split=column needs a split=row dense layer after it, through relu, tanh, sigmoid, dropout only; line 3 is a dense without split=row", 2},
+      {"conv2d filters=8 kernel=1 split=column\nflatten\ndense units=3 split=row\n",
+       "bad:1: conv2d split=column needs a split=row conv2d layer after it, through relu, tanh, sigmoid, dropout or pooling only; line 2 is a flatten", 2},
+      {"dense units=8 split=column\nbatchnorm\ndense units=3 split=row\n", "line 2 is a batchnorm", 2},
+      {"dense units=8 split=column\nrelu\n", "bad:1: dense split=column needs a split=row dense layer after it, and the model ends", 2},
+      {"dense units=3 split=column\ndense units=3 split=row\n", "bad:1: dense split=column has 3 output features, too few to split over --tp 4 (use --tp 3 or fewer)", 4},
+      {"conv2d filters=4 kernel=1 split=data\ndense units=3\n", "bad:1: split=data needs split=column and split=row layers after it", 2},
+      {"conv2d filters=4 kernel=1\nconv2d filters=4 kernel=1 split=data\ndense units=8 split=column\ndense units=3 split=row\n",
+       "bad:1: conv2d has no split=data but line 2 does", 2},
+      {"conv2d filters=4 kernel=1 split=data\ndense units=8 split=column\ndense units=3 split=row\ndense units=3 split=data\n",
+       "bad:4: split=data after the split layers (line 2)", 2},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+    CHECK_OK(model_spec_parse(BAD[i].text, "bad", &s));
+    CHECK_FAILS_WITH(tensor_plan_file(&s, BAD[i].tp), BAD[i].error);
+    model_spec_free(&s);
+  }
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=diagonal\n", "p", &s),
+                   "p:1: split=diagonal: expected none, column, row or data");
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8\nrelu split=column\n", "p", &s),
+                   "p:2: relu takes no key 'split'");
+}
+
 static void test_blocks(void) {
   int off, len, total = 0;
   for (int i = 0; i < 3; i++) {
@@ -214,6 +262,7 @@ static void test_layer_costs_by_kind(void) { CHECK_OK(comm_local_run(TP, NULL, c
 int main(void) {
   RUN(test_plan_pairs_dense_layers);
   RUN(test_plan_refusals);
+  RUN(test_plan_from_file);
   RUN(test_blocks);
   RUN(test_split_model_equals_whole);
   RUN(test_layer_costs_by_kind);

@@ -49,6 +49,13 @@ typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
  * every rank (replicated; its gradients come out the same on every rank). */
 typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
 
+/* What a model file's split= key asks of a dense or conv2d layer under
+ * tensor parallelism (docs/MODEL_FORMAT.md; the planner in
+ * src/strategy/tensor/plan.c checks and applies it): UNSET, no key; NONE,
+ * whole on every rank of the group; COLUMN, ROW, as split_t; DATA,
+ * data-parallel, the batch exchanged after it (the one weird trick). */
+typedef enum { FILE_SPLIT_UNSET = 0, FILE_SPLIT_NONE, FILE_SPLIT_COLUMN, FILE_SPLIT_ROW, FILE_SPLIT_DATA } file_split_t;
+
 /* A group of ranks a layer sums over: the tensor-parallel group of a split
  * layer, or the data-parallel group of a synchronized batch norm. Its
  * size, this rank's place in it, and the sum over it (a callback, since nn
@@ -91,7 +98,8 @@ typedef struct {
   int input;                  /* index of the node feeding this one; -1 = model input */
   int line;                   /* line in the model file (for messages) */
   int index;                  /* position in the model file: tensors are layers.<index>.* */
-  split_t split;              /* tensor parallelism: set by the planner, not the file */
+  split_t split;              /* tensor parallelism: set by the planner */
+  file_split_t file_split;    /* the file's split= key, which the planner follows */
 } layer_spec_t;
 
 typedef struct layer layer_t;

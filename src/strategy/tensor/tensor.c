@@ -52,6 +52,32 @@ int tensor_check(const train_config_t *c) {
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
+int tensor_model_options(train_config_t *c) {
+  if (c->tp <= 1 && !c->tp_conv_data) return 0; /* split= applies to tensor-parallel runs only */
+  model_spec_t spec;
+  DT_TRY(model_spec_load(c->model, &spec));
+  int given = tensor_file_split_line(&spec, FILE_SPLIT_UNSET);
+  int data = tensor_file_split_line(&spec, FILE_SPLIT_DATA);
+  char src[sizeof spec.source];
+  snprintf(src, sizeof src, "%s", spec.source);
+  model_spec_free(&spec);
+  if (!given) return 0;
+  if (c->tp_conv_data)
+    return dt_error("option --tp-conv data: %s says how its layers split (split= on line %d): "
+                    "leave --tp-conv out", src, given);
+  if (!data) return 0;
+  if (c->pp > 1)
+    return dt_error("option --pp %d: %s:%d says split=data, the one weird trick, which exchanges "
+                    "the batch between its data-parallel and its split layers (use --pp 1)",
+                    c->pp, src, data);
+  if (c->comm != COMM_MPI && c->tp != c->workers)
+    return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
+                    "other layers over every worker (give --tp %d, the workers)", c->tp, src, data,
+                    c->workers);
+  c->tp_conv_data = 1, c->tp_data_line = data;
+  return 0;
+}
+
 int tensor_check_world(const train_config_t *c) {
   int per = c->tp * c->pp;
   if (c->tp <= 1 || c->workers % per == 0) return 0;
@@ -87,6 +113,10 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   if (!t) return dt_error("out of memory");
   *out = t;
   int T = tensor_group_size(cfg, comm_size(world));
+  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T && cfg->tp_data_line)
+    return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
+                    "other layers over every worker (give --tp %d, the -np of mpirun)", cfg->tp,
+                    cfg->model, cfg->tp_data_line, T);
   if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T)
     return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
                     "layers over every worker (leave --tp out, or give --tp %d)", cfg->tp, T);
