@@ -303,6 +303,70 @@ expect_error owt_model_file_with_pipeline 1 "option --pp 2: .*owt.txt:1 says spl
 printf 'dense units=64 split=across\ndense units=10\n' >"$TMP/badsplit.txt"
 expect_error tensor_model_file_bad_split 1 "badsplit.txt:1: split=across: expected none, column, row or data" -- \
   "$DTRAIN" train $BASE --model "$TMP/badsplit.txt"
+
+# one convolution split by output channels (split=channels): its shard
+# through relu and pooling, then allgathered for the layer that needs every
+# channel; = one worker within 1e-6 after 8 steps (measured 4e-8: the
+# filters' products are one worker's to rounding; a whole convolution
+# before it sums its input gradient over the group. This shallow net grows
+# rounding fast: after 24 steps tp 2 is 1e-6 from one worker, and plain
+# data parallelism on 2 workers 5e-6 from one worker of 32, so dp 2 x tp 2
+# is held against dp 2); local = mpi bitwise. Bytes a step, exactly: the
+# ring allgather of the 16 x 12 x 12 pooled pixels x the widest shard (20
+# filters: 10 over 2, 7 over 3), padded to equal blocks, of which rank 0
+# sends all but one; nothing backward (the layers after it are whole, the
+# first layer's input gradient is not needed); the metrics charge it to
+# the allgather kind.
+CH=$(echo "$BASE" | sed 's/--max-steps 24/--max-steps 8/')
+printf 'conv2d filters=20 kernel=5 split=channels\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/chan.txt"
+sed -e 's/ split=channels//' "$TMP/chan.txt" >"$TMP/chan_whole.txt"
+printf 'conv2d filters=6 kernel=3\ntanh\nconv2d filters=20 kernel=3 split=channels\nrelu\nmaxpool kernel=2\nconv2d filters=8 kernel=3\nflatten\ndense units=10\n' >"$TMP/chan2.txt"
+sed -e 's/ split=channels//' "$TMP/chan2.txt" >"$TMP/chan2_whole.txt"
+"$DTRAIN" train $CH --model "$TMP/chan_whole.txt" --checkpoint "$TMP/one_chan.st" >/dev/null 2>&1 || fail channels_reference_run
+"$DTRAIN" train $CH --model "$TMP/chan2_whole.txt" --checkpoint "$TMP/one_chan2.st" >/dev/null 2>&1 || fail channels_reference_run_2
+"$DTRAIN" train $CH --model "$TMP/chan_whole.txt" --workers 2 --checkpoint "$TMP/dp2_chan.st" >/dev/null 2>&1 || fail channels_reference_run_dp2
+for T in 2 3; do
+  equal tensor_channels_tp${T}_equals_one_worker 1e-6 "$TMP/one_chan.st" -- \
+    "$DTRAIN" train $CH --model "$TMP/chan.txt" --workers $T --tp $T
+  equal tensor_channels_after_conv_tp${T}_equals_one_worker 1e-6 "$TMP/one_chan2.st" -- \
+    "$DTRAIN" train $CH --model "$TMP/chan2.txt" --workers $T --tp $T
+done
+equal tensor_channels_dp2_tp2_equals_dp2 1e-6 "$TMP/dp2_chan.st" -- \
+  "$DTRAIN" train $CH --model "$TMP/chan.txt" --workers 4 --tp 2
+if have_mpi; then
+  equal mpi_tensor_channels_tp3_bitwise_equals_local 0 "$TMP/tensor_channels_after_conv_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $CH --model "$TMP/chan2.txt" --comm mpi --tp 3
+fi
+cat >"$TMP/gather.py" <<'PYEOF'
+import json, sys
+path, T, cmax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = 4 * (T - 1) * 16 * 12 * 12 * cmax
+lines = [json.loads(l) for l in open(path)]
+e = [l for l in lines if l["event"] == "epoch"][0]
+assert e["bytes_sent_per_step"] == want, (e["bytes_sent_per_step"], want)
+for r in [l for l in lines if l["event"] == "rank"]:
+    k = r["layers"]
+    assert k["allgather"]["bytes_sent"] == 24 * want == r["bytes_sent"] and k["conv2d"]["bytes_sent"] == 0, r
+print(f"{want} bytes a step")
+PYEOF
+gather_bytes() {
+  name=$1 T=$2 cmax=$3; shift 4
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/gather.py" "$TMP/$name.jsonl" "$T" "$cmax" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+gather_bytes tensor_channels_bytes_tp2 2 10 -- "$DTRAIN" train $BASE --model "$TMP/chan.txt" --workers 2 --tp 2
+gather_bytes tensor_channels_bytes_tp3 3 7 -- "$DTRAIN" train $BASE --model "$TMP/chan.txt" --workers 3 --tp 3
+if have_mpi; then
+  gather_bytes mpi_tensor_channels_bytes_tp3 3 7 -- $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/chan.txt" --comm mpi --tp 3
+fi
+printf 'conv2d filters=3 kernel=5 split=channels\nflatten\ndense units=10\n' >"$TMP/chan_narrow.txt"
+expect_error tensor_channels_above_filters 1 "chan_narrow.txt:1: conv2d split=channels has 3 filters, too few to split over --tp 4 (use --tp 3 or fewer)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/chan_narrow.txt" --workers 4 --tp 4
+printf 'dense units=64 split=channels\ndense units=10\n' >"$TMP/chan_dense.txt"
+expect_error tensor_channels_on_dense 1 "chan_dense.txt:1: split=channels splits a conv2d (use split=column)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/chan_dense.txt" --workers 2 --tp 2
 expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
 expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \

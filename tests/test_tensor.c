@@ -95,7 +95,23 @@ static void test_plan_from_file(void) {
     model_spec_free(&s);
   }
   CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=diagonal\n", "p", &s),
-                   "p:1: split=diagonal: expected none, column, row or data");
+                   "p:1: split=diagonal: expected none, column, row, data or channels (conv2d)");
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=channels\n", "p", &s),
+                   "p:1: split=channels splits a conv2d (use split=column)");
+  /* split=channels: the shard runs through relu and pooling, an allgather before the flatten */
+  CHECK_OK(model_spec_parse("conv2d filters=5 kernel=3 split=channels\nrelu\nmaxpool kernel=2\n"
+                            "flatten\ndense units=3\n", "ch", &s));
+  CHECK_OK(tensor_plan_file(&s, 1));
+  CHECK(s.nlayers == 5 && s.layers[0].split == SPLIT_NONE); /* one rank: nothing to gather */
+  CHECK_OK(tensor_plan_file(&s, 2));
+  CHECK(s.nlayers == 6 && s.layers[0].split == SPLIT_COLUMN && s.layers[3].kind == LAYER_ALLGATHER &&
+        s.layers[3].input == 2 && s.layers[3].line == 3 && s.layers[4].kind == LAYER_FLATTEN &&
+        s.layers[4].input == 3 && s.layers[5].input == 4 && s.layers[5].index == 4);
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("conv2d filters=3 kernel=3 split=channels\ndense units=3\n", "ch", &s));
+  CHECK_FAILS_WITH(tensor_plan_file(&s, 4), "ch:1: conv2d split=channels has 3 filters, too few to split over --tp 4");
+  model_spec_free(&s);
+  CHECK_FAILS_WITH(model_spec_parse("allgather\n", "p", &s), "unknown layer kind 'allgather'");
   CHECK_FAILS_WITH(model_spec_parse("dense units=8\nrelu split=column\n", "p", &s),
                    "p:2: relu takes no key 'split'");
 }
@@ -130,16 +146,29 @@ static void test_blocks(void) {
 #define TP 3
 #define N 5
 typedef struct { const char *spec; shape_t in; } split_case_t;
+/* split= in the spec: the file's plan; else the planner's */
 static const split_case_t CASES[] = {
     {"dense units=7\nrelu\ndropout rate=0.25\ndense units=6\ntanh\ndense units=3\n", {4, 1, 1}},
     {"conv2d filters=5 kernel=3 pad=1\nrelu\nmaxpool kernel=2\ndropout rate=0.2\nconv2d filters=4 "
      "kernel=3\nrelu\nflatten\ndense units=3\n", {2, 6, 6}},
+    /* one convolution by output channels (2, 2, 1 of 5), its shard through relu, pooling
+     * and dropout, then allgathered for the dense layer */
+    {"conv2d filters=5 kernel=3 pad=1 split=channels\nrelu\nmaxpool kernel=2\ndropout rate=0.2\n"
+     "dense units=3\n", {2, 6, 6}},
+    /* the same after a whole convolution (its input gradient summed), gathered for a
+     * convolution that needs every channel */
+    {"conv2d filters=3 kernel=3 pad=1\ntanh\nconv2d filters=5 kernel=3 split=channels\navgpool "
+     "kernel=2\nconv2d filters=4 kernel=2\nflatten\ndense units=3\n", {2, 6, 6}},
 };
 
 typedef struct { coll_ctx_t *coll; } ring_link_t;
 
 static int ring_allreduce(tp_link_t *t, float *buf, size_t count) {
   return allreduce(((ring_link_t *)t->ctx)->coll, ALLREDUCE_RING, buf, count);
+}
+
+static int ring_allgather(tp_link_t *t, float *buf, size_t count) {
+  return allgather_ring(((ring_link_t *)t->ctx)->coll, buf, count);
 }
 
 /* The whole model's forward, loss and backward on a fixed batch. */
@@ -161,11 +190,12 @@ static int split_rank(comm_t *c, void *arg) {
   model_spec_t s;
   model_t *whole = NULL, *part = NULL;
   ring_link_t rl = {NULL};
-  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = ring_allreduce, .ctx = &rl};
+  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = ring_allreduce,
+                    .allgather = ring_allgather, .ctx = &rl};
   RCHECK_OK(coll_ctx_new(c, &rl.coll));
   RCHECK_OK(model_spec_parse(k->spec, "t", &s));
   RCHECK_OK(model_build(&s, in, 3, N, &whole));
-  RCHECK_OK(tensor_plan(&s, TP, NULL));
+  RCHECK_OK(tensor_file_split_line(&s, FILE_SPLIT_UNSET) ? tensor_plan_file(&s, TP) : tensor_plan(&s, TP, NULL));
   s.tp = &link;
   RCHECK_OK(model_build(&s, in, 3, N, &part));
   model_spec_free(&s);

@@ -28,6 +28,7 @@ typedef enum {
   LAYER_SIGMOID,
   LAYER_DROPOUT,
   LAYER_BATCHNORM,
+  LAYER_ALLGATHER,   /* tensor parallelism's gather of channel shards (inserted, not written) */
   LAYER_KIND_COUNT
 } layer_kind_t;
 
@@ -53,8 +54,12 @@ typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
  * tensor parallelism (docs/MODEL_FORMAT.md; the planner in
  * src/strategy/tensor/plan.c checks and applies it): UNSET, no key; NONE,
  * whole on every rank of the group; COLUMN, ROW, as split_t; DATA,
- * data-parallel, the batch exchanged after it (the one weird trick). */
-typedef enum { FILE_SPLIT_UNSET = 0, FILE_SPLIT_NONE, FILE_SPLIT_COLUMN, FILE_SPLIT_ROW, FILE_SPLIT_DATA } file_split_t;
+ * data-parallel, the batch exchanged after it (the one weird trick);
+ * CHANNELS, below. */
+typedef enum {
+  FILE_SPLIT_UNSET = 0, FILE_SPLIT_NONE, FILE_SPLIT_COLUMN, FILE_SPLIT_ROW, FILE_SPLIT_DATA,
+  FILE_SPLIT_CHANNELS /* conv2d: COLUMN, its shard allgathered where a layer needs every channel */
+} file_split_t;
 
 /* A group of ranks a layer sums over: the tensor-parallel group of a split
  * layer, or the data-parallel group of a synchronized batch norm. Its
@@ -66,6 +71,9 @@ typedef struct tp_link tp_link_t;
 struct tp_link {
   int rank, size;
   int (*allreduce)(tp_link_t *t, float *buf, size_t count);
+  /* in place: rank r's block r (count / size floats, count a multiple of
+   * size) to every rank; NULL where no layer gathers (batch norm's) */
+  int (*allgather)(tp_link_t *t, float *buf, size_t count);
   void *ctx;
   int failed;
   /* What the sums have cost so far, added by the owner's allreduce: the
@@ -76,6 +84,8 @@ struct tp_link {
 };
 /* t->allreduce unless a sum has failed before; records a failure. */
 void tp_allreduce(tp_link_t *t, float *buf, size_t count);
+/* t->allgather likewise. */
+void tp_allgather(tp_link_t *t, float *buf, size_t count);
 /* Block `i` of `count` split into `parts`: the first count % parts blocks
  * hold one more (the same blocks as coll_block). */
 void tp_block(int count, int parts, int i, int *off, int *len);

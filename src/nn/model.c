@@ -174,7 +174,8 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
  * channels of a split input would mix shards: refused. */
 static int set_shard(layer_t *l) {
   int split_in = l->in_full != l->in_shape.c;
-  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D) return 0; /* set their own */
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER)
+    return 0; /* set their own */
   if (l->out_shape.c == l->in_shape.c) return 0;
   if (split_in)
     return dt_error("%s cannot read a tensor-parallel shard (%d of %d channels): it mixes them",
@@ -311,7 +312,7 @@ typedef struct {
  * batch norm's). */
 static const tp_link_t *layer_link(const layer_t *l) {
   if (l->spec.kind == LAYER_BATCHNORM) return l->bn_sync;
-  return l->spec.split != SPLIT_NONE ? l->tp : NULL;
+  return l->spec.split != SPLIT_NONE || l->spec.kind == LAYER_ALLGATHER ? l->tp : NULL;
 }
 
 static layer_meter_t meter_start(const layer_t *l) {

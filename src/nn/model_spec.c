@@ -61,7 +61,7 @@ enum {
 static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",   "rate",
                                         "eps",   "momentum", "name",  "input",  "split"};
 /* split=VALUE, indexed by file_split_t (UNSET has none). */
-static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data"};
+static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* Integer keys take 0 (pad) or 1 (the others) up to this. */
@@ -154,12 +154,15 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     return 0;
   }
   if (bit == K_SPLIT) {
-    for (int v = FILE_SPLIT_NONE; v <= FILE_SPLIT_DATA; v++)
+    for (int v = FILE_SPLIT_NONE; v <= FILE_SPLIT_CHANNELS; v++)
       if (!strcmp(val, SPLIT_NAMES[v])) {
+        if (v == FILE_SPLIT_CHANNELS && l->kind != LAYER_CONV2D)
+          return dt_error("%s:%d: split=channels splits a conv2d (use split=column)", src, line);
         l->file_split = (file_split_t)v;
         return 0;
       }
-    return dt_error("%s:%d: split=%s: expected none, column, row or data", src, line, val);
+    return dt_error("%s:%d: split=%s: expected none, column, row, data or channels (conv2d)", src,
+                    line, val);
   }
   if (bit == K_NAME) {
     if (!*val || strlen(val) >= sizeof l->name)

@@ -9,6 +9,9 @@
  * works channel by channel). Anything else between two layers (batch norm,
  * a flatten, a layer of the other kind) ends the chain; a layer left
  * without a partner stays whole on every rank (replicated). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "strategy/tensor/tensor.h"
 
 static int elementwise(layer_kind_t k, layer_kind_t pair) {
@@ -105,6 +108,36 @@ static int check_data_front(const model_spec_t *spec, int first_col) {
   return 0;
 }
 
+/* An allgather layer at position `at` of the spec, reading layer at - 1
+ * (the last layer of a split=channels convolution's shard); every reader
+ * of that layer reads the gathered whole instead. */
+static int insert_allgather(model_spec_t *spec, int at) {
+  layer_spec_t *more = realloc(spec->layers, ((size_t)spec->nlayers + 1) * sizeof *more);
+  if (!more) return dt_error("out of memory");
+  spec->layers = more;
+  memmove(&more[at + 1], &more[at], (size_t)(spec->nlayers - at) * sizeof *more);
+  spec->nlayers++;
+  for (int i = at + 1; i < spec->nlayers; i++)
+    more[i].input = more[i].input == at - 1 ? at : more[i].input >= at ? more[i].input + 1 : more[i].input;
+  layer_spec_t *g = &more[at];
+  const layer_spec_t *from = &more[at - 1];
+  *g = (layer_spec_t){.kind = LAYER_ALLGATHER, .input = at - 1, .line = from->line, .index = from->index};
+  return 0;
+}
+
+/* A split=channels convolution at i: split by filters, and the layers
+ * after it that work channel by channel (relu, tanh, sigmoid, dropout,
+ * pooling) run on the shard; an allgather follows the last of them.
+ * Returns the index of the allgather, or -1 on error. */
+static int split_channels(model_spec_t *spec, int i) {
+  int end = i + 1;
+  while (end < spec->nlayers && spec->layers[end].input == end - 1 &&
+         !splittable(&spec->layers[end]) && elementwise(spec->layers[end].kind, LAYER_CONV2D))
+    end++;
+  spec->layers[i].split = SPLIT_COLUMN;
+  return insert_allgather(spec, end) == 0 ? end : -1;
+}
+
 int tensor_plan_file(model_spec_t *spec, int tp) {
   int col = -1, first_col = -1;
   for (int i = 0; i < spec->nlayers; i++) {
@@ -125,11 +158,16 @@ int tensor_plan_file(model_spec_t *spec, int tp) {
                       "tanh, sigmoid, dropout%s only (give one split=column, or this one "
                       "split=none)", spec->source, l->line, layer_kind_name(l->kind),
                       layer_kind_name(l->kind), l->kind == LAYER_CONV2D ? " or pooling" : "");
-    if (l->file_split != FILE_SPLIT_COLUMN) continue;
+    if (l->file_split != FILE_SPLIT_COLUMN && l->file_split != FILE_SPLIT_CHANNELS) continue;
     if (width(l) < tp)
-      return dt_error("%s:%d: %s split=column has %d %s, too few to split over --tp %d (use --tp "
-                      "%d or fewer)", spec->source, l->line, layer_kind_name(l->kind), width(l),
+      return dt_error("%s:%d: %s split=%s has %d %s, too few to split over --tp %d (use --tp "
+                      "%d or fewer)", spec->source, l->line, layer_kind_name(l->kind),
+                      l->file_split == FILE_SPLIT_CHANNELS ? "channels" : "column", width(l),
                       l->kind == LAYER_DENSE ? "output features" : "filters", tp, width(l));
+    if (l->file_split == FILE_SPLIT_CHANNELS) {
+      if (tp > 1 && (i = split_channels(spec, i)) < 0) return -1;
+      continue;
+    }
     col = i;
     if (first_col < 0) first_col = i;
   }

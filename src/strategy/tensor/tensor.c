@@ -92,20 +92,39 @@ int tensor_check_world(const train_config_t *c) {
 
 /* ---- the group ---------------------------------------------------------------- */
 
-int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count) {
-  double t0 = dt_now();
-  comm_bytes_t b0 = comm_bytes_own(coll_ctx_comm(coll));
-  int rc = allreduce(coll, algo, buf, count);
+/* A link's counters around one collective on coll's communicator. */
+typedef struct {
+  double t0;
+  comm_bytes_t b0;
+} link_clock_t;
+
+static link_clock_t link_clock(coll_ctx_t *coll) { return (link_clock_t){dt_now(), comm_bytes_own(coll_ctx_comm(coll))}; }
+
+static void link_charge(tp_link_t *l, coll_ctx_t *coll, link_clock_t c) {
   comm_bytes_t b1 = comm_bytes_own(coll_ctx_comm(coll));
-  l->sec += dt_now() - t0;
-  l->sent += b1.sent - b0.sent;
-  l->received += b1.received - b0.received;
+  l->sec += dt_now() - c.t0;
+  l->sent += b1.sent - c.b0.sent;
+  l->received += b1.received - c.b0.received;
+}
+
+int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count) {
+  link_clock_t c = link_clock(coll);
+  int rc = allreduce(coll, algo, buf, count);
+  link_charge(l, coll, c);
   return rc;
 }
 
 static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
   tensor_par_t *t = l->ctx;
   return tensor_link_sum(l, t->coll, t->algo, buf, count);
+}
+
+static int link_allgather(tp_link_t *l, float *buf, size_t count) {
+  tensor_par_t *t = l->ctx;
+  link_clock_t c = link_clock(t->coll);
+  int rc = allgather_ring(t->coll, buf, count);
+  link_charge(l, t->coll, c);
+  return rc;
 }
 
 int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
@@ -124,7 +143,7 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   DT_TRY(coll_ctx_new(t->group, &t->coll));
   t->algo = cfg->algo;
   t->link = (tp_link_t){.rank = comm_rank(t->group), .size = comm_size(t->group),
-                        .allreduce = link_allreduce, .ctx = t};
+                        .allreduce = link_allreduce, .allgather = link_allgather, .ctx = t};
   return 0;
 }
 
