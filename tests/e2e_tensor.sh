@@ -333,6 +333,14 @@ for T in 2 3; do
 done
 equal tensor_channels_dp2_tp2_equals_dp2 1e-6 "$TMP/dp2_chan.st" -- \
   "$DTRAIN" train $CH --model "$TMP/chan.txt" --workers 4 --tp 2
+# a checkpoint holds one worker's tensors: an epoch on tp 2 resumed onto tp 3
+# for a second = two epochs on one worker (256 samples, 16 steps an epoch)
+make_small_fashion "$TMP/s256" 256 128
+CR="--data $TMP/s256 --lr 0.01 --momentum 0.9 --seed 3 --quiet --batch 16 --exchange allreduce:ring"
+"$DTRAIN" train $CR --epochs 1 --model "$TMP/chan.txt" --workers 2 --tp 2 --checkpoint "$TMP/chan_half.st" >/dev/null 2>&1
+"$DTRAIN" train $CR --epochs 2 --model "$TMP/chan_whole.txt" --checkpoint "$TMP/chan_two.st" >/dev/null 2>&1
+equal tensor_channels_resume_onto_tp3 1e-6 "$TMP/chan_two.st" -- \
+  "$DTRAIN" train $CR --epochs 2 --model "$TMP/chan.txt" --workers 3 --tp 3 --resume "$TMP/chan_half.st"
 if have_mpi; then
   equal mpi_tensor_channels_tp3_bitwise_equals_local 0 "$TMP/tensor_channels_after_conv_tp3_equals_one_worker.st" -- \
     $MPIRUN -np 3 "$DTRAIN" train $CH --model "$TMP/chan2.txt" --comm mpi --tp 3
