@@ -220,6 +220,21 @@ if have_mpi; then
   equal mpi_sync_bn_bitwise_equals_local 0 "$TMP/sync_bn_4x16_equals_1x64.st" -- \
     $MPIRUN -np 4 "$DTRAIN" train $BN --batch 16 --comm mpi --sync-bn on
 fi
+# its sums in the metrics, charged to the batchnorm kind: per layer of C
+# channels and step, ring allreduces of C + 1 (sums, count) and C (squares)
+# forward and 2C backward (rank 0 of 4 sends 2S - |b0| - |b1| floats);
+# C = 8 and 32; no other kind sums
+check sync_bn_bytes_by_kind sh -c "\"$DTRAIN\" train $BN --batch 16 --workers 4 --sync-bn on --metrics $TMP/bnk.jsonl >/dev/null 2>&1 && $PY -c \"
+import json
+def ring(S, P=4):
+    b = [S // P + (i < S % P) for i in range(P)]
+    return 4 * (2 * S - b[0] - b[1])
+e = [json.loads(l) for l in open('$TMP/bnk.jsonl')][0]
+want = 4 * sum(ring(C + 1) + ring(C) + ring(2 * C) for C in (8, 32))
+k = e['layers']
+assert k['batchnorm']['bytes_sent'] == want < e['bytes_sent'], (k, want)
+assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
+\""
 expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
