@@ -198,8 +198,7 @@ void comm_set_wait_spin(comm_t *c, double seconds) {
 int comm_split(comm_t *c, int color, int key, comm_t **out) {
   DT_TRY(c->ops->split(c, color, key, out));
   (*out)->counters = c->counters; /* the rank's one counter */
-  (*out)->own = NULL;               /* a backend may have copied c's */
-  if (!((*out)->own = counters_new())) {
+  if (!((*out)->own = counters_new())) { /* its own, never a copy of c's */
     comm_free(*out);
     return dt_error("out of memory creating a communicator");
   }
