@@ -124,6 +124,48 @@ if have_mpi; then
   bytes mpi_tensor_bytes_mlp_tp2 2 256 0 -- $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --tp 2
 fi
 
+# per layer kind, per rank: every rank's "rank" line charges its split
+# layers' sums to their kind, each the ring formula for that rank (rank r
+# sends 2S - |b_r| - |b_r+1| floats) over the epoch's 24 steps; the rest of
+# the rank's bytes is the data-parallel ring over its block (dp 2: S floats
+# a step on each rank), so kinds + that = the rank's total exactly.
+cat >"$TMP/kinds.py" <<'PYEOF'
+import json, sys
+path, T, P, kinds, dp_params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+def ring(S, P, r):
+    b = [S // P + (i < S % P) for i in range(P)]
+    return 4 * (2 * S - b[r % P] - b[(r + 1) % P])
+lines = [json.loads(l) for l in open(path)]
+ranks = [l for l in lines if l["event"] == "rank"]
+assert [l["rank"] for l in ranks] == list(range(P)), ranks
+for l in ranks:
+    assert l["tp_rank"] == l["rank"] % T, l
+    got = {k: v["bytes_sent"] for k, v in l["layers"].items() if v["bytes_sent"]}
+    want = {k: 24 * sum(ring(16 * int(s), T, l["tp_rank"]) for s in v.split("+"))
+            for k, v in (kv.split(":") for kv in kinds.split(","))}
+    assert got == want, (l["rank"], got, want)
+    assert all(l["layers"][k]["comm_sec"] > 0 for k in want), l
+    assert sum(got.values()) + 24 * 4 * dp_params == l["bytes_sent"], (l["rank"], got, l["bytes_sent"])
+epoch = [l for l in lines if l["event"] == "epoch"][0]
+assert epoch["layers"] == ranks[0]["layers"], (epoch["layers"], ranks[0]["layers"])
+print(f"{P} rank lines")
+PYEOF
+kinds() {
+  name=$1 T=$2 P=$3 k=$4 dpp=$5; shift 6
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/kinds.py" "$TMP/$name.jsonl" "$T" "$P" "$k" "$dpp" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+kinds tensor_kinds_mlp_tp3 3 3 dense:256 0 -- "$DTRAIN" train $BASE --workers 3 --tp 3
+kinds tensor_kinds_lenet_tp2 2 2 conv2d:3200,dense:10+800 0 -- "$DTRAIN" train $BASE --model lenet --workers 2 --tp 2
+kinds tensor_kinds_dp2_tp2 2 4 dense:256 $((256 * 784 + 256 + 256 * 256 + 256 + 10 * 256 + 10)) -- \
+  "$DTRAIN" train $BASE --workers 4 --tp 2
+if have_mpi; then
+  kinds mpi_tensor_kinds_lenet_tp2 2 2 conv2d:3200,dense:10+800 0 -- \
+    $MPIRUN -np 2 "$DTRAIN" train $BASE --model lenet --comm mpi --tp 2
+fi
+
 # refusals: one line naming the option and what would work
 printf 'dense units=3\nrelu\ndense units=10\n' >"$TMP/narrow.txt"
 printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopair.txt"
@@ -178,6 +220,21 @@ if have_mpi; then
   equal mpi_sync_bn_bitwise_equals_local 0 "$TMP/sync_bn_4x16_equals_1x64.st" -- \
     $MPIRUN -np 4 "$DTRAIN" train $BN --batch 16 --comm mpi --sync-bn on
 fi
+# its sums in the metrics, charged to the batchnorm kind: per layer of C
+# channels and step, ring allreduces of C + 1 (sums, count) and C (squares)
+# forward and 2C backward (rank 0 of 4 sends 2S - |b0| - |b1| floats);
+# C = 8 and 32; no other kind sums
+check sync_bn_bytes_by_kind sh -c "\"$DTRAIN\" train $BN --batch 16 --workers 4 --sync-bn on --metrics $TMP/bnk.jsonl >/dev/null 2>&1 && $PY -c \"
+import json
+def ring(S, P=4):
+    b = [S // P + (i < S % P) for i in range(P)]
+    return 4 * (2 * S - b[0] - b[1])
+e = [json.loads(l) for l in open('$TMP/bnk.jsonl')][0]
+want = 4 * sum(ring(C + 1) + ring(C) + ring(2 * C) for C in (8, 32))
+k = e['layers']
+assert k['batchnorm']['bytes_sent'] == want < e['bytes_sent'], (k, want)
+assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
+\""
 expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
@@ -211,6 +268,128 @@ done
 # 6393 - 6393). Data parallelism would send ~1.5 x 431,080.
 bytes owt_bytes_lenet_4 4 0 $((38400 + 960 + 38400 + 38354)) -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+
+# the split chosen per layer in the model file (split=): the one weird
+# trick's lenet and Megatron's lenet written out equal the option forms bit
+# for bit; a choice no option makes (the convolutions whole, the dense pair
+# split) equals one worker; bad files and combinations: one line naming the
+# file and line, or the option
+sed -e '/^conv2d/s/$/ split=data/' -e 's/^dense units=500$/& split=column/' -e 's/^dense units=10$/& split=row/' \
+  >"$TMP/owt.txt" <<'MEOF'
+conv2d filters=20 kernel=5
+relu
+maxpool kernel=2
+conv2d filters=50 kernel=5
+relu
+maxpool kernel=2
+flatten
+dense units=500
+relu
+dense units=10
+MEOF
+sed -e 's/split=data/split=column/' -e '4s/split=column/split=row/' "$TMP/owt.txt" >"$TMP/megatron.txt"
+sed -e 's/split=data/split=none/' "$TMP/owt.txt" >"$TMP/dense_only.txt"
+equal owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 4
+equal tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --workers 3 --tp 3
+equal tensor_model_file_dense_only_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
+  "$DTRAIN" train $BASE --model "$TMP/dense_only.txt" --workers 2 --tp 2
+equal tensor_model_file_on_one_worker 0 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model "$TMP/owt.txt"
+if have_mpi; then
+  equal mpi_owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 4
+  equal mpi_tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --comm mpi --tp 3
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_owt_model_file_tp_not_all_workers grep -q "option --tp 2: .*owt.txt:1 says split=data.*give --tp 4" "$TMP/np.err"
+fi
+sed -e '10s/split=row/split=none/' "$TMP/megatron.txt" >"$TMP/unpaired.txt"
+expect_error tensor_model_file_unpaired 1 "unpaired.txt:8: dense split=column needs a split=row dense layer after it" -- \
+  "$DTRAIN" train $BASE --model "$TMP/unpaired.txt" --workers 2 --tp 2
+expect_error tensor_model_file_unpaired_one_worker 1 "unpaired.txt:8: dense split=column" -- \
+  "$DTRAIN" train $BASE --model "$TMP/unpaired.txt"
+expect_error owt_model_file_tp_not_all_workers 1 "option --tp 2: .*owt.txt:1 says split=data, .* (give --tp 4, the workers)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2
+expect_error owt_model_file_and_tp_conv 1 "option --tp-conv data: .*owt.txt says how its layers split (split= on line 1): leave --tp-conv out" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp-conv data
+expect_error owt_model_file_with_pipeline 1 "option --pp 2: .*owt.txt:1 says split=data" -- \
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2 --pp 2 --partition macs
+printf 'dense units=64 split=across\ndense units=10\n' >"$TMP/badsplit.txt"
+expect_error tensor_model_file_bad_split 1 "badsplit.txt:1: split=across: expected none, column, row, data or channels (conv2d)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/badsplit.txt"
+
+# one convolution split by output channels (split=channels): its shard
+# through relu and pooling, then allgathered for the layer that needs every
+# channel; = one worker within 1e-6 after 8 steps (measured 4e-8: the
+# filters' products are one worker's to rounding; a whole convolution
+# before it sums its input gradient over the group. This shallow net grows
+# rounding fast: after 24 steps tp 2 is 1e-6 from one worker, and plain
+# data parallelism on 2 workers 5e-6 from one worker of 32, so dp 2 x tp 2
+# is held against dp 2); local = mpi bitwise. Bytes a step, exactly: the
+# ring allgather of the 16 x 12 x 12 pooled pixels x the widest shard (20
+# filters: 10 over 2, 7 over 3), padded to equal blocks, of which rank 0
+# sends all but one; nothing backward (the layers after it are whole, the
+# first layer's input gradient is not needed); the metrics charge it to
+# the allgather kind.
+CH=$(echo "$BASE" | sed 's/--max-steps 24/--max-steps 8/')
+printf 'conv2d filters=20 kernel=5 split=channels\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/chan.txt"
+sed -e 's/ split=channels//' "$TMP/chan.txt" >"$TMP/chan_whole.txt"
+printf 'conv2d filters=6 kernel=3\ntanh\nconv2d filters=20 kernel=3 split=channels\nrelu\nmaxpool kernel=2\nconv2d filters=8 kernel=3\nflatten\ndense units=10\n' >"$TMP/chan2.txt"
+sed -e 's/ split=channels//' "$TMP/chan2.txt" >"$TMP/chan2_whole.txt"
+"$DTRAIN" train $CH --model "$TMP/chan_whole.txt" --checkpoint "$TMP/one_chan.st" >/dev/null 2>&1 || fail channels_reference_run
+"$DTRAIN" train $CH --model "$TMP/chan2_whole.txt" --checkpoint "$TMP/one_chan2.st" >/dev/null 2>&1 || fail channels_reference_run_2
+"$DTRAIN" train $CH --model "$TMP/chan_whole.txt" --workers 2 --checkpoint "$TMP/dp2_chan.st" >/dev/null 2>&1 || fail channels_reference_run_dp2
+for T in 2 3; do
+  equal tensor_channels_tp${T}_equals_one_worker 1e-6 "$TMP/one_chan.st" -- \
+    "$DTRAIN" train $CH --model "$TMP/chan.txt" --workers $T --tp $T
+  equal tensor_channels_after_conv_tp${T}_equals_one_worker 1e-6 "$TMP/one_chan2.st" -- \
+    "$DTRAIN" train $CH --model "$TMP/chan2.txt" --workers $T --tp $T
+done
+equal tensor_channels_dp2_tp2_equals_dp2 1e-6 "$TMP/dp2_chan.st" -- \
+  "$DTRAIN" train $CH --model "$TMP/chan.txt" --workers 4 --tp 2
+# a checkpoint holds one worker's tensors: an epoch on tp 2 resumed onto tp 3
+# for a second = two epochs on one worker (256 samples, 16 steps an epoch)
+make_small_fashion "$TMP/s256" 256 128
+CR="--data $TMP/s256 --lr 0.01 --momentum 0.9 --seed 3 --quiet --batch 16 --exchange allreduce:ring"
+"$DTRAIN" train $CR --epochs 1 --model "$TMP/chan.txt" --workers 2 --tp 2 --checkpoint "$TMP/chan_half.st" >/dev/null 2>&1
+"$DTRAIN" train $CR --epochs 2 --model "$TMP/chan_whole.txt" --checkpoint "$TMP/chan_two.st" >/dev/null 2>&1
+equal tensor_channels_resume_onto_tp3 1e-6 "$TMP/chan_two.st" -- \
+  "$DTRAIN" train $CR --epochs 2 --model "$TMP/chan.txt" --workers 3 --tp 3 --resume "$TMP/chan_half.st"
+if have_mpi; then
+  equal mpi_tensor_channels_tp3_bitwise_equals_local 0 "$TMP/tensor_channels_after_conv_tp3_equals_one_worker.st" -- \
+    $MPIRUN -np 3 "$DTRAIN" train $CH --model "$TMP/chan2.txt" --comm mpi --tp 3
+fi
+cat >"$TMP/gather.py" <<'PYEOF'
+import json, sys
+path, T, cmax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = 4 * (T - 1) * 16 * 12 * 12 * cmax
+lines = [json.loads(l) for l in open(path)]
+e = [l for l in lines if l["event"] == "epoch"][0]
+assert e["bytes_sent_per_step"] == want, (e["bytes_sent_per_step"], want)
+for r in [l for l in lines if l["event"] == "rank"]:
+    k = r["layers"]
+    assert k["allgather"]["bytes_sent"] == 24 * want == r["bytes_sent"] and k["conv2d"]["bytes_sent"] == 0, r
+print(f"{want} bytes a step")
+PYEOF
+gather_bytes() {
+  name=$1 T=$2 cmax=$3; shift 4
+  rm -f "$TMP/$name.jsonl"
+  if ! "$@" --metrics "$TMP/$name.jsonl" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if $PY "$TMP/gather.py" "$TMP/$name.jsonl" "$T" "$cmax" >"$TMP/py.out" 2>&1; then pass "$name"
+  else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
+}
+gather_bytes tensor_channels_bytes_tp2 2 10 -- "$DTRAIN" train $BASE --model "$TMP/chan.txt" --workers 2 --tp 2
+gather_bytes tensor_channels_bytes_tp3 3 7 -- "$DTRAIN" train $BASE --model "$TMP/chan.txt" --workers 3 --tp 3
+if have_mpi; then
+  gather_bytes mpi_tensor_channels_bytes_tp3 3 7 -- $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/chan.txt" --comm mpi --tp 3
+fi
+printf 'conv2d filters=3 kernel=5 split=channels\nflatten\ndense units=10\n' >"$TMP/chan_narrow.txt"
+expect_error tensor_channels_above_filters 1 "chan_narrow.txt:1: conv2d split=channels has 3 filters, too few to split over --tp 4 (use --tp 3 or fewer)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/chan_narrow.txt" --workers 4 --tp 4
+printf 'dense units=64 split=channels\ndense units=10\n' >"$TMP/chan_dense.txt"
+expect_error tensor_channels_on_dense 1 "chan_dense.txt:1: split=channels splits a conv2d (use split=column)" -- \
+  "$DTRAIN" train $BASE --model "$TMP/chan_dense.txt" --workers 2 --tp 2
 expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
 expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \

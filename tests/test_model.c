@@ -92,7 +92,7 @@ static void test_parse_refuses_sloppy_input(void) {
       {"conv2d filters=2 kernel=3 pad=-1\n", "pad=-1: not a whole number"},
       {"relu units=5\n", "f.model:1: relu takes no key 'units' (its keys: name, input): remove it"},
       {"maxpool kernel=2 pad=1\n", "maxpool takes no key 'pad'"},
-      {"dense units=4 kernel=3\n", "dense takes no key 'kernel' (its keys: units, name, input)"},
+      {"dense units=4 kernel=3\n", "dense takes no key 'kernel' (its keys: units, name, input, split)"},
       {"batchnorm rate=0.1\n", "batchnorm takes no key 'rate'"},
       {"dense units=4 units=5\n", "f.model:1: key 'units' given twice: keep one"},
       {"dropout rate=0.5 rate=0.2\n", "key 'rate' given twice"},
@@ -102,7 +102,7 @@ static void test_parse_refuses_sloppy_input(void) {
       {"dense units=4 name=a\nrelu name=a\n", "f.model:2: name 'a' is already used by line 1: pick another"},
       {"dense units=4 name=\n", "name=: a name takes 1..31 characters"},
       {"dense units=4 input=\n", "input=: no earlier layer is named ''"},
-      {"dense units=4 colour=red\n", "unknown key 'colour' (dense takes units, name, input)"},
+      {"dense units=4 colour=red\n", "unknown key 'colour' (dense takes units, name, input, split)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     CHECK_FAILS_WITH(model_spec_parse(cases[i].text, "f.model", &s), cases[i].needle);

@@ -52,6 +52,70 @@ static void test_plan_refusals(void) {
   model_spec_free(&s);
 }
 
+/* The model file's split= keys: Megatron's pairs and the one weird
+ * trick's data-parallel front, as the file says, each error naming the
+ * file and line. */
+static void test_plan_from_file(void) {
+  model_spec_t s;
+  const char *owt = "conv2d filters=4 kernel=3 split=data\nrelu\nmaxpool kernel=2\n"
+                    "conv2d filters=6 kernel=3 split=data\nflatten\ndense units=8 split=column\n"
+                    "relu\ndropout\ndense units=5 split=row\ndense units=3\n";
+  CHECK_OK(model_spec_parse(owt, "owt", &s));
+  CHECK(tensor_file_split_line(&s, FILE_SPLIT_DATA) == 1 && tensor_file_split_line(&s, FILE_SPLIT_UNSET) == 1);
+  CHECK_OK(tensor_plan_file(&s, 2));
+  for (int i = 0; i < s.nlayers; i++)
+    CHECK(s.layers[i].split == (i == 5 ? SPLIT_COLUMN : i == 8 ? SPLIT_ROW : SPLIT_NONE));
+  CHECK_OK(tensor_plan_file(&s, 1)); /* one rank: checked, nothing split */
+  for (int i = 0; i < s.nlayers; i++) CHECK(s.layers[i].split == SPLIT_NONE);
+  model_spec_free(&s);
+  /* a choice the planner would not make: the convolutions whole, a conv pair later */
+  CHECK_OK(model_spec_parse("conv2d filters=4 kernel=3 split=none\nconv2d filters=6 kernel=1 split=column\n"
+                            "avgpool kernel=2\nconv2d filters=3 kernel=1 split=row\ndense units=3\n", "c", &s));
+  CHECK_OK(tensor_plan_file(&s, 3));
+  CHECK(s.layers[0].split == SPLIT_NONE && s.layers[1].split == SPLIT_COLUMN &&
+        s.layers[3].split == SPLIT_ROW && s.layers[4].split == SPLIT_NONE);
+  model_spec_free(&s);
+  static const struct { const char *text, *error; int tp; } BAD[] = {
+      {"dense units=8 split=row\ndense units=3\n", "bad:1: dense split=row needs a split=column dense layer before it", 2},
+      {"dense units=8 split=column\nrelu\ndense units=3\n", "bad:1: dense split=column needs a split=row dense layer after it, through relu, tanh, sigmoid, dropout only; line 3 is a dense without split=row", 2},
+      {"conv2d filters=8 kernel=1 split=column\nflatten\ndense units=3 split=row\n",
+       "bad:1: conv2d split=column needs a split=row conv2d layer after it, through relu, tanh, sigmoid, dropout or pooling only; line 2 is a flatten", 2},
+      {"dense units=8 split=column\nbatchnorm\ndense units=3 split=row\n", "line 2 is a batchnorm", 2},
+      {"dense units=8 split=column\nrelu\n", "bad:1: dense split=column needs a split=row dense layer after it, and the model ends", 2},
+      {"dense units=3 split=column\ndense units=3 split=row\n", "bad:1: dense split=column has 3 output features, too few to split over --tp 4 (use --tp 3 or fewer)", 4},
+      {"conv2d filters=4 kernel=1 split=data\ndense units=3\n", "bad:1: split=data needs split=column and split=row layers after it", 2},
+      {"conv2d filters=4 kernel=1\nconv2d filters=4 kernel=1 split=data\ndense units=8 split=column\ndense units=3 split=row\n",
+       "bad:1: conv2d has no split=data but line 2 does", 2},
+      {"conv2d filters=4 kernel=1 split=data\ndense units=8 split=column\ndense units=3 split=row\ndense units=3 split=data\n",
+       "bad:4: split=data after the split layers (line 2)", 2},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+    CHECK_OK(model_spec_parse(BAD[i].text, "bad", &s));
+    CHECK_FAILS_WITH(tensor_plan_file(&s, BAD[i].tp), BAD[i].error);
+    model_spec_free(&s);
+  }
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=diagonal\n", "p", &s),
+                   "p:1: split=diagonal: expected none, column, row, data or channels (conv2d)");
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=channels\n", "p", &s),
+                   "p:1: split=channels splits a conv2d (use split=column)");
+  /* split=channels: the shard runs through relu and pooling, an allgather before the flatten */
+  CHECK_OK(model_spec_parse("conv2d filters=5 kernel=3 split=channels\nrelu\nmaxpool kernel=2\n"
+                            "flatten\ndense units=3\n", "ch", &s));
+  CHECK_OK(tensor_plan_file(&s, 1));
+  CHECK(s.nlayers == 5 && s.layers[0].split == SPLIT_NONE); /* one rank: nothing to gather */
+  CHECK_OK(tensor_plan_file(&s, 2));
+  CHECK(s.nlayers == 6 && s.layers[0].split == SPLIT_COLUMN && s.layers[3].kind == LAYER_ALLGATHER &&
+        s.layers[3].input == 2 && s.layers[3].line == 3 && s.layers[4].kind == LAYER_FLATTEN &&
+        s.layers[4].input == 3 && s.layers[5].input == 4 && s.layers[5].index == 4);
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("conv2d filters=3 kernel=3 split=channels\ndense units=3\n", "ch", &s));
+  CHECK_FAILS_WITH(tensor_plan_file(&s, 4), "ch:1: conv2d split=channels has 3 filters, too few to split over --tp 4");
+  model_spec_free(&s);
+  CHECK_FAILS_WITH(model_spec_parse("allgather\n", "p", &s), "unknown layer kind 'allgather'");
+  CHECK_FAILS_WITH(model_spec_parse("dense units=8\nrelu split=column\n", "p", &s),
+                   "p:2: relu takes no key 'split'");
+}
+
 static void test_blocks(void) {
   int off, len, total = 0;
   for (int i = 0; i < 3; i++) {
@@ -82,16 +146,29 @@ static void test_blocks(void) {
 #define TP 3
 #define N 5
 typedef struct { const char *spec; shape_t in; } split_case_t;
+/* split= in the spec: the file's plan; else the planner's */
 static const split_case_t CASES[] = {
     {"dense units=7\nrelu\ndropout rate=0.25\ndense units=6\ntanh\ndense units=3\n", {4, 1, 1}},
     {"conv2d filters=5 kernel=3 pad=1\nrelu\nmaxpool kernel=2\ndropout rate=0.2\nconv2d filters=4 "
      "kernel=3\nrelu\nflatten\ndense units=3\n", {2, 6, 6}},
+    /* one convolution by output channels (2, 2, 1 of 5), its shard through relu, pooling
+     * and dropout, then allgathered for the dense layer */
+    {"conv2d filters=5 kernel=3 pad=1 split=channels\nrelu\nmaxpool kernel=2\ndropout rate=0.2\n"
+     "dense units=3\n", {2, 6, 6}},
+    /* the same after a whole convolution (its input gradient summed), gathered for a
+     * convolution that needs every channel */
+    {"conv2d filters=3 kernel=3 pad=1\ntanh\nconv2d filters=5 kernel=3 split=channels\navgpool "
+     "kernel=2\nconv2d filters=4 kernel=2\nflatten\ndense units=3\n", {2, 6, 6}},
 };
 
 typedef struct { coll_ctx_t *coll; } ring_link_t;
 
 static int ring_allreduce(tp_link_t *t, float *buf, size_t count) {
   return allreduce(((ring_link_t *)t->ctx)->coll, ALLREDUCE_RING, buf, count);
+}
+
+static int ring_allgather(tp_link_t *t, float *buf, size_t count) {
+  return allgather_ring(((ring_link_t *)t->ctx)->coll, buf, count);
 }
 
 /* The whole model's forward, loss and backward on a fixed batch. */
@@ -113,11 +190,12 @@ static int split_rank(comm_t *c, void *arg) {
   model_spec_t s;
   model_t *whole = NULL, *part = NULL;
   ring_link_t rl = {NULL};
-  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = ring_allreduce, .ctx = &rl};
+  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = ring_allreduce,
+                    .allgather = ring_allgather, .ctx = &rl};
   RCHECK_OK(coll_ctx_new(c, &rl.coll));
   RCHECK_OK(model_spec_parse(k->spec, "t", &s));
   RCHECK_OK(model_build(&s, in, 3, N, &whole));
-  RCHECK_OK(tensor_plan(&s, TP, NULL));
+  RCHECK_OK(tensor_file_split_line(&s, FILE_SPLIT_UNSET) ? tensor_plan_file(&s, TP) : tensor_plan(&s, TP, NULL));
   s.tp = &link;
   RCHECK_OK(model_build(&s, in, 3, N, &part));
   model_spec_free(&s);
@@ -156,10 +234,67 @@ static void test_split_model_equals_whole(void) {
     CHECK_OK(comm_local_run(TP, NULL, split_rank, (void *)&CASES[i]));
 }
 
+/* ---- what the layers cost, by kind ------------------------------------------------ */
+
+/* Bytes rank r of P sends in a ring allreduce of S floats
+ * (src/coll/allreduce_ring.c): 2S - |b_r| - |b_{r+1}| floats. */
+static uint64_t ring_sent(int S, int P, int r) {
+  int off, br, bn;
+  tp_block(S, P, r, &off, &br);
+  tp_block(S, P, (r + 1) % P, &off, &bn);
+  return 4 * (uint64_t)(2 * S - br - bn);
+}
+
+typedef struct { coll_ctx_t *coll; } group_link_t;
+
+static int group_sum(tp_link_t *t, float *buf, size_t count) {
+  return tensor_link_sum(t, ((group_link_t *)t->ctx)->coll, ALLREDUCE_RING, buf, count);
+}
+
+/* A Megatron MLP block (dense 7 by columns, relu, dense 6 by rows) after
+ * a dense layer and batch norm, over 3 ranks: forward sums the row layer's
+ * N x 6 outputs, backward the column layer's N x 4 input gradient, and
+ * model_t.cost charges those bytes, and no others, to the dense kind. */
+static int costs_rank(comm_t *c, void *arg) {
+  (void)arg;
+  float x[N * 4];
+  int32_t y[N] = {0, 1, 2, 1, 0};
+  for (int i = 0; i < N * 4; i++) x[i] = (float)((i * 5) % 7) / 7.0f - 0.5f;
+  comm_t *g;
+  group_link_t gl;
+  RCHECK_OK(comm_split(c, 0, comm_rank(c), &g));
+  RCHECK_OK(coll_ctx_new(g, &gl.coll));
+  tp_link_t link = {.rank = comm_rank(c), .size = TP, .allreduce = group_sum, .ctx = &gl};
+  model_spec_t s;
+  model_t *m;
+  RCHECK_OK(model_spec_parse("dense units=4\nbatchnorm\ndense units=7\nrelu\ndense units=6\ndense units=3\n", "t", &s));
+  RCHECK_OK(tensor_plan(&s, TP, NULL));
+  RCHECK(s.layers[2].split == SPLIT_COLUMN && s.layers[4].split == SPLIT_ROW);
+  s.tp = &link;
+  RCHECK_OK(model_build(&s, (shape_t){4, 1, 1}, 3, N, &m));
+  model_spec_free(&s);
+  model_init_params(m, 9);
+  RCHECK_OK(run_model(m, x, y));
+  const layer_cost_t *d = &m->cost[LAYER_DENSE], *bn = &m->cost[LAYER_BATCHNORM];
+  uint64_t want = ring_sent(N * 6, TP, comm_rank(c)) + ring_sent(N * 4, TP, comm_rank(c));
+  comm_bytes_t own = comm_bytes_own(g);
+  RCHECK(d->bytes_sent == want && own.sent == want && d->bytes_received == own.received);
+  RCHECK(d->comm_sec > 0 && d->comm_sec == link.sec && d->compute_sec > 0);
+  RCHECK(bn->bytes_sent == 0 && bn->comm_sec == 0 && bn->compute_sec > 0);
+  model_free(m);
+  coll_ctx_free(gl.coll);
+  comm_free(g);
+  return 0;
+}
+
+static void test_layer_costs_by_kind(void) { CHECK_OK(comm_local_run(TP, NULL, costs_rank, NULL)); }
+
 int main(void) {
   RUN(test_plan_pairs_dense_layers);
   RUN(test_plan_refusals);
+  RUN(test_plan_from_file);
   RUN(test_blocks);
   RUN(test_split_model_equals_whole);
+  RUN(test_layer_costs_by_kind);
   TEST_MAIN_END();
 }

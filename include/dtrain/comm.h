@@ -137,6 +137,8 @@ struct comm {
   int oversubscribed;        /* more ranks than cores on this host: every message costs CPU time */
   comm_counters_t *counters; /* this rank's bytes on the wire: one per rank, shared by every
                               * communicator split from its world communicator (comm_bytes) */
+  comm_counters_t *own;      /* this communicator's share of them (comm_split's; NULL on a
+                              * world communicator): comm_bytes_own */
   int nhosts;                /* machines the ranks are on (comm_host); 0 = 1 */
   int *host;                 /* host of each rank (size entries), NULL = all on host 0 */
 };
@@ -219,6 +221,12 @@ typedef struct {
   uint64_t sent, received;
 } comm_bytes_t;
 comm_bytes_t comm_bytes(const comm_t *c);
+/* The same, counting only the messages posted and received on c itself,
+ * for a communicator made by comm_split ({0, 0} on a world communicator):
+ * what one group's collectives cost while the rank's other threads use
+ * other communicators (tensor parallelism's sums beside data
+ * parallelism's overlapped buckets). */
+comm_bytes_t comm_bytes_own(const comm_t *c);
 
 /* For the backends: a world communicator gets its rank's counters (zero)
  * from comm_counters_new and releases them with comm_counters_free when the

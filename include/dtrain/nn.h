@@ -28,6 +28,7 @@ typedef enum {
   LAYER_SIGMOID,
   LAYER_DROPOUT,
   LAYER_BATCHNORM,
+  LAYER_ALLGATHER,   /* tensor parallelism's gather of channel shards (inserted, not written) */
   LAYER_KIND_COUNT
 } layer_kind_t;
 
@@ -49,6 +50,17 @@ typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
  * every rank (replicated; its gradients come out the same on every rank). */
 typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
 
+/* What a model file's split= key asks of a dense or conv2d layer under
+ * tensor parallelism (docs/MODEL_FORMAT.md; the planner in
+ * src/strategy/tensor/plan.c checks and applies it): UNSET, no key; NONE,
+ * whole on every rank of the group; COLUMN, ROW, as split_t; DATA,
+ * data-parallel, the batch exchanged after it (the one weird trick);
+ * CHANNELS, below. */
+typedef enum {
+  FILE_SPLIT_UNSET = 0, FILE_SPLIT_NONE, FILE_SPLIT_COLUMN, FILE_SPLIT_ROW, FILE_SPLIT_DATA,
+  FILE_SPLIT_CHANNELS /* conv2d: COLUMN, its shard allgathered where a layer needs every channel */
+} file_split_t;
+
 /* A group of ranks a layer sums over: the tensor-parallel group of a split
  * layer, or the data-parallel group of a synchronized batch norm. Its
  * size, this rank's place in it, and the sum over it (a callback, since nn
@@ -59,11 +71,21 @@ typedef struct tp_link tp_link_t;
 struct tp_link {
   int rank, size;
   int (*allreduce)(tp_link_t *t, float *buf, size_t count);
+  /* in place: rank r's block r (count / size floats, count a multiple of
+   * size) to every rank; NULL where no layer gathers (batch norm's) */
+  int (*allgather)(tp_link_t *t, float *buf, size_t count);
   void *ctx;
   int failed;
+  /* What the sums have cost so far, added by the owner's allreduce: the
+   * seconds in them and the payload bytes sent and received over the
+   * group (model.c charges the differences to the layer that summed). */
+  double sec;
+  uint64_t sent, received;
 };
 /* t->allreduce unless a sum has failed before; records a failure. */
 void tp_allreduce(tp_link_t *t, float *buf, size_t count);
+/* t->allgather likewise. */
+void tp_allgather(tp_link_t *t, float *buf, size_t count);
 /* Block `i` of `count` split into `parts`: the first count % parts blocks
  * hold one more (the same blocks as coll_block). */
 void tp_block(int count, int parts, int i, int *off, int *len);
@@ -86,7 +108,8 @@ typedef struct {
   int input;                  /* index of the node feeding this one; -1 = model input */
   int line;                   /* line in the model file (for messages) */
   int index;                  /* position in the model file: tensors are layers.<index>.* */
-  split_t split;              /* tensor parallelism: set by the planner, not the file */
+  split_t split;              /* tensor parallelism: set by the planner */
+  file_split_t file_split;    /* the file's split= key, which the planner follows */
 } layer_spec_t;
 
 typedef struct layer layer_t;
@@ -168,6 +191,15 @@ typedef struct {
   tp_link_t *bn_sync;       /* --sync-bn: batch norm's statistics summed over it (NULL: local) */
 } model_spec_t;
 
+/* What the layers of one kind cost in forward and backward passes: the
+ * seconds they computed, and the seconds and bytes of the sums over their
+ * groups (tensor parallelism's, synchronized batch norm's), which are not
+ * compute. */
+typedef struct {
+  double compute_sec, comm_sec;
+  uint64_t bytes_sent, bytes_received;
+} layer_cost_t;
+
 typedef struct {
   int nlayers;
   layer_t *layers;
@@ -182,6 +214,9 @@ typedef struct {
   void *act_arena;          /* one allocation for all activations and scratch */
   tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
   tp_link_t *bn_sync;       /* synchronized batch norm's group (from the spec), or NULL */
+  layer_cost_t cost[LAYER_KIND_COUNT]; /* by layer kind, every pass of the model and of its
+                                        * stages since it was built (callers take differences
+                                        * or clear it) */
 } model_t;
 
 /* Model text format (docs/MODEL_FORMAT.md): one layer a line,

@@ -69,6 +69,7 @@ typedef struct {
   /* tensor parallelism (src/strategy/tensor/): workers = dp x pp x tp */
   int tp;                       /* ranks a dense layer pair is split over [1] */
   int tp_conv_data;             /* one weird trick: convolutions data-parallel, dense layers split over all workers */
+  int tp_data_line;             /* > 0: the model file's split=data on this line set tp_conv_data */
   int sync_bn;                  /* batch norm's statistics over the data-parallel ranks */
   /* parameter servers (issue: centralized optimization) */
   int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */

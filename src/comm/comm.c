@@ -18,12 +18,16 @@ struct comm_counters {
   atomic_uint_least64_t sent, received;
 };
 
-int comm_counters_new(comm_t *c) {
-  comm_counters_t *k = dt_alloc(sizeof *k); /* its own cache line: one per rank */
-  if (!k) return dt_error("out of memory creating a communicator");
+static comm_counters_t *counters_new(void) {
+  comm_counters_t *k = dt_alloc(sizeof *k); /* its own cache line */
+  if (!k) return NULL;
   atomic_init(&k->sent, 0);
   atomic_init(&k->received, 0);
-  c->counters = k;
+  return k;
+}
+
+int comm_counters_new(comm_t *c) {
+  if (!(c->counters = counters_new())) return dt_error("out of memory creating a communicator");
   return 0;
 }
 
@@ -63,22 +67,27 @@ void comm_hosts_free(comm_t *c) {
   c->nhosts = 0;
 }
 
-comm_bytes_t comm_bytes(const comm_t *c) {
+static comm_bytes_t read_counters(const comm_counters_t *k) {
   comm_bytes_t b = {0, 0};
-  if (c && c->counters) {
-    b.sent = atomic_load_explicit(&c->counters->sent, memory_order_relaxed);
-    b.received = atomic_load_explicit(&c->counters->received, memory_order_relaxed);
+  if (k) {
+    b.sent = atomic_load_explicit(&k->sent, memory_order_relaxed);
+    b.received = atomic_load_explicit(&k->received, memory_order_relaxed);
   }
   return b;
 }
 
+comm_bytes_t comm_bytes(const comm_t *c) { return read_counters(c ? c->counters : NULL); }
+comm_bytes_t comm_bytes_own(const comm_t *c) { return read_counters(c ? c->own : NULL); }
+
 static inline void count_sent(comm_t *c, size_t bytes) {
   if (c->counters) atomic_fetch_add_explicit(&c->counters->sent, bytes, memory_order_relaxed);
+  if (c->own) atomic_fetch_add_explicit(&c->own->sent, bytes, memory_order_relaxed);
 }
 
 static inline void count_received(comm_t *c, size_t bytes) {
   if (bytes && c->counters)
     atomic_fetch_add_explicit(&c->counters->received, bytes, memory_order_relaxed);
+  if (bytes && c->own) atomic_fetch_add_explicit(&c->own->received, bytes, memory_order_relaxed);
 }
 
 /* Every wait of comm.h goes through here (frees req); src may be NULL. */
@@ -189,11 +198,18 @@ void comm_set_wait_spin(comm_t *c, double seconds) {
 int comm_split(comm_t *c, int color, int key, comm_t **out) {
   DT_TRY(c->ops->split(c, color, key, out));
   (*out)->counters = c->counters; /* the rank's one counter */
+  if (!((*out)->own = counters_new())) { /* its own, never a copy of c's */
+    comm_free(*out);
+    return dt_error("out of memory creating a communicator");
+  }
   return 0;
 }
 
 void comm_free(comm_t *c) {
-  if (c) c->ops->free(c);
+  if (!c) return;
+  comm_counters_t *own = c->own; /* the backend frees c */
+  c->ops->free(c);
+  dt_free(own);
 }
 
 void comm_fail(comm_t *c) {

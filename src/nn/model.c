@@ -126,8 +126,8 @@ static int describe_tensors(model_t *m) {
 }
 
 /* The whole model as a range: a flatten of the model input aliases x. */
-static layer_range_t whole(const model_t *m) {
-  return (layer_range_t){m->layers, 0, m->nlayers - 1, m->nlayers - 1, 1};
+static layer_range_t whole(model_t *m) {
+  return (layer_range_t){m->layers, 0, m->nlayers - 1, m->nlayers - 1, 1, m->cost};
 }
 
 /* Flatten only reinterprets NHWC memory: it aliases its input, except as
@@ -174,7 +174,8 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
  * channels of a split input would mix shards: refused. */
 static int set_shard(layer_t *l) {
   int split_in = l->in_full != l->in_shape.c;
-  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D) return 0; /* set their own */
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER)
+    return 0; /* set their own */
   if (l->out_shape.c == l->in_shape.c) return 0;
   if (split_in)
     return dt_error("%s cannot read a tensor-parallel shard (%d of %d channels): it mixes them",
@@ -301,6 +302,42 @@ void model_init_params(model_t *m, uint64_t seed) {
   }
 }
 
+/* One layer call's cost: the clock and its group's counters before it. */
+typedef struct {
+  double t0, sec;
+  uint64_t sent, received;
+} layer_meter_t;
+
+/* The group a layer sums over, if any (a split layer's or a synchronized
+ * batch norm's). */
+static const tp_link_t *layer_link(const layer_t *l) {
+  if (l->spec.kind == LAYER_BATCHNORM) return l->bn_sync;
+  return l->spec.split != SPLIT_NONE || l->spec.kind == LAYER_ALLGATHER ? l->tp : NULL;
+}
+
+static layer_meter_t meter_start(const layer_t *l) {
+  const tp_link_t *g = layer_link(l);
+  layer_meter_t m = {dt_now(), 0, 0, 0};
+  if (g) m.sec = g->sec, m.sent = g->sent, m.received = g->received;
+  return m;
+}
+
+/* Charges the call to its kind: its sums as communication, the rest as
+ * compute. Returns the time it ended. */
+static double meter_stop(const layer_range_t *r, const layer_t *l, const layer_meter_t *m) {
+  double t1 = dt_now(), comm = 0;
+  layer_cost_t *c = &r->cost[l->spec.kind];
+  const tp_link_t *g = layer_link(l);
+  if (g) {
+    comm = g->sec - m->sec;
+    c->bytes_sent += g->sent - m->sent;
+    c->bytes_received += g->received - m->received;
+  }
+  c->comm_sec += comm;
+  c->compute_sec += t1 - m->t0 - comm;
+  return t1;
+}
+
 static const float *layer_input(const layer_range_t *r, const layer_t *l, const float *x) {
   return l->spec.input < r->first ? x : r->layers[l->spec.input].out;
 }
@@ -315,9 +352,10 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
       continue;
     }
     if (wait && l->param_len) wait(ctx, i);
-    double t0 = dt_trace ? dt_now() : 0;
+    layer_meter_t mt = meter_start(l);
     l->ops->forward(l, layer_input(r, l, x), n, train, rng);
-    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, l->ops->name, i, t0, dt_now());
+    double t1 = meter_stop(r, l, &mt);
+    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, l->ops->name, i, mt.t0, t1);
   }
 }
 
@@ -328,14 +366,16 @@ void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int
     if (layer_range_is_alias(r, i)) continue;
     float *ldx = l->spec.input < r->first ? dx : r->layers[l->spec.input].dout;
     int early = ready && l->param_len && ldx && l->ops->backward_input;
-    double t0 = dt_trace ? dt_now() : 0;
+    layer_meter_t mt = meter_start(l);
     l->ops->backward(l, layer_input(r, l, x), early ? NULL : ldx, n);
-    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward", i, t0, dt_now());
+    double t1 = meter_stop(r, l, &mt);
+    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward", i, mt.t0, t1);
     if (ready && l->param_len) ready(ctx, i);
     if (early) {
-      t0 = dt_trace ? dt_now() : 0;
+      mt = meter_start(l);
       l->ops->backward_input(l, ldx, n);
-      if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward input", i, t0, dt_now());
+      t1 = meter_stop(r, l, &mt);
+      if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, "backward input", i, mt.t0, t1);
     }
   }
 }

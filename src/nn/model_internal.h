@@ -19,6 +19,7 @@ typedef struct {
   int alias_x;       /* 1: a flatten reading x aliases it (the model); 0: it copies x into
                       * storage of its own (a stage, whose output and input gradient must
                       * live in the stage) */
+  layer_cost_t *cost; /* each layer's time and sums are added to cost[kind] */
 } layer_range_t;
 
 /* Whether layer i is a flatten that aliases its input's out and dout

@@ -57,10 +57,13 @@ static void spec_defaults(layer_spec_t *l, layer_kind_t kind) {
  * is a key given twice. */
 enum {
   K_UNITS = 1 << 0, K_FILTERS = 1 << 1, K_KERNEL = 1 << 2, K_STRIDE = 1 << 3, K_PAD = 1 << 4,
-  K_RATE = 1 << 5, K_EPS = 1 << 6, K_MOMENTUM = 1 << 7, K_NAME = 1 << 8, K_INPUT = 1 << 9
+  K_RATE = 1 << 5, K_EPS = 1 << 6, K_MOMENTUM = 1 << 7, K_NAME = 1 << 8, K_INPUT = 1 << 9,
+  K_SPLIT = 1 << 10
 };
-static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",
-                                        "rate",  "eps",     "momentum", "name", "input"};
+static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",   "rate",
+                                        "eps",   "momentum", "name",  "input",  "split"};
+/* split=VALUE, indexed by file_split_t (UNSET has none). */
+static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* Integer keys take 0 (pad) or 1 (the others) up to this. */
@@ -72,8 +75,8 @@ static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", 
 static int kind_keys(layer_kind_t kind) {
   int all = K_NAME | K_INPUT;
   switch (kind) {
-    case LAYER_DENSE: return all | K_UNITS;
-    case LAYER_CONV2D: return all | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD;
+    case LAYER_DENSE: return all | K_UNITS | K_SPLIT;
+    case LAYER_CONV2D: return all | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_SPLIT;
     case LAYER_MAXPOOL:
     case LAYER_AVGPOOL: return all | K_KERNEL | K_STRIDE;
     case LAYER_DROPOUT: return all | K_RATE;
@@ -151,6 +154,17 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     else if (bit == K_EPS) l->eps = (float)fv;
     else l->momentum = (float)fv;
     return 0;
+  }
+  if (bit == K_SPLIT) {
+    for (int v = FILE_SPLIT_NONE; v <= FILE_SPLIT_CHANNELS; v++)
+      if (!strcmp(val, SPLIT_NAMES[v])) {
+        if (v == FILE_SPLIT_CHANNELS && l->kind != LAYER_CONV2D)
+          return dt_error("%s:%d: split=channels splits a conv2d (use split=column)", src, line);
+        l->file_split = (file_split_t)v;
+        return 0;
+      }
+    return dt_error("%s:%d: split=%s: expected none, column, row, data or channels (conv2d)", src,
+                    line, val);
   }
   if (bit == K_NAME) {
     if (!*val || strlen(val) >= sizeof l->name)

@@ -99,7 +99,7 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
 }
 
 static layer_range_t range_of(const stage_t *s, const stage_mb_t *b) {
-  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0};
+  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->model->cost};
 }
 
 int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, stage_t **out) {

@@ -1,7 +1,8 @@
 /* One run's JSON Lines metrics read back: the epoch lines' figures, the
  * "done" line's totals, and the lines themselves (report.json carries
- * them as they are). dtrain wrote the file, one flat object a line, so a
- * key is found by its quoted name; arrays of numbers (the parameter
+ * them as they are). dtrain wrote the file, one object a line whose
+ * nested objects (the epoch's "layers") come after its own keys, so a key
+ * is found by its first quoted name; arrays of numbers (the parameter
  * servers' per-worker figures) are never read. */
 #include <math.h>
 #include <stdlib.h>

@@ -3,6 +3,8 @@
  * moments around them as hooks; the driver owns the epochs, --max-steps,
  * the progress line, the epoch's timing, the report and the checkpoint
  * (through worker_report_epoch), and the final "done" line. */
+#include <string.h>
+
 #include "strategy/worker.h"
 
 /* Whether the run has taken its --max-steps (the driver's own limit). */
@@ -29,11 +31,13 @@ static int run_steps(worker_t *w, const driver_ops_t *ops, void *st, int epoch, 
 }
 
 /* The epoch's training traffic on this rank, from the transport's
- * counters (they include every communicator split from the rank's). */
+ * counters (they include every communicator split from the rank's), and
+ * its layers' costs, before the evaluation adds its passes. */
 static void count_bytes(worker_t *w, comm_bytes_t b0) {
   comm_bytes_t b1 = comm_bytes(w->comm);
   w->timers.bytes_sent = b1.sent - b0.sent;
   w->timers.bytes_received = b1.received - b0.received;
+  memcpy(w->timers.layers, w->model->cost, sizeof w->timers.layers);
   w->run_bytes_sent += w->timers.bytes_sent;
   w->run_bytes_received += w->timers.bytes_received;
 }

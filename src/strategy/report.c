@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "strategy/grid.h"
 #include "strategy/worker.h"
 #include "strategy/tensor/tensor.h"
 
@@ -109,8 +110,74 @@ static const char *wait_json(const epoch_report_t *r, char *buf, size_t cap) {
   return buf;
 }
 
+/* ",\"layers\":{KIND:{...},...}": the epoch's costs of each layer kind the
+ * model has. */
+static const char *layers_json(const model_t *m, const layer_cost_t *cost, char *buf, size_t cap) {
+  int has[LAYER_KIND_COUNT] = {0};
+  for (int i = 0; i < m->nlayers; i++) has[m->layers[i].spec.kind] = 1;
+  size_t n = (size_t)snprintf(buf, cap, ",\"layers\":{");
+  const char *sep = "";
+  for (int k = 0; k < LAYER_KIND_COUNT && n < cap; k++) {
+    if (!has[k]) continue;
+    const layer_cost_t *c = &cost[k];
+    n += (size_t)snprintf(buf + n, cap - n,
+                          "%s\"%s\":{\"compute_sec\":%.4f,\"comm_sec\":%.4f,\"bytes_sent\":%llu,"
+                          "\"bytes_received\":%llu}", sep, layer_kind_name((layer_kind_t)k),
+                          c->compute_sec, c->comm_sec, (unsigned long long)c->bytes_sent,
+                          (unsigned long long)c->bytes_received);
+    sep = ",";
+  }
+  if (n < cap) snprintf(buf + n, cap - n, "}");
+  return buf;
+}
+
+/* Tensor-parallel runs with --metrics: every rank's epoch, its totals and
+ * its layer kinds, goes to world rank 0 (the reporting rank), which
+ * writes a "rank" line for each after the epoch line. */
+enum { TAG_RANK_COSTS = 5602 };
+typedef struct {
+  double compute, comm;
+  uint64_t sent, received;
+  layer_cost_t layers[LAYER_KIND_COUNT];
+} rank_costs_t;
+
+static int per_rank_lines(const worker_t *w) { return w->tp && w->cfg->metrics[0]; }
+
+static rank_costs_t rank_costs(const epoch_report_t *r) {
+  rank_costs_t c = {.compute = r->timers.compute, .comm = r->timers.comm,
+                    .sent = r->timers.bytes_sent, .received = r->timers.bytes_received};
+  memcpy(c.layers, r->timers.layers, sizeof c.layers);
+  return c;
+}
+
+static int send_rank_costs(worker_t *w, const epoch_report_t *r) {
+  rank_costs_t c = rank_costs(r);
+  return comm_send(w->world, 0, TAG_RANK_COSTS, &c, sizeof c);
+}
+
+static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
+  int P = comm_size(w->world), tp = tensor_size(w->tp), pp = w->cfg->pp > 1 ? w->cfg->pp : 1;
+  char layers[2048];
+  for (int q = 0; q < P; q++) {
+    rank_costs_t c = rank_costs(r);
+    if (q > 0) DT_TRY(comm_recv(w->world, q, TAG_RANK_COSTS, &c, sizeof c));
+    int at[GRID_AXES];
+    rank_grid_coords(q, P / (pp * tp), pp, tp, at);
+    if (metrics_line(w,
+                     "{\"event\":\"rank\",\"epoch\":%d,\"rank\":%d,\"dp_rank\":%d,\"pp_rank\":%d,\"tp_rank\":%d,"
+                     "\"compute_sec\":%.4f,\"comm_sec\":%.4f,\"bytes_sent\":%llu,"
+                     "\"bytes_received\":%llu%s}\n",
+                     r->epoch + 1, q, at[GRID_DP], at[GRID_PP], at[GRID_TP], c.compute, c.comm,
+                     (unsigned long long)c.sent, (unsigned long long)c.received,
+                     layers_json(w->model, c.layers, layers, sizeof layers)) != 0)
+      return -1;
+  }
+  return 0;
+}
+
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
-  char wait[48];
+  char wait[48], layers[2048];
+  if (per_rank_lines(w) && comm_rank(w->world) != 0) DT_TRY(send_rank_costs(w, r));
   if (w->rank != 0) return 0;
   if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */
     if (!w->cfg->checkpoint[0]) return 0;
@@ -136,7 +203,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
             "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s%s%s}\n",
+            "%s%s%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
@@ -145,8 +212,10 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
             wait_json(r, wait, sizeof wait),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
-            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json) != 0)
+            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json,
+            layers_json(w->model, r->timers.layers, layers, sizeof layers)) != 0)
     return -1;
+  if (per_rank_lines(w) && write_rank_lines(w, r) != 0) return -1;
   if (w->cfg->checkpoint[0] && worker_save_checkpoint(w, r->epoch) != 0) return -1;
   return 0;
 }

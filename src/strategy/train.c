@@ -92,6 +92,7 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
 }
 
 int train_run(train_config_t *cfg, int *argc, char ***argv) {
+  if (tensor_model_options(cfg) != 0) return -1;
   if (train_config_check(cfg) != 0) return -1;
   kern_set_threads(cfg->threads); /* process-wide: once, before any rank starts */
   kern_set_bf16(cfg->bf16);

@@ -20,11 +20,13 @@ static int build_model(worker_t *w) {
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
   shape_t in = {w->train->c, w->train->h, w->train->w};
   int rc = 0;
-  if (w->tp) { /* Megatron's pairs of dense layers, split over the group */
+  if (tensor_file_split_line(&spec, FILE_SPLIT_UNSET)) { /* the file's split= keys (checked on one rank too) */
+    rc = tensor_plan_file(&spec, w->tp ? tensor_size(w->tp) : 1);
+  } else if (w->tp) { /* Megatron's pairs of dense layers, split over the group */
     rc = cfg->tp_conv_data ? tensor_plan_dense(&spec, tensor_size(w->tp), NULL)
                            : tensor_plan(&spec, cfg->tp, NULL);
-    spec.tp = tensor_link(w->tp);
   }
+  if (w->tp) spec.tp = tensor_link(w->tp);
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
   if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);
   if (rc == 0) rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
@@ -141,6 +143,7 @@ void worker_free(worker_t *w) {
 
 void worker_begin_epoch(worker_t *w, int epoch) {
   memset(&w->timers, 0, sizeof w->timers);
+  memset(w->model->cost, 0, sizeof w->model->cost);
   w->epoch_loss_sum = 0;
   w->epoch_samples = w->epoch_correct = 0;
   data_epoch_order(w->cfg->seed, epoch, w->order, w->train->n);

@@ -17,6 +17,9 @@ typedef struct {
   /* payload bytes this rank sent and received while training in this
    * epoch (comm_bytes; evaluation's exchanges are not included) */
   uint64_t bytes_sent, bytes_received;
+  /* the epoch's training passes by layer kind (model_t.cost): part of
+   * compute and comm above, and of the bytes where a layer sums */
+  layer_cost_t layers[LAYER_KIND_COUNT];
 } step_timers_t;
 
 typedef struct balance balance_t;   /* dp/balance.h */

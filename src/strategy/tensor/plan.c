@@ -9,6 +9,9 @@
  * works channel by channel). Anything else between two layers (batch norm,
  * a flatten, a layer of the other kind) ends the chain; a layer left
  * without a partner stays whole on every rank (replicated). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "strategy/tensor/tensor.h"
 
 static int elementwise(layer_kind_t k, layer_kind_t pair) {
@@ -53,3 +56,125 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
 
 int tensor_plan(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 0, pairs); }
 int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 1, pairs); }
+
+/* ---- the model file's own choice: split= on its dense and conv2d layers ------- */
+
+static int splittable(const layer_spec_t *l) { return l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D; }
+
+int tensor_file_split_line(const model_spec_t *spec, file_split_t which) {
+  for (int i = 0; i < spec->nlayers; i++) {
+    file_split_t f = spec->layers[i].file_split;
+    if (which == FILE_SPLIT_UNSET ? f != FILE_SPLIT_UNSET : f == which) return spec->layers[i].line;
+  }
+  return 0;
+}
+
+/* A split=column layer `c` meets layer l (chained or not): l must be its
+ * row partner or an element-wise layer that keeps the shard. */
+static int check_in_pair(const model_spec_t *spec, const layer_spec_t *c, const layer_spec_t *l,
+                         int chained) {
+  const char *src = spec->source, *ck = layer_kind_name(c->kind), *lk = layer_kind_name(l->kind);
+  if (splittable(l) && chained && l->kind == c->kind && l->file_split == FILE_SPLIT_ROW) return 0;
+  if (!splittable(l) && chained && elementwise(l->kind, c->kind)) return 0;
+  return dt_error("%s:%d: %s split=column needs a split=row %s layer after it, through relu, "
+                  "tanh, sigmoid, dropout%s only; line %d is a %s%s%s (give it split=row, or "
+                  "line %d split=none)", src, c->line, ck, ck, c->kind == LAYER_CONV2D ? " or pooling" : "",
+                  l->line, lk, l->kind == c->kind ? " without split=row" : "",
+                  chained ? "" : " that reads another layer", c->line);
+}
+
+/* Every dense and conv2d layer before the first split=column one says
+ * split=data once one does, and none after it: the one weird trick runs
+ * a data-parallel front, then the split layers on the exchanged batch. */
+static int check_data_front(const model_spec_t *spec, int first_col) {
+  int data = tensor_file_split_line(spec, FILE_SPLIT_DATA);
+  if (!data) return 0;
+  if (first_col < 0)
+    return dt_error("%s:%d: split=data needs split=column and split=row layers after it (the one "
+                    "weird trick splits the layers after the data-parallel ones)", spec->source, data);
+  for (int i = 0; i < spec->nlayers; i++) {
+    const layer_spec_t *l = &spec->layers[i];
+    if (!splittable(l)) continue;
+    if (i < first_col && l->file_split != FILE_SPLIT_DATA)
+      return dt_error("%s:%d: %s has no split=data but line %d does: every dense and conv2d layer "
+                      "before the first split=column one (line %d) runs data-parallel, say "
+                      "split=data", spec->source, l->line, layer_kind_name(l->kind), data,
+                      spec->layers[first_col].line);
+    if (i > first_col && l->file_split == FILE_SPLIT_DATA)
+      return dt_error("%s:%d: split=data after the split layers (line %d): the data-parallel "
+                      "layers come first, before the batch is exchanged", spec->source, l->line,
+                      spec->layers[first_col].line);
+  }
+  return 0;
+}
+
+/* An allgather layer at position `at` of the spec, reading layer at - 1
+ * (the last layer of a split=channels convolution's shard); every reader
+ * of that layer reads the gathered whole instead. */
+static int insert_allgather(model_spec_t *spec, int at) {
+  layer_spec_t *more = realloc(spec->layers, ((size_t)spec->nlayers + 1) * sizeof *more);
+  if (!more) return dt_error("out of memory");
+  spec->layers = more;
+  memmove(&more[at + 1], &more[at], (size_t)(spec->nlayers - at) * sizeof *more);
+  spec->nlayers++;
+  for (int i = at + 1; i < spec->nlayers; i++)
+    more[i].input = more[i].input == at - 1 ? at : more[i].input >= at ? more[i].input + 1 : more[i].input;
+  layer_spec_t *g = &more[at];
+  const layer_spec_t *from = &more[at - 1];
+  *g = (layer_spec_t){.kind = LAYER_ALLGATHER, .input = at - 1, .line = from->line, .index = from->index};
+  return 0;
+}
+
+/* A split=channels convolution at i: split by filters, and the layers
+ * after it that work channel by channel (relu, tanh, sigmoid, dropout,
+ * pooling) run on the shard; an allgather follows the last of them.
+ * Returns the index of the allgather, or -1 on error. */
+static int split_channels(model_spec_t *spec, int i) {
+  int end = i + 1;
+  while (end < spec->nlayers && spec->layers[end].input == end - 1 &&
+         !splittable(&spec->layers[end]) && elementwise(spec->layers[end].kind, LAYER_CONV2D))
+    end++;
+  spec->layers[i].split = SPLIT_COLUMN;
+  return insert_allgather(spec, end) == 0 ? end : -1;
+}
+
+int tensor_plan_file(model_spec_t *spec, int tp) {
+  int col = -1, first_col = -1;
+  for (int i = 0; i < spec->nlayers; i++) {
+    layer_spec_t *l = &spec->layers[i];
+    int chained = l->input == i - 1;
+    l->split = SPLIT_NONE;
+    if (col >= 0) {
+      layer_spec_t *c = &spec->layers[col];
+      DT_TRY(check_in_pair(spec, c, l, chained));
+      if (splittable(l)) { /* the pair is whole */
+        if (tp > 1) c->split = SPLIT_COLUMN, l->split = SPLIT_ROW;
+        col = -1;
+      }
+      continue;
+    }
+    if (l->file_split == FILE_SPLIT_ROW)
+      return dt_error("%s:%d: %s split=row needs a split=column %s layer before it, through relu, "
+                      "tanh, sigmoid, dropout%s only (give one split=column, or this one "
+                      "split=none)", spec->source, l->line, layer_kind_name(l->kind),
+                      layer_kind_name(l->kind), l->kind == LAYER_CONV2D ? " or pooling" : "");
+    if (l->file_split != FILE_SPLIT_COLUMN && l->file_split != FILE_SPLIT_CHANNELS) continue;
+    if (width(l) < tp)
+      return dt_error("%s:%d: %s split=%s has %d %s, too few to split over --tp %d (use --tp "
+                      "%d or fewer)", spec->source, l->line, layer_kind_name(l->kind),
+                      l->file_split == FILE_SPLIT_CHANNELS ? "channels" : "column", width(l),
+                      l->kind == LAYER_DENSE ? "output features" : "filters", tp, width(l));
+    if (l->file_split == FILE_SPLIT_CHANNELS) {
+      if (tp > 1 && (i = split_channels(spec, i)) < 0) return -1;
+      continue;
+    }
+    col = i;
+    if (first_col < 0) first_col = i;
+  }
+  if (col >= 0)
+    return dt_error("%s:%d: %s split=column needs a split=row %s layer after it, and the model "
+                    "ends (give a later layer split=row, or this one split=none)", spec->source,
+                    spec->layers[col].line, layer_kind_name(spec->layers[col].kind),
+                    layer_kind_name(spec->layers[col].kind));
+  return check_data_front(spec, first_col);
+}

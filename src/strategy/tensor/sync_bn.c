@@ -13,15 +13,11 @@ struct sync_bn {
   comm_t *comm;
   coll_ctx_t *coll;
   allreduce_algo_t algo;
-  double sec;
 };
 
 static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
   sync_bn_t *s = l->ctx;
-  double t0 = dt_now();
-  int rc = allreduce(s->coll, s->algo, buf, count);
-  s->sec += dt_now() - t0;
-  return rc;
+  return tensor_link_sum(l, s->coll, s->algo, buf, count);
 }
 
 int sync_bn_new(comm_t *dp, allreduce_algo_t algo, sync_bn_t **out) {
@@ -43,7 +39,7 @@ void sync_bn_free(sync_bn_t *s) {
 }
 
 tp_link_t *sync_bn_link(sync_bn_t *s) { return &s->link; }
-double sync_bn_comm_sec(const sync_bn_t *s) { return s ? s->sec : 0; }
+double sync_bn_comm_sec(const sync_bn_t *s) { return s ? s->link.sec : 0; }
 
 int sync_bn_failed(const sync_bn_t *s, const char *where) {
   if (!s || !s->link.failed) return 0;

@@ -14,7 +14,6 @@ struct tensor_par {
   comm_t *group, *slice;
   coll_ctx_t *coll;
   allreduce_algo_t algo;
-  double sec;
 };
 
 /* ---- options ------------------------------------------------------------------ */
@@ -53,6 +52,32 @@ int tensor_check(const train_config_t *c) {
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
+int tensor_model_options(train_config_t *c) {
+  if (c->tp <= 1 && !c->tp_conv_data) return 0; /* split= applies to tensor-parallel runs only */
+  model_spec_t spec;
+  DT_TRY(model_spec_load(c->model, &spec));
+  int given = tensor_file_split_line(&spec, FILE_SPLIT_UNSET);
+  int data = tensor_file_split_line(&spec, FILE_SPLIT_DATA);
+  char src[sizeof spec.source];
+  snprintf(src, sizeof src, "%s", spec.source);
+  model_spec_free(&spec);
+  if (!given) return 0;
+  if (c->tp_conv_data)
+    return dt_error("option --tp-conv data: %s says how its layers split (split= on line %d): "
+                    "leave --tp-conv out", src, given);
+  if (!data) return 0;
+  if (c->pp > 1)
+    return dt_error("option --pp %d: %s:%d says split=data, the one weird trick, which exchanges "
+                    "the batch between its data-parallel and its split layers (use --pp 1)",
+                    c->pp, src, data);
+  if (c->comm != COMM_MPI && c->tp != c->workers)
+    return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
+                    "other layers over every worker (give --tp %d, the workers)", c->tp, src, data,
+                    c->workers);
+  c->tp_conv_data = 1, c->tp_data_line = data;
+  return 0;
+}
+
 int tensor_check_world(const train_config_t *c) {
   int per = c->tp * c->pp;
   if (c->tp <= 1 || c->workers % per == 0) return 0;
@@ -67,11 +92,38 @@ int tensor_check_world(const train_config_t *c) {
 
 /* ---- the group ---------------------------------------------------------------- */
 
+/* A link's counters around one collective on coll's communicator. */
+typedef struct {
+  double t0;
+  comm_bytes_t b0;
+} link_clock_t;
+
+static link_clock_t link_clock(coll_ctx_t *coll) { return (link_clock_t){dt_now(), comm_bytes_own(coll_ctx_comm(coll))}; }
+
+static void link_charge(tp_link_t *l, coll_ctx_t *coll, link_clock_t c) {
+  comm_bytes_t b1 = comm_bytes_own(coll_ctx_comm(coll));
+  l->sec += dt_now() - c.t0;
+  l->sent += b1.sent - c.b0.sent;
+  l->received += b1.received - c.b0.received;
+}
+
+int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count) {
+  link_clock_t c = link_clock(coll);
+  int rc = allreduce(coll, algo, buf, count);
+  link_charge(l, coll, c);
+  return rc;
+}
+
 static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
   tensor_par_t *t = l->ctx;
-  double t0 = dt_now();
-  int rc = allreduce(t->coll, t->algo, buf, count);
-  t->sec += dt_now() - t0;
+  return tensor_link_sum(l, t->coll, t->algo, buf, count);
+}
+
+static int link_allgather(tp_link_t *l, float *buf, size_t count) {
+  tensor_par_t *t = l->ctx;
+  link_clock_t c = link_clock(t->coll);
+  int rc = allgather_ring(t->coll, buf, count);
+  link_charge(l, t->coll, c);
   return rc;
 }
 
@@ -80,6 +132,10 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   if (!t) return dt_error("out of memory");
   *out = t;
   int T = tensor_group_size(cfg, comm_size(world));
+  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T && cfg->tp_data_line)
+    return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
+                    "other layers over every worker (give --tp %d, the -np of mpirun)", cfg->tp,
+                    cfg->model, cfg->tp_data_line, T);
   if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T)
     return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
                     "layers over every worker (leave --tp out, or give --tp %d)", cfg->tp, T);
@@ -87,7 +143,7 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   DT_TRY(coll_ctx_new(t->group, &t->coll));
   t->algo = cfg->algo;
   t->link = (tp_link_t){.rank = comm_rank(t->group), .size = comm_size(t->group),
-                        .allreduce = link_allreduce, .ctx = t};
+                        .allreduce = link_allreduce, .allgather = link_allgather, .ctx = t};
   return 0;
 }
 
@@ -104,7 +160,7 @@ int tensor_rank(const tensor_par_t *t) { return t ? t->link.rank : 0; }
 int tensor_size(const tensor_par_t *t) { return t ? t->link.size : 1; }
 coll_ctx_t *tensor_coll(tensor_par_t *t) { return t->coll; }
 tp_link_t *tensor_link(tensor_par_t *t) { return &t->link; }
-double tensor_comm_sec(const tensor_par_t *t) { return t ? t->sec : 0; }
+double tensor_comm_sec(const tensor_par_t *t) { return t ? t->link.sec : 0; }
 
 int tensor_failed(const tensor_par_t *t, const char *where) {
   if (!t || !t->link.failed) return 0;

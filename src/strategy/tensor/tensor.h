@@ -28,6 +28,21 @@ int tensor_plan(model_spec_t *spec, int tp, int *pairs);
 /* The same, splitting dense layers only (convolutions stay whole: the one
  * weird trick runs them data-parallel). */
 int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs);
+/* The model file's own plan (its split= keys, docs/MODEL_FORMAT.md):
+ * checks that the split=column and split=row layers make Megatron's pairs
+ * (element-wise layers between, of one kind) and that split=data, where
+ * given, marks every dense and conv2d layer before the first pair and none
+ * after; sets the split of each pair for a group of tp ranks (tp 1: checks
+ * only). Refuses, naming the file and line, a layer that breaks them. */
+int tensor_plan_file(model_spec_t *spec, int tp);
+/* The line of the first layer whose split= key is `which` (UNSET: any
+ * split= key); 0 when none is. */
+int tensor_file_split_line(const model_spec_t *spec, file_split_t which);
+/* Before the configuration is checked: a model file with split=data
+ * layers makes a tensor-parallel run (--tp T) the one weird trick, as
+ * --tp-conv data does (then --tp must be the workers, and --pp 1); a file
+ * that says how its layers split refuses --tp-conv data. */
+int tensor_model_options(train_config_t *c);
 /* Ranks in a tensor-parallel group of a run of nranks: --tp, or every rank
  * under --tp-conv data (one weird trick). 1: no tensor parallelism. */
 int tensor_group_size(const train_config_t *c, int nranks);
@@ -44,6 +59,9 @@ int tensor_rank(const tensor_par_t *t);
 int tensor_size(const tensor_par_t *t);
 coll_ctx_t *tensor_coll(tensor_par_t *t);
 tp_link_t *tensor_link(tensor_par_t *t);
+/* A link's sum: the allreduce over coll's communicator (one of its own),
+ * its seconds and bytes added to the link's counters. */
+int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count);
 /* Seconds spent in the group's sums so far (the caller takes differences). */
 double tensor_comm_sec(const tensor_par_t *t);
 /* -1 (with the collective's error) once a sum over the group has failed. */
