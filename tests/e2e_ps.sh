@@ -52,6 +52,13 @@ PYEOF
   then pass "schedule_${s}_trains_and_reports"; else fail "schedule_${s}_trains_and_reports" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 done
 check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
+# one worker pulling every 3rd batch computes on a model 0, 1, 2 updates old
+# (before, a worker whose pull was not due pulled anyway: staleness 0)
+if run --data "$SMALL" --workers 1 --exchange ps:1 --schedule async --fetch-every 3 --epochs 1 --quiet --metrics "$TMP/fe.jsonl" &&
+   $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/fe.jsonl') if '\"epoch\"' in l][-1]
+assert e['staleness_max'] == 2 and abs(e['staleness_mean'] - 31 / 32) < 1e-3, e" >"$TMP/check.out" 2>&1
+then pass fetch_every_computes_on_older_models; else fail fetch_every_computes_on_older_models "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 check staleness_lr_and_dc_asgd run --data "$SMALL" --workers 3 --exchange ps:1 --schedule async --staleness-lr --dc-asgd 0.04 --epochs 1 --quiet
 check dc_asgd_adaptive_trains run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --dc-asgd a:2 --epochs 1 --quiet
 # negative momentum: 4 workers, --momentum 0.5 total: the servers step with 0.5 - 0.75 = -0.25;
@@ -108,6 +115,34 @@ run $BN --epochs 3 --checkpoint "$TMP/bn_full.st"
 run $BN --epochs 2 --checkpoint-dir "$TMP/bn_shards"
 run $BN --epochs 3 --resume "$TMP/bn_shards" --checkpoint "$TMP/bn_resumed.st"
 check resume_folder_with_batchnorm_buffers_bit_exact sh -c "ls '$TMP/bn_shards' | grep -q buffers.e2 && cmp -s '$TMP/bn_full.st' '$TMP/bn_resumed.st'"
+# DC-ASGD-a's MeanSquare is saved with the shards: one worker (so the run is
+# repeatable) pulling every 2nd batch (so its pushes are stale and the
+# MeanSquare weighs the compensation) resumes bit for bit, from a file or a
+# folder; the same file without the MeanSquare resumes differently (it did
+# before it was saved)
+DCA="--data $SMALL --workers 1 --exchange ps:2 --schedule async --dc-asgd a:2 --fetch-every 2 --lr 0.05 --momentum 0.9 --seed 7 --quiet"
+run $DCA --epochs 3 --checkpoint "$TMP/dca_full.st"
+run $DCA --epochs 2 --checkpoint "$TMP/dca_half.st" --checkpoint-dir "$TMP/dca_shards"
+cp "$TMP/dca_half.st" "$TMP/dca_noms.st"
+run $DCA --epochs 3 --resume "$TMP/dca_half.st" --checkpoint "$TMP/dca_half.st"
+check resume_dc_asgd_adaptive_file_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/dca_half.st"
+run $DCA --epochs 3 --resume "$TMP/dca_shards" --checkpoint "$TMP/dca_dir.st"
+check resume_dc_asgd_adaptive_folder_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/dca_dir.st"
+$PY - "$TMP/dca_noms.st" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data, out, blob = json.loads(raw[8:8 + n]), raw[8 + n:], {}, b""
+for k, v in hdr.items():
+    if k.startswith("dc_asgd."): continue
+    if k != "__metadata__":
+        b, e = v["data_offsets"]; v = dict(v, data_offsets=[len(blob), len(blob) + e - b]); blob += data[b:e]
+    out[k] = v
+h = json.dumps(out, separators=(",", ":")).encode(); h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + blob)
+PYEOF
+run $DCA --epochs 3 --resume "$TMP/dca_noms.st" --checkpoint "$TMP/dca_noms.st"
+check resume_without_mean_square_differs_and_says_so sh -c "! cmp -s '$TMP/dca_full.st' '$TMP/dca_noms.st' && grep -q 'no DC-ASGD-a MeanSquare in it' '$TMP/run.err'"
 expect_error resume_folder_needs_ps 2 "a folder of shards needs --exchange ps:K" -- "$DTRAIN" train $CK --epochs 3 --resume "$TMP/shards"
 rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
 expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
@@ -179,6 +214,9 @@ if have_mpi; then
      grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi_ds.jsonl"; then pass mpi_ps_drop_stale; else fail mpi_ps_drop_stale "$(tail -c 300 "$TMP/mpi.err")"; fi
   if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule value:0.02 --epochs 1 --quiet --metrics "$TMP/mpi_v.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
      grep -q '"workers":3.*"schedule":"value:0.02"' "$TMP/mpi_v.jsonl"; then pass mpi_ps_value_bound; else fail mpi_ps_value_bound "$(tail -c 300 "$TMP/mpi.err")"; fi
+  $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 2 --checkpoint-dir "$TMP/mpi_dca" >/dev/null 2>"$TMP/mpi.err" &&
+    $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 3 --resume "$TMP/mpi_dca" --checkpoint "$TMP/mpi_dca.st" >/dev/null 2>>"$TMP/mpi.err"
+  check mpi_resume_dc_asgd_adaptive_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/mpi_dca.st"
   $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --workers 2 --quiet >/dev/null 2>"$TMP/mpi.err"
   check mpi_wrong_np_says_how grep -q "mpirun -np 5 does not fit.*run mpirun -np 4" "$TMP/mpi.err"
 else
