@@ -387,6 +387,20 @@ static int handle_save(ps_server_t *s, int src, const ps_req_t *req) {
   return ps_server_ack(s, src, req);
 }
 
+/* A push of an epoch that has closed here, or whose pushes are all here
+ * (the coordinator counted them at the close): a straggler's batch that
+ * --epoch-fraction cut off, or one of a worker written off as stopped. */
+static int push_is_late(const ps_server_t *s, const ps_req_t *req) {
+  return req->epoch <= s->epoch.flushed ||
+         (req->epoch == s->epoch.flush && s->epoch.pushes >= s->epoch.flush_pushes);
+}
+
+/* The late push is drained and acknowledged; nothing of it is applied. */
+static int drop_late_push(ps_server_t *s, int src, const ps_req_t *req) {
+  drain_push(s, src, req);
+  return ps_server_ack(s, src, req);
+}
+
 /* FLUSH, DEAD and STOP come from the coordinator only. */
 static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
   if (src != s->N || s->index == 0)
@@ -424,6 +438,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   switch (req->op) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
+    if (s->rule->pool && push_is_late(s, req)) return drop_late_push(s, src, req);
     return s->rule->push(s, src, req);
   case PS_OP_PULL: return handle_pull(s, src, req);
   case PS_OP_SAVE: return handle_save(s, src, req);
