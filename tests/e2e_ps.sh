@@ -81,6 +81,7 @@ assert len(ep) == 3 and all(sum(e['batches']) == 24 and e['dropped'] <= 3 for e 
 assert ep[-1]['test_acc'] > 0.3, ep[-1]" >"$TMP/check.out" 2>&1
   then pass "epoch_fraction_cuts_each_epoch_${s}"; else fail "epoch_fraction_cuts_each_epoch_${s}" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 done
+check value_bound_staleness_queue_trains run --data "$SMALL" --workers 4 --exchange ps:2 --schedule value:0.02 --ps-queue staleness --straggler rank=1,slowdown=4 --epochs 1 --quiet
 check dc_asgd_adaptive_under_value_bound run --data "$SMALL" --workers 3 --exchange ps:2 --schedule value:0.02 --dc-asgd a:2 --epochs 1 --quiet
 # Hogwild's unsynchronised updates are the algorithm: ThreadSanitizer would
 # report every one of them (and run for many minutes), so it is not run there.
@@ -209,6 +210,8 @@ expect_error epoch_fraction_needs_async 2 "option --epoch-fraction: not used wit
 expect_error epoch_fraction_not_sync 2 "option --epoch-fraction: not used with --optimization central --schedule sync" -- "$DTRAIN" train --workers 2 --exchange ps:1 --epoch-fraction 0.75
 expect_error epoch_fraction_zero 2 "option --epoch-fraction: 0: an epoch must take some of its batches" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --epoch-fraction 0
 expect_error epoch_fraction_above_1 2 "option --epoch-fraction: 1.5 is out of range (expected 0..1)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --epoch-fraction 1.5
+expect_error ps_queue_needs_value 2 "option --ps-queue: not used with --optimization central --schedule async --exchange ps (it applies to --exchange ps:K --schedule value:V (the queue of held pushes))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --ps-queue staleness
+expect_error ps_queue_unknown 2 "option --ps-queue: 'lifo' (expected fifo or staleness)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --ps-queue lifo
 expect_error backup_too_many 2 "backup:4: needs a whole number 0 <= B < --workers 4" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule backup:4
 expect_error ssp_fraction 2 "ssp:1.5: the bound is a whole number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:1.5
 expect_error checkpoint_dir_needs_ps 2 "--checkpoint-dir: one file per server shard needs --exchange ps:K" -- "$DTRAIN" train --checkpoint-dir "$TMP/x"
@@ -236,6 +239,8 @@ assert len(ep) == 2 and all(sum(e['batches']) == 24 for e in ep), [e['batches'] 
   $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 2 --checkpoint-dir "$TMP/mpi_dca" >/dev/null 2>"$TMP/mpi.err" &&
     $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 3 --resume "$TMP/mpi_dca" --checkpoint "$TMP/mpi_dca.st" >/dev/null 2>>"$TMP/mpi.err"
   check mpi_resume_dc_asgd_adaptive_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/mpi_dca.st"
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule value:0.02 --ps-queue staleness --epochs 1 --quiet --metrics "$TMP/mpi_q.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":3.*"schedule":"value:0.02"' "$TMP/mpi_q.jsonl"; then pass mpi_ps_value_staleness_queue; else fail mpi_ps_value_staleness_queue "$(tail -c 300 "$TMP/mpi.err")"; fi
   $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --workers 2 --quiet >/dev/null 2>"$TMP/mpi.err"
   check mpi_wrong_np_says_how grep -q "mpirun -np 5 does not fit.*run mpirun -np 4" "$TMP/mpi.err"
 else

@@ -134,6 +134,8 @@ static const char *TRAIN_HELP =
     "  --epoch-fraction F        async, value:V: an epoch ends once F of its\n"
     "                            batches are pushed; the rest, stragglers' included, are\n"
     "                            dropped (Project Adam: 0.75) [1]\n"
+    "  --ps-queue fifo|staleness value:V: held pushes tried in arrival order, or the\n"
+    "                            least stale first (the taxonomy's priority queue) [fifo]\n"
     "  --dc-asgd LAMBDA | a:LAMBDA0   delay-compensated ASGD (async, value:V): g + lambda\n"
     "                            g*g*(w_now - w_pulled) on the worker's mini-batch gradient;\n"
     "                            a:LAMBDA0 is DC-ASGD-a, lambda = LAMBDA0 / sqrt(MeanSquare)\n"
