@@ -179,7 +179,7 @@ int ps_ckpt_save_shard(const train_config_t *cfg, int index, int nservers, ps_ra
                        const float *params, const optimizer_t *opt, const float *mean_square,
                        int epoch, int64_t step);
 /* DC-ASGD-a's MeanSquare in a --checkpoint FILE: this prefix + the tensor's name */
-#define PS_MEAN_SQUARE_PREFIX "dc_asgd.mean_square." 
+#define PS_MEAN_SQUARE_PREFIX "dc_asgd.mean_square."
 /* Worker 0, after every server has saved epoch E: the buffers file, then
  * manifest.json (atomic), then the previous epoch's files are removed. */
 int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m,
