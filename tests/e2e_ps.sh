@@ -52,6 +52,13 @@ PYEOF
   then pass "schedule_${s}_trains_and_reports"; else fail "schedule_${s}_trains_and_reports" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 done
 check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
+# one worker pulling every 3rd batch computes on a model 0, 1, 2 updates old
+# (before, a worker whose pull was not due pulled anyway: staleness 0)
+if run --data "$SMALL" --workers 1 --exchange ps:1 --schedule async --fetch-every 3 --epochs 1 --quiet --metrics "$TMP/fe.jsonl" &&
+   $PY -c "
+import json; e = [json.loads(l) for l in open('$TMP/fe.jsonl') if '\"epoch\"' in l][-1]
+assert e['staleness_max'] == 2 and abs(e['staleness_mean'] - 31 / 32) < 1e-3, e" >"$TMP/check.out" 2>&1
+then pass fetch_every_computes_on_older_models; else fail fetch_every_computes_on_older_models "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 check staleness_lr_and_dc_asgd run --data "$SMALL" --workers 3 --exchange ps:1 --schedule async --staleness-lr --dc-asgd 0.04 --epochs 1 --quiet
 check dc_asgd_adaptive_trains run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --dc-asgd a:2 --epochs 1 --quiet
 # negative momentum: 4 workers, --momentum 0.5 total: the servers step with 0.5 - 0.75 = -0.25;
@@ -64,6 +71,17 @@ if run --data "$SMALL" --workers 4 --exchange ps:1 --schedule async --drop-stale
 import json; e = [json.loads(l) for l in open('$TMP/ds.jsonl') if '\"epoch\"' in l][-1]
 assert e['dropped'] > 0 and e['staleness_max'] <= 3 and sum(e['batches']) == 32 and e['test_acc'] > 0.3, e" >"$TMP/check.out" 2>&1
 then pass drop_stale_drops_the_straggler; else fail drop_stale_drops_the_straggler "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+# --epoch-fraction 0.75 (Project Adam): 24 of the 32 batches are pushed each
+# epoch, whatever the 4x straggler does; the batches in flight at the cut are dropped
+for s in async value:0.02; do
+  if run --data "$SMALL" --workers 4 --exchange ps:2 --schedule $s --epoch-fraction 0.75 --straggler rank=1,slowdown=4 --epochs 3 --quiet --metrics "$TMP/ef.jsonl" &&
+     $PY -c "
+import json; ep = [json.loads(l) for l in open('$TMP/ef.jsonl') if '\"epoch\"' in l]
+assert len(ep) == 3 and all(sum(e['batches']) == 24 and e['dropped'] <= 3 for e in ep), [(e['batches'], e['dropped']) for e in ep]
+assert ep[-1]['test_acc'] > 0.3, ep[-1]" >"$TMP/check.out" 2>&1
+  then pass "epoch_fraction_cuts_each_epoch_${s}"; else fail "epoch_fraction_cuts_each_epoch_${s}" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+done
+check value_bound_staleness_queue_trains run --data "$SMALL" --workers 4 --exchange ps:2 --schedule value:0.02 --ps-queue staleness --straggler rank=1,slowdown=4 --epochs 1 --quiet
 check dc_asgd_adaptive_under_value_bound run --data "$SMALL" --workers 3 --exchange ps:2 --schedule value:0.02 --dc-asgd a:2 --epochs 1 --quiet
 # Hogwild's unsynchronised updates are the algorithm: ThreadSanitizer would
 # report every one of them (and run for many minutes), so it is not run there.
@@ -108,6 +126,34 @@ run $BN --epochs 3 --checkpoint "$TMP/bn_full.st"
 run $BN --epochs 2 --checkpoint-dir "$TMP/bn_shards"
 run $BN --epochs 3 --resume "$TMP/bn_shards" --checkpoint "$TMP/bn_resumed.st"
 check resume_folder_with_batchnorm_buffers_bit_exact sh -c "ls '$TMP/bn_shards' | grep -q buffers.e2 && cmp -s '$TMP/bn_full.st' '$TMP/bn_resumed.st'"
+# DC-ASGD-a's MeanSquare is saved with the shards: one worker (so the run is
+# repeatable) pulling every 2nd batch (so its pushes are stale and the
+# MeanSquare weighs the compensation) resumes bit for bit, from a file or a
+# folder; the same file without the MeanSquare resumes differently (it did
+# before it was saved)
+DCA="--data $SMALL --workers 1 --exchange ps:2 --schedule async --dc-asgd a:2 --fetch-every 2 --lr 0.05 --momentum 0.9 --seed 7 --quiet"
+run $DCA --epochs 3 --checkpoint "$TMP/dca_full.st"
+run $DCA --epochs 2 --checkpoint "$TMP/dca_half.st" --checkpoint-dir "$TMP/dca_shards"
+cp "$TMP/dca_half.st" "$TMP/dca_noms.st"
+run $DCA --epochs 3 --resume "$TMP/dca_half.st" --checkpoint "$TMP/dca_half.st"
+check resume_dc_asgd_adaptive_file_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/dca_half.st"
+run $DCA --epochs 3 --resume "$TMP/dca_shards" --checkpoint "$TMP/dca_dir.st"
+check resume_dc_asgd_adaptive_folder_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/dca_dir.st"
+$PY - "$TMP/dca_noms.st" <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data, out, blob = json.loads(raw[8:8 + n]), raw[8 + n:], {}, b""
+for k, v in hdr.items():
+    if k.startswith("dc_asgd."): continue
+    if k != "__metadata__":
+        b, e = v["data_offsets"]; v = dict(v, data_offsets=[len(blob), len(blob) + e - b]); blob += data[b:e]
+    out[k] = v
+h = json.dumps(out, separators=(",", ":")).encode(); h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + blob)
+PYEOF
+run $DCA --epochs 3 --resume "$TMP/dca_noms.st" --checkpoint "$TMP/dca_noms.st"
+check resume_without_mean_square_differs_and_says_so sh -c "! cmp -s '$TMP/dca_full.st' '$TMP/dca_noms.st' && grep -q 'no DC-ASGD-a MeanSquare in it' '$TMP/run.err'"
 expect_error resume_folder_needs_ps 2 "a folder of shards needs --exchange ps:K" -- "$DTRAIN" train $CK --epochs 3 --resume "$TMP/shards"
 rm -f "$TMP/shards/shard-1-of-2.e2.safetensors"
 expect_error resume_folder_missing_shard 1 "shard-1-of-2.e2.safetensors" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/shards"
@@ -125,7 +171,7 @@ PYEOF
 expect_error resume_ps_bad_epoch 1 "badepoch.st: metadata 'epoch' = '2x' is not an integer" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/badepoch.st"
 
 # ---- presets -------------------------------------------------------------------------
-presets="distbelief parameter-server petuum tensorflow-ps mxnet bigdl sync-backup dc-asgd"
+presets="distbelief parameter-server petuum tensorflow-ps mxnet bigdl sync-backup dc-asgd project-adam"
 [ -n "$TSAN" ] || presets="$presets hogwild"  # see above
 for p in $presets; do
   check "preset_${p}_runs" sh -c "'$DTRAIN' train --data '$SMALL' --workers 2 --preset $p --max-steps 8 --quiet --metrics '$TMP/$p.jsonl' >/dev/null 2>&1 && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
@@ -160,6 +206,12 @@ expect_error implicit_momentum_on_or_off 2 "option --implicit-momentum: 'yes' (e
 expect_error drop_stale_needs_async 2 "option --drop-stale: not used with --optimization central --schedule value --exchange ps (it applies to --exchange ps:K --schedule async (Downpour))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --drop-stale 3
 expect_error drop_stale_negative 2 "option --drop-stale: -1 is out of range" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --drop-stale -1
 expect_error drop_stale_junk 2 "option --drop-stale: '3x' is not an integer" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --drop-stale 3x
+expect_error epoch_fraction_needs_async 2 "option --epoch-fraction: not used with --optimization central --schedule backup --exchange ps (it applies to --exchange ps:K --schedule async or value:V)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule backup:1 --epoch-fraction 0.75
+expect_error epoch_fraction_not_sync 2 "option --epoch-fraction: not used with --optimization central --schedule sync" -- "$DTRAIN" train --workers 2 --exchange ps:1 --epoch-fraction 0.75
+expect_error epoch_fraction_zero 2 "option --epoch-fraction: 0: an epoch must take some of its batches" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --epoch-fraction 0
+expect_error epoch_fraction_above_1 2 "option --epoch-fraction: 1.5 is out of range (expected 0..1)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --epoch-fraction 1.5
+expect_error ps_queue_needs_value 2 "option --ps-queue: not used with --optimization central --schedule async --exchange ps (it applies to --exchange ps:K --schedule value:V (the queue of held pushes))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --ps-queue staleness
+expect_error ps_queue_unknown 2 "option --ps-queue: 'lifo' (expected fifo or staleness)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --ps-queue lifo
 expect_error backup_too_many 2 "backup:4: needs a whole number 0 <= B < --workers 4" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule backup:4
 expect_error ssp_fraction 2 "ssp:1.5: the bound is a whole number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:1.5
 expect_error checkpoint_dir_needs_ps 2 "--checkpoint-dir: one file per server shard needs --exchange ps:K" -- "$DTRAIN" train --checkpoint-dir "$TMP/x"
@@ -179,6 +231,16 @@ if have_mpi; then
      grep -q '"workers":4.*"schedule":"async"' "$TMP/mpi_ds.jsonl"; then pass mpi_ps_drop_stale; else fail mpi_ps_drop_stale "$(tail -c 300 "$TMP/mpi.err")"; fi
   if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule value:0.02 --epochs 1 --quiet --metrics "$TMP/mpi_v.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
      grep -q '"workers":3.*"schedule":"value:0.02"' "$TMP/mpi_v.jsonl"; then pass mpi_ps_value_bound; else fail mpi_ps_value_bound "$(tail -c 300 "$TMP/mpi.err")"; fi
+  if $MPIRUN -np 6 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule async --epoch-fraction 0.75 --straggler rank=1,slowdown=4 --epochs 2 --quiet --metrics "$TMP/mpi_ef.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     $PY -c "
+import json; ep = [json.loads(l) for l in open('$TMP/mpi_ef.jsonl') if '\"epoch\"' in l]
+assert len(ep) == 2 and all(sum(e['batches']) == 24 for e in ep), [e['batches'] for e in ep]" >"$TMP/check.out" 2>&1
+  then pass mpi_epoch_fraction_cuts_each_epoch; else fail mpi_epoch_fraction_cuts_each_epoch "$(cat "$TMP/check.out" "$TMP/mpi.err" | tail -c 400)"; fi
+  $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 2 --checkpoint-dir "$TMP/mpi_dca" >/dev/null 2>"$TMP/mpi.err" &&
+    $MPIRUN -np 3 "$DTRAIN" train $DCA --comm mpi --epochs 3 --resume "$TMP/mpi_dca" --checkpoint "$TMP/mpi_dca.st" >/dev/null 2>>"$TMP/mpi.err"
+  check mpi_resume_dc_asgd_adaptive_bit_exact cmp -s "$TMP/dca_full.st" "$TMP/mpi_dca.st"
+  if $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --schedule value:0.02 --ps-queue staleness --epochs 1 --quiet --metrics "$TMP/mpi_q.jsonl" >/dev/null 2>"$TMP/mpi.err" &&
+     grep -q '"workers":3.*"schedule":"value:0.02"' "$TMP/mpi_q.jsonl"; then pass mpi_ps_value_staleness_queue; else fail mpi_ps_value_staleness_queue "$(tail -c 300 "$TMP/mpi.err")"; fi
   $MPIRUN -np 5 "$DTRAIN" train --data "$SMALL" --comm mpi --exchange ps:2 --workers 2 --quiet >/dev/null 2>"$TMP/mpi.err"
   check mpi_wrong_np_says_how grep -q "mpirun -np 5 does not fit.*run mpirun -np 4" "$TMP/mpi.err"
 else

@@ -6,7 +6,7 @@
  * each is rejected with an error reply, and the server goes on serving. */
 #include <string.h>
 
-#include "strategy/ps/ps.h"
+#include "strategy/ps/ps_server.h"
 #include "test.h"
 
 /* w - lr g, to the rounding of a fused multiply-add */
@@ -671,6 +671,31 @@ static void test_value_bound_releases_waiting_workers_together(void) {
                                       .fn = worker_value_together}));
 }
 
+/* value:V's queue, by hand. Version 8; held pushes of workers 0, 1, 3
+ * (worker 2 has none) arrived in the order 1, 3, 0, computed on versions
+ * 5, 3, 7 (stale 3, 5, 1) and worker 4's, arrived last, on 7 too (stale 1).
+ * fifo: 1, 3, 0, 4. staleness: the least stale first, a tie in arrival
+ * order: 3, 4 (both 1), 0 (3), 1 (5). */
+static void test_value_queue_orders_by_staleness(void) {
+  static const int64_t queued[5] = {2, 0, -1, 1, 3}, version[5] = {5, 3, 0, 7, 7};
+  ps_worker_state_t ws[5];
+  memset(ws, 0, sizeof ws);
+  for (int w = 0; w < 5; w++) ws[w].push.queued = queued[w], ws[w].push.version = version[w];
+  train_config_t cfg;
+  train_config_default(&cfg);
+  ps_server_t s;
+  memset(&s, 0, sizeof s);
+  s.cfg = &cfg;
+  s.N = 5;
+  s.version = 8;
+  s.workers = ws;
+  int order[5], n = ps_rule_value_queue(&s, order);
+  CHECK(n == 4 && order[0] == 1 && order[1] == 3 && order[2] == 0 && order[3] == 4);
+  cfg.ps_queue_staleness = 1;
+  n = ps_rule_value_queue(&s, order);
+  CHECK(n == 4 && order[0] == 3 && order[1] == 4 && order[2] == 0 && order[3] == 1);
+}
+
 /* The shard-folder manifest as ps_ckpt_write_manifest writes it, and
  * broken ones: each refused with a line naming what is wrong. */
 #define MF_HEAD "{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":2,\"step\":64,\"seed\":1,"
@@ -726,6 +751,7 @@ int main(void) {
   RUN(test_staleness_counts_the_updates_between_pull_and_push);
   RUN(test_value_bound_holds_after_every_update);
   RUN(test_value_bound_releases_waiting_workers_together);
+  RUN(test_value_queue_orders_by_staleness);
   RUN(test_manifest_parse);
   TEST_MAIN_END();
 }

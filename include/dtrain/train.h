@@ -78,6 +78,8 @@ typedef struct {
   int dc_asgd_adaptive;         /* DC-ASGD-a: lambda_t = lambda0 / sqrt(MeanSquare_t + eps) */
   int implicit_momentum;        /* the servers' momentum is --momentum - (1 - 1/N) */
   int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
+  double epoch_fraction;        /* pool schedules: an epoch ends once this part of its batches is pushed [1] */
+  int ps_queue_staleness;       /* value:V: held pushes tried least stale first (else in arrival order) */
   int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
   int64_t kill_step;
   char checkpoint_dir[256];     /* one file per shard + manifest */

@@ -45,7 +45,7 @@ static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
 
 /* The file for model m (the whole model) and its optimizer state. */
 static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, int epoch) {
-  int cap = m->ntensors * (1 + w->opt->nstate) + m->nbuf_tensors + 1, nt = 0, nm = 0;
+  int cap = m->ntensors * (2 + w->opt->nstate) + m->nbuf_tensors + 1, nt = 0, nm = 0;
   st_tensor_t *t = calloc((size_t)cap, sizeof *t);
   float *speeds = w->balance ? calloc((size_t)w->nranks, sizeof *speeds) : NULL;
   if (!t || (w->balance && !speeds)) {
@@ -62,6 +62,8 @@ static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, 
     for (int i = 0; i < m->ntensors; i++)
       tensor_entry(&t[nt++], prefix, &m->tensors[i], state[s]);
   }
+  for (int i = 0; w->ckpt_state && i < m->ntensors; i++)
+    tensor_entry(&t[nt++], w->ckpt_state_prefix, &m->tensors[i], w->ckpt_state);
   if (w->balance) {
     balance_get_speeds(w->balance, speeds);
     st_tensor_t *b = &t[nt++];

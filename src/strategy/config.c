@@ -42,6 +42,7 @@ void train_config_default(train_config_t *c) {
   c->pp = c->micro_batches = c->pipe_chunks = 1;
   c->tp = 1;
   c->drop_stale = -1;
+  c->epoch_fraction = 1;
   c->tau = 1;
   c->tau_up[0] = c->tau_down[0] = 1;
   c->tau_up_levels = c->tau_down_levels = 1;

@@ -44,6 +44,7 @@ static int is_downpour(const train_config_t *c) {
 static int is_async_ps(const train_config_t *c) {
   return is_downpour(c) || (is_ps(c) && c->schedule == SCHEDULE_VALUE);
 }
+static int is_value_ps(const train_config_t *c) { return is_ps(c) && c->schedule == SCHEDULE_VALUE; }
 static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
 static int is_pipedream(const train_config_t *c) {
   return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
@@ -151,6 +152,10 @@ static const option_t OPTIONS[] = {
     {"fetch-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"push-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     {"drop-stale", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    /* not backup:B: a pull there waits for the next step, which a cut epoch may never take */
+    {"epoch-fraction", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {"ps-queue", 0, is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
+     AX_STRATEGY},
     {"staleness-lr", 1, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"dc-asgd", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"implicit-momentum", 0, is_async_ps_sgd,
@@ -499,6 +504,19 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "dc-asgd")) return parse_dc_asgd(val, c);
   if (!strcmp(name, "drop-stale"))
     return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->drop_stale = iv, 0);
+  if (!strcmp(name, "epoch-fraction")) {
+    if (parse_float(name, val, 0, 1, &c->epoch_fraction) != 0) return -1;
+    if (c->epoch_fraction == 0)
+      return dt_error("option --epoch-fraction: 0: an epoch must take some of its batches "
+                      "(0 < F <= 1; Project Adam: 0.75)");
+    return 0;
+  }
+  if (!strcmp(name, "ps-queue")) {
+    if (strcmp(val, "fifo") && strcmp(val, "staleness"))
+      return dt_error("option --ps-queue: '%s' (expected fifo or staleness)", val);
+    c->ps_queue_staleness = !strcmp(val, "staleness");
+    return 0;
+  }
   if (!strcmp(name, "implicit-momentum")) return parse_onoff(name, val, &c->implicit_momentum);
   if (!strcmp(name, "kill")) return parse_kill(val, c);
   if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);

@@ -63,6 +63,11 @@ typedef struct worker {
   sync_bn_t *bn_sync;           /* --sync-bn on: batch norm over comm's ranks, else NULL */
   int progress_rank;            /* the rank of comm that prints the progress line: the one
                                    whose loss it shows (0; the last stage under a pipeline) */
+  /* A strategy's state kept beside the optimizer's in --checkpoint, laid
+   * out like the parameters and saved per tensor as "<prefix><tensor>"
+   * (parameter servers: DC-ASGD-a's MeanSquare); NULL: none */
+  const float *ckpt_state;
+  const char *ckpt_state_prefix;
 } worker_t;
 
 /* The one rank that prints, writes the metrics and the checkpoint: rank 0

@@ -74,6 +74,8 @@ typedef enum {
   PS_OP_COUNT
 } ps_op_t;
 
+#define PS_WHICH_MEAN_SQUARE 64
+
 /* PULL flags */
 #define PS_PULL_OWN 1     /* wait until this worker's own pushes are applied */
 #define PS_PULL_FLUSHED 2 /* wait until epoch `epoch` is flushed here */
@@ -92,7 +94,8 @@ typedef struct {
   int32_t op;
   int32_t worker;        /* the sender's worker index (its world rank) */
   int32_t reply_tag;
-  int32_t which;         /* PULL: 0 = parameters, 1 + s = optimizer state s */
+  int32_t which;         /* PULL: 0 = parameters, 1 + s = optimizer state s,
+                          * PS_WHICH_MEAN_SQUARE: DC-ASGD-a's MeanSquare */
   int32_t flags;
   uint64_t begin, count; /* key range */
   uint64_t nvalues;      /* PUSH: floats that follow */
@@ -165,13 +168,18 @@ int ps_nservers(const train_config_t *cfg, int nworkers);
 
 /* ---- checkpoints (ps_ckpt.c) --------------------------------------------------- */
 /* The shard's tensors from a whole-model checkpoint (FILE) or a shard
- * folder (DIR with manifest.json): parameters, optimizer state, and the
- * epoch and step it was written at. */
+ * folder (DIR with manifest.json): parameters, optimizer state,
+ * DC-ASGD-a's MeanSquare (mean_square NULL: the run has none; zeroed when
+ * the checkpoint has none), and the epoch and step it was written at. */
 int ps_ckpt_load_shard(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
-                       float *params, int *epoch, int64_t *step);
-/* Writes DIR/shard-K-of-N.eE.safetensors atomically. */
+                       float *params, float *mean_square, int *epoch, int64_t *step);
+/* Writes DIR/shard-K-of-N.eE.safetensors atomically (mean_square: NULL or
+ * DC-ASGD-a's). */
 int ps_ckpt_save_shard(const train_config_t *cfg, int index, int nservers, ps_range_t r,
-                       const float *params, const optimizer_t *opt, int epoch, int64_t step);
+                       const float *params, const optimizer_t *opt, const float *mean_square,
+                       int epoch, int64_t step);
+/* DC-ASGD-a's MeanSquare in a --checkpoint FILE: this prefix + the tensor's name */
+#define PS_MEAN_SQUARE_PREFIX "dc_asgd.mean_square."
 /* Worker 0, after every server has saved epoch E: the buffers file, then
  * manifest.json (atomic), then the previous epoch's files are removed. */
 int ps_ckpt_write_manifest(const train_config_t *cfg, const model_t *m,

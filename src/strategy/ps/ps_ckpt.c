@@ -13,7 +13,13 @@
  * the files of epoch E; only then are epoch E-1's files removed. A crash
  * at any point leaves a manifest whose files all exist. A server resuming
  * from a folder reads whichever shard files overlap its range, so a run
- * may resume on another number of servers. */
+ * may resume on another number of servers.
+ *
+ * Under --dc-asgd a:LAMBDA0 the servers' MeanSquare is saved beside the
+ * optimizer state (FILE: "dc_asgd.mean_square.<tensor>", DIR: the shard's
+ * "dc_asgd.mean_square"), so that a resumed run weighs its first delays
+ * as the unbroken run does. A checkpoint without it (written by another
+ * schedule) starts it from 0, with a warning. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
@@ -29,6 +35,7 @@
 #define SHARD_FORMAT "dtrain-ps-shard-1"
 #define MANIFEST_FORMAT "dtrain-ps-manifest-1"
 #define CHECKPOINT_MAX_EPOCH 1000000 /* --epochs takes at most this (as in checkpoint.c) */
+#define MEAN_SQUARE_NAME "dc_asgd.mean_square" /* in a FILE: PS_MEAN_SQUARE_PREFIX<tensor> */
 
 int ps_path_is_dir(const char *path) {
   struct stat st;
@@ -317,8 +324,26 @@ static int read_position(const safetensors_t *st, long long *epoch, long long *s
   return safetensors_meta_int(st, "step", 0, INT64_MAX, step);
 }
 
+static void no_mean_square(const char *path) {
+  dt_log(DT_LOG_WARN, "--resume %s: no DC-ASGD-a MeanSquare in it (written without --dc-asgd "
+         "a:LAMBDA0); it starts from 0", path);
+}
+
+/* The part in r of the tensor `name` (ti's copy) of a whole-model file. 1:
+ * copied; 0: absent, and optional; -1: error. */
+static int load_tensor_part(const safetensors_t *st, const char *path, const char *name,
+                            const tensor_info_t *ti, float *dst, ps_range_t r, int optional) {
+  const st_tensor_t *t = safetensors_find(st, name);
+  if (!t && optional) return 0;
+  if (!t || t->len != ti->len)
+    return dt_error("%s: tensor '%s' %s", path, name, t ? "has another size (different model?)"
+                                                      : "is missing (different model?)");
+  copy_overlap(t->data, ti->off, ti->off + ti->len, dst, r);
+  return 1;
+}
+
 static int load_from_file(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
-                          float *params, int *epoch, int64_t *step) {
+                          float *params, float *mean_square, int *epoch, int64_t *step) {
   safetensors_t st;
   DT_TRY(safetensors_read(path, &st));
   int rc = -1;
@@ -330,21 +355,26 @@ static int load_from_file(const char *path, const model_t *m, optimizer_t *opt, 
   }
   if (read_position(&st, &e, &s) != 0) goto done;
   if (check_optimizer(path, safetensors_meta(&st, "optimizer"), opt) != 0) goto done;
+  int have_ms = mean_square != NULL;
   for (int i = 0; i < m->ntensors; i++) {
     const tensor_info_t *ti = &m->tensors[i];
     if (ti->off + ti->len <= r.begin || ti->off >= r.end) continue;
-    for (int k = -1; k < opt->nstate; k++) {
+    for (int k = -1; k <= opt->nstate; k++) {
       char name[200];
       if (k < 0) snprintf(name, sizeof name, "%s", ti->name);
-      else snprintf(name, sizeof name, "optimizer.%s.%s", optim_state_name(opt, k), ti->name);
-      const st_tensor_t *t = safetensors_find(&st, name);
-      if (!t || t->len != ti->len) {
-        dt_error("%s: tensor '%s' %s", path, name, t ? "has another size (different model?)"
-                                                     : "is missing (different model?)");
-        goto done;
-      }
-      copy_overlap(t->data, ti->off, ti->off + ti->len, k < 0 ? params : opt->state[k], r);
+      else if (k < opt->nstate)
+        snprintf(name, sizeof name, "optimizer.%s.%s", optim_state_name(opt, k), ti->name);
+      else if (have_ms) snprintf(name, sizeof name, PS_MEAN_SQUARE_PREFIX "%s", ti->name);
+      else break;
+      float *dst = k < 0 ? params : k < opt->nstate ? opt->state[k] : mean_square;
+      int got = load_tensor_part(&st, path, name, ti, dst, r, k == opt->nstate);
+      if (got < 0) goto done;
+      if (k == opt->nstate && !got) have_ms = 0;
     }
+  }
+  if (mean_square && !have_ms) {
+    memset(mean_square, 0, (r.end - r.begin) * sizeof(float));
+    no_mean_square(path);
   }
   *epoch = (int)e;
   *step = s;
@@ -354,29 +384,34 @@ done:
   return rc;
 }
 
+/* have_ms: in, whether to look for the MeanSquare; out, whether it was there. */
 static int load_shard_file(const char *dir, const ps_manifest_shard_t *ms, optimizer_t *opt,
-                           ps_range_t r, float *params) {
+                           ps_range_t r, float *params, float *mean_square, int *have_ms) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, ms->file);
   safetensors_t st;
   DT_TRY(safetensors_read(path, &st));
   int rc = 0;
-  for (int k = -1; rc == 0 && k < opt->nstate; k++) {
+  for (int k = -1; rc == 0 && k <= opt->nstate; k++) {
     char name[96];
     if (k < 0) snprintf(name, sizeof name, "params");
-    else snprintf(name, sizeof name, "optimizer.%s", optim_state_name(opt, k));
+    else if (k < opt->nstate) snprintf(name, sizeof name, "optimizer.%s", optim_state_name(opt, k));
+    else if (*have_ms) snprintf(name, sizeof name, MEAN_SQUARE_NAME);
+    else break;
     const st_tensor_t *t = safetensors_find(&st, name);
-    if (!t || t->len != ms->end - ms->begin)
+    if (!t && k == opt->nstate) *have_ms = 0;
+    else if (!t || t->len != ms->end - ms->begin)
       rc = dt_error("%s: tensor '%s' is %s (expected %zu values)", path, name,
                     t ? "of another size" : "missing", ms->end - ms->begin);
-    else copy_overlap(t->data, ms->begin, ms->end, k < 0 ? params : opt->state[k], r);
+    else copy_overlap(t->data, ms->begin, ms->end,
+                      k < 0 ? params : k < opt->nstate ? opt->state[k] : mean_square, r);
   }
   safetensors_free(&st);
   return rc;
 }
 
 static int load_from_dir(const char *dir, const model_t *m, optimizer_t *opt, ps_range_t r,
-                         float *params, int *epoch, int64_t *step) {
+                         float *params, float *mean_square, int *epoch, int64_t *step) {
   ps_manifest_t *mf = malloc(sizeof *mf);
   if (!mf) return dt_error("out of memory");
   int rc = manifest_read(dir, mf);
@@ -385,25 +420,30 @@ static int load_from_dir(const char *dir, const model_t *m, optimizer_t *opt, ps
                   "model?)", dir, mf->nparams, m->nparams);
   if (rc == 0) rc = check_optimizer(dir, mf->optimizer, opt);
   size_t covered = 0;
+  int have_ms = mean_square != NULL;
   for (int i = 0; rc == 0 && i < mf->nshards; i++) {
     const ps_manifest_shard_t *ms = &mf->shards[i];
     if (ms->end <= r.begin || ms->begin >= r.end) continue;
-    rc = load_shard_file(dir, ms, opt, r, params);
+    rc = load_shard_file(dir, ms, opt, r, params, mean_square, &have_ms);
     size_t lo = ms->begin > r.begin ? ms->begin : r.begin, hi = ms->end < r.end ? ms->end : r.end;
     covered += hi - lo;
   }
   if (rc == 0 && covered != r.end - r.begin)
     rc = dt_error("%s: the shards listed cover %zu of keys [%zu, %zu)", dir, covered, r.begin,
                   r.end);
+  if (rc == 0 && mean_square && !have_ms) {
+    memset(mean_square, 0, (r.end - r.begin) * sizeof(float));
+    no_mean_square(dir);
+  }
   if (rc == 0) *epoch = mf->epoch, *step = mf->step;
   free(mf);
   return rc;
 }
 
 int ps_ckpt_load_shard(const char *path, const model_t *m, optimizer_t *opt, ps_range_t r,
-                       float *params, int *epoch, int64_t *step) {
-  return ps_path_is_dir(path) ? load_from_dir(path, m, opt, r, params, epoch, step)
-                              : load_from_file(path, m, opt, r, params, epoch, step);
+                       float *params, float *mean_square, int *epoch, int64_t *step) {
+  return ps_path_is_dir(path) ? load_from_dir(path, m, opt, r, params, mean_square, epoch, step)
+                              : load_from_file(path, m, opt, r, params, mean_square, epoch, step);
 }
 
 int ps_ckpt_position(const char *path, int *epoch, int64_t *step) {
@@ -462,18 +502,21 @@ static void shard_name(char *out, size_t cap, int index, int nservers, int epoch
 }
 
 int ps_ckpt_save_shard(const train_config_t *cfg, int index, int nservers, ps_range_t r,
-                       const float *params, const optimizer_t *opt, int epoch, int64_t step) {
+                       const float *params, const optimizer_t *opt, const float *mean_square,
+                       int epoch, int64_t step) {
   size_t len = r.end - r.begin;
-  st_tensor_t t[3];
+  st_tensor_t t[4];
   int nt = 0, nm = 0;
-  for (int k = -1; k < opt->nstate; k++, nt++) {
+  for (int k = -1; k < opt->nstate + (mean_square != NULL); k++, nt++) {
     memset(&t[nt], 0, sizeof t[nt]);
     if (k < 0) snprintf(t[nt].name, sizeof t[nt].name, "params");
-    else snprintf(t[nt].name, sizeof t[nt].name, "optimizer.%s", optim_state_name(opt, k));
+    else if (k < opt->nstate)
+      snprintf(t[nt].name, sizeof t[nt].name, "optimizer.%s", optim_state_name(opt, k));
+    else snprintf(t[nt].name, sizeof t[nt].name, MEAN_SQUARE_NAME);
     t[nt].ndim = 1;
     t[nt].dims[0] = (int64_t)len;
     t[nt].len = len;
-    t[nt].data = k < 0 ? params : opt->state[k];
+    t[nt].data = k < 0 ? params : k < opt->nstate ? opt->state[k] : mean_square;
   }
   st_meta_t md[8];
   char v[6][64];

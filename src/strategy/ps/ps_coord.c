@@ -10,6 +10,14 @@
  * sync and ssp workers take their own slice of each synchronous step, as
  * allreduce data parallelism does, and never ask.
  *
+ * Project Adam's epoch cut (--epoch-fraction F, Chilimbi et al. 2014: an
+ * epoch ends once 75% of its samples are processed). Once F of the
+ * epoch's batches have been pushed, no batch is handed out any more and
+ * the batches still being computed are written off (counted in
+ * `dropped`): the epoch closes without waiting for the stragglers, whose
+ * late pushes every server then drops (ps_server.c). The next epoch's
+ * order is a new permutation, so the batches left out differ each epoch.
+ *
  * Statistics. Pushes carry their batches' loss and the worker's running
  * totals (bytes, time blocked); staleness is measured here, on shard 0.
  * Worker 0 asks for an epoch's (STATS) when it reports.
@@ -23,6 +31,7 @@
  *
  * Per worker, the coordinator keeps its lease, its batches of the epoch
  * and its statistics in s->workers[w].coord; the rest is struct ps_coord. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +46,7 @@
 struct ps_coord {
   int epoch;                 /* pool: the epoch being handed out */
   int64_t next, cap;         /* next batch within the epoch; global batch limit (--max-steps) */
+  int64_t pushed, cut;       /* batches of the epoch pushed; the epoch ends at cut (--epoch-fraction) */
   int closed, done;
   int64_t push_msgs;         /* push messages of this epoch */
   int nbye, ndead;
@@ -56,6 +66,8 @@ int ps_coord_init(ps_server_t *s, ps_coord_t **out) {
   for (int i = 0; i < STATS_RING; i++) c->stats_epoch[i] = -1;
   c->epoch = s->first_epoch;
   c->cap = s->cfg->max_steps ? s->cfg->max_steps * s->N : INT64_MAX;
+  c->cut = s->cfg->epoch_fraction < 1 ? (int64_t)ceil(s->cfg->epoch_fraction * (double)s->batches_per_epoch)
+                                       : INT64_MAX; /* whole epochs: closed when all is pushed */
   c->done = c->epoch >= s->cfg->epochs;
   return 0;
 }
@@ -101,17 +113,19 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
   ws->coord.last_heard = now;
   if (ws->dead) take_back(s, src);
   if (req->op != PS_OP_PUSH) return;
+  ps_worker_stats_t *wst = &ws->coord.stats;
+  wst->bytes_pushed = req->bytes_pushed;
+  wst->bytes_pulled = req->bytes_pulled;
+  wst->blocked_sec = req->blocked_sec;
+  if (s->rule->pool && (req->epoch != c->epoch || c->closed)) return; /* late: dropped */
   ps_epoch_stats_t *st = stats_of(c, req->epoch);
   st->loss_sum += req->loss_sum;
   st->samples += req->samples;
   st->correct += req->correct;
-  ps_worker_stats_t *wst = &ws->coord.stats;
   wst->batches += (double)req->nbatches;
-  wst->bytes_pushed = req->bytes_pushed;
-  wst->bytes_pulled = req->bytes_pulled;
-  wst->blocked_sec = req->blocked_sec;
-  if (s->rule->pool && req->epoch == c->epoch) {
+  if (s->rule->pool) {
     ws->coord.settled += req->nbatches;
+    c->pushed += req->nbatches;
     c->push_msgs++;
   }
 }
@@ -120,7 +134,7 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
 
 static int has_batch(const ps_server_t *s) {
   const ps_coord_t *c = s->coord;
-  return !c->closed && c->next < s->batches_per_epoch &&
+  return !c->closed && c->next < s->batches_per_epoch && c->pushed < c->cut &&
          (int64_t)c->epoch * s->batches_per_epoch + c->next < c->cap;
 }
 
@@ -166,7 +180,7 @@ static void open_next_epoch(ps_server_t *s) {
   c->epoch++;
   c->next = 0;
   c->closed = 0;
-  c->push_msgs = 0;
+  c->push_msgs = c->pushed = 0;
   for (int w = 0; w < s->N; w++) s->workers[w].coord.drawn = s->workers[w].coord.settled = 0;
   if (c->epoch >= s->cfg->epochs || (int64_t)c->epoch * s->batches_per_epoch >= c->cap)
     c->done = 1;
@@ -241,11 +255,22 @@ static int check_liveness(ps_server_t *s) {
   return 0;
 }
 
+/* --epoch-fraction: the epoch has its share of batches; those still being
+ * computed are dropped, so that it closes now. */
+static void cut_epoch(ps_server_t *s) {
+  for (int w = 0; w < s->N; w++) {
+    ps_worker_state_t *ws = &s->workers[w];
+    for (; ws->coord.settled < ws->coord.drawn; ws->coord.settled++)
+      if (!ws->dead) ps_coord_dropped(s->coord, s->coord->epoch);
+  }
+}
+
 /* After every request and while idle: close the epoch when it is done,
  * notice stopped workers, stop the servers when every worker is done. */
 int ps_coord_check(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   DT_TRY(check_liveness(s));
+  if (s->rule->pool && !c->closed && !c->done && c->pushed >= c->cut) cut_epoch(s);
   if (s->rule->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
   if (c->nbye + c->ndead >= s->N) ps_server_stop_all(s);
   return 0;

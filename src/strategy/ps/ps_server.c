@@ -361,14 +361,18 @@ static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
   ps_reply_t rep = ps_server_header(s, req->epoch);
   if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
     return reply_snapshot(s, src, req, &rep);
-  const float *base = req->which == 0 ? s->params : s->opt->state[req->which - 1];
+  const float *base = req->which == 0                      ? s->params
+                      : req->which == PS_WHICH_MEAN_SQUARE ? s->dc_mean_square
+                                                           : s->opt->state[req->which - 1];
   return ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
                          req->count * sizeof(float), 1);
 }
 
 static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
   if (check_range(s, src, req) != 0) return 0;
-  if (req->which < 0 || req->which > s->opt->nstate)
+  if (req->which == PS_WHICH_MEAN_SQUARE && !s->dc_mean_square)
+    return ps_server_reject(s, src, req, "pull of the MeanSquare: this run has no --dc-asgd a:LAMBDA0");
+  if (req->which != PS_WHICH_MEAN_SQUARE && (req->which < 0 || req->which > s->opt->nstate))
     return ps_server_reject(s, src, req, "pull of state %d: the optimizer keeps %d state "
                             "arenas", req->which, s->opt->nstate);
   return pull_ready(s, src, req) ? reply_pull(s, src, req) : ps_server_defer(s, src, req);
@@ -377,9 +381,23 @@ static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
 static int handle_save(ps_server_t *s, int src, const ps_req_t *req) {
   if (!s->cfg->checkpoint_dir[0])
     return ps_server_reject(s, src, req, "save: this run has no --checkpoint-dir");
-  if (ps_ckpt_save_shard(s->cfg, s->index, s->K, s->r, s->params, s->opt, (int)req->epoch,
-                         req->clock) != 0)
+  if (ps_ckpt_save_shard(s->cfg, s->index, s->K, s->r, s->params, s->opt, s->dc_mean_square,
+                         (int)req->epoch, req->clock) != 0)
     return ps_server_reject(s, src, req, "%s", dt_errmsg());
+  return ps_server_ack(s, src, req);
+}
+
+/* A push of an epoch that has closed here, or whose pushes are all here
+ * (the coordinator counted them at the close): a straggler's batch that
+ * --epoch-fraction cut off, or one of a worker written off as stopped. */
+static int push_is_late(const ps_server_t *s, const ps_req_t *req) {
+  return req->epoch <= s->epoch.flushed ||
+         (req->epoch == s->epoch.flush && s->epoch.pushes >= s->epoch.flush_pushes);
+}
+
+/* The late push is drained and acknowledged; nothing of it is applied. */
+static int drop_late_push(ps_server_t *s, int src, const ps_req_t *req) {
+  drain_push(s, src, req);
   return ps_server_ack(s, src, req);
 }
 
@@ -420,6 +438,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   switch (req->op) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
+    if (s->rule->pool && push_is_late(s, req)) return drop_late_push(s, src, req);
     return s->rule->push(s, src, req);
   case PS_OP_PULL: return handle_pull(s, src, req);
   case PS_OP_SAVE: return handle_save(s, src, req);
@@ -592,10 +611,11 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   DT_TRY(optim_new(&ocfg, s->len, &s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
   build_schedule(s, train);
+  DT_TRY(ps_rule_async_init(s)); /* DC-ASGD-a's MeanSquare resumes with the shard */
   if (cfg->resume[0]) {
     int64_t step = 0;
-    if (ps_ckpt_load_shard(cfg->resume, s->model, s->opt, s->r, s->params, &s->first_epoch,
-                           &step) != 0)
+    if (ps_ckpt_load_shard(cfg->resume, s->model, s->opt, s->r, s->params, s->dc_mean_square,
+                           &s->first_epoch, &step) != 0)
       return dt_error_prefix("--resume: ");
     s->version = step;
     s->opt->steps = step;

@@ -77,6 +77,9 @@ void ps_rule_apply_async(ps_server_t *s, int w);
  * corrected gradient goes to out (len floats: the push's own slot, or a
  * scratch array that leaves the push untouched). */
 void ps_rule_step_async(ps_server_t *s, int w, float *out);
+/* value:V's queue: the held pushes in the order the rule tries them
+ * (arrival, or least stale first under --ps-queue staleness); their count. */
+int ps_rule_value_queue(const ps_server_t *s, int *order);
 /* DC-ASGD-a's MeanSquare (s->dc_mean_square), when the run uses it. */
 int ps_rule_async_init(ps_server_t *s);
 

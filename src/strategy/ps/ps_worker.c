@@ -46,6 +46,7 @@ typedef struct {
   int64_t report_step;
   unsigned char *stats_buf;
   ps_worker_stats_t *prev;
+  float *mean_square;         /* --checkpoint under --dc-asgd a:LAMBDA0: the servers' MeanSquare */
   char *extra;
   size_t extra_cap;
 } psw_t;
@@ -161,6 +162,9 @@ static int save_state(psw_t *p, int epoch, int64_t step) {
     int ts = ps_pull(p->client, 0, p->map.nparams, s + 1, w->opt->state[s], NULL);
     DT_TRY(wait_ok(p, ts, &rep));
   }
+  if (p->mean_square)
+    DT_TRY(wait_ok(p, ps_pull(p->client, 0, p->map.nparams, PS_WHICH_MEAN_SQUARE, p->mean_square,
+                              NULL), NULL));
   if (!cfg->checkpoint_dir[0]) return 0;
   int ts[1024];
   for (int k = 0; k < p->K && k < 1024; k++) {
@@ -302,14 +306,15 @@ static int compute_batch(psw_t *p, int64_t batch) {
 /* Resolves a coordinator's answer into a batch, or PS_BATCH_DONE, or
  * PS_BATCH_END (worker 0: epoch rep->epoch is closed, to be reported).
  * NONE: pushes what is pending and waits for the next epoch. After a wait
- * the worker starts from the current model. */
-static int64_t resolve_batch(psw_t *p, ps_reply_t *rep, int pulled) {
+ * the worker starts from the current model; `current`: the model it holds
+ * is as --fetch-every wants it (pulled if due). */
+static int64_t resolve_batch(psw_t *p, ps_reply_t *rep, int current) {
   while (rep->batch == PS_BATCH_NONE) {
     if (push_pending(p) != 0 || finish_push(p) != 0) return -100;
     if (ask_next(p, PS_NEXT_WAIT, rep->epoch, rep) != 0) return -100;
-    pulled = 0;
+    current = 0;
   }
-  if (rep->batch >= 0 && !pulled && wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
+  if (rep->batch >= 0 && !current && wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
   p->closed_epoch = rep->epoch; /* what an END closes */
   return rep->batch;
 }
@@ -331,7 +336,7 @@ static int64_t fetch_batch(psw_t *p) {
   int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
   if (finish_push(p) != 0 || wait_ok(p, ts_next, &rep) != 0) return -100;
   if (ts_pull != -2 && wait_ok(p, ts_pull, NULL) != 0) return -100;
-  return resolve_batch(p, &rep, ts_pull != -2);
+  return resolve_batch(p, &rep, 1); /* a worker that did not pull goes on with its model */
 }
 
 /* One batch handed out by the coordinator. A batch of a later epoch, or
@@ -416,6 +421,11 @@ static int psw_init(psw_t *p, worker_t *w) {
     DT_TRY(ps_client_set_codec(p->client, &cc));
   }
   if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
+  if (w->rank == 0 && cfg->checkpoint[0] && cfg->dc_asgd > 0 && cfg->dc_asgd_adaptive) {
+    if (!(p->mean_square = dt_alloc_floats(p->map.nparams))) return -1;
+    w->ckpt_state = p->mean_square;
+    w->ckpt_state_prefix = PS_MEAN_SQUARE_PREFIX;
+  }
   p->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t));
   p->prev = calloc((size_t)p->N, sizeof *p->prev);
   p->extra_cap = 512 + (size_t)p->N * 5 * 24;
@@ -428,6 +438,8 @@ static void psw_free(psw_t *p) {
   ps_client_free(p->client);
   ps_shard_free(&p->map);
   dt_free(p->acc);
+  dt_free(p->mean_square);
+  p->w->ckpt_state = NULL;
   free(p->stats_buf);
   free(p->prev);
   free(p->extra);

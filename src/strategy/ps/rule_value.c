@@ -24,7 +24,10 @@
  * any recent version (triangle inequality, with a margin for rounding),
  * and compares a worker's snapshot element by element only when that sum
  * comes within V.
- * Held pushes are tried one by one in arrival order; when none fits alone,
+ * Held pushes are tried one by one in arrival order, or under --ps-queue
+ * staleness the least stale first (computed on the newest version; ties
+ * in arrival order): the taxonomy's "priority queue based on their
+ * staleness" (sec. 3.3.4) in front of the bound. When none fits alone,
  * the pushes of every worker waiting on its own are tried together (their
  * pulls all answered with the result): once every live worker waits so, the
  * change left is 0 and the group goes, so the rule cannot deadlock. A
@@ -109,14 +112,20 @@ static int value_pull_ready(const ps_server_t *s, int src, const ps_req_t *req) 
   return !(req->flags & PS_PULL_OWN) || !s->workers[src].push.held;
 }
 
-/* The held pushes in arrival order; their count. */
-static int held_in_order(const ps_server_t *s, int *order) {
+/* Whether worker a's held push goes before worker b's. */
+static int goes_before(const ps_server_t *s, int a, int b) {
+  const ps_worker_state_t *pa = &s->workers[a], *pb = &s->workers[b];
+  if (s->cfg->ps_queue_staleness && pa->push.version != pb->push.version)
+    return pa->push.version > pb->push.version; /* computed on a newer model: less stale */
+  return pa->push.queued < pb->push.queued;
+}
+
+int ps_rule_value_queue(const ps_server_t *s, int *order) {
   int n = 0;
   for (int w = 0; w < s->N; w++)
     if (s->workers[w].push.queued >= 0) order[n++] = w;
-  for (int i = 1; i < n; i++) /* insertion sort by arrival: N is small */
-    for (int j = i; j > 0 && s->workers[order[j]].push.queued <
-                                 s->workers[order[j - 1]].push.queued; j--) {
+  for (int i = 1; i < n; i++) /* insertion sort: N is small */
+    for (int j = i; j > 0 && goes_before(s, order[j], order[j - 1]); j--) {
       int t = order[j];
       order[j] = order[j - 1];
       order[j - 1] = t;
@@ -226,7 +235,7 @@ static int seen_before(ps_server_t *s) {
 static void value_progress(ps_server_t *s) {
   value_t *v = s->rule_state;
   for (;;) {
-    int n = held_in_order(s, v->order);
+    int n = ps_rule_value_queue(s, v->order);
     if (n == 0 || seen_before(s)) return;
     int applied = 0;
     for (int i = 0; i < n && !applied; i++) applied = try_apply(s, &v->order[i], 1);
@@ -240,11 +249,11 @@ static void value_progress(ps_server_t *s) {
   }
 }
 
-/* Every push of the epoch is here: what is held goes, in arrival order
+/* Every push of the epoch is here: what is held goes, in queue order
  * (the drift since the snapshots taken before is not followed). */
 static void value_epoch_end(ps_server_t *s) {
   value_t *v = s->rule_state;
-  int n = held_in_order(s, v->order);
+  int n = ps_rule_value_queue(s, v->order);
   for (int i = 0; i < n; i++) {
     s->workers[v->order[i]].push.queued = -1;
     ps_rule_apply_async(s, v->order[i]);
