@@ -93,7 +93,9 @@ static const preset_t PRESETS[] = {
     {"dc-asgd", "central / async / ps:1 with delay compensation (lambda 0.04)",
      "Zheng et al. 2017, Asynchronous Stochastic Gradient Descent with Delay Compensation",
      "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
-    {"project-adam", "central / async / ps:2, an epoch ends once 75% of its batches are pushed",
+    {"project-adam", "central / async / ps:2, an epoch ends once 75% of its batches are pushed "
+                     "(partial: the paper's model-parallel layers within a machine are not "
+                     "composed with parameter servers here)",
      "Chilimbi et al. 2014, Project Adam: Building an Efficient and Scalable Deep Learning "
      "Training System",
      "--optimization central --schedule async --exchange ps:2 --epoch-fraction 0.75"},
