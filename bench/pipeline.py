@@ -11,13 +11,17 @@ over idle + compute, summed over stages) beside GPipe's formula
 (P - 1) / (M + P - 1), the idle fraction of total time when the stages
 take equal time.
 
---bubble measures the bubble alone, on a model of equal layers (8 dense
-layers of 512 units, then the 10-way output, cut by --partition into
-equal chunks; the first layer, 784 inputs and no input gradient, costs
-within 2% of the others: 784 x 2 passes against 512 x 3), batch 1024 (or
---batch; micro-batches of 128 rows keep the messages' fixed cost small
-beside the GEMMs), pp 2, M micro-batches: GPipe, 1F1B and
-interleaved 1F1B with V = 2 and 4. Two definitions: GPipe's, the idle
+--bubble measures the bubble alone, on a model of equal layers: a cheap
+stem (784 -> 64 -> 1024: about 2% of a stage's work) then 8 dense layers of
+1024 units and the 10-way output, cut by --partition into equal chunks
+(the stem goes with the first). GPipe's formula holds when every stage's
+forward and every stage's backward take equal time; a first layer of
+real width breaks that on its own (it computes no input gradient, so
+its stage's forward is longer and its backward shorter than the next
+stage's, and each phase then waits on the slower one), which a stem
+this cheap does not. Batch 1024 (or --batch; micro-batches of 128 rows
+keep the messages' fixed cost small beside the GEMMs), pp 2, M
+micro-batches: GPipe, 1F1B and interleaved 1F1B with V = 2 and 4. Two definitions: GPipe's, the idle
 fraction of the total time, (P - 1) / (M + P - 1) for GPipe and 1F1B and
 (P - 1) / (V M + P - 1) interleaved; Megatron's, the idle time over the
 ideal (busy) time, (P - 1) / M and (P - 1) / (V M).
@@ -48,13 +52,14 @@ def bubble(a):
     with tempfile.TemporaryDirectory() as d:
         model = os.path.join(d, "equal.model")
         with open(model, "w") as f:
-            f.write("dense units=512\nrelu\n" * 8 + "dense units=10\n")
+            f.write("dense units=64\nrelu\ndense units=1024\nrelu\n" + "dense units=1024\nrelu\n" * 8
+                    + "dense units=10\n")
         rows = [("GPipe", "gpipe", 1), ("1F1B", "1f1b", 1), ("interleaved V 2", "interleaved:2", 2),
                 ("interleaved V 4", "interleaved:4", 4)]
         got = {n: [] for n, _, _ in rows}
         for r in range(a.rounds):
             for name, sched, V in (rows if r % 2 == 0 else rows[::-1]):
-                cuts = ",".join(str(i * 8 // (P * V)) for i in range(P * V))
+                cuts = ",".join(["0"] + [str(2 + i * 8 // (P * V)) for i in range(1, P * V)])
                 _, b = run(model, a.steps, ["--workers", "2", "--pp", "2", "--micro-batches", str(M),
                                             "--pipe-schedule", sched, "--partition", cuts], batch=a.batch)
                 got[name].append(b)
