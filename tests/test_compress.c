@@ -307,9 +307,12 @@ static int exchange_rank(comm_t *c, void *arg) {
   for (size_t i = 0; i < e->n; i++)
     buf[i] = e->lowrank ? (float)(r + 1) * value(1, i / (e->n / 16)) * value(2, i % (e->n / 16))
                         : rank_value(r, i);
+  /* the buffer as one matrix for PowerSGD; the others see no matrices (a
+   * sparse codec then compresses it whole) */
   compress_matrix_t mat = {10, 16, e->n / 16};
+  int nmats = cc.codec.kind == CODEC_POWERSGD;
   comm_bytes_t b0 = comm_bytes(c);
-  int rc = compressor_allreduce(cx, ctx, buf, 10, e->n, 0, 0, &mat, 1);
+  int rc = compressor_allreduce(cx, ctx, buf, 10, e->n, 0, 0, &mat, nmats);
   e->sent[r] = comm_bytes(c).sent - b0.sent;
   compressor_free(cx);
   coll_ctx_free(ctx);

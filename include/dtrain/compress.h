@@ -87,6 +87,9 @@ int ef_init(ef_memory_t *m, size_t n, float momentum_correction);
 void ef_free(ef_memory_t *m);
 void ef_compensate(ef_memory_t *m, const float *g, size_t off, size_t len);
 void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len);
+/* The values sent whole (a sparse codec's dense tensors): v = 0; u is kept,
+ * so that they step with momentum (DGC's uncompressed tensors). */
+void ef_forget(ef_memory_t *m, size_t off, size_t len);
 double ef_norm(const ef_memory_t *m);   /* ||v||_2 */
 
 /* ---- the communicator ------------------------------------------------------

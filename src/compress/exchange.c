@@ -87,6 +87,14 @@ void compress_model_matrices(const model_t *m, compress_matrix_t *out) {
   }
 }
 
+int compressor_grow_factors(compressor_t *c, size_t n) {
+  if (c->factors_cap >= n + 1) return 0;
+  dt_free(c->factors);
+  if (!(c->factors = dt_alloc_floats(n + 1))) return -1;
+  c->factors_cap = n + 1;
+  return 0;
+}
+
 int compressor_has_memory(const compressor_t *c) { return c->mem.residual != NULL; }
 
 /* The seed of message `msg` of a buffer (stream) at a step, on this rank. */
@@ -119,21 +127,21 @@ static int decode_timed(compressor_t *c, const codec_spec_t *s, const uint8_t *i
   return 0;
 }
 
-/* What this rank contributes: the buffer itself, or with memory the
- * buffer added into it (the memory is then what is encoded). */
-static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) {
-  if (!c->mem.residual) return buf;
-  ef_compensate(&c->mem, buf, off, len);
-  return c->mem.residual + off;
+/* What is encoded: the buffer itself, or with memory m the buffer added
+ * into it (the memory is then what is encoded). */
+static float *compensated(ef_memory_t *m, float *buf, size_t off, size_t len) {
+  if (!m->residual) return buf;
+  ef_compensate(m, buf, off, len);
+  return m->residual + off;
 }
 
-/* With memory: what the encoding at `enc` drops stays in the memory. */
-static void remember_error(compressor_t *c, const codec_spec_t *s, const uint8_t *enc,
-                           size_t bytes, size_t off, size_t len) {
-  if (!c->mem.residual) return;
+/* With memory m: what the encoding at `enc` drops stays in the memory. */
+static void remember_error(compressor_t *c, ef_memory_t *m, const codec_spec_t *s,
+                           const uint8_t *enc, size_t bytes, size_t off, size_t len) {
+  if (!m->residual) return;
   memset(c->tmp, 0, len * sizeof *c->tmp);
   codec_decode_add(s, enc, bytes, len, c->tmp);
-  ef_update(&c->mem, c->tmp, off, len);
+  ef_update(m, c->tmp, off, len);
 }
 
 static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off, size_t len,
@@ -142,14 +150,14 @@ static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off,
   int P = c->nranks, r = c->rank;
   DT_TRY(grow(c, s, len));
   size_t boff[P], blen[P], soff[P], mine;
-  float *v = contribution(c, buf, off, len);
+  float *v = compensated(&c->mem, buf, off, len);
   size_t at = 0;
   for (int j = 0; j < P; j++) {
     coll_block(len, P, j, &boff[j], &blen[j]);
     soff[j] = at;
     size_t b = encode_timed(c, s, v + boff[j], blen[j], message_seed(c, stream, step, j),
                             c->send + at);
-    remember_error(c, s, c->send + at, b, off + boff[j], blen[j]);
+    remember_error(c, &c->mem, s, c->send + at, b, off + boff[j], blen[j]);
     at += b;
   }
   mine = codec_bytes(s, blen[r]);
@@ -165,10 +173,11 @@ static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off,
   for (int i = 0; i < P; i++)
     DT_TRY(decode_timed(c, s, i == r ? c->send + soff[r] : c->recv + (size_t)i * mine, mine,
                         blen[r], acc, 1, i));
-  /* re-encoded once; its error is not fed back (a second memory at the
-   * owner, as DoubleSqueeze has, made 1-bit SGD with momentum 0.9 diverge
-   * on mlp, 10% after 300 steps against 77%, and with means per chunk
-   * gained nothing: docs/COMPRESSION.md) */
+  /* re-encoded once; its error is not fed back. A second memory at the
+   * owner (CNTK's residual of each aggregated stripe, DeepSpeed's "server
+   * error", DoubleSqueeze) made 1-bit SGD worse here: mlp 87.00% against
+   * 87.28% in 5 epochs, lenet 71.90% against 85.37% in 3 (momentum 0.9;
+   * docs/COMPRESSION.md) */
   encode_timed(c, s, acc, blen[r], message_seed(c, stream, step, P + r), c->out);
   at = 0;
   for (int i = 0; i < P; i++) {
@@ -209,18 +218,53 @@ static void clip_local(compressor_t *c, float *buf, size_t len) {
   for (size_t i = 0; i < len; i++) buf[i] *= f;
 }
 
-static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf,
-                           size_t off, size_t len, int64_t step, int stream) {
-  codec_spec_t s = sparse_spec_at(c, step);
+/* Sparse codecs send some tensors of a bucket dense, by the allreduce:
+ * vectors (biases: the DGC reference compresses only tensors of two
+ * dimensions or more) and tensors of fewer than SPARSE_DENSE_BELOW values
+ * (lenet's first convolution, 500: under R = 0.001 less than one value of
+ * its own). At R = 0.001 a bias of 10 values would otherwise rarely be
+ * sent. A buffer given no matrices is sparse whole. */
+#define SPARSE_DENSE_BELOW 1024
+
+static int dense_tensors(const compress_matrix_t *mats, int nmats, size_t off, size_t len,
+                         range_t *out) {
+  int n = 0;
+  for (int i = 0; i < nmats; i++) {
+    size_t size = mats[i].rows * mats[i].cols;
+    if (mats[i].off < off || mats[i].off + size > off + len) continue;
+    if (mats[i].rows < 2 || size < SPARSE_DENSE_BELOW)
+      out[n++] = (range_t){mats[i].off - off, mats[i].off - off + size};
+  }
+  return n;
+}
+
+/* Between the arena's order (buf[0..len)) and the packed one (the values
+ * outside the dense ranges first, then those inside, each in order), in
+ * the direction `to_packed`. Returns how many values are outside. */
+static size_t repack(float *buf, float *packed, const range_t *d, int nr, size_t len, int to_packed) {
+  size_t ns = len, at = 0, s = 0;
+  for (int i = 0; i < nr; i++) ns -= d[i].hi - d[i].lo;
+  size_t k = ns;
+  for (int i = 0; i <= nr; i++) {
+    size_t lo = i < nr ? d[i].lo : len, hi = i < nr ? d[i].hi : len;
+    float *a = buf + at, *b = packed + s, *da = buf + lo, *db = packed + k;
+    if (to_packed) memcpy(b, a, (lo - at) * sizeof *a), memcpy(db, da, (hi - lo) * sizeof *a);
+    else memcpy(a, b, (lo - at) * sizeof *a), memcpy(da, db, (hi - lo) * sizeof *a);
+    s += lo - at, k += hi - lo, at = hi;
+  }
+  return ns;
+}
+
+/* The allgather of the encodings of x[0..ns) (this rank's: c->send, `mine`
+ * bytes), decoded and summed into x in rank order. Returns 1 when past
+ * the break-even density instead (x is then this rank's decoded encoding,
+ * for the caller's dense allreduce), 0 when summed, -1 on error. */
+static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, size_t mine,
+                         float *x, size_t ns) {
   int P = c->nranks, r = c->rank;
-  DT_TRY(grow(c, &s, len));
-  size_t cap = codec_max_bytes(&s, len);
-  clip_local(c, buf, len);
-  float *v = contribution(c, buf, off, len);
-  size_t mine = encode_timed(c, &s, v, len, message_seed(c, stream, step, 0), c->send);
-  remember_error(c, &s, c->send, mine, off, len);
+  size_t cap = codec_max_bytes(s, ns);
   posted_t p = {comm, c->reqs, 0};
-  size_t fixed = codec_bytes(&s, len);
+  size_t fixed = codec_bytes(s, ns);
   for (int i = 0; i < P; i++) c->sizes[i] = fixed ? fixed : mine;
   if (!fixed) { /* threshold: the sizes first */
     uint64_t m = mine;
@@ -230,18 +274,21 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
       if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SIZE, &m, sizeof m));
     DT_TRY(wait_posted(&p));
   }
-  double incoming = 0;
+  /* the most any rank receives (all sizes less the smallest): the same
+   * on every rank, so all switch together when sizes differ */
+  double total = 0, least = (double)cap;
   for (int i = 0; i < P; i++) {
     if (c->sizes[i] > cap)
       return dt_error("rank %d: compressed allreduce: rank %d announces a %llu-byte message, "
                       "more than a sparse encoding of %zu values takes", r, i,
-                      (unsigned long long)c->sizes[i], len);
-    if (i != r) incoming += (double)c->sizes[i];
+                      (unsigned long long)c->sizes[i], ns);
+    total += (double)c->sizes[i];
+    if ((double)c->sizes[i] < least) least = (double)c->sizes[i];
   }
-  if (incoming > 2.0 * (P - 1) / P * 4.0 * (double)len) { /* past break-even: dense */
+  if (total - least > 2.0 * (P - 1) / P * 4.0 * (double)ns) { /* past break-even: dense */
     c->stats.dense_fallbacks++;
-    DT_TRY(decode_timed(c, &s, c->send, mine, len, buf, 0, r));
-    return allreduce(ctx, c->cfg.algo, buf, len);
+    DT_TRY(decode_timed(c, s, c->send, mine, ns, x, 0, r));
+    return 1;
   }
   size_t at[P], pos = 0;
   for (int i = 0; i < P; i++) {
@@ -252,9 +299,41 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
   for (int j = 0; j < P; j++)
     if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_GATHER, c->send, mine));
   DT_TRY(wait_posted(&p));
-  memset(buf, 0, len * sizeof *buf);
+  memset(x, 0, ns * sizeof *x);
   for (int i = 0; i < P; i++)
-    DT_TRY(decode_timed(c, &s, i == r ? c->send : c->recv + at[i], c->sizes[i], len, buf, 1, i));
+    DT_TRY(decode_timed(c, s, i == r ? c->send : c->recv + at[i], c->sizes[i], ns, x, 1, i));
+  return 0;
+}
+
+/* The bucket packed (c->factors: its sparse tensors' values, then its
+ * dense ones); the sparse part encoded, its error remembered, allgathered;
+ * the dense part (and the sparse past break-even) by the allreduce. */
+static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf,
+                           size_t off, size_t len, int64_t step, int stream,
+                           const compress_matrix_t *mats, int nmats) {
+  codec_spec_t s = sparse_spec_at(c, step);
+  range_t dense[nmats + 1];
+  int nr = dense_tensors(mats, nmats, off, len, dense);
+  DT_TRY(compressor_grow_factors(c, len));
+  clip_local(c, buf, len);
+  float *v = compensated(&c->mem, buf, off, len), *x = c->factors;
+  size_t ns = repack(v, x, dense, nr, len, 1), mine = 0;
+  if (ns) {
+    DT_TRY(grow(c, &s, ns));
+    mine = encode_timed(c, &s, x, ns, message_seed(c, stream, step, 0), c->send);
+  }
+  if (c->mem.residual) { /* the sparse part keeps what it did not send; the dense part nothing */
+    memset(c->tmp, 0, len * sizeof *c->tmp);
+    if (ns) codec_decode_add(&s, c->send, mine, ns, c->tmp);
+    repack(c->scratch, c->tmp, dense, nr, len, 0);
+    ef_update(&c->mem, c->scratch, off, len);
+    for (int i = 0; i < nr; i++) ef_forget(&c->mem, off + dense[i].lo, dense[i].hi - dense[i].lo);
+  }
+  int past = ns ? gather_sparse(c, comm, &s, mine, x, ns) : 0;
+  if (past < 0) return -1;
+  size_t from = past ? 0 : ns;
+  if (len > from) DT_TRY(allreduce(ctx, c->cfg.algo, x + from, len - from));
+  repack(buf, x, dense, nr, len, 0);
   return 0;
 }
 
@@ -266,6 +345,7 @@ int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t of
     return allreduce(ctx, c->cfg.algo, buf, len); /* summable as it is */
   if (c->nranks == 1) return 0; /* nothing to exchange, nothing to compress */
   comm_t *comm = coll_ctx_comm(ctx);
-  if (codec_sparse(&c->cfg.codec)) return sparse_exchange(c, comm, ctx, buf, off, len, step, stream);
+  if (codec_sparse(&c->cfg.codec))
+    return sparse_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
   return dense_exchange(c, comm, buf, off, len, step, stream);
 }
