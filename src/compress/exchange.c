@@ -8,11 +8,12 @@
  * contribution and sends it to rank j (P - 1 messages), decodes the P
  * encodings of its own block and sums them in fp32 in rank order, encodes
  * the sum once more and sends it to every rank (P - 1 messages). Steps: 2, each of P - 1
- * concurrent messages. Bytes sent by rank r, with E(m) the encoding of m
- * values and b_j the block sizes:
+ * concurrent messages. A block goes as the encodings of its pieces (cut
+ * where a tensor starts). Bytes sent by rank r, with E(b_j) the encoding
+ * of block j's pieces:
  *     sum_{j != r} E(b_j) + (P - 1) E(b_r)      ~ 2 (P - 1)/P E(n),
  * the ring allreduce's 2 (P - 1)/P 4n with 4n replaced by E(n): fp16 and
- * bf16 move half the ring's bytes, int8 a quarter plus a scale a message,
+ * bf16 move half the ring's bytes, int8 a quarter plus a scale a piece,
  * onebit 1/32 plus two means a chunk of 512.
  * (A ring that decodes, sums and re-encodes at each of its P - 1 hops
  * moves the same bytes in 2 (P - 1) steps but quantizes a partial sum
@@ -21,12 +22,13 @@
  * Sparse encodings (topk, randomk, threshold, dgc) cannot be summed as
  * they are: each rank sends its encoding to every other (allgather,
  * SparCML's sparse allreduce), and every rank decodes all P in rank order.
- * Bytes sent by rank r: (P - 1) E_r, where E = 4 + 8k; received:
- * sum_{i != r} E_i. A variable size (threshold) is sent first, 8 bytes to
- * each rank. When what a rank would receive passes the dense ring's
- * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
- * the buffer goes by dense allreduce instead; all ranks know every size, so
- * all switch together. */
+ * A bucket's small tensors go dense, by the allreduce (sparse_exchange).
+ * Bytes sent by rank r: (P - 1) E_r, where E = 4 + 8k, + the allreduce's;
+ * received: sum_{i != r} E_i + the allreduce's. A variable size (threshold)
+ * is sent first, 8 bytes to each rank. When what the rank receiving most
+ * would receive passes the dense ring's 2 (P - 1)/P 4n (the break-even
+ * density), every rank decodes its own and the buffer goes by dense
+ * allreduce instead; all ranks know every size, so all switch together. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
