@@ -120,10 +120,12 @@ static const preset_t PRESETS[] = {
      "with Compressed Communication (CHOCO-SGD)",
      "--optimization decentral --schedule sync --exchange neighbors --compress topk:0.01 "
      "--consensus-step 0.2"},
-    {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start)",
+    {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start; the "
+                 "first 100 steps dense, as the authors' reference implementation)",
      "Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed "
      "Optimization",
-     "--optimization central --schedule sync --exchange allreduce:ring --compress powersgd:2"},
+     "--optimization central --schedule sync --exchange allreduce:ring --compress powersgd:2 "
+     "--compress-warmup-steps 100"},
     /* pipeline parallelism (src/strategy/pipe/): --workers = dp x pp */
     {"gpipe", "central / sync / pipeline pp 2, 8 micro-batches: all forwards, all backwards, one "
               "synchronous update",
