@@ -230,9 +230,9 @@ static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off,
                         blen[r], acc, 1, i));
   /* re-encoded once; its error is not fed back. A second memory at the
    * owner (CNTK's residual of each aggregated stripe, DeepSpeed's "server
-   * error", DoubleSqueeze) made 1-bit SGD worse here: mlp 87.00% against
-   * 87.28% in 5 epochs, lenet 71.90% against 85.37% in 3 (momentum 0.9;
-   * docs/COMPRESSION.md) */
+   * error", DoubleSqueeze) made 1-bit SGD worse here: with blocks cut at
+   * tensors, mlp 87.14% against 87.52% in 5 epochs, and lenet diverged
+   * (10% against 85.18% in 3; momentum 0.9; docs/COMPRESSION.md) */
   encode_block(c, s, &t, buf, boff[r], blen[r], message_seed(c, stream, step, P + r), c->out);
   at = 0;
   for (int i = 0; i < P; i++) {
