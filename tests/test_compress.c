@@ -45,7 +45,7 @@ static size_t roundtrip(const codec_spec_t *s, const float *x, size_t n, uint64_
 
 static void test_codec_parse(void) {
   static const char *good[] = {"none", "fp32", "fp16", "fp16:sr", "bf16", "bf16:sr", "int8",
-                               "int8:sr", "onebit", "qsgd:4", "terngrad", "topk:0.001",
+                               "int8:sr", "onebit", "qsgd:4", "terngrad", "terngrad:2.5", "topk:0.001",
                                "randomk:1", "threshold:0.01", "dgc:0.001", "powersgd:2"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     codec_spec_t s;
@@ -64,6 +64,10 @@ static void test_codec_parse(void) {
   CHECK_FAILS_WITH(codec_parse("powersgd:0", &s), "powersgd:R");
   CHECK_FAILS_WITH(codec_parse("fp16:x", &s), "fp16:sr");
   CHECK_FAILS_WITH(codec_parse("onebit:2", &s), "takes no parameter");
+  CHECK_FAILS_WITH(codec_parse("terngrad:0", &s), "terngrad:C");
+  CHECK_FAILS_WITH(codec_parse("terngrad:x", &s), "terngrad:C");
+  CHECK(!codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 0, 0}));
+  CHECK(codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 2.5, 0})); /* clipped */
   CHECK(codec_biased(&(codec_spec_t){CODEC_TOPK, 0.1, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_QSGD, 4, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_FP16, 0, 1}));
@@ -111,6 +115,21 @@ static void test_roundtrip_bounds(void) {
       float cmax = 0;
       for (size_t j = i / 512 * 512; j < n && j < (i / 512 + 1) * 512; j++) cmax = fmaxf(cmax, fabsf(x[j]));
       CHECK(y[i] == 0 || y[i] == cmax || y[i] == -cmax);
+    }
+    /* terngrad:2.5: the scale is min(largest magnitude, 2.5 sigma) of the
+     * chunk; a value past it is always sent, as +-scale */
+    s = spec("terngrad:2.5");
+    roundtrip(&s, x, n, 5, y);
+    for (size_t c = 0; c * 512 < n; c++) {
+      size_t lo = c * 512, hi = lo + 512 < n ? lo + 512 : n;
+      double cs = 0, csq = 0, cmax = 0;
+      for (size_t j = lo; j < hi; j++) cs += x[j], csq += (double)x[j] * x[j], cmax = fmax(cmax, fabsf(x[j]));
+      double mean = cs / (double)(hi - lo), sd = sqrt(fmax(csq / (double)(hi - lo) - mean * mean, 0));
+      float scale = (float)fmin(cmax, 2.5 * sd);
+      for (size_t j = lo; j < hi; j++) {
+        CHECK(y[j] == 0 || fabsf(y[j]) == scale);
+        if (fabsf(x[j]) >= scale) CHECK(y[j] == (x[j] < 0 ? -scale : scale));
+      }
     }
     /* top-k: exactly the k largest magnitudes, unchanged */
     s = spec("topk:0.1");

@@ -27,7 +27,7 @@ typedef enum {
   CODEC_INT8,       /* 8-bit integers, one fp32 scale per message */
   CODEC_ONEBIT,     /* 1-bit SGD: sign, with the means of each sign's values */
   CODEC_QSGD,       /* QSGD with S levels: stochastic, unbiased, plain bit packing */
-  CODEC_TERNGRAD,   /* TernGrad: {-1, 0, 1} x max|g|, stochastic, unbiased */
+  CODEC_TERNGRAD,   /* TernGrad: {-1, 0, 1} x max|g|, stochastic, unbiased (or clipped at C sigma) */
   CODEC_TOPK,       /* the fraction R of largest magnitudes (Aji & Heafield) */
   CODEC_RANDOMK,    /* a random fraction R (not rescaled: biased, with memory) */
   CODEC_THRESHOLD,  /* every value with |g| >= T (Strom) */
@@ -39,12 +39,13 @@ typedef enum {
 typedef struct {
   codec_kind_t kind;
   double param;     /* qsgd: levels S; topk, randomk, dgc: ratio R; threshold: T;
+                     * terngrad: the clip C in standard deviations (0: none);
                      * powersgd: rank R */
   int stochastic;   /* fp16, bf16, int8 with ":sr": unbiased stochastic rounding */
 } codec_spec_t;
 
 /* "none", "fp32", "fp16[:sr]", "bf16[:sr]", "int8[:sr]", "onebit", "qsgd:S",
- * "terngrad", "topk:R", "randomk:R", "threshold:T", "dgc:R", "powersgd:R".
+ * "terngrad[:C]", "topk:R", "randomk:R", "threshold:T", "dgc:R", "powersgd:R".
  * A bad value is one line naming --compress and what it expects. */
 int codec_parse(const char *text, codec_spec_t *out);
 /* The spec as codec_parse reads it ("topk:0.001"). */
