@@ -73,6 +73,12 @@ check "unbiased_codec_has_no_memory" $PY -c "
 import json
 e = [json.loads(l) for l in open('$TMP/q.jsonl') if '\"epoch\"' in l][0]
 assert e['error_feedback'] is False and e['ef_residual_norm'] == 0, e"
+# clipped TernGrad is biased but, as in the paper, has no memory unless asked
+"$DTRAIN" train $BASE --workers 2 --compress terngrad:2.5 --metrics "$TMP/t.jsonl" >/dev/null
+check "terngrad_clipped_no_memory_by_default" $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/t.jsonl') if '\"epoch\"' in l][0]
+assert e['compress'] == 'terngrad:2.5' and e['error_feedback'] is False, e"
 # dense warm-up: the first steps are the ring's
 "$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
 check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]

@@ -68,6 +68,8 @@ static void test_codec_parse(void) {
   CHECK_FAILS_WITH(codec_parse("terngrad:x", &s), "terngrad:C");
   CHECK(!codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 0, 0}));
   CHECK(codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 2.5, 0})); /* clipped */
+  CHECK(!codec_default_feedback(&(codec_spec_t){CODEC_TERNGRAD, 2.5, 0})); /* as the paper */
+  CHECK(codec_default_feedback(&(codec_spec_t){CODEC_ONEBIT, 0, 0}));
   CHECK(codec_biased(&(codec_spec_t){CODEC_TOPK, 0.1, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_QSGD, 4, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_FP16, 0, 1}));

@@ -94,6 +94,10 @@ int codec_biased(const codec_spec_t *s) {
   return ops_of(s)->biased && !s->stochastic;
 }
 
+int codec_default_feedback(const codec_spec_t *s) {
+  return codec_biased(s) && s->kind != CODEC_TERNGRAD;
+}
+
 int codec_sparse(const codec_spec_t *s) {
   return s->kind != CODEC_POWERSGD && ops_of(s)->sparse;
 }
