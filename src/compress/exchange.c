@@ -188,12 +188,12 @@ static int decode_block(compressor_t *c, const codec_spec_t *s, const tensors_t 
   return 0;
 }
 
-/* What is encoded: the buffer itself, or with memory m the buffer added
- * into it (the memory is then what is encoded). */
-static float *compensated(ef_memory_t *m, float *buf, size_t off, size_t len) {
-  if (!m->residual) return buf;
-  ef_compensate(m, buf, off, len);
-  return m->residual + off;
+/* What this rank contributes: the buffer itself, or with memory the
+ * buffer added into it (the memory is then what is encoded). */
+static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) {
+  if (!c->mem.residual) return buf;
+  ef_compensate(&c->mem, buf, off, len);
+  return c->mem.residual + off;
 }
 
 static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off, size_t len,
@@ -203,7 +203,7 @@ static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off,
   int P = c->nranks, r = c->rank;
   DT_TRY(grow(c, s, len, nmats));
   size_t boff[P], blen[P], soff[P], mine;
-  float *v = compensated(&c->mem, buf, off, len);
+  float *v = contribution(c, buf, off, len);
   size_t at = 0;
   for (int j = 0; j < P; j++) {
     coll_block(len, P, j, &boff[j], &blen[j]);
@@ -371,7 +371,7 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
   int nr = dense_tensors(mats, nmats, off, len, dense);
   DT_TRY(compressor_grow_factors(c, len));
   clip_local(c, buf, len);
-  float *v = compensated(&c->mem, buf, off, len), *x = c->factors;
+  float *v = contribution(c, buf, off, len), *x = c->factors;
   size_t ns = repack(v, x, dense, nr, len, 1), mine = 0;
   if (ns) {
     DT_TRY(grow(c, &s, ns, 0));
