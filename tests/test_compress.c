@@ -299,6 +299,10 @@ static void test_error_feedback_memory(void) {
   CHECK(m.velocity[0] == 1.5f && m.residual[0] == 2.5f);
   ef_update(&m, sent2, 0, 2);             /* v0 = 0.5, u0 = 0 */
   CHECK(m.residual[0] == 0.5f && m.velocity[0] == 0 && m.velocity[1] == 1.5f);
+  /* a value sent whole (a sparse codec's dense tensor): nothing remains,
+   * the velocity stays (it steps with momentum) */
+  ef_forget(&m, 1, 1);
+  CHECK(m.residual[1] == 0 && m.velocity[1] == 1.5f && m.residual[0] == 0.5f);
   ef_free(&m);
 }
 
