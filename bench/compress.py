@@ -7,6 +7,9 @@ same run (src/compress/, --compress).
             accuracy of each codec, the points it loses against the dense
             run, and the bytes the dense run sent over the bytes the codec
             sent (the transport's counts, the run's totals of rank 0);
+            PowerSGD sends its first 100 steps dense, as its authors'
+            reference implementation does by default; TernGrad clips at
+            2.5 standard deviations, as its paper does;
             encode + decode seconds against the training seconds.
   speed:    mlp under an emulated 100 Mbit/s link (--net bandwidth=100Mbit),
             4 workers: wall seconds to 85% test accuracy (checked after each
@@ -17,7 +20,7 @@ usage: bench/compress.py [accuracy|speed|all] [--models mlp,lenet] [--codecs a,b
 import argparse, json, os, subprocess, sys, tempfile, time
 
 DTRAIN = os.environ.get("DTRAIN", "build/dtrain")
-CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad", "onebit", "powersgd:2", "topk:0.001",
+CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad:2.5", "onebit", "powersgd:2", "topk:0.001",
           "dgc:0.001"]
 EPOCHS = {"mlp": 5, "lenet": 3}
 
@@ -47,6 +50,8 @@ def accuracy(models, codecs, tmp):
         dense_acc = dense_bytes = None
         for codec in codecs:
             extra = [] if codec == "none" else ["--compress", codec]
+            if codec.startswith("powersgd"):  # the authors' reference (epfml/powersgd):
+                extra += ["--compress-warmup-steps", "100"]  # start_compressing_after_num_steps
             rc, err, lines, _ = run(base + extra, os.path.join(tmp, "m.jsonl"))
             ep = epochs(lines)
             if rc != 0 or not ep:

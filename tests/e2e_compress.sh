@@ -23,7 +23,7 @@ done
 DENSE=$(field "$TMP/dense.jsonl" bytes_sent_per_step)
 
 # every codec: deterministic, local = mpi bit for bit (3 ranks: uneven blocks)
-for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad topk:0.01 randomk:0.01 threshold:0.01 dgc:0.001 powersgd:2; do
+for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad terngrad:2.5 topk:0.01 randomk:0.01 threshold:0.01 dgc:0.001 powersgd:2; do
   tag=$(echo $c | tr ':.' '__')
   "$DTRAIN" train $BASE --workers 3 --compress $c --checkpoint "$TMP/$tag.a" >"$TMP/out" 2>&1 || fail "compress_${tag}_trains" "$(tail -c 300 "$TMP/out")"
   "$DTRAIN" train $BASE --workers 3 --compress $c --overlap off --checkpoint "$TMP/$tag.b" >/dev/null 2>&1
@@ -40,12 +40,26 @@ bytes_of() { "$DTRAIN" train $BASE --workers 2 --compress "$1" $2 --metrics "$TM
 check "bytes_dense_ring_is_4n" [ "$DENSE" = "2143272.0" ]
 check "bytes_fp16_half_the_ring" [ "$(bytes_of fp16)" = "1071636.0" ]
 check "bytes_bf16_half_the_ring" [ "$(bytes_of bf16)" = "1071636.0" ]
-# int8: n + a 4-byte scale a message (2 messages a bucket)
-check "bytes_int8_quarter_plus_scales" [ "$(bytes_of int8)" = "$((535818 + 4 * 4)).0" ]
-# onebit: ceil(h/8) + 8 ceil(h/512) a message: 2 (8369 + 8 x 131) + 2 (25120 + 8 x 393)
-check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((2 * (8369 + 8 * 131) + 2 * (25120 + 8 * 393))).0" ]
-# top-k R: one message of 4 + 8 ceil(R B) a bucket to the other rank
-check "bytes_topk_pairs" [ "$(bytes_of topk:0.001)" = "$((4 + 8 * 134 + 4 + 8 * 402)).0" ]
+# a block goes as one encoding a piece, the block cut where a tensor
+# starts: B1's first half is fc2's weights (66,949), its second the rest of
+# them (64,123), fc2's bias (256), fc3's weights (2,560) and bias (10); B2's
+# halves are fc1's weights (200,960), and the rest of them (200,448) and
+# its bias (512). Each rank sends every block once (the other's half, then
+# its own, encoded).
+# int8: n + a 4-byte scale a piece (8 pieces)
+check "bytes_int8_quarter_plus_scales" [ "$(bytes_of int8)" = "$((535818 + 8 * 4)).0" ]
+# onebit: ceil(m/8) + 8 ceil(m/512) a piece of m values
+check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((8369 + 8 * 131 + 8016 + 8 * 126 + 32 + 8 + 320 + 8 * 5 + 2 + 8 + 25120 + 8 * 393 + 25056 + 8 * 392 + 64 + 8)).0" ]
+# top-k R: one message of 4 + 8 ceil(R S) a bucket to the other rank, S its
+# tensors of 1024 values or more that are not vectors (fc3's and fc2's
+# weights, 133,632; fc1's, 401,408); the biases (266 floats, 512) by the
+# ring, which on 2 ranks sends 4 bytes a float
+TOPK="$((4 + 8 * 134 + 4 * 266 + 4 + 8 * 402 + 4 * 512)).0"
+check "bytes_topk_pairs" [ "$(bytes_of topk:0.001)" = "$TOPK" ]
+if have_mpi; then
+  $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --compress topk:0.001 --metrics "$TMP/bm.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check "bytes_topk_pairs_mpi" [ "$(field "$TMP/bm.jsonl" bytes_sent_per_step)" = "$TOPK" ]
+fi
 RATIO=$($PY -c "print($DENSE / $(bytes_of topk:0.001))")
 check "bytes_topk_0.001_over_100x_fewer($RATIO)" $PY -c "import sys; sys.exit(0 if $RATIO >= 100 else 1)"
 "$DTRAIN" train $BASE --workers 2 --compress dgc:0.001 --metrics "$TMP/dgc.jsonl" >/dev/null
@@ -59,6 +73,12 @@ check "unbiased_codec_has_no_memory" $PY -c "
 import json
 e = [json.loads(l) for l in open('$TMP/q.jsonl') if '\"epoch\"' in l][0]
 assert e['error_feedback'] is False and e['ef_residual_norm'] == 0, e"
+# clipped TernGrad is biased but, as in the paper, has no memory unless asked
+"$DTRAIN" train $BASE --workers 2 --compress terngrad:2.5 --metrics "$TMP/t.jsonl" >/dev/null
+check "terngrad_clipped_no_memory_by_default" $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/t.jsonl') if '\"epoch\"' in l][0]
+assert e['compress'] == 'terngrad:2.5' and e['error_feedback'] is False, e"
 # dense warm-up: the first steps are the ring's
 "$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
 check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]

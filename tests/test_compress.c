@@ -45,7 +45,7 @@ static size_t roundtrip(const codec_spec_t *s, const float *x, size_t n, uint64_
 
 static void test_codec_parse(void) {
   static const char *good[] = {"none", "fp32", "fp16", "fp16:sr", "bf16", "bf16:sr", "int8",
-                               "int8:sr", "onebit", "qsgd:4", "terngrad", "topk:0.001",
+                               "int8:sr", "onebit", "qsgd:4", "terngrad", "terngrad:2.5", "topk:0.001",
                                "randomk:1", "threshold:0.01", "dgc:0.001", "powersgd:2"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     codec_spec_t s;
@@ -64,6 +64,12 @@ static void test_codec_parse(void) {
   CHECK_FAILS_WITH(codec_parse("powersgd:0", &s), "powersgd:R");
   CHECK_FAILS_WITH(codec_parse("fp16:x", &s), "fp16:sr");
   CHECK_FAILS_WITH(codec_parse("onebit:2", &s), "takes no parameter");
+  CHECK_FAILS_WITH(codec_parse("terngrad:0", &s), "terngrad:C");
+  CHECK_FAILS_WITH(codec_parse("terngrad:x", &s), "terngrad:C");
+  CHECK(!codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 0, 0}));
+  CHECK(codec_biased(&(codec_spec_t){CODEC_TERNGRAD, 2.5, 0})); /* clipped */
+  CHECK(!codec_default_feedback(&(codec_spec_t){CODEC_TERNGRAD, 2.5, 0})); /* as the paper */
+  CHECK(codec_default_feedback(&(codec_spec_t){CODEC_ONEBIT, 0, 0}));
   CHECK(codec_biased(&(codec_spec_t){CODEC_TOPK, 0.1, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_QSGD, 4, 0}));
   CHECK(!codec_biased(&(codec_spec_t){CODEC_FP16, 0, 1}));
@@ -111,6 +117,21 @@ static void test_roundtrip_bounds(void) {
       float cmax = 0;
       for (size_t j = i / 512 * 512; j < n && j < (i / 512 + 1) * 512; j++) cmax = fmaxf(cmax, fabsf(x[j]));
       CHECK(y[i] == 0 || y[i] == cmax || y[i] == -cmax);
+    }
+    /* terngrad:2.5: the scale is min(largest magnitude, 2.5 sigma) of the
+     * chunk; a value past it is always sent, as +-scale */
+    s = spec("terngrad:2.5");
+    roundtrip(&s, x, n, 5, y);
+    for (size_t c = 0; c * 512 < n; c++) {
+      size_t lo = c * 512, hi = lo + 512 < n ? lo + 512 : n;
+      double cs = 0, csq = 0, cmax = 0;
+      for (size_t j = lo; j < hi; j++) cs += x[j], csq += (double)x[j] * x[j], cmax = fmax(cmax, fabsf(x[j]));
+      double mean = cs / (double)(hi - lo), sd = sqrt(fmax(csq / (double)(hi - lo) - mean * mean, 0));
+      float scale = (float)fmin(cmax, 2.5 * sd);
+      for (size_t j = lo; j < hi; j++) {
+        CHECK(y[j] == 0 || fabsf(y[j]) == scale);
+        if (fabsf(x[j]) >= scale) CHECK(y[j] == (x[j] < 0 ? -scale : scale));
+      }
     }
     /* top-k: exactly the k largest magnitudes, unchanged */
     s = spec("topk:0.1");
@@ -278,6 +299,10 @@ static void test_error_feedback_memory(void) {
   CHECK(m.velocity[0] == 1.5f && m.residual[0] == 2.5f);
   ef_update(&m, sent2, 0, 2);             /* v0 = 0.5, u0 = 0 */
   CHECK(m.residual[0] == 0.5f && m.velocity[0] == 0 && m.velocity[1] == 1.5f);
+  /* a value sent whole (a sparse codec's dense tensor): nothing remains,
+   * the velocity stays (it steps with momentum) */
+  ef_forget(&m, 1, 1);
+  CHECK(m.residual[1] == 0 && m.velocity[1] == 1.5f && m.residual[0] == 0.5f);
   ef_free(&m);
 }
 
@@ -307,9 +332,12 @@ static int exchange_rank(comm_t *c, void *arg) {
   for (size_t i = 0; i < e->n; i++)
     buf[i] = e->lowrank ? (float)(r + 1) * value(1, i / (e->n / 16)) * value(2, i % (e->n / 16))
                         : rank_value(r, i);
+  /* the buffer as one matrix for PowerSGD; the others see no matrices (a
+   * sparse codec then compresses it whole) */
   compress_matrix_t mat = {10, 16, e->n / 16};
+  int nmats = cc.codec.kind == CODEC_POWERSGD;
   comm_bytes_t b0 = comm_bytes(c);
-  int rc = compressor_allreduce(cx, ctx, buf, 10, e->n, 0, 0, &mat, 1);
+  int rc = compressor_allreduce(cx, ctx, buf, 10, e->n, 0, 0, &mat, nmats);
   e->sent[r] = comm_bytes(c).sent - b0.sent;
   compressor_free(cx);
   coll_ctx_free(ctx);
@@ -407,6 +435,86 @@ static void test_sparse_sizes_and_dense_switch(void) {
     free(exact);
     free_exchange(&e);
   }
+}
+
+/* Sparse codecs send vectors and tensors under 1024 values dense: a
+ * bucket of W1 (16 x 100, sparse), b1 (16, a vector) and W2 (8 x 64 = 512
+ * values) at topk:0.01 with error feedback: W1 is exactly the sum of the
+ * ranks' top-16 in rank order, b1 and W2 the exact sums to the ring's
+ * rounding; a rank sends (P - 1)(4 + 8 x 16) bytes plus the ring's for
+ * 528 floats; the memory keeps W1's values not sent and nothing of b1, W2. */
+typedef struct { float *result, *residual; uint64_t *sent; } small_case_t;
+enum { SW1 = 1600, SB1 = 16, SW2 = 512, SN = SW1 + SB1 + SW2 };
+
+static int small_tensors_rank(comm_t *c, void *arg) {
+  small_case_t *e = arg;
+  int r = comm_rank(c), P = comm_size(c);
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  compress_config_t cc = {.codec = spec("topk:0.01"), .error_feedback = 1, .seed = 3,
+                          .algo = ALLREDUCE_RING};
+  compress_matrix_t mats[3] = {{0, 16, 100}, {SW1, 1, SB1}, {SW1 + SB1, 8, 64}};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&cc, SN, r, P, &cx));
+  float *buf = e->result + (size_t)r * SN;
+  for (size_t i = 0; i < SN; i++) buf[i] = rank_value(r, i);
+  comm_bytes_t b0 = comm_bytes(c);
+  int rc = compressor_allreduce(cx, ctx, buf, 0, SN, 0, 0, mats, 3);
+  e->sent[r] = comm_bytes(c).sent - b0.sent;
+  memcpy(e->residual + (size_t)r * SN, cx->mem.residual, SN * sizeof(float));
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  return rc;
+}
+
+static int ring_of_rank(comm_t *c, void *arg) {
+  uint64_t *sent = arg;
+  coll_ctx_t *ctx;
+  float buf[SB1 + SW2] = {0};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  comm_bytes_t b0 = comm_bytes(c);
+  RCHECK_OK(allreduce_ring(ctx, buf, SB1 + SW2));
+  sent[comm_rank(c)] = comm_bytes(c).sent - b0.sent;
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+static void test_sparse_small_tensors_dense(void) {
+  codec_spec_t s = spec("topk:0.01");
+  float *x = calloc(SW1, sizeof *x), *scratch = calloc(SW1, sizeof *scratch);
+  float *want = calloc(SW1, sizeof *want), *mine = calloc(SW1, sizeof *mine);
+  uint8_t *enc = malloc(codec_max_bytes(&s, SW1));
+  for (int P = 2; P <= 4; P++) {
+    uint64_t ring[4];
+    small_case_t e = {calloc((size_t)P * SN, sizeof(float)), calloc((size_t)P * SN, sizeof(float)),
+                      calloc((size_t)P, sizeof(uint64_t))};
+    CHECK_OK(comm_local_run(P, NULL, ring_of_rank, ring));
+    CHECK_OK(comm_local_run(P, NULL, small_tensors_rank, &e));
+    memset(want, 0, SW1 * sizeof *want);
+    for (int r = 0; r < P; r++) {
+      for (size_t i = 0; i < SW1; i++) x[i] = rank_value(r, i);
+      size_t b = codec_encode(&s, x, SW1, 0, enc, scratch);
+      CHECK(b == 4 + 8 * 16);
+      CHECK_OK(codec_decode_add(&s, enc, b, SW1, want));
+      CHECK(e.sent[r] == (uint64_t)(P - 1) * b + ring[r]);
+      memset(mine, 0, SW1 * sizeof *mine);
+      CHECK_OK(codec_decode_add(&s, enc, b, SW1, mine));
+      const float *v = e.residual + (size_t)r * SN;
+      for (size_t i = 0; i < SW1; i++) CHECK(v[i] == x[i] - mine[i]);
+      for (size_t i = SW1; i < SN; i++) CHECK(v[i] == 0);
+    }
+    for (int r = 0; r < P; r++) {
+      const float *res = e.result + (size_t)r * SN;
+      CHECK(memcmp(res, want, SW1 * sizeof *want) == 0);
+      for (size_t i = SW1; i < SN; i++) {
+        double exact = 0;
+        for (int k = 0; k < P; k++) exact += rank_value(k, i);
+        CHECK(fabs(res[i] - exact) <= 1e-5);
+      }
+    }
+    free(e.result), free(e.residual), free(e.sent);
+  }
+  free(x), free(scratch), free(want), free(mine), free(enc);
 }
 
 /* PowerSGD: a 16 x (n/16) matrix at rank 2 goes as two factor allreduces
@@ -588,6 +696,7 @@ int main(void) {
   RUN(test_error_feedback_memory);
   RUN(test_exchange_sums_and_bytes);
   RUN(test_sparse_sizes_and_dense_switch);
+  RUN(test_sparse_small_tensors_dense);
   RUN(test_powersgd_exchange);
   RUN(test_dgc_warmup);
   RUN(test_malformed_message_on_the_wire);

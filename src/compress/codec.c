@@ -10,7 +10,7 @@
 static const struct {
   const char *name;
   codec_kind_t kind;
-  int needs;            /* 0: no parameter; 1: required; 2: optional ":sr" */
+  int needs;            /* 0: no parameter; 1: required; 2: optional ":sr"; 3: optional */
   double lo, hi;        /* the parameter's range (lo excluded when lo_open) */
   int lo_open;
   const char *expect;
@@ -22,7 +22,8 @@ static const struct {
     {"int8", CODEC_INT8, 2, 0, 0, 0, "int8 or int8:sr (stochastic rounding)"},
     {"onebit", CODEC_ONEBIT, 0, 0, 0, 0, ""},
     {"qsgd", CODEC_QSGD, 1, 1, 32767, 0, "qsgd:S with S levels, an integer in [1, 32767]"},
-    {"terngrad", CODEC_TERNGRAD, 0, 0, 0, 0, ""},
+    {"terngrad", CODEC_TERNGRAD, 3, 0, 1000, 1,
+     "terngrad, or terngrad:C clipping at C standard deviations, 0 < C <= 1000 (the paper's 2.5)"},
     {"topk", CODEC_TOPK, 1, 0, 1, 1, "topk:R with a ratio R in (0, 1]"},
     {"randomk", CODEC_RANDOMK, 1, 0, 1, 1, "randomk:R with a ratio R in (0, 1]"},
     {"threshold", CODEC_THRESHOLD, 1, 0, 1e30, 1, "threshold:T with T > 0"},
@@ -30,7 +31,7 @@ static const struct {
     {"powersgd", CODEC_POWERSGD, 1, 1, 1024, 0, "powersgd:R with a rank R, an integer in [1, 1024]"},
 };
 #define NCODECS ((int)(sizeof CODECS / sizeof CODECS[0]))
-#define KNOWN "none, fp32, fp16[:sr], bf16[:sr], int8[:sr], onebit, qsgd:S, terngrad, topk:R, " \
+#define KNOWN "none, fp32, fp16[:sr], bf16[:sr], int8[:sr], onebit, qsgd:S, terngrad[:C], topk:R, " \
               "randomk:R, threshold:T, dgc:R, powersgd:R"
 
 int codec_parse(const char *text, codec_spec_t *out) {
@@ -47,7 +48,7 @@ int codec_parse(const char *text, codec_spec_t *out) {
         return dt_error("option --compress: '%s' (expected %s)", text, CODECS[i].expect);
       s.stochastic = arg != NULL;
     }
-    if (CODECS[i].needs == 1) {
+    if (CODECS[i].needs == 1 || (CODECS[i].needs == 3 && arg)) {
       char *end;
       double v = arg && *arg ? strtod(arg, &end) : NAN;
       int integral = s.kind == CODEC_QSGD || s.kind == CODEC_POWERSGD;
@@ -67,7 +68,7 @@ void codec_format(const codec_spec_t *s, char *buf, size_t cap) {
   int needs = 0;
   for (int i = 0; i < NCODECS; i++)
     if (CODECS[i].kind == s->kind) name = CODECS[i].name, needs = CODECS[i].needs;
-  if (needs == 1) snprintf(buf, cap, "%s:%g", name, s->param);
+  if (needs == 1 || (needs == 3 && s->param > 0)) snprintf(buf, cap, "%s:%g", name, s->param);
   else snprintf(buf, cap, "%s%s", name, s->stochastic ? ":sr" : "");
 }
 
@@ -89,7 +90,12 @@ static const codec_ops_t *ops_of(const codec_spec_t *s) {
 int codec_biased(const codec_spec_t *s) {
   if (s->kind == CODEC_NONE || s->kind == CODEC_FP32) return 0;
   if (s->kind == CODEC_POWERSGD) return 1;
+  if (s->kind == CODEC_TERNGRAD) return s->param > 0; /* clipped: biased past C sigma */
   return ops_of(s)->biased && !s->stochastic;
+}
+
+int codec_default_feedback(const codec_spec_t *s) {
+  return codec_biased(s) && s->kind != CODEC_TERNGRAD;
 }
 
 int codec_sparse(const codec_spec_t *s) {

@@ -1,9 +1,12 @@
 /* TernGrad (Wen et al. 2017): x_i = s sign(x_i) b_i with b_i ~
  * Bernoulli(|x_i| / s): unbiased. s is the largest magnitude of a chunk
- * of 512 values (the paper scales per layer and clips at 2.5 standard
- * deviations to keep s, and so the variance, small; a scale per chunk does
- * that job without a clip that would bias the gradient). 2 bits a value
- * (00: 0, 01: +1, 10: -1; 11 is not an encoding) plus 4 bytes a chunk. */
+ * of 512 values (the paper scales per layer; the exchange cuts a chunk at
+ * a tensor's start). terngrad:C is the paper's gradient clipping: s is at
+ * most C standard deviations of the chunk's values (c = 2.5 in the paper)
+ * and a value past it is sent as +-s, which keeps s, and so the variance of
+ * the others, small, at the price of a bias on the outliers (lenet: 89.36%
+ * against 88.10% unclipped, dense 89.53%). 2 bits a value (00: 0, 01: +1,
+ * 10: -1; 11 is not an encoding) plus 4 bytes a chunk. */
 #include "compress/codec_internal.h"
 
 #define TERN_CHUNK 512
@@ -17,14 +20,23 @@ static size_t tern_bytes(const codec_spec_t *s, size_t n) {
 
 static size_t tern_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
                           uint8_t *out, float *scratch) {
-  (void)s, (void)scratch;
+  (void)scratch;
   size_t nc = nchunks(n);
   uint8_t *t = out + 4 * nc;
   memset(t, 0, (n + 3) / 4);
   for (size_t k = 0; k < nc; k++) {
     size_t lo = k * TERN_CHUNK, hi = lo + TERN_CHUNK < n ? lo + TERN_CHUNK : n;
     float amax = 0;
-    for (size_t i = lo; i < hi; i++) amax = codec_max(amax, fabsf(x[i]));
+    double sum = 0, sq = 0;
+    for (size_t i = lo; i < hi; i++) {
+      amax = codec_max(amax, fabsf(x[i]));
+      sum += x[i], sq += (double)x[i] * x[i];
+    }
+    if (s->param > 0) { /* clip at C sigma */
+      double m = (double)(hi - lo), mean = sum / m, var = sq / m - mean * mean;
+      double cap = s->param * sqrt(var > 0 ? var : 0);
+      if (cap < amax) amax = (float)cap;
+    }
     put_f32(out + 4 * k, amax);
     float inv = amax > 0 ? 1.0f / amax : 0;
     for (size_t i = lo; i < hi; i++) {

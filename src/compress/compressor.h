@@ -23,7 +23,8 @@ struct compressor {
   /* powersgd.c */
   float *q;                 /* each matrix's Q (cols x rank), warm-started, by arena offset */
   uint8_t *q_ready;         /* q_ready[off]: the matrix at off has its Q */
-  float *factors;           /* the P and Q factors of a buffer's matrices, side by side */
+  float *factors;           /* powersgd: the P and Q factors of a buffer's matrices, side by
+                             * side; sparse codecs: the bucket packed (exchange.c) */
   size_t factors_cap;
   compress_stats_t stats;
 };
@@ -54,6 +55,13 @@ static inline int wait_posted(posted_t *p) {
   p->n = 0;
   return rc;
 }
+
+/* A range [lo, hi) of a buffer. */
+typedef struct { size_t lo, hi; } range_t;
+
+/* c->factors: room for n floats (powersgd's factors, the sparse
+ * exchange's packed bucket). */
+int compressor_grow_factors(compressor_t *c, size_t n);
 
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats);

@@ -10,6 +10,7 @@
  * The optimizer then steps without momentum (the memory carries it). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dtrain/compress.h"
 
@@ -44,6 +45,10 @@ void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len) {
     v[i] -= sent[i];
     if (u && sent[i] != 0) u[i] = 0;
   }
+}
+
+void ef_forget(ef_memory_t *m, size_t off, size_t len) {
+  memset(m->residual + off, 0, len * sizeof *m->residual);
 }
 
 double ef_norm(const ef_memory_t *m) {

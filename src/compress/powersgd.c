@@ -55,7 +55,6 @@ static void orthonormalize(float *p, size_t rows, int r) {
 /* The ranges of buf [off, off + len) of the arena that go dense (not in a
  * compressed matrix), relative to buf, in order; mats are in arena order.
  * At most nmats + 1 ranges. */
-typedef struct { size_t lo, hi; } range_t;
 
 static int dense_ranges(const compressor_t *c, const compress_matrix_t *mats, int nmats,
                         size_t off, size_t len, range_t *out) {
@@ -85,11 +84,7 @@ static float *q_of(compressor_t *c, const compress_matrix_t *m, int r) {
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats) {
   if (c->nranks == 1) return 0;
-  if (c->factors_cap < 2 * len + 1) {
-    dt_free(c->factors);
-    if (!(c->factors = dt_alloc_floats(2 * len + 1))) return -1;
-    c->factors_cap = 2 * len + 1;
-  }
+  DT_TRY(compressor_grow_factors(c, 2 * len));
   float *v = buf;
   if (c->mem.residual) ef_compensate(&c->mem, buf, off, len), v = c->mem.residual + off;
   float *f = c->factors;

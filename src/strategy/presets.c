@@ -111,9 +111,10 @@ static const preset_t PRESETS[] = {
     {"qsgd", "central / sync / allreduce: QSGD, 7 levels (4 bits a value), buckets of 512",
      "Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
      "--optimization central --schedule sync --exchange allreduce:ring --compress qsgd:7"},
-    {"terngrad", "central / sync / allreduce: ternary gradients {-s, 0, s}, unbiased",
+    {"terngrad", "central / sync / allreduce: ternary gradients {-s, 0, s}, s clipped at 2.5 "
+                 "standard deviations (the paper's gradient clipping)",
      "Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
-     "--optimization central --schedule sync --exchange allreduce:ring --compress terngrad"},
+     "--optimization central --schedule sync --exchange allreduce:ring --compress terngrad:2.5"},
     {"dgc", "central / sync / allgather of the top 0.1% (momentum correction, factor masking; "
             "the sparsity warm-up is --compress-warmup-steps N, off here: on mlp it changed "
             "nothing and tripled the bytes)",
@@ -132,10 +133,12 @@ static const preset_t PRESETS[] = {
      "with Compressed Communication (CHOCO-SGD)",
      "--optimization decentral --schedule sync --exchange neighbors --compress topk:0.01 "
      "--consensus-step 0.2"},
-    {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start)",
+    {"powersgd", "central / sync / allreduce of rank-2 factors (error feedback, warm start; the "
+                 "first 100 steps dense, as the authors' reference implementation)",
      "Vogels et al. 2019, PowerSGD: Practical Low-Rank Gradient Compression for Distributed "
      "Optimization",
-     "--optimization central --schedule sync --exchange allreduce:ring --compress powersgd:2"},
+     "--optimization central --schedule sync --exchange allreduce:ring --compress powersgd:2 "
+     "--compress-warmup-steps 100"},
     /* pipeline parallelism (src/strategy/pipe/): --workers = dp x pp */
     {"gpipe", "central / sync / pipeline pp 2, 8 micro-batches: all forwards, all backwards, one "
               "synchronous update",

@@ -98,7 +98,7 @@ static int setup(decentral_t *d) {
   d->algo = cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
   if (cfg->compress.kind == CODEC_NONE || d->nworkers == 1) return 0;
   compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed, .algo = d->algo,
-                          .error_feedback = cfg->error_feedback < 0 ? codec_biased(&cfg->compress)
+                          .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
                                                                     : cfg->error_feedback};
   if (!(s->anchor = dt_alloc_floats(m->nparams)) || !(s->delta = dt_alloc_floats(m->nparams)))
     return -1;

@@ -310,7 +310,7 @@ static int plan_compression(reducer_t *s) {
                           .momentum = cfg->optim.momentum, .clip = cfg->dgc_clip,
                           .warmup_steps = cfg->compress_warmup_steps, .seed = cfg->seed,
                           .algo = cfg->algo};
-  if (cc.error_feedback < 0) cc.error_feedback = codec_biased(&cfg->compress);
+  if (cc.error_feedback < 0) cc.error_feedback = codec_default_feedback(&cfg->compress);
   if (cfg->compress.kind == CODEC_DGC) w->opt->cfg.momentum = 0; /* the memory carries it */
   return compressor_new(&cc, m->nparams, w->rank, w->nranks, &s->cx);
 }

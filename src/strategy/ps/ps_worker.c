@@ -416,7 +416,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
   if (cfg->compress.kind != CODEC_NONE) {
     compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
-                            .error_feedback = cfg->error_feedback < 0 ? codec_biased(&cfg->compress)
+                            .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
                                                                       : cfg->error_feedback};
     DT_TRY(ps_client_set_codec(p->client, &cc));
   }
