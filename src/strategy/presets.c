@@ -116,8 +116,8 @@ static const preset_t PRESETS[] = {
      "Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
      "--optimization central --schedule sync --exchange allreduce:ring --compress terngrad:2.5"},
     {"dgc", "central / sync / allgather of the top 0.1% (momentum correction, factor masking; "
-            "the sparsity warm-up is --compress-warmup-steps N, off here: on mlp it changed "
-            "nothing and tripled the bytes)",
+            "the sparsity warm-up is --compress-warmup-steps N, off here: it changed nothing "
+            "on mlp, cost lenet 0.7 points over one epoch, and tripled the bytes)",
      "Lin et al. 2018, Deep Gradient Compression: Reducing the Communication Bandwidth for "
      "Distributed Training",
      "--optimization central --schedule sync --exchange allreduce:ring --compress dgc:0.001"},
