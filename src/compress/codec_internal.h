@@ -44,6 +44,14 @@ static inline float codec_uniform(uint64_t seed, size_t i) {
 static inline float codec_max(float a, float b) { return a > b ? a : b; }
 static inline float codec_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+/* The scaled quantizers (1-bit, TernGrad, QSGD) give each run of `chunk`
+ * values a scale of its own: how many runs n values make, and where run k
+ * ends. */
+static inline size_t codec_nchunks(size_t n, size_t chunk) { return (n + chunk - 1) / chunk; }
+static inline size_t codec_chunk_end(size_t k, size_t chunk, size_t n) {
+  return (k + 1) * chunk < n ? (k + 1) * chunk : n;
+}
+
 /* Whether a message's size is what an encoding of n values takes. */
 int codec_size_error(const char *codec, size_t bytes, size_t want);
 #endif

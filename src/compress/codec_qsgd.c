@@ -18,10 +18,8 @@ static unsigned level_bits(const codec_spec_t *s) {
   return b;
 }
 
-static size_t nbuckets(size_t n) { return (n + QSGD_BUCKET - 1) / QSGD_BUCKET; }
-
 static size_t qsgd_bytes(const codec_spec_t *s, size_t n) {
-  return 4 * nbuckets(n) + (n * (1 + level_bits(s)) + 7) / 8;
+  return 4 * codec_nchunks(n, QSGD_BUCKET) + (n * (1 + level_bits(s)) + 7) / 8;
 }
 
 /* Bits written least significant first through a 64-bit accumulator. */
@@ -47,12 +45,12 @@ static size_t qsgd_encode(const codec_spec_t *s, const float *x, size_t n, uint6
                           uint8_t *out, float *scratch) {
   (void)scratch;
   unsigned b = level_bits(s) + 1;
-  size_t bytes = qsgd_bytes(s, n), nb = nbuckets(n);
+  size_t bytes = qsgd_bytes(s, n), nb = codec_nchunks(n, QSGD_BUCKET);
   float levels = (float)s->param;
   memset(out, 0, bytes);
   bit_writer_t w = {out + 4 * nb, 0, 0};
   for (size_t k = 0; k < nb; k++) {
-    size_t lo = k * QSGD_BUCKET, hi = lo + QSGD_BUCKET < n ? lo + QSGD_BUCKET : n;
+    size_t lo = k * QSGD_BUCKET, hi = codec_chunk_end(k, QSGD_BUCKET, n);
     double sq = 0;
     for (size_t i = lo; i < hi; i++) sq += (double)x[i] * x[i];
     float norm = (float)sqrt(sq), scale = norm > 0 ? levels / norm : 0;
@@ -68,7 +66,7 @@ static size_t qsgd_encode(const codec_spec_t *s, const float *x, size_t n, uint6
 
 static int qsgd_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n, float *acc) {
   unsigned b = level_bits(s) + 1;
-  size_t want = qsgd_bytes(s, n), nb = nbuckets(n);
+  size_t want = qsgd_bytes(s, n), nb = codec_nchunks(n, QSGD_BUCKET);
   if (bytes != want) return codec_size_error("qsgd", bytes, want);
   for (size_t k = 0; k < nb; k++) {
     float norm = get_f32(in + 4 * k);

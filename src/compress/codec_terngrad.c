@@ -11,21 +11,19 @@
 
 #define TERN_CHUNK 512
 
-static size_t nchunks(size_t n) { return (n + TERN_CHUNK - 1) / TERN_CHUNK; }
-
 static size_t tern_bytes(const codec_spec_t *s, size_t n) {
   (void)s;
-  return 4 * nchunks(n) + (n + 3) / 4;
+  return 4 * codec_nchunks(n, TERN_CHUNK) + (n + 3) / 4;
 }
 
 static size_t tern_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
                           uint8_t *out, float *scratch) {
   (void)scratch;
-  size_t nc = nchunks(n);
+  size_t nc = codec_nchunks(n, TERN_CHUNK);
   uint8_t *t = out + 4 * nc;
   memset(t, 0, (n + 3) / 4);
   for (size_t k = 0; k < nc; k++) {
-    size_t lo = k * TERN_CHUNK, hi = lo + TERN_CHUNK < n ? lo + TERN_CHUNK : n;
+    size_t lo = k * TERN_CHUNK, hi = codec_chunk_end(k, TERN_CHUNK, n);
     float amax = 0;
     double sum = 0, sq = 0;
     for (size_t i = lo; i < hi; i++) {
@@ -48,7 +46,7 @@ static size_t tern_encode(const codec_spec_t *s, const float *x, size_t n, uint6
 }
 
 static int tern_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n, float *acc) {
-  size_t nc = nchunks(n);
+  size_t nc = codec_nchunks(n, TERN_CHUNK);
   if (bytes != tern_bytes(s, n)) return codec_size_error("terngrad", bytes, tern_bytes(s, n));
   for (size_t k = 0; k < nc; k++) {
     float scale = get_f32(in + 4 * k);
@@ -62,7 +60,7 @@ static int tern_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
   for (size_t k = 0; k < nc; k++) {
     float scale = get_f32(in + 4 * k);
     const float value[4] = {0, scale, -scale, 0};
-    size_t lo = k * TERN_CHUNK, hi = lo + TERN_CHUNK < n ? lo + TERN_CHUNK : n;
+    size_t lo = k * TERN_CHUNK, hi = codec_chunk_end(k, TERN_CHUNK, n);
     for (size_t i = lo; i < hi; i++) acc[i] += value[(t[i >> 2] >> (2 * (i & 3))) & 3];
   }
   return 0;
