@@ -38,9 +38,10 @@ static void cell(strbuf_t *sb, const char *preset, const char *key, double v, co
 }
 
 /* The table's figures as text, shared by the page and the terminal. */
-typedef struct { char ttt[32], acc[32], sps[32], mb[32], bps[32], hidden[32]; } row_text_t;
+typedef struct { char ok[32], ttt[32], acc[32], sps[32], mb[32], bps[32], hidden[32]; } row_text_t;
 
 static void row_text(const report_t *rep, const preset_summary_t *p, row_text_t *t) {
+  snprintf(t->ok, sizeof t->ok, "%d/%d", p->ok, p->runs);
   if (!isfinite(rep->target_acc)) snprintf(t->ttt, sizeof t->ttt, "no target");
   else if (isfinite(p->time_to_target))
     snprintf(t->ttt, sizeof t->ttt, "%.1f s%s", p->time_to_target,
@@ -71,13 +72,12 @@ static void table(const report_t *rep, strbuf_t *sb) {
     const preset_summary_t *p = &rep->presets[i];
     row_text_t t;
     row_text(rep, p, &t);
-    char ok[32], verdict[VERDICT_CLAUSES_MAX * 200 + 8];
-    snprintf(ok, sizeof ok, "%d/%d", p->ok, p->runs);
+    char verdict[VERDICT_CLAUSES_MAX * 200 + 8];
     sb_printf(sb, "<tr class=\"%s\"><td class=\"name\"><span class=\"swatch\" style=\"background:%s\">"
                   "</span>", p->ok ? "ok" : "failed", svg_color(i));
     sb_html(sb, p->name);
     sb_puts(sb, "</td>");
-    cell(sb, p->name, "ok", p->ok, ok);
+    cell(sb, p->name, "ok", p->ok, t.ok);
     cell(sb, p->name, "time_to_target", p->time_to_target, t.ttt);
     cell(sb, p->name, "final_acc", p->final_acc, t.acc);
     cell(sb, p->name, "samples_per_sec", p->samples_per_sec, t.sps);
@@ -214,10 +214,9 @@ void report_table(const report_t *rep, FILE *f) {
     const preset_summary_t *p = &rep->presets[i];
     row_text_t t;
     row_text(rep, p, &t);
-    char ok[32], verdict[VERDICT_CLAUSES_MAX * 200 + 8];
-    snprintf(ok, sizeof ok, "%d/%d", p->ok, p->runs);
+    char verdict[VERDICT_CLAUSES_MAX * 200 + 8];
     verdict_text(p, verdict, sizeof verdict);
-    fprintf(f, "%-16s %7s %14s %9s %10s %10s %11s %7s  %s\n", p->name, ok, t.ttt, t.acc, t.sps,
+    fprintf(f, "%-16s %7s %14s %9s %10s %10s %11s %7s  %s\n", p->name, t.ok, t.ttt, t.acc, t.sps,
             t.mb, t.bps, t.hidden, verdict);
   }
 }

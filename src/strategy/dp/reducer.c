@@ -218,12 +218,8 @@ static int exchange_gradients(reducer_t *s, double backward_end) {
   if (s->async) {
     int rc = coll_async_wait(s->async, &busy);
     if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "wait for buckets", 0, backward_end, dt_now());
-    /* the wait can outlast the exchange's own time by the hand-off to the
-     * communication thread (its wake-up): both count as communication, so
-     * that comm_sec never falls below comm_exposed_sec */
-    double exposed = dt_now() - backward_end;
-    w->timers.comm += busy > exposed ? busy : exposed;
-    w->timers.comm_exposed += exposed;
+    w->timers.comm += busy;
+    w->timers.comm_exposed += dt_now() - backward_end;
     return rc;
   }
   for (int i = 0; i < s->nbuckets; i++) {
