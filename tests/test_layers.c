@@ -897,6 +897,23 @@ static void run_on_reference_path(void) {
   kern_use_reference(0);
 }
 
+/* The same on oneDNN's sgemm, the CLI's default library where built. */
+static void run_on_onednn_path(void) {
+  if (!kern_onednn_available()) {
+    printf("  (built without oneDNN: OpenBLAS and the reference only)\n");
+    return;
+  }
+  kern_set_gemm_lib(GEMM_ONEDNN);
+  CHECK_OK(kern_gemm_check());
+  test_run("test_dense_forward_onednn", test_dense_forward);
+  test_run("test_dense_gradients_onednn", test_dense_gradients);
+  test_run("test_conv_forward_matches_direct_onednn", test_conv_forward_matches_direct);
+  test_run("test_conv_gradients_onednn", test_conv_gradients);
+  test_run("test_batchnorm_gradients_onednn", test_batchnorm_gradients);
+  test_run("test_softmax_xent_onednn", test_softmax_xent);
+  kern_set_gemm_lib(GEMM_OPENBLAS);
+}
+
 int main(void) {
   RUN(test_gemm_reference_matches_blas);
   RUN(test_gemm_bf16_close_to_reference);
@@ -920,5 +937,6 @@ int main(void) {
   RUN(test_batchnorm_values);
   RUN(test_softmax_xent);
   run_on_reference_path();
+  run_on_onednn_path();
   TEST_MAIN_END();
 }
