@@ -4,17 +4,21 @@
 rounds, one core's sgemm GFLOP/s (1024^3, bench/sgemm_roof.c) and dtrain's
 samples/s on mlp and lenet (1 worker, batch 64), each as a ratio to the
 unset run of the same round; and what dtrain says on stderr for it.
+dtrain's fp32 products go through oneDNN by default (src/core/gemm_onednn.c),
+which the core type does not touch; --gemm openblas measures OpenBLAS's.
 needs: make, make bench
-usage: bench/coretype.py [--rounds 3] [--types Cooperlake,SkylakeX,Haswell,Sandybridge,Prescott]"""
+usage: bench/coretype.py [--rounds 3] [--gemm onednn|openblas]
+                         [--types Cooperlake,SkylakeX,Haswell,Sandybridge,Prescott]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTRAIN = os.path.join(ROOT, "build", "dtrain")
 STEPS = {"mlp": 600, "lenet": 100}
+GEMM = {"lib": "onednn"}
 
 
 def env_for(core):
-    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", DTRAIN_GEMM=GEMM["lib"])
     e.pop("OPENBLAS_CORETYPE", None)
     e.pop("DTRAIN_CORETYPE", None)
     if core:
@@ -43,7 +47,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--types", default="Cooperlake,SkylakeX,Haswell,Sandybridge,Prescott")
+    ap.add_argument("--gemm", choices=("onednn", "openblas"), default="onednn")
     args = ap.parse_args()
+    GEMM["lib"] = args.gemm
     types = [""] + args.types.split(",")
     got = {t: {"sgemm": [], "mlp": [], "lenet": []} for t in types}
     said, ran = {}, {}

@@ -1,5 +1,7 @@
 #!/bin/sh
-# The kernels dtrain runs on (src/cli/kernels.c): OpenBLAS's core type
+# The kernels dtrain runs on (src/cli/kernels.c): oneDNN's sgemm by
+# default where dtrain has it, given up for OpenBLAS when it disagrees with
+# the reference; with DTRAIN_GEMM=openblas, OpenBLAS's core type
 # against the CPU's features, a setting of the user's kept and named in
 # one line when it is far below the CPU, dtrain's own fix when nobody set
 # it (a restart with OPENBLAS_CORETYPE), the start-up check against the
@@ -16,6 +18,35 @@ no_stderr() { [ ! -s "$TMP/$1.err" ]; }
 one_line() { [ "$(grep -c . "$TMP/$1.err")" -eq 1 ] && grep -q -- "$2" "$TMP/$1.err"; }
 stdout_clean() { ! grep -q dtrain: "$TMP/$1.out" && grep -q '^done:' "$TMP/$1.out"; }
 
+# ---- the default: oneDNN's sgemm, whatever OpenBLAS's core type ---------
+if "$DTRAIN" train --help | grep -q '^kernels here: onednn'; then
+  run default
+  check default_gemm_is_onednn gemm_is default "onednn [a-z0-9_]*"
+  check default_no_line no_stderr default
+  run onednn_prescott OPENBLAS_CORETYPE=Prescott
+  check onednn_ignores_openblas_core gemm_is onednn_prescott "onednn [a-z0-9_]*"
+  check onednn_no_line_for_openblas_core no_stderr onednn_prescott
+  run onednn_wrong DTRAIN_TEST_BLAS_WRONG=onednn
+  check onednn_wrong_gives_way_to_openblas gemm_is onednn_wrong "openblas [A-Za-z0-9]* (set by [a-z]*)"
+  check onednn_wrong_one_line one_line onednn_wrong "sgemm of onednn .* disagrees with the reference GEMM.*OpenBLAS runs instead"
+  check onednn_wrong_still_trains stdout_clean onednn_wrong
+  run bogus_lib DTRAIN_GEMM=mkl
+  check gemm_lib_unknown_one_line one_line bogus_lib "DTRAIN_GEMM=mkl is not a GEMM library (expected onednn or openblas)"
+  check gemm_lib_unknown_default_runs gemm_is bogus_lib "onednn [a-z0-9_]*"
+  run chose_openblas DTRAIN_GEMM=openblas
+  check gemm_lib_openblas_chosen gemm_is chose_openblas "openblas [A-Za-z0-9]* (set by [a-z]*)"
+  # the same weights from either library, within fp32 rounding of 3 steps
+  check onednn_equals_openblas_within_rounding $PY -c "
+import json
+def loss(n): return [json.loads(l) for l in open('$TMP/'+n+'.jsonl') if '\"epoch\"' in l][-1]['train_loss']
+a, b = loss('default'), loss('chose_openblas')
+assert abs(a - b) <= 1e-4 * abs(b), (a, b)"
+else
+  echo "SKIP the oneDNN cases: built without libdnnl-dev"
+fi
+
+# ---- DTRAIN_GEMM=openblas: OpenBLAS's core type against the CPU ---------
+export DTRAIN_GEMM=openblas
 if grep -qw avx2 /proc/cpuinfo; then
   # SSE kernels on an AVX2 CPU: kept (the user's setting), said once, stdout untouched
   run prescott OPENBLAS_CORETYPE=Prescott
@@ -53,6 +84,7 @@ check wrong_own_choice_ends_on_reference gemm_is wrong_mine reference
 check wrong_own_choice_one_line one_line wrong_mine "disagrees with the reference GEMM"
 # train --help names the kernels and the CPU
 check help_names_kernels sh -c "'$DTRAIN' train --help | grep -q '^kernels here: openblas .* (set by .*); CPU: '"
+unset DTRAIN_GEMM
 
 # ---- --precision bf16: products in bfloat16 (oneDNN), everything else fp32 --
 SMALL="$TMP/small"

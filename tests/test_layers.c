@@ -779,7 +779,7 @@ static void test_gemm_reference_matches_blas(void) {
 
 /* bf16 products (when this build and CPU have them): within bf16's
  * rounding of the reference, |error| <= 2^-7 sum |a||b| for every
- * transpose; alpha or beta other than (1, 0) go through fp32. */
+ * transpose; alpha other than 1, or beta other than 0 and 1, go through fp32. */
 static void test_gemm_bf16_close_to_reference(void) {
   if (!kern_bf16_available()) {
     printf("  (no bf16 here: the refusal is tested by e2e_kernels.sh)\n");
@@ -794,7 +794,7 @@ static void test_gemm_bf16_close_to_reference(void) {
   for (int i = 0; i < K * K; i++) b[i] = rng_uniform(&r) - 0.5f, absb[i] = fabsf(b[i]);
   for (int t = 0; t < 4; t++) {
     int ta = t & 1, tb = t >> 1, lda = ta ? M : K, ldb = tb ? K : N;
-    CHECK_OK(kern_gemm_bf16(ta, tb, M, N, K, a, lda, b, ldb, c, N));
+    CHECK_OK(kern_gemm_bf16(ta, tb, M, N, K, a, lda, b, ldb, 0.0f, c, N));
     kern_gemm_ref(ta, tb, M, N, K, 1, a, lda, b, ldb, 0, ref, N);
     kern_gemm_ref(ta, tb, M, N, K, 1, absa, lda, absb, ldb, 0, mag, N);
     double worst = 0, nonzero = 0;
@@ -815,6 +815,75 @@ static void test_gemm_bf16_close_to_reference(void) {
   kern_bf16_release();
 }
 
+/* The test's own columns [n·oh·ow, k·k·c] of x, zeros for padding. */
+static void naive_cols(const layer_t *l, const float *x, int n, float *cols) {
+  int H = l->in_shape.h, W = l->in_shape.w, C = l->in_shape.c, OH = l->out_shape.h;
+  int OW = l->out_shape.w, k = l->spec.kernel, s = l->spec.stride, p = l->spec.pad;
+  for (int b = 0; b < n; b++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int ky = 0; ky < k; ky++)
+          for (int kx = 0; kx < k; kx++)
+            for (int c = 0; c < C; c++) {
+              int iy = oy * s - p + ky, ix = ox * s - p + kx, in = iy >= 0 && iy < H && ix >= 0 && ix < W;
+              *cols++ = in ? x[((b * H + iy) * W + ix) * C + c] : 0.0f;
+            }
+}
+
+/* --precision bf16: a convolution makes its columns in bf16 once and reads
+ * them in the forward and the weight gradient (beta 0 and, summed over
+ * micro-batches, 1); bit for bit the products kern_gemm_bf16 makes of the
+ * fp32 columns, which it rounds the same way. */
+static void test_conv_bf16_columns(void) {
+  if (!kern_bf16_available()) {
+    printf("  (no bf16 here)\n");
+    return;
+  }
+  kern_set_bf16(1);
+  long fallbacks = kern_bf16_fallbacks();
+  for (size_t i = 0; i < sizeof conv_cases / sizeof *conv_cases; i++) {
+    const conv_case_t *c = &conv_cases[i];
+    tlayer_t t;
+    int n = 3;
+    CHECK_OK(tl_make(&t, conv_spec(c), (shape_t){c->c, c->h, c->w}, n, 100 + i));
+    layer_t *l = &t.l;
+    int rows = n * c->oh * c->ow, kdim = c->k * c->k * c->c, oc = c->filters;
+    rng_t rng;
+    rng_seed(&rng, 400 + i);
+    float *x = dt_alloc_floats(in_len(&t, n)), *cols = dt_alloc_floats((size_t)rows * kdim);
+    float *want = dt_alloc_floats(out_len(&t, n)), *dw = dt_alloc_floats(l->nweight);
+    float *dout = dt_alloc_floats(out_len(&t, n));
+    fill_uniform(x, in_len(&t, n), -1, 1, &rng);
+    fill_uniform(dout, out_len(&t, n), -1, 1, &rng);
+    naive_cols(l, x, n, cols);
+    l->ops->forward(l, x, n, 1, NULL);
+    int pointwise = c->k == 1 && c->s == 1 && c->p == 0;
+    CHECK(l->cols_bf16 == !pointwise);
+    CHECK_OK(kern_gemm_bf16(0, 1, rows, oc, kdim, cols, kdim, l->w, kdim, 0.0f, want, oc));
+    for (int r = 0; r < rows; r++)
+      for (int j = 0; j < oc; j++) {
+        float v = want[r * oc + j] + l->b[j];
+        want[r * oc + j] = c->relu && v <= 0.0f ? 0.0f : v;
+      }
+    CHECK(memcmp(want, l->out, out_len(&t, n) * sizeof(float)) == 0);
+    for (int beta = 0; beta <= 1; beta++) { /* written, then added to */
+      if (beta) l->ops->forward(l, x, n, 1, NULL);
+      memcpy(l->dout, dout, out_len(&t, n) * sizeof(float));
+      if (c->relu)
+        for (size_t j = 0; j < out_len(&t, n); j++) dout[j] = l->out[j] > 0.0f ? dout[j] : 0.0f;
+      l->grad_beta = (float)beta;
+      l->ops->backward(l, x, NULL, n);
+      CHECK_OK(kern_gemm_bf16(1, 0, oc, kdim, rows, dout, oc, cols, kdim, (float)beta, dw, kdim));
+      CHECK(memcmp(dw, l->dw, l->nweight * sizeof(float)) == 0);
+    }
+    dt_free(x), dt_free(cols), dt_free(want), dt_free(dw), dt_free(dout);
+    tl_free(&t);
+  }
+  CHECK(kern_bf16_fallbacks() == fallbacks);
+  kern_set_bf16(0);
+  kern_bf16_release();
+}
+
 /* The layer tests whose products go through kern_gemm, run again on the
  * reference path: every layer is right on both. */
 static void run_on_reference_path(void) {
@@ -828,9 +897,27 @@ static void run_on_reference_path(void) {
   kern_use_reference(0);
 }
 
+/* The same on oneDNN's sgemm, the CLI's default library where built. */
+static void run_on_onednn_path(void) {
+  if (!kern_onednn_available()) {
+    printf("  (built without oneDNN: OpenBLAS and the reference only)\n");
+    return;
+  }
+  kern_set_gemm_lib(GEMM_ONEDNN);
+  CHECK_OK(kern_gemm_check());
+  test_run("test_dense_forward_onednn", test_dense_forward);
+  test_run("test_dense_gradients_onednn", test_dense_gradients);
+  test_run("test_conv_forward_matches_direct_onednn", test_conv_forward_matches_direct);
+  test_run("test_conv_gradients_onednn", test_conv_gradients);
+  test_run("test_batchnorm_gradients_onednn", test_batchnorm_gradients);
+  test_run("test_softmax_xent_onednn", test_softmax_xent);
+  kern_set_gemm_lib(GEMM_OPENBLAS);
+}
+
 int main(void) {
   RUN(test_gemm_reference_matches_blas);
   RUN(test_gemm_bf16_close_to_reference);
+  RUN(test_conv_bf16_columns);
   RUN(test_kern_sum_in_order);
   RUN(test_kern_allsum_in_order);
   RUN(test_kern_copy_stream);
@@ -850,5 +937,6 @@ int main(void) {
   RUN(test_batchnorm_values);
   RUN(test_softmax_xent);
   run_on_reference_path();
+  run_on_onednn_path();
   TEST_MAIN_END();
 }

@@ -94,20 +94,45 @@ void kern_gemm_ref(int ta, int tb, int m, int n, int k, float alpha,
                    float beta, float *c, int ldc);
 void kern_use_reference(int on);
 int kern_using_reference(void);
+/* The library behind kern_gemm's fp32 products (src/core/gemm_onednn.c):
+ * OpenBLAS, or oneDNN's sgemm where dtrain was built with it (the CLI's
+ * default, DTRAIN_GEMM). Process-wide, set before any thread.
+ * kern_sgemm_onednn: one product, -1 when oneDNN failed (kern_gemm then
+ * runs OpenBLAS's). */
+typedef enum { GEMM_OPENBLAS, GEMM_ONEDNN } gemm_lib_t;
+void kern_set_gemm_lib(gemm_lib_t lib);
+gemm_lib_t kern_gemm_lib(void);
+int kern_onednn_available(void);
+int kern_sgemm_onednn(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc);
+void kern_onednn_describe(char *buf, size_t cap); /* "onednn avx512_core_bf16" */
 /* --precision bf16 (src/core/gemm_bf16.c): kern_gemm rounds its operands to
  * bfloat16 and multiplies them with fp32 accumulation (oneDNN's matmul on
  * the CPU's bf16 instructions); C stays fp32. Process-wide, set before any
  * thread. kern_bf16_available: built with oneDNN and the CPU has
- * AVX512_BF16 or AMX-BF16. kern_gemm_bf16: one product (alpha 1, beta 0);
- * -1 when oneDNN failed (kern_gemm then computes it in fp32 and counts it,
- * kern_bf16_fallbacks). kern_bf16_release frees the calling thread's
- * oneDNN state (other threads' is freed when they end). */
+ * AVX512_BF16 or AMX-BF16. kern_bf16_active: bf16 set and the reference
+ * path not. kern_gemm_bf16: one product (alpha 1, beta 0 or 1); -1 when
+ * oneDNN failed (kern_gemm then computes it in fp32 and counts it,
+ * kern_bf16_fallbacks; a caller that went round kern_gemm counts its own
+ * with kern_bf16_note_fallback). kern_gemm_bf16_made: the same with A
+ * and/or B (KERN_A_BF16, KERN_B_BF16 in made) given in bf16 already,
+ * packed (ld = row length): an operand read by several products rounded
+ * once (a convolution's columns: its forward and its weight gradient).
+ * kern_to_bf16 rounds n floats to nearest even. kern_bf16_release frees
+ * the calling thread's oneDNN state (other threads' is freed when they
+ * end). */
+enum { KERN_A_BF16 = 1, KERN_B_BF16 = 2 };
 int kern_bf16_available(void);
 void kern_set_bf16(int on);
 int kern_using_bf16(void);
+int kern_bf16_active(void);
 long kern_bf16_fallbacks(void);
+void kern_bf16_note_fallback(void);
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                   int ldb, float *c, int ldc);
+                   int ldb, float beta, float *c, int ldc);
+int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const void *a, int lda,
+                        const void *b, int ldb, float beta, float *c, int ldc);
+void kern_to_bf16(size_t n, const float *x, uint16_t *y);
 void kern_bf16_release(void);
 void kern_set_threads(int n);   /* BLAS thread count (process-wide) */
 int kern_get_threads(void);
@@ -150,12 +175,12 @@ typedef struct {
   const char *set_by; /* who chose the core: "openblas", "user" or "dtrain" */
 } blas_info_t;
 void kern_blas_info(blas_info_t *info);
-/* 0 when cblas_sgemm agrees with kern_gemm_ref on a few products of every
- * transpose (error within 1e-4 of sum |a||b|); else -1 with the worst
- * disagreement in the error line. */
+/* 0 when the fp32 library's sgemm (kern_gemm_lib) agrees with
+ * kern_gemm_ref on a few products of every transpose (error within 1e-4
+ * of sum |a||b|); else -1 with the worst disagreement in the error line. */
 int kern_gemm_check(void);
-/* What kern_gemm runs, for the metrics: "openblas Haswell (set by user)"
- * or "reference". */
+/* What kern_gemm runs, for the metrics: "onednn avx512_core_bf16",
+ * "openblas Haswell (set by user)", "bf16 onednn" or "reference". */
 void kern_gemm_describe(char *buf, size_t cap);
 
 /* ---- option parsing helpers -------------------------------------------

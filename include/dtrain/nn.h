@@ -156,6 +156,7 @@ struct layer {
   tp_link_t *bn_sync;              /* batchnorm: statistics over this group (NULL: local) */
   int tp_partial_dx;               /* COLUMN: leave the input gradient partial, the caller
                                     * sums it (the one weird trick's reduce-scatter) */
+  int cols_bf16;                   /* conv2d: the last forward left its columns in bf16 */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);

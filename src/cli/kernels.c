@@ -1,5 +1,10 @@
 /* The kernels dtrain runs on, settled before a command does any work:
  *
+ * - The fp32 products go through oneDNN's sgemm where dtrain was built
+ *   with it (src/core/gemm_onednn.c): it picks its kernels by the CPU's
+ *   instruction sets, so none of what follows about OpenBLAS applies.
+ *   DTRAIN_GEMM=openblas chooses OpenBLAS; a oneDNN that disagrees with
+ *   the reference GEMM is given up for OpenBLAS, with one line.
  * - OpenBLAS reads OPENBLAS_CORETYPE once, when the library is loaded, so
  *   a better core type cannot be chosen from inside the running process.
  *   When nobody set it and OpenBLAS's own choice is below what the CPU
@@ -59,8 +64,31 @@ static void restart(char **argv, const char *core, const char *mark) {
   execv("/proc/self/exe", argv);
 }
 
+/* oneDNN's sgemm for the fp32 products, unless DTRAIN_GEMM=openblas or
+ * dtrain was built without it, and once it agrees with the reference:
+ * 1 when it runs. OpenBLAS's core type does not matter then. */
+static int settle_onednn(void) {
+  const char *want = getenv("DTRAIN_GEMM");
+  if (want && *want && strcmp(want, "onednn") && strcmp(want, "openblas"))
+    say("DTRAIN_GEMM=%s is not a GEMM library (expected onednn or openblas): the default runs", want);
+  else if (want && !strcmp(want, "openblas"))
+    return 0;
+  if (!kern_onednn_available()) {
+    if (want && !strcmp(want, "onednn"))
+      say("DTRAIN_GEMM=onednn: this dtrain was built without oneDNN (install libdnnl-dev and "
+          "run make): OpenBLAS runs");
+    return 0;
+  }
+  kern_set_gemm_lib(GEMM_ONEDNN);
+  if (kern_gemm_check() == 0) return 1;
+  say("%s: OpenBLAS runs instead", dt_errmsg());
+  kern_set_gemm_lib(GEMM_OPENBLAS);
+  return 0;
+}
+
 void cli_settle_kernels(char **argv) {
   kern_set_threads(1); /* before any BLAS call: idle pool threads must not spin */
+  if (settle_onednn()) return;
   blas_info_t b;
   kern_blas_info(&b);
   const char *mine = getenv("DTRAIN_CORETYPE");
@@ -94,7 +122,9 @@ void cli_describe_kernels(FILE *f) {
   cpu_describe(cpu, sizeof cpu);
   kern_gemm_describe(what, sizeof what);
   fprintf(f, "kernels here: %s; CPU: %s", what, cpu);
-  if (b.best && b.core_tier < b.cpu_tier)
+  if (kern_gemm_lib() == GEMM_ONEDNN)
+    fprintf(f, "; DTRAIN_GEMM=openblas runs OpenBLAS %s instead", b.core);
+  else if (b.best && b.core_tier < b.cpu_tier)
     fprintf(f, "; OPENBLAS_CORETYPE=%s would use all of it", b.best);
   fprintf(f, "; --precision bf16: %s\n", kern_bf16_available() ? "available" : "not available");
 }

@@ -11,7 +11,6 @@
  * builds compute wrong results with newer kernels on some CPUs. */
 #include "dtrain/core.h"
 
-#include <cblas.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -79,8 +78,12 @@ void kern_gemm_describe(char *buf, size_t cap) {
   }
   if (kern_using_bf16()) {
     long fb = kern_bf16_fallbacks();
-    if (fb) snprintf(buf, cap, "bf16 onednn (%ld products fell back to openblas fp32)", fb);
+    if (fb) snprintf(buf, cap, "bf16 onednn (%ld products fell back to fp32)", fb);
     else snprintf(buf, cap, "bf16 onednn");
+    return;
+  }
+  if (kern_gemm_lib() == GEMM_ONEDNN) {
+    kern_onednn_describe(buf, cap);
     return;
   }
   blas_info_t b;
@@ -88,15 +91,25 @@ void kern_gemm_describe(char *buf, size_t cap) {
   snprintf(buf, cap, "openblas %s (set by %s)", b.core, b.set_by);
 }
 
+/* DTRAIN_TEST_BLAS_WRONG=1 makes every library's products read as wrong,
+ * =onednn or =openblas that library's alone. */
+static int test_wrong(void) {
+  const char *w = getenv("DTRAIN_TEST_BLAS_WRONG");
+  if (!w || !*w) return 0;
+  if (!strcmp(w, "onednn")) return kern_gemm_lib() == GEMM_ONEDNN;
+  if (!strcmp(w, "openblas")) return kern_gemm_lib() == GEMM_OPENBLAS;
+  return 1;
+}
+
 /* Largest |blas - ref| / (|beta c| + sum_p |a_ip b_pj|) over one product. */
 static double product_error(int ta, int tb, int m, int n, int k, float beta, const float *a,
                             const float *b, float *c, float *r) {
   int lda = ta ? m : k, ldb = tb ? k : n;
   for (int i = 0; i < m * n; i++) c[i] = r[i] = (float)(i % 7) - 3;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0f, a, lda, b, ldb, beta, c, n);
+  kern_gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n); /* the library's, before any
+                                                                * --precision or reference */
   kern_gemm_ref(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, r, n);
-  if (getenv("DTRAIN_TEST_BLAS_WRONG")) c[n + 1] += 1; /* tests: a kernel that computes wrong */
+  if (test_wrong()) c[n + 1] += 1; /* tests: a kernel that computes wrong */
   double worst = 0;
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++) {

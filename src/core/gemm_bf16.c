@@ -13,21 +13,43 @@
  * grown to the largest product and then reused. */
 #include "dtrain/core.h"
 
-#ifdef DTRAIN_HAVE_DNNL
-#include <oneapi/dnnl/dnnl.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef __AVX512BF16__
 #include <immintrin.h>
 #endif
+
+/* Round to nearest even (NaN kept a quiet NaN). */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+void kern_to_bf16(size_t n, const float *x, uint16_t *y) {
+  size_t i = 0;
+#ifdef __AVX512BF16__
+  for (; i + 32 <= n; i += 32) {
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512((void *)(y + i), (__m512i)v);
+  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((void *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#endif
+  for (; i < n; i++) y[i] = to_bf16(x[i]);
+}
+
+#ifdef DTRAIN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 void omp_set_num_threads(int);
 
 enum { MAX_PLANS = 64 };
 
 typedef struct {
-  int m, n, k, ta, tb, ldc;
+  int m, n, k, ta, tb, ldc, accumulate;
   dnnl_primitive_t prim;
 } plan_t;
 
@@ -80,27 +102,6 @@ void kern_bf16_release(void) {
   pthread_setspecific(ctx_key, NULL);
 }
 
-/* Round to nearest even (NaN kept a quiet NaN). */
-static inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static void row_to_bf16(size_t n, const float *x, uint16_t *y) {
-  size_t i = 0;
-#ifdef __AVX512BF16__
-  for (; i + 32 <= n; i += 32) {
-    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512((void *)(y + i), (__m512i)v);
-  }
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256((void *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
-#endif
-  for (; i < n; i++) y[i] = to_bf16(x[i]);
-}
-
 /* rows x cols of x (leading dimension ld) into a packed bf16 copy. */
 static int pack(const float *x, int rows, int cols, int ld, uint16_t **buf, size_t *cap) {
   size_t need = (size_t)rows * cols;
@@ -109,36 +110,50 @@ static int pack(const float *x, int rows, int cols, int ld, uint16_t **buf, size
     if (!p) return -1;
     *buf = p, *cap = need;
   }
-  if (ld == cols) row_to_bf16(need, x, *buf); /* packed already: one run, no short rows */
+  if (ld == cols) kern_to_bf16(need, x, *buf); /* packed already: one run, no short rows */
   else
-    for (int r = 0; r < rows; r++) row_to_bf16((size_t)cols, x + (size_t)r * ld, *buf + (size_t)r * cols);
+    for (int r = 0; r < rows; r++) kern_to_bf16((size_t)cols, x + (size_t)r * ld, *buf + (size_t)r * cols);
   return 0;
 }
 
 /* The matmul of this shape: op(A) [m,k] bf16 packed, op(B) [k,n] bf16
- * packed, C [m,n] fp32 with leading dimension ldc. */
-static dnnl_primitive_t plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, int k, int ldc) {
+ * packed, C [m,n] fp32 with leading dimension ldc, overwritten or, when
+ * accumulate, added to (oneDNN's sum post-op: a weight gradient summed
+ * over micro-batches stays in bf16 products). */
+static dnnl_primitive_t plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, int k, int ldc,
+                                 int accumulate) {
   for (int i = 0; i < x->nplans; i++) {
     plan_t *p = &x->plan[i];
-    if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->ldc == ldc) return p->prim;
+    if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->ldc == ldc &&
+        p->accumulate == accumulate)
+      return p->prim;
   }
   if (x->nplans == MAX_PLANS) drop_plans(x); /* shapes beyond a model's few: start over */
   dnnl_memory_desc_t a, b, c;
   dnnl_dims_t da = {m, k}, db = {k, n}, dc = {m, n};
   dnnl_dims_t sa = {ta ? 1 : k, ta ? m : 1}, sb = {tb ? 1 : n, tb ? k : 1}, sc = {ldc, 1};
   dnnl_matmul_desc_t md;
-  dnnl_primitive_desc_t pd;
+  dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t prim;
-  if (dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) != dnnl_success ||
-      dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb) != dnnl_success ||
-      dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc) != dnnl_success ||
-      dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) != dnnl_success ||
-      dnnl_primitive_desc_create(&pd, &md, NULL, x->engine, NULL) != dnnl_success)
-    return NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  int ok = dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) == dnnl_success &&
+           dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb) == dnnl_success &&
+           dnnl_memory_desc_init_by_strides(&c, 2, dc, dnnl_f32, sc) == dnnl_success &&
+           dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success;
+  if (ok && accumulate)
+    ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+         dnnl_post_ops_create(&ops) == dnnl_success &&
+         dnnl_post_ops_append_sum(ops, 1.0f) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, x->engine, NULL) == dnnl_success;
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) return NULL;
   dnnl_status_t s = dnnl_primitive_create(&prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (s != dnnl_success) return NULL;
-  x->plan[x->nplans++] = (plan_t){m, n, k, ta, tb, ldc, prim};
+  x->plan[x->nplans++] = (plan_t){m, n, k, ta, tb, ldc, accumulate, prim};
   return prim;
 }
 
@@ -164,24 +179,43 @@ static int run(bf16_ctx_t *x, dnnl_primitive_t prim, void *a, void *b, float *c)
   return rc;
 }
 
-int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                   int ldb, float *c, int ldc) {
+/* An operand as the matmul reads it: made in bf16 by the caller already
+ * (packed: ld is its row length), or rounded now into buf. */
+static const uint16_t *operand(const void *p, int made, int rows, int cols, int ld, uint16_t **buf,
+                               size_t *cap) {
+  if (made) return ld == cols ? p : NULL;
+  return pack(p, rows, cols, ld, buf, cap) == 0 ? *buf : NULL;
+}
+
+int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const void *a, int lda,
+                        const void *b, int ldb, float beta, float *c, int ldc) {
+  if (beta != 0.0f && beta != 1.0f) return -1;
   bf16_ctx_t *x = ctx_get();
   if (!x) return -1;
-  dnnl_primitive_t prim = plan_for(x, ta, tb, m, n, k, ldc);
+  dnnl_primitive_t prim = plan_for(x, ta, tb, m, n, k, ldc, beta != 0.0f);
   if (!prim) return -1;
-  if (pack(a, ta ? k : m, ta ? m : k, lda, &x->a, &x->a_cap) != 0 ||
-      pack(b, tb ? n : k, tb ? k : n, ldb, &x->b, &x->b_cap) != 0)
-    return -1;
-  return run(x, prim, x->a, x->b, c);
+  const uint16_t *pa = operand(a, made & KERN_A_BF16, ta ? k : m, ta ? m : k, lda, &x->a, &x->a_cap);
+  const uint16_t *pb = operand(b, made & KERN_B_BF16, tb ? n : k, tb ? k : n, ldb, &x->b, &x->b_cap);
+  if (!pa || !pb) return -1;
+  return run(x, prim, (void *)pa, (void *)pb, c);
+}
+
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc) {
+  return kern_gemm_bf16_made(0, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 int kern_bf16_available(void) { return cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16); }
 #else
-int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
-                   int ldb, float *c, int ldc) {
+int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const void *a, int lda,
+                        const void *b, int ldb, float beta, float *c, int ldc) {
   return -1;
 }
+int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, float beta, float *c, int ldc) {
+  return -1;
+}
+
 void kern_bf16_release(void) {}
 int kern_bf16_available(void) { return 0; }
 #endif

@@ -24,13 +24,18 @@ void kern_set_threads(int n) {
 int kern_get_threads(void) { return blas_threads; }
 
 static int use_reference, use_bf16;
+static gemm_lib_t gemm_lib = GEMM_OPENBLAS;
 static atomic_long bf16_fallbacks;
 
 void kern_use_reference(int on) { use_reference = on; }
+void kern_set_gemm_lib(gemm_lib_t lib) { gemm_lib = lib; }
+gemm_lib_t kern_gemm_lib(void) { return gemm_lib; }
 int kern_using_reference(void) { return use_reference; }
 void kern_set_bf16(int on) { use_bf16 = on; }
 int kern_using_bf16(void) { return use_bf16; }
+int kern_bf16_active(void) { return use_bf16 && !use_reference; }
 long kern_bf16_fallbacks(void) { return atomic_load(&bf16_fallbacks); }
+void kern_bf16_note_fallback(void) { atomic_fetch_add(&bf16_fallbacks, 1); }
 
 void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb,
@@ -40,10 +45,13 @@ void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
     kern_gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  if (use_bf16 && alpha == 1.0f && beta == 0.0f && k > 0) {
-    if (kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc) == 0) return;
-    atomic_fetch_add(&bf16_fallbacks, 1);
+  if (use_bf16 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && k > 0) {
+    if (kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) == 0) return;
+    kern_bf16_note_fallback();
   }
+  if (gemm_lib == GEMM_ONEDNN &&
+      kern_sgemm_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
+    return;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -10,6 +10,12 @@
  * overwrites it with dcols, so each backward needs its own forward. A 1x1
  * kernel with stride 1 and no padding needs no columns: cols is x itself.
  *
+ * Under --precision bf16 the columns are made in bf16: the input rounded
+ * once (k·k times smaller than the columns it becomes) and im2col copying
+ * 16-bit runs, read by both products that need them, the forward and the
+ * weight gradient, where kern_gemm would round the fp32 columns twice. The
+ * scratch holds them in its first half and the rounded input after them.
+ *
  * Split by tensor parallelism (nn.h, split_t) as a dense layer is: COLUMN
  * holds a block of the filters (output channels; the input whole) and sums
  * its input gradient over the group; ROW reads a shard of the input
@@ -74,7 +80,9 @@ static int conv_setup(layer_t *l, int max_batch) {
   l->nweight = (size_t)g.oc * g.kdim;
   l->param_len = l->nweight + (size_t)g.oc;
   l->buf_len = 0;
-  l->scratch_len = is_pointwise(&g) ? 0 : rows * g.kdim;
+  /* fp32 columns, or bf16 columns and the bf16 input after them */
+  size_t cols = rows * g.kdim, in = (size_t)max_batch * g.h * g.w * g.c;
+  l->scratch_len = is_pointwise(&g) ? 0 : cols > (cols + in + 1) / 2 ? cols : (cols + in + 1) / 2;
   return 0;
 }
 
@@ -95,52 +103,60 @@ static void valid_kx(const geom_t *g, int ox, int *kx0, int *kx1) {
   *kx1 = g->w - ix0 < g->k ? g->w - ix0 : g->k;
 }
 
-/* memcpy of a run, inlined when short: the runs of a small kernel over
- * few channels (5 floats for a 5x5 kernel on one channel) are too short
- * for a library call to pay off. Fixed-size chunks, the last overlapping. */
-static inline void copy_run(float *restrict d, const float *restrict s, size_t n) {
-  if (n > 32) {
-    memcpy(d, s, n * sizeof(float));
-  } else if (n >= 8) {
+/* memcpy of a run of n bytes, inlined when short: the runs of a small
+ * kernel over few channels (5 floats for a 5x5 kernel on one channel) are
+ * too short for a library call to pay off. Fixed-size chunks, the last
+ * overlapping. */
+static inline void copy_run(char *restrict d, const char *restrict s, size_t n) {
+  if (n > 128) {
+    memcpy(d, s, n);
+  } else if (n >= 32) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) memcpy(d + i, s + i, 8 * sizeof(float));
-    if (i < n) memcpy(d + n - 8, s + n - 8, 8 * sizeof(float));
-  } else if (n >= 4) {
-    memcpy(d, s, 4 * sizeof(float));
-    memcpy(d + n - 4, s + n - 4, 4 * sizeof(float));
+    for (; i + 32 <= n; i += 32) memcpy(d + i, s + i, 32);
+    if (i < n) memcpy(d + n - 32, s + n - 32, 32);
+  } else if (n >= 16) {
+    memcpy(d, s, 16);
+    memcpy(d + n - 16, s + n - 16, 16);
+  } else if (n >= 8) {
+    memcpy(d, s, 8);
+    memcpy(d + n - 8, s + n - 8, 8);
   } else {
     for (size_t i = 0; i < n; i++) d[i] = s[i];
   }
 }
 
-/* One column row per output pixel: k runs of k·c floats. Windows inside
- * the image (all of them without padding) take the fast path. */
-static void im2col(const geom_t *g, const float *x, int n, float *cols) {
-  size_t run = (size_t)g->k * g->c, line = (size_t)g->w * g->c;
+/* One column row per output pixel: k runs of k·c elements of esz bytes
+ * (fp32 or bf16). Windows inside the image (all of them without padding)
+ * take the fast path. */
+static void im2col(const geom_t *g, const void *xv, size_t esz, int n, void *colsv) {
+  const char *x = xv;
+  char *cols = colsv;
+  size_t run = (size_t)g->k * g->c * esz, line = (size_t)g->w * g->c * esz, px = g->c * esz;
+  size_t rowb = (size_t)g->kdim * esz;
   for (int b = 0; b < n; b++) {
-    const float *xb = x + (size_t)b * g->h * line;
+    const char *xb = x + (size_t)b * g->h * line;
     for (int oy = 0; oy < g->oh; oy++) {
       int iy0 = oy * g->s - g->p, rows_inside = iy0 >= 0 && iy0 + g->k <= g->h;
-      float *row = cols + ((size_t)b * g->oh + oy) * g->ow * g->kdim;
-      for (int ox = 0; ox < g->ow; ox++, row += g->kdim) {
+      char *row = cols + ((size_t)b * g->oh + oy) * g->ow * rowb;
+      for (int ox = 0; ox < g->ow; ox++, row += rowb) {
         int kx0, kx1, ix0 = ox * g->s - g->p;
         valid_kx(g, ox, &kx0, &kx1);
         if (rows_inside && kx0 == 0 && kx1 == g->k) {
-          const float *src = xb + (size_t)iy0 * line + (size_t)ix0 * g->c;
+          const char *src = xb + (size_t)iy0 * line + (size_t)ix0 * px;
           for (int ky = 0; ky < g->k; ky++) copy_run(row + ky * run, src + ky * line, run);
           continue;
         }
-        for (int ky = 0; ky < g->k; ky++) {
-          float *dst = row + ky * run;
+        for (int ky = 0; ky < g->k; ky++) { /* zeros are all-zero bits in fp32 and bf16 */
+          char *dst = row + ky * run;
           int iy = iy0 + ky;
           if (iy < 0 || iy >= g->h || kx0 >= kx1) {
-            memset(dst, 0, run * sizeof(float));
+            memset(dst, 0, run);
             continue;
           }
-          memset(dst, 0, (size_t)kx0 * g->c * sizeof(float));
-          copy_run(dst + (size_t)kx0 * g->c, xb + (size_t)iy * line + (size_t)(ix0 + kx0) * g->c,
-                   (size_t)(kx1 - kx0) * g->c);
-          memset(dst + (size_t)kx1 * g->c, 0, (size_t)(g->k - kx1) * g->c * sizeof(float));
+          memset(dst, 0, (size_t)kx0 * px);
+          copy_run(dst + (size_t)kx0 * px, xb + (size_t)iy * line + (size_t)(ix0 + kx0) * px,
+                   (size_t)(kx1 - kx0) * px);
+          memset(dst + (size_t)kx1 * px, 0, (size_t)(g->k - kx1) * px);
         }
       }
     }
@@ -239,15 +255,28 @@ static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, i
   }
 }
 
+/* The forward product on bf16 columns (the header's bf16 paragraph). */
+static int forward_bf16(layer_t *l, const geom_t *g, const float *x, int n, int rows) {
+  uint16_t *cols = (uint16_t *)l->scratch, *x16 = cols + (size_t)rows * g->kdim;
+  kern_to_bf16((size_t)n * g->h * g->w * g->c, x, x16);
+  im2col(g, x16, sizeof *x16, n, cols);
+  return kern_gemm_bf16_made(KERN_A_BF16, 0, 1, rows, g->oc, g->kdim, cols, g->kdim, l->w, g->kdim,
+                             0.0f, l->out, g->oc);
+}
+
 static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
   const float *cols = x;
-  if (!is_pointwise(&g)) {
-    im2col(&g, x, n, l->scratch);
-    cols = l->scratch;
+  l->cols_bf16 = !is_pointwise(&g) && kern_bf16_active() && forward_bf16(l, &g, x, n, rows) == 0;
+  if (!l->cols_bf16) {
+    if (!is_pointwise(&g)) {
+      if (kern_bf16_active()) kern_bf16_note_fallback();
+      im2col(&g, x, sizeof *x, n, l->scratch);
+      cols = l->scratch;
+    }
+    kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, l->out, g.oc);
   }
-  kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, l->out, g.oc);
   if (l->spec.split == SPLIT_ROW) tp_allreduce(l->tp, l->out, (size_t)rows * g.oc); /* Megatron's g */
   bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
@@ -262,17 +291,32 @@ static void conv_backward_input(layer_t *l, float *dx, int n) {
     kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
     kern_zero((size_t)n * g.h * g.w * g.c, dx);
     col2im(&g, l->scratch, n, dx);
+    l->cols_bf16 = 0; /* the scratch holds fp32 dcols now */
   }
   if (l->spec.split == SPLIT_COLUMN) tp_allreduce(l->tp, dx, (size_t)n * g.h * g.w * g.c); /* f */
+}
+
+/* dw from the masked dout and the columns: bf16 where the forward left
+ * them so, else fp32 (made again from x if a bf16 product failed). */
+static void weight_gradient(layer_t *l, const geom_t *g, const float *x, int n, int rows) {
+  if (l->cols_bf16) {
+    if (kern_gemm_bf16_made(KERN_B_BF16, 1, 0, g->oc, g->kdim, rows, l->dout, g->oc, l->scratch,
+                            g->kdim, l->grad_beta, l->dw, g->kdim) == 0)
+      return;
+    kern_bf16_note_fallback();
+    im2col(g, x, sizeof *x, n, l->scratch);
+  }
+  const float *cols = is_pointwise(g) ? x : l->scratch;
+  kern_gemm(1, 0, g->oc, g->kdim, rows, 1.0f, l->dout, g->oc, cols, g->kdim, l->grad_beta, l->dw,
+            g->kdim);
 }
 
 static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
-  float *dout = l->dout;
-  mask_and_sum(dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db, l->grad_beta != 0.0f);
-  const float *cols = is_pointwise(&g) ? x : l->scratch;
-  kern_gemm(1, 0, g.oc, g.kdim, rows, 1.0f, dout, g.oc, cols, g.kdim, l->grad_beta, l->dw, g.kdim);
+  mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db,
+               l->grad_beta != 0.0f);
+  weight_gradient(l, &g, x, n, rows);
   if (dx) conv_backward_input(l, dx, n);
 }
 
