@@ -79,7 +79,12 @@ static void ctx_free(void *p) {
   free(x->a), free(x->b), free(x);
 }
 
-static void make_key(void) { pthread_key_create(&ctx_key, ctx_free); }
+/* Each thread keeps its own primitives (plan_for), so oneDNN's
+ * process-wide primitive cache would only be shared state between ranks. */
+static void make_key(void) {
+  pthread_key_create(&ctx_key, ctx_free);
+  dnnl_set_primitive_cache_capacity(0);
+}
 
 static bf16_ctx_t *ctx_get(void) {
   pthread_once(&ctx_once, make_key);

@@ -31,7 +31,17 @@ void kern_use_reference(int on) { use_reference = on; }
 void kern_set_gemm_lib(gemm_lib_t lib) { gemm_lib = lib; }
 gemm_lib_t kern_gemm_lib(void) { return gemm_lib; }
 int kern_using_reference(void) { return use_reference; }
-void kern_set_bf16(int on) { use_bf16 = on; }
+/* One product made here, on the thread that sets it (before any rank's
+ * thread starts), and its state dropped: oneDNN builds its process-wide
+ * state (the primitive cache) on first use, which threads racing to do it
+ * first would leave to chance (ThreadSanitizer reports it). */
+void kern_set_bf16(int on) {
+  use_bf16 = on;
+  if (!on || !kern_bf16_available()) return;
+  float a[4] = {1, 2, 3, 4}, c[4];
+  if (kern_gemm_bf16(0, 0, 2, 2, 2, a, 2, a, 2, 0.0f, c, 2) != 0) kern_bf16_note_fallback();
+  kern_bf16_release();
+}
 int kern_using_bf16(void) { return use_bf16; }
 int kern_bf16_active(void) { return use_bf16 && !use_reference; }
 long kern_bf16_fallbacks(void) { return atomic_load(&bf16_fallbacks); }
