@@ -52,6 +52,12 @@ static const preset_t PRESETS[] = {
     {"tree-easgd", "decentral / async / tree:2: elastic exchanges with parent and children",
      "Zhang 2016, Distributed Stochastic Optimization for Deep Learning (PhD thesis, EASGD tree)",
      "--optimization decentral --schedule async --exchange tree:2 --tau-up 2 --tau-down 2"},
+    {"mpca-sgd", "decentral / soft / master (a rank of its own): a penalty toward the centre "
+                 "extrapolated one round, rounds on a binomial tree overlapping the next tau steps",
+     "Langer, Hall, He & Rahayu 2018, MPCA SGD: A Method for Distributed Training of Deep "
+     "Learning Models on Spark (as the taxonomy's sec. 4.1 and Table 1 describe it)",
+     "--optimization decentral --schedule soft --exchange master --tau 4 --rho 1 --beta 0.9 "
+     "--extrapolation 1"},
     /* parameter servers (docs/PARAMETER_SERVER.md) */
     {"distbelief", "central / async (Downpour SGD) / ps:2: sharded servers apply each push on arrival",
      "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief, Downpour SGD)",

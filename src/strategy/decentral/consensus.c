@@ -188,8 +188,14 @@ int decentral_strategy(worker_t *w, const decentral_ops_t *ops, int masters, voi
  * elastic coefficients are checked once more by EASGD and TreeEASGD with
  * the real number of workers (under mpi it comes from -np). */
 int decentral_check(const train_config_t *c) {
-  double alpha, beta;
+  double alpha, beta, gamma;
   int p = 1;
+  if (c->optimization == OPTIMIZATION_DECENTRAL && c->schedule == SCHEDULE_SOFT) {
+    if (c->alpha > 0)
+      return dt_error("option --alpha: MPCA-SGD's pull is its penalty --rho (and the centre's "
+                      "rate --beta)");
+    return mpca_coefficients(c, &alpha, &beta, &gamma);
+  }
   if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE) p = c->tree_fanout;
   else if (decentral_extra_ranks(c)) p = c->workers;
   if ((c->alpha > 0 || c->beta > 0 || c->rho > 0) && elastic_coefficients(c, p, &alpha, &beta) != 0)
