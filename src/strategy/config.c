@@ -252,6 +252,9 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
                     "neighbors), whose pairwise averages keep the sum of the models only when "
                     "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
+  if (!central && c->schedule == SCHEDULE_SOFT)
+    return dt_error("option --compress %s: not with MPCA-SGD (--schedule soft): its rounds sum "
+                    "the models, whole, on a tree to the master", name);
   if (choco && c->error_feedback == 1)
     return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
                     "public copies that carry what was not sent; drop the option");
