@@ -83,6 +83,8 @@ typedef struct {
   int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
   double epoch_fraction;        /* pool schedules: an epoch ends once this part of its batches is pushed [1] */
   int ps_queue_staleness;       /* value:V: held pushes tried least stale first (else in arrival order) */
+  int ps_refresh_lazy;          /* ssp:S: Bosen's SSP cache, pulled only when older than S clocks
+                                 * (else ESSP's eager refresh every clock) */
   int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
   int64_t kill_step;
   char checkpoint_dir[256];     /* one file per shard + manifest */

@@ -49,6 +49,9 @@ static int is_async_ps(const train_config_t *c) {
   return is_downpour(c) || (is_ps(c) && c->schedule == SCHEDULE_VALUE);
 }
 static int is_value_ps(const train_config_t *c) { return is_ps(c) && c->schedule == SCHEDULE_VALUE; }
+static int is_ssp_ps(const train_config_t *c) {
+  return is_ps(c) && c->schedule == SCHEDULE_SSP && !isinf(c->schedule_param);
+}
 static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
 static int is_pipedream(const train_config_t *c) {
   return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
@@ -160,6 +163,7 @@ static const option_t OPTIONS[] = {
     {"epoch-fraction", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"ps-queue", 0, is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
      AX_STRATEGY},
+    {"ps-refresh", 0, is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
     {"staleness-lr", 1, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"dc-asgd", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"implicit-momentum", 0, is_async_ps_sgd,
@@ -520,6 +524,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     if (strcmp(val, "fifo") && strcmp(val, "staleness"))
       return dt_error("option --ps-queue: '%s' (expected fifo or staleness)", val);
     c->ps_queue_staleness = !strcmp(val, "staleness");
+    return 0;
+  }
+  if (!strcmp(name, "ps-refresh")) {
+    if (strcmp(val, "lazy") && strcmp(val, "eager"))
+      return dt_error("option --ps-refresh: '%s' (expected lazy or eager)", val);
+    c->ps_refresh_lazy = !strcmp(val, "lazy");
     return 0;
   }
   if (!strcmp(name, "implicit-momentum")) return parse_onoff(name, val, &c->implicit_momentum);
