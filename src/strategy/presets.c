@@ -65,9 +65,17 @@ static const preset_t PRESETS[] = {
     {"parameter-server", "central / ssp:2 (bounded delay) / ps:2 sharded servers",
      "Li et al. 2014, Scaling Distributed Machine Learning with the Parameter Server (bounded delay)",
      "--optimization central --schedule ssp:2 --exchange ps:2"},
-    {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2",
-     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter Server (Petuum Bosen)",
-     "--optimization central --schedule ssp:3 --exchange ps:2"},
+    {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2, every worker's model "
+               "refreshed after each clock (ESSP, eager)",
+     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter "
+     "Server (Petuum Bosen); Dai et al. 2015, High-Performance Distributed ML at Scale through "
+     "Parameter Server Consistency Models (ESSP); the taxonomy's Table 1: eager distribution",
+     "--optimization central --schedule ssp:3 --exchange ps:2 --ps-refresh eager"},
+    {"bosen-ssp", "central / ssp:3 / ps:2, Bosen's SSP cache: a worker pulls only when the "
+                  "model it holds is more than 3 clocks old (lazy)",
+     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter "
+     "Server (Petuum Bosen, SSP); the baseline of Dai et al. 2015's ESSP",
+     "--optimization central --schedule ssp:3 --exchange ps:2 --ps-refresh lazy"},
     /* The taxonomy's Table 1 lists TensorFlow and MXNet as bounded
      * asynchronous. TensorFlow's paper bounds staleness with its
      * synchronous replicas and backup workers (sec. 4.4, fig. 7; the
