@@ -141,6 +141,8 @@ static const char *TRAIN_HELP =
     "  --epoch-fraction F        async, value:V: an epoch ends once F of its\n"
     "                            batches are pushed; the rest, stragglers' included, are\n"
     "                            dropped (Project Adam: 0.75) [1]\n"
+    "  --ps-refresh eager|lazy   ssp:S: the model every clock (ESSP), or only once the model\n"
+    "                            held is more than S clocks old (Bosen's SSP cache) [eager]\n"
     "  --ps-queue fifo|staleness value:V: held pushes tried in arrival order, or the\n"
     "                            least stale first (the taxonomy's priority queue) [fifo]\n"
     "  --dc-asgd LAMBDA | a:LAMBDA0   delay-compensated ASGD (async, value:V): g + lambda\n"
