@@ -124,20 +124,18 @@ static int take_centre(mpca_t *m) {
   return 0;
 }
 
-static int start_round(mpca_t *m) {
+static void start_round(mpca_t *m) {
   worker_t *w = m->d->w;
   size_t n = w->model->nparams;
   kern_copy(n, w->model->params, m->round_buf);
   kern_scale(n, (float)(m->beta / m->d->nworkers), m->round_buf);
   m->ticket = coll_async_call(m->async, run_round, m, 0);
   m->in_flight = 1;
-  return 0;
 }
 
 static int step(decentral_t *d, int64_t k) {
   mpca_t *m = d->method;
   worker_t *w = d->w;
-  int due;
   if (!d->is_worker) {
     w->step++; /* the master keeps the workers' clock */
     return w->step % w->cfg->tau == 0 ? master_round(m) : 0;
@@ -146,10 +144,10 @@ static int step(decentral_t *d, int64_t k) {
   if (decentral_gradient(d, k, &count, NULL) != 0) return -1;
   mpca_penalize(w->model->nparams, w->model->params, m->target, (float)m->rho, w->model->grads);
   worker_apply_update(w);
-  due = w->step % w->cfg->tau == 0;
-  if (!due) return 0;
-  if (take_centre(m) != 0) return -1;
-  return start_round(m);
+  if (w->step % w->cfg->tau != 0) return 0;
+  if (take_centre(m) != 0) return -1; /* the round before: at most one in flight */
+  start_round(m);
+  return 0;
 }
 
 static int drain(decentral_t *d) {
