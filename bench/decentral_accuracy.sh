@@ -13,7 +13,7 @@ trap 'rm -rf "$TMP"' EXIT
 COMMON="--model mlp --data fashion-mnist --workers 4 --epochs 5 --batch 64 --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 1"
 echo "| method | options | final test acc | best | train s | s to 85% |"
 echo "|---|---|---|---|---|---|"
-for m in allreduce sparknet local-sgd easgd easgd-async deepspark d-psgd ad-psgd gosgd tree-easgd; do
+for m in allreduce sparknet local-sgd easgd easgd-async deepspark d-psgd ad-psgd gosgd tree-easgd mpca-sgd; do
   if [ "$m" = allreduce ]; then opts="--exchange allreduce:ring"; else opts="--preset $m"; fi
   run_until "$TMP/$m.jsonl" 0.85 0 -- $COMMON $opts $EXTRA
   if [ ! -s "$TMP/$m.jsonl" ]; then echo "| $m | $opts | failed: $(head -c 200 "$TMP/$m.jsonl.err") | | | |"; continue; fi

@@ -3,14 +3,15 @@
 # trains and reports its consensus model and the spread of the replicas;
 # local SGD with tau = 1 equals synchronous data parallelism; synchronous
 # methods are bitwise repeatable and give the same weights on local and
-# mpi (asynchronous ones - easgd-async, ad-psgd, gosgd, tree-easgd - may differ run
+# mpi, and so is MPCA-SGD, whose overlapped rounds are taken at fixed steps
+# (asynchronous ones - easgd-async, ad-psgd, gosgd, tree-easgd - may differ run
 # to run, by design); bad values and combinations give one line naming the
 # option. The 85% / 5-epoch figures are bench/decentral_accuracy.sh's.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
 BASE="--data $SMALL --lr 0.05 --momentum 0.9 --lr-schedule cosine --seed 3 --quiet --batch 16"
-ranks_for() { case $1 in easgd*|deepspark) echo 5 ;; *) echo 4 ;; esac; } # EASGD: 4 workers + a master
+ranks_for() { case $1 in easgd*|deepspark|mpca-sgd) echo 5 ;; *) echo 4 ;; esac; } # EASGD, MPCA-SGD: 4 workers + a master
 
 
 # the last epoch line: consensus named, spread present, accuracy at least $2
@@ -21,7 +22,7 @@ ep = [l for l in lines if l["event"] == "epoch"]
 want = {"sparknet": "average", "local-sgd": "average", "easgd": "centre", "easgd-async": "centre",
         "deepspark": "centre",
         "d-psgd": "average", "ad-psgd": "average", "gosgd": "weighted-average",
-        "tree-easgd": "root"}[sys.argv[3]]
+        "tree-easgd": "root", "mpca-sgd": "centre"}[sys.argv[3]]
 last = ep[-1]
 assert all(e["consensus"] == want and e["replica_spread"] >= 0 for e in ep), last
 assert last["workers"] == 4 and lines[-1]["event"] == "done", lines[-1]
@@ -30,6 +31,9 @@ if sys.argv[3] == "gosgd":
     assert all(abs(e["alpha_sum"] - 1) < 1e-12 and abs(e["alpha_sum_before_drain"] + e["alpha_in_flight"] - 1) < 1e-12 for e in ep), last
 if sys.argv[3] == "deepspark": # alpha = 0.9/4 halved every 50 exchanges, twice at most; 8 an epoch (32 steps, tau 4)
     assert all(e["alpha_now"] == round(0.225 * 0.5 ** min(8 * e["epoch"] // 50, 2), 6) for e in ep), last
+if sys.argv[3] == "mpca-sgd": # 32 steps an epoch, a round every 4: rank 0 (a leaf of both trees) sends and receives S a round
+    S = 4 * lines[-1]["params"]
+    assert all(e["rounds"] == 8 * e["epoch"] and e["bytes_sent"] == 8 * S and e["bytes_received"] == 8 * S for e in ep), last
 if sys.argv[3] == "ad-psgd": # 2 active workers, at most one average each a step
     assert all(e["active_workers"] == 2 and 0 < e["exchanges"] <= 2 * e["step"] for e in ep), last
 print(f"acc {last['test_acc']:.4f} spread {last['replica_spread']:.3g}")
@@ -37,7 +41,7 @@ PYEOF
 metrics_ok() { $PY "$TMP/metrics.py" "$1" "$2" "$3" >"$TMP/m.out" 2>&1; }
 
 # ---- every preset, both transports: 3 epochs of 2048 samples, >= 72% ------------
-for p in sparknet local-sgd easgd easgd-async deepspark d-psgd ad-psgd gosgd tree-easgd; do
+for p in sparknet local-sgd easgd easgd-async deepspark d-psgd ad-psgd gosgd tree-easgd mpca-sgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --metrics "$TMP/$p.jsonl" --checkpoint "$TMP/$p.local" >/dev/null 2>"$TMP/err"
   if metrics_ok "$TMP/$p.jsonl" 0.72 $p; then pass "local_${p}_trains_consensus_reported($(cat "$TMP/m.out"))"; else fail "local_${p}_trains_consensus_reported" "$(cat "$TMP/m.out") $(tail -c 300 "$TMP/err")"; fi
   if have_mpi; then
@@ -105,7 +109,7 @@ if have_mpi; then
 fi
 
 # ---- synchronous methods: repeatable, and the same weights on both transports ----
-for p in local-sgd sparknet easgd d-psgd; do
+for p in local-sgd sparknet easgd d-psgd mpca-sgd; do
   "$DTRAIN" train $BASE --epochs 3 --workers 4 --preset $p --checkpoint "$TMP/$p.again" >/dev/null
   check "${p}_bitwise_repeatable" cmp -s "$TMP/$p.local" "$TMP/$p.again"
   if have_mpi; then check "mpi_${p}_bitwise_equals_local" cmp -s "$TMP/$p.local" "$TMP/$p.mpi"; fi
@@ -155,7 +159,17 @@ expect_error alpha_decay_not_easgd 2 "option --alpha-decay: not used with" -- "$
 expect_error adpsgd_neighbor_weight 2 "option --neighbor-weight: not used with --optimization decentral --schedule async --exchange neighbors" -- "$DTRAIN" train --preset ad-psgd --neighbor-weight 0.25
 expect_error adpsgd_compress 2 "option --compress fp16: not with AD-PSGD" -- "$DTRAIN" train --preset ad-psgd --compress fp16
 expect_error adpsgd_ssp 2 "schedule ssp --exchange neighbors do not combine" -- "$DTRAIN" train --preset ad-psgd --schedule ssp:2
+expect_error mpca_rho 2 "option --rho: lr x rho = 1.5 (expected below 1" -- "$DTRAIN" train --preset mpca-sgd --lr 0.05 --rho 30
+expect_error mpca_beta 2 "option --beta: 1.5 (MPCA-SGD" -- "$DTRAIN" train --preset mpca-sgd --beta 1.5
+expect_error mpca_alpha 2 "option --alpha: MPCA-SGD's pull is its penalty --rho" -- "$DTRAIN" train --preset mpca-sgd --alpha 0.1
+expect_error mpca_extrapolation_range 2 "option --extrapolation: 3 is out of range" -- "$DTRAIN" train --preset mpca-sgd --extrapolation 3
+expect_error extrapolation_not_mpca 2 "option --extrapolation: not used with" -- "$DTRAIN" train --preset easgd --extrapolation 1
+expect_error soft_central 2 "option --schedule soft: MPCA-SGD's rounds" -- "$DTRAIN" train --schedule soft --exchange ps:1
+expect_error soft_neighbors 2 "master + soft = MPCA-SGD" -- "$DTRAIN" train --optimization decentral --schedule soft --exchange neighbors
+expect_error mpca_compress 2 "option --compress fp16: not with MPCA-SGD" -- "$DTRAIN" train --preset mpca-sgd --compress fp16
 if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset mpca-sgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
+  check mpi_mpca_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"
   $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset easgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
   check mpi_easgd_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"
 fi

@@ -146,7 +146,8 @@ STALL="--model lenet --batch 128 --epochs 50 --straggler rank=1,slowdown=1000 --
 for fam in "allreduce --exchange allreduce:ring" "ps_sync --exchange ps:1" \
            "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
            "d_psgd --preset d-psgd" "easgd --preset easgd" "gosgd --preset gosgd" \
-           "tree_easgd --preset tree-easgd" "ad_psgd --preset ad-psgd" "deepspark --preset deepspark"; do
+           "tree_easgd --preset tree-easgd" "ad_psgd --preset ad-psgd" "deepspark --preset deepspark" \
+           "mpca_sgd --preset mpca-sgd"; do
   set -- $fam; name=$1; shift
   ends_soon "stalled_rank_ends_local_$name" 40 -- "$DTRAIN" train $SMALLQ --workers 3 $STALL "$@"
 done

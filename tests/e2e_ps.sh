@@ -51,6 +51,35 @@ print("ok")
 PYEOF
   then pass "schedule_${s}_trains_and_reports"; else fail "schedule_${s}_trains_and_reports" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 done
+# ---- ssp:S, Bosen's lazy SSP cache against ESSP's eager refresh ---------------------
+# 4 workers, ssp:3, 2 epochs of 32 clocks (batch 16). Eager pulls every
+# clock: 64 models per worker. Lazy pulls only when the parameters held
+# are older than 3 clocks; a pull's clock is at most the puller's own, so
+# one pull serves at most 4 clocks: 16 to 63 (fewer than eager). Worker 0
+# is left out (its reports pull the model too).
+cat >"$TMP/refresh.py" <<'PYEOF'
+import json, sys
+runs = {}
+for path in sys.argv[1:3]:
+    lines = [json.loads(l) for l in open(path)]
+    ep = [l for l in lines if l["event"] == "epoch"]
+    S = 4 * lines[-1]["params"]
+    pulls = [round(sum(e["bytes_pulled"][w] for e in ep) / S) for w in range(1, 4)]
+    runs[ep[-1]["ps_refresh"]] = (pulls, ep[-1])
+eager, lazy = runs["eager"][0], runs["lazy"][0]
+assert eager == [64, 64, 64], eager
+assert all(16 <= p < 64 for p in lazy), lazy
+assert all(r[1]["test_acc"] > 0.5 and r[1]["staleness_mean"] >= 0 for r in runs.values()), runs
+print(f"pulls eager {eager} lazy {lazy}, staleness eager {runs['eager'][1]['staleness_mean']} lazy {runs['lazy'][1]['staleness_mean']}")
+PYEOF
+REFRESH="--data $SMALL --exchange ps:2 --schedule ssp:3 --batch 16 --epochs 2 --lr 0.05 --quiet"
+for r in eager lazy; do run $REFRESH --workers 4 --ps-refresh $r --metrics "$TMP/refresh_$r.jsonl"; done
+if $PY "$TMP/refresh.py" "$TMP/refresh_eager.jsonl" "$TMP/refresh_lazy.jsonl" >"$TMP/check.out" 2>&1; then pass "ssp_lazy_cache_pulls_less($(cat "$TMP/check.out"))"; else fail ssp_lazy_cache_pulls_less "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+if have_mpi; then
+  for r in eager lazy; do $MPIRUN -np 6 "$DTRAIN" train $REFRESH --comm mpi --ps-refresh $r --metrics "$TMP/mpi_refresh_$r.jsonl" >/dev/null 2>"$TMP/mpi.err"; done
+  if $PY "$TMP/refresh.py" "$TMP/mpi_refresh_eager.jsonl" "$TMP/mpi_refresh_lazy.jsonl" >"$TMP/check.out" 2>&1; then pass "mpi_ssp_lazy_cache_pulls_less($(cat "$TMP/check.out"))"; else fail mpi_ssp_lazy_cache_pulls_less "$(cat "$TMP/check.out" "$TMP/mpi.err" | tail -c 400)"; fi
+fi
+
 check downpour_fetch_push_every run --data "$SMALL" --workers 3 --exchange ps:2 --schedule async --fetch-every 3 --push-every 2 --epochs 1 --quiet
 # one worker pulling every 3rd batch computes on a model 0, 1, 2 updates old
 # (before, a worker whose pull was not due pulled anyway: staleness 0)
@@ -171,7 +200,7 @@ PYEOF
 expect_error resume_ps_bad_epoch 1 "badepoch.st: metadata 'epoch' = '2x' is not an integer" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/badepoch.st"
 
 # ---- presets -------------------------------------------------------------------------
-presets="distbelief parameter-server petuum tensorflow-ps mxnet bigdl sync-backup dc-asgd project-adam"
+presets="distbelief parameter-server petuum bosen-ssp tensorflow-ps mxnet bigdl sync-backup dc-asgd project-adam"
 [ -n "$TSAN" ] || presets="$presets hogwild"  # see above
 for p in $presets; do
   check "preset_${p}_runs" sh -c "'$DTRAIN' train --data '$SMALL' --workers 2 --preset $p --max-steps 8 --quiet --metrics '$TMP/$p.jsonl' >/dev/null 2>&1 && grep -q '\"workers\":2' '$TMP/$p.jsonl'"
@@ -212,6 +241,10 @@ expect_error epoch_fraction_zero 2 "option --epoch-fraction: 0: an epoch must ta
 expect_error epoch_fraction_above_1 2 "option --epoch-fraction: 1.5 is out of range (expected 0..1)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --epoch-fraction 1.5
 expect_error ps_queue_needs_value 2 "option --ps-queue: not used with --optimization central --schedule async --exchange ps (it applies to --exchange ps:K --schedule value:V (the queue of held pushes))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --ps-queue staleness
 expect_error ps_queue_unknown 2 "option --ps-queue: 'lifo' (expected fifo or staleness)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --ps-queue lifo
+expect_error ps_refresh_needs_ssp 2 "option --ps-refresh lazy: the SSP cache's rule needs a bound: use --exchange ps:K --schedule ssp:S" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule async --ps-refresh lazy
+expect_error ps_refresh_eager_needs_ssp 2 "option --ps-refresh: not used with --optimization central --schedule sync --exchange ps (it applies to --exchange ps:K --schedule ssp:S (S finite))" -- "$DTRAIN" train --workers 2 --exchange ps:1 --ps-refresh eager
+expect_error ps_refresh_unknown 2 "option --ps-refresh: 'sometimes' (expected lazy or eager)" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:2 --ps-refresh sometimes
+expect_error ps_refresh_inf 2 "option --ps-refresh lazy: the SSP cache's rule needs a bound" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:inf --ps-refresh lazy
 expect_error backup_too_many 2 "backup:4: needs a whole number 0 <= B < --workers 4" -- "$DTRAIN" train --workers 4 --exchange ps:1 --schedule backup:4
 expect_error ssp_fraction 2 "ssp:1.5: the bound is a whole number" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule ssp:1.5
 expect_error checkpoint_dir_needs_ps 2 "--checkpoint-dir: one file per server shard needs --exchange ps:K" -- "$DTRAIN" train --checkpoint-dir "$TMP/x"

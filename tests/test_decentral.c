@@ -317,6 +317,80 @@ static void test_easgd_async_replicas_meet_the_centre(void) {
   teardown(&r);
 }
 
+/* ---- MPCA-SGD ------------------------------------------------------------------- */
+
+/* The rules by hand: c = (1, 2, -1), c_prev = (0.5, 2, 0), gamma 0.5 gives
+ * c^ = (1.25, 2, -1.5); w = (2, 1, 0), rho 0.4 adds 0.4 (w - c^) =
+ * (0.3, -0.4, 0.6) to g = (0.1, 0, 0). */
+static void test_mpca_rules(void) {
+  const float c[3] = {1, 2, -1}, prev[3] = {0.5f, 2, 0}, w[3] = {2, 1, 0};
+  float target[3], g[3] = {0.1f, 0, 0};
+  mpca_extrapolate(3, c, prev, 0.5f, target);
+  CHECK(target[0] == 1.25f && target[1] == 2 && target[2] == -1.5f);
+  mpca_penalize(3, w, target, 0.4f, g);
+  CHECK_NEAR(g[0], 0.4, 1e-7);
+  CHECK_NEAR(g[1], -0.4, 1e-7);
+  CHECK_NEAR(g[2], 0.6, 1e-7);
+}
+
+/* Per round, what a rank sends (and receives) on the binomial trees
+ * rooted at the master: its own S up (not the master) plus its children's
+ * down the broadcast; the same count the other way. */
+static uint64_t tree_round_models(int rank, int root, int P) {
+  int vr = (rank - root + P) % P, children = 0;
+  for (int m = 1; m < P && !(vr & m); m <<= 1)
+    if (vr + m < P) children++;
+  return (uint64_t)(vr != 0) + (uint64_t)children;
+}
+
+/* lr = 0, tau 2, 4 steps: the replicas stay at their starts, and the
+ * master's centre moves twice, c <- 0.7 c + 0.3 mean(w); every rank's
+ * bytes are 2 rounds of the tree's formula (the master, rank 4 of 5, and
+ * rank 1 relay 3 and 2 models a round, the other workers 1). */
+static void test_mpca_centre_rounds_and_bytes(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_mpca, EXCHANGE_MASTER, SCHEDULE_SOFT, .perturb = 1, .max_steps = 4});
+  r.cfg.tau = 2;
+  r.cfg.beta = 0.3;
+  CHECK(strategy_total_ranks(&r.cfg) == 5);
+  CHECK_OK(run(&r));
+  CHECK_REPLICAS(&r, 0, 4, start_value(&r, k, i), 1e-7);
+  CHECK_REPLICAS(&r, 4, 5, 0.49 * start_value(&r, 4, i) + (0.3 * 0.7 + 0.3) * mean_start(&r, 4, i), 1e-6);
+  uint64_t S = 4 * (uint64_t)r.nparams, total = 0;
+  for (int k = 0; k < 5; k++) {
+    uint64_t want = 2 * tree_round_models(k, 4, 5) * S;
+    CHECK(r.sent[k] == want && r.received[k] == want);
+    total += r.sent[k];
+  }
+  CHECK(tree_round_models(4, 4, 5) == 3 && tree_round_models(1, 4, 5) == 2 && tree_round_models(0, 4, 5) == 1);
+  CHECK(total == 2 * 2 * 4 * S); /* 2 rounds of 2 p S */
+  teardown(&r);
+}
+
+/* The penalty goes through the worker's step: one plain-SGD step (lr 0.1,
+ * tau 1) with rho 0.5 and with rho 0.25, from distinct starts, computes
+ * the same gradient, so the replicas differ by -lr (0.5 - 0.25)(w_0 - c_0),
+ * c_0 the master's start. */
+static void test_mpca_penalty_in_the_step(void) {
+  run_t a, b;
+  run_t *both[2] = {&a, &b};
+  for (int k = 0; k < 2; k++) {
+    setup(both[k], (run_spec_t){strategy_mpca, EXCHANGE_MASTER, SCHEDULE_SOFT, .perturb = 1, .max_steps = 1});
+    both[k]->cfg.lr = 0.1;
+    both[k]->cfg.rho = k ? 0.25 : 0.5;
+    CHECK_OK(run(both[k]));
+  }
+  for (int k = 0; k < 4; k++) {
+    double err = 1;
+    if (a.final[k] && b.final[k])
+      MAX_ERR(err, a.nparams, (double)a.final[k][i] - b.final[k][i] +
+                                  0.1 * 0.25 * (start_value(&a, k, i) - start_value(&a, 4, i)));
+    CHECK(err < 2e-6);
+  }
+  teardown(&a);
+  teardown(&b);
+}
+
 /* ---- D-PSGD -------------------------------------------------------------------- */
 
 /* One step, lr = 0, W = 0.25: w_i' = 0.5 w_i + 0.25 (w_{i-1} + w_{i+1}). */
@@ -607,6 +681,7 @@ static void test_selection_and_ranks(void) {
       {EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, 0, strategy_adpsgd, 4},
       {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, 0, strategy_gossip, 4},
       {EXCHANGE_TREE, SCHEDULE_ASYNC, 0, strategy_tree_easgd, 4},
+      {EXCHANGE_MASTER, SCHEDULE_SOFT, 0, strategy_mpca, 5},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     c.exchange = rows[i].e;
@@ -626,6 +701,19 @@ static void test_selection_and_ranks(void) {
   c.exchange = EXCHANGE_NEIGHBORS;
   c.schedule = SCHEDULE_SSP;
   CHECK_FAILS_WITH(train_config_check(&c), "--schedule ssp --exchange neighbors do not combine");
+  c.exchange = EXCHANGE_MASTER;
+  c.schedule = SCHEDULE_SOFT;
+  c.rho = 20; /* lr rho = 1 */
+  CHECK_FAILS_WITH(train_config_check(&c), "option --rho: lr x rho = 1");
+  c.rho = 0;
+  c.beta = 1.5;
+  CHECK_FAILS_WITH(train_config_check(&c), "option --beta: 1.5 (MPCA-SGD");
+  c.beta = 0;
+  c.alpha = 0.1;
+  CHECK_FAILS_WITH(train_config_check(&c), "option --alpha: MPCA-SGD's pull is its penalty --rho");
+  c.alpha = 0;
+  c.optimization = OPTIMIZATION_CENTRAL;
+  CHECK_FAILS_WITH(train_config_check(&c), "option --schedule soft: MPCA-SGD's rounds");
 }
 
 static void test_elastic_stable_range(void) {
@@ -692,6 +780,9 @@ int main(void) {
   RUN(test_tree_replicas_meet_the_root);
   RUN(test_tree_schedule_by_level);
   RUN(test_tree_sends_by_level);
+  RUN(test_mpca_rules);
+  RUN(test_mpca_centre_rounds_and_bytes);
+  RUN(test_mpca_penalty_in_the_step);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
   if (getenv("KEEP") == NULL && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);

@@ -594,6 +594,52 @@ static void test_staleness_counts_the_updates_between_pull_and_push(void) {
                                     .fn = worker_takes_turns}));
 }
 
+/* ---- ssp:S, the SSP cache's refresh rule (--ps-refresh lazy) ------------------------ */
+
+/* By hand: parameters of clock 5 serve clocks 5..8 under ssp:3, not 9;
+ * under sync (ssp:0) only their own clock. */
+static void test_cache_fresh_rule(void) {
+  CHECK(ps_cache_fresh(5, 5, 3) && ps_cache_fresh(5, 8, 3) && !ps_cache_fresh(5, 9, 3));
+  CHECK(ps_cache_fresh(8, 8, 0) && !ps_cache_fresh(7, 8, 0));
+  CHECK(ps_cache_fresh(0, 0, 2) && !ps_cache_fresh(0, 3, 2));
+}
+
+static int push_clock(ps_rank_t *w, int64_t clock) {
+  ps_req_t tmpl = {.nbatches = 1, .clock = clock};
+  for (size_t i = 0; i < w->P; i++) w->g[i] = 0;
+  return ps_wait(w->cl, ps_push(w->cl, 0, w->P, w->g, &tmpl), NULL);
+}
+
+/* ssp:1, 2 workers, 2 servers: a pull's parameters carry the slowest
+ * worker's clock, the least over the shards. Worker 0 pushes clocks 0
+ * and 1 (1 is within the bound of the slowest, 0) and pulls: clock 0,
+ * fresh for its clock 1, not for 2. Worker 1 then pushes clock 0, and
+ * worker 0's next pull has clock 1, fresh for clock 2. */
+static int worker_cache_clock(comm_t *c, ps_rank_t *w) {
+  if (w->me == 1) {
+    RCHECK_OK(wait_signal(c, 0));
+    RCHECK_OK(push_clock(w, 0));
+    return signal_rank(c, 0);
+  }
+  RCHECK(ps_client_clock(w->cl) == 0);
+  RCHECK_OK(push_clock(w, 0));
+  RCHECK_OK(push_clock(w, 1));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, NULL), NULL));
+  RCHECK(ps_client_clock(w->cl) == 0);
+  RCHECK(ps_cache_fresh(ps_client_clock(w->cl), 1, 1) && !ps_cache_fresh(ps_client_clock(w->cl), 2, 1));
+  RCHECK_OK(signal_rank(c, 1));
+  RCHECK_OK(wait_signal(c, 1));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, NULL), NULL));
+  RCHECK(ps_client_clock(w->cl) == 1);
+  RCHECK(ps_cache_fresh(ps_client_clock(w->cl), 2, 1));
+  return 0;
+}
+
+static void test_pull_carries_the_slowest_clock(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 2, .schedule = SCHEDULE_SSP,
+                                    .schedule_param = 1, .fn = worker_cache_clock}));
+}
+
 /* ---- value:V: the bound holds after every update ------------------------------------ */
 
 /* value:1, 2 workers, lr 0.1. Worker 0 pulls w0 and waits. Worker 1 pushes
@@ -753,5 +799,7 @@ int main(void) {
   RUN(test_value_bound_releases_waiting_workers_together);
   RUN(test_value_queue_orders_by_staleness);
   RUN(test_manifest_parse);
+  RUN(test_cache_fresh_rule);
+  RUN(test_pull_carries_the_slowest_clock);
   TEST_MAIN_END();
 }

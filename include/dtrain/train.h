@@ -18,7 +18,10 @@
 
 typedef enum { COMM_LOCAL, COMM_MPI } comm_kind_t;
 typedef enum { OPTIMIZATION_CENTRAL, OPTIMIZATION_DECENTRAL } optimization_t;
-typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP } schedule_t;
+/* SCHEDULE_SOFT: soft-bounded asynchronous (MPCA-SGD): a round's exchange
+ * overlaps the next tau local steps, at most one round in flight */
+typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHEDULE_BACKUP,
+               SCHEDULE_SOFT } schedule_t;
 typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHBORS,
                EXCHANGE_GOSSIP, EXCHANGE_TREE, EXCHANGE_SHARED } exchange_t;
 
@@ -80,12 +83,16 @@ typedef struct {
   int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
   double epoch_fraction;        /* pool schedules: an epoch ends once this part of its batches is pushed [1] */
   int ps_queue_staleness;       /* value:V: held pushes tried least stale first (else in arrival order) */
+  int ps_refresh_lazy;          /* ssp:S: Bosen's SSP cache, pulled only when older than S clocks
+                                 * (else ESSP's eager refresh every clock) */
   int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
   int64_t kill_step;
   char checkpoint_dir[256];     /* one file per shard + manifest */
   /* decentralized optimization */
   int tau;                      /* local steps between merges [1] */
-  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default) */
+  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default);
+                                   MPCA-SGD: rho the penalty, beta the centre's rate */
+  double extrapolation;         /* MPCA-SGD: gamma, c^ = c + gamma (c - c_prev) (-1: default 1) */
   /* EASGD, DeepSpark's adaptive moving rate: alpha and beta are multiplied
    * by alpha_decay every alpha_decay_every exchanges of a worker, at most
    * alpha_decay_limit times (0: no limit) [1, 0, 0: constant] */

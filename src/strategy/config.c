@@ -44,6 +44,7 @@ void train_config_default(train_config_t *c) {
   c->drop_stale = -1;
   c->epoch_fraction = 1;
   c->tau = 1;
+  c->extrapolation = -1;
   c->tau_up[0] = c->tau_down[0] = 1;
   c->tau_up_levels = c->tau_down_levels = 1;
   c->neighbor_weight = 1.0 / 3.0;
@@ -55,7 +56,7 @@ void train_config_default(train_config_t *c) {
 }
 
 const char *schedule_name(schedule_t s) {
-  static const char *names[] = {"sync", "async", "ssp", "value", "backup"};
+  static const char *names[] = {"sync", "async", "ssp", "value", "backup", "soft"};
   return names[s];
 }
 
@@ -77,7 +78,7 @@ void exchange_spec(const train_config_t *c, char *buf, size_t cap) {
 int schedule_parse(const char *text, schedule_t *out, double *param) {
   const char *colon = strchr(text, ':');
   size_t n = colon ? (size_t)(colon - text) : strlen(text);
-  for (int s = SCHEDULE_SYNC; s <= SCHEDULE_BACKUP; s++) {
+  for (int s = SCHEDULE_SYNC; s <= SCHEDULE_SOFT; s++) {
     if (strlen(schedule_name(s)) != n || strncmp(text, schedule_name(s), n) != 0) continue;
     int needs = s == SCHEDULE_SSP || s == SCHEDULE_VALUE || s == SCHEDULE_BACKUP;
     if (needs != (colon != NULL))
@@ -93,7 +94,7 @@ int schedule_parse(const char *text, schedule_t *out, double *param) {
     return 0;
   }
   return dt_error("option --schedule: unknown schedule '%s' (expected sync, async, ssp:S, "
-                  "value:V, backup:B)", text);
+                  "value:V, backup:B, soft)", text);
 }
 
 static int exchange_parse_param(const char *text, exchange_t *out, double *gossip_p, int *fanout);
@@ -251,6 +252,9 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
                     "neighbors), whose pairwise averages keep the sum of the models only when "
                     "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
+  if (!central && c->schedule == SCHEDULE_SOFT)
+    return dt_error("option --compress %s: not with MPCA-SGD (--schedule soft): its rounds sum "
+                    "the models, whole, on a tree to the master", name);
   if (choco && c->error_feedback == 1)
     return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
                     "public copies that carry what was not sent; drop the option");

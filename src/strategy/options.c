@@ -22,10 +22,14 @@ static int uses_tau(const train_config_t *c) {
 static int uses_elastic(const train_config_t *c) {
   return is_decentral(c) && (c->exchange == EXCHANGE_MASTER || c->exchange == EXCHANGE_TREE);
 }
+static int is_mpca(const train_config_t *c) {
+  return is_decentral(c) && c->exchange == EXCHANGE_MASTER && c->schedule == SCHEDULE_SOFT;
+}
 static int is_easgd(const train_config_t *c) { /* a master rank of its own: decentral.h */
-  return is_decentral(c) && c->exchange == EXCHANGE_MASTER &&
+  return is_decentral(c) && c->exchange == EXCHANGE_MASTER && !is_mpca(c) &&
          (c->schedule == SCHEDULE_ASYNC || c->alpha > 0 || c->beta > 0 || c->rho > 0);
 }
+static int uses_alpha(const train_config_t *c) { return uses_elastic(c) && !is_mpca(c); }
 static int uses_tree(const train_config_t *c) { return is_decentral(c) && c->exchange == EXCHANGE_TREE; }
 static int uses_neighbors(const train_config_t *c) {
   return is_decentral(c) && c->exchange == EXCHANGE_NEIGHBORS;
@@ -45,6 +49,9 @@ static int is_async_ps(const train_config_t *c) {
   return is_downpour(c) || (is_ps(c) && c->schedule == SCHEDULE_VALUE);
 }
 static int is_value_ps(const train_config_t *c) { return is_ps(c) && c->schedule == SCHEDULE_VALUE; }
+static int is_ssp_ps(const train_config_t *c) {
+  return is_ps(c) && c->schedule == SCHEDULE_SSP && !isinf(c->schedule_param);
+}
 static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
 static int is_pipedream(const train_config_t *c) {
   return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
@@ -156,6 +163,7 @@ static const option_t OPTIONS[] = {
     {"epoch-fraction", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"ps-queue", 0, is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
      AX_STRATEGY},
+    {"ps-refresh", 0, is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
     {"staleness-lr", 1, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"dc-asgd", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {"implicit-momentum", 0, is_async_ps_sgd,
@@ -163,9 +171,10 @@ static const option_t OPTIONS[] = {
     {"kill", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
     {"checkpoint-dir", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
     {"tau", 0, uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
-    {"alpha", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {"alpha", 0, uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
     {"beta", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
     {"rho", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {"extrapolation", 0, is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
     {"alpha-decay", 0, is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
     {"tau-up", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {"tau-down", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
@@ -517,6 +526,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     c->ps_queue_staleness = !strcmp(val, "staleness");
     return 0;
   }
+  if (!strcmp(name, "ps-refresh")) {
+    if (strcmp(val, "lazy") && strcmp(val, "eager"))
+      return dt_error("option --ps-refresh: '%s' (expected lazy or eager)", val);
+    c->ps_refresh_lazy = !strcmp(val, "lazy");
+    return 0;
+  }
   if (!strcmp(name, "implicit-momentum")) return parse_onoff(name, val, &c->implicit_momentum);
   if (!strcmp(name, "kill")) return parse_kill(val, c);
   if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);
@@ -527,6 +542,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
   if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
   if (!strcmp(name, "alpha-decay")) return parse_alpha_decay(val, c);
+  if (!strcmp(name, "extrapolation")) return parse_float(name, val, 0, 2, &c->extrapolation);
   if (!strcmp(name, "consensus-step")) return parse_float(name, val, 1e-6, 1, &c->consensus_step);
   if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
   if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);

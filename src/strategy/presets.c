@@ -52,6 +52,12 @@ static const preset_t PRESETS[] = {
     {"tree-easgd", "decentral / async / tree:2: elastic exchanges with parent and children",
      "Zhang 2016, Distributed Stochastic Optimization for Deep Learning (PhD thesis, EASGD tree)",
      "--optimization decentral --schedule async --exchange tree:2 --tau-up 2 --tau-down 2"},
+    {"mpca-sgd", "decentral / soft / master (a rank of its own): a penalty toward the centre "
+                 "extrapolated one round, rounds on a binomial tree overlapping the next tau steps",
+     "Langer, Hall, He & Rahayu 2018, MPCA SGD: A Method for Distributed Training of Deep "
+     "Learning Models on Spark (as the taxonomy's sec. 4.1 and Table 1 describe it)",
+     "--optimization decentral --schedule soft --exchange master --tau 4 --rho 1 --beta 0.9 "
+     "--extrapolation 1"},
     /* parameter servers (docs/PARAMETER_SERVER.md) */
     {"distbelief", "central / async (Downpour SGD) / ps:2: sharded servers apply each push on arrival",
      "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief, Downpour SGD)",
@@ -59,9 +65,17 @@ static const preset_t PRESETS[] = {
     {"parameter-server", "central / ssp:2 (bounded delay) / ps:2 sharded servers",
      "Li et al. 2014, Scaling Distributed Machine Learning with the Parameter Server (bounded delay)",
      "--optimization central --schedule ssp:2 --exchange ps:2"},
-    {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2",
-     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter Server (Petuum Bosen)",
-     "--optimization central --schedule ssp:3 --exchange ps:2"},
+    {"petuum", "central / ssp:3 (stale synchronous parallel) / ps:2, every worker's model "
+               "refreshed after each clock (ESSP, eager)",
+     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter "
+     "Server (Petuum Bosen); Dai et al. 2015, High-Performance Distributed ML at Scale through "
+     "Parameter Server Consistency Models (ESSP); the taxonomy's Table 1: eager distribution",
+     "--optimization central --schedule ssp:3 --exchange ps:2 --ps-refresh eager"},
+    {"bosen-ssp", "central / ssp:3 / ps:2, Bosen's SSP cache: a worker pulls only when the "
+                  "model it holds is more than 3 clocks old (lazy)",
+     "Ho et al. 2013, More Effective Distributed ML via a Stale Synchronous Parallel Parameter "
+     "Server (Petuum Bosen, SSP); the baseline of Dai et al. 2015's ESSP",
+     "--optimization central --schedule ssp:3 --exchange ps:2 --ps-refresh lazy"},
     /* The taxonomy's Table 1 lists TensorFlow and MXNet as bounded
      * asynchronous. TensorFlow's paper bounds staleness with its
      * synchronous replicas and backup workers (sec. 4.4, fig. 7; the

@@ -10,6 +10,9 @@
 #include "strategy/tensor/tensor.h"
 
 static int select_central(const train_config_t *c, strategy_fn *fn, const char **name) {
+  if (c->schedule == SCHEDULE_SOFT)
+    return dt_error("option --schedule soft: MPCA-SGD's rounds of a decentralized method (use "
+                    "--optimization decentral --exchange master, or --preset mpca-sgd)");
   if (c->tp_conv_data && c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC) {
     *fn = strategy_one_weird_trick;
     *name = "one weird trick (data-parallel convolutions, split dense layers)";
@@ -73,6 +76,7 @@ static int select_decentral(const train_config_t *c, strategy_fn *fn, const char
       {EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC, -1, strategy_adpsgd, "AD-PSGD (asynchronous D-PSGD)"},
       {EXCHANGE_GOSSIP, SCHEDULE_ASYNC, -1, strategy_gossip, "GoSGD (gossip)"},
       {EXCHANGE_TREE, SCHEDULE_ASYNC, -1, strategy_tree_easgd, "TreeEASGD"},
+      {EXCHANGE_MASTER, SCHEDULE_SOFT, -1, strategy_mpca, "MPCA-SGD"},
   };
   int elastic = c->alpha > 0 || c->beta > 0 || c->rho > 0;
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -86,7 +90,7 @@ static int select_decentral(const train_config_t *c, strategy_fn *fn, const char
                   "(what exists with decentral: allreduce:* or master + sync = model averaging, "
                   "master + sync + --alpha/--beta/--rho = EASGD, master + async = asynchronous "
                   "EASGD, neighbors + sync = D-PSGD, neighbors + async = AD-PSGD, gossip:p + "
-                  "async = GoSGD, tree:F + async = TreeEASGD)",
+                  "async = GoSGD, tree:F + async = TreeEASGD, master + soft = MPCA-SGD)",
                   schedule_name(c->schedule), exchange_name(c->exchange));
 }
 

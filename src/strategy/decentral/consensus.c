@@ -188,11 +188,17 @@ int decentral_strategy(worker_t *w, const decentral_ops_t *ops, int masters, voi
  * elastic coefficients are checked once more by EASGD and TreeEASGD with
  * the real number of workers (under mpi it comes from -np). */
 int decentral_check(const train_config_t *c) {
-  double alpha, beta;
+  double alpha, beta, gamma;
   int p = 1;
+  int mpca = c->optimization == OPTIMIZATION_DECENTRAL && c->schedule == SCHEDULE_SOFT;
+  if (mpca && c->alpha > 0)
+    return dt_error("option --alpha: MPCA-SGD's pull is its penalty --rho (and the centre's "
+                    "rate --beta)");
+  if (mpca && mpca_coefficients(c, &alpha, &beta, &gamma) != 0) return -1;
   if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE) p = c->tree_fanout;
   else if (decentral_extra_ranks(c)) p = c->workers;
-  if ((c->alpha > 0 || c->beta > 0 || c->rho > 0) && elastic_coefficients(c, p, &alpha, &beta) != 0)
+  if (!mpca && (c->alpha > 0 || c->beta > 0 || c->rho > 0) &&
+      elastic_coefficients(c, p, &alpha, &beta) != 0)
     return -1;
   const int *periods[2] = {c->tau_up, c->tau_down};
   int nperiods[2] = {c->tau_up_levels, c->tau_down_levels};

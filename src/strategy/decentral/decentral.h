@@ -16,10 +16,20 @@ int strategy_dpsgd(worker_t *w);          /* D-PSGD: mix with the two ring neigh
 int strategy_adpsgd(worker_t *w);         /* AD-PSGD: atomic pairwise averages, no barrier */
 int strategy_gossip(worker_t *w);         /* GoSGD: sum-weighted gossip */
 int strategy_tree_easgd(worker_t *w);     /* TreeEASGD: elastic exchanges along a tree */
-/* 1 when the axes select EASGD, whose master is a rank of its own, else 0. */
+int strategy_mpca(worker_t *w);           /* MPCA-SGD: penalty toward an extrapolated centre, overlapped rounds */
+/* 1 when the axes select EASGD or MPCA-SGD, whose master is a rank of its own, else 0. */
 int decentral_extra_ranks(const train_config_t *cfg);
 /* Values of --alpha/--beta/--rho (EASGD's stable range), --neighbor-weight. */
 int decentral_check(const train_config_t *cfg);
+
+/* MPCA-SGD's rules (mpca.c). The coefficients after defaults (rho 1, beta
+ * 0.9, gamma 1), refused with a line naming the option outside lr rho < 1,
+ * 0 < beta <= 1. The extrapolated centre: target = c + gamma (c - c_prev).
+ * The penalty's gradient: grad += rho (w - target). */
+int mpca_coefficients(const train_config_t *cfg, double *rho, double *beta, double *gamma);
+void mpca_extrapolate(size_t n, const float *centre, const float *previous, float gamma,
+                      float *target);
+void mpca_penalize(size_t n, const float *w, const float *target, float rho, float *grad);
 
 /* TreeEASGD's tree of p workers with fan-out F: rank 0 is the root, the
  * parent of rank i is (i-1)/F. Level l >= 1 of the tree is the links

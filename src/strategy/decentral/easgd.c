@@ -44,7 +44,8 @@ static int elastic_given(const train_config_t *c) {
 
 int decentral_extra_ranks(const train_config_t *c) {
   if (c->optimization != OPTIMIZATION_DECENTRAL || c->exchange != EXCHANGE_MASTER) return 0;
-  return c->schedule == SCHEDULE_ASYNC || (c->schedule == SCHEDULE_SYNC && elastic_given(c));
+  return c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_SOFT ||
+         (c->schedule == SCHEDULE_SYNC && elastic_given(c));
 }
 
 /* Defaults and the stable range. Elastic symmetry (the paper's choice)

@@ -117,6 +117,8 @@ typedef struct {
   int64_t opt_steps;    /* the shard optimizer's step count */
   int64_t batch;        /* NEXT: batch number or PS_BATCH_* */
   int64_t epoch;
+  int64_t clock;        /* sync/ssp: the slowest worker's clock; every push of a clock
+                         * below it is in the parameters a pull returns */
   char error[200];
 } ps_reply_t;
 
@@ -157,6 +159,14 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 /* reply: the first server's answer (may be NULL). */
 int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
 int64_t ps_client_version(const ps_client_t *c, int server);
+/* sync/ssp: the clock of the parameters last pulled whole, the least over
+ * the shards (ps_reply_t.clock); 0 before the first pull. */
+int64_t ps_client_clock(const ps_client_t *c);
+/* Bosen's SSP read rule (--ps-refresh lazy): a worker at clock `clock`
+ * may compute on its cached parameters of clock `cached` if they hold
+ * every push of the clocks below clock - S, i.e. cached >= clock - S;
+ * else it pulls. */
+int ps_cache_fresh(int64_t cached, int64_t clock, int staleness);
 void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, double *blocked);
 
 /* ---- server -------------------------------------------------------------------

@@ -36,6 +36,7 @@ struct ps_client {
   int64_t next_ts;
   ps_handle_t slots[PS_MAX_INFLIGHT];
   int64_t *version;           /* per shard: the version of the last parameters pulled */
+  int64_t *clock;             /* per shard: their clock (sync/ssp) */
   double pushed, pulled, blocked;
   codec_spec_t codec;         /* --compress: pushes encoded (CODEC_NONE: plain floats) */
   ef_memory_t mem;            /* its error feedback (residual NULL: none) */
@@ -51,7 +52,8 @@ int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_clien
   c->worker = worker;
   c->first_server = map->nworkers;
   c->version = calloc((size_t)map->nservers, sizeof *c->version);
-  int ok = c->version != NULL;
+  c->clock = calloc((size_t)map->nservers, sizeof *c->clock);
+  int ok = c->version != NULL && c->clock != NULL;
   for (int i = 0; ok && i < PS_MAX_INFLIGHT; i++)
     ok = (c->slots[i].parts = calloc((size_t)map->nservers, sizeof(ps_part_t))) != NULL;
   if (!ok) {
@@ -83,6 +85,7 @@ void ps_client_free(ps_client_t *c) {
   ef_free(&c->mem);
   dt_free(c->scratch), dt_free(c->decoded);
   free(c->version);
+  free(c->clock);
   free(c);
 }
 
@@ -286,7 +289,7 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
     part_cancel(c, p); /* after a failure: withdraw what is left */
     if (rc == 0 && p->req.op == PS_OP_PULL) {
       c->pulled += (double)p->nbytes;
-      if (p->req.which == 0) c->version[p->shard] = p->reply.version;
+      if (p->req.which == 0) c->version[p->shard] = p->reply.version, c->clock[p->shard] = p->reply.clock;
     }
   }
   if (rc == 0 && reply && h->nparts) *reply = h->parts[0].reply;
@@ -303,6 +306,14 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
 }
 
 int64_t ps_client_version(const ps_client_t *c, int server) { return c->version[server]; }
+
+int64_t ps_client_clock(const ps_client_t *c) {
+  int64_t m = c->clock[0];
+  for (int k = 1; k < c->map->nservers; k++) m = c->clock[k] < m ? c->clock[k] : m;
+  return m;
+}
+
+int ps_cache_fresh(int64_t cached, int64_t clock, int staleness) { return cached >= clock - staleness; }
 
 void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, double *blocked) {
   *pushed = c->pushed;

@@ -31,6 +31,10 @@ static int check_schedule(const train_config_t *c, int workers_known) {
 }
 
 static int check_async_options(const train_config_t *c) {
+  if (c->ps_refresh_lazy && !(c->exchange == EXCHANGE_PS && c->schedule == SCHEDULE_SSP &&
+                              !isinf(c->schedule_param)))
+    return dt_error("option --ps-refresh lazy: the SSP cache's rule needs a bound: use "
+                    "--exchange ps:K --schedule ssp:S");
   if ((c->fetch_every != 1 || c->push_every != 1) &&
       !(c->exchange == EXCHANGE_PS && (c->schedule == SCHEDULE_ASYNC ||
                                        (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param)))))

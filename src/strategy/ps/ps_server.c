@@ -109,8 +109,16 @@ static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const 
   return o;
 }
 
+int64_t ps_server_slowest_clock(const ps_server_t *s) {
+  int64_t m = s->workers[0].push.clock;
+  for (int w = 1; w < s->N; w++)
+    if (s->workers[w].push.clock < m) m = s->workers[w].push.clock;
+  return m;
+}
+
 ps_reply_t ps_server_header(const ps_server_t *s, int64_t epoch) {
-  return (ps_reply_t){.version = s->version, .opt_steps = s->opt->steps, .epoch = epoch};
+  return (ps_reply_t){.version = s->version, .opt_steps = s->opt->steps, .epoch = epoch,
+                      .clock = ps_server_slowest_clock(s)};
 }
 
 int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
@@ -133,6 +141,7 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
   ps_worker_state_t *ws = &s->workers[src];
   wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
   ws->pulled_version = s->version;
+  ws->own_steps_at_pull = ws->own_steps;
   memcpy(ws->snapshot, s->params, s->len * sizeof(float));
   ps_out_t *o = send_reply(s, src, req, rep, ws->snapshot, s->len * sizeof(float));
   if (o) o->snap_of = src;

@@ -28,6 +28,9 @@ typedef struct {
    * to take it; DC-ASGD and the value bound compare against it. */
   float *snapshot;
   int64_t pulled_version;
+  /* sync/ssp: steps that applied this worker's pushes, in all and as of its
+   * last pull: those since are in its cache under --ps-refresh lazy */
+  int64_t own_steps, own_steps_at_pull;
   int dead;                  /* written off by the coordinator */
   /* The worker's gradient received and not yet applied. ps_server_store_push
    * fills grad and what it was computed on; the rule does the rest. */
@@ -154,6 +157,8 @@ void ps_server_dropped(ps_server_t *s, int64_t epoch);
 
 /* ---- ps_server.c: for the rules and the coordinator --------------------------- */
 ps_reply_t ps_server_header(const ps_server_t *s, int64_t epoch);
+/* sync/ssp: the least of the workers' clocks (pushes received). */
+int64_t ps_server_slowest_clock(const ps_server_t *s);
 int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
                     const void *vals, size_t nbytes, int into_state);
 int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *fmt, ...)

@@ -6,7 +6,13 @@
  * synchronous step c (worker_step_slice, exactly as allreduce data
  * parallelism slices it, averaged over the global batch) and pushes it.
  * The pull of clock c + 1 is sent right behind the push, so a step costs
- * one round trip.
+ * one round trip: every clock the cache is refreshed, ESSP's eager rule
+ * (Dai et al. 2015). --ps-refresh lazy is Bosen's SSP cache (Ho et al.
+ * 2013) instead: the worker computes on the parameters it holds while
+ * they are fresh enough (ps_cache_fresh: their clock >= c - S) and pulls
+ * only when they are not; its own update goes into them at once (SSP's
+ * read-my-writes) as the plain step -lr g, the servers' optimizer state
+ * (momentum) being theirs alone.
  *
  * async, value, backup (the pool schedules): the worker draws the next
  * batch of the epoch's shared order from the coordinator, pulls when due
@@ -34,6 +40,7 @@ typedef struct {
   int64_t batches_per_epoch;
   int64_t local_steps;        /* batches this worker has computed (--kill counts these) */
   int push_ts;                /* push in flight, or -1 */
+  int cached;                 /* --ps-refresh lazy: the parameters held come from a pull */
   /* --push-every > 1: gradients summed since the last push */
   float *acc;
   ps_req_t acc_req;
@@ -122,10 +129,12 @@ static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_st
   else if (isinf(cfg->schedule_param)) snprintf(sched, sizeof sched, "%s:inf", schedule_name(cfg->schedule));
   else snprintf(sched, sizeof sched, "%s:%g", schedule_name(cfg->schedule), cfg->schedule_param);
   size_t n = (size_t)snprintf(p->extra, p->extra_cap,
-                              "\"exchange\":\"ps\",\"schedule\":\"%s\",\"servers\":%d,"
+                              "\"exchange\":\"ps\",\"schedule\":\"%s\",%s\"servers\":%d,"
                               "\"staleness_mean\":%.4g,\"staleness_max\":%.0f,\"dropped\":%.0f,"
                               "\"rejected\":%.0f",
-                              sched, p->K, ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0,
+                              sched, p->pool || cfg->schedule != SCHEDULE_SSP ? "" : cfg->ps_refresh_lazy
+                                  ? "\"ps_refresh\":\"lazy\"," : "\"ps_refresh\":\"eager\",",
+                              p->K, ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0,
                               ep->staleness_max, ep->dropped, ep->rejected);
   json_array(p, &n, "blocked_sec", cur, offsetof(ps_worker_stats_t, blocked_sec), 1);
   json_array(p, &n, "bytes_pushed", cur, offsetof(ps_worker_stats_t, bytes_pushed), 1);
@@ -219,16 +228,29 @@ static int report(void *st, const epoch_report_t *r) {
 
 /* ---- sync and ssp:S ---------------------------------------------------------- */
 
+/* Eager: every clock. Lazy: once the parameters held are too old. */
+static int refresh_due(const psw_t *p, int64_t c) {
+  if (!p->w->cfg->ps_refresh_lazy || !p->cached) return 1;
+  return !ps_cache_fresh(ps_client_clock(p->client), c, p->S);
+}
+
 static int clock_step(psw_t *p, int epoch, int64_t k) {
   worker_t *w = p->w;
+  model_t *m = w->model;
   int64_t c = w->step, min = c - p->S > 0 ? c - p->S : 0;
-  int pull = pull_model(p, 0, min, epoch);
-  if (finish_push(p) != 0 || wait_ok(p, pull, NULL) != 0) return -1;
+  if (refresh_due(p, c)) {
+    int pull = pull_model(p, 0, min, epoch);
+    if (finish_push(p) != 0 || wait_ok(p, pull, NULL) != 0) return -1;
+    p->cached = 1;
+  } else if (finish_push(p) != 0) {
+    return -1;
+  }
   size_t begin, count, global;
   worker_step_slice(w, k, &begin, &count, &global);
   ps_req_t tmpl = {.clock = c, .epoch = epoch};
   DT_TRY(compute(p, begin, count, (int)global, &tmpl));
-  DT_TRY(start_push(p, w->model->grads, &tmpl));
+  DT_TRY(start_push(p, m->grads, &tmpl));
+  if (w->cfg->ps_refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
   w->step++;
   return 0;
 }

@@ -18,12 +18,7 @@ static int bound(const ps_server_t *s) {
   return s->cfg->schedule == SCHEDULE_SSP ? (int)s->cfg->schedule_param : 0;
 }
 
-static int64_t slowest_clock(const ps_server_t *s) {
-  int64_t m = s->workers[0].push.clock;
-  for (int w = 1; w < s->N; w++)
-    if (s->workers[w].push.clock < m) m = s->workers[w].push.clock;
-  return m;
-}
+static int64_t slowest_clock(const ps_server_t *s) { return ps_server_slowest_clock(s); }
 
 static int ssp_init(ps_server_t *s) {
   for (int w = 0; w < s->N; w++)
@@ -69,7 +64,11 @@ static void ssp_progress(ps_server_t *s) {
       if (!ws->push.held || ws->push.batch != c) continue;
       if (!g) g = ws->push.grad;
       else kern_add(s->len, ws->push.grad, g);
-      ps_server_staleness(s, ws->push.epoch, ws->push.version);
+      /* the age of the parameters the gradient was computed on: updates
+       * since its pull, less (lazy) the worker's own, which its cache holds */
+      int64_t own = s->cfg->ps_refresh_lazy ? ws->own_steps - ws->own_steps_at_pull : 0;
+      ps_server_staleness_was(s, ws->push.epoch, s->version - ws->push.version - own);
+      ws->own_steps++;
       ws->push.held = 0;
     }
     ps_server_step(s, g, ps_server_lr_of_step(s, c));
