@@ -136,7 +136,7 @@ static int worker_open(comm_t *c, const world_t *t, ps_rank_t *w) {
   w->buf = dt_alloc_floats(w->P), w->g = dt_alloc_floats(w->P);
   RCHECK(w->buf && w->g);
   RCHECK_OK(ps_shard_plan(w->m, t->spec.servers, 0, &w->map));
-  w->map.nworkers = t->spec.workers;
+  w->map.nworkers = w->map.first_server = t->spec.workers;
   if (w->me < t->spec.workers) RCHECK_OK(ps_client_new(c, w->me, &w->map, &w->cl));
   return 0;
 }

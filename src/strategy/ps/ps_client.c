@@ -49,7 +49,7 @@ int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_clien
   c->world = world;
   c->map = map;
   c->worker = worker;
-  c->first_server = map->nworkers;
+  c->first_server = map->first_server;
   c->version = calloc((size_t)map->nservers, sizeof *c->version);
   int ok = c->version != NULL;
   for (int i = 0; ok && i < PS_MAX_INFLIGHT; i++)
