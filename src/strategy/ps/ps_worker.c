@@ -255,9 +255,10 @@ static void print_summary(const psw_t *p, const ps_epoch_stats_t *ep, const ps_w
     stopped += cur[w].dead > 0;
   }
   printf("  ps: staleness mean %.2f max %.0f, blocked up to %.2f s per worker, %.1f MB pushed "
-         "per worker%s%s\n",
+         "per worker%s%s%s\n",
          ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0, ep->staleness_max,
-         blocked, pushed / p->N / 1e6, ep->dropped > 0 ? ", gradients dropped" : "",
+         blocked, pushed / p->N / 1e6, p->group ? " by its tp rank 0" : "",
+         ep->dropped > 0 ? ", gradients dropped" : "",
          stopped ? ", some workers stopped (see stopped_workers)" : "");
 }
 

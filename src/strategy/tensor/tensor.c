@@ -85,6 +85,12 @@ int tensor_model_options(train_config_t *c) {
 int tensor_check_world(const train_config_t *c) {
   int per = c->tp * c->pp;
   if (c->tp <= 1 || c->workers % per == 0) return 0;
+  if (c->comm == COMM_MPI && c->exchange == EXCHANGE_PS) { /* -np counts the servers too */
+    int K = ps_nservers(c, c->workers), fit = (c->workers / per + 1) * per;
+    return dt_error("mpirun -np %d, --tp %d and --exchange ps: %d workers besides the %d servers, "
+                    "and workers must be a multiple of %d (e.g. mpirun -np %d)", c->workers + K,
+                    c->tp, c->workers, K, per, fit + ps_nservers(c, fit));
+  }
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --tp %d%s: workers = dp x pp x tp, so -np must be a "
                     "multiple of %d (e.g. mpirun -np %d)", c->workers, c->tp,
