@@ -34,7 +34,9 @@
 #include "strategy/ps/ps.h"
 #include "strategy/tensor/tensor.h"
 
-typedef struct { double keys, pushed, pulled; } tp_totals_t;
+/* --tp: a rank's keys and its bytes pushed and pulled so far */
+enum { TP_KEYS, TP_PUSHED, TP_PULLED, TP_FIGURES };
+typedef struct { double v[TP_FIGURES]; } tp_totals_t;
 
 typedef struct {
   worker_t *w;
@@ -194,12 +196,11 @@ static void json_array(psw_t *p, size_t *n, const char *key, const ps_worker_sta
 
 /* --tp: replica 0's keys and bytes per tp rank, gathered at its rank 0
  * (the coordinator's statistics are of the ranks that talk to it). */
-
 static int gather_tp_totals(psw_t *p) {
   if (!p->group) return 0;
-  tp_totals_t mine = {.keys = (double)p->keys.nkeys};
+  tp_totals_t mine = {{[TP_KEYS] = (double)p->keys.nkeys}};
   double blocked;
-  ps_client_totals(p->client, &mine.pushed, &mine.pulled, &blocked);
+  ps_client_totals(p->client, &mine.v[TP_PUSHED], &mine.v[TP_PULLED], &blocked);
   if (!p->leader) return comm_send(p->group, 0, TAG_PS_GROUP, &mine, sizeof mine);
   p->tp_totals[0] = mine;
   for (int r = 1; r < comm_size(p->group); r++)
@@ -208,14 +209,12 @@ static int gather_tp_totals(psw_t *p) {
 }
 
 static size_t tp_json(const psw_t *p, char *buf, size_t cap) {
-  static const char *keys[] = {"tp_keys", "tp_bytes_pushed", "tp_bytes_pulled"};
+  static const char *names[TP_FIGURES] = {"tp_keys", "tp_bytes_pushed", "tp_bytes_pulled"};
   size_t n = 0;
-  for (int f = 0; f < 3; f++) {
-    n += (size_t)snprintf(buf + n, cap - n, ",\"%s\":[", keys[f]);
-    for (int r = 0; r < comm_size(p->group) && n < cap; r++) {
-      const double *v = &p->tp_totals[r].keys;
-      n += (size_t)snprintf(buf + n, cap - n, "%s%.0f", r ? "," : "", v[f]);
-    }
+  for (int f = 0; f < TP_FIGURES && n < cap; f++) {
+    n += (size_t)snprintf(buf + n, cap - n, ",\"%s\":[", names[f]);
+    for (int r = 0; r < comm_size(p->group) && n < cap; r++)
+      n += (size_t)snprintf(buf + n, cap - n, "%s%.0f", r ? "," : "", p->tp_totals[r].v[f]);
     if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]");
   }
   return n < cap ? n : cap - 1;
@@ -238,7 +237,7 @@ static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_st
   json_array(p, &n, "bytes_pushed", cur, offsetof(ps_worker_stats_t, bytes_pushed), 1);
   json_array(p, &n, "bytes_pulled", cur, offsetof(ps_worker_stats_t, bytes_pulled), 1);
   json_array(p, &n, "batches", cur, offsetof(ps_worker_stats_t, batches), 1);
-  if (p->group) n += tp_json(p, p->extra + n, p->extra_cap - n);
+  if (p->group && n < p->extra_cap) n += tp_json(p, p->extra + n, p->extra_cap - n);
   n += (size_t)snprintf(p->extra + n, p->extra_cap - n, ",\"stopped_workers\":[");
   for (int w = 0, first = 1; w < p->N && n < p->extra_cap; w++)
     if (cur[w].dead) n += (size_t)snprintf(p->extra + n, p->extra_cap - n, "%s%d", first ? "" : ",", w), first = 0;
