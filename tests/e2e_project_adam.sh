@@ -1,7 +1,8 @@
 #!/bin/sh
 # Project Adam end to end (src/strategy/ps/ps_group.c): parameter servers
 # whose workers are tensor-parallel groups (--exchange ps:K --tp T).
-# Synchronous: one replica of tp ranks equals one worker, and R replicas x
+# Synchronous: one replica of tp ranks equals one worker (mlp; lenet with
+# its convolutions whole), and R replicas x
 # tp 2 equal R plain workers and dp R x tp 2 by allreduce - bit for bit
 # here (the tensor-parallel runs' stated tolerance is 1e-6), on local and
 # mpi; each tp rank pushes and pulls exactly its keys (bytes asserted from
@@ -31,6 +32,13 @@ ADAM="--data $SMALL --seed 3 --quiet --batch 16 --epochs 1 --max-steps 24 --sche
 run $ADAM --workers 4 --tp 2 --exchange ps:2 --checkpoint "$TMP/ps_adam.st"
 run $ADAM --workers 2 --exchange ps:2 --checkpoint "$TMP/plain_adam.st"
 check adam_optimizer_state_gathered_as_one_worker cmp -s "$TMP/plain_adam.st" "$TMP/ps_adam.st"
+# lenet: the convolutions stay whole on every rank (tp rank 0's keys), the
+# dense pair is split
+LENET=$(echo "$SYNC" | sed 's/--max-steps 24/--max-steps 12 --model lenet/')
+run $LENET --workers 1 --exchange allreduce:ring --checkpoint "$TMP/lenet_one.st"
+run $LENET --workers 2 --tp 2 --exchange ps:2 --checkpoint "$TMP/lenet_ps.st"
+check adam_lenet_one_replica_tp2_equals_one_worker close "$TMP/lenet_one.st" "$TMP/lenet_ps.st" 1e-6
+check adam_push_every_fetch_every_run sh -c "'$DTRAIN' train --data '$SMALL' --quiet --epochs 2 --workers 4 --tp 2 --exchange ps:2 --schedule async --push-every 2 --fetch-every 3 | grep -q 'done: 2 epochs'"
 check adam_ssp_runs sh -c "'$DTRAIN' train $SYNC --workers 4 --tp 2 --exchange ps:2 --schedule ssp:1 | grep -q 'done: 1 epochs'"
 
 # ---- bytes: each tp rank pushes and pulls its own keys --------------------------------
