@@ -2,11 +2,11 @@
 # Project Adam end to end (src/strategy/ps/ps_group.c): parameter servers
 # whose workers are tensor-parallel groups (--exchange ps:K --tp T).
 # Synchronous: one replica of tp ranks equals one worker (mlp; lenet with
-# its convolutions whole), and R replicas x
-# tp 2 equal R plain workers and dp R x tp 2 by allreduce - bit for bit
-# here (the tensor-parallel runs' stated tolerance is 1e-6), on local and
-# mpi; each tp rank pushes and pulls exactly its keys (bytes asserted from
-# the metrics), and the keys of a group cover the model once; the
+# its convolutions whole), and R replicas x tp 2 equal R plain workers and
+# dp R x tp 2 by allreduce (within 1e-6, the tensor-parallel runs' stated
+# tolerance; bit for bit where the arithmetic is the same), local = mpi;
+# each tp rank pushes and pulls exactly its keys (bytes asserted from the
+# metrics), and the keys of a group cover the model once; the
 # project-adam preset (async, 2 replicas x tp 2) trains mlp past 85%;
 # its checkpoint is one worker's file and resumes onto another --tp, and
 # a tp 1 checkpoint resumes onto tp 2; unsupported combinations give one
