@@ -115,7 +115,7 @@ static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const 
   int to = rank_of(s, src);
   if (comm_isend(s->world, to, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
       (nbytes && comm_isend(s->world, to, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
-    dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, src, dt_errmsg());
+    dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, to, dt_errmsg());
     if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
     o->hdr_req = NULL;
     o->used = 0;
@@ -164,7 +164,7 @@ static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
   int rc = req->encoded ? comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded)
                         : comm_recv(s->world, from, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float));
   if (rc != 0)
-    dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, src,
+    dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, from,
            dt_errmsg());
 }
 
@@ -238,7 +238,7 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
     rc = comm_recv(s->world, from, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
   }
   if (rc != 0) {
-    dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, src,
+    dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, from,
            dt_errmsg());
     return 0;
   }
@@ -451,7 +451,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
                             "ranks 0..%d%s)", rank_of(s, src), s->nranks - 1,
                             s->T > 1 ? " with this server's tensor-parallel rank" : "");
   if (req->worker != src)
-    return ps_server_reject(s, src, req, "rank %d says it is worker %d", src, req->worker);
+    return ps_server_reject(s, src, req, "rank %d says it is worker %d", rank_of(s, src), req->worker);
   if (s->coord) ps_coord_heard(s, src, req);
   switch (req->op) {
   case PS_OP_PUSH:
