@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "strategy/ps/ps_server.h"
+#include "strategy/tensor/tensor.h"
 #include "test.h"
 
 /* w - lr g, to the rounding of a fused multiply-add */
@@ -136,7 +137,7 @@ static int worker_open(comm_t *c, const world_t *t, ps_rank_t *w) {
   w->buf = dt_alloc_floats(w->P), w->g = dt_alloc_floats(w->P);
   RCHECK(w->buf && w->g);
   RCHECK_OK(ps_shard_plan(w->m, t->spec.servers, 0, &w->map));
-  w->map.nworkers = t->spec.workers;
+  w->map.nworkers = w->map.first_server = t->spec.workers;
   if (w->me < t->spec.workers) RCHECK_OK(ps_client_new(c, w->me, &w->map, &w->cl));
   return 0;
 }
@@ -783,6 +784,73 @@ static void test_manifest_parse(void) {
   free(m);
 }
 
+/* --tp T under parameter servers (ps_group.c): rank t's keys are its
+ * blocks (and, for t = 0, the replicated tensors); over the group every
+ * parameter of the one-worker model has one key; packing and unpacking
+ * move exactly the owned tensors; a server's key table starts as the
+ * rank's own initial values, packed. */
+static model_t *build_mlp_rank(int t, int T) {
+  model_spec_t spec;
+  model_t *m = NULL;
+  tp_link_t link = {.rank = t, .size = T};
+  if (model_spec_builtin("mlp", &spec) != 0) return NULL;
+  if (tensor_plan_dense(&spec, T, NULL) == 0) {
+    spec.tp = &link;
+    if (model_build(&spec, (shape_t){1, 28, 28}, 10, 1, &m) != 0) m = NULL;
+  }
+  model_spec_free(&spec);
+  if (m) model_init_params(m, 9), m->tp = NULL;
+  return m;
+}
+
+static void test_tp_keys_cover_the_model_once(void) {
+  model_t *whole = build_mlp(28, 28);
+  CHECK(whole != NULL);
+  train_config_t cfg;
+  train_config_default(&cfg);
+  cfg.exchange = EXCHANGE_PS;
+  cfg.seed = 9;
+  dataset_t shape = {.c = 1, .h = 28, .w = 28, .nclasses = 10};
+  for (int T = 2; whole && T <= 3; T++) {
+    cfg.tp = T;
+    CHECK(ps_group_size(&cfg) == T);
+    size_t total = 0;
+    for (int t = 0; t < T; t++) {
+      model_t *m = build_mlp_rank(t, T), *tab = NULL;
+      CHECK(m != NULL);
+      if (!m) continue;
+      ps_keys_t k;
+      CHECK_OK(ps_keys_plan(m, t, T, &k));
+      CHECK(k.packed == (t > 0));
+      size_t split = 0;
+      for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].len != tensor_full_len(&m->tensors[i])) split += m->tensors[i].len;
+      CHECK(k.nkeys == (t == 0 ? m->nparams : split));
+      total += k.nkeys;
+      float *keys = dt_alloc_floats(k.nkeys), *back = dt_alloc_floats(m->nparams);
+      for (size_t j = 0; j < m->nparams; j++) back[j] = -1.0f;
+      ps_keys_pack(&k, m, m->params, keys);
+      ps_keys_unpack(&k, m, keys, back);
+      int same = 1;
+      for (int i = 0; i < m->ntensors; i++) {
+        const tensor_info_t *ti = &m->tensors[i];
+        for (size_t j = ti->off; j < ti->off + ti->len; j++)
+          same &= k.key[i] == PS_NO_KEY ? back[j] == -1.0f : back[j] == m->params[j];
+      }
+      CHECK(same);
+      CHECK_OK(ps_keys_table(&cfg, &shape, t, T, &tab));
+      CHECK(tab && tab->nparams == k.nkeys && !memcmp(tab->params, keys, k.nkeys * sizeof(float)));
+      model_free(tab);
+      dt_free(keys), dt_free(back);
+      ps_keys_free(&k);
+      model_free(m);
+    }
+    CHECK(total == whole->nparams);
+    CHECK(ps_server_slice(0, 2 * T, T) == 0 && ps_server_slice(2 * T - 1, 2 * T, T) == T - 1);
+  }
+  model_free(whole);
+}
+
 int main(void) {
   dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
   RUN(test_shard_plan_balanced_and_contiguous);
@@ -801,5 +869,6 @@ int main(void) {
   RUN(test_manifest_parse);
   RUN(test_cache_fresh_rule);
   RUN(test_pull_carries_the_slowest_clock);
+  RUN(test_tp_keys_cover_the_model_once);
   TEST_MAIN_END();
 }

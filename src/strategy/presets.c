@@ -107,12 +107,12 @@ static const preset_t PRESETS[] = {
     {"dc-asgd", "central / async / ps:1 with delay compensation (lambda 0.04)",
      "Zheng et al. 2017, Asynchronous Stochastic Gradient Descent with Delay Compensation",
      "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
-    {"project-adam", "central / async / ps:2, an epoch ends once 75% of its batches are pushed "
-                     "(partial: the paper's model-parallel layers within a machine are not "
-                     "composed with parameter servers here)",
+    {"project-adam", "central / async / ps:2, each replica a tensor-parallel group of 2 ranks "
+                     "(dense layers split, convolutions whole), each rank pushing its own "
+                     "block; an epoch ends once 75% of its batches are pushed",
      "Chilimbi et al. 2014, Project Adam: Building an Efficient and Scalable Deep Learning "
      "Training System",
-     "--optimization central --schedule async --exchange ps:2 --epoch-fraction 0.75"},
+     "--optimization central --schedule async --exchange ps:2 --tp 2 --epoch-fraction 0.75"},
     /* gradient compression (src/compress/): synchronous data parallelism */
     {"horovod-fp16", "central / sync / allreduce:ring, gradients sent as fp16 (no error feedback)",
      "Sergeev & Del Balso 2018, Horovod (--fp16-allreduce, hvd.Compression.fp16)",

@@ -141,7 +141,11 @@ typedef struct {
   layer_cost_t layers[LAYER_KIND_COUNT];
 } rank_costs_t;
 
-static int per_rank_lines(const worker_t *w) { return w->tp && w->cfg->metrics[0]; }
+/* (Not under parameter servers: only replica 0 reports there, and the
+ * world holds the servers; its "ps" figures give the bytes per tp rank.) */
+static int per_rank_lines(const worker_t *w) {
+  return w->tp && w->cfg->metrics[0] && w->cfg->exchange != EXCHANGE_PS;
+}
 
 static rank_costs_t rank_costs(const epoch_report_t *r) {
   rank_costs_t c = {.compute = r->timers.compute, .comm = r->timers.comm,

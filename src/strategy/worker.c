@@ -19,13 +19,9 @@ static int build_model(worker_t *w) {
   model_spec_t spec;
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
   shape_t in = {w->train->c, w->train->h, w->train->w};
-  int rc = 0;
-  if (tensor_file_split_line(&spec, FILE_SPLIT_UNSET)) { /* the file's split= keys (checked on one rank too) */
-    rc = tensor_plan_file(&spec, w->tp ? tensor_size(w->tp) : 1);
-  } else if (w->tp) { /* Megatron's pairs of dense layers, split over the group */
-    rc = cfg->tp_conv_data ? tensor_plan_dense(&spec, tensor_size(w->tp), NULL)
-                           : tensor_plan(&spec, cfg->tp, NULL);
-  }
+  int rc = 0; /* the file's split= keys are checked on one rank too */
+  if (w->tp || tensor_file_split_line(&spec, FILE_SPLIT_UNSET))
+    rc = tensor_plan_for(cfg, &spec, w->tp ? tensor_size(w->tp) : 1);
   if (w->tp) spec.tp = tensor_link(w->tp);
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
   if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);

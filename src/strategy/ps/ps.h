@@ -23,6 +23,9 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
 /* Values of the parameter-server and Hogwild options (ps_config.c). */
 int ps_check(const train_config_t *cfg);
 int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
+/* --tp T with parameter servers: the schedules and options a replica of T
+ * ranks takes (tensor_check calls it). */
+int ps_check_tp(const train_config_t *cfg);
 /* The servers' optimizer: cfg's, its momentum lowered by 1 - 1/N under
  * --implicit-momentum on (worker 0's optimizer, which gathers the state
  * for checkpoints, is the same). */
@@ -36,7 +39,8 @@ optim_config_t ps_server_optim(const train_config_t *cfg, int nworkers);
 typedef struct { size_t begin, end; } ps_range_t;
 
 typedef struct {
-  int nservers, nworkers;
+  int nservers, nworkers;   /* nworkers: the workers (replicas) the servers count */
+  int first_server;         /* world rank of shards[0]'s server */
   size_t nparams;
   ps_range_t *shards;
 } ps_shard_map_t;
@@ -46,6 +50,36 @@ void ps_shard_free(ps_shard_map_t *map);
 /* The tensors of the model cut to range r, as optimizer segments with
  * offsets relative to r.begin (the shard's own arenas). */
 int ps_shard_segments(const model_t *m, ps_range_t r, optim_segment_t **segs, int *nsegs);
+
+/* ---- a tensor-parallel group as one worker (ps_group.c) ------------------------
+ * Project Adam: under --tp T the T adjacent ranks of a tensor-parallel
+ * group are one worker, a replica. Tensor-parallel rank t has keys of its
+ * own, packed in tensor order: the blocks of the split tensors it holds,
+ * and, for t = 0 only, the replicated tensors; so every parameter of the
+ * one-worker model is held once. The K servers are cut into T slices of
+ * K / T, slice t serving rank t's keys: a slice sees the R replicas as R
+ * workers, exactly as without tensor parallelism. Server 0 (slice 0) is
+ * the coordinator; only tp rank 0 of a group talks to it. */
+#define PS_NO_KEY ((size_t)-1)
+typedef struct {
+  int t, T;          /* this rank's tp coordinate and the group's size (1: none) */
+  size_t nkeys;
+  size_t *key;       /* per tensor of the rank's model: its first key, or PS_NO_KEY */
+  int packed;        /* the keys are not the arena itself (t > 0 drops replicated tensors) */
+} ps_keys_t;
+
+/* The tensor-parallel group size of a parameter-server run (1: none). */
+int ps_group_size(const train_config_t *cfg);
+int ps_keys_plan(const model_t *m, int t, int T, ps_keys_t *k);
+void ps_keys_free(ps_keys_t *k);
+/* arena -> keys and back (only the tensors that have keys move). */
+void ps_keys_pack(const ps_keys_t *k, const model_t *m, const float *arena, float *keys);
+void ps_keys_unpack(const ps_keys_t *k, const model_t *m, const float *keys, float *arena);
+/* The table of rank t's keys as a model: its tensors at their keys, the
+ * initial values packed into params; no layers (a server's view). */
+int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int T, model_t **out);
+/* Server k's slice and its index within the slice (K servers, T slices). */
+int ps_server_slice(int k, int K, int T);
 
 /* ---- wire protocol -----------------------------------------------------------
  * A request is one ps_req_t on PS_TAG_REQ (servers receive it from any

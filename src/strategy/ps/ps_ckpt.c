@@ -329,16 +329,25 @@ static void no_mean_square(const char *path) {
          "a:LAMBDA0); it starts from 0", path);
 }
 
-/* The part in r of the tensor `name` (ti's copy) of a whole-model file. 1:
- * copied; 0: absent, and optional; -1: error. */
+/* The part in r of the tensor `name` (ti's copy) of a whole-model file;
+ * under --tp, ti is a block of it (ps_group.c's key table), cut out of the
+ * whole tensor first. 1: copied; 0: absent, and optional; -1: error. */
 static int load_tensor_part(const safetensors_t *st, const char *path, const char *name,
                             const tensor_info_t *ti, float *dst, ps_range_t r, int optional) {
   const st_tensor_t *t = safetensors_find(st, name);
   if (!t && optional) return 0;
-  if (!t || t->len != ti->len)
+  if (!t || t->len != tensor_full_len(ti))
     return dt_error("%s: tensor '%s' %s", path, name, t ? "has another size (different model?)"
                                                       : "is missing (different model?)");
-  copy_overlap(t->data, ti->off, ti->off + ti->len, dst, r);
+  if (t->len == ti->len) {
+    copy_overlap(t->data, ti->off, ti->off + ti->len, dst, r);
+    return 1;
+  }
+  float *block = dt_alloc_floats(ti->len);
+  if (!block) return -1;
+  tensor_block_copy(ti, (float *)t->data, block, 0);
+  copy_overlap(block, ti->off, ti->off + ti->len, dst, r);
+  dt_free(block);
   return 1;
 }
 

@@ -50,7 +50,7 @@ int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_clien
   c->world = world;
   c->map = map;
   c->worker = worker;
-  c->first_server = map->nworkers;
+  c->first_server = map->first_server;
   c->version = calloc((size_t)map->nservers, sizeof *c->version);
   c->clock = calloc((size_t)map->nservers, sizeof *c->clock);
   int ok = c->version != NULL && c->clock != NULL;

@@ -99,6 +99,38 @@ optim_config_t ps_server_optim(const train_config_t *c, int nworkers) {
   return o;
 }
 
+int ps_check_tp(const train_config_t *c) {
+  int T = c->tp;
+  if (c->tp_conv_data)
+    return dt_error("option --tp-conv data: not with --exchange ps:K (the one weird trick "
+                    "exchanges the batch between its layers; with servers, --tp T splits the "
+                    "dense layers of each replica)");
+  if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
+    return dt_error("option --schedule %s: not with --tp %d (the servers of a replica's ranks "
+                    "would bound or drop its parts apart); use sync, ssp:S or async",
+                    schedule_name(c->schedule), T);
+  if (c->pp > 1)
+    return dt_error("options --tp %d and --pp %d: a parameter-server replica is a "
+                    "tensor-parallel group only (use --pp 1)", T, c->pp);
+  if (c->ps_servers > 0 && c->ps_servers % T != 0)
+    return dt_error("option --exchange ps:%d: with --tp %d each tensor-parallel rank has servers "
+                    "of its own, so K must be a multiple of %d (e.g. ps:%d)", c->ps_servers, T, T,
+                    (c->ps_servers / T + 1) * T);
+  if (c->checkpoint_dir[0] || (c->resume[0] && ps_path_is_dir(c->resume)))
+    return dt_error("option %s: shard folders hold one-worker key ranges; with --tp %d use "
+                    "--checkpoint FILE (any --tp resumes from it)",
+                    c->checkpoint_dir[0] ? "--checkpoint-dir" : "--resume DIR", T);
+  const char *other = c->compress.kind != CODEC_NONE ? "--compress"
+                      : c->dc_asgd > 0              ? "--dc-asgd"
+                      : c->kill_rank >= 0           ? "--kill"
+                      : c->ps_refresh_lazy          ? "--ps-refresh lazy"
+                                                    : NULL;
+  if (other)
+    return dt_error("option %s: not with --tp %d and --exchange ps:K (a replica is a "
+                    "tensor-parallel group; use --tp 1)", other, T);
+  return 0;
+}
+
 int ps_check_world(const train_config_t *c) {
   return c->exchange == EXCHANGE_PS ? check_schedule(c, 1) : 0;
 }

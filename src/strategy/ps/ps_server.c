@@ -37,6 +37,20 @@ int ps_nservers(const train_config_t *cfg, int nworkers) {
   return cfg->ps_servers > 0 ? cfg->ps_servers : nworkers;
 }
 
+/* Who a request came from, as the rules and the coordinator count: worker
+ * w (0..N-1) for a worker rank of this server's slice, N + k for server k
+ * (N: the coordinator), and below 0 for any other rank (not a worker of
+ * this server; rank_of gives it back). */
+static int source_id(const ps_server_t *s, int rank) {
+  if (rank >= s->nranks) return s->N + (rank - s->nranks);
+  return rank % s->T == s->slice ? rank / s->T : -1 - rank;
+}
+
+static int rank_of(const ps_server_t *s, int id) {
+  if (id < 0) return -1 - id;
+  return id < s->N ? id * s->T + s->slice : s->nranks + (id - s->N);
+}
+
 /* ---- replies ------------------------------------------------------------------ */
 
 static int out_done(ps_server_t *s, ps_out_t *o, int block) {
@@ -98,9 +112,10 @@ static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const 
   o->into_state = 0;
   o->snap_of = -1;
   o->used = 1;
-  if (comm_isend(s->world, src, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
-      (nbytes && comm_isend(s->world, src, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
-    dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, src, dt_errmsg());
+  int to = rank_of(s, src);
+  if (comm_isend(s->world, to, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
+      (nbytes && comm_isend(s->world, to, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
+    dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, to, dt_errmsg());
     if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
     o->hdr_req = NULL;
     o->used = 0;
@@ -151,12 +166,14 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
 /* Drains the values of a rejected push when they fit, so that the sender
  * is not left waiting; larger ones are left to the sender to cancel. */
 static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
-  if (req->op != PS_OP_PUSH || src >= s->N || req->nvalues == 0 || req->nvalues > s->len) return;
+  if (req->op != PS_OP_PUSH || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
+    return;
   if (req->encoded > s->encoded_cap) return;
-  int rc = req->encoded ? comm_recv(s->world, src, PS_TAG_DATA, s->encoded, req->encoded)
-                        : comm_recv(s->world, src, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float));
+  int from = rank_of(s, src);
+  int rc = req->encoded ? comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded)
+                        : comm_recv(s->world, from, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float));
   if (rc != 0)
-    dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, src,
+    dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, from,
            dt_errmsg());
 }
 
@@ -167,7 +184,7 @@ int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *f
   vsnprintf(rep.error, sizeof rep.error, fmt, ap);
   va_end(ap);
   dt_log(DT_LOG_ERROR, "server %d (rank %d): rejected a request from rank %d: %s", s->index,
-         s->rank, src, rep.error);
+         s->rank, rank_of(s, src), rep.error);
   s->rejected++;
   if (req->magic == PS_MAGIC) drain_push(s, src, req);
   return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
@@ -204,7 +221,7 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
   for (int k = 1; k < s->K; k++)
-    if (comm_send(s->world, s->N + k, PS_TAG_REQ, &req, sizeof req) != 0)
+    if (comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, sizeof req) != 0)
       dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
 }
 
@@ -221,16 +238,16 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = 
 /* Receives a push's values into dst. 1: stored; 0: lost (logged). */
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
-  int rc;
+  int rc, from = rank_of(s, src);
   if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
-    rc = comm_recv(s->world, src, PS_TAG_DATA, s->encoded, req->encoded);
+    rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compress, s->encoded, req->encoded, req->nvalues, dst);
   } else {
-    rc = comm_recv(s->world, src, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
+    rc = comm_recv(s->world, from, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
   }
   if (rc != 0) {
-    dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, src,
+    dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, from,
            dt_errmsg());
     return 0;
   }
@@ -414,7 +431,7 @@ static int drop_late_push(ps_server_t *s, int src, const ps_req_t *req) {
 static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
   if (src != s->N || s->index == 0)
     return ps_server_reject(s, src, req, "%s is the coordinator's (rank %d) to send",
-                            op_name(req->op), s->N);
+                            op_name(req->op), s->nranks);
   if (req->op == PS_OP_STOP) {
     s->stop = 1;
     return 0;
@@ -439,10 +456,11 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->op == PS_OP_FLUSH || req->op == PS_OP_DEAD || req->op == PS_OP_STOP)
     return handle_control(s, src, req);
   if (src < 0 || src >= s->N)
-    return ps_server_reject(s, src, req, "rank %d is not a worker (workers are ranks 0..%d)",
-                            src, s->N - 1);
+    return ps_server_reject(s, src, req, "rank %d is not a worker of this server (workers are "
+                            "ranks 0..%d%s)", rank_of(s, src), s->nranks - 1,
+                            s->T > 1 ? " with this server's tensor-parallel rank" : "");
   if (req->worker != src)
-    return ps_server_reject(s, src, req, "rank %d says it is worker %d", src, req->worker);
+    return ps_server_reject(s, src, req, "rank %d says it is worker %d", rank_of(s, src), req->worker);
   if (s->coord) ps_coord_heard(s, src, req);
   switch (req->op) {
   case PS_OP_PUSH:
@@ -454,7 +472,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   default:
     if (!s->coord)
       return ps_server_reject(s, src, req, "%s goes to the coordinator (rank %d), not server %d",
-                              op_name(req->op), s->N, s->index);
+                              op_name(req->op), s->nranks, s->index);
     return ps_coord_request(s, src, req);
   }
 }
@@ -530,12 +548,13 @@ static int next_request(ps_server_t *s, int *src) {
 static int serve(ps_server_t *s) {
   int failures = 0;
   while (!s->stop) {
-    int src = -1;
+    int rank = -1;
     memset(&s->in, 0, sizeof s->in);
-    int rc = next_request(s, &src);
+    int rc = next_request(s, &rank);
+    int src = rank < 0 ? rank : source_id(s, rank);
     if (rc > 0) break;
     if (rc != 0) { /* from a rank: a bad message; from nobody: the run is failing */
-      if (src < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
+      if (rank < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
       dt_log(DT_LOG_ERROR, "server %d (rank %d): bad message: %s", s->index, s->rank, dt_errmsg());
       continue;
     }
@@ -560,7 +579,9 @@ static const ps_rule_ops_t *rule_of(const train_config_t *cfg) {
   }
 }
 
+/* The whole model; under --tp, the key table of this server's slice. */
 static int build_model(ps_server_t *s, const dataset_t *train) {
+  if (s->T > 1) return ps_keys_table(s->cfg, train, s->slice, s->T, &s->model);
   model_spec_t spec;
   DT_TRY(model_spec_load(s->cfg->model, &spec));
   shape_t in = {train->c, train->h, train->w};
@@ -594,17 +615,22 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
                  const dataset_t *train) {
   s->world = world;
   s->cfg = cfg;
-  s->N = nworkers;
+  s->nranks = nworkers;
+  s->T = ps_group_size(cfg);
+  s->N = nworkers / s->T;
   s->K = ps_nservers(cfg, nworkers);
   s->rank = comm_rank(world);
   s->index = s->rank - nworkers;
   if (s->index < 0 || s->index >= s->K)
     return dt_error("rank %d is not a parameter server (servers are ranks %d..%d)", s->rank,
                     nworkers, nworkers + s->K - 1);
+  int per_slice = s->K / s->T;
+  s->slice = ps_server_slice(s->index, s->K, s->T);
   DT_TRY(build_model(s, train));
-  DT_TRY(ps_shard_plan(s->model, s->K, cfg->optim.kind == OPTIM_LARS, &s->map));
-  s->map.nworkers = nworkers;
-  s->r = s->map.shards[s->index];
+  DT_TRY(ps_shard_plan(s->model, per_slice, cfg->optim.kind == OPTIM_LARS, &s->map));
+  s->map.nworkers = s->N;
+  s->map.first_server = nworkers + s->slice * per_slice;
+  s->r = s->map.shards[s->index % per_slice];
   s->len = s->r.end - s->r.begin;
   s->params = dt_alloc_floats(s->len);
   s->drain = dt_alloc_floats(s->len);
@@ -616,7 +642,7 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->out = calloc((size_t)s->cap_out, sizeof *s->out);
   if (!s->params || !s->drain || !s->out) return dt_error("out of memory");
   memcpy(s->params, s->model->params + s->r.begin, s->len * sizeof(float));
-  optim_config_t ocfg = ps_server_optim(cfg, nworkers);
+  optim_config_t ocfg = ps_server_optim(cfg, s->N);
   DT_TRY(optim_new(&ocfg, s->len, &s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
   build_schedule(s, train);

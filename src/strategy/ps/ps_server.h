@@ -93,6 +93,10 @@ struct ps_server {
   comm_t *world;
   const train_config_t *cfg;
   int N, K, index, rank;     /* workers, servers, this server, its world rank */
+  /* Under --tp T (ps_group.c) a worker is a replica of T ranks and this
+   * server serves slice `slice` of the servers: worker w is world rank
+   * w * T + slice of the nranks worker ranks. Else T = 1, nranks = N. */
+  int nranks, T, slice;
   model_t *model;            /* tensor table and initial parameters */
   ps_shard_map_t map;
   ps_range_t r;

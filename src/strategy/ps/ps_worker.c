@@ -24,17 +24,35 @@
  * Worker 0 reports each epoch: it pulls the whole model at the epoch's
  * boundary, asks the coordinator for the epoch's statistics, gathers the
  * optimizer state for --checkpoint or has the servers save for
- * --checkpoint-dir, and evaluates on the whole test set. */
+ * --checkpoint-dir, and evaluates on the whole test set.
+ *
+ * Under --tp T a worker is a tensor-parallel group (Project Adam's
+ * replica, ps_group.c): every rank of it computes the same batches and
+ * pushes and pulls its own keys at its own slice of the servers; tp rank 0
+ * alone talks to the coordinator and passes its answers on to the group,
+ * and after a pull gives the group the replicated tensors. The worker
+ * index is the group's (the slice rank), so clocks, the pool's batches and
+ * the gradient's scale count replicas. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strategy/ps/ps.h"
+#include "strategy/tensor/tensor.h"
+
+/* --tp: a rank's keys and its bytes pushed and pulled so far */
+enum { TP_KEYS, TP_PUSHED, TP_PULLED, TP_FIGURES };
+typedef struct { double v[TP_FIGURES]; } tp_totals_t;
 
 typedef struct {
   worker_t *w;
   ps_client_t *client;
   ps_shard_map_t map;
+  ps_keys_t keys;             /* this rank's keys (the whole arena without --tp) */
+  float *packed_grads, *packed_pull; /* --tp, rank t > 0: its keys packed */
+  comm_t *group;              /* --tp: the replica's ranks (NULL: a worker is one rank) */
+  int leader;                 /* talks to the coordinator: tp rank 0 */
+  tp_totals_t *tp_totals;     /* --tp, replica 0's leader: per tp rank */
   int N, K, S, B_backup;
   int pool;
   int64_t batches_per_epoch;
@@ -66,10 +84,72 @@ static int wait_ok(psw_t *p, int ts, ps_reply_t *rep) {
   return rc;
 }
 
+/* ---- a replica of T ranks (--tp) ------------------------------------------- */
+
+enum { TAG_PS_GROUP = 5603 };
+
+/* Tensor-parallel rank 0's status and `bytes` of buf to the rest of the
+ * group; returns that status (the rank's own without --tp). */
+static int group_share(psw_t *p, int rc, void *buf, size_t bytes) {
+  if (!p->group) return rc;
+  int n = comm_size(p->group);
+  int32_t st = rc;
+  for (int r = 1; p->leader && r < n; r++) {
+    DT_TRY(comm_send(p->group, r, TAG_PS_GROUP, &st, sizeof st));
+    if (bytes) DT_TRY(comm_send(p->group, r, TAG_PS_GROUP, buf, bytes));
+  }
+  if (!p->leader) {
+    DT_TRY(comm_recv(p->group, 0, TAG_PS_GROUP, &st, sizeof st));
+    if (st != 0) return dt_error("tensor-parallel rank 0 of this replica failed");
+    if (bytes) DT_TRY(comm_recv(p->group, 0, TAG_PS_GROUP, buf, bytes));
+  }
+  return st;
+}
+
+/* A call to the coordinator, made by tp rank 0 for the group. */
+static int group_call(psw_t *p, const ps_req_t *req, void *extra, size_t len, ps_reply_t *rep) {
+  int rc = 0;
+  if (p->leader) rc = wait_ok(p, ps_call(p->client, 0, req, extra, len), rep);
+  if (group_share(p, rc, rep, rep ? sizeof *rep : 0) != 0) return -1;
+  return len ? group_share(p, 0, extra, len) : 0;
+}
+
+/* The tensors every rank of the group holds whole: rank 0's, pulled. */
+static int share_replicated(psw_t *p, float *arena) {
+  const model_t *m = p->w->model;
+  coll_ctx_t *coll = tensor_coll(p->w->tp);
+  for (int i = 0; i < m->ntensors; i++) {
+    const tensor_info_t *ti = &m->tensors[i];
+    if (ti->len == tensor_full_len(ti)) DT_TRY(broadcast_tree(coll, 0, arena + ti->off, ti->len));
+  }
+  return 0;
+}
+
+/* The gradient as this rank's keys. */
+static const float *own_grads(psw_t *p) {
+  if (!p->keys.packed) return p->w->model->grads;
+  ps_keys_pack(&p->keys, p->w->model, p->w->model->grads, p->packed_grads);
+  return p->packed_grads;
+}
+
+/* Pulls this rank's keys of `which` (0: the parameters, 1 + s: optimizer
+ * state s) into arena, once the wait is done (finish_pull). */
+static int pull_keys(psw_t *p, int which, float *arena, const ps_req_t *cond) {
+  return ps_pull(p->client, 0, p->map.nparams, which, p->keys.packed ? p->packed_pull : arena, cond);
+}
+
+static int finish_pull(psw_t *p, int ts, float *arena, int share) {
+  if (wait_ok(p, ts, NULL) != 0) return -1;
+  if (p->keys.packed) ps_keys_unpack(&p->keys, p->w->model, p->packed_pull, arena);
+  return p->group && share ? share_replicated(p, arena) : 0;
+}
+
 static int pull_model(psw_t *p, int flags, int64_t min_version, int64_t epoch) {
   ps_req_t cond = {.flags = flags, .clock = min_version, .epoch = epoch};
-  return ps_pull(p->client, 0, p->map.nparams, 0, p->w->model->params, &cond);
+  return pull_keys(p, 0, p->w->model->params, &cond);
 }
+
+static int finish_model_pull(psw_t *p, int ts) { return finish_pull(p, ts, p->w->model->params, 1); }
 
 static int finish_push(psw_t *p) {
   if (p->push_ts < 0) return 0;
@@ -100,7 +180,7 @@ static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tm
   return 0;
 }
 
-static int killed_now(const psw_t *p) {
+static int killed_now(const psw_t *p) { /* --kill is refused under --tp (ps_config.c) */
   const train_config_t *cfg = p->w->cfg;
   if (cfg->kill_rank != p->w->rank || p->local_steps != cfg->kill_step) return 0;
   dt_log(DT_LOG_WARN, "worker %d: stopping at its step %lld (--kill)", p->w->rank,
@@ -119,6 +199,32 @@ static void json_array(psw_t *p, size_t *n, const char *key, const ps_worker_sta
     *n += (size_t)snprintf(p->extra + *n, p->extra_cap - *n, "%s%.6g", w ? "," : "", v);
   }
   if (*n < p->extra_cap) *n += (size_t)snprintf(p->extra + *n, p->extra_cap - *n, "]");
+}
+
+/* --tp: replica 0's keys and bytes per tp rank, gathered at its rank 0
+ * (the coordinator's statistics are of the ranks that talk to it). */
+static int gather_tp_totals(psw_t *p) {
+  if (!p->group) return 0;
+  tp_totals_t mine = {{[TP_KEYS] = (double)p->keys.nkeys}};
+  double blocked;
+  ps_client_totals(p->client, &mine.v[TP_PUSHED], &mine.v[TP_PULLED], &blocked);
+  if (!p->leader) return comm_send(p->group, 0, TAG_PS_GROUP, &mine, sizeof mine);
+  p->tp_totals[0] = mine;
+  for (int r = 1; r < comm_size(p->group); r++)
+    DT_TRY(comm_recv(p->group, r, TAG_PS_GROUP, &p->tp_totals[r], sizeof mine));
+  return 0;
+}
+
+static size_t tp_json(const psw_t *p, char *buf, size_t cap) {
+  static const char *names[TP_FIGURES] = {"tp_keys", "tp_bytes_pushed", "tp_bytes_pulled"};
+  size_t n = 0;
+  for (int f = 0; f < TP_FIGURES && n < cap; f++) {
+    n += (size_t)snprintf(buf + n, cap - n, ",\"%s\":[", names[f]);
+    for (int r = 0; r < comm_size(p->group) && n < cap; r++)
+      n += (size_t)snprintf(buf + n, cap - n, "%s%.0f", r ? "," : "", p->tp_totals[r].v[f]);
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]");
+  }
+  return n < cap ? n : cap - 1;
 }
 
 static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_stats_t *cur) {
@@ -140,6 +246,7 @@ static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_st
   json_array(p, &n, "bytes_pushed", cur, offsetof(ps_worker_stats_t, bytes_pushed), 1);
   json_array(p, &n, "bytes_pulled", cur, offsetof(ps_worker_stats_t, bytes_pulled), 1);
   json_array(p, &n, "batches", cur, offsetof(ps_worker_stats_t, batches), 1);
+  if (p->group && n < p->extra_cap) n += tp_json(p, p->extra + n, p->extra_cap - n);
   n += (size_t)snprintf(p->extra + n, p->extra_cap - n, ",\"stopped_workers\":[");
   for (int w = 0, first = 1; w < p->N && n < p->extra_cap; w++)
     if (cur[w].dead) n += (size_t)snprintf(p->extra + n, p->extra_cap - n, "%s%d", first ? "" : ",", w), first = 0;
@@ -156,9 +263,10 @@ static void print_summary(const psw_t *p, const ps_epoch_stats_t *ep, const ps_w
     stopped += cur[w].dead > 0;
   }
   printf("  ps: staleness mean %.2f max %.0f, blocked up to %.2f s per worker, %.1f MB pushed "
-         "per worker%s%s\n",
+         "per worker%s%s%s\n",
          ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0, ep->staleness_max,
-         blocked, pushed / p->N / 1e6, ep->dropped > 0 ? ", gradients dropped" : "",
+         blocked, pushed / p->N / 1e6, p->group ? " by its tp rank 0" : "",
+         ep->dropped > 0 ? ", gradients dropped" : "",
          stopped ? ", some workers stopped (see stopped_workers)" : "");
 }
 
@@ -166,11 +274,8 @@ static void print_summary(const psw_t *p, const ps_epoch_stats_t *ep, const ps_w
 static int save_state(psw_t *p, int epoch, int64_t step) {
   worker_t *w = p->w;
   const train_config_t *cfg = w->cfg;
-  for (int s = 0; cfg->checkpoint[0] && s < w->opt->nstate; s++) {
-    ps_reply_t rep;
-    int ts = ps_pull(p->client, 0, p->map.nparams, s + 1, w->opt->state[s], NULL);
-    DT_TRY(wait_ok(p, ts, &rep));
-  }
+  for (int s = 0; cfg->checkpoint[0] && s < w->opt->nstate; s++) /* a replicated tensor's: rank 0's */
+    DT_TRY(finish_pull(p, pull_keys(p, s + 1, w->opt->state[s], NULL), w->opt->state[s], 0));
   if (p->mean_square)
     DT_TRY(wait_ok(p, ps_pull(p->client, 0, p->map.nparams, PS_WHICH_MEAN_SQUARE, p->mean_square,
                               NULL), NULL));
@@ -192,7 +297,8 @@ static int evaluate_model(psw_t *p, epoch_report_t *r) {
   ps_req_t req = {.op = PS_OP_STATS, .epoch = r->epoch};
   size_t len = sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t);
   ps_reply_t rep;
-  DT_TRY(wait_ok(p, ps_call(p->client, 0, &req, p->stats_buf, len), &rep));
+  DT_TRY(group_call(p, &req, p->stats_buf, len, &rep));
+  DT_TRY(gather_tp_totals(p));
   memcpy(&p->ep, p->stats_buf, sizeof p->ep);
   p->report_step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
   DT_TRY(save_state(p, r->epoch, p->report_step));
@@ -221,7 +327,7 @@ static int report(void *st, const epoch_report_t *r) {
   w->step = p->report_step;
   int rc = worker_report_epoch(w, r);
   w->step = keep;
-  if (rc == 0) print_summary(p, &p->ep, cur);
+  if (rc == 0 && worker_reports(w)) print_summary(p, &p->ep, cur);
   memcpy(p->prev, cur, (size_t)p->N * sizeof *cur);
   return rc;
 }
@@ -240,7 +346,7 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   int64_t c = w->step, min = c - p->S > 0 ? c - p->S : 0;
   if (refresh_due(p, c)) {
     int pull = pull_model(p, 0, min, epoch);
-    if (finish_push(p) != 0 || wait_ok(p, pull, NULL) != 0) return -1;
+    if (finish_push(p) != 0 || finish_model_pull(p, pull) != 0) return -1;
     p->cached = 1;
   } else if (finish_push(p) != 0) {
     return -1;
@@ -249,7 +355,7 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   worker_step_slice(w, k, &begin, &count, &global);
   ps_req_t tmpl = {.clock = c, .epoch = epoch};
   DT_TRY(compute(p, begin, count, (int)global, &tmpl));
-  DT_TRY(start_push(p, m->grads, &tmpl));
+  DT_TRY(start_push(p, own_grads(p), &tmpl));
   if (w->cfg->ps_refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
   w->step++;
   return 0;
@@ -270,7 +376,7 @@ static int clock_end_epoch(void *st, int epoch) {
 static int clock_evaluate(void *st, epoch_report_t *r) {
   psw_t *p = st;
   if (p->w->rank != 0) return DRIVE_SKIP;
-  DT_TRY(wait_ok(p, pull_model(p, 0, p->w->step, r->epoch), NULL));
+  DT_TRY(finish_model_pull(p, pull_model(p, 0, p->w->step, r->epoch)));
   return evaluate_model(p, r);
 }
 
@@ -290,14 +396,14 @@ static int pull_flags(const psw_t *p) {
 
 static int ask_next(psw_t *p, int flags, int64_t epoch, ps_reply_t *rep) {
   ps_req_t req = {.op = PS_OP_NEXT, .flags = flags, .epoch = epoch};
-  return wait_ok(p, ps_call(p->client, 0, &req, NULL, 0), rep);
+  return group_call(p, &req, NULL, 0, rep);
 }
 
 /* Pushes the gradients summed so far (--push-every). */
 static int push_pending(psw_t *p) {
   if (p->acc_req.nbatches == 0) return 0;
   DT_TRY(finish_push(p));
-  DT_TRY(start_push(p, p->acc ? p->acc : p->w->model->grads, &p->acc_req));
+  DT_TRY(start_push(p, p->acc ? p->acc : own_grads(p), &p->acc_req));
   memset(&p->acc_req, 0, sizeof p->acc_req);
   return finish_push(p);
 }
@@ -317,10 +423,11 @@ static int compute_batch(psw_t *p, int64_t batch) {
   }
   w->step = batch; /* dropout masks: a function of the batch */
   DT_TRY(compute(p, begin, count, denom, &p->acc_req));
-  if (p->acc) kern_add(p->map.nparams, w->model->grads, p->acc);
+  const float *g = own_grads(p);
+  if (p->acc) kern_add(p->map.nparams, g, p->acc);
   if (p->acc_req.nbatches < cfg->push_every) return 0;
   DT_TRY(finish_push(p));
-  DT_TRY(start_push(p, p->acc ? p->acc : w->model->grads, &p->acc_req));
+  DT_TRY(start_push(p, p->acc ? p->acc : g, &p->acc_req));
   memset(&p->acc_req, 0, sizeof p->acc_req);
   return 0;
 }
@@ -336,7 +443,7 @@ static int64_t resolve_batch(psw_t *p, ps_reply_t *rep, int current) {
     if (ask_next(p, PS_NEXT_WAIT, rep->epoch, rep) != 0) return -100;
     current = 0;
   }
-  if (rep->batch >= 0 && !current && wait_ok(p, pull_model(p, 0, 0, 0), NULL) != 0) return -100;
+  if (rep->batch >= 0 && !current && finish_model_pull(p, pull_model(p, 0, 0, 0)) != 0) return -100;
   p->closed_epoch = rep->epoch; /* what an END closes */
   return rep->batch;
 }
@@ -354,10 +461,12 @@ static int64_t fetch_batch(psw_t *p) {
     return resolve_batch(p, &rep, 0);
   }
   ps_req_t req = {.op = PS_OP_NEXT, .epoch = p->epoch};
-  int ts_next = ps_call(p->client, 0, &req, NULL, 0);
+  int ts_next = p->leader ? ps_call(p->client, 0, &req, NULL, 0) : -2;
   int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
-  if (finish_push(p) != 0 || wait_ok(p, ts_next, &rep) != 0) return -100;
-  if (ts_pull != -2 && wait_ok(p, ts_pull, NULL) != 0) return -100;
+  int rc = finish_push(p);
+  if (p->leader && rc == 0) rc = wait_ok(p, ts_next, &rep);
+  if (group_share(p, rc, &rep, sizeof rep) != 0 || rc != 0) return -100;
+  if (ts_pull != -2 && finish_model_pull(p, ts_pull) != 0) return -100;
   return resolve_batch(p, &rep, 1); /* a worker that did not pull goes on with its model */
 }
 
@@ -394,7 +503,7 @@ static int pool_evaluate(void *st, epoch_report_t *r) {
   if (p->report_epoch != r->epoch) return DRIVE_SKIP;
   p->report_epoch = -1;
   p->reported_epoch = r->epoch; /* acknowledged with the next request */
-  DT_TRY(wait_ok(p, pull_model(p, PS_PULL_FLUSHED, 0, r->epoch), NULL));
+  DT_TRY(finish_model_pull(p, pull_model(p, PS_PULL_FLUSHED, 0, r->epoch)));
   return evaluate_model(p, r);
 }
 
@@ -418,6 +527,38 @@ static const driver_ops_t pool_ops = {
 
 /* ---- the strategy ------------------------------------------------------------------ */
 
+/* This rank's keys and the servers that hold them: the whole model on
+ * every server, or under --tp this rank's keys on its slice of them, cut
+ * as the slice's servers cut them (the same key table). */
+static int plan_keys(psw_t *p) {
+  worker_t *w = p->w;
+  const train_config_t *cfg = w->cfg;
+  int T = ps_group_size(cfg), t = w->tp_rank, lars = cfg->optim.kind == OPTIM_LARS;
+  DT_TRY(ps_keys_plan(w->model, t, T, &p->keys));
+  p->leader = t == 0;
+  if (T == 1) {
+    DT_TRY(ps_shard_plan(w->model, p->K, lars, &p->map));
+  } else {
+    model_t *tab;
+    DT_TRY(ps_keys_table(cfg, w->train, t, T, &tab));
+    int rc = ps_shard_plan(tab, p->K / T, lars, &p->map);
+    model_free(tab);
+    DT_TRY(rc);
+    p->group = coll_ctx_comm(tensor_coll(w->tp));
+    p->packed_grads = p->keys.packed ? dt_alloc_floats(p->keys.nkeys) : NULL;
+    p->packed_pull = p->keys.packed ? dt_alloc_floats(p->keys.nkeys) : NULL;
+    p->tp_totals = calloc((size_t)T, sizeof *p->tp_totals);
+    if ((p->keys.packed && (!p->packed_grads || !p->packed_pull)) || !p->tp_totals)
+      return dt_error("out of memory");
+  }
+  if (p->map.nparams != p->keys.nkeys)
+    return dt_error("parameter server: %zu keys planned for tp rank %d, which holds %zu", p->map.nparams,
+                    t, p->keys.nkeys);
+  p->map.nworkers = p->N;
+  p->map.first_server = cfg->workers + t * (p->K / T);
+  return 0;
+}
+
 static int psw_init(psw_t *p, worker_t *w) {
   const train_config_t *cfg = w->cfg;
   memset(p, 0, sizeof *p);
@@ -425,16 +566,15 @@ static int psw_init(psw_t *p, worker_t *w) {
   p->push_ts = -1;
   p->next = PS_BATCH_NONE;
   p->epoch = p->report_epoch = p->reported_epoch = -1;
-  p->N = w->nranks;
-  p->K = ps_nservers(cfg, p->N);
+  p->N = w->nranks; /* the replicas under --tp: w->comm is this rank's slice */
+  p->K = ps_nservers(cfg, cfg->workers);
   p->pool = cfg->schedule == SCHEDULE_ASYNC || cfg->schedule == SCHEDULE_VALUE ||
             cfg->schedule == SCHEDULE_BACKUP ||
             (cfg->schedule == SCHEDULE_SSP && isinf(cfg->schedule_param));
   p->S = cfg->schedule == SCHEDULE_SSP && !p->pool ? (int)cfg->schedule_param : 0;
   p->B_backup = cfg->schedule == SCHEDULE_BACKUP ? (int)cfg->schedule_param : 0;
   p->batches_per_epoch = ((int64_t)w->train->n + cfg->batch - 1) / cfg->batch;
-  DT_TRY(ps_shard_plan(w->model, p->K, cfg->optim.kind == OPTIM_LARS, &p->map));
-  p->map.nworkers = p->N;
+  DT_TRY(plan_keys(p));
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
   if (cfg->compress.kind != CODEC_NONE) {
     compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
@@ -450,7 +590,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   }
   p->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)p->N * sizeof(ps_worker_stats_t));
   p->prev = calloc((size_t)p->N, sizeof *p->prev);
-  p->extra_cap = 512 + (size_t)p->N * 5 * 24;
+  p->extra_cap = 512 + (size_t)(p->N + 3 * ps_group_size(cfg)) * 5 * 24;
   p->extra = malloc(p->extra_cap);
   if (!p->stats_buf || !p->prev || !p->extra) return dt_error("out of memory");
   return 0;
@@ -459,12 +599,25 @@ static int psw_init(psw_t *p, worker_t *w) {
 static void psw_free(psw_t *p) {
   ps_client_free(p->client);
   ps_shard_free(&p->map);
+  ps_keys_free(&p->keys);
+  dt_free(p->packed_grads);
+  dt_free(p->packed_pull);
+  free(p->tp_totals);
   dt_free(p->acc);
   dt_free(p->mean_square);
   p->w->ckpt_state = NULL;
   free(p->stats_buf);
   free(p->prev);
   free(p->extra);
+}
+
+/* --tp: every rank of the replica has had its last push answered before
+ * rank 0 says goodbye (after which the servers may stop). */
+static int group_done(psw_t *p) {
+  int32_t ok = 1;
+  for (int r = 1; p->leader && r < comm_size(p->group); r++)
+    DT_TRY(comm_recv(p->group, r, TAG_PS_GROUP, &ok, sizeof ok));
+  return p->leader ? 0 : comm_send(p->group, 0, TAG_PS_GROUP, &ok, sizeof ok);
 }
 
 int strategy_ps_worker(worker_t *w) {
@@ -474,7 +627,8 @@ int strategy_ps_worker(worker_t *w) {
   psw_t p;
   int rc = psw_init(&p, w);
   if (rc == 0) rc = driver_run(w, p.pool ? &pool_ops : &clock_ops, &p);
-  if (rc == 0) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
+  if (rc == 0 && p.group) rc = group_done(&p);
+  if (rc == 0 && p.leader) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
     ps_req_t bye = {.op = PS_OP_BYE};
     rc = wait_ok(&p, ps_call(p.client, 0, &bye, NULL, 0), NULL);
   }
@@ -507,7 +661,7 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
     return ps_server_run(world, cfg, N, train);
   }
   train_config_t wcfg = *cfg; /* a folder is not worker_init's to read */
-  wcfg.optim = ps_server_optim(cfg, N); /* its state is the servers' (checkpoints) */
+  wcfg.optim = ps_server_optim(cfg, N / ps_group_size(cfg)); /* the servers' state (checkpoints) */
   int from_dir = cfg->resume[0] && ps_path_is_dir(cfg->resume);
   if (from_dir) wcfg.resume[0] = wcfg.metrics[0] = 0;
   worker_t w;

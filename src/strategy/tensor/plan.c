@@ -57,6 +57,12 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
 int tensor_plan(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 0, pairs); }
 int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs) { return plan(spec, tp, 1, pairs); }
 
+int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp) {
+  if (tensor_file_split_line(spec, FILE_SPLIT_UNSET)) return tensor_plan_file(spec, tp);
+  if (cfg->tp_conv_data || cfg->exchange == EXCHANGE_PS) return tensor_plan_dense(spec, tp, NULL);
+  return tensor_plan(spec, tp, NULL);
+}
+
 /* ---- the model file's own choice: split= on its dense and conv2d layers ------- */
 
 static int splittable(const layer_spec_t *l) { return l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D; }

@@ -6,6 +6,7 @@
 
 #include "strategy/grid.h"
 #include "strategy/tensor/tensor.h"
+#include "strategy/ps/ps.h"
 
 enum { TAG_TP_GATHER = 5601 };
 
@@ -31,11 +32,14 @@ int tensor_check(const train_config_t *c) {
   char opt[40];
   if (c->tp_conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
   else snprintf(opt, sizeof opt, "--tp %d", c->tp);
-  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
+  if (c->exchange == EXCHANGE_PS && c->optimization == OPTIMIZATION_CENTRAL) {
+    DT_TRY(ps_check_tp(c)); /* Project Adam's replicas (ps_group.c) */
+  } else if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
       c->schedule != SCHEDULE_SYNC)
     return dt_error("option %s: tensor parallelism runs with --optimization central "
                     "--schedule sync --exchange allreduce:ALGO (the replicas of a block sum "
-                    "their gradients by allreduce)", opt);
+                    "their gradients by allreduce), or with --exchange ps:K --schedule "
+                    "sync, ssp:S or async (a group is one worker of the servers)", opt);
   if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || (c->sync_bn && c->tp_conv_data))
     return dt_error("option %s does not combine with %s (the ranks of a tensor-parallel "
                     "group must take the same samples and the same whole-tensor steps)", opt,
@@ -81,6 +85,12 @@ int tensor_model_options(train_config_t *c) {
 int tensor_check_world(const train_config_t *c) {
   int per = c->tp * c->pp;
   if (c->tp <= 1 || c->workers % per == 0) return 0;
+  if (c->comm == COMM_MPI && c->exchange == EXCHANGE_PS) { /* -np counts the servers too */
+    int K = ps_nservers(c, c->workers), fit = (c->workers / per + 1) * per;
+    return dt_error("mpirun -np %d, --tp %d and --exchange ps: %d workers besides the %d servers, "
+                    "and workers must be a multiple of %d (e.g. mpirun -np %d)", c->workers + K,
+                    c->tp, c->workers, K, per, fit + ps_nservers(c, fit));
+  }
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --tp %d%s: workers = dp x pp x tp, so -np must be a "
                     "multiple of %d (e.g. mpirun -np %d)", c->workers, c->tp,

@@ -28,6 +28,12 @@ int tensor_plan(model_spec_t *spec, int tp, int *pairs);
 /* The same, splitting dense layers only (convolutions stay whole: the one
  * weird trick runs them data-parallel). */
 int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs);
+/* The plan a run of cfg uses for a group of tp ranks: the model file's
+ * split= keys where it has them; else dense layers only under the one
+ * weird trick and under parameter servers (Project Adam keeps its
+ * convolutions whole), Megatron's pairs of dense and conv layers
+ * otherwise. */
+int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp);
 /* The model file's own plan (its split= keys, docs/MODEL_FORMAT.md):
  * checks that the split=column and split=row layers make Megatron's pairs
  * (element-wise layers between, of one kind) and that split=data, where
