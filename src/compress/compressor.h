@@ -16,6 +16,7 @@ struct compressor {
   size_t n;                 /* the arena the offsets index */
   ef_memory_t mem;          /* the workers' memory (error feedback), or residual NULL */
   float *tmp, *scratch;     /* n floats each */
+  float *owner;
   uint8_t *send, *recv, *out, *gather;  /* encodings, grown to the largest buffer */
   size_t cap;               /* bytes of each of those */
   uint64_t *sizes;          /* sparse: each rank's message size */
