@@ -1,10 +1,11 @@
 /* 1-bit SGD (Seide et al. 2014): one bit a value, its sign, and two fp32
- * reconstruction values per chunk of 512 values: the mean of the values
- * >= 0 and the mean of those < 0 (the paper reconstructs per column of a
- * weight matrix; a chunk of 512 is a column of mlp's and lenet's layers in
- * size). ceil(n/8) + 8 ceil(n/512) bytes: 1/32 of fp32 plus 1/256 for the
- * means. (One pair of means for a whole block of 10^5 values loses 2.8
- * points of mlp's accuracy in 5 epochs; per chunk, see docs/BENCHMARKS.md.)
+ * reconstruction values per group of s->group consecutive values: the mean
+ * of the values >= 0 and the mean of those < 0. The paper and CNTK take a
+ * column of a weight matrix as the group; the exchange sends each matrix
+ * transposed and sets the group to a column's length (compress/exchange.c);
+ * a buffer given no shape goes in groups of 512. ceil(n/8) + 8 ceil(n/G)
+ * bytes. (One pair of means for a whole block of 10^5 values loses 2.8
+ * points of mlp's accuracy in 5 epochs: docs/BENCHMARKS.md.)
  * Biased: error feedback carries the quantization error to the next step,
  * which the paper shows is what makes it converge. */
 #include "compress/codec_internal.h"
