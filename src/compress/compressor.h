@@ -16,7 +16,6 @@ struct compressor {
   size_t n;                 /* the arena the offsets index */
   ef_memory_t mem;          /* the workers' memory (error feedback), or residual NULL */
   float *tmp, *scratch;     /* n floats each */
-  float *owner;
   uint8_t *send, *recv, *out, *gather;  /* encodings, grown to the largest buffer */
   size_t cap;               /* bytes of each of those */
   uint64_t *sizes;          /* sparse: each rank's message size */
@@ -25,7 +24,8 @@ struct compressor {
   float *q;                 /* each matrix's Q (cols x rank), warm-started, by arena offset */
   uint8_t *q_ready;         /* q_ready[off]: the matrix at off has its Q */
   float *factors;           /* powersgd: the P and Q factors of a buffer's matrices, side by
-                             * side; sparse codecs: the bucket packed (exchange.c) */
+                             * side; 1-bit and sparse codecs: the bucket packed (exchange.c's
+                             * layout) */
   size_t factors_cap;
   compress_stats_t stats;
 };
