@@ -48,13 +48,17 @@ check "bytes_bf16_half_the_ring" [ "$(bytes_of bf16)" = "1071636.0" ]
 # its own, encoded).
 # int8: n + a 4-byte scale a piece (8 pieces)
 check "bytes_int8_quarter_plus_scales" [ "$(bytes_of int8)" = "$((535818 + 8 * 4)).0" ]
-# onebit: ceil(m/8) + 8 ceil(m/512) a piece of m values
-check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((8369 + 8 * 131 + 8016 + 8 * 126 + 32 + 8 + 320 + 8 * 5 + 2 + 8 + 25120 + 8 * 393 + 25056 + 8 * 392 + 64 + 8)).0" ]
-# top-k R: one message of 4 + 8 ceil(R S) a bucket to the other rank, S its
-# tensors of 1024 values or more that are not vectors (fc3's and fc2's
-# weights, 133,632; fc1's, 401,408); the biases (266 floats, 512) by the
-# ring, which on 2 ranks sends 4 bytes a float
-TOPK="$((4 + 8 * 134 + 4 * 266 + 4 + 8 * 402 + 4 * 512)).0"
+# onebit: the biases (266 floats, 512) by the ring, which on 2 ranks sends
+# 4 bytes a float; the weights transposed, a pair of means a column, blocks
+# cut at a column: B1's first half is 261 of fc2's 512 columns of 256
+# values, its second the other 251 and fc3's 256 columns of 10; B2's halves
+# are 392 of fc1's 784 columns of 512 each; ceil(m/8) + 8 columns a piece
+# of m values
+check "bytes_onebit_1_32_plus_means" [ "$(bytes_of onebit)" = "$((8352 + 8 * 261 + 8032 + 8 * 251 + 320 + 8 * 256 + 4 * 266 + 2 * (25088 + 8 * 392) + 4 * 512)).0" ]
+# top-k R: to the other rank one message a bucket, of 4 + 8 ceil(R S) a
+# tensor of S values (1024 or more, not a vector: fc2's weights, 131,072,
+# and fc3's, 2,560; fc1's, 401,408); the biases by the ring
+TOPK="$((4 + 8 * 132 + 4 + 8 * 3 + 4 * 266 + 4 + 8 * 402 + 4 * 512)).0"
 check "bytes_topk_pairs" [ "$(bytes_of topk:0.001)" = "$TOPK" ]
 if have_mpi; then
   $MPIRUN -np 2 "$DTRAIN" train $BASE --comm mpi --compress topk:0.001 --metrics "$TMP/bm.jsonl" >/dev/null 2>"$TMP/mpi.err"

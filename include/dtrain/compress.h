@@ -42,6 +42,8 @@ typedef struct {
                      * terngrad: the clip C in standard deviations (0: none);
                      * powersgd: rank R */
   int stochastic;   /* fp16, bf16, int8 with ":sr": unbiased stochastic rounding */
+  size_t group;     /* onebit: how many consecutive values share a pair of means (0: 512);
+                     * the exchange sets it to a column's length (compress/exchange.c) */
 } codec_spec_t;
 
 /* "none", "fp32", "fp16[:sr]", "bf16[:sr]", "int8[:sr]", "onebit", "qsgd:S",
@@ -60,6 +62,13 @@ int codec_biased(const codec_spec_t *s);
 int codec_default_feedback(const codec_spec_t *s);
 /* Sparse: a variable set of (index, value) pairs, carried by allgather. */
 int codec_sparse(const codec_spec_t *s);
+/* Whether the exchange sends a bucket's small tensors (vectors, tensors of
+ * at most 1024 values) by the plain allreduce instead: the sparse codecs
+ * and 1-bit SGD (compress/exchange.c says why). */
+int codec_small_dense(const codec_spec_t *s);
+/* Whether the codec's scales are per column of a weight matrix, which the
+ * exchange then sends transposed (1-bit SGD, as Seide et al. and CNTK). */
+int codec_by_column(const codec_spec_t *s);
 
 /* ---- the compressor: pure functions ---------------------------------------
  * An encoding of n floats. codec_bytes: its exact size, or 0 when it
@@ -78,6 +87,10 @@ size_t codec_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t se
 int codec_decode_add(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *acc);
 /* Sparse codecs: the number of values kept of n (top-k, random-k, DGC). */
 size_t codec_keep(double ratio, size_t n);
+/* The size of the encoding of n values that starts at `in`, `avail` bytes
+ * being there: codec_bytes when fixed, else (threshold) the size its
+ * count gives, more than avail when there is no count to read. */
+size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, size_t n);
 
 /* ---- the memory: error feedback ------------------------------------------
  * One float per gradient element (the residual v), and for DGC a second

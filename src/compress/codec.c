@@ -102,6 +102,12 @@ int codec_sparse(const codec_spec_t *s) {
   return s->kind != CODEC_POWERSGD && ops_of(s)->sparse;
 }
 
+int codec_small_dense(const codec_spec_t *s) {
+  return codec_sparse(s) || s->kind == CODEC_ONEBIT;
+}
+
+int codec_by_column(const codec_spec_t *s) { return s->kind == CODEC_ONEBIT; }
+
 size_t codec_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->bytes(s, n); }
 size_t codec_max_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->max_bytes(s, n); }
 

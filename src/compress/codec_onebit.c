@@ -1,29 +1,31 @@
 /* 1-bit SGD (Seide et al. 2014): one bit a value, its sign, and two fp32
- * reconstruction values per chunk of 512 values: the mean of the values
- * >= 0 and the mean of those < 0 (the paper reconstructs per column of a
- * weight matrix; a chunk of 512 is a column of mlp's and lenet's layers in
- * size). ceil(n/8) + 8 ceil(n/512) bytes: 1/32 of fp32 plus 1/256 for the
- * means. (One pair of means for a whole block of 10^5 values loses 2.8
- * points of mlp's accuracy in 5 epochs; per chunk, see docs/BENCHMARKS.md.)
+ * reconstruction values per group of s->group consecutive values: the mean
+ * of the values >= 0 and the mean of those < 0. The paper and CNTK take a
+ * column of a weight matrix as the group; the exchange sends each matrix
+ * transposed and sets the group to a column's length (compress/exchange.c);
+ * a buffer given no shape goes in groups of 512. ceil(n/8) + 8 ceil(n/G)
+ * bytes. (One pair of means for a whole block of 10^5 values loses 2.8
+ * points of mlp's accuracy in 5 epochs: docs/BENCHMARKS.md.)
  * Biased: error feedback carries the quantization error to the next step,
  * which the paper shows is what makes it converge. */
 #include "compress/codec_internal.h"
 
 #define ONEBIT_CHUNK 512
 
+static size_t group_of(const codec_spec_t *s) { return s->group ? s->group : ONEBIT_CHUNK; }
+
 static size_t onebit_bytes(const codec_spec_t *s, size_t n) {
-  (void)s;
-  return 8 * codec_nchunks(n, ONEBIT_CHUNK) + (n + 7) / 8;
+  return 8 * codec_nchunks(n, group_of(s)) + (n + 7) / 8;
 }
 
 static size_t onebit_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed,
                             uint8_t *out, float *scratch) {
   (void)seed, (void)scratch;
-  size_t nc = codec_nchunks(n, ONEBIT_CHUNK);
+  size_t G = group_of(s), nc = codec_nchunks(n, G);
   uint8_t *bits = out + 8 * nc;
   memset(bits, 0, (n + 7) / 8);
   for (size_t k = 0; k < nc; k++) {
-    size_t lo = k * ONEBIT_CHUNK, hi = codec_chunk_end(k, ONEBIT_CHUNK, n);
+    size_t lo = k * G, hi = codec_chunk_end(k, G, n);
     /* branch-free: the signs of a gradient are a coin toss to a predictor */
     float pos = 0, all = 0;
     unsigned npos = 0;
@@ -43,7 +45,7 @@ static size_t onebit_encode(const codec_spec_t *s, const float *x, size_t n, uin
 
 static int onebit_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n,
                          float *acc) {
-  size_t want = onebit_bytes(s, n), nc = codec_nchunks(n, ONEBIT_CHUNK);
+  size_t want = onebit_bytes(s, n), G = group_of(s), nc = codec_nchunks(n, G);
   if (bytes != want) return codec_size_error("onebit", bytes, want);
   for (size_t k = 0; k < nc; k++) {
     float pos = get_f32(in + 8 * k), neg = get_f32(in + 8 * k + 4);
@@ -54,7 +56,7 @@ static int onebit_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes,
   const uint8_t *bits = in + 8 * nc;
   for (size_t k = 0; k < nc; k++) {
     const float value[2] = {get_f32(in + 8 * k + 4), get_f32(in + 8 * k)};
-    size_t lo = k * ONEBIT_CHUNK, hi = codec_chunk_end(k, ONEBIT_CHUNK, n);
+    size_t lo = k * G, hi = codec_chunk_end(k, G, n);
     for (size_t i = lo; i < hi; i++) acc[i] += value[(bits[i >> 3] >> (i & 7)) & 1];
   }
   return 0;

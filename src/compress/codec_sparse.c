@@ -20,6 +20,12 @@ size_t codec_keep(double ratio, size_t n) {
   return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
 }
 
+size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, size_t n) {
+  size_t b = codec_bytes(s, n);
+  if (b) return b;
+  return avail < 4 ? avail + 1 : 4 + 8 * (size_t)get_u32(in);
+}
+
 static size_t sparse_max_bytes(const codec_spec_t *s, size_t n) { (void)s; return 4 + 8 * n; }
 static size_t keep_bytes(const codec_spec_t *s, size_t n) { return 4 + 8 * codec_keep(s->param, n); }
 static size_t variable_bytes(const codec_spec_t *s, size_t n) { (void)s, (void)n; return 0; }

@@ -24,7 +24,8 @@ struct compressor {
   float *q;                 /* each matrix's Q (cols x rank), warm-started, by arena offset */
   uint8_t *q_ready;         /* q_ready[off]: the matrix at off has its Q */
   float *factors;           /* powersgd: the P and Q factors of a buffer's matrices, side by
-                             * side; sparse codecs: the bucket packed (exchange.c) */
+                             * side; 1-bit and sparse codecs: the bucket packed (exchange.c's
+                             * layout) */
   size_t factors_cap;
   compress_stats_t stats;
 };

@@ -2,19 +2,25 @@
  * contributions summed over the P ranks, in place, with the same bits on
  * every rank (each rank decodes the same bytes in the same rank order).
  *
+ * A bucket is first laid out (plan_layout): its tensors in order, those
+ * the codec compresses packed first, the small ones that some codecs
+ * leave dense after them, summed by the configured allreduce.
+ *
  * Dense encodings (fp16, bf16, int8, onebit, qsgd, terngrad): scatter-
  * reduce then allgather, as 1-bit SGD's implementation in CNTK does. The
- * buffer is cut into P blocks (coll_block); rank r encodes block j of its
- * contribution and sends it to rank j (P - 1 messages), decodes the P
- * encodings of its own block and sums them in fp32 in rank order, encodes
- * the sum once more and sends it to every rank (P - 1 messages). Steps: 2, each of P - 1
- * concurrent messages. A block goes as the encodings of its pieces (cut
- * where a tensor starts). Bytes sent by rank r, with E(b_j) the encoding
- * of block j's pieces:
+ * packed values are cut into P blocks (coll_block, moved back to the
+ * start of a 1-bit column); rank r encodes block j of its contribution
+ * and sends it to rank j (P - 1 messages), decodes the P encodings of its
+ * own block and sums them in fp32 in rank order, encodes the sum once
+ * more and sends it to every rank (P - 1 messages). Steps: 2, each of
+ * P - 1 concurrent messages. A block goes as the encodings of its pieces
+ * (cut where a tensor starts). Bytes sent by rank r, with E(b_j) the
+ * encoding of block j's pieces:
  *     sum_{j != r} E(b_j) + (P - 1) E(b_r)      ~ 2 (P - 1)/P E(n),
  * the ring allreduce's 2 (P - 1)/P 4n with 4n replaced by E(n): fp16 and
  * bf16 move half the ring's bytes, int8 a quarter plus a scale a piece,
- * onebit 1/32 plus two means a chunk of 512.
+ * onebit 1/32 plus two means a column; plus, for onebit, the allreduce's
+ * bytes for the small tensors.
  * (A ring that decodes, sums and re-encodes at each of its P - 1 hops
  * moves the same bytes in 2 (P - 1) steps but quantizes a partial sum
  * P - 1 times; this quantizes twice.)
@@ -22,13 +28,15 @@
  * Sparse encodings (topk, randomk, threshold, dgc) cannot be summed as
  * they are: each rank sends its encoding to every other (allgather,
  * SparCML's sparse allreduce), and every rank decodes all P in rank order.
- * A bucket's small tensors go dense, by the allreduce (sparse_exchange).
- * Bytes sent by rank r: (P - 1) E_r, where E = 4 + 8k, + the allreduce's;
- * received: sum_{i != r} E_i + the allreduce's. A variable size (threshold)
- * is sent first, 8 bytes to each rank. When what the rank receiving most
- * would receive passes the dense ring's 2 (P - 1)/P 4n (the break-even
- * density), every rank decodes its own and the buffer goes by dense
- * allreduce instead; all ranks know every size, so all switch together. */
+ * A rank's message is one encoding a tensor (selection per tensor, as DGC
+ * and, without layer normalization, Aji & Heafield select). Bytes sent by
+ * rank r: (P - 1) E_r, where E = sum over tensors of 4 + 8k, + the
+ * allreduce's; received: sum_{i != r} E_i + the allreduce's. A variable
+ * size (threshold) is sent first, 8 bytes to each rank. When what the
+ * rank receiving most would receive passes the dense ring's
+ * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
+ * the buffer goes by dense allreduce instead; all ranks know every size,
+ * so all switch together. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,13 +44,8 @@
 #include "compress/compressor.h"
 #include "dtrain/comm.h"
 
-/* The encodings' buffers, for a buffer of len floats encoded by s (the
- * codec at this step: DGC's density changes during its warm-up) in
- * blocks cut at up to `ntensors` tensor starts (each piece of a block
- * rounds its size up and may add a chunk's scale: 64 bytes are ample). */
-static int grow(compressor_t *c, const codec_spec_t *s, size_t len, int ntensors) {
-  size_t need = codec_max_bytes(s, len) + 64 * (size_t)c->nranks * (size_t)(ntensors + 2);
-  if (codec_sparse(s)) need = (size_t)c->nranks * codec_max_bytes(s, len);
+/* The encodings' buffers: `need` bytes each. */
+static int grow(compressor_t *c, size_t need) {
   if (need <= c->cap) return 0;
   dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
   c->send = dt_alloc(need), c->recv = dt_alloc(need), c->out = dt_alloc(need);
@@ -107,37 +110,92 @@ static uint64_t message_seed(const compressor_t *c, int stream, int64_t step, in
   return rng_derive(base, (uint64_t)c->rank, (uint64_t)msg);
 }
 
-/* A block [lo, lo + n) of a bucket goes as the encodings of its pieces,
- * the block cut where a tensor starts, so that a scale or a pair of means
- * never spans two tensors (TernGrad scales per layer, 1-bit SGD per column
- * of a matrix: a bias's values are far larger than its weights'). `t` is
- * the bucket's tensors (none: one piece). */
+/* ---- a bucket's layout ------------------------------------------------------
+ * Its tensors (slots) in order, the compressed ones packed first, then
+ * the small ones. Codecs that leave small tensors dense (codec_small_dense:
+ * the sparse ones and 1-bit) leave vectors (biases) and tensors of at most
+ * SMALL_TENSOR values: CNTK's 1-bit SGD lets such "small objects" bypass
+ * quantization (rank 1 or at most 1024 values), the DGC reference
+ * compresses only tensors of two dimensions or more, and at R = 0.001 such
+ * a tensor has at most one value to send. A buffer given no matrices is
+ * compressed whole. 1-bit SGD packs each weight matrix transposed
+ * (codec_by_column), so that the values of a column, which share a pair
+ * of means, are consecutive. */
+#define SMALL_TENSOR 1024
+
 typedef struct {
-  const compress_matrix_t *mats;
-  int nmats;
-  size_t off;   /* the bucket's offset in the arena */
-} tensors_t;
+  size_t at, len;     /* the tensor's range in the bucket */
+  size_t rows, cols;  /* its shape (a vector, or values of no tensor: one row) */
+  size_t packed;      /* where it starts in the packed buffer */
+  size_t group;       /* 1-bit: the values that share a pair of means (0: the codec's) */
+  int small, transpose;
+} slot_t;
 
-/* The end of the piece of [at, hi) that starts at `at`. */
-static size_t piece_end(const tensors_t *t, size_t at, size_t hi) {
-  for (int i = 0; i < t->nmats; i++)
-    if (t->mats[i].off > t->off + at && t->mats[i].off < t->off + hi) return t->mats[i].off - t->off;
-  return hi;
+typedef struct {
+  slot_t *slot;       /* room for 2 nmats + 1 */
+  int n;
+  size_t nq;          /* the compressed values: packed[0..nq) */
+  int identity;       /* the packed buffer is the bucket as it is */
+} layout_t;
+
+static void add_slot(layout_t *L, size_t at, size_t len, size_t rows) {
+  L->slot[L->n++] = (slot_t){.at = at, .len = len, .rows = rows, .cols = len / rows};
 }
 
-/* The seed of the piece at `at` of a block at `lo`: element i of the piece
- * draws what element at - lo + i of the block would (codec_uniform). */
-static uint64_t piece_seed(uint64_t seed, size_t lo, size_t at) {
-  return seed + (uint64_t)(at - lo) * 0x9e3779b97f4a7c15ull;
+static void plan_layout(const codec_spec_t *s, const compress_matrix_t *mats, int nmats,
+                        size_t off, size_t len, layout_t *L) {
+  int leave_small = nmats > 0 && codec_small_dense(s), by_column = codec_by_column(s);
+  size_t at = 0;
+  L->n = 0;
+  for (int i = 0; i < nmats; i++) {
+    size_t rows = mats[i].rows ? mats[i].rows : 1, size = rows * mats[i].cols;
+    if (mats[i].off < off + at || mats[i].off >= off + len || size == 0) continue;
+    size_t start = mats[i].off - off;
+    if (start > at) add_slot(L, at, start - at, 1);
+    if (size > len - start) size = len - start, rows = 1;
+    add_slot(L, start, size, rows);
+    at = start + size;
+  }
+  if (at < len || L->n == 0) add_slot(L, at, len - at, 1);
+  size_t nq = 0, small = 0;
+  L->identity = 1;
+  for (int i = 0; i < L->n; i++) {
+    slot_t *t = &L->slot[i];
+    t->small = leave_small && (t->rows < 2 || t->len <= SMALL_TENSOR);
+    t->transpose = by_column && !t->small && t->rows >= 2;
+    t->group = t->transpose ? t->rows : 0;
+    if (t->small || t->transpose) L->identity = 0;
+    if (!t->small) t->packed = nq, nq += t->len;
+  }
+  for (int i = 0; i < L->n; i++)
+    if (L->slot[i].small) L->slot[i].packed = nq + small, small += L->slot[i].len;
+  L->nq = nq;
 }
 
-static size_t block_bytes(const tensors_t *t, const codec_spec_t *s, size_t lo, size_t n) {
-  size_t b = 0, at = lo, e;
-  do { /* a block of no values is one empty piece */
-    e = piece_end(t, at, lo + n);
-    b += codec_bytes(s, e - at);
-  } while ((at = e) < lo + n);
-  return b;
+/* Between the bucket b and the packed buffer p, in the direction `to_packed`. */
+static void pack(const layout_t *L, float *b, float *p, int to_packed) {
+  for (int i = 0; i < L->n; i++) {
+    const slot_t *t = &L->slot[i];
+    float *bt = b + t->at, *pt = p + t->packed;
+    if (!t->transpose) {
+      memcpy(to_packed ? pt : bt, to_packed ? bt : pt, t->len * sizeof *bt);
+      continue;
+    }
+    for (size_t r = 0; r < t->rows; r++)
+      for (size_t k = 0; k < t->cols; k++) {
+        if (to_packed) pt[k * t->rows + r] = bt[r * t->cols + k];
+        else bt[r * t->cols + k] = pt[k * t->rows + r];
+      }
+  }
+}
+
+/* The compressed slot holding packed position `at` (< nq). */
+static const slot_t *slot_at(const layout_t *L, size_t at) {
+  for (int i = 0; i < L->n; i++) {
+    const slot_t *t = &L->slot[i];
+    if (!t->small && at >= t->packed && at < t->packed + t->len) return t;
+  }
+  return &L->slot[0];
 }
 
 static size_t encode_timed(compressor_t *c, const codec_spec_t *s, const float *x, size_t n,
@@ -148,11 +206,10 @@ static size_t encode_timed(compressor_t *c, const codec_spec_t *s, const float *
   return b;
 }
 
-/* acc[0..n) = 0 + decode(in), or += when `add`; names the peer it came from. */
+/* acc[0..n) += decode(in); names the peer it came from. */
 static int decode_timed(compressor_t *c, const codec_spec_t *s, const uint8_t *in, size_t bytes,
-                        size_t n, float *acc, int add, int from) {
+                        size_t n, float *acc, int from) {
   double t0 = dt_now();
-  if (!add) memset(acc, 0, n * sizeof *acc);
   int rc = codec_decode_add(s, in, bytes, n, acc);
   c->stats.decode_sec += dt_now() - t0;
   if (rc != 0) {
@@ -164,30 +221,6 @@ static int decode_timed(compressor_t *c, const codec_spec_t *s, const uint8_t *i
   return 0;
 }
 
-/* The block [lo, lo + n) of x encoded piece by piece into out; its bytes. */
-static size_t encode_block(compressor_t *c, const codec_spec_t *s, const tensors_t *t,
-                           const float *x, size_t lo, size_t n, uint64_t seed, uint8_t *out) {
-  size_t b = 0, at = lo, e;
-  do {
-    e = piece_end(t, at, lo + n);
-    b += encode_timed(c, s, x + at, e - at, piece_seed(seed, lo, at), out + b);
-  } while ((at = e) < lo + n);
-  return b;
-}
-
-/* acc[0..n) (the block's values) = 0 + decode(in), or += when `add`. */
-static int decode_block(compressor_t *c, const codec_spec_t *s, const tensors_t *t,
-                        const uint8_t *in, size_t lo, size_t n, float *acc, int add, int from) {
-  size_t b = 0, at = lo, e;
-  do {
-    e = piece_end(t, at, lo + n);
-    size_t m = codec_bytes(s, e - at);
-    DT_TRY(decode_timed(c, s, in + b, m, e - at, acc + (at - lo), add, from));
-    b += m;
-  } while ((at = e) < lo + n);
-  return 0;
-}
-
 /* What this rank contributes: the buffer itself, or with memory the
  * buffer added into it (the memory is then what is encoded). */
 static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) {
@@ -196,59 +229,155 @@ static float *contribution(compressor_t *c, float *buf, size_t off, size_t len) 
   return c->mem.residual + off;
 }
 
-static int dense_exchange(compressor_t *c, comm_t *comm, float *buf, size_t off, size_t len,
-                          int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
+/* The memory after this rank's encodings, c->tmp[0..nq) (packed) being
+ * them decoded: it keeps what they did not send, and nothing of the small
+ * tensors, which went whole. */
+static void remember(compressor_t *c, const layout_t *L, size_t off, size_t len) {
+  if (!c->mem.residual) return;
+  float *sent = c->tmp;
+  if (!L->identity) {
+    memset(c->tmp + L->nq, 0, (len - L->nq) * sizeof *c->tmp);
+    pack(L, c->scratch, c->tmp, 0);
+    sent = c->scratch;
+  }
+  ef_update(&c->mem, sent, off, len);
+  for (int i = 0; i < L->n; i++)
+    if (L->slot[i].small) ef_forget(&c->mem, off + L->slot[i].at, L->slot[i].len);
+}
+
+/* ---- dense encodings: scatter-reduce, allgather ------------------------------ */
+
+/* Where block j of the packed values starts: coll_block's cut, moved back
+ * to the start of its 1-bit column, so that no column has two owners. */
+static size_t block_start(const layout_t *L, int P, int j) {
+  size_t lo = L->nq, n;
+  if (j < P) coll_block(L->nq, P, j, &lo, &n);
+  if (lo >= L->nq) return L->nq;
+  const slot_t *t = slot_at(L, lo);
+  return t->group ? t->packed + (lo - t->packed) / t->group * t->group : lo;
+}
+
+/* The end of the piece of [at, hi) that starts at `at` (where a slot
+ * ends), and the codec for it (a 1-bit column's length). */
+static size_t piece_end(const layout_t *L, const codec_spec_t *s, size_t at, size_t hi,
+                        codec_spec_t *ps) {
+  *ps = *s;
+  if (at >= hi) return hi;
+  const slot_t *t = slot_at(L, at);
+  ps->group = t->group;
+  return t->packed + t->len < hi ? t->packed + t->len : hi;
+}
+
+/* The seed of the piece at `at` of a block at `lo`: element i of the piece
+ * draws what element at - lo + i of the block would (codec_uniform). */
+static uint64_t piece_seed(uint64_t seed, size_t lo, size_t at) {
+  return seed + (uint64_t)(at - lo) * 0x9e3779b97f4a7c15ull;
+}
+
+static size_t block_bytes(const layout_t *L, const codec_spec_t *s, size_t lo, size_t hi) {
+  size_t b = 0, at = lo, e;
+  codec_spec_t ps;
+  do { /* a block of no values is one empty piece */
+    e = piece_end(L, s, at, hi, &ps);
+    b += codec_bytes(&ps, e - at);
+  } while ((at = e) < hi);
+  return b;
+}
+
+/* The block [lo, hi) of x encoded piece by piece into out; its bytes. */
+static size_t encode_block(compressor_t *c, const codec_spec_t *s, const layout_t *L,
+                           const float *x, size_t lo, size_t hi, uint64_t seed, uint8_t *out) {
+  size_t b = 0, at = lo, e;
+  codec_spec_t ps;
+  do {
+    e = piece_end(L, s, at, hi, &ps);
+    b += encode_timed(c, &ps, x + at, e - at, piece_seed(seed, lo, at), out + b);
+  } while ((at = e) < hi);
+  return b;
+}
+
+/* acc[0..hi - lo) (the block's values) = 0 + decode(in), or += when `add`. */
+static int decode_block(compressor_t *c, const codec_spec_t *s, const layout_t *L,
+                        const uint8_t *in, size_t lo, size_t hi, float *acc, int add, int from) {
+  size_t b = 0, at = lo, e;
+  codec_spec_t ps;
+  if (!add) memset(acc, 0, (hi - lo) * sizeof *acc);
+  do {
+    e = piece_end(L, s, at, hi, &ps);
+    size_t m = codec_bytes(&ps, e - at);
+    DT_TRY(decode_timed(c, &ps, in + b, m, e - at, acc + (at - lo), from));
+    b += m;
+  } while ((at = e) < hi);
+  return 0;
+}
+
+static int dense_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf, size_t off,
+                          size_t len, int64_t step, int stream, const compress_matrix_t *mats,
+                          int nmats) {
   const codec_spec_t *s = &c->cfg.codec;
-  const tensors_t t = {mats, nmats, off};
+  slot_t slots[2 * nmats + 1];
+  layout_t L = {.slot = slots};
+  plan_layout(s, mats, nmats, off, len, &L);
   int P = c->nranks, r = c->rank;
-  DT_TRY(grow(c, s, len, nmats));
-  size_t boff[P], blen[P], soff[P], mine;
-  float *v = contribution(c, buf, off, len);
+  size_t bound[P + 1], bytes[P], soff[P], total = 0, most = 0;
+  for (int j = 0; j <= P; j++) bound[j] = block_start(&L, P, j);
+  for (int j = 0; j < P; j++) {
+    bytes[j] = block_bytes(&L, s, bound[j], bound[j + 1]);
+    total += bytes[j];
+    most = bytes[j] > most ? bytes[j] : most;
+  }
+  DT_TRY(grow(c, total > P * most ? total : P * most));
+  float *v = contribution(c, buf, off, len), *x = v, *out = buf;
+  if (!L.identity) {
+    DT_TRY(compressor_grow_factors(c, len));
+    x = out = c->factors;
+    pack(&L, v, x, 1);
+  }
   size_t at = 0;
   for (int j = 0; j < P; j++) {
-    coll_block(len, P, j, &boff[j], &blen[j]);
     soff[j] = at;
-    at += encode_block(c, s, &t, v, boff[j], blen[j], message_seed(c, stream, step, j), c->send + at);
-    if (c->mem.residual) { /* what the encoding drops stays in the memory */
-      decode_block(c, s, &t, c->send + soff[j], boff[j], blen[j], c->tmp, 0, r);
-      ef_update(&c->mem, c->tmp, off + boff[j], blen[j]);
-    }
+    at += encode_block(c, s, &L, x, bound[j], bound[j + 1], message_seed(c, stream, step, j),
+                       c->send + at);
   }
-  mine = block_bytes(&t, s, boff[r], blen[r]);
+  for (int j = 0; c->mem.residual && j < P; j++)
+    DT_TRY(decode_block(c, s, &L, c->send + soff[j], bound[j], bound[j + 1], c->tmp + bound[j], 0, r));
+  remember(c, &L, off, len);
+  size_t mine = bytes[r];
   posted_t p = {comm, c->reqs, 0};
   for (int i = 0; i < P; i++)
     if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_SCATTER, c->recv + (size_t)i * mine, mine));
   for (int j = 0; j < P; j++)
-    if (j != r)
-      DT_TRY(post_send(&p, j, TAG_COMPRESS_SCATTER, c->send + soff[j], block_bytes(&t, s, boff[j], blen[j])));
+    if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SCATTER, c->send + soff[j], bytes[j]));
   DT_TRY(wait_posted(&p));
   /* my block: the P contributions decoded and summed in rank order */
-  float *acc = buf + boff[r];
-  memset(acc, 0, blen[r] * sizeof *acc);
+  float *acc = out + bound[r];
+  memset(acc, 0, (bound[r + 1] - bound[r]) * sizeof *acc);
   for (int i = 0; i < P; i++)
-    DT_TRY(decode_block(c, s, &t, i == r ? c->send + soff[r] : c->recv + (size_t)i * mine, boff[r],
-                        blen[r], acc, 1, i));
+    DT_TRY(decode_block(c, s, &L, i == r ? c->send + soff[r] : c->recv + (size_t)i * mine, bound[r],
+                        bound[r + 1], acc, 1, i));
   /* re-encoded once; its error is not fed back. A second memory at the
    * owner (CNTK's residual of each aggregated stripe, DeepSpeed's "server
-   * error", DoubleSqueeze) made 1-bit SGD worse here: with blocks cut at
-   * tensors, mlp 87.14% against 87.52% in 5 epochs, and lenet diverged
-   * (10% against 85.18% in 3; momentum 0.9; docs/COMPRESSION.md) */
-  encode_block(c, s, &t, buf, boff[r], blen[r], message_seed(c, stream, step, P + r), c->out);
+   * error", DoubleSqueeze) made 1-bit SGD worse here each time it was
+   * measured (docs/COMPRESSION.md) */
+  encode_block(c, s, &L, out, bound[r], bound[r + 1], message_seed(c, stream, step, P + r), c->out);
   at = 0;
   for (int i = 0; i < P; i++) {
-    size_t b = block_bytes(&t, s, boff[i], blen[i]);
-    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_GATHER, c->gather + at, b));
+    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_GATHER, c->gather + at, bytes[i]));
     soff[i] = at;
-    at += b;
+    at += bytes[i];
   }
   for (int j = 0; j < P; j++)
     if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_GATHER, c->out, mine));
   DT_TRY(wait_posted(&p));
   for (int i = 0; i < P; i++)
-    DT_TRY(decode_block(c, s, &t, i == r ? c->out : c->gather + soff[i], boff[i], blen[i],
-                        buf + boff[i], 0, i));
+    DT_TRY(decode_block(c, s, &L, i == r ? c->out : c->gather + soff[i], bound[i], bound[i + 1],
+                        out + bound[i], 0, i));
+  if (L.nq < len) DT_TRY(allreduce(ctx, c->cfg.algo, out + L.nq, len - L.nq));
+  if (!L.identity) pack(&L, buf, out, 0);
   return 0;
 }
+
+/* ---- sparse encodings: allgather ------------------------------------------- */
 
 /* DGC's warm-up: the density falls from 25% by a factor 4 at each quarter
  * of the warm-up steps (75%, 93.75%, 98.4%, 99.6% sparsity), then R. */
@@ -273,53 +402,67 @@ static void clip_local(compressor_t *c, float *buf, size_t len) {
   for (size_t i = 0; i < len; i++) buf[i] *= f;
 }
 
-/* Sparse codecs send some tensors of a bucket dense, by the allreduce:
- * vectors (biases: the DGC reference compresses only tensors of two
- * dimensions or more) and tensors of fewer than SPARSE_DENSE_BELOW values
- * (lenet's first convolution, 500: under R = 0.001 less than one value of
- * its own). At R = 0.001 a bias of 10 values would otherwise rarely be
- * sent. A buffer given no matrices is sparse whole. */
-#define SPARSE_DENSE_BELOW 1024
-
-static int dense_tensors(const compress_matrix_t *mats, int nmats, size_t off, size_t len,
-                         range_t *out) {
-  int n = 0;
-  for (int i = 0; i < nmats; i++) {
-    size_t size = mats[i].rows * mats[i].cols;
-    if (mats[i].off < off || mats[i].off + size > off + len) continue;
-    if (mats[i].rows < 2 || size < SPARSE_DENSE_BELOW)
-      out[n++] = (range_t){mats[i].off - off, mats[i].off - off + size};
+/* The most bytes a rank's message can take, and its size when fixed (0:
+ * it depends on the values). */
+static size_t message_max(const layout_t *L, const codec_spec_t *s) {
+  size_t b = 0;
+  for (int i = 0; i < L->n; i++)
+    if (!L->slot[i].small) b += codec_max_bytes(s, L->slot[i].len);
+  return b;
+}
+static size_t message_fixed(const layout_t *L, const codec_spec_t *s) {
+  size_t b = 0;
+  for (int i = 0; i < L->n; i++) {
+    if (L->slot[i].small) continue;
+    size_t m = codec_bytes(s, L->slot[i].len);
+    if (!m) return 0;
+    b += m;
   }
-  return n;
+  return b;
 }
 
-/* Between the arena's order (buf[0..len)) and the packed one (the values
- * outside the dense ranges first, then those inside, each in order), in
- * the direction `to_packed`. Returns how many values are outside. */
-static size_t repack(float *buf, float *packed, const range_t *d, int nr, size_t len, int to_packed) {
-  size_t ns = len, at = 0, s = 0;
-  for (int i = 0; i < nr; i++) ns -= d[i].hi - d[i].lo;
-  size_t k = ns;
-  for (int i = 0; i <= nr; i++) {
-    size_t lo = i < nr ? d[i].lo : len, hi = i < nr ? d[i].hi : len;
-    float *a = buf + at, *b = packed + s, *da = buf + lo, *db = packed + k;
-    if (to_packed) memcpy(b, a, (lo - at) * sizeof *a), memcpy(db, da, (hi - lo) * sizeof *a);
-    else memcpy(a, b, (lo - at) * sizeof *a), memcpy(da, db, (hi - lo) * sizeof *a);
-    s += lo - at, k += hi - lo, at = hi;
+/* This rank's message: x's compressed tensors encoded one by one. */
+static size_t encode_tensors(compressor_t *c, const codec_spec_t *s, const layout_t *L,
+                             const float *x, uint64_t seed, uint8_t *out) {
+  size_t b = 0;
+  for (int i = 0; i < L->n; i++) {
+    const slot_t *t = &L->slot[i];
+    if (!t->small) b += encode_timed(c, s, x + t->packed, t->len, piece_seed(seed, 0, t->packed), out + b);
   }
-  return ns;
+  return b;
 }
 
-/* The allgather of the encodings of x[0..ns) (this rank's: c->send, `mine`
- * bytes), decoded and summed into x in rank order. Returns 1 when past
- * the break-even density instead (x is then this rank's decoded encoding,
- * for the caller's dense allreduce), 0 when summed, -1 on error. */
-static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, size_t mine,
-                         float *x, size_t ns) {
+/* acc[0..nq) += the message `in` of `bytes`, tensor by tensor: each
+ * encoding's size read from it (codec_message_bytes) and checked against
+ * what is left before it is decoded. */
+static int decode_tensors(compressor_t *c, const codec_spec_t *s, const layout_t *L,
+                          const uint8_t *in, size_t bytes, float *acc, int from) {
+  size_t b = 0;
+  for (int i = 0; i < L->n; i++) {
+    const slot_t *t = &L->slot[i];
+    if (t->small) continue;
+    size_t m = codec_message_bytes(s, in + b, bytes - b, t->len);
+    if (m > bytes - b)
+      return dt_error("rank %d: compressed allreduce: message from rank %d: malformed: %zu bytes "
+                      "left for an encoding of %zu", c->rank, from, bytes - b, m);
+    DT_TRY(decode_timed(c, s, in + b, m, t->len, acc + t->packed, from));
+    b += m;
+  }
+  if (b != bytes)
+    return dt_error("rank %d: compressed allreduce: message from rank %d: %zu bytes past its "
+                    "encodings", c->rank, from, bytes - b);
+  return 0;
+}
+
+/* The allgather of this rank's message (c->send, `mine` bytes) of the
+ * packed x[0..nq), decoded and summed into x in rank order. Returns 1 when
+ * past the break-even density instead (x is then this rank's decoded
+ * encoding, for the caller's dense allreduce), 0 when summed, -1 on error. */
+static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, const layout_t *L,
+                         size_t mine, float *x) {
   int P = c->nranks, r = c->rank;
-  size_t cap = codec_max_bytes(s, ns);
+  size_t ns = L->nq, cap = message_max(L, s), fixed = message_fixed(L, s);
   posted_t p = {comm, c->reqs, 0};
-  size_t fixed = codec_bytes(s, ns);
   for (int i = 0; i < P; i++) c->sizes[i] = fixed ? fixed : mine;
   if (!fixed) { /* threshold: the sizes first */
     uint64_t m = mine;
@@ -340,9 +483,10 @@ static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, s
     total += (double)c->sizes[i];
     if ((double)c->sizes[i] < least) least = (double)c->sizes[i];
   }
+  memset(x, 0, ns * sizeof *x);
   if (total - least > 2.0 * (P - 1) / P * 4.0 * (double)ns) { /* past break-even: dense */
     c->stats.dense_fallbacks++;
-    DT_TRY(decode_timed(c, s, c->send, mine, ns, x, 0, r));
+    DT_TRY(decode_tensors(c, s, L, c->send, mine, x, r));
     return 1;
   }
   size_t at[P], pos = 0;
@@ -354,41 +498,37 @@ static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, s
   for (int j = 0; j < P; j++)
     if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_GATHER, c->send, mine));
   DT_TRY(wait_posted(&p));
-  memset(x, 0, ns * sizeof *x);
   for (int i = 0; i < P; i++)
-    DT_TRY(decode_timed(c, s, i == r ? c->send : c->recv + at[i], c->sizes[i], ns, x, 1, i));
+    DT_TRY(decode_tensors(c, s, L, i == r ? c->send : c->recv + at[i], c->sizes[i], x, i));
   return 0;
 }
 
-/* The bucket packed (c->factors: its sparse tensors' values, then its
- * dense ones); the sparse part encoded, its error remembered, allgathered;
- * the dense part (and the sparse past break-even) by the allreduce. */
+/* The bucket packed (c->factors); its compressed tensors encoded, their
+ * error remembered, allgathered; the small tensors (and the rest past
+ * break-even) by the allreduce. */
 static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf,
                            size_t off, size_t len, int64_t step, int stream,
                            const compress_matrix_t *mats, int nmats) {
   codec_spec_t s = sparse_spec_at(c, step);
-  range_t dense[nmats + 1];
-  int nr = dense_tensors(mats, nmats, off, len, dense);
+  slot_t slots[2 * nmats + 1];
+  layout_t L = {.slot = slots};
+  plan_layout(&s, mats, nmats, off, len, &L);
   DT_TRY(compressor_grow_factors(c, len));
+  DT_TRY(grow(c, (size_t)c->nranks * message_max(&L, &s)));
   clip_local(c, buf, len);
-  float *v = contribution(c, buf, off, len), *x = c->factors;
-  size_t ns = repack(v, x, dense, nr, len, 1), mine = 0;
-  if (ns) {
-    DT_TRY(grow(c, &s, ns, 0));
-    mine = encode_timed(c, &s, x, ns, message_seed(c, stream, step, 0), c->send);
+  float *x = c->factors;
+  pack(&L, contribution(c, buf, off, len), x, 1);
+  size_t mine = L.nq ? encode_tensors(c, &s, &L, x, message_seed(c, stream, step, 0), c->send) : 0;
+  if (c->mem.residual) {
+    memset(c->tmp, 0, L.nq * sizeof *c->tmp);
+    if (L.nq) DT_TRY(decode_tensors(c, &s, &L, c->send, mine, c->tmp, c->rank));
   }
-  if (c->mem.residual) { /* the sparse part keeps what it did not send; the dense part nothing */
-    memset(c->tmp, 0, len * sizeof *c->tmp);
-    if (ns) codec_decode_add(&s, c->send, mine, ns, c->tmp);
-    repack(c->scratch, c->tmp, dense, nr, len, 0);
-    ef_update(&c->mem, c->scratch, off, len);
-    for (int i = 0; i < nr; i++) ef_forget(&c->mem, off + dense[i].lo, dense[i].hi - dense[i].lo);
-  }
-  int past = ns ? gather_sparse(c, comm, &s, mine, x, ns) : 0;
+  remember(c, &L, off, len);
+  int past = L.nq ? gather_sparse(c, comm, &s, &L, mine, x) : 0;
   if (past < 0) return -1;
-  size_t from = past ? 0 : ns;
+  size_t from = past ? 0 : L.nq;
   if (len > from) DT_TRY(allreduce(ctx, c->cfg.algo, x + from, len - from));
-  repack(buf, x, dense, nr, len, 0);
+  pack(&L, buf, x, 0);
   return 0;
 }
 
@@ -402,5 +542,5 @@ int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t of
   comm_t *comm = coll_ctx_comm(ctx);
   if (codec_sparse(&c->cfg.codec))
     return sparse_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
-  return dense_exchange(c, comm, buf, off, len, step, stream, mats, nmats);
+  return dense_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
 }
