@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="time only this many steps")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: torch.autocast on the CPU (bf16 products, fp32 weights and loss)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -68,7 +70,9 @@ def main():
             idx = perm[k * args.batch:(k + 1) * args.batch]
             xb, yb = xtr[idx], ytr[idx]
             opt.zero_grad(set_to_none=True)
-            loss = lossf(net(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                logits = net(xb)
+            loss = lossf(logits.float(), yb)
             loss.backward()
             opt.step()
             sched.step()
@@ -78,7 +82,7 @@ def main():
             timed_samples += min(n, k * args.batch) - s0 if args.max_steps else n - s0
         if args.max_steps and step >= args.max_steps:
             break
-    out = {"model": args.model, "threads": args.threads,
+    out = {"model": args.model, "threads": args.threads, "precision": args.precision,
            "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
            "samples_per_sec": timed_samples / timed_sec if timed_sec else 0}
     if not args.max_steps:

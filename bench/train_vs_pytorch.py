@@ -6,10 +6,13 @@ For each model it prints training samples/s for both and the ratio, on one
 core (both single-threaded) and on two cores (each side's best setting:
 PyTorch over torch threads x OPENBLAS_NUM_THREADS; dtrain over BLAS threads
 and 2 data-parallel workers with half the batch each, i.e. the same global
-batch), the GFLOP/s each reaches against the cblas_sgemm roof measured
+batch); each setting in fp32 and in bf16 mixed precision (dtrain
+--precision bf16, PyTorch torch.autocast on the CPU), compared fp32 against
+fp32 and each side's best against the other's; the GFLOP/s each reaches against the cblas_sgemm roof measured
 here, and the peak memory of an mlp run.
 
-usage: bench/train_vs_pytorch.py [--steps N] [--models mlp,lenet] [--rounds R] [--json FILE]
+usage: bench/train_vs_pytorch.py [--steps N] [--models mlp,lenet] [--precisions fp32,bf16]
+                                 [--rounds R] [--json FILE]
 Run from the repository root after `make`."""
 import argparse, json, os, resource, statistics, subprocess, sys, tempfile, time
 
@@ -36,20 +39,21 @@ def run(cmd, env_extra=None):
     return out.stdout
 
 
-def dtrain(model, steps, threads=1, workers=1, batch=64):
+def dtrain(model, steps, threads=1, workers=1, batch=64, precision="fp32"):
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([DTRAIN, "train", "--model", model, "--batch", str(batch), "--lr", "0.05",
              "--momentum", "0.9", "--lr-schedule", "cosine", "--epochs", "1", "--quiet",
              "--max-steps", str(steps), "--threads", str(threads), "--workers", str(workers),
-             "--metrics", m.name])
+             "--precision", precision, "--metrics", m.name])
         for line in open(m.name):
             rec = json.loads(line)
             if rec["event"] == "epoch":
                 return rec["samples_per_sec"]
 
 
-def pytorch(model, steps, threads=1, blas=1):
-    out = run(PYTORCH + ["--model", model, "--max-steps", str(steps), "--threads", str(threads)],
+def pytorch(model, steps, threads=1, blas=1, precision="fp32"):
+    out = run(PYTORCH + ["--model", model, "--max-steps", str(steps), "--threads", str(threads),
+                         "--precision", precision],
               {"OPENBLAS_NUM_THREADS": str(blas), "OMP_NUM_THREADS": str(threads)})
     return json.loads(out.strip().splitlines()[-1])["samples_per_sec"]
 
@@ -62,13 +66,40 @@ def peak_rss_mib(cmd, env_extra=None):
     return int(out.stderr.strip().splitlines()[-1]) / 1024.0
 
 
+def settings(model, steps, precisions):
+    """Each side's settings on 1 and 2 cores: name -> a function timing it."""
+    d = {1: {}, 2: {}}
+    p = {1: {}, 2: {}}
+    for pr in precisions:
+        d[1][f"{pr} --threads 1"] = lambda pr=pr: dtrain(model, steps, precision=pr)
+        d[2][f"{pr} --threads 2"] = lambda pr=pr: dtrain(model, steps, threads=2, precision=pr)
+        d[2][f"{pr} --workers 2 --batch 32"] = \
+            lambda pr=pr: dtrain(model, steps * 2, workers=2, batch=32, precision=pr)
+        p[1][f"{pr} torch 1 / openblas 1"] = lambda pr=pr: pytorch(model, steps, precision=pr)
+        for t in (1, 2):
+            for b in (1, 2):
+                p[2][f"{pr} torch {t} / openblas {b}"] = \
+                    lambda t=t, b=b, pr=pr: pytorch(model, steps, t, b, precision=pr)
+    return d, p
+
+
+def best(runs, prefix=""):
+    """The setting with the highest best-round rate, among those named prefix..."""
+    keys = [k for k in runs if k.startswith(prefix)]
+    k = max(keys, key=lambda k: max(runs[k]))
+    return k, max(runs[k])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=0, help="steps timed per run (default: 900 mlp, 300 lenet)")
     ap.add_argument("--models", default="mlp,lenet")
+    ap.add_argument("--precisions", default="fp32,bf16",
+                    help="settings tried on each side (bf16: dtrain --precision bf16, torch.autocast)")
     ap.add_argument("--json", help="append the results as JSON Lines")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds; each setting keeps its best")
     args = ap.parse_args()
+    precisions = args.precisions.split(",")
     print(f"environment: OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
           f"{os.cpu_count()} cores; both sides run under it")
     roof = {t: json.loads(run([ROOF, str(t)]))["gflops"] for t in (1, 2)}
@@ -76,42 +107,38 @@ def main():
     rows = []
     for model in args.models.split(","):
         steps = args.steps or (900 if model == "mlp" else 300)
+        dset, pset = settings(model, steps, precisions)
         # every setting once a round, the rounds interleaved; each keeps its best
-        runs = {"d1": [], "p1": []}
-        d2_runs, p2_runs = {}, {}
+        druns = {c: {k: [] for k in dset[c]} for c in (1, 2)}
+        pruns = {c: {k: [] for k in pset[c]} for c in (1, 2)}
         for _ in range(args.rounds):
-            runs["d1"].append(dtrain(model, steps))
-            runs["p1"].append(pytorch(model, steps))
-            for k, f in (("--threads 2", lambda: dtrain(model, steps, threads=2)),
-                         ("--workers 2 --batch 32", lambda: dtrain(model, steps * 2, workers=2, batch=32))):
-                d2_runs.setdefault(k, []).append(f())
-            for t in (1, 2):
-                for b in (1, 2):
-                    p2_runs.setdefault(f"torch {t} / openblas {b}", []).append(pytorch(model, steps, t, b))
-        d1, p1 = max(runs["d1"]), max(runs["p1"])
-        d2_opts = {k: max(v) for k, v in d2_runs.items()}
-        p2_opts = {k: max(v) for k, v in p2_runs.items()}
-        print(f"  {model}: 1 core, every round: dtrain {[round(x) for x in runs['d1']]}, "
-              f"pytorch {[round(x) for x in runs['p1']]}; medians' ratio "
-              f"{statistics.median(runs['d1']) / statistics.median(runs['p1']):.2f}")
-        d2k = max(d2_opts, key=d2_opts.get)
-        p2k = max(p2_opts, key=p2_opts.get)
-        for cores, d, p, dk, pk in ((1, d1, p1, "--threads 1", "torch 1 / openblas 1"),
-                                    (2, d2_opts[d2k], p2_opts[p2k], d2k, p2k)):
-            row = {"bench": "train_vs_pytorch", "model": model, "cores": cores,
-                   "dtrain_samples_per_sec": round(d), "pytorch_samples_per_sec": round(p),
-                   "ratio": round(d / p, 3), "dtrain_setting": dk, "pytorch_setting": pk,
-                   "dtrain_gflops": round(d * FLOPS[model] / 1e9, 1),
-                   "pytorch_gflops": round(p * FLOPS[model] / 1e9, 1),
-                   "sgemm_roof_gflops": roof[cores]}
-            rows.append(row)
-        print(f"  {model}: 2-core settings tried: dtrain {json.dumps({k: round(v) for k, v in d2_opts.items()})}, "
-              f"pytorch {json.dumps({k: round(v) for k, v in p2_opts.items()})}")
-    print(f"\n{'model':6} {'cores':>5} {'dtrain/s':>9} {'pytorch/s':>9} {'ratio':>6}  "
+            for c in (1, 2):
+                for k, f in dset[c].items():
+                    druns[c][k].append(f())
+                for k, f in pset[c].items():
+                    pruns[c][k].append(f())
+        for c in (1, 2):
+            print(f"  {model}, {c} core(s), every round: dtrain "
+                  f"{json.dumps({k: [round(x) for x in v] for k, v in druns[c].items()})}; pytorch "
+                  f"{json.dumps({k: [round(x) for x in v] for k, v in pruns[c].items()})}")
+            # fp32 against fp32, then each side's best setting whatever its precision
+            for kind, prefix in (("fp32", "fp32"), ("best", "")):
+                if prefix and prefix not in precisions:
+                    continue
+                dk, d = best(druns[c], prefix)
+                pk, p = best(pruns[c], prefix)
+                rows.append({"bench": "train_vs_pytorch", "model": model, "cores": c, "compare": kind,
+                             "dtrain_samples_per_sec": round(d), "pytorch_samples_per_sec": round(p),
+                             "ratio": round(d / p, 3), "dtrain_setting": dk, "pytorch_setting": pk,
+                             "dtrain_gflops": round(d * FLOPS[model] / 1e9, 1),
+                             "pytorch_gflops": round(p * FLOPS[model] / 1e9, 1),
+                             "sgemm_roof_gflops": roof[c]})
+    print(f"\n{'model':6} {'cores':>5} {'compare':>7} {'dtrain/s':>9} {'pytorch/s':>9} {'ratio':>6}  "
           f"{'dtrain GF':>9} {'torch GF':>8} {'roof GF':>7}  settings")
     for r in rows:
-        print(f"{r['model']:6} {r['cores']:>5} {r['dtrain_samples_per_sec']:>9} {r['pytorch_samples_per_sec']:>9} "
-              f"{r['ratio']:>6.2f}  {r['dtrain_gflops']:>9} {r['pytorch_gflops']:>8} {r['sgemm_roof_gflops']:>7}  "
+        print(f"{r['model']:6} {r['cores']:>5} {r['compare']:>7} {r['dtrain_samples_per_sec']:>9} "
+              f"{r['pytorch_samples_per_sec']:>9} {r['ratio']:>6.2f}  {r['dtrain_gflops']:>9} "
+              f"{r['pytorch_gflops']:>8} {r['sgemm_roof_gflops']:>7}  "
               f"dtrain {r['dtrain_setting']}; pytorch {r['pytorch_setting']}")
     dmem = peak_rss_mib([DTRAIN, "train", "--model", "mlp", "--epochs", "1", "--quiet", "--max-steps", "300"])
     pmem = peak_rss_mib(PYTORCH + ["--model", "mlp", "--max-steps", "300"], {"OPENBLAS_NUM_THREADS": "1"})

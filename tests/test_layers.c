@@ -780,6 +780,34 @@ static void test_gemm_reference_matches_blas(void) {
 /* bf16 products (when this build and CPU have them): within bf16's
  * rounding of the reference, |error| <= 2^-7 sum |a||b| for every
  * transpose; alpha other than 1, or beta other than 0 and 1, go through fp32. */
+/* Shapes whose oneDNN bf16 kernel faulted with SIGILL on a Xeon with AMX
+ * (gemm_bf16.c's probe): the product must come back, in bf16 or through
+ * the fp32 fallback, and close to the reference either way. */
+static void test_gemm_bf16_faulting_shapes_come_back(void) {
+  if (!kern_bf16_available()) {
+    printf("  (no bf16 here)\n");
+    return;
+  }
+  static const int shapes[][3] = {{75, 3, 63}, {75, 4, 63}, {75, 16, 63}, {75, 3, 64}};
+  rng_t r;
+  rng_seed(&r, 12);
+  static float a[75 * 64], b[64 * 16], c[75 * 16], ref[75 * 16];
+  for (size_t i = 0; i < sizeof a / sizeof *a; i++) a[i] = rng_uniform(&r) - 0.5f;
+  for (size_t i = 0; i < sizeof b / sizeof *b; i++) b[i] = rng_uniform(&r) - 0.5f;
+  kern_set_bf16(1);
+  long before = kern_bf16_fallbacks();
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    kern_gemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+    kern_gemm_ref(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, ref, n);
+    for (int j = 0; j < m * n; j++) CHECK_NEAR(c[j], ref[j], 0.05); /* |sum| <= 16: bf16's 2^-8 */
+  }
+  printf("  %ld of %zu shapes on the fp32 fallback here\n", kern_bf16_fallbacks() - before,
+         sizeof shapes / sizeof *shapes);
+  kern_set_bf16(0);
+  kern_bf16_release();
+}
+
 static void test_gemm_bf16_close_to_reference(void) {
   if (!kern_bf16_available()) {
     printf("  (no bf16 here: the refusal is tested by e2e_kernels.sh)\n");
@@ -858,8 +886,18 @@ static void test_conv_bf16_columns(void) {
     naive_cols(l, x, n, cols);
     l->ops->forward(l, x, n, 1, NULL);
     int pointwise = c->k == 1 && c->s == 1 && c->p == 0;
+    if (kern_gemm_bf16(0, 1, rows, oc, kdim, cols, kdim, l->w, kdim, 0.0f, want, oc) != 0) {
+      /* the probe found oneDNN's kernel for this shape faulting: fp32 */
+      printf("  (case %zu: the bf16 kernel of %d x %d x %d faults here; the fp32 path runs)\n", i,
+             rows, oc, kdim);
+      CHECK(!l->cols_bf16);
+      CHECK(kern_bf16_fallbacks() > fallbacks);
+      fallbacks = kern_bf16_fallbacks();
+      dt_free(x), dt_free(cols), dt_free(want), dt_free(dw), dt_free(dout);
+      tl_free(&t);
+      continue;
+    }
     CHECK(l->cols_bf16 == !pointwise);
-    CHECK_OK(kern_gemm_bf16(0, 1, rows, oc, kdim, cols, kdim, l->w, kdim, 0.0f, want, oc));
     for (int r = 0; r < rows; r++)
       for (int j = 0; j < oc; j++) {
         float v = want[r * oc + j] + l->b[j];
@@ -918,6 +956,7 @@ int main(void) {
   RUN(test_gemm_reference_matches_blas);
   RUN(test_gemm_bf16_close_to_reference);
   RUN(test_conv_bf16_columns);
+  RUN(test_gemm_bf16_faulting_shapes_come_back);
   RUN(test_kern_sum_in_order);
   RUN(test_kern_allsum_in_order);
   RUN(test_kern_copy_stream);

@@ -10,7 +10,15 @@
  * One context per thread (the ranks of --comm local are threads): a oneDNN
  * engine and stream, the matmul primitives made so far (one per shape:
  * made once, reused every step), and the bf16 copies of the operands,
- * grown to the largest product and then reused. */
+ * grown to the largest product and then reused.
+ *
+ * Debian's oneDNN 2.6 has AMX kernels that raise SIGILL on some shapes
+ * (seen on a Xeon with AMX: 75 x 3 x 63 and 75 x 4 x 63, where 75 x 16 x 63,
+ * 75 x 3 x 64 and every lenet and mlp shape run; its AVX512-BF16 kernels,
+ * 2x slower on lenet here, run them all). The kernel a primitive runs
+ * depends on its shape only, so each new primitive is run once on zeros
+ * under a SIGILL handler (probe): a shape that faults goes to the fp32
+ * path, counted as a fallback, and the rest keep AMX. */
 #include "dtrain/core.h"
 
 #include <string.h>
@@ -42,14 +50,18 @@ void kern_to_bf16(size_t n, const float *x, uint16_t *y) {
 #ifdef DTRAIN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 
 void omp_set_num_threads(int);
+int omp_get_max_threads(void);
 
 enum { MAX_PLANS = 64 };
 
 typedef struct {
   int m, n, k, ta, tb, ldc, accumulate;
+  int faults; /* its kernel raised SIGILL in the probe: not run */
   dnnl_primitive_t prim;
 } plan_t;
 
@@ -79,11 +91,28 @@ static void ctx_free(void *p) {
   free(x->a), free(x->b), free(x);
 }
 
+/* The probing thread's way out of a faulting kernel (NULL: not probing). */
+static _Thread_local sigjmp_buf *probe_exit;
+static struct sigaction sigill_before;
+
+static void on_sigill(int sig, siginfo_t *info, void *uc) {
+  if (probe_exit) siglongjmp(*probe_exit, 1);
+  /* not a probe: whatever handled SIGILL before does */
+  sigaction(SIGILL, &sigill_before, NULL);
+  if (sigill_before.sa_flags & SA_SIGINFO) sigill_before.sa_sigaction(sig, info, uc);
+  else if (sigill_before.sa_handler != SIG_IGN && sigill_before.sa_handler != SIG_DFL)
+    sigill_before.sa_handler(sig);
+  else raise(sig);
+}
+
 /* Each thread keeps its own primitives (plan_for), so oneDNN's
  * process-wide primitive cache would only be shared state between ranks. */
 static void make_key(void) {
   pthread_key_create(&ctx_key, ctx_free);
   dnnl_set_primitive_cache_capacity(0);
+  struct sigaction sa = {.sa_sigaction = on_sigill, .sa_flags = SA_SIGINFO | SA_NODEFER};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGILL, &sa, &sigill_before);
 }
 
 static bf16_ctx_t *ctx_get(void) {
@@ -121,17 +150,60 @@ static int pack(const float *x, int rows, int cols, int ld, uint16_t **buf, size
   return 0;
 }
 
+static int run(bf16_ctx_t *x, dnnl_primitive_t prim, void *a, void *b, float *c) {
+  const dnnl_memory_desc_t *da, *db, *dc;
+  const_dnnl_primitive_desc_t pd;
+  if (dnnl_primitive_get_primitive_desc(prim, &pd) != dnnl_success) return -1;
+  da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+  int rc = -1;
+  if (dnnl_memory_create(&ma, da, x->engine, a) == dnnl_success &&
+      dnnl_memory_create(&mb, db, x->engine, b) == dnnl_success &&
+      dnnl_memory_create(&mc, dc, x->engine, c) == dnnl_success) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    rc = dnnl_primitive_execute(prim, x->stream, 3, args) == dnnl_success &&
+                 dnnl_stream_wait(x->stream) == dnnl_success ? 0 : -1;
+  }
+  if (ma) dnnl_memory_destroy(ma);
+  if (mb) dnnl_memory_destroy(mb);
+  if (mc) dnnl_memory_destroy(mc);
+  return rc;
+}
+
+/* The header's probe: one run of prim on zeros in this thread alone (so
+ * a fault is raised here, where the handler can return); 1 when it
+ * faulted. */
+static int faults(bf16_ctx_t *x, dnnl_primitive_t prim, int m, int n, int k, int ldc) {
+  uint16_t *a = calloc((size_t)m * k, sizeof *a), *b = calloc((size_t)k * n, sizeof *b);
+  float *c = calloc((size_t)m * ldc, sizeof *c);
+  volatile int faulted = 0;
+  if (a && b && c) {
+    sigjmp_buf out;
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    probe_exit = &out;
+    if (sigsetjmp(out, 1) == 0) run(x, prim, a, b, c);
+    else faulted = 1;
+    probe_exit = NULL;
+    omp_set_num_threads(threads);
+  }
+  free(a), free(b), free(c);
+  return faulted;
+}
+
 /* The matmul of this shape: op(A) [m,k] bf16 packed, op(B) [k,n] bf16
  * packed, C [m,n] fp32 with leading dimension ldc, overwritten or, when
  * accumulate, added to (oneDNN's sum post-op: a weight gradient summed
  * over micro-batches stays in bf16 products). */
-static dnnl_primitive_t plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, int k, int ldc,
-                                 int accumulate) {
+static const plan_t *plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, int k, int ldc,
+                              int accumulate) {
   for (int i = 0; i < x->nplans; i++) {
     plan_t *p = &x->plan[i];
     if (p->m == m && p->n == n && p->k == k && p->ta == ta && p->tb == tb && p->ldc == ldc &&
         p->accumulate == accumulate)
-      return p->prim;
+      return p;
   }
   if (x->nplans == MAX_PLANS) drop_plans(x); /* shapes beyond a model's few: start over */
   dnnl_memory_desc_t a, b, c;
@@ -158,30 +230,8 @@ static dnnl_primitive_t plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, in
   dnnl_status_t s = dnnl_primitive_create(&prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (s != dnnl_success) return NULL;
-  x->plan[x->nplans++] = (plan_t){m, n, k, ta, tb, ldc, accumulate, prim};
-  return prim;
-}
-
-static int run(bf16_ctx_t *x, dnnl_primitive_t prim, void *a, void *b, float *c) {
-  const dnnl_memory_desc_t *da, *db, *dc;
-  const_dnnl_primitive_desc_t pd;
-  if (dnnl_primitive_get_primitive_desc(prim, &pd) != dnnl_success) return -1;
-  da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-  db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-  int rc = -1;
-  if (dnnl_memory_create(&ma, da, x->engine, a) == dnnl_success &&
-      dnnl_memory_create(&mb, db, x->engine, b) == dnnl_success &&
-      dnnl_memory_create(&mc, dc, x->engine, c) == dnnl_success) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    rc = dnnl_primitive_execute(prim, x->stream, 3, args) == dnnl_success &&
-                 dnnl_stream_wait(x->stream) == dnnl_success ? 0 : -1;
-  }
-  if (ma) dnnl_memory_destroy(ma);
-  if (mb) dnnl_memory_destroy(mb);
-  if (mc) dnnl_memory_destroy(mc);
-  return rc;
+  x->plan[x->nplans] = (plan_t){m, n, k, ta, tb, ldc, accumulate, faults(x, prim, m, n, k, ldc), prim};
+  return &x->plan[x->nplans++];
 }
 
 /* An operand as the matmul reads it: made in bf16 by the caller already
@@ -197,12 +247,12 @@ int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const voi
   if (beta != 0.0f && beta != 1.0f) return -1;
   bf16_ctx_t *x = ctx_get();
   if (!x) return -1;
-  dnnl_primitive_t prim = plan_for(x, ta, tb, m, n, k, ldc, beta != 0.0f);
-  if (!prim) return -1;
+  const plan_t *plan = plan_for(x, ta, tb, m, n, k, ldc, beta != 0.0f);
+  if (!plan || plan->faults) return -1;
   const uint16_t *pa = operand(a, made & KERN_A_BF16, ta ? k : m, ta ? m : k, lda, &x->a, &x->a_cap);
   const uint16_t *pb = operand(b, made & KERN_B_BF16, tb ? n : k, tb ? k : n, ldb, &x->b, &x->b_cap);
   if (!pa || !pb) return -1;
-  return run(x, prim, (void *)pa, (void *)pb, c);
+  return run(x, plan->prim, (void *)pa, (void *)pb, c);
 }
 
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,

@@ -15,6 +15,10 @@
  * 16-bit runs, read by both products that need them, the forward and the
  * weight gradient, where kern_gemm would round the fp32 columns twice. The
  * scratch holds them in its first half and the rounded input after them.
+ * Backward likewise rounds the masked dout once, in the pass that masks it,
+ * for the weight gradient and the input gradient; it lies past the fp32
+ * columns' span, which the input gradient's product overwrites (dcols)
+ * while reading it.
  *
  * Split by tensor parallelism (nn.h, split_t) as a dense layer is: COLUMN
  * holds a block of the filters (output channels; the input whole) and sums
@@ -80,9 +84,13 @@ static int conv_setup(layer_t *l, int max_batch) {
   l->nweight = (size_t)g.oc * g.kdim;
   l->param_len = l->nweight + (size_t)g.oc;
   l->buf_len = 0;
-  /* fp32 columns, or bf16 columns and the bf16 input after them */
+  /* fp32 columns, or bf16 columns and the bf16 input after them; under
+   * bf16 also the bf16 dout past the fp32 columns */
   size_t cols = rows * g.kdim, in = (size_t)max_batch * g.h * g.w * g.c;
   l->scratch_len = is_pointwise(&g) ? 0 : cols > (cols + in + 1) / 2 ? cols : (cols + in + 1) / 2;
+  size_t with_dout = cols + (rows * g.oc + 1) / 2;
+  if (!is_pointwise(&g) && kern_bf16_active() && with_dout > l->scratch_len)
+    l->scratch_len = with_dout;
   return 0;
 }
 
@@ -225,9 +233,10 @@ static void bias_act(float *out, const float *b, size_t rows, int cols, int relu
 }
 
 /* db = column sums of dout (added to db when add), after masking dout
- * by out > 0 for a fused ReLU: one pass over dout. */
+ * by out > 0 for a fused ReLU: one pass over dout, which also rounds the
+ * masked dout into d16 when given (each block while it is in cache). */
 static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, int cols,
-                         float *db, int add) {
+                         float *db, int add, uint16_t *d16) {
   float tile[TILE];
   size_t per = rows_per_block(cols);
   float *acc = per > 1 ? tile : db;
@@ -246,6 +255,7 @@ static void mask_and_sum(float *dout, const float *out, int relu, size_t rows, i
     } else {
       for (size_t i = 0; i < len; i++) acc[i] += d[i];
     }
+    if (d16) kern_to_bf16(len, d, d16 + r0 * cols);
   }
   if (per > 1) {
     if (!add)
@@ -281,14 +291,29 @@ static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
   bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
 
-/* dx from the masked dout that conv_backward left. */
-static void conv_backward_input(layer_t *l, float *dx, int n) {
+/* The bf16 dout's place in the scratch (the header's bf16 paragraph), or
+ * NULL where the forward made no bf16 columns or the scratch was sized
+ * before bf16 was set. */
+static uint16_t *dout_bf16(const layer_t *l, const geom_t *g, int rows) {
+  size_t at = (size_t)rows * g->kdim;
+  if (!l->cols_bf16 || at + ((size_t)rows * g->oc + 1) / 2 > l->scratch_len) return NULL;
+  return (uint16_t *)(l->scratch + at);
+}
+
+/* dx from the masked dout that conv_backward left (and its bf16 rounding,
+ * d16, when conv_backward made one). */
+static void input_gradient(layer_t *l, float *dx, int n, const uint16_t *d16) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
   if (is_pointwise(&g)) {
     kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, dx, g.kdim);
   } else { /* the columns are no longer needed: dcols overwrites them */
-    kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch, g.kdim);
+    if (!d16 || kern_gemm_bf16_made(KERN_A_BF16, 0, 0, rows, g.kdim, g.oc, d16, g.oc, l->w, g.kdim,
+                                    0.0f, l->scratch, g.kdim) != 0) {
+      if (d16) kern_bf16_note_fallback();
+      kern_gemm(0, 0, rows, g.kdim, g.oc, 1.0f, l->dout, g.oc, l->w, g.kdim, 0.0f, l->scratch,
+                g.kdim);
+    }
     kern_zero((size_t)n * g.h * g.w * g.c, dx);
     col2im(&g, l->scratch, n, dx);
     l->cols_bf16 = 0; /* the scratch holds fp32 dcols now */
@@ -296,12 +321,17 @@ static void conv_backward_input(layer_t *l, float *dx, int n) {
   if (l->spec.split == SPLIT_COLUMN) tp_allreduce(l->tp, dx, (size_t)n * g.h * g.w * g.c); /* f */
 }
 
+static void conv_backward_input(layer_t *l, float *dx, int n) { input_gradient(l, dx, n, NULL); }
+
 /* dw from the masked dout and the columns: bf16 where the forward left
- * them so, else fp32 (made again from x if a bf16 product failed). */
-static void weight_gradient(layer_t *l, const geom_t *g, const float *x, int n, int rows) {
+ * them so (and dout too when d16), else fp32 (made again from x if a bf16
+ * product failed). */
+static void weight_gradient(layer_t *l, const geom_t *g, const float *x, int n, int rows,
+                            const uint16_t *d16) {
   if (l->cols_bf16) {
-    if (kern_gemm_bf16_made(KERN_B_BF16, 1, 0, g->oc, g->kdim, rows, l->dout, g->oc, l->scratch,
-                            g->kdim, l->grad_beta, l->dw, g->kdim) == 0)
+    int made = KERN_B_BF16 | (d16 ? KERN_A_BF16 : 0);
+    if (kern_gemm_bf16_made(made, 1, 0, g->oc, g->kdim, rows, d16 ? (const void *)d16 : l->dout,
+                            g->oc, l->scratch, g->kdim, l->grad_beta, l->dw, g->kdim) == 0)
       return;
     kern_bf16_note_fallback();
     im2col(g, x, sizeof *x, n, l->scratch);
@@ -314,10 +344,11 @@ static void weight_gradient(layer_t *l, const geom_t *g, const float *x, int n, 
 static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
+  uint16_t *d16 = dout_bf16(l, &g, rows);
   mask_and_sum(l->dout, l->out, l->spec.act == ACT_RELU, (size_t)rows, g.oc, l->db,
-               l->grad_beta != 0.0f);
-  weight_gradient(l, &g, x, n, rows);
-  if (dx) conv_backward_input(l, dx, n);
+               l->grad_beta != 0.0f, d16);
+  weight_gradient(l, &g, x, n, rows, d16);
+  if (dx) input_gradient(l, dx, n, d16);
 }
 
 const layer_ops_t layer_conv2d_ops = {"conv2d", conv_setup, conv_init, conv_forward,
