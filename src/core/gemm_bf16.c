@@ -18,7 +18,8 @@
  * 2x slower on lenet here, run them all). The kernel a primitive runs
  * depends on its shape only, so each new primitive is run once on zeros
  * under a SIGILL handler (probe): a shape that faults goes to the fp32
- * path, counted as a fallback, and the rest keep AMX. */
+ * path, counted as a fallback, and the rest keep AMX. Leaving the faulted
+ * execute leaves what it had allocated (about 230 bytes, once a shape). */
 #include "dtrain/core.h"
 
 #include <string.h>
@@ -63,6 +64,7 @@ typedef struct {
   int m, n, k, ta, tb, ldc, accumulate;
   int faults; /* its kernel raised SIGILL in the probe: not run */
   dnnl_primitive_t prim;
+  dnnl_memory_t mem[3]; /* A, B, C: made with the primitive, pointed at each product's data */
 } plan_t;
 
 typedef struct {
@@ -77,8 +79,14 @@ typedef struct {
 static pthread_key_t ctx_key;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
 
+static void drop_plan(plan_t *p) {
+  for (int j = 0; j < 3; j++)
+    if (p->mem[j]) dnnl_memory_destroy(p->mem[j]);
+  if (p->prim) dnnl_primitive_destroy(p->prim);
+}
+
 static void drop_plans(bf16_ctx_t *x) {
-  for (int i = 0; i < x->nplans; i++) dnnl_primitive_destroy(x->plan[i].prim);
+  for (int i = 0; i < x->nplans; i++) drop_plan(&x->plan[i]);
   x->nplans = 0;
 }
 
@@ -150,32 +158,34 @@ static int pack(const float *x, int rows, int cols, int ld, uint16_t **buf, size
   return 0;
 }
 
-static int run(bf16_ctx_t *x, dnnl_primitive_t prim, void *a, void *b, float *c) {
-  const dnnl_memory_desc_t *da, *db, *dc;
-  const_dnnl_primitive_desc_t pd;
-  if (dnnl_primitive_get_primitive_desc(prim, &pd) != dnnl_success) return -1;
-  da = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-  db = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  dc = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-  dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-  int rc = -1;
-  if (dnnl_memory_create(&ma, da, x->engine, a) == dnnl_success &&
-      dnnl_memory_create(&mb, db, x->engine, b) == dnnl_success &&
-      dnnl_memory_create(&mc, dc, x->engine, c) == dnnl_success) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    rc = dnnl_primitive_execute(prim, x->stream, 3, args) == dnnl_success &&
+static int run(bf16_ctx_t *x, const plan_t *p, void *a, void *b, float *c) {
+  if (dnnl_memory_set_data_handle(p->mem[0], a) != dnnl_success ||
+      dnnl_memory_set_data_handle(p->mem[1], b) != dnnl_success ||
+      dnnl_memory_set_data_handle(p->mem[2], c) != dnnl_success)
+    return -1;
+  dnnl_exec_arg_t args[3] = {
+      {DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+  return dnnl_primitive_execute(p->prim, x->stream, 3, args) == dnnl_success &&
                  dnnl_stream_wait(x->stream) == dnnl_success ? 0 : -1;
-  }
-  if (ma) dnnl_memory_destroy(ma);
-  if (mb) dnnl_memory_destroy(mb);
-  if (mc) dnnl_memory_destroy(mc);
-  return rc;
+}
+
+/* The primitive's memory objects, data pointers set by each run. */
+static int make_memory(bf16_ctx_t *x, plan_t *p) {
+  const_dnnl_primitive_desc_t pd;
+  if (dnnl_primitive_get_primitive_desc(p->prim, &pd) != dnnl_success) return -1;
+  const dnnl_query_t what[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+  for (int j = 0; j < 3; j++)
+    if (dnnl_memory_create(&p->mem[j], dnnl_primitive_desc_query_md(pd, what[j], 0), x->engine,
+                           DNNL_MEMORY_NONE) != dnnl_success)
+      return -1;
+  return 0;
 }
 
 /* The header's probe: one run of prim on zeros in this thread alone (so
  * a fault is raised here, where the handler can return); 1 when it
  * faulted. */
-static int faults(bf16_ctx_t *x, dnnl_primitive_t prim, int m, int n, int k, int ldc) {
+static int faults(bf16_ctx_t *x, const plan_t *p) {
+  int m = p->m, n = p->n, k = p->k, ldc = p->ldc;
   uint16_t *a = calloc((size_t)m * k, sizeof *a), *b = calloc((size_t)k * n, sizeof *b);
   float *c = calloc((size_t)m * ldc, sizeof *c);
   volatile int faulted = 0;
@@ -184,7 +194,7 @@ static int faults(bf16_ctx_t *x, dnnl_primitive_t prim, int m, int n, int k, int
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     probe_exit = &out;
-    if (sigsetjmp(out, 1) == 0) run(x, prim, a, b, c);
+    if (sigsetjmp(out, 1) == 0) run(x, p, a, b, c);
     else faulted = 1;
     probe_exit = NULL;
     omp_set_num_threads(threads);
@@ -230,8 +240,16 @@ static const plan_t *plan_for(bf16_ctx_t *x, int ta, int tb, int m, int n, int k
   dnnl_status_t s = dnnl_primitive_create(&prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (s != dnnl_success) return NULL;
-  x->plan[x->nplans] = (plan_t){m, n, k, ta, tb, ldc, accumulate, faults(x, prim, m, n, k, ldc), prim};
-  return &x->plan[x->nplans++];
+  plan_t *p = &x->plan[x->nplans];
+  *p = (plan_t){.m = m, .n = n, .k = k, .ta = ta, .tb = tb, .ldc = ldc, .accumulate = accumulate,
+                .prim = prim};
+  if (make_memory(x, p) != 0) {
+    drop_plan(p);
+    return NULL;
+  }
+  p->faults = faults(x, p);
+  x->nplans++;
+  return p;
 }
 
 /* An operand as the matmul reads it: made in bf16 by the caller already
@@ -252,7 +270,7 @@ int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const voi
   const uint16_t *pa = operand(a, made & KERN_A_BF16, ta ? k : m, ta ? m : k, lda, &x->a, &x->a_cap);
   const uint16_t *pb = operand(b, made & KERN_B_BF16, tb ? n : k, tb ? k : n, ldb, &x->b, &x->b_cap);
   if (!pa || !pb) return -1;
-  return run(x, plan->prim, (void *)pa, (void *)pb, c);
+  return run(x, plan, (void *)pa, (void *)pb, c);
 }
 
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
