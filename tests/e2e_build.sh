@@ -47,3 +47,15 @@ if command -v mpicc >/dev/null 2>&1; then
 else
   echo "SKIP build_mpi_installed_rebuilds: no mpicc"
 fi
+
+# tests/run.sh counts a unit-test binary that crashes (no FAIL line of its
+# own; a pipeline's status in sh is tee's) as a failure naming it.
+R="$TMP/runner"
+mkdir -p "$R/tests"
+printf '#!/bin/sh\necho "PASS before_the_crash"\nkill -ILL $$\n' >"$R/tests/test_crash"
+printf '#!/bin/sh\necho "PASS fine"\n' >"$R/tests/test_fine"
+chmod +x "$R/tests/test_crash" "$R/tests/test_fine"
+BUILD="$R" E2E=none sh tests/run.sh >"$TMP/runner.out" 2>&1
+rc=$?
+check runner_counts_a_crashed_binary grep -q '^FAIL test_crash: exit status 132' "$TMP/runner.out"
+check runner_crash_fails_the_run sh -c "[ $rc -ne 0 ] && grep -q '^2 passed, 1 failed' '$TMP/runner.out'"
