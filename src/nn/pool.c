@@ -78,8 +78,42 @@ static void maxpool_forward(layer_t *l, const float *x, int n, int train, rng_t 
   }
 }
 
+/* Windows that tile the input (stride = kernel, no input left over): each
+ * input is in one window, so one pass writes every dx, the gradient where
+ * the argmax is and zero elsewhere, with no zeroing pass before it. */
+static int windows_tile(const layer_t *l) {
+  int k = l->spec.kernel;
+  return l->spec.stride == k && l->out_shape.h * k == l->in_shape.h &&
+         l->out_shape.w * k == l->in_shape.w;
+}
+
+static void maxpool_backward_tiled(layer_t *l, float *dx, int n) {
+  int W = l->in_shape.w, C = l->in_shape.c, OH = l->out_shape.h, OW = l->out_shape.w;
+  int k = l->spec.kernel;
+  size_t in_len = shape_size(l->in_shape), out_len = shape_size(l->out_shape);
+  const int32_t *arg = (const int32_t *)l->scratch;
+  for (int b = 0; b < n; b++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++) {
+        size_t o = (size_t)b * out_len + ((size_t)oy * OW + ox) * C;
+        const float *restrict d = l->dout + o;
+        const int32_t *restrict at = arg + o;
+        float *win = dx + (size_t)b * in_len + ((size_t)oy * k * W + (size_t)ox * k) * C;
+        for (int ky = 0; ky < k; ky++)
+          for (int kx = 0; kx < k; kx++) {
+            int32_t rel = (ky * W + kx) * C;
+            float *restrict v = win + rel;
+            for (int c = 0; c < C; c++) v[c] = at[c] == rel ? d[c] : 0.0f;
+          }
+      }
+}
+
 static void maxpool_backward(layer_t *l, const float *x, float *dx, int n) {
   if (!dx) return;
+  if (windows_tile(l)) {
+    maxpool_backward_tiled(l, dx, n);
+    return;
+  }
   int W = l->in_shape.w, C = l->in_shape.c, OH = l->out_shape.h, OW = l->out_shape.w;
   int s = l->spec.stride;
   size_t in_len = shape_size(l->in_shape), out_len = shape_size(l->out_shape);
