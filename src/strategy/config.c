@@ -288,6 +288,9 @@ static int compress_check(const train_config_t *c) {
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
   if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
+  if (c->compress_pulls && k->kind == CODEC_THRESHOLD)
+    return dt_error("option --compress-pulls on: a pull's reply has the size of its codec's "
+                    "encoding, and %s's varies with the values: use topk:R", name);
   return 0;
 }
 
