@@ -59,6 +59,7 @@ int adpsgd_neighbours(int rank, int p, int nb[2]);
 /* Message tags of the methods (below COLL_TAG_BASE). */
 enum {
   TAG_EASGD_REQUEST = 5001, TAG_EASGD_REPLY, /* asynchronous EASGD: worker <-> master */
+  TAG_EASGD_CENTRE, TAG_EASGD_MODEL,         /* synchronous EASGD, compressed */
   TAG_DPSGD_LEFT = 5101, TAG_DPSGD_RIGHT,    /* D-PSGD: models to the ring neighbours */
   TAG_ADPSGD_REQUEST = 5151, TAG_ADPSGD_REPLY, TAG_ADPSGD_END, /* AD-PSGD: active <-> passive */
   TAG_GOSSIP_MODEL = 5201, TAG_GOSSIP_END,   /* GoSGD: <alpha, w>, end-of-epoch counts */
