@@ -169,6 +169,22 @@ for c in fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
   check "easgd_async_${tag}_bytes" [ "$(field "$TMP/eaa.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(6 * ($E))")" ]
 done
 
+# TreeEASGD (asynchronous: runs may differ, so no bitwise checks): a node
+# sends the change since its parent, or its children, last heard it; with
+# 3 workers and fan-out 2 the root sends 12 messages in 12 steps (2
+# children every 2 steps), each one encoding, plus the drain's counts (8
+# bytes to each of the 2 others); fp32 is the plain exchange's bytes
+for c in none:4*n fp32:4*n fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
+  codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
+  "$DTRAIN" train $BASE --workers 3 --preset tree-easgd --compress $codec --metrics "$TMP/tr_$tag.jsonl" >"$TMP/out" 2>&1
+  check "tree_easgd_${tag}_trains" [ $? -eq 0 ]
+  check "tree_easgd_${tag}_bytes" [ "$(field "$TMP/tr_$tag.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(12 * ($E) + 16)")" ]
+done
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset tree-easgd --compress int8 --metrics "$TMP/trm.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check "tree_easgd_int8_bytes_mpi" [ "$(field "$TMP/trm.jsonl" bytes_sent)" = "$((12 * (535818 + 4) + 16))" ]
+fi
+
 # model averaging (local SGD, SparkNet): the replicas' changes compressed
 LSN=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --metrics "$TMP/lsn.jsonl" >/dev/null && field "$TMP/lsn.jsonl" bytes_sent)
 LSF=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --compress fp16 --metrics "$TMP/lsf.jsonl" >/dev/null && field "$TMP/lsf.jsonl" bytes_sent)
@@ -248,6 +264,7 @@ expect_error compress_pulls_without_codec 2 "option --compress-pulls: not used" 
 expect_error compress_pulls_allreduce 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --compress int8 --compress-pulls on
 expect_error easgd_threshold 2 "EASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset easgd --compress threshold:0.1
 expect_error easgd_error_feedback 2 "EASGD keeps copies" -- "$DTRAIN" train --workers 3 --preset easgd-async --compress topk:0.1 --error-feedback on
+expect_error tree_easgd_powersgd 2 "TreeEASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset tree-easgd --compress powersgd:2
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on
 expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on

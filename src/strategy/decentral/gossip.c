@@ -33,8 +33,9 @@ typedef struct {
   int64_t messages, in_flight;
 } gossip_t;
 
-static void merge(void *ctx, int src, const float *msg) {
+static int merge(void *ctx, int src, const void *in) {
   gossip_t *g = ctx;
+  const float *msg = in;
   model_t *m = g->d->w->model;
   double a;
   memcpy(&a, msg, sizeof a);
@@ -44,13 +45,14 @@ static void merge(void *ctx, int src, const float *msg) {
   g->alpha = total;
   g->alpha_received += a;
   g->received++;
+  return 0;
 }
 
 static int send_to_random_peer(gossip_t *g) {
   decentral_t *d = g->d;
   worker_t *w = d->w;
-  float *buf;
-  if (mail_snapshot(&g->mail, &buf) != 0) return -1;
+  if (mail_snapshot(&g->mail) != 0) return -1;
+  float *buf = g->mail.sbuf[0];
   g->alpha /= 2;
   memcpy(buf, &g->alpha, sizeof g->alpha);
   kern_copy(w->model->nparams, w->model->params, buf + HEADER_FLOATS);
@@ -58,7 +60,7 @@ static int send_to_random_peer(gossip_t *g) {
   if (peer >= w->rank) peer++;
   g->alpha_sent += g->alpha;
   g->sent++;
-  return mail_send(&g->mail, peer);
+  return mail_send(&g->mail, peer, 0);
 }
 
 static int step(decentral_t *d, int64_t k) {
@@ -119,7 +121,8 @@ static int setup(decentral_t *d) {
   g->alpha = 1.0 / d->nworkers;
   rng_seed(&g->rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
   return mail_open(&g->mail, w->comm, TAG_GOSSIP_MODEL, TAG_GOSSIP_END,
-                   w->model->nparams + HEADER_FLOATS, w->cfg->net.timeout, merge, g);
+                   (w->model->nparams + HEADER_FLOATS) * sizeof(float), 1, w->cfg->net.timeout,
+                   merge, g);
 }
 
 static void teardown(decentral_t *d) {
