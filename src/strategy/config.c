@@ -241,17 +241,17 @@ static int compress_check(const train_config_t *c) {
                     "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
   int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
   int central = c->optimization == OPTIMIZATION_CENTRAL;
-  /* EASGD (sync or async) and TreeEASGD send models along links, each the
-   * change since the other end last heard (a mirror a link) */
+  /* EASGD (sync or async), TreeEASGD and GoSGD send models along links,
+   * each the change since the other end last heard (a mirror a link) */
   int easgd = !central && c->exchange == EXCHANGE_MASTER && c->schedule != SCHEDULE_SOFT &&
               decentral_extra_ranks(c);
-  int tree = !central && c->exchange == EXCHANGE_TREE;
+  int peers = !central && (c->exchange == EXCHANGE_TREE || c->exchange == EXCHANGE_GOSSIP);
   int local_sgd = !central && !easgd && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
   int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
   const char *method = choco ? "D-PSGD's compressed gossip (CHOCO-SGD)" : easgd ? "EASGD"
-                       : "TreeEASGD";
-  if ((choco || easgd || tree) &&
+                       : c->exchange == EXCHANGE_TREE ? "TreeEASGD" : "GoSGD";
+  if ((choco || easgd || peers) &&
       (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
@@ -262,16 +262,17 @@ static int compress_check(const train_config_t *c) {
   if (!central && c->schedule == SCHEDULE_SOFT)
     return dt_error("option --compress %s: not with MPCA-SGD (--schedule soft): its rounds sum "
                     "the models, whole, on a tree to the master", name);
-  if ((choco || easgd || tree) && c->error_feedback == 1)
+  if ((choco || easgd || peers) && c->error_feedback == 1)
     return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
                     "carry what was not sent; drop the option", method);
-  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd && !choco && !easgd && !tree) ||
+  if ((central && !dp && c->exchange != EXCHANGE_PS) ||
+      (!central && !local_sgd && !choco && !easgd && !peers) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
-                    "allreduce:ALGO or master), EASGD (master), TreeEASGD (tree:F) and D-PSGD "
-                    "(neighbors); not yet for --optimization %s --exchange %s%s", name,
+                    "allreduce:ALGO or master), EASGD (master), TreeEASGD (tree:F), GoSGD "
+                    "(gossip:p) and D-PSGD (neighbors); not yet for --optimization %s --exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
