@@ -125,7 +125,7 @@ sys.exit(0 if pulls > 2 and b['bytes_received'] == want else 1)"
 }
 check "ps_pulls_int8_bytes" pull_bytes 2 int8 "n + 8"
 check "ps_pulls_topk_bytes" pull_bytes 1 topk:0.01 "4 + 8 * 5359"
-for sch in async ssp:2 backup:1 value:1; do
+for sch in async ssp:2 backup:1; do
   tag=$(echo $sch | tr ':' '_')
   "$DTRAIN" train $BASE --workers 3 --exchange ps:2 --schedule $sch --compress topk:0.01 --compress-pulls on >"$TMP/out" 2>&1
   check "ps_pulls_${tag}_topk_trains" [ $? -eq 0 ]
@@ -278,6 +278,7 @@ expect_error choco_threshold 2 "messages of a fixed size" -- "$DTRAIN" train --w
 expect_error choco_error_feedback 2 "keeps copies of what each end holds" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress topk:0.1 --error-feedback on
 expect_error consensus_step_without_codec 2 "option --consensus-step: not used" -- "$DTRAIN" train --workers 3 --preset d-psgd --consensus-step 0.5
 expect_error compress_local_sgd_dgc 2 "use topk:R" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress dgc:0.01
+expect_error compress_pulls_value_bound 2 "not with --schedule value:V" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --compress int8 --compress-pulls on
 expect_error compress_pulls_threshold 2 "use topk:R" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress threshold:0.1 --compress-pulls on
 expect_error compress_pulls_without_codec 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress-pulls on
 expect_error compress_pulls_allreduce 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --compress int8 --compress-pulls on

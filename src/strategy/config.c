@@ -297,6 +297,10 @@ static int compress_check(const train_config_t *c) {
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
   if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
+  if (c->compress_pulls && c->schedule == SCHEDULE_VALUE)
+    return dt_error("option --compress-pulls on: not with --schedule value:V, whose bound counts "
+                    "a pulled model as the servers' own; a compressed pull's copy lags it by "
+                    "what the codec has not sent yet");
   if (c->compress_pulls && k->kind == CODEC_THRESHOLD)
     return dt_error("option --compress-pulls on: a pull's reply has the size of its codec's "
                     "encoding, and %s's varies with the values: use topk:R", name);
