@@ -196,7 +196,7 @@ for c in fp32:4*n fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
   codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
   "$DTRAIN" train $BASE --workers 3 --preset gosgd --exchange gossip:0.5 --compress $codec --metrics "$TMP/go_$tag.jsonl" >"$TMP/out" 2>&1
   check "gosgd_${tag}_trains" [ $? -eq 0 ]
-  check "gosgd_${tag}_bytes" [ "$(field "$TMP/go_$tag.jsonl" bytes_received)" = "$($PY -c "n = 535818; print(float(int($GOK) * (8 + $E) + 16))")" ]
+  check "gosgd_${tag}_bytes" [ "$(field "$TMP/go_$tag.jsonl" bytes_received)" = "$($PY -c "n = 535818; print(int(float($GOK)) * (8 + $E) + 16)")" ]
 done
 if have_mpi; then
   $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset gosgd --exchange gossip:0.5 --compress int8 --metrics "$TMP/gom.jsonl" >/dev/null 2>"$TMP/mpi.err"
