@@ -269,10 +269,11 @@ static int compress_check(const train_config_t *c) {
       (!central && !local_sgd && !choco && !easgd && !peers) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
-                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
+                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
                     "allreduce:ALGO or master), EASGD (master), TreeEASGD (tree:F), GoSGD "
-                    "(gossip:p) and D-PSGD (neighbors); not yet for --optimization %s --exchange %s%s", name,
+                    "(gossip:p) and D-PSGD (neighbors); not yet for --optimization %s "
+                    "--exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
