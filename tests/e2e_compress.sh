@@ -103,6 +103,106 @@ if have_mpi; then
   check "ps_sync_int8_mpi_bitwise_equals_local" cmp -s "$TMP/ps_int8.st" "$TMP/ps_int8.mpi"
 fi
 
+# parameter-server pulls (--compress-pulls on): each pull after a worker's
+# first (dense) is the change since its last, encoded, the server keeping
+# the copy the worker holds; fp32 sends the values, bit for bit the plain
+# pulls. Bytes received by worker 0 = those with dense pulls less, for each
+# of its P - 1 later pulls, 4n - E: int8 on 2 shards E = n + 2 x 4 (a
+# scale a shard), top-k 1% on 1 shard E = 4 + 8 ceil(0.01 n)
+"$DTRAIN" train $BASE --workers 3 --exchange ps:2 --checkpoint "$TMP/psd.st" >/dev/null 2>&1
+"$DTRAIN" train $BASE --workers 3 --exchange ps:2 --compress fp32 --compress-pulls on --checkpoint "$TMP/psp.st" >/dev/null 2>&1
+check "ps_pulls_fp32_bitwise_uncompressed" cmp -s "$TMP/psd.st" "$TMP/psp.st"
+pull_bytes() { # K CODEC E: the pulls' bytes as the formula says
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:$1 --compress $2 --metrics "$TMP/pa.jsonl" >/dev/null 2>&1
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:$1 --compress $2 --compress-pulls on --metrics "$TMP/pb.jsonl" >/dev/null 2>&1
+  $PY -c "
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if '\"epoch\"' in l][0] for f in ('$TMP/pa.jsonl', '$TMP/pb.jsonl'))
+n = 535818
+pulls = round(a['bytes_pulled'][0] / (4 * n))  # bytes_pulled: 6 digits
+want = a['bytes_received'] - (pulls - 1) * (4 * n - ($3))
+sys.exit(0 if pulls > 2 and b['bytes_received'] == want else 1)"
+}
+check "ps_pulls_int8_bytes" pull_bytes 2 int8 "n + 8"
+check "ps_pulls_topk_bytes" pull_bytes 1 topk:0.01 "4 + 8 * 5359"
+for sch in async ssp:2 backup:1; do
+  tag=$(echo $sch | tr ':' '_')
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:2 --schedule $sch --compress topk:0.01 --compress-pulls on >"$TMP/out" 2>&1
+  check "ps_pulls_${tag}_topk_trains" [ $? -eq 0 ]
+done
+"$DTRAIN" train $BASE --workers 3 --exchange ps:2 --schedule ssp:2 --ps-refresh lazy --compress int8 --compress-pulls on >/dev/null 2>&1
+check "ps_pulls_lazy_refresh_trains" [ $? -eq 0 ]
+for c in int8 qsgd:7 topk:0.01; do
+  tag=$(echo $c | tr ':.' '__')
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:2 --compress $c --compress-pulls on --checkpoint "$TMP/pp_$tag.st" >/dev/null 2>&1
+  check "ps_pulls_${tag}_trains" [ $? -eq 0 ]
+  if have_mpi; then
+    $MPIRUN -np 5 "$DTRAIN" train $BASE --workers 3 --comm mpi --exchange ps:2 --compress $c --compress-pulls on --checkpoint "$TMP/pp_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "ps_pulls_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/pp_$tag.st" "$TMP/pp_$tag.mpi"
+  fi
+done
+if have_mpi; then
+  "$DTRAIN" train $BASE --workers 3 --exchange ps:1 --compress topk:0.01 --compress-pulls on --metrics "$TMP/ppl.jsonl" >/dev/null 2>&1
+  $MPIRUN -np 4 "$DTRAIN" train $BASE --workers 3 --comm mpi --exchange ps:1 --compress topk:0.01 --compress-pulls on --metrics "$TMP/ppm.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check "ps_pulls_topk_bytes_mpi_equal_local" [ "$(field "$TMP/ppl.jsonl" bytes_received)" = "$(field "$TMP/ppm.jsonl" bytes_received)" ]
+fi
+
+# EASGD (sync and async): each end sends its model as the change since the
+# other last heard it (a mirror a link); fp32 is the plain exchange bit for
+# bit; worker 0 sends one encoding a round (12 steps, tau 2: 6 rounds), so
+# fp16 exactly half the models' bytes, int8 n + 4, top-k 4 + 8 ceil(R n)
+"$DTRAIN" train $BASE --workers 3 --preset easgd --tau 2 --checkpoint "$TMP/ea.st" >/dev/null 2>&1
+"$DTRAIN" train $BASE --workers 3 --preset easgd --tau 2 --compress fp32 --checkpoint "$TMP/ea32.st" >/dev/null 2>&1
+check "easgd_fp32_bitwise_uncompressed" cmp -s "$TMP/ea.st" "$TMP/ea32.st"
+for c in fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
+  codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
+  "$DTRAIN" train $BASE --workers 3 --preset easgd --tau 2 --compress $codec --metrics "$TMP/ea_$tag.jsonl" --checkpoint "$TMP/ea_$tag.st" >"$TMP/out" 2>&1
+  check "easgd_${tag}_trains" [ $? -eq 0 ]
+  check "easgd_${tag}_bytes" [ "$(field "$TMP/ea_$tag.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(6 * ($E))")" ]
+  if have_mpi; then
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --workers 3 --comm mpi --preset easgd --tau 2 --compress $codec --metrics "$TMP/eam_$tag.jsonl" --checkpoint "$TMP/ea_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "easgd_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/ea_$tag.st" "$TMP/ea_$tag.mpi"
+    check "easgd_${tag}_bytes_mpi" [ "$(field "$TMP/eam_$tag.jsonl" bytes_sent)" = "$(field "$TMP/ea_$tag.jsonl" bytes_sent)" ]
+  fi
+  "$DTRAIN" train $BASE --workers 3 --preset easgd-async --tau 2 --compress $codec --metrics "$TMP/eaa.jsonl" >"$TMP/out" 2>&1
+  check "easgd_async_${tag}_trains" [ $? -eq 0 ]
+  check "easgd_async_${tag}_bytes" [ "$(field "$TMP/eaa.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(6 * ($E))")" ]
+done
+
+# TreeEASGD (asynchronous: runs may differ, so no bitwise checks): a node
+# sends the change since its parent, or its children, last heard it; with
+# 3 workers and fan-out 2 the root sends 12 messages in 12 steps (2
+# children every 2 steps), each one encoding, plus the drain's counts (8
+# bytes to each of the 2 others); fp32 is the plain exchange's bytes
+for c in none:4*n fp32:4*n fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
+  codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
+  "$DTRAIN" train $BASE --workers 3 --preset tree-easgd --compress $codec --metrics "$TMP/tr_$tag.jsonl" >"$TMP/out" 2>&1
+  check "tree_easgd_${tag}_trains" [ $? -eq 0 ]
+  check "tree_easgd_${tag}_bytes" [ "$(field "$TMP/tr_$tag.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(12 * ($E) + 16)")" ]
+done
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset tree-easgd --compress int8 --metrics "$TMP/trm.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check "tree_easgd_int8_bytes_mpi" [ "$(field "$TMP/trm.jsonl" bytes_sent)" = "$((12 * (535818 + 4) + 16))" ]
+fi
+
+# GoSGD (asynchronous: runs may differ): the model goes as the change since
+# that peer last heard from the sender, behind the weight (8 bytes); which
+# peer gets a message is drawn from the seed, so rank 0 receives the same
+# number k of messages whatever the codec: k (8 + E) + the drain's 16 bytes
+"$DTRAIN" train $BASE --workers 3 --preset gosgd --exchange gossip:0.5 --metrics "$TMP/go.jsonl" >/dev/null 2>&1
+GOK=$($PY -c "print(($(field "$TMP/go.jsonl" bytes_received) - 16) / (8 + 4 * 535818))")
+check "gosgd_plain_messages($GOK)" $PY -c "import sys; sys.exit(0 if $GOK >= 2 and $GOK == int($GOK) else 1)"
+for c in fp32:4*n fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
+  codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
+  "$DTRAIN" train $BASE --workers 3 --preset gosgd --exchange gossip:0.5 --compress $codec --metrics "$TMP/go_$tag.jsonl" >"$TMP/out" 2>&1
+  check "gosgd_${tag}_trains" [ $? -eq 0 ]
+  check "gosgd_${tag}_bytes" [ "$(field "$TMP/go_$tag.jsonl" bytes_received)" = "$($PY -c "n = 535818; print(int(float($GOK)) * (8 + $E) + 16)")" ]
+done
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --preset gosgd --exchange gossip:0.5 --compress int8 --metrics "$TMP/gom.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check "gosgd_int8_bytes_mpi" [ "$(field "$TMP/gom.jsonl" bytes_received)" = "$(field "$TMP/go_int8.jsonl" bytes_received)" ]
+fi
+
 # model averaging (local SGD, SparkNet): the replicas' changes compressed
 LSN=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --metrics "$TMP/lsn.jsonl" >/dev/null && field "$TMP/lsn.jsonl" bytes_sent)
 LSF=$("$DTRAIN" train $BASE --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring --compress fp16 --metrics "$TMP/lsf.jsonl" >/dev/null && field "$TMP/lsf.jsonl" bytes_sent)
@@ -172,11 +272,19 @@ expect_error bad_ratio_zero 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress 
 expect_error bad_ratio_big 2 "ratio R in (0, 1]" -- "$DTRAIN" train --compress dgc:1.5
 expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$DTRAIN" train --workers 2 --exchange shared --compress fp16
 expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
-expect_error compress_gossip 2 "not yet for --optimization decentral --exchange gossip" -- "$DTRAIN" train --workers 3 --preset gosgd --compress fp16
+expect_error compress_gossip_threshold 2 "GoSGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset gosgd --compress threshold:0.1
+expect_error compress_adpsgd 2 "not with AD-PSGD" -- "$DTRAIN" train --workers 4 --preset ad-psgd --compress fp16
 expect_error choco_threshold 2 "messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress threshold:0.1
-expect_error choco_error_feedback 2 "keeps public copies" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress topk:0.1 --error-feedback on
+expect_error choco_error_feedback 2 "keeps copies of what each end holds" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress topk:0.1 --error-feedback on
 expect_error consensus_step_without_codec 2 "option --consensus-step: not used" -- "$DTRAIN" train --workers 3 --preset d-psgd --consensus-step 0.5
 expect_error compress_local_sgd_dgc 2 "use topk:R" -- "$DTRAIN" train --workers 2 --preset local-sgd --compress dgc:0.01
+expect_error compress_pulls_value_bound 2 "not with --schedule value:V" -- "$DTRAIN" train --workers 2 --exchange ps:1 --schedule value:0.1 --compress int8 --compress-pulls on
+expect_error compress_pulls_threshold 2 "use topk:R" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress threshold:0.1 --compress-pulls on
+expect_error compress_pulls_without_codec 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress-pulls on
+expect_error compress_pulls_allreduce 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --compress int8 --compress-pulls on
+expect_error easgd_threshold 2 "EASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset easgd --compress threshold:0.1
+expect_error easgd_error_feedback 2 "EASGD keeps copies" -- "$DTRAIN" train --workers 3 --preset easgd-async --compress topk:0.1 --error-feedback on
+expect_error tree_easgd_powersgd 2 "TreeEASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset tree-easgd --compress powersgd:2
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on
 expect_error ef_without_codec 2 "--error-feedback: needs --compress" -- "$DTRAIN" train --workers 2 --error-feedback on

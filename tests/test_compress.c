@@ -797,6 +797,46 @@ static void test_error_feedback_matters(void) {
   }
 }
 
+/* The mirror (mirror.c): fp32 sends the values, so the receiver's copy is
+ * the sender's model bit for bit (a -0.0 included); a lossy codec's copy
+ * equals the sender's mirror bit for bit, and sending the same model again
+ * and again brings it to the model (what a message drops is sent later);
+ * a malformed message is refused with the copy untouched. */
+static void test_mirror(void) {
+  enum { N = 300 };
+  float *x = malloc(N * sizeof *x), *mirror = calloc(N, sizeof *x), *copy = calloc(N, sizeof *x);
+  float *scratch = malloc(2 * N * sizeof *x);
+  uint8_t *msg = malloc(4 * N + 64);
+  for (int i = 0; i < N; i++) x[i] = (float)sin(0.37 * i) * (i % 7 ? 1.0f : 1e-30f);
+  x[5] = -0.0f;
+  codec_spec_t f32 = spec("fp32"), topk = spec("topk:0.05"), int8 = spec("int8");
+  size_t bytes = mirror_encode(&f32, x, mirror, N, 1, msg, scratch);
+  CHECK(bytes == 4 * N);
+  CHECK_OK(mirror_decode(&f32, msg, bytes, N, copy));
+  CHECK(!memcmp(copy, x, N * sizeof *x) && !memcmp(mirror, x, N * sizeof *x));
+  const codec_spec_t *lossy[] = {&topk, &int8};
+  for (int c = 0; c < 2; c++) {
+    memset(mirror, 0, N * sizeof *x), memset(copy, 0, N * sizeof *x);
+    double first = 0, last = 0;
+    for (int round = 0; round < 60; round++) {
+      bytes = mirror_encode(lossy[c], x, mirror, N, (uint64_t)round, msg, scratch);
+      CHECK(bytes == codec_bytes(lossy[c], N));
+      CHECK_OK(mirror_decode(lossy[c], msg, bytes, N, copy));
+      double err = 0;
+      for (int i = 0; i < N; i++) err += fabs((double)x[i] - copy[i]);
+      if (round == 0) first = err;
+      last = err;
+    }
+    CHECK(!memcmp(copy, mirror, N * sizeof *x));
+    CHECK(last < 1e-3 * first);
+  }
+  memcpy(copy, mirror, N * sizeof *x);
+  CHECK_FAILS_WITH(mirror_decode(&f32, msg, 4 * N - 4, N, copy), "malformed fp32");
+  CHECK_FAILS_WITH(mirror_decode(&int8, msg, N, N, copy), "malformed int8");
+  CHECK(!memcmp(copy, mirror, N * sizeof *x));
+  free(x), free(mirror), free(copy), free(scratch), free(msg);
+}
+
 int main(void) {
   RUN(test_codec_parse);
   RUN(test_roundtrip_bounds);
@@ -813,5 +853,6 @@ int main(void) {
   RUN(test_dgc_warmup);
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);
+  RUN(test_mirror);
   TEST_MAIN_END();
 }

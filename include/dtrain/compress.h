@@ -69,6 +69,8 @@ int codec_small_dense(const codec_spec_t *s);
 /* Whether the codec's scales are per column of a weight matrix, which the
  * exchange then sends transposed (1-bit SGD, as Seide et al. and CNTK). */
 int codec_by_column(const codec_spec_t *s);
+/* Whether decode(encode(x)) is x bit for bit (fp32). */
+int codec_lossless(const codec_spec_t *s);
 
 /* ---- the compressor: pure functions ---------------------------------------
  * An encoding of n floats. codec_bytes: its exact size, or 0 when it
@@ -110,6 +112,19 @@ void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len);
  * so that they step with momentum (DGC's uncompressed tensors). */
 void ef_forget(ef_memory_t *m, size_t off, size_t len);
 double ef_norm(const ef_memory_t *m);   /* ||v||_2 */
+
+/* ---- the mirror: a model sent as its changes (mirror.c) --------------------
+ * For what a sender sends again and again to one receiver (a parameter
+ * server's pulls, EASGD's models): the sender keeps `mirror`, the copy its
+ * receiver holds, sends encode(x - mirror) and adds the decoding to the
+ * mirror; the receiver adds it to its copy (mirror_decode), so both hold
+ * the same bits and what the codec drops waits in x - mirror for the next
+ * message (error feedback whose memory is the mirror). A lossless codec
+ * (fp32) sends x itself, so the copy is x bit for bit. scratch: 2n floats.
+ * mirror_decode refuses a malformed message (-1) with the copy untouched. */
+size_t mirror_encode(const codec_spec_t *s, const float *x, float *mirror, size_t n,
+                     uint64_t seed, void *out, float *scratch);
+int mirror_decode(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *copy);
 
 /* ---- the communicator ------------------------------------------------------
  * One per rank and communicator; sums a buffer's compressed contributions

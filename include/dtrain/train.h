@@ -59,6 +59,7 @@ typedef struct {
    * data parallelism */
   codec_spec_t compress;        /* CODEC_NONE: the plain allreduce */
   int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
+  int compress_pulls;           /* --exchange ps:K: pulls sent as the encoded change too [off] */
   int64_t compress_warmup_steps;/* dense steps first; DGC: its sparsity warm-up */
   double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
   int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */

@@ -108,6 +108,8 @@ int codec_small_dense(const codec_spec_t *s) {
 
 int codec_by_column(const codec_spec_t *s) { return s->kind == CODEC_ONEBIT; }
 
+int codec_lossless(const codec_spec_t *s) { return s->kind == CODEC_FP32; }
+
 size_t codec_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->bytes(s, n); }
 size_t codec_max_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->max_bytes(s, n); }
 

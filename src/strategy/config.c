@@ -241,13 +241,20 @@ static int compress_check(const train_config_t *c) {
                     "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
   int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
   int central = c->optimization == OPTIMIZATION_CENTRAL;
-  int local_sgd = !central && c->schedule == SCHEDULE_SYNC &&
+  /* EASGD (sync or async), TreeEASGD and GoSGD send models along links,
+   * each the change since the other end last heard (a mirror a link) */
+  int easgd = !central && c->exchange == EXCHANGE_MASTER && c->schedule != SCHEDULE_SOFT &&
+              decentral_extra_ranks(c);
+  int peers = !central && (c->exchange == EXCHANGE_TREE || c->exchange == EXCHANGE_GOSSIP);
+  int local_sgd = !central && !easgd && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
   int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
-  if (choco && (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
-    return dt_error("option --compress %s: D-PSGD's compressed gossip (CHOCO-SGD) sends messages "
-                    "of a fixed size: use fp16, bf16, int8, onebit, qsgd:S, terngrad, topk:R or "
-                    "randomk:R", name);
+  const char *method = choco ? "D-PSGD's compressed gossip (CHOCO-SGD)" : easgd ? "EASGD"
+                       : c->exchange == EXCHANGE_TREE ? "TreeEASGD" : "GoSGD";
+  if ((choco || easgd || peers) &&
+      (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
+    return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
+                    "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
   if (!central && c->exchange == EXCHANGE_NEIGHBORS && !choco)
     return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
                     "neighbors), whose pairwise averages keep the sum of the models only when "
@@ -255,15 +262,18 @@ static int compress_check(const train_config_t *c) {
   if (!central && c->schedule == SCHEDULE_SOFT)
     return dt_error("option --compress %s: not with MPCA-SGD (--schedule soft): its rounds sum "
                     "the models, whole, on a tree to the master", name);
-  if (choco && c->error_feedback == 1)
-    return dt_error("option --error-feedback on: D-PSGD's compressed gossip (CHOCO-SGD) keeps "
-                    "public copies that carry what was not sent; drop the option");
-  if ((central && !dp && c->exchange != EXCHANGE_PS) || (!central && !local_sgd && !choco) ||
+  if ((choco || easgd || peers) && c->error_feedback == 1)
+    return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
+                    "carry what was not sent; drop the option", method);
+  if ((central && !dp && c->exchange != EXCHANGE_PS) ||
+      (!central && !local_sgd && !choco && !easgd && !peers) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
-                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes "
+                    "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
-                    "allreduce:ALGO or master) and D-PSGD (neighbors); not yet for --optimization %s --exchange %s%s", name,
+                    "allreduce:ALGO or master), EASGD (master), TreeEASGD (tree:F), GoSGD "
+                    "(gossip:p) and D-PSGD (neighbors); not yet for --optimization %s "
+                    "--exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),
                     c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
@@ -288,6 +298,13 @@ static int compress_check(const train_config_t *c) {
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
   if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
+  if (c->compress_pulls && c->schedule == SCHEDULE_VALUE)
+    return dt_error("option --compress-pulls on: not with --schedule value:V, whose bound counts "
+                    "a pulled model as the servers' own; a compressed pull's copy lags it by "
+                    "what the codec has not sent yet");
+  if (c->compress_pulls && k->kind == CODEC_THRESHOLD)
+    return dt_error("option --compress-pulls on: a pull's reply has the size of its codec's "
+                    "encoding, and %s's varies with the values: use topk:R", name);
   return 0;
 }
 

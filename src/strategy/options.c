@@ -70,6 +70,9 @@ static int is_balanceable(const train_config_t *c) {
          (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_SHARED);
 }
 static int compresses(const train_config_t *c) { return c->compress.kind != CODEC_NONE; }
+static int compresses_ps(const train_config_t *c) {
+  return compresses(c) && c->exchange == EXCHANGE_PS;
+}
 /* Whether gradients or models go on a wire (not one shared arena). */
 static int on_a_wire(const train_config_t *c) { return c->exchange != EXCHANGE_SHARED; }
 static int is_local(const train_config_t *c) { return c->comm == COMM_LOCAL; }
@@ -141,6 +144,7 @@ static const option_t OPTIONS[] = {
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
     {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
     {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
+    {"compress-pulls", 0, compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
     {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
     {"sufficient-factors", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
@@ -479,6 +483,7 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
   if (!strcmp(name, "compress")) return codec_parse(val, &c->compress);
   if (!strcmp(name, "error-feedback")) return parse_onoff(name, val, &c->error_feedback);
+  if (!strcmp(name, "compress-pulls")) return parse_onoff(name, val, &c->compress_pulls);
   if (!strcmp(name, "compress-warmup-steps"))
     return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->compress_warmup_steps = iv, 0);
   if (!strcmp(name, "sufficient-factors")) return parse_onoff(name, val, &c->sufficient_factors);

@@ -78,24 +78,25 @@ int adpsgd_neighbours(int rank, int p, int nb[2]) {
 /* A request from an active neighbour: reply with this replica, then
  * average. The previous reply to that neighbour was taken before it sent
  * this request, so the wait is only the send's completion. */
-static void serve(void *ctx, int src, const float *msg) {
+static int serve(void *ctx, int src, const void *msg) {
   adpsgd_t *s = ctx;
   worker_t *w = s->d->w;
   size_t n = w->model->nparams;
   int slot = src == s->nb[0] ? 0 : 1;
-  if (s->failed) return;
+  if (s->failed) return 0; /* failures: s->failed, checked by the caller */
   if (s->out_req[slot]) {
     comm_req_t *r = s->out_req[slot];
     s->out_req[slot] = NULL;
     if (comm_wait(w->comm, r) != 0) {
       s->failed = dt_error_prefix("AD-PSGD: reply to rank %d: ", src);
-      return;
+      return 0;
     }
   }
   adpsgd_passive_average(n, w->model->params, msg, s->out[slot]);
   s->exchanges++;
   if (comm_isend(w->comm, src, TAG_ADPSGD_REPLY, s->out[slot], n * sizeof(float), &s->out_req[slot]) != 0)
     s->failed = dt_error_prefix("AD-PSGD: reply to rank %d: ", src);
+  return 0;
 }
 
 /* Active: the reply has come; average with it. */
@@ -104,7 +105,7 @@ static int take_reply(adpsgd_t *s) {
   comm_req_t *r = s->reply_req;
   s->reply_req = NULL;
   if (comm_wait(w->comm, r) != 0) return dt_error_prefix("AD-PSGD: reply from rank %d: ", s->peer);
-  adpsgd_active_average(w->model->nparams, w->model->params, s->mail.sbuf, s->reply);
+  adpsgd_active_average(w->model->nparams, w->model->params, s->mail.sbuf[0], s->reply);
   s->exchanges++;
   return 0;
 }
@@ -114,13 +115,12 @@ static int take_reply(adpsgd_t *s) {
 static int request(adpsgd_t *s) {
   worker_t *w = s->d->w;
   size_t n = w->model->nparams;
-  float *buf;
-  if (mail_snapshot(&s->mail, &buf) != 0) return -1;
-  kern_copy(n, w->model->params, buf);
+  if (mail_snapshot(&s->mail) != 0) return -1;
+  kern_copy(n, w->model->params, s->mail.sbuf[0]);
   s->peer = s->nb[s->nnb > 1 ? rng_below(&s->rng, (uint32_t)s->nnb) : 0];
   if (comm_irecv(w->comm, s->peer, TAG_ADPSGD_REPLY, s->reply, n * sizeof(float), &s->reply_req) != 0)
     return dt_error_prefix("AD-PSGD: reply from rank %d: ", s->peer);
-  return mail_send(&s->mail, s->peer);
+  return mail_send(&s->mail, s->peer, 0);
 }
 
 static int active_exchange(adpsgd_t *s) {
@@ -236,8 +236,8 @@ static int setup(decentral_t *d) {
     for (int j = 0; j < s->nnb; j++)
       if (!(s->out[j] = dt_alloc_floats(n))) return -1;
   }
-  return mail_open(&s->mail, w->comm, TAG_ADPSGD_REQUEST, TAG_ADPSGD_END, n, w->cfg->net.timeout,
-                   serve, s);
+  return mail_open(&s->mail, w->comm, TAG_ADPSGD_REQUEST, TAG_ADPSGD_END, n * sizeof(float), 1,
+                   w->cfg->net.timeout, serve, s);
 }
 
 static void teardown(decentral_t *d) {

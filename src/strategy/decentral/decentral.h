@@ -59,6 +59,7 @@ int adpsgd_neighbours(int rank, int p, int nb[2]);
 /* Message tags of the methods (below COLL_TAG_BASE). */
 enum {
   TAG_EASGD_REQUEST = 5001, TAG_EASGD_REPLY, /* asynchronous EASGD: worker <-> master */
+  TAG_EASGD_CENTRE, TAG_EASGD_MODEL,         /* synchronous EASGD, compressed */
   TAG_DPSGD_LEFT = 5101, TAG_DPSGD_RIGHT,    /* D-PSGD: models to the ring neighbours */
   TAG_ADPSGD_REQUEST = 5151, TAG_ADPSGD_REPLY, TAG_ADPSGD_END, /* AD-PSGD: active <-> passive */
   TAG_GOSSIP_MODEL = 5201, TAG_GOSSIP_END,   /* GoSGD: <alpha, w>, end-of-epoch counts */
@@ -123,18 +124,23 @@ double elastic_decay(const train_config_t *cfg, int64_t k);
 
 /* ---- asynchronous model messages between peers (GoSGD, TreeEASGD, AD-PSGD) --
  * One receive from any rank is always posted and is polled between steps;
- * a model goes out from one snapshot buffer to one or more peers, and a new
- * snapshot waits (serving receives meanwhile) until the previous one has
- * been taken. drain() is collective: every rank tells every other how many
- * models it sent it, then receives until it has them all, so that nothing
- * is in flight at an evaluation or at the end. */
-typedef void (*mail_merge_fn)(void *ctx, int src, const float *msg);
+ * a model goes out from a snapshot's buffers (one, or one per kind of
+ * peer: TreeEASGD's compressed parent and children) to one or more peers,
+ * and a new snapshot waits (serving receives meanwhile) until the previous
+ * one has been taken. drain() is collective: every rank tells every other
+ * how many models it sent it, then receives until it has them all, so that
+ * nothing is in flight at an evaluation or at the end. A merge that fails
+ * (a malformed message) makes the poll fail. */
+typedef int (*mail_merge_fn)(void *ctx, int src, const void *msg);
 
+#define MAIL_MAX_BUFS 2
 typedef struct {
   comm_t *comm;
   int tag, end_tag;
-  size_t len;             /* floats per message */
-  float *rbuf, *sbuf;
+  size_t bytes;           /* per message */
+  void *rbuf;
+  void *sbuf[MAIL_MAX_BUFS];
+  int nbufs;
   comm_req_t *rreq;       /* the posted receive */
   comm_req_t **sreq;      /* sends of the current snapshot */
   int *sdst;              /* and their destinations */
@@ -148,9 +154,10 @@ typedef struct {
   double timeout;         /* seconds without progress before failing (--comm-timeout) */
 } peer_mail_t;
 
-/* timeout: --comm-timeout (0 = 300 s) */
-int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, double timeout,
-              mail_merge_fn merge, void *ctx);
+/* Messages of `bytes`, snapshots of nbufs (1..MAIL_MAX_BUFS) buffers;
+ * timeout: --comm-timeout (0 = 300 s) */
+int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t bytes, int nbufs,
+              double timeout, mail_merge_fn merge, void *ctx);
 void mail_close(peer_mail_t *m);
 /* Merges every model that has arrived; *n (may be NULL) counts them. */
 int mail_poll(peer_mail_t *m, int *n);
@@ -160,8 +167,9 @@ int mail_poll(peer_mail_t *m, int *n);
 void mail_progress(peer_mail_t *m);
 /* A step of a message-passing method: mail_poll, then the local step. */
 int mail_poll_then_step(peer_mail_t *m, decentral_t *d, int64_t k);
-/* The snapshot buffer, once the previous snapshot has been taken by all. */
-int mail_snapshot(peer_mail_t *m, float **buf);
-int mail_send(peer_mail_t *m, int dst);
+/* The snapshot's buffers (m->sbuf), once the previous snapshot has been
+ * taken by all; mail_send sends buffer `which` of it to dst. */
+int mail_snapshot(peer_mail_t *m);
+int mail_send(peer_mail_t *m, int dst, int which);
 int mail_drain(peer_mail_t *m);
 #endif

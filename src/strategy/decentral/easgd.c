@@ -19,7 +19,23 @@
  * its released solver and server): alpha and beta are multiplied by G
  * every S exchanges of a worker, at most L times, so the elastic force
  * weakens as training settles. Both ends of an exchange use the factor of
- * the worker's exchange count, keeping beta = p alpha where it held. */
+ * the worker's exchange count, keeping beta = p alpha where it held.
+ *
+ * --compress CODEC: each end sends its model as the encoded change since
+ * the other last heard it (a mirror per link, compress.h's mirror_encode),
+ * and computes the elastic difference against its copy of the other's:
+ *
+ *   worker:  sends C(w_i - m_i), m_i += decode;   w_i <- w_i - alpha (w_i - c_i)
+ *   master:  sends C(c - c_i),   c_i += decode;   c   <- c + (beta/p) (m_i - c)
+ *
+ * m_i (the worker's model as the master holds it) and c_i (the centre as
+ * worker i holds it) are the same bits at both ends, and what the codec
+ * drops stays in the next change: error feedback per link, with the
+ * mirrors as its memory (the difference itself is not fed back: it is a
+ * state, not an increment, and its residual would be counted twice). Sync:
+ * one c_i for all workers (the master sends them one encoding). Memory:
+ * a worker 2 n floats; the master p n (sync) or 2 p n (async). fp32 goes
+ * the plain way (lossless: the same bits). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +43,22 @@
 
 #include "strategy/decentral/decentral.h"
 
+/* --compress: the mirrors of the links (see the header). */
+typedef struct {
+  codec_spec_t codec;    /* CODEC_NONE: the plain exchange */
+  float *model;          /* worker: its model as the master holds it */
+  float *centre;         /* worker: the centre as it holds it */
+  float **models;        /* master: each worker's model as it holds it */
+  float **centres;       /* master: the centre as each worker holds it (sync: [0] for all) */
+  uint8_t *msg;          /* one encoding; the sync master: p of them */
+  size_t msg_bytes;      /* codec_bytes(n) */
+  float *scratch;        /* 2 n floats (mirror_encode's) */
+  uint64_t seed;
+} elastic_codec_t;
+
 typedef struct {
   decentral_t *d;
+  elastic_codec_t z;
   double alpha, beta;
   int master;            /* rank of the master: nworkers */
   float *buf;            /* workers: the centre / the move; master: the request */
@@ -85,12 +115,67 @@ static int exchange_due(const easgd_t *e) { return e->d->w->step % e->d->w->cfg-
 
 /* ---- synchronous ------------------------------------------------------------ */
 
+/* An encoding of the link to or from worker `peer`, its `count`-th. */
+static size_t encode_on_link(easgd_t *e, const float *x, float *mirror, int peer, int64_t count,
+                             uint8_t *out) {
+  elastic_codec_t *z = &e->z;
+  uint64_t seed = rng_derive(rng_derive(z->seed, (uint64_t)comm_rank(e->d->w->comm), (uint64_t)peer),
+                             (uint64_t)count, 0);
+  return mirror_encode(&z->codec, x, mirror, e->d->w->model->nparams, seed, out, z->scratch);
+}
+
+static int decode_on_link(easgd_t *e, const uint8_t *msg, float *copy, int from) {
+  if (mirror_decode(&e->z.codec, msg, e->z.msg_bytes, e->d->w->model->nparams, copy) != 0)
+    return dt_error_prefix("elastic exchange: the message from rank %d: ", from);
+  return 0;
+}
+
+/* The synchronous round, compressed: the centre's change to every worker
+ * (one encoding), each worker's change to the master; the master sums the
+ * elastic differences in rank order. */
+static int sync_round_compressed(easgd_t *e) {
+  decentral_t *d = e->d;
+  worker_t *w = d->w;
+  elastic_codec_t *z = &e->z;
+  size_t n = w->model->nparams, E = z->msg_bytes;
+  float *params = w->model->params;
+  double f = elastic_decay(w->cfg, e->exchanges);
+  if (d->is_worker) {
+    DT_TRY(comm_recv(w->comm, e->master, TAG_EASGD_CENTRE, z->msg, E));
+    DT_TRY(decode_on_link(e, z->msg, z->centre, e->master));
+    encode_on_link(e, params, z->model, e->master, e->exchanges, z->msg);
+    DT_TRY(comm_send(w->comm, e->master, TAG_EASGD_MODEL, z->msg, E));
+    for (size_t i = 0; i < n; i++) e->buf[i] = params[i] - z->centre[i];  /* w_i - c_i */
+    kern_axpy(n, (float)(-e->alpha * f), e->buf, params);
+    return 0;
+  }
+  encode_on_link(e, params, z->centres[0], -1, e->exchanges, z->msg);
+  for (int r = 0; r < d->nworkers; r++)
+    DT_TRY(comm_send(w->comm, r, TAG_EASGD_CENTRE, z->msg, E));
+  for (int r = 0; r < d->nworkers; r++) {
+    DT_TRY(comm_recv(w->comm, r, TAG_EASGD_MODEL, z->msg, E));
+    DT_TRY(decode_on_link(e, z->msg, z->models[r], r));
+  }
+  float s = (float)(e->beta * f / d->nworkers);
+  kern_copy(n, params, e->buf);
+  for (int r = 0; r < d->nworkers; r++)
+    for (size_t i = 0; i < n; i++) e->buf[i] += s * (z->models[r][i] - params[i]);
+  kern_copy(n, e->buf, params);
+  return 0;
+}
+
 static int sync_round(easgd_t *e) {
   decentral_t *d = e->d;
   worker_t *w = d->w;
   size_t n = w->model->nparams;
   float *params = w->model->params;
   double t0 = dt_now();
+  if (e->z.codec.kind != CODEC_NONE) {
+    if (sync_round_compressed(e) != 0) return dt_error_prefix("compressed elastic round: ");
+    e->exchanges++;
+    worker_comm_since(w, t0);
+    return 0;
+  }
   float *centre = d->is_worker ? e->buf : params;
   double f = elastic_decay(w->cfg, e->exchanges);
   if (broadcast_tree(w->coll, e->master, centre, n) != 0) return -1;
@@ -121,16 +206,33 @@ static int sync_step(decentral_t *d, int64_t k) {
 
 /* ---- asynchronous ----------------------------------------------------------- */
 
+/* Compressed: the worker's change goes, the centre's change comes back
+ * into the worker's copy of it, which is then what it is pulled toward. */
+static const float *async_worker_compressed(easgd_t *e) {
+  worker_t *w = e->d->w;
+  elastic_codec_t *z = &e->z;
+  encode_on_link(e, w->model->params, z->model, e->master, e->exchanges, z->msg);
+  uint8_t *reply = z->msg + z->msg_bytes;
+  if (comm_sendrecv(w->comm, e->master, TAG_EASGD_REQUEST, z->msg, z->msg_bytes, e->master,
+                    TAG_EASGD_REPLY, reply, z->msg_bytes) != 0 ||
+      decode_on_link(e, reply, z->centre, e->master) != 0)
+    return NULL;
+  return z->centre;
+}
+
 static int async_worker_exchange(easgd_t *e) {
   worker_t *w = e->d->w;
   size_t n = w->model->nparams;
   float *params = w->model->params;
   double t0 = dt_now();
-  if (comm_sendrecv(w->comm, e->master, TAG_EASGD_REQUEST, params, n * sizeof(float), e->master,
-                    TAG_EASGD_REPLY, e->buf, n * sizeof(float)) != 0)
-    return dt_error_prefix("elastic exchange with the master (rank %d): ", e->master);
+  const float *centre = e->buf;
+  if (e->z.codec.kind != CODEC_NONE) centre = async_worker_compressed(e);
+  else if (comm_sendrecv(w->comm, e->master, TAG_EASGD_REQUEST, params, n * sizeof(float), e->master,
+                         TAG_EASGD_REPLY, e->buf, n * sizeof(float)) != 0)
+    centre = NULL;
+  if (!centre) return dt_error_prefix("elastic exchange with the master (rank %d): ", e->master);
   float alpha = (float)(e->alpha * elastic_decay(w->cfg, e->exchanges));
-  for (size_t i = 0; i < n; i++) params[i] -= alpha * (params[i] - e->buf[i]);
+  for (size_t i = 0; i < n; i++) params[i] -= alpha * (params[i] - centre[i]);
   e->exchanges++;
   worker_comm_since(w, t0);
   return 0;
@@ -156,17 +258,31 @@ static int serve_requests(decentral_t *d) {
   if (d->is_worker) return 0;
   size_t n = w->model->nparams;
   float *centre = w->model->params;
+  elastic_codec_t *z = &e->z;
+  int compressed = z->codec.kind != CODEC_NONE;
+  void *in = compressed ? (void *)z->msg : e->buf;
+  size_t in_bytes = compressed ? z->msg_bytes : n * sizeof(float);
   for (; e->pending > 0; e->pending--) {
     comm_req_t *req;
     int src;
-    if (comm_irecv(w->comm, COMM_ANY_SOURCE, TAG_EASGD_REQUEST, e->buf, n * sizeof(float), &req) != 0 ||
+    if (comm_irecv(w->comm, COMM_ANY_SOURCE, TAG_EASGD_REQUEST, in, in_bytes, &req) != 0 ||
         comm_wait_src(w->comm, req, &src, NULL) != 0)
       return dt_error_prefix("master: waiting for %lld more elastic requests: ",
                              (long long)e->pending);
+    const float *model = e->buf; /* compressed: the worker's model as the master holds it */
+    if (compressed && decode_on_link(e, z->msg, z->models[src], src) != 0) return -1;
+    if (compressed) model = z->models[src];
+    int64_t k = e->served[src]++;
     kern_copy(n, centre, e->reply);
-    float step = (float)(e->beta * elastic_decay(w->cfg, e->served[src]++) / d->nworkers);
-    for (size_t i = 0; i < n; i++) centre[i] += step * (e->buf[i] - e->reply[i]);
-    if (comm_send(w->comm, src, TAG_EASGD_REPLY, e->reply, n * sizeof(float)) != 0)
+    float step = (float)(e->beta * elastic_decay(w->cfg, k) / d->nworkers);
+    for (size_t i = 0; i < n; i++) centre[i] += step * (model[i] - e->reply[i]);
+    const void *out = e->reply;
+    size_t out_bytes = n * sizeof(float);
+    if (compressed) { /* the centre it used, as the change since the worker last heard it */
+      out_bytes = encode_on_link(e, e->reply, z->centres[src], src, k, z->msg);
+      out = z->msg;
+    }
+    if (comm_send(w->comm, src, TAG_EASGD_REPLY, out, out_bytes) != 0)
       return dt_error_prefix("master: reply to worker %d: ", src);
     e->exchanges++;
   }
@@ -191,6 +307,44 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+/* A copy of the model as every rank holds it at the start (the same on
+ * all: seeded, or the checkpoint resumed). */
+static float *mirror_of(const model_t *m) {
+  float *x = dt_alloc_floats(m->nparams);
+  if (x) kern_copy(m->nparams, m->params, x);
+  return x;
+}
+
+/* --compress: the links' mirrors, each starting as the model. */
+static int setup_codec(easgd_t *e) {
+  decentral_t *d = e->d;
+  const train_config_t *cfg = d->w->cfg;
+  elastic_codec_t *z = &e->z;
+  const model_t *m = d->w->model;
+  z->codec = cfg->compress;
+  z->seed = cfg->seed ^ 0x656c617374696321ull;
+  z->msg_bytes = codec_bytes(&z->codec, m->nparams);
+  if (!(z->scratch = dt_alloc_floats(2 * m->nparams)) || !(z->msg = dt_alloc(2 * z->msg_bytes)))
+    return -1;
+  if (d->is_worker) return (z->model = mirror_of(m)) && (z->centre = mirror_of(m)) ? 0 : -1;
+  int P = d->nworkers, async = cfg->schedule == SCHEDULE_ASYNC;
+  z->models = calloc((size_t)P, sizeof *z->models);
+  z->centres = calloc((size_t)P, sizeof *z->centres);
+  if (!z->models || !z->centres) return dt_error("out of memory (EASGD master)");
+  for (int r = 0; r < P; r++) {
+    if (!(z->models[r] = mirror_of(m))) return -1;
+    if ((async || r == 0) && !(z->centres[r] = mirror_of(m))) return -1;
+  }
+  return 0;
+}
+
+static void free_codec(elastic_codec_t *z, int P) {
+  for (int r = 0; z->models && r < P; r++) dt_free(z->models[r]);
+  for (int r = 0; z->centres && r < P; r++) dt_free(z->centres[r]);
+  free(z->models), free(z->centres);
+  dt_free(z->model), dt_free(z->centre), dt_free(z->msg), dt_free(z->scratch);
+}
+
 static int setup(decentral_t *d) {
   easgd_t *e = d->method;
   e->d = d;
@@ -202,11 +356,14 @@ static int setup(decentral_t *d) {
     e->served = calloc((size_t)d->nworkers, sizeof *e->served);
     if (!e->reply || !e->served) return dt_error("out of memory (EASGD master)");
   }
-  return e->buf ? 0 : -1;
+  if (!e->buf) return -1;
+  const codec_spec_t *k = &d->w->cfg->compress;
+  return k->kind == CODEC_NONE || codec_lossless(k) ? 0 : setup_codec(e);
 }
 
 static void teardown(decentral_t *d) {
   easgd_t *e = d->method;
+  free_codec(&e->z, d->nworkers);
   dt_free(e->buf);
   dt_free(e->reply);
   free(e->served);

@@ -15,28 +15,29 @@
 static void idle(void) { dt_sleep_until(dt_now() + MAIL_IDLE); }
 
 static int post_receive(peer_mail_t *m) {
-  return comm_irecv(m->comm, COMM_ANY_SOURCE, m->tag, m->rbuf, m->len * sizeof(float), &m->rreq);
+  return comm_irecv(m->comm, COMM_ANY_SOURCE, m->tag, m->rbuf, m->bytes, &m->rreq);
 }
 
-int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t len, double timeout,
-              mail_merge_fn merge, void *ctx) {
+int mail_open(peer_mail_t *m, comm_t *c, int tag, int end_tag, size_t bytes, int nbufs,
+              double timeout, mail_merge_fn merge, void *ctx) {
   memset(m, 0, sizeof *m);
   m->timeout = timeout > 0 ? timeout : MAIL_TIMEOUT;
   int P = comm_size(c);
   m->comm = c;
   m->tag = tag;
   m->end_tag = end_tag;
-  m->len = len;
+  m->bytes = bytes;
+  m->nbufs = nbufs;
   m->merge = merge;
   m->ctx = ctx;
-  m->rbuf = dt_alloc_floats(len);
-  m->sbuf = dt_alloc_floats(len);
+  int ok = (m->rbuf = dt_alloc(bytes)) != NULL;
+  for (int i = 0; i < nbufs; i++) ok = ok && (m->sbuf[i] = dt_alloc(bytes)) != NULL;
   m->sreq = calloc((size_t)P, sizeof *m->sreq);
   m->sdst = calloc((size_t)P, sizeof *m->sdst);
   m->sent_to = calloc((size_t)P, sizeof *m->sent_to);
   m->end_counts = calloc((size_t)P, sizeof *m->end_counts);
-  if (!m->rbuf || !m->sbuf || !m->sreq || !m->sdst || !m->sent_to || !m->end_counts)
-    return dt_error("out of memory (peer messages of %zu floats)", len);
+  if (!ok || !m->sreq || !m->sdst || !m->sent_to || !m->end_counts)
+    return dt_error("out of memory (peer messages of %zu bytes)", bytes);
   return P > 1 ? post_receive(m) : 0;
 }
 
@@ -45,7 +46,7 @@ void mail_close(peer_mail_t *m) {
   for (int i = 0; i < m->nsreq; i++)
     if (m->sreq[i]) comm_cancel(m->comm, m->sreq[i]);
   dt_free(m->rbuf);
-  dt_free(m->sbuf);
+  for (int i = 0; i < m->nbufs; i++) dt_free(m->sbuf[i]);
   free(m->sreq);
   free(m->sdst);
   free(m->sent_to);
@@ -59,7 +60,7 @@ static int take(peer_mail_t *m) {
   int src;
   m->rreq = NULL;
   if (comm_wait_src(m->comm, r, &src, NULL) != 0) return dt_error_prefix("model from a peer: ");
-  m->merge(m->ctx, src, m->rbuf);
+  if (m->merge(m->ctx, src, m->rbuf) != 0) return -1;
   m->received++;
   return post_receive(m);
 }
@@ -113,7 +114,7 @@ static int stalled(const peer_mail_t *m, double since, const char *what, int pee
                   m->timeout, peer);
 }
 
-int mail_snapshot(peer_mail_t *m, float **buf) {
+int mail_snapshot(peer_mail_t *m) {
   double t0 = dt_now(), last = t0;
   for (;;) {
     int pending, which = -1, got;
@@ -125,14 +126,13 @@ int mail_snapshot(peer_mail_t *m, float **buf) {
     else idle();
   }
   m->wait_sec += dt_now() - t0;
-  *buf = m->sbuf;
   return 0;
 }
 
-int mail_send(peer_mail_t *m, int dst) {
+int mail_send(peer_mail_t *m, int dst, int which) {
   m->sent_to[dst] += 1;
   m->sdst[m->nsreq] = dst;
-  return comm_isend(m->comm, dst, m->tag, m->sbuf, m->len * sizeof(float), &m->sreq[m->nsreq++]);
+  return comm_isend(m->comm, dst, m->tag, m->sbuf[which], m->bytes, &m->sreq[m->nsreq++]);
 }
 
 /* The drain has made no progress for the timeout: it names a rank whose

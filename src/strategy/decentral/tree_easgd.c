@@ -13,14 +13,37 @@
  * Asynchronous and bounded: a node sends from one snapshot and waits,
  * serving its own receives, until its previous snapshot has been taken,
  * so it runs at most one exchange period ahead of its neighbours
- * (peer_mail.c). Runs may differ. The consensus model is the root's. */
+ * (peer_mail.c). Runs may differ. The consensus model is the root's.
+ *
+ * --compress CODEC: a node sends its model as the encoded change since the
+ * receiver last heard it, a mirror a link as EASGD's (easgd.c): one for its
+ * parent, one for its children (they get the same messages at the same
+ * times, so they hold the same copy); and it merges a neighbour's message
+ * by decoding it into its copy of that neighbour's model and pulling toward
+ * the copy. Messages from one rank arrive in the order sent, so the copies
+ * stay the same bits at both ends. Memory: (3 + F) n floats a node (two
+ * mirrors, the parent's copy and F children's). fp32 goes the plain way. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "strategy/decentral/decentral.h"
+
+enum { TO_PARENT, TO_CHILDREN };
+
+/* --compress: the links' mirrors and copies (see the header). */
+typedef struct {
+  codec_spec_t codec;        /* CODEC_NONE: models go whole */
+  float *mirror[2];          /* this model as the parent / the children hold it */
+  float *parent;             /* the parent's model as this node holds it */
+  float **children;          /* [F]: each child's model as this node holds it */
+  float *scratch;            /* 2 n floats (mirror_encode's) */
+  uint64_t seed;
+} tree_codec_t;
 
 typedef struct {
   decentral_t *d;
   peer_mail_t mail;
+  tree_codec_t z;
   double alpha, beta;
   int parent, first_child, last_child;   /* -1 / empty range when absent */
   int64_t sent_up, sent_down;            /* models sent since the start */
@@ -58,23 +81,56 @@ int tree_check_periods(const train_config_t *c, int p) {
   return 0;
 }
 
-static void merge(void *ctx, int src, const float *msg) {
-  tree_t *t = ctx;
-  model_t *m = t->d->w->model;
-  double pull = src == t->parent ? t->alpha : t->beta / t->d->w->cfg->tree_fanout;
-  float keep = (float)(1 - pull), take = (float)pull;
-  for (size_t i = 0; i < m->nparams; i++) m->params[i] = keep * m->params[i] + take * msg[i];
+/* The model that came from src: the message itself, or, compressed, this
+ * node's copy of src's model with the message's change added. */
+static const float *peer_model(tree_t *t, int src, const void *msg) {
+  tree_codec_t *z = &t->z;
+  if (z->codec.kind == CODEC_NONE) return msg;
+  float *copy = src == t->parent ? z->parent : z->children[src - t->first_child];
+  size_t n = t->d->w->model->nparams;
+  if (mirror_decode(&z->codec, msg, t->mail.bytes, n, copy) != 0) {
+    dt_error_prefix("TreeEASGD: the model from rank %d: ", src);
+    return NULL;
+  }
+  return copy;
 }
 
+static int merge(void *ctx, int src, const void *msg) {
+  tree_t *t = ctx;
+  model_t *m = t->d->w->model;
+  const float *x = peer_model(t, src, msg);
+  if (!x) return -1;
+  double pull = src == t->parent ? t->alpha : t->beta / t->d->w->cfg->tree_fanout;
+  float keep = (float)(1 - pull), take = (float)pull;
+  for (size_t i = 0; i < m->nparams; i++) m->params[i] = keep * m->params[i] + take * x[i];
+  return 0;
+}
+
+/* Buffer `to` of the snapshot: the model, or its change since the
+ * parent / the children last heard it, the count-th such message. */
+static void fill(tree_t *t, int to, int64_t count) {
+  tree_codec_t *z = &t->z;
+  const model_t *m = t->d->w->model;
+  if (z->codec.kind == CODEC_NONE) {
+    kern_copy(m->nparams, m->params, t->mail.sbuf[to]);
+    return;
+  }
+  uint64_t link = rng_derive(z->seed, (uint64_t)t->d->w->rank, (uint64_t)to);
+  mirror_encode(&z->codec, m->params, z->mirror[to], m->nparams, rng_derive(link, (uint64_t)count, 0),
+                t->mail.sbuf[to], z->scratch);
+}
+
+/* Uncompressed, one buffer holds the model for all. */
 static int send_model(tree_t *t, int up, int down) {
-  worker_t *w = t->d->w;
-  float *buf;
-  if (mail_snapshot(&t->mail, &buf) != 0) return -1;
-  kern_copy(w->model->nparams, w->model->params, buf);
-  if (up && mail_send(&t->mail, t->parent) != 0) return -1;
+  if (mail_snapshot(&t->mail) != 0) return -1;
+  int nchildren = t->last_child - t->first_child + 1;
+  int down_buf = t->z.codec.kind == CODEC_NONE ? TO_PARENT : TO_CHILDREN;
+  if (up) fill(t, TO_PARENT, t->sent_up);
+  if (down && (down_buf != TO_PARENT || !up)) fill(t, down_buf, t->sent_down / nchildren);
+  if (up && mail_send(&t->mail, t->parent, TO_PARENT) != 0) return -1;
   t->sent_up += up;
   for (int c = t->first_child; down && c <= t->last_child; c++) {
-    if (mail_send(&t->mail, c) != 0) return -1;
+    if (mail_send(&t->mail, c, down_buf) != 0) return -1;
     t->sent_down++;
   }
   return 0;
@@ -136,6 +192,39 @@ static void place_in_tree(tree_t *t, int rank, int p, int fanout) {
   t->last_child = fanout * rank + fanout < p - 1 ? fanout * rank + fanout : p - 1;
 }
 
+static float *copy_of(const model_t *m) {
+  float *x = dt_alloc_floats(m->nparams);
+  if (x) kern_copy(m->nparams, m->params, x);
+  return x;
+}
+
+/* --compress: every mirror and copy starts as the model, which all ranks
+ * hold alike at the start (seeded, or the checkpoint resumed). */
+static int setup_codec(tree_t *t) {
+  tree_codec_t *z = &t->z;
+  const train_config_t *cfg = t->d->w->cfg;
+  const model_t *m = t->d->w->model;
+  z->codec = cfg->compress;
+  z->seed = cfg->seed ^ 0x7472656565617367ull;
+  if (!(z->scratch = dt_alloc_floats(2 * m->nparams))) return -1;
+  int nchildren = t->last_child - t->first_child + 1;
+  if (t->parent >= 0 && (!(z->mirror[TO_PARENT] = copy_of(m)) || !(z->parent = copy_of(m))))
+    return -1;
+  if (nchildren > 0 && !(z->mirror[TO_CHILDREN] = copy_of(m))) return -1;
+  if (nchildren > 0 && !(z->children = calloc((size_t)nchildren, sizeof *z->children)))
+    return dt_error("out of memory (TreeEASGD)");
+  for (int c = 0; c < nchildren; c++)
+    if (!(z->children[c] = copy_of(m))) return -1;
+  return 0;
+}
+
+static void free_codec(tree_t *t) {
+  tree_codec_t *z = &t->z;
+  for (int c = 0; z->children && c <= t->last_child - t->first_child; c++) dt_free(z->children[c]);
+  free(z->children);
+  dt_free(z->mirror[0]), dt_free(z->mirror[1]), dt_free(z->parent), dt_free(z->scratch);
+}
+
 static int setup(decentral_t *d) {
   tree_t *t = d->method;
   worker_t *w = d->w;
@@ -143,13 +232,21 @@ static int setup(decentral_t *d) {
   place_in_tree(t, w->rank, d->nworkers, w->cfg->tree_fanout);
   if (tree_check_periods(w->cfg, d->nworkers) != 0) return -1;
   if (elastic_coefficients(w->cfg, w->cfg->tree_fanout, &t->alpha, &t->beta) != 0) return -1;
-  return mail_open(&t->mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, w->model->nparams,
+  const codec_spec_t *k = &w->cfg->compress;
+  size_t bytes = w->model->nparams * sizeof(float);
+  int compressed = k->kind != CODEC_NONE && !codec_lossless(k);
+  if (compressed) {
+    if (setup_codec(t) != 0) return -1;
+    bytes = codec_bytes(k, w->model->nparams);
+  }
+  return mail_open(&t->mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, bytes, compressed ? 2 : 1,
                    w->cfg->net.timeout, merge, t);
 }
 
 static void teardown(decentral_t *d) {
   tree_t *t = d->method;
   mail_close(&t->mail);
+  free_codec(t);
 }
 
 static const decentral_ops_t TREE = {

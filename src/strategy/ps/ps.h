@@ -114,6 +114,7 @@ typedef enum {
 #define PS_PULL_OWN 1     /* wait until this worker's own pushes are applied */
 #define PS_PULL_FLUSHED 2 /* wait until epoch `epoch` is flushed here */
 #define PS_PULL_NEWER 16  /* wait for a version newer than this worker's last pull */
+#define PS_PULL_DENSE 32  /* --compress-pulls: send the shard whole, and make it the mirror */
 /* NEXT flags */
 #define PS_NEXT_WAIT 4     /* nothing left to push: wait for the next epoch */
 #define PS_NEXT_REPORTED 8 /* worker 0 has reported epoch `epoch` */
@@ -182,8 +183,11 @@ void ps_client_free(ps_client_t *c);
 /* tmpl: the push's clock, epoch, nbatches and statistics (the rest is
  * filled in). Returns a timestamp >= 0, or -1. */
 /* --compress: pushes go encoded by cc's codec (each shard's part one
- * message), with the client's error-feedback memory over the model's keys. */
-int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc);
+ * message), with the client's error-feedback memory over the model's keys.
+ * pulls (--compress-pulls on): a pull of a shard's parameters, whole, comes
+ * as the encoded change since the last one (the server's mirror of this
+ * worker, compress.h), added to a copy the client holds; the first dense. */
+int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc, int pulls);
 int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl);
 int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
             const ps_req_t *tmpl);

@@ -19,9 +19,18 @@ typedef struct {
   ps_req_t req;
   ps_reply_t reply;
   comm_req_t *send_req, *send_data, *recv_reply, *recv_values;
-  uint8_t *enc;               /* --compress: the push's encoding, in flight until waited */
+  uint8_t *enc;               /* --compress: the push's encoding, or the encoded pull's
+                               * reply, in flight until waited */
   size_t enc_cap;
+  void *recv_into;            /* where the reply's values land */
+  float *dest;                /* a pull of the held copy (PULL_*): the caller's values */
+  int pull;                   /* PULL_PLAIN, PULL_DENSE, PULL_ENCODED */
 } ps_part_t;
+
+/* --compress-pulls: how a part's pull of the parameters comes. DENSE: the
+ * shard whole into the held copy (the first pull: the server's mirror is
+ * set to it); ENCODED: the change since the last pull, added to it. */
+enum { PULL_PLAIN, PULL_DENSE, PULL_ENCODED };
 
 typedef struct {
   int used, nparts;
@@ -42,6 +51,11 @@ struct ps_client {
   ef_memory_t mem;            /* its error feedback (residual NULL: none) */
   float *scratch, *decoded;   /* nparams floats each */
   uint64_t seed;
+  /* --compress-pulls: the parameters as the servers' mirrors of this worker
+   * hold them (pulls add the decoded changes here, then copy them out), and
+   * per shard whether the copy has been pulled whole yet */
+  float *held;
+  uint8_t *has_held;
 };
 
 int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out) {
@@ -83,18 +97,69 @@ void ps_client_free(ps_client_t *c) {
     free(h->parts);
   }
   ef_free(&c->mem);
-  dt_free(c->scratch), dt_free(c->decoded);
+  dt_free(c->scratch), dt_free(c->decoded), dt_free(c->held);
+  free(c->has_held);
   free(c->version);
   free(c->clock);
   free(c);
 }
 
-int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc) {
+int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc, int pulls) {
   size_t n = c->map->nparams;
   c->codec = cc->codec;
   c->seed = cc->seed;
   if (cc->error_feedback && ef_init(&c->mem, n, 0) != 0) return -1;
   if (!(c->scratch = dt_alloc_floats(n)) || !(c->decoded = dt_alloc_floats(n))) return -1;
+  if (!pulls) return 0;
+  if (!(c->held = dt_alloc_floats(n))) return -1;
+  if (!(c->has_held = calloc((size_t)c->map->nservers, 1))) return dt_error("out of memory");
+  return 0;
+}
+
+/* A part made ready for its next request; its encoding buffer is kept. */
+static void part_reset(ps_part_t *p) {
+  uint8_t *enc = p->enc;
+  size_t enc_cap = p->enc_cap;
+  memset(p, 0, sizeof *p);
+  p->enc = enc, p->enc_cap = enc_cap;
+}
+
+/* An encoding's room in the part's own buffer. */
+static int part_room(ps_part_t *p, size_t cap) {
+  if (cap <= p->enc_cap) return 0;
+  dt_free(p->enc);
+  p->enc_cap = 0;
+  if (!(p->enc = dt_alloc(cap))) return -1;
+  p->enc_cap = cap;
+  return 0;
+}
+
+/* A pull of shard k's parameters, whole, under --compress-pulls: the
+ * first comes dense into the held copy (and asks the server to set its
+ * mirror to it), the later ones as the encoded change. */
+static int plan_held_pull(ps_client_t *c, ps_part_t *p, int k, float *dest) {
+  size_t lo = p->req.begin, n = p->req.count;
+  p->dest = dest;
+  if (!c->has_held[k]) {
+    p->pull = PULL_DENSE;
+    p->req.flags |= PS_PULL_DENSE;
+    p->recv_into = c->held + lo;
+    return 0;
+  }
+  p->pull = PULL_ENCODED;
+  p->nbytes = codec_bytes(&c->codec, n);
+  if (part_room(p, p->nbytes) != 0) return -1;
+  p->recv_into = p->enc;
+  return 0;
+}
+
+/* The pull has come: the held copy brought up to date, then copied out. */
+static int finish_held_pull(ps_client_t *c, ps_part_t *p) {
+  size_t lo = p->req.begin, n = p->req.count;
+  if (p->pull == PULL_ENCODED && mirror_decode(&c->codec, p->enc, p->nbytes, n, c->held + lo) != 0)
+    return dt_error_prefix("the pull's reply from server rank %d: ", p->server);
+  if (p->pull == PULL_DENSE) c->has_held[p->shard] = 1;
+  memcpy(p->dest, c->held + lo, n * sizeof(float));
   return 0;
 }
 
@@ -103,12 +168,7 @@ int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc) {
  * memory, what the encoding drops waits for the next push. */
 static const void *encode_part(ps_client_t *c, ps_part_t *p, const float *vals, size_t lo,
                                size_t n, int64_t ts) {
-  size_t cap = codec_max_bytes(&c->codec, n);
-  if (cap > p->enc_cap) {
-    dt_free(p->enc);
-    if (!(p->enc = dt_alloc(cap))) return NULL;
-    p->enc_cap = cap;
-  }
+  if (part_room(p, codec_max_bytes(&c->codec, n)) != 0) return NULL;
   if (c->mem.residual) {
     ef_compensate(&c->mem, vals, lo, n);
     vals = c->mem.residual + lo;
@@ -144,15 +204,15 @@ static int reply_tag(int64_t ts) { return PS_TAG_REPLY + 2 * (int)(ts % PS_MAX_I
 
 /* Posts the receives for the answer first, then the request (and the
  * values of a push): the answer can never arrive before its receive. */
-static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push_vals,
-                      void *recv_vals) {
+static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push_vals) {
   comm_t *w = c->world;
   int tag = reply_tag(ts);
   p->req.magic = PS_MAGIC;
   p->req.worker = c->worker;
   p->req.reply_tag = tag;
   DT_TRY(comm_irecv(w, p->server, tag, &p->reply, sizeof p->reply, &p->recv_reply));
-  if (recv_vals) DT_TRY(comm_irecv(w, p->server, tag + 1, recv_vals, p->nbytes, &p->recv_values));
+  if (p->recv_into)
+    DT_TRY(comm_irecv(w, p->server, tag + 1, p->recv_into, p->nbytes, &p->recv_values));
   DT_TRY(comm_isend(w, p->server, PS_TAG_REQ, &p->req, sizeof p->req, &p->send_req));
   if (push_vals) DT_TRY(comm_isend(w, p->server, PS_TAG_DATA, push_vals, p->nbytes, &p->send_data));
   return 0;
@@ -179,10 +239,7 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     if (r.end <= begin || r.begin >= end) continue;
     size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < end ? r.end : end;
     ps_part_t *p = &h->parts[h->nparts];
-    uint8_t *enc = p->enc;
-    size_t enc_cap = p->enc_cap;
-    memset(p, 0, sizeof *p);
-    p->enc = enc, p->enc_cap = enc_cap;
+    part_reset(p);
     if (tmpl) p->req = *tmpl;
     p->server = c->first_server + k;
     p->shard = k;
@@ -198,13 +255,16 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
       data[h->nparts] = encode_part(c, p, push_vals + (lo - begin), lo, hi - lo, ts);
       if (!data[h->nparts]) rc = -1;
     }
+    p->recv_into = pull_vals ? pull_vals + (lo - begin) : NULL;
+    if (pull_vals && which == 0 && c->held && lo == r.begin && hi == r.end)
+      rc = plan_held_pull(c, p, k, pull_vals + (lo - begin));
     bytes += (double)p->nbytes;
     h->nparts++;
   }
   for (int j = 0; j < h->nparts && rc == 0; j++) {
     ps_part_t *p = &h->parts[j];
     if (op == PS_OP_PUSH) p->req.bytes_pushed = c->pushed + bytes; /* this push included */
-    rc = part_start(c, p, ts, data[j], pull_vals ? pull_vals + (p->req.begin - begin) : NULL);
+    rc = part_start(c, p, ts, data[j]);
   }
   if (rc != 0) {
     for (int j = 0; j < h->nparts; j++) part_cancel(c, &h->parts[j]);
@@ -232,12 +292,13 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
   ps_handle_t *h = new_handle(c, &ts);
   if (!h) return -1;
   ps_part_t *p = &h->parts[h->nparts++];
-  memset(p, 0, sizeof *p);
+  part_reset(p);
   p->req = *req;
   p->server = c->first_server + server;
   p->shard = -1;
   p->nbytes = extra_len;
-  if (part_start(c, p, ts, NULL, extra) != 0) {
+  p->recv_into = extra;
+  if (part_start(c, p, ts, NULL) != 0) {
     part_cancel(c, p);
     h->used = 0;
     return -1;
@@ -287,6 +348,7 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
     ps_part_t *p = &h->parts[i];
     if (rc == 0 && part_wait(c, p) != 0) rc = -1;
     part_cancel(c, p); /* after a failure: withdraw what is left */
+    if (rc == 0 && p->pull != PULL_PLAIN && finish_held_pull(c, p) != 0) rc = -1;
     if (rc == 0 && p->req.op == PS_OP_PULL) {
       c->pulled += (double)p->nbytes;
       if (p->req.which == 0) c->version[p->shard] = p->reply.version, c->clock[p->shard] = p->reply.clock;

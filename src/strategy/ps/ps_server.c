@@ -157,8 +157,18 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
   wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
   ws->pulled_version = s->version;
   ws->own_steps_at_pull = ws->own_steps;
-  memcpy(ws->snapshot, s->params, s->len * sizeof(float));
-  ps_out_t *o = send_reply(s, src, req, rep, ws->snapshot, s->len * sizeof(float));
+  const void *vals = ws->snapshot;
+  size_t bytes = s->len * sizeof(float);
+  if (ws->pull_enc && !(req->flags & PS_PULL_DENSE)) { /* the change since its last pull */
+    uint64_t link = rng_derive(s->cfg->seed ^ 0x70756c6c636f6d70ull, (uint64_t)s->index, (uint64_t)src);
+    uint64_t seed = rng_derive(link, (uint64_t)ws->pulls++, 0);
+    bytes = mirror_encode(&s->cfg->compress, s->params, ws->snapshot, s->len, seed, ws->pull_enc,
+                          s->mirror_scratch);
+    vals = ws->pull_enc;
+  } else {
+    memcpy(ws->snapshot, s->params, bytes);
+  }
+  ps_out_t *o = send_reply(s, src, req, rep, vals, bytes);
   if (o) o->snap_of = src;
   return 0;
 }
@@ -212,7 +222,8 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
   for (int i = 0; i < s->ndeferred; i++) {
     const ps_req_t *q = &s->deferred[i].req;
     if (s->deferred[i].src == w && q->op == PS_OP_PULL && q->which == 0 &&
-        q->begin == s->r.begin && q->count == s->len && (q->flags & ~PS_PULL_OWN) == 0)
+        q->begin == s->r.begin && q->count == s->len &&
+        (q->flags & ~(PS_PULL_OWN | PS_PULL_DENSE)) == 0)
       return 1;
   }
   return 0;
@@ -607,7 +618,11 @@ static int setup_workers(ps_server_t *s) {
     ws->pulled_version = s->version - 1;
     if (!(ws->snapshot = dt_alloc_floats(s->len))) return -1;
     memcpy(ws->snapshot, s->params, s->len * sizeof(float));
+    if (s->cfg->compress_pulls &&
+        !(ws->pull_enc = dt_alloc(codec_max_bytes(&s->cfg->compress, s->len))))
+      return -1;
   }
+  if (s->cfg->compress_pulls && !(s->mirror_scratch = dt_alloc_floats(2 * s->len))) return -1;
   return 0;
 }
 
@@ -674,7 +689,9 @@ static void teardown(ps_server_t *s) {
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
     dt_free(s->workers[w].snapshot);
+    dt_free(s->workers[w].pull_enc);
   }
+  dt_free(s->mirror_scratch);
   free(s->workers);
   free(s->deferred);
   free(s->out);

@@ -25,8 +25,13 @@ typedef struct ps_coord ps_coord_t;
 typedef struct {
   /* ps_server.c: the shard as the worker last pulled it whole. The pull's
    * reply is sent from this copy, so updates need not wait for the worker
-   * to take it; DC-ASGD and the value bound compare against it. */
+   * to take it; DC-ASGD and the value bound compare against it. Under
+   * --compress-pulls it is the mirror (compress.h): the copy the worker
+   * holds, which a pull's encoded change (pull_enc, sent from there)
+   * moves; a pull with PS_PULL_DENSE sets it to the shard. */
   float *snapshot;
+  uint8_t *pull_enc;
+  int64_t pulls;             /* encoded pulls answered (their codec's seed) */
   int64_t pulled_version;
   /* sync/ssp: steps that applied this worker's pushes, in all and as of its
    * last pull: those since are in its cache under --ps-refresh lazy */
@@ -125,6 +130,7 @@ struct ps_server {
   float *drain;              /* pushes that are dropped or rejected land here */
   uint8_t *encoded;          /* --compress: a push's encoding, decoded from here */
   size_t encoded_cap;
+  float *mirror_scratch;     /* --compress-pulls: 2 len floats (mirror_encode's) */
   ps_req_t in;               /* the request being received */
   comm_req_t *in_req;
   int stop;

@@ -580,7 +580,7 @@ static int psw_init(psw_t *p, worker_t *w) {
     compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
                             .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
                                                                       : cfg->error_feedback};
-    DT_TRY(ps_client_set_codec(p->client, &cc));
+    DT_TRY(ps_client_set_codec(p->client, &cc, cfg->compress_pulls));
   }
   if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
   if (w->rank == 0 && cfg->checkpoint[0] && cfg->dc_asgd > 0 && cfg->dc_asgd_adaptive) {
