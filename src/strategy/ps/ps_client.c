@@ -203,7 +203,8 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
   }
   for (int j = 0; j < h->nparts && rc == 0; j++) {
     ps_part_t *p = &h->parts[j];
-    if (op == PS_OP_PUSH) p->req.bytes_pushed = c->pushed + bytes; /* this push included */
+    if (op == PS_OP_PUSH && !(p->req.flags & PS_PUSH_PART))
+      p->req.bytes_pushed = c->pushed + bytes; /* this push included (a part: its caller's count) */
     rc = part_start(c, p, ts, data[j], pull_vals ? pull_vals + (p->req.begin - begin) : NULL);
   }
   if (rc != 0) {
@@ -303,6 +304,21 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   h->used = 0;
   c->blocked += dt_now() - t0;
   return rc;
+}
+
+int ps_test(ps_client_t *c, int ts) {
+  ps_handle_t *h = &c->slots[ts % PS_MAX_INFLIGHT];
+  if (ts < 0 || !h->used) return dt_error("parameter-server client: no request %d in flight", ts);
+  for (int i = 0; i < h->nparts; i++) {
+    ps_part_t *p = &h->parts[i];
+    comm_req_t *reqs[] = {p->send_req, p->send_data, p->recv_reply, p->recv_values};
+    for (size_t j = 0; j < sizeof reqs / sizeof reqs[0]; j++) {
+      int done = 1;
+      if (reqs[j] && comm_test(c->world, reqs[j], &done) != 0) return -1;
+      if (!done) return 0;
+    }
+  }
+  return 1;
 }
 
 int64_t ps_client_version(const ps_client_t *c, int server) { return c->version[server]; }

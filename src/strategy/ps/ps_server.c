@@ -166,7 +166,7 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
 /* Drains the values of a rejected push when they fit, so that the sender
  * is not left waiting; larger ones are left to the sender to cancel. */
 static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
-  if (req->op != PS_OP_PUSH || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
+  if (req->op != PS_OP_PUSH || (req->flags & PS_PUSH_GATHERED) || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
     return;
   if (req->encoded > s->encoded_cap) return;
   int from = rank_of(s, src);
@@ -239,7 +239,10 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = 
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
   int rc, from = rank_of(s, src);
-  if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
+  if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
+    memcpy(dst, s->workers[src].part.buf, s->len * sizeof(float));
+    rc = 0;
+  } else if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compress, s->encoded, req->encoded, req->nvalues, dst);
@@ -351,7 +354,8 @@ static const char *op_name(int op) {
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
-/* The keys must lie in this shard; a push carries the whole shard. */
+/* The keys must lie in this shard; a push carries the whole shard, or
+ * is one part of it. */
 static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
   uint64_t b = req->begin, n = req->count;
   if (n == 0 || b >= s->map.nparams || n > s->map.nparams - b)
@@ -369,7 +373,11 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
     return ps_server_reject(s, src, req, "an encoded push of %llu bytes (%s)",
                             (unsigned long long)req->encoded, s->cfg->compress.kind == CODEC_NONE
                             ? "this server runs without --compress" : "more than its codec takes"), -1;
-  if (req->op == PS_OP_PUSH && (b != s->r.begin || n != s->len))
+  if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_GATHERED))
+    return ps_server_reject(s, src, req, "push flags 0x%x: not a flag a worker sends", req->flags), -1;
+  if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_PART) && req->encoded)
+    return ps_server_reject(s, src, req, "an encoded push in parts: a push in parts is plain floats"), -1;
+  if (req->op == PS_OP_PUSH && !(req->flags & PS_PUSH_PART) && (b != s->r.begin || n != s->len))
     return ps_server_reject(s, src, req, "push of keys [%llu, %llu): a push carries this "
                             "server's whole range [%zu, %zu)", (unsigned long long)b,
                             (unsigned long long)(b + n), s->r.begin, s->r.end), -1;
@@ -427,6 +435,40 @@ static int drop_late_push(ps_server_t *s, int src, const ps_req_t *req) {
   return ps_server_ack(s, src, req);
 }
 
+/* A part of a push (--comm-order priority, tictac): received into the
+ * worker's part buffer; the part that completes the shard hands the whole
+ * to the rule as one push (its clock, epoch, version and statistics are
+ * the last part's), so the rule, its sums and the bytes are a whole
+ * push's. A part of another clock or epoch starts the gathering over: the
+ * rest of a push that --epoch-fraction cut never comes. */
+static int gather_part(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_worker_state_t *ws = &s->workers[src];
+  if (!ws->part.buf && !(ws->part.buf = dt_alloc_floats(s->len))) return -1;
+  if (ws->part.got && (req->clock != ws->part.clock || req->epoch != ws->part.epoch)) ws->part.got = 0;
+  if (ws->part.got + req->nvalues > s->len) {
+    ws->part.got = 0;
+    return ps_server_reject(s, src, req, "push parts of clock %lld cover more than this server's "
+                            "%zu keys", (long long)req->clock, s->len);
+  }
+  ws->part.clock = req->clock;
+  ws->part.epoch = req->epoch;
+  float *dst = ws->part.buf + (req->begin - s->r.begin);
+  if (comm_recv(s->world, rank_of(s, src), PS_TAG_DATA, dst, req->nvalues * sizeof(float)) != 0) {
+    dt_log(DT_LOG_ERROR, "server %d (rank %d): push part from rank %d: %s", s->index, s->rank,
+           rank_of(s, src), dt_errmsg());
+    return 0;
+  }
+  ws->part.got += req->nvalues;
+  if (ws->part.got < s->len) return ps_server_ack(s, src, req);
+  ws->part.got = 0;
+  ps_req_t whole = *req;
+  whole.flags = (req->flags & ~PS_PUSH_PART) | PS_PUSH_GATHERED;
+  whole.begin = s->r.begin;
+  whole.count = whole.nvalues = s->len;
+  if (s->coord) ps_coord_heard(s, src, &whole); /* the push's statistics, once */
+  return s->rule->push(s, src, &whole);
+}
+
 /* FLUSH, DEAD and STOP come from the coordinator only. */
 static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
   if (src != s->N || s->index == 0)
@@ -466,6 +508,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
     if (s->rule->pool && push_is_late(s, req)) return drop_late_push(s, src, req);
+    if (req->flags & PS_PUSH_PART) return gather_part(s, src, req);
     return s->rule->push(s, src, req);
   case PS_OP_PULL: return handle_pull(s, src, req);
   case PS_OP_SAVE: return handle_save(s, src, req);
@@ -673,6 +716,7 @@ static void teardown(ps_server_t *s) {
   dt_free(s->dc_mean_square);
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
+    dt_free(s->workers[w].part.buf);
     dt_free(s->workers[w].snapshot);
   }
   free(s->workers);
