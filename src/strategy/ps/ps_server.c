@@ -9,9 +9,10 @@
  * (rule_*.c, through the s->rule table); server 0 also coordinates
  * (ps_coord.c). ps_server.h says who owns what.
  *
- * Replies are sent without waiting. A pull of the whole shard is sent
- * from a copy (the worker's snapshot); the values of other pulls point
- * into the shard, so an update first waits for those still in flight. */
+ * Replies are sent without waiting. A pull of parameters is sent from a
+ * copy (the worker's snapshot); the values of other pulls (optimizer
+ * state) point into the shard, so an update first waits for those still
+ * in flight. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct ps_deferred {
 struct ps_out {
   int used, into_state;      /* values point into params / optimizer state */
   int snap_of;               /* values are worker w's snapshot (-1: not) */
+  size_t snap_lo, snap_hi;   /* ... its offsets [snap_lo, snap_hi) */
   ps_reply_t hdr;
   comm_req_t *hdr_req, *val_req;
 };
@@ -78,9 +80,12 @@ static void wait_state_sends(ps_server_t *s) {
     if (s->out[i].used && s->out[i].into_state) out_done(s, &s->out[i], 1);
 }
 
-static void wait_snapshot_sends(ps_server_t *s, int w) {
-  for (int i = 0; i < s->cap_out; i++)
-    if (s->out[i].used && s->out[i].snap_of == w) out_done(s, &s->out[i], 1);
+/* Worker w's replies still sent from offsets [lo, hi) of its snapshot. */
+static void wait_snapshot_sends(ps_server_t *s, int w, size_t lo, size_t hi) {
+  for (int i = 0; i < s->cap_out; i++) {
+    const ps_out_t *o = &s->out[i];
+    if (o->used && o->snap_of == w && o->snap_lo < hi && lo < o->snap_hi) out_done(s, &s->out[i], 1);
+  }
 }
 
 static ps_out_t *free_out(ps_server_t *s) {
@@ -151,15 +156,22 @@ int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req) {
 /* A pull of the whole shard's parameters is what the worker computes on
  * next: it is copied into the worker's snapshot and sent from there, so
  * the next update need not wait until the worker has taken it (on an
- * oversubscribed machine it may not run for a while). */
+ * oversubscribed machine it may not run for a while). A pull of part of
+ * them (--comm-order priority, tictac: a layer's part) goes the same way,
+ * through its offsets of the snapshot; the version pulled is a whole
+ * pull's (the value bound and DC-ASGD, which take no pull in parts,
+ * compare against the snapshot). */
 static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep) {
   ps_worker_state_t *ws = &s->workers[src];
-  wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
-  ws->pulled_version = s->version;
-  ws->own_steps_at_pull = ws->own_steps;
-  memcpy(ws->snapshot, s->params, s->len * sizeof(float));
-  ps_out_t *o = send_reply(s, src, req, rep, ws->snapshot, s->len * sizeof(float));
-  if (o) o->snap_of = src;
+  size_t lo = req->begin - s->r.begin, n = req->count;
+  wait_snapshot_sends(s, src, lo, lo + n); /* its previous reply, if a client pulls twice at once */
+  if (n == s->len) {
+    ws->pulled_version = s->version;
+    ws->own_steps_at_pull = ws->own_steps;
+  }
+  memcpy(ws->snapshot + lo, s->params + lo, n * sizeof(float));
+  ps_out_t *o = send_reply(s, src, req, rep, ws->snapshot + lo, n * sizeof(float));
+  if (o) o->snap_of = src, o->snap_lo = lo, o->snap_hi = lo + n;
   return 0;
 }
 
@@ -393,8 +405,7 @@ static int pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
 
 static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
   ps_reply_t rep = ps_server_header(s, req->epoch);
-  if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
-    return reply_snapshot(s, src, req, &rep);
+  if (req->which == 0) return reply_snapshot(s, src, req, &rep);
   const float *base = req->which == 0                      ? s->params
                       : req->which == PS_WHICH_MEAN_SQUARE ? s->dc_mean_square
                                                            : s->opt->state[req->which - 1];
