@@ -9,7 +9,7 @@ The weights are fifo's bit for bit (tests/e2e_ps_priority.sh); only the
 time moves.
 needs: make (build/dtrain)
 usage: bench/ps_priority.py [--rounds 5] [--models mlp,lenet] [--steps 40]
-       [--servers 2] [--partition-kb 256] [--net latency=50us,bandwidth=1Gbit]"""
+       [--servers 2] [--partition-kb 1024] [--net latency=50us,bandwidth=1Gbit]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 DTRAIN = os.environ.get("DTRAIN", "build/dtrain")
@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--models", default="mlp,lenet")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--servers", type=int, default=2)
-    ap.add_argument("--partition-kb", type=int, default=256)
+    ap.add_argument("--partition-kb", type=int, default=1024)
     ap.add_argument("--net", default="latency=50us,bandwidth=1Gbit")
     args = ap.parse_args()
     print(f"# {DTRAIN} train --workers 4 --exchange ps:{args.servers} --max-steps {args.steps} "
