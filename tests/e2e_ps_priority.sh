@@ -51,6 +51,16 @@ check lenet_tictac_bitwise_equals_fifo cmp -s "$TMP/lenet_fifo.st" "$TMP/lenet_t
 run $BASE --max-steps 40 --epochs 2 --workers 2 --exchange ps:2 --checkpoint "$TMP/fifo_2ep.st"
 run $BASE --max-steps 40 --epochs 2 --workers 2 --exchange ps:2 --comm-order priority --partition-kb 128 --checkpoint "$TMP/prio_2ep.st"
 check priority_two_epochs_bitwise_equals_fifo cmp -s "$TMP/fifo_2ep.st" "$TMP/prio_2ep.st"
+# a credit that binds: one part in flight each way (64 KiB), or less than a part (1 KiB)
+run $BASE --workers 4 --exchange ps:2 --comm-order priority --partition-kb 64 --credit-kb 64 --checkpoint "$TMP/credit_64.st"
+check priority_credit_one_part_bitwise_equals_fifo cmp -s "$TMP/fifo_2.st" "$TMP/credit_64.st"
+run $BASE --workers 4 --exchange ps:2 --comm-order tictac --partition-kb 64 --credit-kb 1 --checkpoint "$TMP/credit_1.st"
+check tictac_credit_below_a_part_bitwise_equals_fifo cmp -s "$TMP/fifo_2.st" "$TMP/credit_1.st"
+run $BASE --workers 4 --exchange ps:2 --comm-order priority --partition-kb 64 --credit-kb 200 --checkpoint "$TMP/credit_200.st"
+check priority_credit_three_parts_bitwise_equals_fifo cmp -s "$TMP/fifo_2.st" "$TMP/credit_200.st"
+# parts by the thousand (1 KiB: more than the client's 256 slots a step): at most 64 in flight each way
+run $BASE --workers 4 --exchange ps:2 --comm-order tictac --partition-kb 1 --checkpoint "$TMP/parts_1k.st"
+check tictac_thousands_of_parts_bitwise_equals_fifo cmp -s "$TMP/fifo_2.st" "$TMP/parts_1k.st"
 # the presets
 for p in bytescheduler-ps tictac; do
   check "preset_${p}_bitwise_equals_fifo" sh -c "'$DTRAIN' train $BASE --workers 2 --preset $p --checkpoint '$TMP/preset.st' >/dev/null 2>&1 &&
@@ -98,4 +108,7 @@ expect_error priority_ps_not_compress 2 "not with --compress" -- "$DTRAIN" train
 expect_error tictac_not_allreduce 2 "option --comm-order tictac: orders the transfers to and from parameter servers" -- "$DTRAIN" train --comm-order tictac
 expect_error tictac_not_decentral 2 "option --comm-order" -- "$DTRAIN" train --comm-order tictac --optimization decentral
 expect_error partition_needs_an_order_ps 2 "option --partition-kb: not used with --comm-order fifo" -- "$DTRAIN" train --exchange ps:2 --partition-kb 64
+expect_error credit_needs_an_order_ps 2 "option --credit-kb: not used with --comm-order fifo" -- "$DTRAIN" train --exchange ps:2 --credit-kb 64
+expect_error credit_needs_ps 2 "option --credit-kb: not used with" -- "$DTRAIN" train --comm-order priority --credit-kb 64
+expect_error credit_positive 2 "option --credit-kb" -- "$DTRAIN" train --exchange ps:2 --comm-order priority --credit-kb 0
 expect_error comm_order_values_tictac 2 "expected fifo, priority or tictac" -- "$DTRAIN" train --comm-order lifo

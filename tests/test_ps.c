@@ -344,6 +344,30 @@ static void test_push_in_parts_is_one_push(void) {
                                     .fn = worker_push_in_parts}));
 }
 
+/* A request a server holds (a sync pull waiting for the clock) does not
+ * block the client: 300 more requests (more than its 256 slots) come and
+ * go while it waits. */
+static int worker_held_request(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  ps_req_t cond = {.clock = 1};
+  int held = ps_pull(w->cl, 0, P, 0, w->buf, &cond);
+  RCHECK(held >= 0);
+  for (int i = 0; i < 300; i++)
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, (size_t)i, 1, 0, w->g, NULL), NULL));
+  RCHECK(ps_test(w->cl, held) == 0);
+  for (size_t i = 0; i < P; i++) w->g[i] = 1.0f;
+  ps_req_t tmpl = {.clock = 0, .nbatches = 1};
+  RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
+  RCHECK_OK(ps_wait(w->cl, held, NULL));
+  RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, NULL, 2, P));
+  return 0;
+}
+
+static void test_held_request_does_not_block_the_client(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 1, .schedule = SCHEDULE_SYNC,
+                                    .fn = worker_held_request}));
+}
+
 /* The transfers' order (ps_schedule.c), by hand. Layers 1 and 3 hold no
  * parameters. */
 static void test_transfer_order_by_hand(void) {
@@ -927,6 +951,7 @@ int main(void) {
   RUN(test_push_pull_across_two_servers);
   RUN(test_push_in_parts_is_one_push);
   RUN(test_transfer_order_by_hand);
+  RUN(test_held_request_does_not_block_the_client);
   RUN(test_backup_drops_the_late_gradient);
   RUN(test_dc_asgd_update_is_the_papers);
   RUN(test_dc_asgd_adaptive_update_is_the_papers);

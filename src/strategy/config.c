@@ -36,6 +36,7 @@ void train_config_default(train_config_t *c) {
   c->overlap = 1;
   c->comm_order = COLL_ORDER_FIFO;
   c->partition_bytes = 1u << 20;
+  c->credit_bytes = 16000000; /* ByteScheduler's default credit: 4 M parameters */
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;

@@ -63,6 +63,7 @@ static int is_sync_dp(const train_config_t *c) {
   return is_data_parallel(c) && c->schedule == SCHEDULE_SYNC;
 }
 static int takes_comm_order(const train_config_t *c) { return is_sync_dp(c) || is_ps(c); }
+static int is_ps_priority(const train_config_t *c) { return is_ps(c) && c->comm_order != COLL_ORDER_FIFO; }
 static int is_priority(const train_config_t *c) {
   return (is_sync_dp(c) || is_ps(c)) && c->comm_order != COLL_ORDER_FIFO;
 }
@@ -137,6 +138,7 @@ static const option_t OPTIONS[] = {
     {"overlap", 0, is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
     {"comm-order", 0, takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
     {"partition-kb", 0, is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
+    {"credit-kb", 0, is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
@@ -475,6 +477,8 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
     else return dt_error("option --comm-order: '%s' (expected fifo, priority or tictac)", val);
     return 0;
   }
+  if (!strcmp(name, "credit-kb"))
+    return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->credit_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "partition-kb"))
     return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);

@@ -4,9 +4,9 @@
  * has answered. A request to one server (NEXT, STATS, SAVE, BYE) is a
  * timestamp too.
  *
- * One timestamp is one slot of PS_MAX_INFLIGHT; its reply tags are the
- * slot's, so answers that a server defers (a pull waiting for a clock)
- * can never be taken for another request's. */
+ * One timestamp is one slot of PS_MAX_INFLIGHT (ts % PS_MAX_INFLIGHT); its
+ * reply tags are the slot's, so answers that a server defers (a pull
+ * waiting for a clock) can never be taken for another request's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,14 +126,22 @@ static const void *encode_part(ps_client_t *c, ps_part_t *p, const float *vals, 
   return p->enc;
 }
 
+/* The next free slot from next_ts on, its timestamp the next number that
+ * falls on it: a request one slow server holds does not block the others'
+ * (priority order issues hundreds of parts a step). */
 static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
-  ps_handle_t *h = &c->slots[c->next_ts % PS_MAX_INFLIGHT];
-  if (h->used) {
+  ps_handle_t *h = NULL;
+  for (int i = 0; i < PS_MAX_INFLIGHT && !h; i++)
+    if (!c->slots[(c->next_ts + i) % PS_MAX_INFLIGHT].used) {
+      *ts = c->next_ts + i;
+      h = &c->slots[*ts % PS_MAX_INFLIGHT];
+    }
+  if (!h) {
     dt_error("parameter-server client: more than %d requests in flight (wait on some)",
              PS_MAX_INFLIGHT);
     return NULL;
   }
-  *ts = c->next_ts++;
+  c->next_ts = *ts + 1;
   h->used = 1;
   h->nparts = 0;
   h->started = dt_trace ? dt_now() : 0;

@@ -8,14 +8,20 @@
  * parts of --partition-kb, overlapped with the rest of backprop. A part
  * waits in a queue while the credit is spent, and the queue is served
  * most urgent first, so a first layer's part overtakes the last layers'
- * still waiting (ByteScheduler's credit: at most PRIO_CREDIT parts in
- * flight each way, so that the link never holds more than that ahead of
- * an urgent part).
+ * still waiting (ByteScheduler's credit, --credit-kb: at most that many
+ * bytes in flight each way, one part at least, so that the link never
+ * holds more than that ahead of an urgent part; its default is
+ * ByteScheduler's, 4 M parameters).
  *
  * Pulls: the next model is asked for layer by layer in the order
- * (ps_schedule.c), PRIO_CREDIT parts in flight, and the forward pass
- * waits, before each layer, only for that layer's parts (the param_wait
- * hook data parallelism's priority order uses too).
+ * (ps_schedule.c), within the same credit, and the forward pass waits,
+ * before each layer, only for that layer's parts (the param_wait hook
+ * data parallelism's priority order uses too).
+ *
+ * There is no progress thread: answers are taken in, and the credit
+ * spent again, at the hooks (each layer with parameters, forward and
+ * backward) and after backprop. A credit far below what the link holds
+ * in a layer's compute time leaves the link idle between the hooks.
  *
  * The server gathers a push's parts (PS_PUSH_PART) and applies them as
  * one push, and a pull of a range answers the same values as the whole:
@@ -26,7 +32,9 @@
 
 #include "strategy/ps/ps.h"
 
-#define PRIO_CREDIT 4 /* parts in flight each way (ByteScheduler tunes its credit; 4 here) */
+/* Parts in flight each way at most, whatever the credit: the client has
+ * PS_MAX_INFLIGHT slots, shared by both ways and the coordinator's calls. */
+#define PRIO_MAX_PARTS (PS_MAX_INFLIGHT / 4)
 
 enum { XFER_QUEUED = -1, XFER_DONE = -2 };
 
@@ -39,6 +47,7 @@ typedef struct {
 typedef struct {
   xfer_t *x;
   int n, inflight;
+  size_t inflight_bytes;
 } queue_t;
 
 struct ps_prio {
@@ -46,6 +55,7 @@ struct ps_prio {
   model_t *m;
   coll_order_t order;
   size_t part;            /* floats a part */
+  size_t credit;          /* bytes in flight each way at most (one part at least) */
   int failed;             /* a hook's transfer failed (hooks return nothing) */
   /* the order: per layer its forward seconds, its bytes, its place */
   double *fwd, *start;
@@ -65,6 +75,7 @@ int ps_prio_new(ps_client_t *client, model_t *m, const train_config_t *cfg, ps_p
   p->m = m;
   p->order = cfg->comm_order;
   p->part = cfg->partition_bytes / sizeof(float) ? cfg->partition_bytes / sizeof(float) : 1;
+  p->credit = cfg->credit_bytes;
   size_t nparts = 0, n = (size_t)m->nlayers;
   for (int i = 0; i < m->nlayers; i++) nparts += parts_of(m->layers[i].param_len, p->part);
   p->fwd = calloc(n, sizeof *p->fwd);
@@ -108,6 +119,7 @@ static int start(ps_prio_t *p, queue_t *q, xfer_t *x) {
   }
   if (x->ts < 0) return -1;
   q->inflight++;
+  q->inflight_bytes += x->count * sizeof(float);
   return 0;
 }
 
@@ -115,6 +127,7 @@ static int finish(ps_prio_t *p, queue_t *q, xfer_t *x) {
   int ts = x->ts;
   x->ts = XFER_DONE;
   q->inflight--;
+  q->inflight_bytes -= x->count * sizeof(float);
   return ps_wait(p->client, ts, NULL);
 }
 
@@ -138,6 +151,11 @@ static xfer_t *first_inflight(queue_t *q) {
   return best;
 }
 
+static int has_credit(const ps_prio_t *p, const queue_t *q, const xfer_t *x) {
+  if (q->inflight == 0) return 1;
+  return q->inflight < PRIO_MAX_PARTS && q->inflight_bytes + x->count * sizeof(float) <= p->credit;
+}
+
 /* Takes in what has arrived, without blocking, then spends the credit. */
 static int pump(ps_prio_t *p, queue_t *q) {
   for (int i = 0; i < q->n; i++) {
@@ -146,8 +164,7 @@ static int pump(ps_prio_t *p, queue_t *q) {
     int done = ps_test(p->client, x->ts);
     if (done < 0 || (done && finish(p, q, x) != 0)) return -1;
   }
-  for (xfer_t *x; q->inflight < PRIO_CREDIT && (x = next_queued(q));)
-    DT_TRY(start(p, q, x));
+  for (xfer_t *x; (x = next_queued(q)) && has_credit(p, q, x);) DT_TRY(start(p, q, x));
   return 0;
 }
 
@@ -203,7 +220,7 @@ void ps_prio_push_layer(ps_prio_t *p, int layer, const ps_req_t *tmpl) {
 int ps_prio_flush_pushes(ps_prio_t *p) {
   DT_TRY(ps_prio_failed(p));
   for (xfer_t *x; (x = next_queued(&p->push));) {
-    if (p->push.inflight >= PRIO_CREDIT) DT_TRY(finish(p, &p->push, first_inflight(&p->push)));
+    if (!has_credit(p, &p->push, x)) DT_TRY(finish(p, &p->push, first_inflight(&p->push)));
     DT_TRY(pump(p, &p->push));
   }
   return 0;
