@@ -9,7 +9,7 @@ The weights are fifo's bit for bit (tests/e2e_ps_priority.sh); only the
 time moves.
 needs: make (build/dtrain)
 usage: bench/ps_priority.py [--rounds 5] [--models mlp,lenet] [--steps 40]
-       [--servers 2] [--partition-kb 1024] [--net latency=50us,bandwidth=1Gbit]"""
+       [--servers 2] [--partition-kb 1024] [--credit-kb N] [--net latency=50us,bandwidth=1Gbit]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 DTRAIN = os.environ.get("DTRAIN", "build/dtrain")
@@ -24,6 +24,8 @@ def ms_per_step(model, order, args, tmp):
            "--comm-order", order]
     if order != "fifo":
         cmd += ["--partition-kb", str(args.partition_kb)]
+        if args.credit_kb:
+            cmd += ["--credit-kb", str(args.credit_kb)]
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: failed: {r.stderr.strip()[-300:]}")
@@ -38,10 +40,12 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--partition-kb", type=int, default=1024)
+    ap.add_argument("--credit-kb", type=int, default=0, help="0: dtrain's default")
     ap.add_argument("--net", default="latency=50us,bandwidth=1Gbit")
     args = ap.parse_args()
     print(f"# {DTRAIN} train --workers 4 --exchange ps:{args.servers} --max-steps {args.steps} "
-          f"--batch 64 --net {args.net} --comm-order ORDER [--partition-kb {args.partition_kb}]")
+          f"--batch 64 --net {args.net} --comm-order ORDER [--partition-kb {args.partition_kb}"
+          f"{' --credit-kb %d' % args.credit_kb if args.credit_kb else ''}]")
     print(f"# load average before: {' '.join('%.2f' % x for x in os.getloadavg())} "
           f"({os.cpu_count()} cores); emulated network")
     rows = []
