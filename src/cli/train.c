@@ -73,7 +73,7 @@ static const char *TRAIN_HELP =
     "                            it (ByteScheduler, P3) [fifo]. With --exchange ps:K\n"
     "                            (sync, ssp:S, async): each layer pushed in parts as\n"
     "                            backprop readies it, the model pulled back layer by layer\n"
-    "                            (4 parts in flight), the forward waiting per layer;\n"
+    "                            (--credit-kb in flight), the forward waiting per layer;\n"
     "                            priority: first layer first (ByteScheduler); tictac: by\n"
     "                            when the forward first needs each layer, from its measured\n"
     "                            times, ties the smaller first (TicTac's TAC)\n"
