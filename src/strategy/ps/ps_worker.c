@@ -21,6 +21,11 @@
  * averaged over N x batch (N - B for backup:B): N asynchronous updates move
  * the model as far as one synchronous step.
  *
+ * --comm-order priority / tictac (ps_prio.c): the pushes go layer by
+ * layer from backprop's ready hook and the next model comes back layer by
+ * layer, the forward pass waiting per layer; what is pushed and pulled,
+ * and so a sync run's weights, are fifo's.
+ *
  * Worker 0 reports each epoch: it pulls the whole model at the epoch's
  * boundary, asks the coordinator for the epoch's statistics, gathers the
  * optimizer state for --checkpoint or has the servers save for
