@@ -105,9 +105,10 @@ check priority_two_epochs_same_test_loss sh -c "[ \"\$(grep -o '\"test_loss\":[0
 "$DTRAIN" train $ADAM0 --batch 8 --workers 3 --exchange allreduce:ring --comm-order priority --partition-kb 4194304 --checkpoint "$TMP/adam_prio.st" >/dev/null
 check priority_adam_same_bits cmp -s "$TMP/adam_ring.st" "$TMP/adam_prio.st"
 expect_error priority_needs_overlap 2 "options --comm-order priority and --overlap off do not combine" -- "$DTRAIN" train --workers 2 --comm-order priority --overlap off
-expect_error priority_needs_allreduce 2 "option --comm-order priority: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --exchange ps:1 --comm-order priority
+# (parameter servers take it too since issue 22: e2e_ps_priority.sh)
+expect_error priority_needs_allreduce 2 "option --comm-order priority: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --preset bytescheduler --exchange shared
 expect_error priority_not_sharded 2 "option --comm-order priority: does not combine with --shard-optimizer on" -- "$DTRAIN" train --workers 2 --comm-order priority --shard-optimizer on
-expect_error comm_order_values 2 "option --comm-order: 'lifo' (expected fifo or priority)" -- "$DTRAIN" train --workers 2 --comm-order lifo
+expect_error comm_order_values 2 "option --comm-order: 'lifo' (expected fifo, priority or tictac)" -- "$DTRAIN" train --workers 2 --comm-order lifo
 expect_error partition_positive 2 "option --partition-kb" -- "$DTRAIN" train --workers 2 --comm-order priority --partition-kb 0
 
 # ---- synchronous data parallelism through shared memory (local) --------------

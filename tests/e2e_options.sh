@@ -118,7 +118,7 @@ done
 expect_error fetch_every_sync_ps 2 "option --fetch-every: not used with --optimization central --schedule sync --exchange ps" -- $T --workers 2 --exchange ps:1 --fetch-every 1
 expect_error bucket_mb_under_ps 2 "option --bucket-mb: not used with --optimization central --schedule async --exchange ps" -- $T --workers 2 --exchange ps:1 --schedule async --bucket-mb 4
 expect_error overlap_under_decentral 2 "option --overlap: not used with --optimization decentral" -- $T --preset local-sgd --overlap off
-expect_error partition_kb_fifo 2 "option --partition-kb: not used with --comm-order fifo (it applies to --comm-order priority)" -- $T --workers 2 --partition-kb 64
+expect_error partition_kb_fifo 2 "option --partition-kb: not used with --comm-order fifo (it applies to --comm-order priority or tictac)" -- $T --workers 2 --partition-kb 64
 expect_error net_under_mpi 2 "option --net: not used with --comm mpi (it applies to --comm local)" -- $T --comm mpi --net latency=50us
 expect_error beta1_with_sgd 2 "option --beta1: not used with --optimizer sgd (it applies to --optimizer adam)" -- $T --beta1 0.8
 expect_error momentum_with_adam 2 "option --momentum: not used with --optimizer adam" -- $T --optimizer adam --momentum 0.9

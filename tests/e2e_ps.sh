@@ -200,7 +200,7 @@ PYEOF
 expect_error resume_ps_bad_epoch 1 "badepoch.st: metadata 'epoch' = '2x' is not an integer" -- "$DTRAIN" train $CK --epochs 3 --exchange ps:2 --resume "$TMP/badepoch.st"
 
 # ---- presets -------------------------------------------------------------------------
-presets="distbelief parameter-server petuum bosen-ssp tensorflow-ps mxnet bigdl sync-backup dc-asgd project-adam"
+presets="distbelief parameter-server petuum bosen-ssp tensorflow-ps mxnet bigdl sync-backup dc-asgd project-adam bytescheduler-ps tictac"
 [ -n "$TSAN" ] || presets="$presets hogwild"  # see above
 for p in $presets; do
   W=2; [ "$p" = project-adam ] && W=4 # 2 replicas of tp 2 (e2e_project_adam.sh)

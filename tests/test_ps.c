@@ -309,6 +309,98 @@ static void test_push_pull_across_two_servers(void) {
                                     .fn = worker_two_servers}));
 }
 
+/* --comm-order priority / tictac: a push in parts, sent out of key order
+ * and across the servers' cut, is gathered by each server and applied as
+ * one push: under sync the step equals the whole pushes' (the test above),
+ * bit for bit, and the bytes counted are the whole push's. */
+static int worker_push_in_parts(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P, cut = w->map.shards[0].end;
+  for (size_t i = 0; i < P; i++) w->g[i] = w->me ? 1.0f : 2.0f;
+  ps_req_t tmpl = {.clock = 0, .nbatches = 1, .flags = PS_PUSH_PART};
+  /* the last keys first, as backprop readies them; one part straddles the cut */
+  size_t cuts[] = {P, cut + 3, cut - 4, 7, 0};
+  for (int k = 0; k < 4; k++) {
+    size_t lo = cuts[k + 1], n = cuts[k] - lo;
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, lo, n, w->g + lo, &tmpl), NULL));
+  }
+  double pushed, pulled, blocked;
+  ps_client_totals(w->cl, &pushed, &pulled, &blocked);
+  RCHECK(pushed == (double)(P * sizeof(float)));
+  ps_req_t cond = {.clock = 1};
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, &cond), NULL));
+  RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, NULL, 3, P));
+  RCHECK(ps_client_version(w->cl, 0) == 1 && ps_client_version(w->cl, 1) == 1);
+  /* parts that cover more than a server's keys are refused */
+  if (w->me == 0) {
+    ps_req_t t2 = {.clock = 1, .nbatches = 1, .flags = PS_PUSH_PART};
+    RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, 8, w->g, &t2), NULL));
+    RCHECK_FAILS_WITH(ps_wait(w->cl, ps_push(w->cl, 0, cut, w->g, &t2), NULL), "cover more than");
+  }
+  return 0;
+}
+
+static void test_push_in_parts_is_one_push(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 2, .schedule = SCHEDULE_SYNC,
+                                    .fn = worker_push_in_parts}));
+}
+
+/* A request a server holds (a sync pull waiting for the clock) does not
+ * block the client: 300 more requests (more than its 256 slots) come and
+ * go while it waits. */
+static int worker_held_request(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  ps_req_t cond = {.clock = 1};
+  int held = ps_pull(w->cl, 0, P, 0, w->buf, &cond);
+  RCHECK(held >= 0);
+  for (int i = 0; i < 300; i++)
+    RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, (size_t)i, 1, 0, w->g, NULL), NULL));
+  RCHECK(ps_test(w->cl, held) == 0);
+  for (size_t i = 0; i < P; i++) w->g[i] = 1.0f;
+  ps_req_t tmpl = {.clock = 0, .nbatches = 1};
+  RCHECK_OK(ps_wait(w->cl, ps_push(w->cl, 0, P, w->g, &tmpl), NULL));
+  RCHECK_OK(ps_wait(w->cl, held, NULL));
+  RCHECK(sgd_step_is(w->buf, w->m->params, 0.1f, NULL, 2, P));
+  return 0;
+}
+
+static void test_held_request_does_not_block_the_client(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 2, .servers = 1, .schedule = SCHEDULE_SYNC,
+                                    .fn = worker_held_request}));
+}
+
+/* The transfers' order (ps_schedule.c), by hand. Layers 1 and 3 hold no
+ * parameters. */
+static void test_transfer_order_by_hand(void) {
+  size_t bytes[5] = {400, 0, 40, 0, 4000};
+  double start[5];
+  int out[5];
+  /* priority: layer order, whatever the times */
+  double timed[5] = {1, 2, 0.5, 1, 3};
+  CHECK(ps_transfer_order(COLL_ORDER_PRIORITY, timed, bytes, 5, start, out) == 3);
+  CHECK(out[0] == 0 && out[1] == 2 && out[2] == 4);
+  /* tictac on a timed chain: starts 0, 1, 3, 3.5, 4.5 -> layer order */
+  CHECK(ps_transfer_order(COLL_ORDER_TICTAC, timed, bytes, 5, start, out) == 3);
+  CHECK(out[0] == 0 && out[1] == 2 && out[2] == 4);
+  CHECK(start[0] == 0 && start[2] == 3 && start[4] == 4.5);
+  /* before any forward is timed every start is 0: the smallest transfer first */
+  double untimed[5] = {0};
+  CHECK(ps_transfer_order(COLL_ORDER_TICTAC, untimed, bytes, 5, start, out) == 3);
+  CHECK(out[0] == 2 && out[1] == 0 && out[2] == 4);
+  /* layers 0 and 1 cost nothing: layers 0 and 2 both start at 0 (40 bytes
+   * go before 400), layer 4 at 2 */
+  double free_front[5] = {0, 0, 2, 0, 1};
+  CHECK(ps_transfer_order(COLL_ORDER_TICTAC, free_front, bytes, 5, start, out) == 3);
+  CHECK(out[0] == 2 && out[1] == 0 && out[2] == 4);
+  /* a late layer that is cheap to send does not jump an earlier one */
+  size_t big_front[5] = {4000, 0, 400, 0, 40};
+  CHECK(ps_transfer_order(COLL_ORDER_TICTAC, timed, big_front, 5, start, out) == 3);
+  CHECK(out[0] == 0 && out[1] == 2 && out[2] == 4);
+  /* equal sizes and starts: layer order */
+  size_t same[5] = {8, 0, 8, 0, 8};
+  CHECK(ps_transfer_order(COLL_ORDER_TICTAC, untimed, same, 5, start, out) == 3);
+  CHECK(out[0] == 0 && out[1] == 2 && out[2] == 4);
+}
+
 /* backup:1 with 3 workers: the step is taken with the first two pushes;
  * the third, computed on the old version, is dropped. */
 static int worker_backup(comm_t *c, ps_rank_t *w) {
@@ -857,6 +949,9 @@ int main(void) {
   RUN(test_shard_plan_whole_tensors_for_lars);
   RUN(test_server_rejects_bad_input_and_keeps_serving);
   RUN(test_push_pull_across_two_servers);
+  RUN(test_push_in_parts_is_one_push);
+  RUN(test_transfer_order_by_hand);
+  RUN(test_held_request_does_not_block_the_client);
   RUN(test_backup_drops_the_late_gradient);
   RUN(test_dc_asgd_update_is_the_papers);
   RUN(test_dc_asgd_adaptive_update_is_the_papers);

@@ -88,6 +88,7 @@ int allgather_ring(coll_ctx_t *ctx, float *buf, size_t count);
 int gather_to_root(coll_ctx_t *ctx, int root, const float *in, float *out, size_t count_per_rank);
 void coll_block(size_t count, int parts, int i, size_t *off, size_t *len);
 /* The order in which overlapped requests run (coll_async.h): submission
- * order, or the lowest priority first. */
-typedef enum { COLL_ORDER_FIFO = 0, COLL_ORDER_PRIORITY } coll_order_t;
+ * order, or the lowest priority first. TICTAC: the parameter servers'
+ * timing-aware order (src/strategy/ps/ps_schedule.c); not a collective's. */
+typedef enum { COLL_ORDER_FIFO = 0, COLL_ORDER_PRIORITY, COLL_ORDER_TICTAC } coll_order_t;
 #endif

@@ -157,6 +157,8 @@ struct layer {
   int tp_partial_dx;               /* COLUMN: leave the input gradient partial, the caller
                                     * sums it (the one weird trick's reduce-scatter) */
   int cols_bf16;                   /* conv2d: the last forward left its columns in bf16 */
+  double forward_sec;              /* seconds its forward passes took since it was built
+                                    * (TicTac's timings: src/strategy/ps/ps_schedule.c) */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);

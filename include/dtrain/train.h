@@ -53,6 +53,8 @@ typedef struct {
   int overlap;                  /* start bucket allreduces during backprop */
   coll_order_t comm_order;      /* FIFO, or PRIORITY: the next forward's layers first */
   size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
+  size_t credit_bytes;          /* parameter servers, PRIORITY / TICTAC: bytes in flight each
+                                 * way at most (ByteScheduler's credit) */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   int balance;                  /* split each synchronous step's batch by measured speed */
   /* gradient compression (src/compress/), in the reducer of synchronous

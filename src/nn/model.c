@@ -355,6 +355,7 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
     layer_meter_t mt = meter_start(l);
     l->ops->forward(l, layer_input(r, l, x), n, train, rng);
     double t1 = meter_stop(r, l, &mt);
+    l->forward_sec += t1 - mt.t0;
     if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, l->ops->name, i, mt.t0, t1);
   }
 }

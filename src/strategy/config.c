@@ -36,6 +36,7 @@ void train_config_default(train_config_t *c) {
   c->overlap = 1;
   c->comm_order = COLL_ORDER_FIFO;
   c->partition_bytes = 1u << 20;
+  c->credit_bytes = 16000000; /* ByteScheduler's default credit: 4 M parameters */
   c->straggler_rank = -1;
   c->fetch_every = c->push_every = 1;
   c->kill_rank = -1;
@@ -196,11 +197,17 @@ static int shard_check(const train_config_t *c) {
  * pass, which needs the buckets of synchronous data parallelism started
  * during backprop, each whole on every rank. */
 static int comm_order_check(const train_config_t *c) {
-  if (c->comm_order != COLL_ORDER_PRIORITY) return 0;
+  if (c->comm_order == COLL_ORDER_FIFO) return 0;
+  if (c->exchange == EXCHANGE_PS && c->optimization == OPTIMIZATION_CENTRAL)
+    return 0; /* ps_config.c checks the parameter servers' */
+  if (c->comm_order == COLL_ORDER_TICTAC)
+    return dt_error("option --comm-order tictac: orders the transfers to and from parameter "
+                    "servers (--exchange ps:K); for allreduce use --comm-order priority");
   if (c->exchange != EXCHANGE_ALLREDUCE || c->optimization != OPTIMIZATION_CENTRAL ||
       c->schedule != SCHEDULE_SYNC)
     return dt_error("option --comm-order priority: applies to synchronous data parallelism "
-                    "(--optimization central --schedule sync --exchange allreduce:ALGO)");
+                    "(--optimization central --schedule sync --exchange allreduce:ALGO) and to "
+                    "parameter servers (--exchange ps:K)");
   if (!c->overlap)
     return dt_error("options --comm-order priority and --overlap off do not combine: priority "
                     "orders the allreduces that run during compute (use --overlap on)");
@@ -282,10 +289,11 @@ static int compress_check(const train_config_t *c) {
                     "to each server; %s needs the synchronous allreduce (use topk:R there)", name,
                     k->kind == CODEC_POWERSGD ? "PowerSGD sums its factors by allreduce and"
                                               : "DGC's momentum correction");
-  if (c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || c->balance)
+  if (c->shard_optimizer || c->comm_order != COLL_ORDER_FIFO || c->balance)
     return dt_error("option --compress %s: does not combine with %s (use the default FIFO, "
                     "unsharded, even reducer)", name, c->shard_optimizer ? "--shard-optimizer on"
-                    : c->balance ? "--balance on" : "--comm-order priority");
+                    : c->balance ? "--balance on" : c->comm_order == COLL_ORDER_TICTAC
+                    ? "--comm-order tictac" : "--comm-order priority");
   if (c->error_feedback == 1 && !codec_biased(k))
     return dt_error("option --error-feedback on: %s is unbiased, and error feedback is for biased "
                     "codecs (fp16, bf16, int8, onebit, topk, randomk, threshold, dgc, powersgd); "

@@ -62,8 +62,10 @@ static int is_data_parallel(const train_config_t *c) {
 static int is_sync_dp(const train_config_t *c) {
   return is_data_parallel(c) && c->schedule == SCHEDULE_SYNC;
 }
+static int takes_comm_order(const train_config_t *c) { return is_sync_dp(c) || is_ps(c); }
+static int is_ps_priority(const train_config_t *c) { return is_ps(c) && c->comm_order != COLL_ORDER_FIFO; }
 static int is_priority(const train_config_t *c) {
-  return is_sync_dp(c) && c->comm_order == COLL_ORDER_PRIORITY;
+  return (is_sync_dp(c) || is_ps(c)) && c->comm_order != COLL_ORDER_FIFO;
 }
 static int is_balanceable(const train_config_t *c) {
   return !is_decentral(c) && c->schedule == SCHEDULE_SYNC &&
@@ -137,8 +139,9 @@ static const option_t OPTIONS[] = {
     {"exchange", 0, NULL, NULL, AX_STRATEGY},
     {"bucket-mb", 0, is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
     {"overlap", 0, is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
-    {"comm-order", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
-    {"partition-kb", 0, is_priority, "--comm-order priority", AX_COMM_ORDER},
+    {"comm-order", 0, takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
+    {"partition-kb", 0, is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
+    {"credit-kb", 0, is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
     {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {"balance", 0, is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
@@ -474,9 +477,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "comm-order")) {
     if (!strcmp(val, "fifo")) c->comm_order = COLL_ORDER_FIFO;
     else if (!strcmp(val, "priority")) c->comm_order = COLL_ORDER_PRIORITY;
-    else return dt_error("option --comm-order: '%s' (expected fifo or priority)", val);
+    else if (!strcmp(val, "tictac")) c->comm_order = COLL_ORDER_TICTAC;
+    else return dt_error("option --comm-order: '%s' (expected fifo, priority or tictac)", val);
     return 0;
   }
+  if (!strcmp(name, "credit-kb"))
+    return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->credit_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "partition-kb"))
     return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
   if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
@@ -645,7 +651,8 @@ static int check_used(const parse_state_t *st) {
     case AX_COMM: snprintf(now, sizeof now, "--comm %s", c->comm == COMM_MPI ? "mpi" : "local"); break;
     case AX_COMM_ORDER:
       snprintf(now, sizeof now, "--comm-order %s",
-               c->comm_order == COLL_ORDER_PRIORITY ? "priority" : "fifo");
+               c->comm_order == COLL_ORDER_PRIORITY ? "priority"
+               : c->comm_order == COLL_ORDER_TICTAC ? "tictac" : "fifo");
       break;
     default:
       snprintf(now, sizeof now, "--optimization %s --schedule %s --exchange %s",

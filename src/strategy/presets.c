@@ -84,6 +84,16 @@ static const preset_t PRESETS[] = {
      * stale. MXNet's KVStore modes (dist_sync, dist_async) set no
      * staleness bound; the taxonomy's bounded reading is ps-lite's bounded
      * delay (preset parameter-server, or add --schedule ssp:S). */
+    {"bytescheduler-ps", "central / sync / ps:n, each layer pushed in 1 MB parts as backprop readies it, "
+                         "pulled back first layer first with a credit, the forward waiting per layer",
+     "Peng et al. 2019, A Generic Communication Scheduler for Distributed DNN Training "
+     "Acceleration (ByteScheduler: its scheduler covers MXNet's parameter servers too)",
+     "--optimization central --schedule sync --exchange ps:n --comm-order priority --partition-kb 1024"},
+    {"tictac", "central / sync / ps:n, transfers ordered by when the forward pass first needs "
+               "each layer (measured times; ties: the smaller first), the forward waiting per layer",
+     "Hashemi et al. 2019, TicTac: Accelerating Distributed Deep Learning with Communication "
+     "Scheduling (TAC, on TensorFlow's parameter servers)",
+     "--optimization central --schedule sync --exchange ps:n --comm-order tictac --partition-kb 1024"},
     {"tensorflow-ps", "central / backup:1 (bounded: a step takes the first N-1 gradients, a gradient "
                       "of an older step is dropped) / ps:n: a server beside every worker",
      "Abadi et al. 2016, TensorFlow: A System for Large-Scale Machine Learning (sec. 4.4, "

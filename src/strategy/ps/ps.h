@@ -115,6 +115,9 @@ typedef enum {
 #define PS_PULL_FLUSHED 2 /* wait until epoch `epoch` is flushed here */
 #define PS_PULL_NEWER 16  /* wait for a version newer than this worker's last pull */
 #define PS_PULL_DENSE 32  /* --compress-pulls: send the shard whole, and make it the mirror */
+/* PUSH flags */
+#define PS_PUSH_PART 64   /* one part of a push: the server gathers the parts of its
+                           * range (one clock, one epoch) and applies them as one push */
 /* NEXT flags */
 #define PS_NEXT_WAIT 4     /* nothing left to push: wait for the next epoch */
 #define PS_NEXT_REPORTED 8 /* worker 0 has reported epoch `epoch` */
@@ -196,6 +199,9 @@ int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
 int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t extra_len);
 /* reply: the first server's answer (may be NULL). */
 int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
+/* Whether every server has answered ts, without blocking (then ps_wait
+ * returns at once). 1: yes, 0: not yet, -1: failed. */
+int ps_test(ps_client_t *c, int ts);
 int64_t ps_client_version(const ps_client_t *c, int server);
 /* sync/ssp: the clock of the parameters last pulled whole, the least over
  * the shards (ps_reply_t.clock); 0 before the first pull. */
@@ -206,6 +212,34 @@ int64_t ps_client_clock(const ps_client_t *c);
  * else it pulls. */
 int ps_cache_fresh(int64_t cached, int64_t clock, int staleness);
 void ps_client_totals(const ps_client_t *c, double *pushed, double *pulled, double *blocked);
+
+/* ---- the order of a worker's transfers (ps_schedule.c) -------------------------
+ * --comm-order priority or tictac: the layers that hold parameters
+ * (bytes[i] > 0), most urgent first, into out; returns their count.
+ * priority: layer order. tictac: by the forward's start time of the layer
+ * (the sum of fwd_sec over the layers before it), ties by the smaller
+ * transfer, then layer order. start: nlayers doubles of scratch. Pure. */
+int ps_transfer_order(coll_order_t order, const double *fwd_sec, const size_t *bytes, int nlayers,
+                      double *start, int *out);
+
+/* ---- a worker's transfers layer by layer, most urgent first (ps_prio.c) ----------
+ * --comm-order priority / tictac. Pushes: push_layer from backprop's
+ * ready hook (tmpl: the push's clock, epoch and statistics; the parts go
+ * as PS_PUSH_PART), flush_pushes after backprop starts what the credit
+ * held back, finish_pushes waits for every answer. Pulls: pull asks for
+ * the whole model layer by layer (cond: the pull's template), wait_layer
+ * (from the forward pass's param_wait hook) waits for one layer's parts. A hook's failure is kept and
+ * reported by ps_prio_failed. */
+typedef struct ps_prio ps_prio_t;
+int ps_prio_new(ps_client_t *client, model_t *m, const train_config_t *cfg, ps_prio_t **out);
+void ps_prio_free(ps_prio_t *p);
+int ps_prio_pull(ps_prio_t *p, const ps_req_t *cond);
+void ps_prio_wait_layer(ps_prio_t *p, int layer);
+void ps_prio_push_layer(ps_prio_t *p, int layer, const ps_req_t *tmpl);
+int ps_prio_flush_pushes(ps_prio_t *p);
+int ps_prio_finish_pushes(ps_prio_t *p);
+int ps_prio_finish(ps_prio_t *p);   /* every push and pull answered */
+int ps_prio_failed(const ps_prio_t *p);
 
 /* ---- server -------------------------------------------------------------------
  * Runs server `index` of cfg's parameter servers on world rank

@@ -4,9 +4,9 @@
  * has answered. A request to one server (NEXT, STATS, SAVE, BYE) is a
  * timestamp too.
  *
- * One timestamp is one slot of PS_MAX_INFLIGHT; its reply tags are the
- * slot's, so answers that a server defers (a pull waiting for a clock)
- * can never be taken for another request's. */
+ * One timestamp is one slot of PS_MAX_INFLIGHT (ts % PS_MAX_INFLIGHT); its
+ * reply tags are the slot's, so answers that a server defers (a pull
+ * waiting for a clock) can never be taken for another request's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,14 +186,22 @@ static const void *encode_part(ps_client_t *c, ps_part_t *p, const float *vals, 
   return p->enc;
 }
 
+/* The next free slot from next_ts on, its timestamp the next number that
+ * falls on it: a request one slow server holds does not block the others'
+ * (priority order issues hundreds of parts a step). */
 static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
-  ps_handle_t *h = &c->slots[c->next_ts % PS_MAX_INFLIGHT];
-  if (h->used) {
+  ps_handle_t *h = NULL;
+  for (int i = 0; i < PS_MAX_INFLIGHT && !h; i++)
+    if (!c->slots[(c->next_ts + i) % PS_MAX_INFLIGHT].used) {
+      *ts = c->next_ts + i;
+      h = &c->slots[*ts % PS_MAX_INFLIGHT];
+    }
+  if (!h) {
     dt_error("parameter-server client: more than %d requests in flight (wait on some)",
              PS_MAX_INFLIGHT);
     return NULL;
   }
-  *ts = c->next_ts++;
+  c->next_ts = *ts + 1;
   h->used = 1;
   h->nparts = 0;
   h->started = dt_trace ? dt_now() : 0;
@@ -263,7 +271,8 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
   }
   for (int j = 0; j < h->nparts && rc == 0; j++) {
     ps_part_t *p = &h->parts[j];
-    if (op == PS_OP_PUSH) p->req.bytes_pushed = c->pushed + bytes; /* this push included */
+    if (op == PS_OP_PUSH && !(p->req.flags & PS_PUSH_PART))
+      p->req.bytes_pushed = c->pushed + bytes; /* this push included (a part: its caller's count) */
     rc = part_start(c, p, ts, data[j]);
   }
   if (rc != 0) {
@@ -365,6 +374,21 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   h->used = 0;
   c->blocked += dt_now() - t0;
   return rc;
+}
+
+int ps_test(ps_client_t *c, int ts) {
+  ps_handle_t *h = &c->slots[ts % PS_MAX_INFLIGHT];
+  if (ts < 0 || !h->used) return dt_error("parameter-server client: no request %d in flight", ts);
+  for (int i = 0; i < h->nparts; i++) {
+    ps_part_t *p = &h->parts[i];
+    comm_req_t *reqs[] = {p->send_req, p->send_data, p->recv_reply, p->recv_values};
+    for (size_t j = 0; j < sizeof reqs / sizeof reqs[0]; j++) {
+      int done = 1;
+      if (reqs[j] && comm_test(c->world, reqs[j], &done) != 0) return -1;
+      if (!done) return 0;
+    }
+  }
+  return 1;
 }
 
 int64_t ps_client_version(const ps_client_t *c, int server) { return c->version[server]; }

@@ -75,7 +75,30 @@ static int check_faults(const train_config_t *c) {
   return 0;
 }
 
+/* --comm-order priority / tictac with parameter servers: a worker pushes
+ * each layer's keys in parts as backprop readies them and pulls them
+ * back layer by layer (ps_prio.c). What needs a push or a pull whole is
+ * refused, with why. */
+static int check_comm_order(const train_config_t *c) {
+  if (c->comm_order == COLL_ORDER_FIFO || c->exchange != EXCHANGE_PS) return 0;
+  const char *name = c->comm_order == COLL_ORDER_TICTAC ? "tictac" : "priority";
+  if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
+    return dt_error("option --comm-order %s: not with --schedule %s, whose servers keep each "
+                    "worker's model as it pulled it whole (the value bound's snapshots, backup's "
+                    "wait for a newer version); use sync, ssp:S or async", name,
+                    schedule_name(c->schedule));
+  const char *other = c->dc_asgd > 0           ? "--dc-asgd (it compensates against the model a worker pulled whole)"
+                      : c->ps_refresh_lazy      ? "--ps-refresh lazy (its cache decides whether to pull the whole model)"
+                      : c->push_every > 1       ? "--push-every (a push sums several batches; the layers go as one batch's backprop readies them)"
+                      : c->tp > 1               ? "--tp (a replica's keys are packed blocks, not layer ranges)"
+                      : c->compress.kind != CODEC_NONE ? "--compress (a codec encodes a shard's push as one message)"
+                                                : NULL;
+  if (other) return dt_error("option --comm-order %s: not with %s", name, other);
+  return 0;
+}
+
 int ps_check(const train_config_t *c) {
+  DT_TRY(check_comm_order(c));
   if (c->exchange == EXCHANGE_SHARED && c->comm != COMM_LOCAL)
     return dt_error("option --exchange shared needs shared memory: use --comm local (ranks of "
                     "--comm mpi are separate processes; --exchange allreduce works on both)");

@@ -117,6 +117,7 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
   wst->bytes_pushed = req->bytes_pushed;
   wst->bytes_pulled = req->bytes_pulled;
   wst->blocked_sec = req->blocked_sec;
+  if (req->flags & PS_PUSH_PART) return; /* the rest counts the push once, whole */
   if (s->rule->pool && (req->epoch != c->epoch || c->closed)) return; /* late: dropped */
   ps_epoch_stats_t *st = stats_of(c, req->epoch);
   st->loss_sum += req->loss_sum;

@@ -9,9 +9,10 @@
  * (rule_*.c, through the s->rule table); server 0 also coordinates
  * (ps_coord.c). ps_server.h says who owns what.
  *
- * Replies are sent without waiting. A pull of the whole shard is sent
- * from a copy (the worker's snapshot); the values of other pulls point
- * into the shard, so an update first waits for those still in flight. */
+ * Replies are sent without waiting. A pull of parameters is sent from a
+ * copy (the worker's snapshot); the values of other pulls (optimizer
+ * state) point into the shard, so an update first waits for those still
+ * in flight. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct ps_deferred {
 struct ps_out {
   int used, into_state;      /* values point into params / optimizer state */
   int snap_of;               /* values are worker w's snapshot (-1: not) */
+  size_t snap_lo, snap_hi;   /* ... its offsets [snap_lo, snap_hi) */
   ps_reply_t hdr;
   comm_req_t *hdr_req, *val_req;
 };
@@ -78,9 +80,12 @@ static void wait_state_sends(ps_server_t *s) {
     if (s->out[i].used && s->out[i].into_state) out_done(s, &s->out[i], 1);
 }
 
-static void wait_snapshot_sends(ps_server_t *s, int w) {
-  for (int i = 0; i < s->cap_out; i++)
-    if (s->out[i].used && s->out[i].snap_of == w) out_done(s, &s->out[i], 1);
+/* Worker w's replies still sent from offsets [lo, hi) of its snapshot. */
+static void wait_snapshot_sends(ps_server_t *s, int w, size_t lo, size_t hi) {
+  for (int i = 0; i < s->cap_out; i++) {
+    const ps_out_t *o = &s->out[i];
+    if (o->used && o->snap_of == w && o->snap_lo < hi && lo < o->snap_hi) out_done(s, &s->out[i], 1);
+  }
 }
 
 static ps_out_t *free_out(ps_server_t *s) {
@@ -151,32 +156,41 @@ int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req) {
 /* A pull of the whole shard's parameters is what the worker computes on
  * next: it is copied into the worker's snapshot and sent from there, so
  * the next update need not wait until the worker has taken it (on an
- * oversubscribed machine it may not run for a while). */
+ * oversubscribed machine it may not run for a while). A pull of part of
+ * them (--comm-order priority, tictac: a layer's part) goes the same way,
+ * through its offsets of the snapshot; the version pulled is a whole
+ * pull's (the value bound and DC-ASGD, which take no pull in parts,
+ * compare against the snapshot). */
 static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep) {
   ps_worker_state_t *ws = &s->workers[src];
-  wait_snapshot_sends(s, src); /* its previous reply, if a client pulls twice at once */
-  ws->pulled_version = s->version;
-  ws->own_steps_at_pull = ws->own_steps;
-  const void *vals = ws->snapshot;
-  size_t bytes = s->len * sizeof(float);
-  if (ws->pull_enc && !(req->flags & PS_PULL_DENSE)) { /* the change since its last pull */
+  size_t lo = req->begin - s->r.begin, n = req->count;
+  wait_snapshot_sends(s, src, lo, lo + n); /* its previous reply, if a client pulls twice at once */
+  if (n == s->len) {
+    ws->pulled_version = s->version;
+    ws->own_steps_at_pull = ws->own_steps;
+  }
+  const void *vals = ws->snapshot + lo;
+  size_t bytes = n * sizeof(float);
+  if (ws->pull_enc && !(req->flags & PS_PULL_DENSE)) {
+    /* the change since its last pull: whole shards only (--compress-pulls
+     * is refused with the priority orders, which pull in parts) */
     uint64_t link = rng_derive(s->cfg->seed ^ 0x70756c6c636f6d70ull, (uint64_t)s->index, (uint64_t)src);
     uint64_t seed = rng_derive(link, (uint64_t)ws->pulls++, 0);
     bytes = mirror_encode(&s->cfg->compress, s->params, ws->snapshot, s->len, seed, ws->pull_enc,
                           s->mirror_scratch);
     vals = ws->pull_enc;
   } else {
-    memcpy(ws->snapshot, s->params, bytes);
+    memcpy(ws->snapshot + lo, s->params + lo, bytes);
   }
   ps_out_t *o = send_reply(s, src, req, rep, vals, bytes);
-  if (o) o->snap_of = src;
+  if (o) o->snap_of = src, o->snap_lo = lo, o->snap_hi = lo + n;
   return 0;
 }
 
 /* Drains the values of a rejected push when they fit, so that the sender
  * is not left waiting; larger ones are left to the sender to cancel. */
 static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
-  if (req->op != PS_OP_PUSH || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
+  if (req->op != PS_OP_PUSH || (req->flags & PS_PUSH_GATHERED) || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
     return;
   if (req->encoded > s->encoded_cap) return;
   int from = rank_of(s, src);
@@ -250,7 +264,10 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = 
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
   int rc, from = rank_of(s, src);
-  if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
+  if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
+    memcpy(dst, s->workers[src].part.buf, s->len * sizeof(float));
+    rc = 0;
+  } else if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compress, s->encoded, req->encoded, req->nvalues, dst);
@@ -362,7 +379,8 @@ static const char *op_name(int op) {
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
-/* The keys must lie in this shard; a push carries the whole shard. */
+/* The keys must lie in this shard; a push carries the whole shard, or
+ * is one part of it. */
 static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
   uint64_t b = req->begin, n = req->count;
   if (n == 0 || b >= s->map.nparams || n > s->map.nparams - b)
@@ -380,7 +398,11 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
     return ps_server_reject(s, src, req, "an encoded push of %llu bytes (%s)",
                             (unsigned long long)req->encoded, s->cfg->compress.kind == CODEC_NONE
                             ? "this server runs without --compress" : "more than its codec takes"), -1;
-  if (req->op == PS_OP_PUSH && (b != s->r.begin || n != s->len))
+  if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_GATHERED))
+    return ps_server_reject(s, src, req, "push flags 0x%x: not a flag a worker sends", req->flags), -1;
+  if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_PART) && req->encoded)
+    return ps_server_reject(s, src, req, "an encoded push in parts: a push in parts is plain floats"), -1;
+  if (req->op == PS_OP_PUSH && !(req->flags & PS_PUSH_PART) && (b != s->r.begin || n != s->len))
     return ps_server_reject(s, src, req, "push of keys [%llu, %llu): a push carries this "
                             "server's whole range [%zu, %zu)", (unsigned long long)b,
                             (unsigned long long)(b + n), s->r.begin, s->r.end), -1;
@@ -396,8 +418,7 @@ static int pull_ready(const ps_server_t *s, int src, const ps_req_t *req) {
 
 static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
   ps_reply_t rep = ps_server_header(s, req->epoch);
-  if (req->which == 0 && req->begin == s->r.begin && req->count == s->len)
-    return reply_snapshot(s, src, req, &rep);
+  if (req->which == 0) return reply_snapshot(s, src, req, &rep);
   const float *base = req->which == 0                      ? s->params
                       : req->which == PS_WHICH_MEAN_SQUARE ? s->dc_mean_square
                                                            : s->opt->state[req->which - 1];
@@ -436,6 +457,40 @@ static int push_is_late(const ps_server_t *s, const ps_req_t *req) {
 static int drop_late_push(ps_server_t *s, int src, const ps_req_t *req) {
   drain_push(s, src, req);
   return ps_server_ack(s, src, req);
+}
+
+/* A part of a push (--comm-order priority, tictac): received into the
+ * worker's part buffer; the part that completes the shard hands the whole
+ * to the rule as one push (its clock, epoch, version and statistics are
+ * the last part's), so the rule, its sums and the bytes are a whole
+ * push's. A part of another clock or epoch starts the gathering over: the
+ * rest of a push that --epoch-fraction cut never comes. */
+static int gather_part(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_worker_state_t *ws = &s->workers[src];
+  if (!ws->part.buf && !(ws->part.buf = dt_alloc_floats(s->len))) return -1;
+  if (ws->part.got && (req->clock != ws->part.clock || req->epoch != ws->part.epoch)) ws->part.got = 0;
+  if (ws->part.got + req->nvalues > s->len) {
+    ws->part.got = 0;
+    return ps_server_reject(s, src, req, "push parts of clock %lld cover more than this server's "
+                            "%zu keys", (long long)req->clock, s->len);
+  }
+  ws->part.clock = req->clock;
+  ws->part.epoch = req->epoch;
+  float *dst = ws->part.buf + (req->begin - s->r.begin);
+  if (comm_recv(s->world, rank_of(s, src), PS_TAG_DATA, dst, req->nvalues * sizeof(float)) != 0) {
+    dt_log(DT_LOG_ERROR, "server %d (rank %d): push part from rank %d: %s", s->index, s->rank,
+           rank_of(s, src), dt_errmsg());
+    return 0;
+  }
+  ws->part.got += req->nvalues;
+  if (ws->part.got < s->len) return ps_server_ack(s, src, req);
+  ws->part.got = 0;
+  ps_req_t whole = *req;
+  whole.flags = (req->flags & ~PS_PUSH_PART) | PS_PUSH_GATHERED;
+  whole.begin = s->r.begin;
+  whole.count = whole.nvalues = s->len;
+  if (s->coord) ps_coord_heard(s, src, &whole); /* the push's statistics, once */
+  return s->rule->push(s, src, &whole);
 }
 
 /* FLUSH, DEAD and STOP come from the coordinator only. */
@@ -477,6 +532,7 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
     if (s->rule->pool && push_is_late(s, req)) return drop_late_push(s, src, req);
+    if (req->flags & PS_PUSH_PART) return gather_part(s, src, req);
     return s->rule->push(s, src, req);
   case PS_OP_PULL: return handle_pull(s, src, req);
   case PS_OP_SAVE: return handle_save(s, src, req);
@@ -688,6 +744,7 @@ static void teardown(ps_server_t *s) {
   dt_free(s->dc_mean_square);
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
+    dt_free(s->workers[w].part.buf);
     dt_free(s->workers[w].snapshot);
     dt_free(s->workers[w].pull_enc);
   }

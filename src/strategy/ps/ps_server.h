@@ -37,6 +37,13 @@ typedef struct {
    * last pull: those since are in its cache under --ps-refresh lazy */
   int64_t own_steps, own_steps_at_pull;
   int dead;                  /* written off by the coordinator */
+  /* ps_server.c: a push arriving in parts (PS_PUSH_PART, --comm-order
+   * priority or tictac), gathered until they cover the shard */
+  struct {
+    float *buf;              /* [len], allocated on the first part */
+    size_t got;              /* keys received of the push being gathered */
+    int64_t clock, epoch;    /* its clock (or first batch) and epoch */
+  } part;
   /* The worker's gradient received and not yet applied. ps_server_store_push
    * fills grad and what it was computed on; the rule does the rest. */
   struct {
@@ -136,6 +143,10 @@ struct ps_server {
   int stop;
   double rejected;
 };
+
+/* A push whose parts have all come (server-internal, refused on the wire):
+ * its values are in the worker's part buffer, not on the wire. */
+#define PS_PUSH_GATHERED (1 << 30)
 
 /* ---- ps_server.c: for the rules ---------------------------------------------- */
 /* Receives worker src's push into its gradient slot (or, dropped, into

@@ -21,6 +21,11 @@
  * averaged over N x batch (N - B for backup:B): N asynchronous updates move
  * the model as far as one synchronous step.
  *
+ * --comm-order priority / tictac (ps_prio.c): the pushes go layer by
+ * layer from backprop's ready hook and the next model comes back layer by
+ * layer, the forward pass waiting per layer; what is pushed and pulled,
+ * and so a sync run's weights, are fifo's.
+ *
  * Worker 0 reports each epoch: it pulls the whole model at the epoch's
  * boundary, asks the coordinator for the epoch's statistics, gathers the
  * optimizer state for --checkpoint or has the servers save for
@@ -58,6 +63,14 @@ typedef struct {
   int64_t batches_per_epoch;
   int64_t local_steps;        /* batches this worker has computed (--kill counts these) */
   int push_ts;                /* push in flight, or -1 */
+  ps_prio_t *prio;            /* --comm-order priority / tictac: layer by layer (NULL: fifo) */
+  /* the batch being computed: its push's template and, until backprop
+   * first readies a layer, the worker's sums before it (priority order
+   * pushes the batch's statistics with its first part) */
+  ps_req_t *tmpl;
+  double loss0;
+  int64_t n0, c0;
+  int figures_in;
   int cached;                 /* --ps-refresh lazy: the parameters held come from a pull */
   /* --push-every > 1: gradients summed since the last push */
   float *acc;
@@ -146,12 +159,32 @@ static int finish_pull(psw_t *p, int ts, float *arena, int share) {
 
 static int pull_model(psw_t *p, int flags, int64_t min_version, int64_t epoch) {
   ps_req_t cond = {.flags = flags, .clock = min_version, .epoch = epoch};
+  if (p->prio && ps_prio_finish(p->prio) != 0) return -1; /* no layer's pull lands after it */
   return pull_keys(p, 0, p->w->model->params, &cond);
 }
 
-static int finish_model_pull(psw_t *p, int ts) { return finish_pull(p, ts, p->w->model->params, 1); }
+/* The next model: whole (fifo), or layer by layer in priority order,
+ * the forward pass waiting for each layer (-2: nothing to wait for here). */
+static int pull_next_model(psw_t *p, int flags, int64_t min_version, int64_t epoch) {
+  if (!p->prio) return pull_model(p, flags, min_version, epoch);
+  ps_req_t cond = {.flags = flags, .clock = min_version, .epoch = epoch};
+  double t0 = dt_now();
+  int rc = ps_prio_pull(p->prio, &cond);
+  worker_comm_since(p->w, t0);
+  return rc == 0 ? -2 : -1;
+}
+
+static int finish_model_pull(psw_t *p, int ts) {
+  return ts == -2 && p->prio ? 0 : finish_pull(p, ts, p->w->model->params, 1);
+}
 
 static int finish_push(psw_t *p) {
+  if (p->prio) {
+    double t0 = dt_now();
+    int rc = ps_prio_finish_pushes(p->prio);
+    worker_comm_since(p->w, t0);
+    return rc;
+  }
   if (p->push_ts < 0) return 0;
   int ts = p->push_ts;
   p->push_ts = -1;
@@ -165,17 +198,48 @@ static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
   return p->push_ts < 0 ? -1 : 0;
 }
 
+/* The batch's loss, samples and correct count into its push's template,
+ * once: known after the forward pass. */
+static void batch_figures(psw_t *p) {
+  worker_t *w = p->w;
+  if (p->figures_in) return;
+  p->figures_in = 1;
+  p->tmpl->loss_sum += w->epoch_loss_sum - p->loss0;
+  p->tmpl->samples += (double)(w->epoch_samples - p->n0);
+  p->tmpl->correct += (double)(w->epoch_correct - p->c0);
+  p->tmpl->nbatches++;
+}
+
+/* Priority order, the forward pass's param_wait hook: the layer's pull in. */
+static void pull_wait_layer(void *ctx, int layer) {
+  psw_t *p = ctx;
+  ps_prio_wait_layer(p->prio, layer);
+}
+
+/* Priority order, backprop's ready hook: the layer's gradient goes. */
+static void push_ready_layer(void *ctx, int layer) {
+  psw_t *p = ctx;
+  batch_figures(p);
+  ps_prio_push_layer(p->prio, layer, p->tmpl);
+}
+
 /* Gradient of `count` samples at `begin` of the epoch order; tmpl gets the
- * batch's loss, samples and correct count. */
+ * batch's figures. Priority order: its layers pushed as backprop readies
+ * them, the forward pass waiting for each layer's pull. */
 static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tmpl) {
   worker_t *w = p->w;
-  double loss0 = w->epoch_loss_sum;
-  int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
-  DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
-  tmpl->loss_sum += w->epoch_loss_sum - loss0;
-  tmpl->samples += (double)(w->epoch_samples - n0);
-  tmpl->correct += (double)(w->epoch_correct - c0);
-  tmpl->nbatches++;
+  p->tmpl = tmpl;
+  p->loss0 = w->epoch_loss_sum;
+  p->n0 = w->epoch_samples, p->c0 = w->epoch_correct;
+  p->figures_in = 0;
+  step_hooks_t hooks = {pull_wait_layer, push_ready_layer, p};
+  if (!p->prio) {
+    DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
+  } else {
+    DT_TRY(worker_compute_gradient(w, begin, count, denom, &hooks));
+    DT_TRY(ps_prio_failed(p->prio));
+  }
+  batch_figures(p);
   p->local_steps++;
   return 0;
 }
@@ -345,7 +409,7 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   model_t *m = w->model;
   int64_t c = w->step, min = c - p->S > 0 ? c - p->S : 0;
   if (refresh_due(p, c)) {
-    int pull = pull_model(p, 0, min, epoch);
+    int pull = pull_next_model(p, 0, min, epoch);
     if (finish_push(p) != 0 || finish_model_pull(p, pull) != 0) return -1;
     p->cached = 1;
   } else if (finish_push(p) != 0) {
@@ -355,7 +419,7 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   worker_step_slice(w, k, &begin, &count, &global);
   ps_req_t tmpl = {.clock = c, .epoch = epoch};
   DT_TRY(compute(p, begin, count, (int)global, &tmpl));
-  DT_TRY(start_push(p, own_grads(p), &tmpl));
+  DT_TRY(p->prio ? ps_prio_flush_pushes(p->prio) : start_push(p, own_grads(p), &tmpl));
   if (w->cfg->ps_refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
   w->step++;
   return 0;
@@ -426,6 +490,10 @@ static int compute_batch(psw_t *p, int64_t batch) {
   const float *g = own_grads(p);
   if (p->acc) kern_add(p->map.nparams, g, p->acc);
   if (p->acc_req.nbatches < cfg->push_every) return 0;
+  if (p->prio) { /* its layers went during backprop (--push-every 1) */
+    memset(&p->acc_req, 0, sizeof p->acc_req);
+    return ps_prio_flush_pushes(p->prio);
+  }
   DT_TRY(finish_push(p));
   DT_TRY(start_push(p, p->acc ? p->acc : g, &p->acc_req));
   memset(&p->acc_req, 0, sizeof p->acc_req);
@@ -462,7 +530,7 @@ static int64_t fetch_batch(psw_t *p) {
   }
   ps_req_t req = {.op = PS_OP_NEXT, .epoch = p->epoch};
   int ts_next = p->leader ? ps_call(p->client, 0, &req, NULL, 0) : -2;
-  int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_model(p, pull_flags(p), 0, 0) : -2;
+  int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_next_model(p, pull_flags(p), 0, 0) : -2;
   int rc = finish_push(p);
   if (p->leader && rc == 0) rc = wait_ok(p, ts_next, &rep);
   if (group_share(p, rc, &rep, sizeof rep) != 0 || rc != 0) return -100;
@@ -576,6 +644,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   p->batches_per_epoch = ((int64_t)w->train->n + cfg->batch - 1) / cfg->batch;
   DT_TRY(plan_keys(p));
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
+  if (cfg->comm_order != COLL_ORDER_FIFO) DT_TRY(ps_prio_new(p->client, w->model, cfg, &p->prio));
   if (cfg->compress.kind != CODEC_NONE) {
     compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
                             .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
@@ -597,6 +666,7 @@ static int psw_init(psw_t *p, worker_t *w) {
 }
 
 static void psw_free(psw_t *p) {
+  ps_prio_free(p->prio);
   ps_client_free(p->client);
   ps_shard_free(&p->map);
   ps_keys_free(&p->keys);
@@ -627,6 +697,7 @@ int strategy_ps_worker(worker_t *w) {
   psw_t p;
   int rc = psw_init(&p, w);
   if (rc == 0) rc = driver_run(w, p.pool ? &pool_ops : &clock_ops, &p);
+  if (rc == 0 && p.prio) rc = ps_prio_finish(p.prio); /* a layer's pull may still be out */
   if (rc == 0 && p.group) rc = group_done(&p);
   if (rc == 0 && p.leader) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
     ps_req_t bye = {.op = PS_OP_BYE};
