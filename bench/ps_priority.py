@@ -29,7 +29,7 @@ def ms_per_step(model, order, args, tmp):
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: failed: {r.stderr.strip()[-300:]}")
-    epoch = [json.loads(l) for l in open(metrics) if '"epoch"' in l][0]
+    epoch = [e for e in map(json.loads, open(metrics)) if e["event"] == "epoch"][0]
     return 1000 * epoch["epoch_sec"] / args.steps
 
 

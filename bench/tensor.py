@@ -39,7 +39,8 @@ def run(model, batch, steps, opts):
                              env=ENV, capture_output=True, text=True)
         if out.returncode:
             sys.exit(f"dtrain {' '.join(opts)} failed: {out.stderr.strip()}")
-        ep = [json.loads(l) for l in open(m) if '"epoch"' in l][-1]
+        # the epoch line (tensor-parallel runs also write per-rank lines that name the epoch)
+        ep = [e for e in map(json.loads, open(m)) if e["event"] == "epoch"][-1]
         return ep["samples_per_sec"], ep["bytes_sent_per_step"], ep["compute_sec"] / ep["step"]
 
 
@@ -106,7 +107,7 @@ def accuracy(a):
                                   "--metrics", m, *opts], env=ENV, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"dtrain {' '.join(opts)} failed: {out.stderr.strip()}")
-            acc = [100 * json.loads(l)["test_acc"] for l in open(m) if '"epoch"' in l]
+            acc = [100 * e["test_acc"] for e in map(json.loads, open(m)) if e["event"] == "epoch"]
             print(f"  {name:34} test accuracy by epoch: {', '.join(f'{a:.2f}%' for a in acc)}")
 
 

@@ -8,7 +8,10 @@ PyTorch over torch threads x OPENBLAS_NUM_THREADS; dtrain over BLAS threads
 and 2 data-parallel workers with half the batch each, i.e. the same global
 batch); each setting in fp32 and in bf16 mixed precision (dtrain
 --precision bf16, PyTorch torch.autocast on the CPU), compared fp32 against
-fp32 and each side's best against the other's; the GFLOP/s each reaches against the cblas_sgemm roof measured
+fp32 and each side's best against the other's (PyTorch's settings also
+under OPENBLAS_CORETYPE set to this CPU's core type, where the environment
+sets none: Debian's OpenBLAS runs old kernels on CPUs newer than itself);
+the GFLOP/s each reaches against the cblas_sgemm roof measured
 here, and the peak memory of an mlp run.
 
 usage: bench/train_vs_pytorch.py [--steps N] [--models mlp,lenet] [--precisions fp32,bf16]
@@ -51,10 +54,28 @@ def dtrain(model, steps, threads=1, workers=1, batch=64, precision="fp32"):
                 return rec["samples_per_sec"]
 
 
-def pytorch(model, steps, threads=1, blas=1, precision="fp32"):
+def best_coretype():
+    """The OpenBLAS core type for this CPU's widest instructions, as dtrain
+    picks it (src/core/blas_check.c): Debian's OpenBLAS 0.3.21 falls back to
+    old kernels on CPUs newer than itself, which PyTorch 1.13 then runs."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    for flag, core in (("avx512_bf16", "Cooperlake"), ("avx512f", "SkylakeX"), ("avx2", "Haswell")):
+        if flag in flags:
+            return core
+    return None
+
+
+def pytorch(model, steps, threads=1, blas=1, precision="fp32", coretype=None):
+    env = {"OPENBLAS_NUM_THREADS": str(blas), "OMP_NUM_THREADS": str(threads)}
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     out = run(PYTORCH + ["--model", model, "--max-steps", str(steps), "--threads", str(threads),
-                         "--precision", precision],
-              {"OPENBLAS_NUM_THREADS": str(blas), "OMP_NUM_THREADS": str(threads)})
+                         "--precision", precision], env)
     return json.loads(out.strip().splitlines()[-1])["samples_per_sec"]
 
 
@@ -66,8 +87,9 @@ def peak_rss_mib(cmd, env_extra=None):
     return int(out.stderr.strip().splitlines()[-1]) / 1024.0
 
 
-def settings(model, steps, precisions):
-    """Each side's settings on 1 and 2 cores: name -> a function timing it."""
+def settings(model, steps, precisions, coretypes):
+    """Each side's settings on 1 and 2 cores: name -> a function timing it.
+    PyTorch's are also tried under each OpenBLAS core type of coretypes."""
     d = {1: {}, 2: {}}
     p = {1: {}, 2: {}}
     for pr in precisions:
@@ -75,11 +97,14 @@ def settings(model, steps, precisions):
         d[2][f"{pr} --threads 2"] = lambda pr=pr: dtrain(model, steps, threads=2, precision=pr)
         d[2][f"{pr} --workers 2 --batch 32"] = \
             lambda pr=pr: dtrain(model, steps * 2, workers=2, batch=32, precision=pr)
-        p[1][f"{pr} torch 1 / openblas 1"] = lambda pr=pr: pytorch(model, steps, precision=pr)
-        for t in (1, 2):
-            for b in (1, 2):
-                p[2][f"{pr} torch {t} / openblas {b}"] = \
-                    lambda t=t, b=b, pr=pr: pytorch(model, steps, t, b, precision=pr)
+        for ct in coretypes:
+            tag = f" OPENBLAS_CORETYPE={ct}" if ct else ""
+            p[1][f"{pr} torch 1 / openblas 1{tag}"] = \
+                lambda pr=pr, ct=ct: pytorch(model, steps, precision=pr, coretype=ct)
+            for t in (1, 2):
+                for b in (1, 2):
+                    p[2][f"{pr} torch {t} / openblas {b}{tag}"] = \
+                        lambda t=t, b=b, pr=pr, ct=ct: pytorch(model, steps, t, b, precision=pr, coretype=ct)
     return d, p
 
 
@@ -100,6 +125,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds; each setting keeps its best")
     args = ap.parse_args()
     precisions = args.precisions.split(",")
+    # PyTorch under the environment as it is, and (unless the user set one)
+    # under the core type that uses all of this CPU: its best setting
+    coretypes = [None]
+    if not os.environ.get("OPENBLAS_CORETYPE") and best_coretype():
+        coretypes.append(best_coretype())
     print(f"environment: OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
           f"{os.cpu_count()} cores; both sides run under it")
     roof = {t: json.loads(run([ROOF, str(t)]))["gflops"] for t in (1, 2)}
@@ -107,7 +137,7 @@ def main():
     rows = []
     for model in args.models.split(","):
         steps = args.steps or (900 if model == "mlp" else 300)
-        dset, pset = settings(model, steps, precisions)
+        dset, pset = settings(model, steps, precisions, coretypes)
         # every setting once a round, the rounds interleaved; each keeps its best
         druns = {c: {k: [] for k in dset[c]} for c in (1, 2)}
         pruns = {c: {k: [] for k in pset[c]} for c in (1, 2)}
