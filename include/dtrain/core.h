@@ -30,6 +30,7 @@ void dt_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 void *dt_alloc(size_t bytes);
 void dt_free(void *p);
 float *dt_alloc_floats(size_t n);
+float *dt_dup_floats(const float *x, size_t n); /* a new copy of x[0..n) */
 
 /* ---- interruption (src/core/interrupt.c) ---------------------------------
  * dt_catch_interrupts installs the SIGINT/SIGTERM handler (the CLI, once);

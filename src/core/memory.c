@@ -23,6 +23,12 @@ void dt_free(void *p) { free(p); }
 
 float *dt_alloc_floats(size_t n) { return dt_alloc(n * sizeof(float)); }
 
+float *dt_dup_floats(const float *x, size_t n) {
+  float *y = dt_alloc_floats(n);
+  if (y) memcpy(y, x, n * sizeof(float));
+  return y;
+}
+
 double dt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -309,11 +309,7 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
 
 /* A copy of the model as every rank holds it at the start (the same on
  * all: seeded, or the checkpoint resumed). */
-static float *mirror_of(const model_t *m) {
-  float *x = dt_alloc_floats(m->nparams);
-  if (x) kern_copy(m->nparams, m->params, x);
-  return x;
-}
+static float *mirror_of(const model_t *m) { return dt_dup_floats(m->params, m->nparams); }
 
 /* --compress: the links' mirrors, each starting as the model. */
 static int setup_codec(easgd_t *e) {

@@ -157,11 +157,7 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
-static float *copy_of(const model_t *m) {
-  float *x = dt_alloc_floats(m->nparams);
-  if (x) kern_copy(m->nparams, m->params, x);
-  return x;
-}
+static float *copy_of(const model_t *m) { return dt_dup_floats(m->params, m->nparams); }
 
 /* --compress: every copy starts as the model, which all ranks hold alike
  * at the start (seeded, or the checkpoint resumed). */

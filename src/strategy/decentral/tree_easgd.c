@@ -192,11 +192,7 @@ static void place_in_tree(tree_t *t, int rank, int p, int fanout) {
   t->last_child = fanout * rank + fanout < p - 1 ? fanout * rank + fanout : p - 1;
 }
 
-static float *copy_of(const model_t *m) {
-  float *x = dt_alloc_floats(m->nparams);
-  if (x) kern_copy(m->nparams, m->params, x);
-  return x;
-}
+static float *copy_of(const model_t *m) { return dt_dup_floats(m->params, m->nparams); }
 
 /* --compress: every mirror and copy starts as the model, which all ranks
  * hold alike at the start (seeded, or the checkpoint resumed). */
