@@ -928,6 +928,89 @@ static void test_conv_bf16_columns(void) {
   kern_bf16_release();
 }
 
+static float bf16_value(float f) {
+  uint16_t h;
+  kern_to_bf16(1, &f, &h);
+  uint32_t u = (uint32_t)h << 16;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* --precision bf16: a convolution's input gradient (oneDNN's
+ * backward-data on the bf16 masked dout and the weights rounded to bf16,
+ * no columns) equals the transposed convolution of the rounded operands
+ * summed in double, to fp32 accumulation's rounding; every input pixel
+ * written (padding, strides that skip the last rows, the shapes of
+ * lenet's second convolution). */
+static void test_conv_bf16_input_gradient(void) {
+  if (!kern_bf16_available()) {
+    printf("  (no bf16 here)\n");
+    return;
+  }
+  static const conv_case_t more[] = {{12, 12, 20, 50, 5, 1, 0, 1, 8, 8},
+                                     {9, 8, 16, 32, 3, 2, 1, 0, 5, 4},
+                                     {10, 10, 8, 24, 4, 3, 0, 1, 3, 3}};
+  enum { NCONV = sizeof conv_cases / sizeof *conv_cases, NMORE = sizeof more / sizeof *more };
+  kern_set_bf16(1);
+  for (size_t i = 0; i < NCONV + NMORE; i++) {
+    const conv_case_t *c = i < NCONV ? &conv_cases[i] : &more[i - NCONV];
+    if (c->k == 1 && c->s == 1 && c->p == 0) continue; /* pointwise: a plain product */
+    tlayer_t t;
+    int n = 3;
+    CHECK_OK(tl_make(&t, conv_spec(c), (shape_t){c->c, c->h, c->w}, n, 500 + i));
+    layer_t *l = &t.l;
+    rng_t rng;
+    rng_seed(&rng, 600 + i);
+    size_t nin = in_len(&t, n), nout = out_len(&t, n);
+    float *x = dt_alloc_floats(nin), *dout = dt_alloc_floats(nout), *dx = dt_alloc_floats(nin);
+    double *want = calloc(nin, sizeof *want);
+    fill_uniform(x, nin, -1, 1, &rng);
+    fill_uniform(dout, nout, -1, 1, &rng);
+    for (size_t j = 0; j < nin; j++) dx[j] = NAN; /* every element must be written */
+    long fallbacks = kern_bf16_fallbacks();
+    l->ops->forward(l, x, n, 1, NULL);
+    memcpy(l->dout, dout, nout * sizeof(float));
+    l->ops->backward(l, x, dx, n);
+    /* a shape whose forward product faults (gemm_bf16.c's probe) makes
+     * no bf16 columns, and its input gradient goes by kern_gemm: compared
+     * with the unrounded operands, to bf16's precision */
+    int bf16 = kern_bf16_fallbacks() == fallbacks;
+    int H = c->h, W = c->w, C = c->c, k = c->k;
+    for (int b = 0; b < n; b++)
+      for (int oy = 0; oy < c->oh; oy++)
+        for (int ox = 0; ox < c->ow; ox++)
+          for (int o = 0; o < c->filters; o++) {
+            size_t at = (((size_t)b * c->oh + oy) * c->ow + ox) * c->filters + o;
+            if (c->relu && l->out[at] <= 0.0f) continue;
+            double d = bf16 ? bf16_value(dout[at]) : dout[at];
+            for (int ky = 0; ky < k; ky++)
+              for (int kx = 0; kx < k; kx++) {
+                int iy = oy * c->s - c->p + ky, ix = ox * c->s - c->p + kx;
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                for (int ch = 0; ch < C; ch++)
+                  want[(((size_t)b * H + iy) * W + ix) * C + ch] +=
+                      d * (bf16 ? bf16_value(l->w[((o * k + ky) * k + kx) * C + ch])
+                                : l->w[((o * k + ky) * k + kx) * C + ch]);
+              }
+          }
+    double tol = bf16 ? 1e-4 : 1e-2; /* the fallback's products may still be bf16's */
+    for (size_t j = 0; j < nin; j++) CHECK_NEAR(dx[j], want[j], tol * (1 + fabs(want[j])));
+    dt_free(x), dt_free(dout), dt_free(dx), free(want);
+    tl_free(&t);
+  }
+  /* the direct product ran (not the columns' path) on lenet's shape */
+  kern_conv_t lenet2 = {3, 12, 12, 20, 8, 8, 50, 5, 1, 0};
+  float *w = dt_alloc_floats(50 * 25 * 20), *dx = dt_alloc_floats(3 * 12 * 12 * 20);
+  uint16_t *d16 = calloc(3 * 8 * 8 * 50, sizeof *d16);
+  for (int j = 0; j < 50 * 25 * 20; j++) w[j] = 0.5f;
+  int rc = kern_conv_dx_bf16(&lenet2, d16, w, dx);
+  if (rc != 0) printf("  (oneDNN's backward-data faults or fails here: the columns' path ran)\n");
+  else for (int j = 0; j < 3 * 12 * 12 * 20; j++) CHECK(dx[j] == 0.0f);
+  dt_free(w), dt_free(dx), free(d16);
+  kern_set_bf16(0);
+  kern_bf16_release();
+}
+
 /* The layer tests whose products go through kern_gemm, run again on the
  * reference path: every layer is right on both. */
 static void run_on_reference_path(void) {
@@ -962,6 +1045,7 @@ int main(void) {
   RUN(test_gemm_reference_matches_blas);
   RUN(test_gemm_bf16_close_to_reference);
   RUN(test_conv_bf16_columns);
+  RUN(test_conv_bf16_input_gradient);
   RUN(test_gemm_bf16_faulting_shapes_come_back);
   RUN(test_kern_sum_in_order);
   RUN(test_kern_allsum_in_order);

@@ -135,6 +135,15 @@ int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const voi
                         const void *b, int ldb, float beta, float *c, int ldc);
 void kern_to_bf16(size_t n, const float *x, uint16_t *y);
 void kern_bf16_release(void);
+/* A convolution's input gradient in bf16 (oneDNN's backward-data, no
+ * columns): dx [n,h,w,c] fp32 NHWC, overwritten, from dout [n,oh,ow,oc]
+ * bf16 NHWC and weights w [oc][k][k][c] fp32 (rounded here); stride s,
+ * padding p on each side. -1 when oneDNN failed or faults on the shape
+ * (the caller takes its own path and counts a fallback). */
+typedef struct {
+  int n, h, w, c, oh, ow, oc, k, s, p;
+} kern_conv_t;
+int kern_conv_dx_bf16(const kern_conv_t *g, const uint16_t *dout, const float *w, float *dx);
 void kern_set_threads(int n);   /* BLAS thread count (process-wide) */
 int kern_get_threads(void);
 void kern_axpy(size_t n, float a, const float *x, float *y);   /* y += a x */
