@@ -169,6 +169,29 @@ for c in fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
   check "easgd_async_${tag}_bytes" [ "$(field "$TMP/eaa.jsonl" bytes_sent)" = "$($PY -c "n = 535818; print(6 * ($E))")" ]
 done
 
+# MPCA-SGD: its two trees' links each sent as the change since the other
+# end last heard it (a mirror a link); fp32 is the plain trees bit for bit;
+# 4 workers and the master, a round every 4 steps (12 steps: 3 rounds);
+# rank 0, a leaf of both trees, sends one encoding up and receives one
+# down a round; local = mpi bitwise (the rounds are fixed by the steps)
+"$DTRAIN" train $BASE --workers 4 --preset mpca-sgd --checkpoint "$TMP/mp.st" >/dev/null 2>&1
+"$DTRAIN" train $BASE --workers 4 --preset mpca-sgd --compress fp32 --checkpoint "$TMP/mp32.st" >/dev/null 2>&1
+check "mpca_fp32_bitwise_uncompressed" cmp -s "$TMP/mp.st" "$TMP/mp32.st"
+for c in fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
+  codec=$(echo ${c%%:*} | tr '_' ':') E=${c#*:} tag=$(echo ${c%%:*} | tr '.' '_')
+  "$DTRAIN" train $BASE --workers 4 --preset mpca-sgd --compress $codec --metrics "$TMP/mp_$tag.jsonl" --checkpoint "$TMP/mp_$tag.st" >"$TMP/out" 2>&1
+  check "mpca_${tag}_trains" [ $? -eq 0 ]
+  want=$($PY -c "n = 535818; print(3 * ($E))")
+  check "mpca_${tag}_bytes" [ "$(field "$TMP/mp_$tag.jsonl" bytes_sent)" = "$want" -a "$(field "$TMP/mp_$tag.jsonl" bytes_received)" = "$want" ]
+  "$DTRAIN" train $BASE --workers 4 --preset mpca-sgd --compress $codec --checkpoint "$TMP/mp_$tag.again" >/dev/null 2>&1
+  check "mpca_${tag}_bitwise_repeatable" cmp -s "$TMP/mp_$tag.st" "$TMP/mp_$tag.again"
+  if have_mpi; then
+    $MPIRUN -np 5 "$DTRAIN" train $BASE --workers 4 --comm mpi --preset mpca-sgd --compress $codec --metrics "$TMP/mpm_$tag.jsonl" --checkpoint "$TMP/mp_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "mpca_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/mp_$tag.st" "$TMP/mp_$tag.mpi"
+    check "mpca_${tag}_bytes_mpi" [ "$(field "$TMP/mpm_$tag.jsonl" bytes_sent)" = "$want" ]
+  fi
+done
+
 # TreeEASGD (asynchronous: runs may differ, so no bitwise checks): a node
 # sends the change since its parent, or its children, last heard it; with
 # 3 workers and fan-out 2 the root sends 12 messages in 12 steps (2
@@ -282,6 +305,8 @@ expect_error compress_pulls_value_bound 2 "not with --schedule value:V" -- "$DTR
 expect_error compress_pulls_threshold 2 "use topk:R" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress threshold:0.1 --compress-pulls on
 expect_error compress_pulls_without_codec 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress-pulls on
 expect_error compress_pulls_allreduce 2 "option --compress-pulls: not used" -- "$DTRAIN" train --workers 2 --compress int8 --compress-pulls on
+expect_error mpca_threshold 2 "MPCA-SGD sends messages of a fixed size" -- "$DTRAIN" train --workers 4 --preset mpca-sgd --compress threshold:0.1
+expect_error mpca_error_feedback 2 "MPCA-SGD keeps copies" -- "$DTRAIN" train --workers 4 --preset mpca-sgd --compress topk:0.1 --error-feedback on
 expect_error easgd_threshold 2 "EASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset easgd --compress threshold:0.1
 expect_error easgd_error_feedback 2 "EASGD keeps copies" -- "$DTRAIN" train --workers 3 --preset easgd-async --compress topk:0.1 --error-feedback on
 expect_error tree_easgd_powersgd 2 "TreeEASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset tree-easgd --compress powersgd:2

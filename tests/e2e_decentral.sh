@@ -166,7 +166,7 @@ expect_error mpca_extrapolation_range 2 "option --extrapolation: 3 is out of ran
 expect_error extrapolation_not_mpca 2 "option --extrapolation: not used with" -- "$DTRAIN" train --preset easgd --extrapolation 1
 expect_error soft_central 2 "option --schedule soft: MPCA-SGD's rounds" -- "$DTRAIN" train --schedule soft --exchange ps:1
 expect_error soft_neighbors 2 "master + soft = MPCA-SGD" -- "$DTRAIN" train --optimization decentral --schedule soft --exchange neighbors
-expect_error mpca_compress 2 "option --compress fp16: not with MPCA-SGD" -- "$DTRAIN" train --preset mpca-sgd --compress fp16
+expect_error mpca_compress_variable_size 2 "option --compress threshold:0.1: MPCA-SGD sends messages of a fixed size" -- "$DTRAIN" train --preset mpca-sgd --compress threshold:0.1
 if have_mpi; then
   $MPIRUN -np 4 "$DTRAIN" train --data "$SMALL" --quiet --comm mpi --preset mpca-sgd --workers 4 --max-steps 2 >/dev/null 2>"$TMP/np.err"
   check mpi_mpca_wrong_np_names_the_fix grep -q "run mpirun -np 5" "$TMP/np.err"

@@ -837,6 +837,103 @@ static void test_mirror(void) {
   free(x), free(mirror), free(copy), free(scratch), free(msg);
 }
 
+/* The mirror tree (mirror_tree.c), MPCA-SGD's layout: P - 1 ranks and
+ * the root P - 1. fp32: the root's total is reduce_tree's, bit for bit,
+ * and every rank gets the root's value; int8 and top-k: each rank's
+ * contribution fixed over the rounds, the root's total and every rank's
+ * copy of the broadcast come to the exact values (what a link drops is
+ * sent in later rounds). */
+typedef struct {
+  const char *codec;
+  int rounds;
+  double first, last;   /* root: |total - exact| after the first and last round */
+  double down;          /* the largest |copy - root's value| after the last round */
+} tree_case_t;
+
+static int tree_rank(comm_t *c, void *arg) {
+  tree_case_t *e = arg;
+  enum { N = 300 };
+  int r = comm_rank(c), P = comm_size(c), root = P - 1;
+  codec_spec_t s = spec(e->codec);
+  float start[N], top[N], x[N], plain[N], exact[N], mine[N];
+  for (int i = 0; i < N; i++) start[i] = value(7, (size_t)i), top[i] = value(8, (size_t)i);
+  for (int i = 0; i < N; i++) {
+    mine[i] = value(100 + (uint64_t)r, (size_t)i);
+    exact[i] = 0;
+    for (int q = 0; q < P; q++) exact[i] += value(100 + (uint64_t)q, (size_t)i);
+  }
+  mirror_tree_t *t;
+  coll_ctx_t *ctx;
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(mirror_tree_new(&s, N, r, P, root, 5, start, top, &t));
+  for (int round = 0; round < e->rounds; round++) {
+    memcpy(x, mine, sizeof x);
+    RCHECK_OK(mirror_tree_reduce(t, c, x, round));
+    if (r == root) {
+      double err = 0;
+      for (int i = 0; i < N; i++) err += fabs((double)x[i] - exact[i]);
+      if (round == 0) e->first = err;
+      e->last = err;
+      memcpy(plain, x, sizeof x); /* the value broadcast */
+    }
+    RCHECK_OK(mirror_tree_broadcast(t, c, x, round));
+  }
+  /* the root's last value to every rank, plainly, to compare the copies with */
+  if (r == root) memcpy(plain, x, sizeof x);
+  RCHECK_OK(broadcast_tree(ctx, root, plain, N));
+  double down = 0;
+  for (int i = 0; i < N; i++) down = fmax(down, fabs((double)x[i] - plain[i]));
+  if (codec_lossless(&s)) { /* reduce_tree's bits */
+    memcpy(x, mine, sizeof x);
+    RCHECK_OK(reduce_tree(ctx, root, x, N));
+    if (r == root) RCHECK(!memcmp(x, plain, sizeof x) || e->rounds != 1);
+  }
+  float worst = (float)down; /* summed over the ranks */
+  RCHECK_OK(allreduce(ctx, ALLREDUCE_RING, &worst, 1));
+  if (r == 0) e->down = worst;
+  mirror_tree_free(t);
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+/* A child's malformed message: refused by its parent, naming the child. */
+static int tree_malformed_rank(comm_t *c, void *arg) {
+  (void)arg;
+  enum { N = 1000 };
+  codec_spec_t s = spec("topk:0.002");
+  size_t k = codec_keep(0.002, N), bytes = 4 + 8 * k;
+  float x[N] = {0}, zero[N] = {0};
+  if (comm_rank(c) == 0) {
+    uint8_t *m = calloc(bytes, 1);
+    uint32_t head[3] = {(uint32_t)k, 3, 4000};
+    memcpy(m, head, sizeof head);
+    RCHECK_OK(comm_send(c, 1, TAG_MIRROR_UP, m, bytes));
+    free(m);
+    return 0;
+  }
+  mirror_tree_t *t;
+  RCHECK_OK(mirror_tree_new(&s, N, 1, 2, 1, 5, zero, zero, &t));
+  RCHECK_FAILS_WITH(mirror_tree_reduce(t, c, x, 0), "from rank 0");
+  mirror_tree_free(t);
+  return 0;
+}
+
+static void test_mirror_tree(void) {
+  tree_case_t f32 = {"fp32", 1, 0, 0, 0};
+  CHECK_OK(comm_local_run(5, NULL, tree_rank, &f32));
+  CHECK(f32.first < 1e-3 && f32.down == 0);
+  const char *lossy[] = {"int8", "topk:0.05"};
+  for (int k = 0; k < 2; k++) {
+    tree_case_t e = {lossy[k], 80, 0, 0, 0};
+    CHECK_OK(comm_local_run(5, NULL, tree_rank, &e));
+    fprintf(stderr, "  %s: |root's total - sum| %.3g after round 1, %.3g after 80; copies within %.3g\n",
+            lossy[k], e.first, e.last, e.down);
+    CHECK(e.first > 0 && e.last < 1e-2 * e.first);
+    CHECK(e.down < 1e-2);
+  }
+  CHECK_OK(comm_local_run(2, NULL, tree_malformed_rank, NULL));
+}
+
 int main(void) {
   RUN(test_codec_parse);
   RUN(test_roundtrip_bounds);
@@ -854,5 +951,6 @@ int main(void) {
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);
   RUN(test_mirror);
+  RUN(test_mirror_tree);
   TEST_MAIN_END();
 }

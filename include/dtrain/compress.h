@@ -126,6 +126,23 @@ size_t mirror_encode(const codec_spec_t *s, const float *x, float *mirror, size_
                      uint64_t seed, void *out, float *scratch);
 int mirror_decode(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *copy);
 
+/* ---- the mirror tree (mirror_tree.c) ----------------------------------------
+ * reduce_tree and broadcast_tree of a vector that moves a little each round,
+ * every link of the binomial tree (root `root` of `size` ranks) sent as
+ * the change since its other end last heard it (a mirror a link). start:
+ * each non-root rank's first contribution; top: the first broadcast value;
+ * both the same on every rank. reduce: x in, this rank's contribution; out,
+ * its subtree's partial sum (the root: the total, its children's parts as
+ * it holds them). broadcast: the root sends x; other ranks get x as they
+ * hold it. `round` seeds the stochastic codecs. Fixed-size codecs only
+ * (codec_bytes). */
+typedef struct mirror_tree mirror_tree_t;
+int mirror_tree_new(const codec_spec_t *s, size_t n, int rank, int size, int root, uint64_t seed,
+                    const float *start, const float *top, mirror_tree_t **out);
+void mirror_tree_free(mirror_tree_t *t);
+int mirror_tree_reduce(mirror_tree_t *t, comm_t *c, float *x, int64_t round);
+int mirror_tree_broadcast(mirror_tree_t *t, comm_t *c, float *x, int64_t round);
+
 /* ---- the communicator ------------------------------------------------------
  * One per rank and communicator; sums a buffer's compressed contributions
  * over the ranks, in place, the same bits on every rank and both

@@ -8,7 +8,7 @@
 /* Tags of the compressed exchanges: in the collectives' range (coll.h),
  * past the tags coll/ uses. */
 enum { TAG_COMPRESS_SCATTER = COLL_TAG_BASE + 256, TAG_COMPRESS_GATHER, TAG_COMPRESS_SIZE,
-       TAG_SFB_ROWS, TAG_SFB_DY, TAG_SFB_X };
+       TAG_SFB_ROWS, TAG_SFB_DY, TAG_SFB_X, TAG_MIRROR_UP, TAG_MIRROR_DOWN };
 
 struct compressor {
   compress_config_t cfg;

@@ -256,9 +256,11 @@ static int compress_check(const train_config_t *c) {
   int local_sgd = !central && !easgd && c->schedule == SCHEDULE_SYNC &&
                   (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
   int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
+  /* MPCA-SGD's rounds: the two trees' links, a mirror each */
+  int mpca = !central && c->schedule == SCHEDULE_SOFT;
   const char *method = choco ? "D-PSGD's compressed gossip (CHOCO-SGD)" : easgd ? "EASGD"
-                       : c->exchange == EXCHANGE_TREE ? "TreeEASGD" : "GoSGD";
-  if ((choco || easgd || peers) &&
+                       : mpca ? "MPCA-SGD" : c->exchange == EXCHANGE_TREE ? "TreeEASGD" : "GoSGD";
+  if ((choco || easgd || peers || mpca) &&
       (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
@@ -266,20 +268,17 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
                     "neighbors), whose pairwise averages keep the sum of the models only when "
                     "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
-  if (!central && c->schedule == SCHEDULE_SOFT)
-    return dt_error("option --compress %s: not with MPCA-SGD (--schedule soft): its rounds sum "
-                    "the models, whole, on a tree to the master", name);
-  if ((choco || easgd || peers) && c->error_feedback == 1)
+  if ((choco || easgd || peers || mpca) && c->error_feedback == 1)
     return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
                     "carry what was not sent; drop the option", method);
   if ((central && !dp && c->exchange != EXCHANGE_PS) ||
-      (!central && !local_sgd && !choco && !easgd && !peers) ||
+      (!central && !local_sgd && !choco && !easgd && !peers && !mpca) ||
       c->pp > 1 || c->micro_batches > 1)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
-                    "allreduce:ALGO or master), EASGD (master), TreeEASGD (tree:F), GoSGD "
-                    "(gossip:p) and D-PSGD (neighbors); not yet for --optimization %s "
+                    "allreduce:ALGO or master), EASGD (master), MPCA-SGD (soft), TreeEASGD (tree:F), "
+                    "GoSGD (gossip:p) and D-PSGD (neighbors); not yet for --optimization %s "
                     "--exchange %s%s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange),

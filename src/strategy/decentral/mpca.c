@@ -34,7 +34,15 @@
  *
  *   bytes per round: every rank but the master sends S = 4 x params once
  *   up the tree and receives S once down it: 2 p S in all (reduce_tree.c,
- *   broadcast_tree.c give each rank's share). */
+ *   broadcast_tree.c give each rank's share).
+ *
+ * --compress CODEC: the same trees with every link sent as the change
+ * since its other end last heard it (compress.h's mirror tree): a
+ * subtree's partial sum of (beta/p) w moves by what the workers learnt in
+ * tau steps, the centre by its round's move, and what the codec drops
+ * waits in the next change. S becomes the codec's bytes. The master's
+ * centre is the exact sum of what it holds of its children's parts; a
+ * worker's centre is its copy. fp32 goes the plain way (the same bits). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -56,6 +64,8 @@ typedef struct {
   size_t ticket;
   int in_flight;
   int64_t rounds;
+  mirror_tree_t *tree;       /* --compress: the links' mirrors (NULL: plain trees) */
+  int64_t round_no;          /* the round running: seeds its encodings */
 } mpca_t;
 
 int mpca_coefficients(const train_config_t *c, double *rho, double *beta, double *gamma) {
@@ -84,6 +94,11 @@ void mpca_penalize(size_t n, const float *w, const float *target, float rho, flo
 static int run_round(coll_ctx_t *ctx, void *arg) {
   mpca_t *m = arg;
   size_t n = m->d->w->model->nparams;
+  if (m->tree) {
+    comm_t *c = coll_ctx_comm(ctx);
+    if (mirror_tree_reduce(m->tree, c, m->round_buf, m->round_no) != 0) return -1;
+    return mirror_tree_broadcast(m->tree, c, m->round_buf, m->round_no);
+  }
   if (reduce_tree(ctx, m->master, m->round_buf, n) != 0) return -1;
   return broadcast_tree(ctx, m->master, m->round_buf, n);
 }
@@ -95,6 +110,7 @@ static int master_round(mpca_t *m) {
   double t0 = dt_now();
   kern_copy(n, w->model->params, m->round_buf);
   kern_scale(n, (float)(1 - m->beta), m->round_buf);
+  m->round_no = m->rounds;
   if (run_round(w->coll, m) != 0) return -1;
   kern_copy(n, m->round_buf, w->model->params);
   m->rounds++;
@@ -129,6 +145,7 @@ static void start_round(mpca_t *m) {
   size_t n = w->model->nparams;
   kern_copy(n, w->model->params, m->round_buf);
   kern_scale(n, (float)(m->beta / m->d->nworkers), m->round_buf);
+  m->round_no = m->rounds;
   m->ticket = coll_async_call(m->async, run_round, m, 0);
   m->in_flight = 1;
 }
@@ -168,6 +185,23 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+/* --compress: the trees' links start from the first centre c0, which
+ * every rank holds the same bits of: each worker's part as (beta/p) c0,
+ * the centre as c0. */
+static int setup_tree(mpca_t *m, const float *c0) {
+  worker_t *w = m->d->w;
+  const codec_spec_t *k = &w->cfg->compress;
+  size_t n = w->model->nparams;
+  if (k->kind == CODEC_NONE || codec_lossless(k)) return 0;
+  float *part = dt_dup_floats(c0, n);
+  if (!part) return -1;
+  kern_scale(n, (float)(m->beta / m->d->nworkers), part);
+  int rc = mirror_tree_new(k, n, comm_rank(w->comm), comm_size(w->comm), m->master,
+                           w->cfg->seed ^ 0x6d7063612d736764ull, part, c0, &m->tree);
+  dt_free(part);
+  return rc;
+}
+
 static int setup(decentral_t *d) {
   mpca_t *m = d->method;
   worker_t *w = d->w;
@@ -176,7 +210,8 @@ static int setup(decentral_t *d) {
   m->master = d->nworkers;
   if (mpca_coefficients(w->cfg, &m->rho, &m->beta, &m->gamma) != 0) return -1;
   if (!(m->round_buf = dt_alloc_floats(n))) return -1;
-  if (!d->is_worker) return decentral_broadcast_params(d, m->master, m->round_buf);
+  if (!d->is_worker)
+    return decentral_broadcast_params(d, m->master, m->round_buf) == 0 ? setup_tree(m, m->round_buf) : -1;
   if (!(m->centre = dt_alloc_floats(n)) || !(m->previous = dt_alloc_floats(n)) ||
       !(m->target = dt_alloc_floats(n)))
     return -1;
@@ -184,12 +219,14 @@ static int setup(decentral_t *d) {
   if (decentral_broadcast_params(d, m->master, m->centre) != 0) return -1;
   kern_copy(n, m->centre, m->previous);
   kern_copy(n, m->centre, m->target);
+  if (setup_tree(m, m->centre) != 0) return -1;
   return coll_async_new(w->coll, COLL_ORDER_FIFO, &m->async);
 }
 
 static void teardown(decentral_t *d) {
   mpca_t *m = d->method;
   coll_async_free(m->async); /* first: a round still running writes round_buf */
+  mirror_tree_free(m->tree);
   dt_free(m->round_buf);
   dt_free(m->centre);
   dt_free(m->previous);
