@@ -192,6 +192,38 @@ for c in fp16:2*n int8:n+4 topk_0.01:4+8*5359; do
   fi
 done
 
+# Pipelines: the replicas of a stage sum their gradients through the
+# compressor (4 workers, pp 2: dp 2; mlp's stage 0 is fc1, n = 401,920
+# floats; rank 0 also sends its activations, the same in every run). fp32
+# is the plain run bit for bit; fp16 saves exactly half the reduce's ring
+# bytes, 12 steps x 2n; every codec trains, bitwise run to run, and int8
+# and top-k are the same bits on mpi
+PIPE="--workers 4 --pp 2 --micro-batches 4"
+"$DTRAIN" train $BASE $PIPE --metrics "$TMP/pp_none.jsonl" --checkpoint "$TMP/pp.st" >/dev/null 2>&1
+"$DTRAIN" train $BASE $PIPE --compress fp32 --checkpoint "$TMP/pp32.st" >/dev/null 2>&1
+check "pipe_fp32_bitwise_uncompressed" cmp -s "$TMP/pp.st" "$TMP/pp32.st"
+"$DTRAIN" train $BASE $PIPE --compress fp16 --metrics "$TMP/pp_fp16.jsonl" >/dev/null 2>&1
+check "pipe_fp16_saves_half_the_reduce" [ "$(( $(field "$TMP/pp_none.jsonl" bytes_sent) - $(field "$TMP/pp_fp16.jsonl" bytes_sent) ))" = "$((12 * 2 * 401920))" ]
+for codec in int8 topk:0.01 dgc:0.01 powersgd:2; do
+  tag=$(echo $codec | tr ':.' '__')
+  "$DTRAIN" train $BASE $PIPE --compress $codec --checkpoint "$TMP/pp_$tag.st" >"$TMP/out" 2>&1
+  check "pipe_${tag}_trains" [ $? -eq 0 ]
+  "$DTRAIN" train $BASE $PIPE --compress $codec --checkpoint "$TMP/pp_$tag.again" >/dev/null 2>&1
+  check "pipe_${tag}_bitwise_repeatable" cmp -s "$TMP/pp_$tag.st" "$TMP/pp_$tag.again"
+done
+for s in 1f1b:4 pipedream:1 2bw:4; do
+  "$DTRAIN" train $BASE --workers 4 --pp 2 --micro-batches ${s#*:} --pipe-schedule ${s%:*} --compress int8 >"$TMP/out" 2>&1
+  check "pipe_${s%:*}_int8_trains" [ $? -eq 0 ]
+done
+if have_mpi; then
+  for codec in int8 topk:0.01; do
+    tag=$(echo $codec | tr ':.' '__')
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --comm mpi --pp 2 --micro-batches 4 --compress $codec --checkpoint "$TMP/pp_$tag.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "pipe_${tag}_mpi_bitwise_equals_local" cmp -s "$TMP/pp_$tag.st" "$TMP/pp_$tag.mpi"
+  done
+fi
+expect_error pipe_compress_one_replica 2 "this pipeline has one replica of each stage" -- "$DTRAIN" train --workers 2 --pp 2 --compress fp16
+
 # TreeEASGD (asynchronous: runs may differ, so no bitwise checks): a node
 # sends the change since its parent, or its children, last heard it; with
 # 3 workers and fan-out 2 the root sends 12 messages in 12 steps (2

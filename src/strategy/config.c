@@ -242,6 +242,10 @@ static int compress_check(const train_config_t *c) {
   }
   char name[48];
   codec_format(k, name, sizeof name);
+  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp)
+    return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
+                    "gradients are summed (activations go stage to stage as they are): use "
+                    "--workers %d for two replicas", name, 2 * c->pp);
   if (c->exchange == EXCHANGE_SHARED)
     return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
                     "shared arena in place and nothing goes on a wire; use --exchange "
@@ -272,17 +276,15 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
                     "carry what was not sent; drop the option", method);
   if ((central && !dp && c->exchange != EXCHANGE_PS) ||
-      (!central && !local_sgd && !choco && !easgd && !peers && !mpca) ||
-      c->pp > 1 || c->micro_batches > 1)
+      (!central && !local_sgd && !choco && !easgd && !peers && !mpca))
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
                     "allreduce:ALGO or master), EASGD (master), MPCA-SGD (soft), TreeEASGD (tree:F), "
                     "GoSGD (gossip:p) and D-PSGD (neighbors); not yet for --optimization %s "
-                    "--exchange %s%s", name,
+                    "--exchange %s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
-                    exchange_name(c->exchange),
-                    c->pp > 1 || c->micro_batches > 1 ? " with a pipeline" : "");
+                    exchange_name(c->exchange));
   if (c->exchange == EXCHANGE_PS && (k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: with --exchange ps:K a push is one worker's gradient "
                     "to each server; %s needs the synchronous allreduce (use topk:R there)", name,

@@ -240,6 +240,17 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   return 0;
 }
 
+int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out) {
+  const train_config_t *cfg = w->cfg;
+  compress_config_t cc = {.codec = cfg->compress, .error_feedback = cfg->error_feedback,
+                          .momentum = cfg->optim.momentum, .clip = cfg->dgc_clip,
+                          .warmup_steps = cfg->compress_warmup_steps, .seed = cfg->seed,
+                          .algo = cfg->algo};
+  if (cc.error_feedback < 0) cc.error_feedback = codec_default_feedback(&cfg->compress);
+  if (cfg->compress.kind == CODEC_DGC) w->opt->cfg.momentum = 0;
+  return compressor_new(&cc, w->model->nparams, rank, nranks, out);
+}
+
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
 
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {

@@ -110,6 +110,11 @@ typedef struct {
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             const step_hooks_t *hooks);
 void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr */
+/* --compress for the gradients a data-parallel group sums (the reducer, a
+ * pipeline's replicas): the compressor of rank `rank` of `nranks` over the
+ * model's arena, configured by the options; under DGC the optimizer then
+ * steps without momentum (the memory's momentum correction carries it). */
+int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out);
 /* The same on some segments of the arena only (a sharded optimizer). */
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
 /* The same step in parts, the same bits (data parallelism that applies

@@ -302,13 +302,7 @@ static int plan_compression(reducer_t *s) {
       k->nmat++;
     }
   }
-  compress_config_t cc = {.codec = cfg->compress, .error_feedback = cfg->error_feedback,
-                          .momentum = cfg->optim.momentum, .clip = cfg->dgc_clip,
-                          .warmup_steps = cfg->compress_warmup_steps, .seed = cfg->seed,
-                          .algo = cfg->algo};
-  if (cc.error_feedback < 0) cc.error_feedback = codec_default_feedback(&cfg->compress);
-  if (cfg->compress.kind == CODEC_DGC) w->opt->cfg.momentum = 0; /* the memory carries it */
-  return compressor_new(&cc, m->nparams, w->rank, w->nranks, &s->cx);
+  return worker_compressor_new(w, w->rank, w->nranks, &s->cx);
 }
 
 /* --sufficient-factors: which layers gain (a bucket a layer), and the

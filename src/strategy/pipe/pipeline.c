@@ -18,7 +18,9 @@
  * global batch (batch x dp samples), cut into M micro-batches; the loss
  * of each is averaged over the global batch, so the summed gradient is the
  * one of plain training on that batch, up to the order of float sums
- * (micro-batch by micro-batch instead of one GEMM over the batch).
+ * (micro-batch by micro-batch instead of one GEMM over the batch). Under
+ * --compress the replicas' sums go through the compressor (compress/), a
+ * chunk a bucket, as data parallelism's reducer sends its buckets.
  *
  * At an epoch's end the stages of replica 0 send their parameters, buffers
  * (and, for a checkpoint, optimizer state) to rank 0, which then holds the
@@ -69,6 +71,11 @@ typedef struct {
   int live, peak_live, peak_versions;
   double compute, idle;       /* this epoch: seconds computing, waiting on the pipeline */
   char extra[4096];
+  /* --compress: the replicas' sums through the compressor (dp > 1) */
+  compressor_t *cx;
+  compress_matrix_t *mats;    /* every parameter tensor as a matrix */
+  int mat[64], nmat[64];      /* chunk v's tensors: mats[mat[v] .. mat[v] + nmat[v]) */
+  int64_t reduces;            /* REDUCEs run: seeds the codecs, counts the dense warm-up */
 } pipe_t;
 
 int pipe_requested(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
@@ -207,6 +214,34 @@ static int plan_chunks(pipe_t *p, int micro) {
   return 0;
 }
 
+/* --compress: the replicas of each stage sum their gradients through the
+ * compressor, as data parallelism's reducer does (each chunk a bucket,
+ * with its tensors as matrices for PowerSGD). */
+static int plan_compression(pipe_t *p) {
+  worker_t *w = p->w;
+  const model_t *m = w->model;
+  if (w->cfg->compress.kind == CODEC_NONE) return 0;
+  if (p->ndp == 1) {
+    char name[48];
+    codec_format(&w->cfg->compress, name, sizeof name);
+    return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
+                    "gradients are summed (activations go stage to stage as they are): use "
+                    "--workers %d for two replicas", name, 2 * p->P);
+  }
+  if (!(p->mats = calloc((size_t)m->ntensors + 1, sizeof *p->mats))) return dt_error("out of memory");
+  compress_model_matrices(m, p->mats);
+  for (int v = 0; v < p->V; v++) {
+    size_t lo = p->st[v]->param_off, hi = lo + p->st[v]->param_len;
+    p->mat[v] = m->ntensors;
+    for (int i = 0; i < m->ntensors; i++) {
+      if (m->tensors[i].off < lo || m->tensors[i].off >= hi) continue;
+      if (i < p->mat[v]) p->mat[v] = i;
+      p->nmat[v]++;
+    }
+  }
+  return worker_compressor_new(w, p->r, p->ndp, &p->cx);
+}
+
 static int setup(pipe_t *p, worker_t *w) {
   const train_config_t *cfg = w->cfg;
   memset(p, 0, sizeof *p);
@@ -232,6 +267,7 @@ static int setup(pipe_t *p, worker_t *w) {
   p->slots = p->async ? p->M + p->P : p->M;
   DT_TRY(plan_chunks(p, micro));
   DT_TRY(plan_segments(p));
+  DT_TRY(plan_compression(p));
   p->max_sends = p->async ? 2 * p->M + 2 * p->P + 2 : 2 * p->M * p->V + 2;
   p->sends = calloc((size_t)p->max_sends, sizeof *p->sends);
   p->labels = calloc((size_t)p->slots * micro, sizeof *p->labels);
@@ -282,6 +318,8 @@ static void teardown(pipe_t *p) {
   free(p->mb_off);
   free(p->mb_len);
   free(p->segs);
+  compressor_free(p->cx);
+  free(p->mats);
   if (p->dp) coll_ctx_free(p->dp);
   rank_grid_free(&p->grid);
 }
@@ -450,9 +488,18 @@ static int reduce(pipe_t *p) {
   worker_t *w = p->w;
   double t0 = dt_now();
   if (!p->async) DT_TRY(wait_sends(p));
-  for (int v = 0; p->dp && v < p->V; v++)
-    if (p->st[v]->param_len)
-      DT_TRY(allreduce(p->dp, w->cfg->algo, w->model->grads + p->st[v]->param_off, p->st[v]->param_len));
+  /* the dense warm-up (--compress-warmup-steps) but for DGC, whose warm-up is its sparsity ramp */
+  int compress = p->cx && (p->reduces >= w->cfg->compress_warmup_steps ||
+                           w->cfg->compress.kind == CODEC_DGC);
+  for (int v = 0; p->dp && v < p->V; v++) {
+    size_t off = p->st[v]->param_off, len = p->st[v]->param_len;
+    if (!len) continue;
+    if (compress)
+      DT_TRY(compressor_allreduce(p->cx, p->dp, w->model->grads + off, off, len, p->reduces, v,
+                                  p->mats + p->mat[v], p->nmat[v]));
+    else DT_TRY(allreduce(p->dp, w->cfg->algo, w->model->grads + off, len));
+  }
+  p->reduces++;
   worker_comm_since(w, t0);
   return 0;
 }
