@@ -169,6 +169,9 @@ typedef struct { size_t off, rows, cols; } compress_matrix_t;
 /* Every parameter tensor of m as a matrix (rows = its first dimension: a
  * layer's outputs; a vector is one row), out[m->ntensors]. */
 void compress_model_matrices(const model_t *m, compress_matrix_t *out);
+/* The tensors of m that start in [off, off + len) (a bucket's): how many,
+ * and the first's index in *first (m->ntensors when none). */
+int compress_tensors_in(const model_t *m, size_t off, size_t len, int *first);
 int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                          int64_t step, int stream, const compress_matrix_t *mats, int nmats);
 /* Figures since the last call: seconds encoding and decoding, and the

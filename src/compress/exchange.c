@@ -94,6 +94,17 @@ void compress_model_matrices(const model_t *m, compress_matrix_t *out) {
   }
 }
 
+int compress_tensors_in(const model_t *m, size_t off, size_t len, int *first) {
+  int n = 0;
+  *first = m->ntensors;
+  for (int i = 0; i < m->ntensors; i++) {
+    if (m->tensors[i].off < off || m->tensors[i].off >= off + len) continue;
+    if (i < *first) *first = i;
+    n++;
+  }
+  return n;
+}
+
 int compressor_grow_factors(compressor_t *c, size_t n) {
   if (c->factors_cap >= n + 1) return 0;
   dt_free(c->factors);

@@ -295,12 +295,7 @@ static int plan_compression(reducer_t *s) {
   for (int b = 0; b < s->nbuckets; b++) {
     bucket_t *k = &s->buckets[b];
     k->owner = s;
-    k->mat = m->ntensors;
-    for (int i = 0; i < m->ntensors; i++) {
-      if (m->tensors[i].off < k->off || m->tensors[i].off >= k->off + k->len) continue;
-      if (i < k->mat) k->mat = i;
-      k->nmat++;
-    }
+    k->nmat = compress_tensors_in(m, k->off, k->len, &k->mat);
   }
   return worker_compressor_new(w, w->rank, w->nranks, &s->cx);
 }

@@ -230,15 +230,8 @@ static int plan_compression(pipe_t *p) {
   }
   if (!(p->mats = calloc((size_t)m->ntensors + 1, sizeof *p->mats))) return dt_error("out of memory");
   compress_model_matrices(m, p->mats);
-  for (int v = 0; v < p->V; v++) {
-    size_t lo = p->st[v]->param_off, hi = lo + p->st[v]->param_len;
-    p->mat[v] = m->ntensors;
-    for (int i = 0; i < m->ntensors; i++) {
-      if (m->tensors[i].off < lo || m->tensors[i].off >= hi) continue;
-      if (i < p->mat[v]) p->mat[v] = i;
-      p->nmat[v]++;
-    }
-  }
+  for (int v = 0; v < p->V; v++)
+    p->nmat[v] = compress_tensors_in(m, p->st[v]->param_off, p->st[v]->param_len, &p->mat[v]);
   return worker_compressor_new(w, p->r, p->ndp, &p->cx);
 }
 
