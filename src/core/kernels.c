@@ -155,7 +155,9 @@ void kern_copy(size_t n, const float *x, float *y) {
 /* Streaming (non-temporal) stores go around this core's caches, so the
  * core that reads y next finds it in memory instead of having to fetch
  * each line from this core: shared sync's push of a new parameter block,
- * 3-5% faster steps here (A/B, 10 pairs of runs). Plain copy without AVX. */
+ * 3-5% faster steps here (A/B, 10 pairs of runs), until shared sync
+ * pushed 8 KiB chunks, where plain stores won (shared_sync.c). Plain copy
+ * without AVX. */
 void kern_copy_stream(size_t n, const float *restrict x, float *restrict y) {
   size_t i = 0;
 #ifdef __AVX__
