@@ -716,23 +716,6 @@ static void test_kern_sum_in_order(void) {
 
 /* kern_allsum: every input becomes the sum, in the order 0..k-1, bit for
  * bit what kern_sum gives. */
-/* The streaming copy: every length and alignment of source and
- * destination around the 8-float vector, nothing written past the end. */
-static void test_kern_copy_stream(void) {
-  float x[64], y[80];
-  for (int i = 0; i < 64; i++) x[i] = (float)i + 0.25f;
-  int ok = 1;
-  for (int xo = 0; xo < 8; xo++)
-    for (int yo = 0; yo < 8; yo++)
-      for (int n = 0; n <= 40; n++) {
-        for (int i = 0; i < 80; i++) y[i] = -1;
-        kern_copy_stream((size_t)n, x + xo, y + yo);
-        for (int i = 0; i < 80; i++)
-          ok &= y[i] == (i >= yo && i < yo + n ? x[xo + i - yo] : -1.0f);
-      }
-  CHECK(ok);
-}
-
 static void test_kern_allsum_in_order(void) {
   size_t sizes[] = {0, 1, 511, 512, 513, 2000};
   float *x[4], *ref = dt_alloc_floats(2000);
@@ -1049,7 +1032,6 @@ int main(void) {
   RUN(test_gemm_bf16_faulting_shapes_come_back);
   RUN(test_kern_sum_in_order);
   RUN(test_kern_allsum_in_order);
-  RUN(test_kern_copy_stream);
   RUN(test_kind_table);
   RUN(test_setup_errors);
   RUN(test_init_bounds);

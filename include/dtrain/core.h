@@ -154,9 +154,6 @@ void kern_sum(size_t n, int k, const float *const *x, float *y);
 /* Every x[q] (q < k) becomes x[0] + x[1] + ... + x[k-1], summed in that order. */
 void kern_allsum(size_t n, int k, float *const *x);
 void kern_copy(size_t n, const float *x, float *y);
-/* y = x (apart) with stores that bypass this core's caches: for data another
- * core reads next. */
-void kern_copy_stream(size_t n, const float *x, float *y);
 void kern_zero(size_t n, float *x);
 double kern_dot(size_t n, const float *x, const float *y);
 double kern_sumsq(size_t n, const float *x);

@@ -152,22 +152,6 @@ void kern_copy(size_t n, const float *x, float *y) {
   if (n && x != y) memmove(y, x, n * sizeof(float));
 }
 
-/* Streaming (non-temporal) stores go around this core's caches, so the
- * core that reads y next finds it in memory instead of having to fetch
- * each line from this core: shared sync's push of a new parameter block,
- * 3-5% faster steps here (A/B, 10 pairs of runs), until shared sync
- * pushed 8 KiB chunks, where plain stores won (shared_sync.c). Plain copy
- * without AVX. */
-void kern_copy_stream(size_t n, const float *restrict x, float *restrict y) {
-  size_t i = 0;
-#ifdef __AVX__
-  while (i < n && ((uintptr_t)(y + i) & 31)) y[i] = x[i], i++;
-  for (; i + 8 <= n; i += 8) _mm256_stream_ps(y + i, _mm256_loadu_ps(x + i));
-  _mm_sfence(); /* ordered before whatever signals the reader (a barrier) */
-#endif
-  for (; i < n; i++) y[i] = x[i];
-}
-
 void kern_zero(size_t n, float *x) { memset(x, 0, n * sizeof(float)); }
 
 double kern_dot(size_t n, const float *x, const float *y) {

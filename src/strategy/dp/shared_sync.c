@@ -114,8 +114,8 @@ enum { CHUNK = 2048 };
  * Pushing is the cheap direction: pulling the others' blocks after the
  * barrier read lines another core had just written and wrote lines it
  * had just read, 2-6x slower per byte here (measured on 512 KiB halves).
- * The push is a plain copy (memmove): streaming stores (kern_copy_stream)
- * were 3-5% faster for the whole-block push of 2026-11-24, but in 8 KiB
+ * The push is a plain copy (memmove): streaming stores (a copy
+ * around this core's caches) were 3-5% faster for the whole-block push of 2026-11-24, but in 8 KiB
  * chunks they made steps ~1% slower than the whole-block push, and plain
  * copies ~10% faster (mlp, 2 workers, interleaved pairs, 2026-11-26). */
 static void sum_step_push(shared_sync_t *s, float lr) {
