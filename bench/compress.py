@@ -3,7 +3,8 @@
 same run (src/compress/, --compress).
 
   accuracy: mlp (5 epochs) and lenet (3 epochs), 4 workers, batch 64 a
-            worker, lr 0.05, momentum 0.9, cosine, seed 1: final test
+            worker, lr 0.05, momentum 0.9, cosine, seed 1 (--seeds: each, and
+            the mean of the points lost): final test
             accuracy of each codec, the points it loses against the dense
             run, and the bytes the dense run sent over the bytes the codec
             sent (the transport's counts, the run's totals of rank 0);
@@ -15,7 +16,7 @@ same run (src/compress/, --compress).
             4 workers: wall seconds to 85% test accuracy (checked after each
             epoch) of the dense ring, dgc and powersgd, and the ratio.
 
-usage: bench/compress.py [accuracy|speed|all] [--models mlp,lenet] [--codecs a,b]
+usage: bench/compress.py [accuracy|speed|all] [--models mlp,lenet] [--codecs a,b] [--seeds 1,2,3]
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -40,33 +41,43 @@ def epochs(lines):
     return [l for l in lines if l.get("event") == "epoch"]
 
 
-def accuracy(models, codecs, tmp):
-    print("| model | codec | test acc | vs dense (points) | dense bytes / bytes | encode+decode s | train s |")
-    print("|---|---|---|---|---|---|---|")
+def accuracy(models, codecs, seeds, tmp):
+    print("| model | seed | codec | test acc | vs dense (points) | dense bytes / bytes | encode+decode s | train s |")
+    print("|---|---|---|---|---|---|---|---|")
+    deltas = {}  # (model, codec) -> the points lost at each seed
     for model in models:
-        base = ["--model", model, "--workers", "4", "--epochs", str(EPOCHS[model]), "--batch", "64",
-                "--lr", "0.05", "--momentum", "0.9", "--lr-schedule", "cosine", "--seed", "1",
-                "--exchange", "allreduce:ring"]
-        dense_acc = dense_bytes = None
-        for codec in codecs:
-            extra = [] if codec == "none" else ["--compress", codec]
-            if codec.startswith("powersgd"):  # the authors' reference (epfml/powersgd):
-                extra += ["--compress-warmup-steps", "100"]  # start_compressing_after_num_steps
-            rc, err, lines, _ = run(base + extra, os.path.join(tmp, "m.jsonl"))
-            ep = epochs(lines)
-            if rc != 0 or not ep:
-                print(f"| {model} | {codec} | failed: {err[:120]} | | | | |")
-                continue
-            acc = ep[-1]["test_acc"]
-            sent = sum(e["bytes_sent"] for e in ep)
-            coding = sum(e.get("encode_sec", 0) + e.get("decode_sec", 0) for e in ep)
-            train = sum(e["epoch_sec"] for e in ep)
-            if codec == "none":
-                dense_acc, dense_bytes = acc, sent
-            delta = 100 * (acc - dense_acc) if dense_acc is not None else 0
-            ratio = dense_bytes / sent if dense_bytes and sent else 0
-            print(f"| {model} | {codec} | {100 * acc:.2f}% | {delta:+.2f} | {ratio:.1f}x | "
-                  f"{coding:.2f} | {train:.1f} |", flush=True)
+        for seed in seeds:
+            base = ["--model", model, "--workers", "4", "--epochs", str(EPOCHS[model]), "--batch", "64",
+                    "--lr", "0.05", "--momentum", "0.9", "--lr-schedule", "cosine", "--seed", str(seed),
+                    "--exchange", "allreduce:ring"]
+            dense_acc = dense_bytes = None
+            for codec in codecs:
+                extra = [] if codec == "none" else ["--compress", codec]
+                if codec.startswith("powersgd"):  # the authors' reference (epfml/powersgd):
+                    extra += ["--compress-warmup-steps", "100"]  # start_compressing_after_num_steps
+                rc, err, lines, _ = run(base + extra, os.path.join(tmp, "m.jsonl"))
+                ep = epochs(lines)
+                if rc != 0 or not ep:
+                    print(f"| {model} | {seed} | {codec} | failed: {err[:120]} | | | | |")
+                    continue
+                acc = ep[-1]["test_acc"]
+                sent = sum(e["bytes_sent"] for e in ep)
+                coding = sum(e.get("encode_sec", 0) + e.get("decode_sec", 0) for e in ep)
+                train = sum(e["epoch_sec"] for e in ep)
+                if codec == "none":
+                    dense_acc, dense_bytes = acc, sent
+                delta = 100 * (acc - dense_acc) if dense_acc is not None else 0
+                ratio = dense_bytes / sent if dense_bytes and sent else 0
+                deltas.setdefault((model, codec), []).append(delta)
+                print(f"| {model} | {seed} | {codec} | {100 * acc:.2f}% | {delta:+.2f} | {ratio:.1f}x | "
+                      f"{coding:.2f} | {train:.1f} |", flush=True)
+    if len(seeds) > 1:  # one seed's difference is within the seeds' spread: their mean
+        print()
+        print("| model | codec | vs dense, mean over the seeds (points) | each |")
+        print("|---|---|---|---|")
+        for (model, codec), d in deltas.items():
+            if codec != "none":
+                print(f"| {model} | {codec} | {sum(d) / len(d):+.2f} | {', '.join(f'{x:+.2f}' for x in d)} |")
 
 
 def speed(tmp, target=0.85):
@@ -105,10 +116,11 @@ def main():
     ap.add_argument("what", nargs="?", default="all", choices=["accuracy", "speed", "all"])
     ap.add_argument("--models", default="mlp,lenet")
     ap.add_argument("--codecs", default=",".join(CODECS))
+    ap.add_argument("--seeds", default="1", help="accuracy: seeds, each against its own dense run")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if a.what in ("accuracy", "all"):
-            accuracy(a.models.split(","), a.codecs.split(","), tmp)
+            accuracy(a.models.split(","), a.codecs.split(","), [int(x) for x in a.seeds.split(",")], tmp)
         if a.what in ("speed", "all"):
             speed(tmp)
 
