@@ -286,10 +286,35 @@ def clauses(p):
     return c[:6]
 
 
+def borderline(p):
+    """The kinds of verdict whose figure lies within report.json's printing
+    precision (%.10g) of its threshold: the report decided on the unrounded
+    value, so a clause there may be present or not (gosgd's hidden share
+    printed as 0.5 when it was 0.49999...)."""
+    def near(x, t):
+        return x is not None and abs(x - t) <= 1e-8 * max(1.0, abs(t))
+    kinds = set()
+    if not p["ok"]:
+        return kinds
+    if near(p["comm_hidden_frac"], 0.5):
+        kinds.add("hidden")
+    if p["comm_sec"] and p["train_sec"]:
+        wait = p["wait_sec"] / p["train_sec"] if p["wait_sec"] is not None else 0
+        if near(wait, 0.1):
+            kinds.add("waiting")
+        if near(p["comm_exposed_sec"] / p["train_sec"] - wait, 0.2):
+            kinds.add("exposed")
+    most = extreme("bytes_per_step", -1)
+    if most and p["bytes_per_step"] and near(most["bytes_per_step"] / p["bytes_per_step"], 1.5):
+        kinds.add("bytes")
+    return kinds
+
+
 bad = []
 for p in rep["presets"]:
-    want = clauses(p)
-    got = [(v["kind"], v["value"], v["text"]) for v in p["verdict"]]
+    skip = borderline(p)
+    want = [c for c in clauses(p) if c[0] not in skip]
+    got = [(v["kind"], v["value"], v["text"]) for v in p["verdict"] if v["kind"] not in skip]
     if [(k, t) for k, _, t in want] != [(k, t) for k, _, t in got] or \
             not all(close(a, b, 1e-6) for (_, a, _), (_, b, _) in zip(want, got)):
         bad.append(f"{p['name']}: report {got}, figures give {want}")
