@@ -125,6 +125,10 @@ double ef_norm(const ef_memory_t *m);   /* ||v||_2 */
 size_t mirror_encode(const codec_spec_t *s, const float *x, float *mirror, size_t n,
                      uint64_t seed, void *out, float *scratch);
 int mirror_decode(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *copy);
+/* The seed of the count-th encoding on the link from -> to (tag: which of
+ * a link's streams, 0 when it has one): the stochastic codecs draw the
+ * same on both transports and in every run. */
+uint64_t mirror_seed(uint64_t seed, int from, int to, int64_t count, int tag);
 
 /* ---- the mirror tree (mirror_tree.c) ----------------------------------------
  * reduce_tree and broadcast_tree of a vector that moves a little each round,

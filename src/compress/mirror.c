@@ -31,6 +31,10 @@ size_t mirror_encode(const codec_spec_t *s, const float *x, float *mirror, size_
   return bytes;
 }
 
+uint64_t mirror_seed(uint64_t seed, int from, int to, int64_t count, int tag) {
+  return rng_derive(rng_derive(seed, (uint64_t)from, (uint64_t)to), (uint64_t)count, (uint64_t)tag);
+}
+
 int mirror_decode(const codec_spec_t *s, const void *in, size_t bytes, size_t n, float *copy) {
   if (!codec_lossless(s)) return codec_decode_add(s, in, bytes, n, copy);
   if (bytes != codec_bytes(s, n))

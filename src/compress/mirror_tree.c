@@ -46,11 +46,6 @@ struct mirror_tree {
   uint64_t seed;
 };
 
-static uint64_t link_seed(const mirror_tree_t *t, int peer, int64_t round, int down) {
-  return rng_derive(rng_derive(t->seed, (uint64_t)t->rank, (uint64_t)peer), (uint64_t)round,
-                    (uint64_t)down);
-}
-
 static float *copy_of(const float *x, size_t n, float scale) {
   float *c = dt_dup_floats(x, n);
   if (c && scale != 1.0f) kern_scale(n, scale, c);
@@ -114,7 +109,7 @@ static int take(mirror_tree_t *t, comm_t *c, int peer, int tag, float *copy, con
 
 static int give(mirror_tree_t *t, comm_t *c, int peer, int tag, const float *x, float *mirror,
                 int64_t round, int down) {
-  size_t b = mirror_encode(&t->codec, x, mirror, t->n, link_seed(t, peer, round, down), t->msg,
+  size_t b = mirror_encode(&t->codec, x, mirror, t->n, mirror_seed(t->seed, t->rank, peer, round, down), t->msg,
                            t->scratch);
   if (comm_send(c, peer, tag, t->msg, b) != 0)
     return dt_error_prefix("mirror tree %s: to rank %d: ", down ? "broadcast" : "reduce", peer);

@@ -119,8 +119,7 @@ static int exchange_due(const easgd_t *e) { return e->d->w->step % e->d->w->cfg-
 static size_t encode_on_link(easgd_t *e, const float *x, float *mirror, int peer, int64_t count,
                              uint8_t *out) {
   elastic_codec_t *z = &e->z;
-  uint64_t seed = rng_derive(rng_derive(z->seed, (uint64_t)comm_rank(e->d->w->comm), (uint64_t)peer),
-                             (uint64_t)count, 0);
+  uint64_t seed = mirror_seed(z->seed, comm_rank(e->d->w->comm), peer, count, 0);
   return mirror_encode(&z->codec, x, mirror, e->d->w->model->nparams, seed, out, z->scratch);
 }
 

@@ -97,9 +97,9 @@ static int send_to_random_peer(gossip_t *g) {
   if (z->codec.kind == CODEC_NONE) {
     kern_copy(n, w->model->params, buf + HEADER_FLOATS);
   } else {
-    uint64_t link = rng_derive(z->seed, (uint64_t)w->rank, (uint64_t)peer);
     mirror_encode(&z->codec, w->model->params, z->to[peer], n,
-                  rng_derive(link, (uint64_t)z->sent[peer]++, 0), buf + HEADER_FLOATS, z->scratch);
+                  mirror_seed(z->seed, w->rank, peer, z->sent[peer]++, 0), buf + HEADER_FLOATS,
+                  z->scratch);
   }
   g->alpha_sent += g->alpha;
   g->sent++;

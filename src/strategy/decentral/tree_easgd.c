@@ -115,9 +115,8 @@ static void fill(tree_t *t, int to, int64_t count) {
     kern_copy(m->nparams, m->params, t->mail.sbuf[to]);
     return;
   }
-  uint64_t link = rng_derive(z->seed, (uint64_t)t->d->w->rank, (uint64_t)to);
-  mirror_encode(&z->codec, m->params, z->mirror[to], m->nparams, rng_derive(link, (uint64_t)count, 0),
-                t->mail.sbuf[to], z->scratch);
+  mirror_encode(&z->codec, m->params, z->mirror[to], m->nparams,
+                mirror_seed(z->seed, t->d->w->rank, to, count, 0), t->mail.sbuf[to], z->scratch);
 }
 
 /* Uncompressed, one buffer holds the model for all. */

@@ -174,8 +174,7 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
   if (ws->pull_enc && !(req->flags & PS_PULL_DENSE)) {
     /* the change since its last pull: whole shards only (--compress-pulls
      * is refused with the priority orders, which pull in parts) */
-    uint64_t link = rng_derive(s->cfg->seed ^ 0x70756c6c636f6d70ull, (uint64_t)s->index, (uint64_t)src);
-    uint64_t seed = rng_derive(link, (uint64_t)ws->pulls++, 0);
+    uint64_t seed = mirror_seed(s->cfg->seed ^ 0x70756c6c636f6d70ull, s->index, src, ws->pulls++, 0);
     bytes = mirror_encode(&s->cfg->compress, s->params, ws->snapshot, s->len, seed, ws->pull_enc,
                           s->mirror_scratch);
     vals = ws->pull_enc;
