@@ -87,6 +87,37 @@ assert e['compress'] == 'terngrad:2.5' and e['error_feedback'] is False, e"
 "$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
 check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]
 
+# resume: every rank's memory (DGC's velocity, PowerSGD's Q) is in the
+# checkpoint, so 1 + 1 epochs are the 2-epoch run bit for bit (3 ranks;
+# mpi resumes what local wrote)
+RES="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16"
+for c in dgc:0.001 topk:0.01 onebit powersgd:2; do
+  tag=$(echo $c | tr ':.' '__')
+  "$DTRAIN" train $RES --workers 3 --compress $c --epochs 2 --checkpoint "$TMP/r_$tag.a" >/dev/null
+  "$DTRAIN" train $RES --workers 3 --compress $c --epochs 1 --checkpoint "$TMP/r_$tag.h" >/dev/null
+  "$DTRAIN" train $RES --workers 3 --compress $c --epochs 2 --resume "$TMP/r_$tag.h" --checkpoint "$TMP/r_$tag.b" >/dev/null
+  check "compress_${tag}_resume_bit_exact" cmp -s "$TMP/r_$tag.a" "$TMP/r_$tag.b"
+done
+if have_mpi; then
+  $MPIRUN -np 3 "$DTRAIN" train $RES --comm mpi --compress dgc:0.001 --epochs 2 --resume "$TMP/r_dgc_0_001.h" --checkpoint "$TMP/r_mpi.b" >/dev/null 2>"$TMP/mpi.err"
+  check "compress_dgc_mpi_resume_bit_exact" cmp -s "$TMP/r_dgc_0_001.a" "$TMP/r_mpi.b"
+fi
+check "compress_checkpoint_names_memory" $PY -c "
+import json, struct
+b = open('$TMP/r_dgc_0_001.a', 'rb').read()
+h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])
+assert h['__metadata__']['compress'] == 'dgc:0.001 over 3 ranks', h['__metadata__']
+names = {k for k in h if k.startswith('compress.')}
+assert names == {f'compress.{a}.rank{r}' for a in ('residual', 'velocity') for r in range(3)}, names"
+# another codec or world size: trains on from an empty memory, and says so
+"$DTRAIN" train $RES --workers 2 --compress dgc:0.001 --epochs 2 --resume "$TMP/r_dgc_0_001.h" >/dev/null 2>"$TMP/r.err"
+check "compress_resume_other_world_starts_empty" grep -q "holds the compression state of dgc:0.001 over 3 ranks, not of dgc:0.001 over 2 ranks: this run starts with an empty memory" "$TMP/r.err"
+# a file that claims a memory it does not hold is refused, naming the tensor
+$PY -c "
+b = open('$TMP/r_dgc_0_001.h', 'rb').read()
+open('$TMP/r_bad.st', 'wb').write(b.replace(b'compress.velocity.rank2', b'compress.velocity.rankX', 1))"
+expect_error compress_resume_missing_memory 1 "no tensor 'compress.velocity.rank2', though the file says it holds the state of dgc:0.001 over 3 ranks" -- "$DTRAIN" train $RES --workers 3 --compress dgc:0.001 --epochs 2 --resume "$TMP/r_bad.st"
+
 # parameter-server pushes (every schedule): encoded, one message a shard;
 # sync servers sum in rank order, so local = mpi bit for bit
 PSN=$("$DTRAIN" train $BASE --workers 2 --exchange ps:2 --metrics "$TMP/psn.jsonl" >/dev/null && field "$TMP/psn.jsonl" bytes_sent_per_step)

@@ -186,6 +186,18 @@ typedef struct {
 } compress_stats_t;
 void compressor_take_stats(compressor_t *c, compress_stats_t *out);
 int compressor_has_memory(const compressor_t *c);
+/* What a compressor carries from one step to the next, for checkpoints:
+ * arrays of n floats (the arena's length), by name. per_rank: each rank's
+ * own (the error-feedback memory, DGC's velocity); else the same on every
+ * rank (PowerSGD's warm-started Q, and 1 where a matrix has one). A run
+ * restored with them (written into data) continues bit for bit. */
+typedef struct {
+  const char *name;
+  float *data;
+  int per_rank;
+} compress_state_t;
+#define COMPRESS_MAX_STATE 4
+int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]);
 
 /* ---- sufficient factor broadcasting (sufficient_factors.c) -----------------
  * A dense layer's gradient sum rebuilt from every rank's factors (its rows

@@ -22,7 +22,8 @@ struct compressor {
   void *reqs;               /* comm_req_t *[2 P] */
   /* powersgd.c */
   float *q;                 /* each matrix's Q (cols x rank), warm-started, by arena offset */
-  uint8_t *q_ready;         /* q_ready[off]: the matrix at off has its Q */
+  float *q_ready;           /* q_ready[off] = 1: the matrix at off has its Q (floats: a
+                             * checkpoint keeps them as it keeps q) */
   float *factors;           /* powersgd: the P and Q factors of a buffer's matrices, side by
                              * side; 1-bit and sparse codecs: the bucket packed (exchange.c's
                              * layout) */

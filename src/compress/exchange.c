@@ -115,6 +115,15 @@ int compressor_grow_factors(compressor_t *c, size_t n) {
 
 int compressor_has_memory(const compressor_t *c) { return c->mem.residual != NULL; }
 
+int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]) {
+  int n = 0;
+  if (c->mem.residual) out[n++] = (compress_state_t){"residual", c->mem.residual, 1};
+  if (c->mem.velocity) out[n++] = (compress_state_t){"velocity", c->mem.velocity, 1};
+  if (c->q) out[n++] = (compress_state_t){"powersgd_q", c->q, 0};
+  if (c->q_ready) out[n++] = (compress_state_t){"powersgd_q_ready", c->q_ready, 0};
+  return n;
+}
+
 /* The seed of message `msg` of a buffer (stream) at a step, on this rank. */
 static uint64_t message_seed(const compressor_t *c, int stream, int64_t step, int msg) {
   uint64_t base = rng_derive(c->cfg.seed ^ 0x636f6d7072657373ull, (uint64_t)stream, (uint64_t)step);

@@ -23,7 +23,7 @@
 #include "compress/compressor.h"
 
 int powersgd_init(compressor_t *c) {
-  if (!(c->q = dt_alloc_floats(c->n + 1)) || !(c->q_ready = dt_alloc(c->n + 1))) return -1;
+  if (!(c->q = dt_alloc_floats(c->n + 1)) || !(c->q_ready = dt_alloc_floats(c->n + 1))) return -1;
   return 0;
 }
 
@@ -73,7 +73,7 @@ static int dense_ranges(const compressor_t *c, const compress_matrix_t *mats, in
 /* Q of a matrix on its first step: N(0, 1), the same on every rank. */
 static float *q_of(compressor_t *c, const compress_matrix_t *m, int r) {
   float *q = c->q + m->off;
-  if (c->q_ready[m->off]) return q;
+  if (c->q_ready[m->off] != 0) return q;
   c->q_ready[m->off] = 1;
   rng_t g;
   rng_seed(&g, rng_derive(c->cfg.seed ^ 0x706f776572736764ull, m->off, 0));

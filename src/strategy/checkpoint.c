@@ -45,7 +45,8 @@ static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
 
 /* The file for model m (the whole model) and its optimizer state. */
 static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, int epoch) {
-  int cap = m->ntensors * (2 + w->opt->nstate) + m->nbuf_tensors + 1, nt = 0, nm = 0;
+  int cap = m->ntensors * (2 + w->opt->nstate) + m->nbuf_tensors + 1 +
+            checkpoint_compressor_count(w), nt = 0, nm = 0;
   st_tensor_t *t = calloc((size_t)cap, sizeof *t);
   float *speeds = w->balance ? calloc((size_t)w->nranks, sizeof *speeds) : NULL;
   if (!t || (w->balance && !speeds)) {
@@ -73,7 +74,8 @@ static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, 
     b->len = (size_t)w->nranks;
     b->data = speeds;
   }
-  st_meta_t md[8];
+  st_meta_t md[10];
+  nt += checkpoint_compressor_entries(w, &t[nt], md, &nm);
   meta(md, &nm, "format", CHECKPOINT_FORMAT);
   meta(md, &nm, "epoch", "%d", epoch + 1);
   meta(md, &nm, "step", "%" PRId64, w->step);

@@ -181,6 +181,7 @@ static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
 
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   char wait[48], layers[2048];
+  if (w->cfg->checkpoint[0]) DT_TRY(worker_gather_compressor(w)); /* every rank, first */
   if (per_rank_lines(w) && comm_rank(w->world) != 0) DT_TRY(send_rank_costs(w, r));
   if (w->rank != 0) return 0;
   if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */

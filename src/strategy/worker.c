@@ -129,6 +129,7 @@ void worker_free(worker_t *w) {
   model_free(w->model);
   optim_free(w->opt);
   free(w->segs);
+  dt_free(w->ckpt_cx_all);
   dt_free(w->x);
   dt_free(w->y);
   dt_free(w->order);

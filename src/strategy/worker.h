@@ -6,6 +6,7 @@
 #define DTRAIN_STRATEGY_WORKER_H
 
 #include "dtrain/coll.h"
+#include "dtrain/safetensors.h"
 #include "dtrain/train.h"
 
 typedef struct {
@@ -68,6 +69,10 @@ typedef struct worker {
    * (parameter servers: DC-ASGD-a's MeanSquare); NULL: none */
   const float *ckpt_state;
   const char *ckpt_state_prefix;
+  /* --compress under the reducer: its compressor, whose state --checkpoint
+   * keeps for every rank (checkpoint_memory.c); NULL: none */
+  compressor_t *ckpt_cx;
+  float *ckpt_cx_all;           /* rank 0: every rank's per-rank arrays, gathered */
 } worker_t;
 
 /* The one rank that prints, writes the metrics and the checkpoint: rank 0
@@ -149,6 +154,22 @@ int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
 int worker_load_checkpoint(worker_t *w, const char *path);
+/* --checkpoint keeps cx's state (compressor_state: the error-feedback
+ * memory, DGC's velocity, PowerSGD's Q) for every rank of w->comm: it is
+ * gathered to rank 0 before each checkpoint (worker_gather_compressor, a
+ * collective) and saved as "compress.<name>.rank<r>", or "compress.<name>"
+ * for state the same on every rank. Under --resume from a file that holds
+ * it for the same codec and number of ranks, each rank restores its own,
+ * so the run continues bit for bit; from any other file the compressor
+ * starts empty (rank 0 says so when the file held another's). Call on
+ * every rank, once cx exists. */
+int worker_keep_compressor(worker_t *w, compressor_t *cx);
+int worker_gather_compressor(worker_t *w);
+/* The tensors and the metadata line of the gathered state (rank 0), into
+ * t and md (room for checkpoint_compressor_count(w) tensors); returns the
+ * number of tensors. */
+int checkpoint_compressor_count(const worker_t *w);
+int checkpoint_compressor_entries(const worker_t *w, st_tensor_t *t, st_meta_t *md, int *nmeta);
 
 /* --trace (strategy/trace.c): every rank of the run starts its timeline
  * after a common barrier (NULL when not tracing) and ends it by sending

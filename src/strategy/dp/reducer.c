@@ -297,7 +297,9 @@ static int plan_compression(reducer_t *s) {
     k->owner = s;
     k->nmat = compress_tensors_in(m, k->off, k->len, &k->mat);
   }
-  return worker_compressor_new(w, w->rank, w->nranks, &s->cx);
+  DT_TRY(worker_compressor_new(w, w->rank, w->nranks, &s->cx));
+  /* under tensor parallelism each rank's memory is of its block: not kept */
+  return w->tp ? 0 : worker_keep_compressor(w, s->cx);
 }
 
 /* --sufficient-factors: which layers gain (a bucket a layer), and the
@@ -339,6 +341,7 @@ int reducer_new(worker_t *w, reducer_t **out) {
 void reducer_free(reducer_t *s) {
   if (!s) return;
   coll_async_free(s->async);
+  if (s->w->ckpt_cx == s->cx) s->w->ckpt_cx = NULL;
   compressor_free(s->cx);
   sfb_free(s->sfb);
   free(s->mats);
