@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """usage: ckpt_diff.py A B TOL -- exit 0 when the largest |a - b| over the
-model tensors (not the optimizer state, nor --balance's speed estimates) of
+model tensors (not the optimizer state, --balance's speed estimates or the compressor's state) of
 two safetensors checkpoints is at most TOL. Reads the format by hand: only NumPy is needed."""
 import json, struct, sys
 
@@ -17,7 +17,7 @@ def load(path):
 
 
 def model(tensors):
-    return {k: v for k, v in tensors.items() if not k.startswith(("optimizer.", "balance."))}
+    return {k: v for k, v in tensors.items() if not k.startswith(("optimizer.", "balance.", "compress."))}
 
 
 a, b, tol = model(load(sys.argv[1])), model(load(sys.argv[2])), float(sys.argv[3])

@@ -87,12 +87,43 @@ assert e['compress'] == 'terngrad:2.5' and e['error_feedback'] is False, e"
 "$DTRAIN" train $BASE --workers 2 --compress topk:0.001 --compress-warmup-steps 12 --metrics "$TMP/w.jsonl" >/dev/null
 check "warmup_steps_go_dense" [ "$(field "$TMP/w.jsonl" bytes_sent_per_step)" = "$DENSE" ]
 
+# --momentum-correction shared (1-bit Adam's): the momentum step is what is
+# compressed and its decoded sum the next momentum. Its dense warm-up is
+# momentum SGD (to rounding: the ranks' shares of m M summed); every step
+# compressed: bitwise run to run, overlap on = off, local = mpi, and the
+# bytes of the codec alone
+"$DTRAIN" train $BASE --workers 3 --checkpoint "$TMP/ms_dense.st" >/dev/null
+"$DTRAIN" train $BASE --workers 3 --compress onebit --momentum-correction shared --compress-warmup-steps 100 --checkpoint "$TMP/ms_warm.st" >/dev/null
+if close "$TMP/ms_dense.st" "$TMP/ms_warm.st" 1e-5; then pass "shared_momentum_warmup_is_momentum_sgd($(cat "$TMP/cmp.out"))"; else fail shared_momentum_warmup_is_momentum_sgd "$(cat "$TMP/cmp.out")"; fi
+for c in onebit int8; do
+  "$DTRAIN" train $BASE --workers 3 --compress $c --momentum-correction shared --checkpoint "$TMP/ms_$c.a" >/dev/null
+  "$DTRAIN" train $BASE --workers 3 --compress $c --momentum-correction shared --overlap off --checkpoint "$TMP/ms_$c.b" >/dev/null
+  check "shared_momentum_${c}_bitwise_overlap_on_off" cmp -s "$TMP/ms_$c.a" "$TMP/ms_$c.b"
+  if have_mpi; then
+    $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --compress $c --momentum-correction shared --checkpoint "$TMP/ms_$c.mpi" >/dev/null 2>"$TMP/mpi.err"
+    check "shared_momentum_${c}_mpi_bitwise_equals_local" cmp -s "$TMP/ms_$c.a" "$TMP/ms_$c.mpi"
+  fi
+done
+check "shared_momentum_same_bytes_as_onebit" [ "$(bytes_of onebit "--momentum-correction shared")" = "$(bytes_of onebit)" ]
+# velocity (DGC's form) on a dense codec: nothing is masked, it trains
+"$DTRAIN" train $BASE --workers 3 --compress onebit --momentum-correction velocity >/dev/null 2>"$TMP/err"
+check "velocity_momentum_onebit_trains" [ $? -eq 0 ]
+expect_error shared_momentum_sparse 2 "would drop the momentum of what it does not send" -- "$DTRAIN" train --workers 2 --compress topk:0.01 --momentum-correction shared
+expect_error shared_momentum_dgc 2 "DGC is top-k with its velocity corrected" -- "$DTRAIN" train --workers 2 --compress dgc:0.01 --momentum-correction shared
+expect_error momentum_correction_value 2 "expected off, velocity or shared" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction on
+expect_error momentum_correction_unbiased 2 "use a biased codec with --error-feedback on" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --momentum-correction shared
+expect_error momentum_correction_adam 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --optimizer adam
+expect_error momentum_correction_nesterov 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --momentum 0.9 --nesterov
+expect_error momentum_correction_ps 2 "synchronous data parallelism's gradients" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress onebit --momentum-correction shared
+expect_error velocity_warmup 2 "would go without momentum" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction velocity --compress-warmup-steps 5
+expect_error momentum_correction_without_codec 2 "option --momentum-correction" -- "$DTRAIN" train --workers 2 --momentum-correction shared
+
 # resume: every rank's memory (DGC's velocity, PowerSGD's Q) is in the
 # checkpoint, so 1 + 1 epochs are the 2-epoch run bit for bit (3 ranks;
 # mpi resumes what local wrote)
 RES="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16"
-for c in dgc:0.001 topk:0.01 onebit powersgd:2; do
-  tag=$(echo $c | tr ':.' '__')
+for c in dgc:0.001 topk:0.01 onebit powersgd:2 "onebit --momentum-correction shared"; do
+  tag=$(echo $c | tr ':. -' '____')
   "$DTRAIN" train $RES --workers 3 --compress $c --epochs 2 --checkpoint "$TMP/r_$tag.a" >/dev/null
   "$DTRAIN" train $RES --workers 3 --compress $c --epochs 1 --checkpoint "$TMP/r_$tag.h" >/dev/null
   "$DTRAIN" train $RES --workers 3 --compress $c --epochs 2 --resume "$TMP/r_$tag.h" --checkpoint "$TMP/r_$tag.b" >/dev/null

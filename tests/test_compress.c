@@ -284,7 +284,7 @@ static void test_malformed_refused(void) {
 static void test_error_feedback_memory(void) {
   ef_memory_t m;
   float g[4] = {1, 2, 3, 4}, sent[4] = {0, 2, 0, 0};
-  CHECK_OK(ef_init(&m, 4, 0));
+  CHECK_OK(ef_init(&m, 4, 0, 0));
   ef_compensate(&m, g, 0, 4);
   ef_update(&m, sent, 0, 4);
   CHECK(m.residual[0] == 1 && m.residual[1] == 0 && m.residual[3] == 4);
@@ -292,7 +292,7 @@ static void test_error_feedback_memory(void) {
   CHECK(m.residual[0] == 2 && m.residual[1] == 2);
   ef_free(&m);
   /* DGC: u = 0.5 u + g, v += u; factor masking clears u where sent */
-  CHECK_OK(ef_init(&m, 2, 0.5f));
+  CHECK_OK(ef_init(&m, 2, 0.5f, 1));
   float g2[2] = {1, 1}, sent2[2] = {2, 0};
   ef_compensate(&m, g2, 0, 2);            /* u = 1, v = 1 */
   ef_compensate(&m, g2, 0, 2);            /* u = 1.5, v = 2.5 */
@@ -303,6 +303,15 @@ static void test_error_feedback_memory(void) {
    * the velocity stays (it steps with momentum) */
   ef_forget(&m, 1, 1);
   CHECK(m.residual[1] == 0 && m.velocity[1] == 1.5f && m.residual[0] == 0.5f);
+  ef_free(&m);
+  /* without masking (a dense codec's momentum correction) the velocity
+   * of a sent value goes on: v keeps only the codec's error */
+  CHECK_OK(ef_init(&m, 2, 0.5f, 0));
+  ef_compensate(&m, g2, 0, 2);
+  ef_compensate(&m, g2, 0, 2);            /* u = 1.5, v = 2.5 */
+  float sent3[2] = {2, 2};
+  ef_update(&m, sent3, 0, 2);
+  CHECK(m.residual[0] == 0.5f && m.velocity[0] == 1.5f && m.velocity[1] == 1.5f);
   ef_free(&m);
 }
 

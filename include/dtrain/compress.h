@@ -102,9 +102,10 @@ size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, 
 typedef struct {
   float *residual, *velocity;   /* velocity: NULL unless momentum correction */
   float momentum;
+  int masking;                  /* momentum factor masking (DGC: u = 0 where sent) */
   size_t n;
 } ef_memory_t;
-int ef_init(ef_memory_t *m, size_t n, float momentum_correction);
+int ef_init(ef_memory_t *m, size_t n, float momentum_correction, int masking);
 void ef_free(ef_memory_t *m);
 void ef_compensate(ef_memory_t *m, const float *g, size_t off, size_t len);
 void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len);
@@ -155,7 +156,10 @@ typedef struct compressor compressor_t;
 typedef struct {
   codec_spec_t codec;
   int error_feedback;       /* the memory (biased codecs only) */
-  float momentum;           /* DGC: momentum correction factor (the optimizer's) */
+  float momentum;           /* momentum correction: the optimizer's factor; 0: none */
+  int shared_momentum;      /* 0: the memory holds each rank's velocity (DGC); 1: each
+                             * rank sends g + m M (M the last decoded sum, the same on
+                             * every rank) through the memory, and M = the new sum */
   double clip;              /* DGC: local gradient clipping of the global norm (0 = off) */
   int64_t warmup_steps;     /* DGC: steps over which the density falls to R */
   uint64_t seed;
@@ -186,6 +190,10 @@ typedef struct {
 } compress_stats_t;
 void compressor_take_stats(compressor_t *c, compress_stats_t *out);
 int compressor_has_memory(const compressor_t *c);
+/* Whether the compressor runs --compress-warmup-steps itself (DGC's
+ * sparsity ramp; the shared momentum's exact dense steps), so its caller
+ * sends every step through it. */
+int compressor_takes_warmup(const compressor_t *c);
 /* What a compressor carries from one step to the next, for checkpoints:
  * arrays of n floats (the arena's length), by name. per_rank: each rank's
  * own (the error-feedback memory, DGC's velocity); else the same on every
@@ -196,7 +204,7 @@ typedef struct {
   float *data;
   int per_rank;
 } compress_state_t;
-#define COMPRESS_MAX_STATE 4
+#define COMPRESS_MAX_STATE 6
 int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]);
 
 /* ---- sufficient factor broadcasting (sufficient_factors.c) -----------------

@@ -25,6 +25,8 @@ typedef enum { SCHEDULE_SYNC, SCHEDULE_ASYNC, SCHEDULE_SSP, SCHEDULE_VALUE, SCHE
 typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHBORS,
                EXCHANGE_GOSSIP, EXCHANGE_TREE, EXCHANGE_SHARED } exchange_t;
 
+enum { MC_OFF = 0, MC_VELOCITY = 1, MC_SHARED = 2 };
+
 typedef struct {
   /* what to train */
   char model[256], data[256];
@@ -61,6 +63,11 @@ typedef struct {
    * data parallelism */
   codec_spec_t compress;        /* CODEC_NONE: the plain allreduce */
   int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
+  /* SGD's momentum under compression (the optimizer then steps without
+   * it): MC_VELOCITY, each rank's velocity in the memory (DGC); MC_SHARED,
+   * the momentum step itself compressed, its decoded sum the new momentum
+   * (1-bit Adam's); -1: velocity for dgc, else off */
+  int momentum_correction;
   int compress_pulls;           /* --exchange ps:K: pulls sent as the encoded change too [off] */
   int64_t compress_warmup_steps;/* dense steps first; DGC: its sparsity warm-up */
   double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */

@@ -28,6 +28,9 @@ struct compressor {
                              * side; 1-bit and sparse codecs: the bucket packed (exchange.c's
                              * layout) */
   size_t factors_cap;
+  float *shared_m;          /* --momentum-correction shared: M, the last decoded sum */
+  float *server_e;          /* and the error of this rank's re-encoded blocks of the sum
+                             * (by arena offset + packed position), fed back */
   compress_stats_t stats;
 };
 

@@ -62,7 +62,13 @@ int compressor_new(const compress_config_t *cfg, size_t n, int rank, int nranks,
   if (!c) return dt_error("out of memory");
   c->cfg = *cfg, c->rank = rank, c->nranks = nranks, c->n = n;
   int dgc = cfg->codec.kind == CODEC_DGC;
-  if (cfg->error_feedback && ef_init(&c->mem, n, dgc ? cfg->momentum : 0) != 0) return -1;
+  /* factor masking for DGC: a sparse codec's sent values restart their
+   * momentum; a dense codec sends every value, so nothing is masked */
+  if (cfg->error_feedback &&
+      ef_init(&c->mem, n, cfg->shared_momentum ? 0 : cfg->momentum, dgc) != 0) return -1;
+  if (cfg->shared_momentum && (!(c->shared_m = dt_alloc_floats(n + 1)) ||
+                               (cfg->error_feedback && !(c->server_e = dt_alloc_floats(n + 1)))))
+    return -1;
   if (!(c->tmp = dt_alloc_floats(n + 1)) || !(c->scratch = dt_alloc_floats(n + 1))) return -1;
   c->sizes = calloc((size_t)nranks, sizeof *c->sizes);
   c->reqs = calloc(2 * (size_t)nranks, sizeof(comm_req_t *));
@@ -76,7 +82,7 @@ void compressor_free(compressor_t *c) {
   ef_free(&c->mem);
   dt_free(c->tmp), dt_free(c->scratch);
   dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
-  dt_free(c->q), dt_free(c->q_ready), dt_free(c->factors);
+  dt_free(c->q), dt_free(c->q_ready), dt_free(c->factors), dt_free(c->shared_m), dt_free(c->server_e);
   free(c->sizes), free(c->reqs), free(c);
 }
 
@@ -115,12 +121,18 @@ int compressor_grow_factors(compressor_t *c, size_t n) {
 
 int compressor_has_memory(const compressor_t *c) { return c->mem.residual != NULL; }
 
+int compressor_takes_warmup(const compressor_t *c) {
+  return c->cfg.codec.kind == CODEC_DGC || c->shared_m != NULL;
+}
+
 int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]) {
   int n = 0;
   if (c->mem.residual) out[n++] = (compress_state_t){"residual", c->mem.residual, 1};
   if (c->mem.velocity) out[n++] = (compress_state_t){"velocity", c->mem.velocity, 1};
   if (c->q) out[n++] = (compress_state_t){"powersgd_q", c->q, 0};
   if (c->q_ready) out[n++] = (compress_state_t){"powersgd_q_ready", c->q_ready, 0};
+  if (c->shared_m) out[n++] = (compress_state_t){"momentum", c->shared_m, 0};
+  if (c->server_e) out[n++] = (compress_state_t){"server_residual", c->server_e, 1};
   return n;
 }
 
@@ -375,11 +387,20 @@ static int dense_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float 
   for (int i = 0; i < P; i++)
     DT_TRY(decode_block(c, s, &L, i == r ? c->send + soff[r] : c->recv + (size_t)i * mine, bound[r],
                         bound[r + 1], acc, 1, i));
-  /* re-encoded once; its error is not fed back. A second memory at the
-   * owner (CNTK's residual of each aggregated stripe, DeepSpeed's "server
-   * error", DoubleSqueeze) made 1-bit SGD worse here each time it was
-   * measured (docs/COMPRESSION.md) */
+  /* re-encoded once. Its error is fed back only under the shared
+   * momentum, as 1-bit Adam's "server error": there the decoded sum becomes
+   * the momentum, which would carry an error 1/(1 - m) times; for 1-bit
+   * SGD on the gradient a memory at the owner (CNTK's residual of each
+   * aggregated stripe) made it worse each time it was measured
+   * (docs/COMPRESSION.md) */
+  float *owed = c->server_e ? c->server_e + off + bound[r] : NULL;
+  for (size_t i = 0; owed && i < bound[r + 1] - bound[r]; i++) acc[i] += owed[i];
   encode_block(c, s, &L, out, bound[r], bound[r + 1], message_seed(c, stream, step, P + r), c->out);
+  if (owed) {
+    float *sent = c->scratch;
+    DT_TRY(decode_block(c, s, &L, c->out, bound[r], bound[r + 1], sent, 0, r));
+    for (size_t i = 0; i < bound[r + 1] - bound[r]; i++) owed[i] = acc[i] - sent[i];
+  }
   at = 0;
   for (int i = 0; i < P; i++) {
     if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_GATHER, c->gather + at, bytes[i]));
@@ -552,9 +573,8 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
   return 0;
 }
 
-int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
-                         int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
-  if (off + len > c->n) return dt_error("compressed allreduce: range past the arena (a bug)");
+static int codec_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                           int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
   if (c->cfg.codec.kind == CODEC_POWERSGD) return powersgd_allreduce(c, ctx, buf, off, len, mats, nmats);
   if (c->cfg.codec.kind == CODEC_NONE || c->cfg.codec.kind == CODEC_FP32)
     return allreduce(ctx, c->cfg.algo, buf, len); /* summable as it is */
@@ -563,4 +583,31 @@ int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t of
   if (codec_sparse(&c->cfg.codec))
     return sparse_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
   return dense_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
+}
+
+/* --momentum-correction shared (1-bit Adam's compressed momentum, Tang et
+ * al. 2021; Zheng et al. 2019's error-feedback momentum SGD): what a rank
+ * sends, through the memory and the codec, is its share of the momentum
+ * step, g_r + (m / P) M, where M is the last decoded sum (the same on every
+ * rank); the new sum is the step the optimizer takes (without momentum)
+ * and the next M. A sparse codec would zero M where it sent nothing, so
+ * dense codecs only (config.c). The warm-up's dense steps send it exact:
+ * plain momentum SGD. */
+static int shared_momentum_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
+                                     size_t len, int64_t step, int stream,
+                                     const compress_matrix_t *mats, int nmats) {
+  float *M = c->shared_m + off, share = c->cfg.momentum / (float)c->nranks;
+  for (size_t i = 0; i < len; i++) buf[i] += share * M[i];
+  int rc = step < c->cfg.warmup_steps
+               ? allreduce(ctx, c->cfg.algo, buf, len)
+               : codec_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
+  if (rc == 0) memcpy(M, buf, len * sizeof *M);
+  return rc;
+}
+
+int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
+                         int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
+  if (off + len > c->n) return dt_error("compressed allreduce: range past the arena (a bug)");
+  if (c->shared_m) return shared_momentum_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
+  return codec_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
 }

@@ -5,8 +5,11 @@
  * the velocity instead, so that the momentum of the values not sent is
  * not lost either:
  *   u = m u + g;   v += u;   send C(v);   v -= decode(C(v));
- *   and u_i = 0 where v_i was sent (momentum factor masking), so a sent
- *   value's stale momentum does not push it again.
+ *   and, for a sparse codec, u_i = 0 where v_i was sent (momentum factor
+ *   masking), so a sent value's stale momentum does not push it again.
+ *   A dense codec (1-bit) sends every value: u is kept, and what the memory
+ *   holds is the quantization error of the velocity, as 1-bit Adam's
+ *   compressed momentum (Tang et al. 2021).
  * The optimizer then steps without momentum (the memory carries it). */
 #include <math.h>
 #include <stdlib.h>
@@ -14,8 +17,8 @@
 
 #include "dtrain/compress.h"
 
-int ef_init(ef_memory_t *m, size_t n, float momentum_correction) {
-  *m = (ef_memory_t){.momentum = momentum_correction, .n = n};
+int ef_init(ef_memory_t *m, size_t n, float momentum_correction, int masking) {
+  *m = (ef_memory_t){.momentum = momentum_correction, .masking = masking, .n = n};
   if (!(m->residual = dt_alloc_floats(n ? n : 1))) return -1;
   if (momentum_correction > 0 && !(m->velocity = dt_alloc_floats(n ? n : 1))) return -1;
   return 0;
@@ -43,7 +46,7 @@ void ef_update(ef_memory_t *m, const float *sent, size_t off, size_t len) {
   float *v = m->residual + off, *u = m->velocity ? m->velocity + off : NULL;
   for (size_t i = 0; i < len; i++) {
     v[i] -= sent[i];
-    if (u && sent[i] != 0) u[i] = 0;
+    if (u && m->masking && sent[i] != 0) u[i] = 0;
   }
 }
 

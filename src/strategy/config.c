@@ -53,6 +53,7 @@ void train_config_default(train_config_t *c) {
   c->straggler_slowdown = 1;
   c->progress = 1;
   c->error_feedback = -1;
+  c->momentum_correction = -1;
   c->consensus_step = 1;
 }
 
@@ -305,6 +306,32 @@ static int compress_check(const train_config_t *c) {
   if (k->kind == CODEC_DGC && c->optim.kind != OPTIM_SGD)
     return dt_error("option --compress %s: DGC's momentum correction takes the place of SGD's "
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
+  if (c->momentum_correction != -1 && c->momentum_correction != MC_VELOCITY &&
+      k->kind == CODEC_DGC)
+    return dt_error("option --momentum-correction %s: DGC is top-k with its velocity corrected "
+                    "(velocity); for top-k without it use --compress topk:R",
+                    c->momentum_correction ? "shared" : "off");
+  if (c->momentum_correction == MC_SHARED && (codec_sparse(k) || k->kind == CODEC_POWERSGD))
+    return dt_error("option --momentum-correction shared: the decoded sum becomes the momentum, "
+                    "and %s would drop the momentum of what it does not send: use velocity "
+                    "(DGC's)", name);
+  if (c->momentum_correction == MC_VELOCITY && k->kind != CODEC_DGC && c->compress_warmup_steps)
+    return dt_error("option --compress-warmup-steps: its dense steps would go without momentum "
+                    "under --momentum-correction velocity (only dgc ramps its sparsity instead): "
+                    "use shared, or no warm-up");
+  if (c->momentum_correction > 0) {
+    int feedback = c->error_feedback < 0 ? codec_default_feedback(k) : c->error_feedback;
+    if (!central || !dp)
+      return dt_error("option --momentum-correction: corrects the momentum of synchronous "
+                      "data parallelism's gradients (--exchange allreduce:ALGO --schedule sync)");
+    if (!feedback)
+      return dt_error("option --momentum-correction: the error-feedback memory carries what "
+                      "was not sent, and %s has none: use a biased codec with --error-feedback on",
+                      name);
+    if (c->optim.kind != OPTIM_SGD || !(c->optim.momentum > 0) || c->optim.nesterov)
+      return dt_error("option --momentum-correction: corrects SGD's momentum: use --optimizer "
+                      "sgd --momentum M with M > 0, without --nesterov");
+  }
   if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
   if (c->compress_pulls && c->schedule == SCHEDULE_VALUE)

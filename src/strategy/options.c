@@ -147,6 +147,7 @@ static const option_t OPTIONS[] = {
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
     {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
     {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
+    {"momentum-correction", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"compress-pulls", 0, compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
     {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
     {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
@@ -489,6 +490,12 @@ static int apply_option(parse_state_t *st, int id, const char *val) {
   if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
   if (!strcmp(name, "compress")) return codec_parse(val, &c->compress);
   if (!strcmp(name, "error-feedback")) return parse_onoff(name, val, &c->error_feedback);
+  if (!strcmp(name, "momentum-correction")) {
+    if (!strcmp(val, "off")) return c->momentum_correction = MC_OFF, 0;
+    if (!strcmp(val, "velocity")) return c->momentum_correction = MC_VELOCITY, 0;
+    if (!strcmp(val, "shared")) return c->momentum_correction = MC_SHARED, 0;
+    return dt_error("option --momentum-correction: '%s' (expected off, velocity or shared)", val);
+  }
   if (!strcmp(name, "compress-pulls")) return parse_onoff(name, val, &c->compress_pulls);
   if (!strcmp(name, "compress-warmup-steps"))
     return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->compress_warmup_steps = iv, 0);

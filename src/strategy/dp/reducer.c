@@ -154,10 +154,10 @@ static void start_bucket_in_parts(reducer_t *s, bucket_t *b) {
 
 /* Whether this step's buckets go through the compressor: not during the
  * dense warm-up (--compress-warmup-steps), but for DGC, whose warm-up is
- * its sparsity ramp (compress/exchange.c). */
+ * its sparsity ramp, and the shared momentum, which must see every step
+ * (compress/exchange.c). */
 static int compressing(const reducer_t *s) {
-  return s->cx && (s->w->step >= s->w->cfg->compress_warmup_steps ||
-                   s->w->cfg->compress.kind == CODEC_DGC);
+  return s->cx && (s->w->step >= s->w->cfg->compress_warmup_steps || compressor_takes_warmup(s->cx));
 }
 
 /* One bucket through the compressor, on the context it is given (the

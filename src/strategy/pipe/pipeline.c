@@ -481,9 +481,9 @@ static int reduce(pipe_t *p) {
   worker_t *w = p->w;
   double t0 = dt_now();
   if (!p->async) DT_TRY(wait_sends(p));
-  /* the dense warm-up (--compress-warmup-steps) but for DGC, whose warm-up is its sparsity ramp */
+  /* the dense warm-up (--compress-warmup-steps) but where the compressor runs it */
   int compress = p->cx && (p->reduces >= w->cfg->compress_warmup_steps ||
-                           w->cfg->compress.kind == CODEC_DGC);
+                           compressor_takes_warmup(p->cx));
   for (int v = 0; p->dp && v < p->V; v++) {
     size_t off = p->st[v]->param_off, len = p->st[v]->param_len;
     if (!len) continue;

@@ -108,7 +108,7 @@ int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc, int pulls) 
   size_t n = c->map->nparams;
   c->codec = cc->codec;
   c->seed = cc->seed;
-  if (cc->error_feedback && ef_init(&c->mem, n, 0) != 0) return -1;
+  if (cc->error_feedback && ef_init(&c->mem, n, 0, 0) != 0) return -1;
   if (!(c->scratch = dt_alloc_floats(n)) || !(c->decoded = dt_alloc_floats(n))) return -1;
   if (!pulls) return 0;
   if (!(c->held = dt_alloc_floats(n))) return -1;
