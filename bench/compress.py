@@ -10,7 +10,9 @@ same run (src/compress/, --compress).
             sent (the transport's counts, the run's totals of rank 0);
             PowerSGD sends its first 100 steps dense, as its authors'
             reference implementation does by default; TernGrad clips at
-            2.5 standard deviations, as its paper does;
+            2.5 standard deviations, as its paper does; onebit+shared is
+            1-bit SGD with --momentum-correction shared (1-bit Adam's
+            compressed momentum step, the owner's error fed back);
             encode + decode seconds against the training seconds.
   speed:    mlp under an emulated 100 Mbit/s link (--net bandwidth=100Mbit),
             4 workers: wall seconds to 85% test accuracy (checked after each
@@ -21,9 +23,19 @@ usage: bench/compress.py [accuracy|speed|all] [--models mlp,lenet] [--codecs a,b
 import argparse, json, os, subprocess, sys, tempfile, time
 
 DTRAIN = os.environ.get("DTRAIN", "build/dtrain")
-CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad:2.5", "onebit", "powersgd:2", "topk:0.001",
-          "dgc:0.001"]
+CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad:2.5", "onebit", "onebit+shared", "powersgd:2",
+          "topk:0.001", "dgc:0.001"]
 EPOCHS = {"mlp": 5, "lenet": 3}
+
+
+def codec_args(codec):
+    """The options of a codec label: "none", "CODEC", or "CODEC+MC" for
+    --compress CODEC --momentum-correction MC (onebit+shared: 1-bit SGD with
+    the momentum step compressed, as 1-bit Adam)."""
+    if codec == "none":
+        return []
+    name, _, mc = codec.partition("+")
+    return ["--compress", name] + (["--momentum-correction", mc] if mc else [])
 
 
 def run(args, metrics):
@@ -52,7 +64,7 @@ def accuracy(models, codecs, seeds, tmp):
                     "--exchange", "allreduce:ring"]
             dense_acc = dense_bytes = None
             for codec in codecs:
-                extra = [] if codec == "none" else ["--compress", codec]
+                extra = codec_args(codec)
                 if codec.startswith("powersgd"):  # the authors' reference (epfml/powersgd):
                     extra += ["--compress-warmup-steps", "100"]  # start_compressing_after_num_steps
                 rc, err, lines, _ = run(base + extra, os.path.join(tmp, "m.jsonl"))
