@@ -374,7 +374,7 @@ set -- $(last "$TMP/dp_acc.jsonl") $(last "$TMP/choco_acc.jsonl")
 check "choco_topk_converges(loss $3 acc $4 against $1 $2)" $PY -c "import sys; sys.exit(0 if $3 <= $1 + 0.1 and $4 >= $2 - 0.02 else 1)"
 
 # presets start
-for p in horovod-fp16 onebit-sgd qsgd terngrad dgc powersgd poseidon choco-sgd; do
+for p in horovod-fp16 onebit-sgd ef-sgdm qsgd terngrad dgc powersgd poseidon choco-sgd; do
   "$DTRAIN" train $BASE --workers 2 --preset $p >/dev/null 2>"$TMP/err"; check "preset_${p}_runs" [ $? -eq 0 ]
 done
 

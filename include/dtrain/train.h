@@ -136,6 +136,11 @@ void train_config_default(train_config_t *cfg);
 /* Refuses invalid values and combinations of axes with one line naming the
  * options and what exists. */
 int train_config_check(const train_config_t *cfg);
+/* --error-feedback and --momentum-correction as they apply: when not given,
+ * the codec's default (error feedback on for biased codecs; the velocity
+ * corrected for dgc, else off). */
+int train_error_feedback(const train_config_t *cfg);
+int train_momentum_correction(const train_config_t *cfg);
 /* The outputs (--checkpoint, --metrics) may be written: new, or dtrain's
  * own earlier output of that kind; distinct from each other and from
  * --resume where writing would destroy it (src/strategy/outputs.c). */

@@ -221,6 +221,15 @@ static int comm_order_check(const train_config_t *c) {
 
 /* Compression is a stage of synchronous data parallelism's reducer: it
  * needs gradients that go on a wire, bucket by bucket. */
+int train_error_feedback(const train_config_t *c) {
+  return c->error_feedback < 0 ? codec_default_feedback(&c->compress) : c->error_feedback;
+}
+
+int train_momentum_correction(const train_config_t *c) {
+  if (c->momentum_correction >= 0) return c->momentum_correction;
+  return c->compress.kind == CODEC_DGC ? MC_VELOCITY : MC_OFF;
+}
+
 static int compress_check(const train_config_t *c) {
   const codec_spec_t *k = &c->compress;
   if (c->sufficient_factors && c->tp > 1)
@@ -320,17 +329,16 @@ static int compress_check(const train_config_t *c) {
                     "under --momentum-correction velocity (only dgc ramps its sparsity instead): "
                     "use shared, or no warm-up");
   if (c->momentum_correction > 0) {
-    int feedback = c->error_feedback < 0 ? codec_default_feedback(k) : c->error_feedback;
     if (!central || !dp)
       return dt_error("option --momentum-correction: corrects the momentum of synchronous "
                       "data parallelism's gradients (--exchange allreduce:ALGO --schedule sync)");
-    if (!feedback)
+    if (!train_error_feedback(c))
       return dt_error("option --momentum-correction: the error-feedback memory carries what "
                       "was not sent, and %s has none: use a biased codec with --error-feedback on",
                       name);
-    if (c->optim.kind != OPTIM_SGD || !(c->optim.momentum > 0) || c->optim.nesterov)
-      return dt_error("option --momentum-correction: corrects SGD's momentum: use --optimizer "
-                      "sgd --momentum M with M > 0, without --nesterov");
+    if (c->optim.kind != OPTIM_SGD || c->optim.nesterov) /* --momentum 0: the gradient alone */
+      return dt_error("option --momentum-correction: corrects SGD's momentum (--momentum M): use "
+                      "--optimizer sgd, without --nesterov");
   }
   if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);

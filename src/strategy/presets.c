@@ -132,6 +132,14 @@ static const preset_t PRESETS[] = {
      "Seide et al. 2014, 1-Bit Stochastic Gradient Descent and its Application to Data-Parallel "
      "Distributed Training of Speech DNNs",
      "--optimization central --schedule sync --exchange allreduce:ring --compress onebit"},
+    {"ef-sgdm", "central / sync / allreduce: 1 bit a value of the momentum step, error fed back "
+                "on the workers and on the owner of each block of the sum, whose decoded sum is "
+                "the next momentum (the paper's scaled sign per block replaced by 1-bit SGD's "
+                "two means per column)",
+     "Zheng, Huang & Kwok 2019, Communication-Efficient Distributed Blockwise Momentum SGD with "
+     "Error-Feedback",
+     "--optimization central --schedule sync --exchange allreduce:ring --compress onebit "
+     "--momentum-correction shared"},
     {"qsgd", "central / sync / allreduce: QSGD, 7 levels (4 bits a value), buckets of 512",
      "Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
      "--optimization central --schedule sync --exchange allreduce:ring --compress qsgd:7"},

@@ -98,8 +98,7 @@ static int setup(decentral_t *d) {
   d->algo = cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
   if (cfg->compress.kind == CODEC_NONE || d->nworkers == 1) return 0;
   compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed, .algo = d->algo,
-                          .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
-                                                                    : cfg->error_feedback};
+                          .error_feedback = train_error_feedback(cfg)};
   if (!(s->anchor = dt_alloc_floats(m->nparams)) || !(s->delta = dt_alloc_floats(m->nparams)))
     return -1;
   if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");

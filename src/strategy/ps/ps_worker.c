@@ -647,8 +647,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   if (cfg->comm_order != COLL_ORDER_FIFO) DT_TRY(ps_prio_new(p->client, w->model, cfg, &p->prio));
   if (cfg->compress.kind != CODEC_NONE) {
     compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
-                            .error_feedback = cfg->error_feedback < 0 ? codec_default_feedback(&cfg->compress)
-                                                                      : cfg->error_feedback};
+                            .error_feedback = train_error_feedback(cfg)};
     DT_TRY(ps_client_set_codec(p->client, &cc, cfg->compress_pulls));
   }
   if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
