@@ -68,6 +68,20 @@ typedef struct {
   allreduce_algo_t inter;
 } hier_plan_t;
 int allreduce_hier_plan(coll_ctx_t *ctx, size_t count, hier_plan_t *out);
+/* Costs (cost.c), for anyone to call: this rank's exact bytes on the
+ * wire for one allreduce of `count` floats over P ranks (ring, rhd, tree,
+ * naive, shm; -1 for hier and auto, whose bytes depend on the hosts and
+ * the choice); an algorithm's alpha-beta coefficients (messages and
+ * multiples of S in sequence) and time; and the algorithm auto picks from
+ * them for a flat communicator (seg: floats per segment). */
+int coll_allreduce_bytes(allreduce_algo_t algo, int P, int rank, size_t count, size_t *sent,
+                         size_t *received);
+void coll_allreduce_cost(allreduce_algo_t algo, int P, size_t segments, int oversubscribed,
+                         double *messages, double *bytes);
+double coll_allreduce_time(allreduce_algo_t algo, int P, size_t bytes, size_t segments,
+                           int oversubscribed, double latency, double bandwidth);
+allreduce_algo_t coll_allreduce_pick(int P, size_t count, size_t seg, int oversubscribed,
+                                     double latency, double bandwidth);
 /* The algorithm `auto` would pick for this size on this communicator. */
 allreduce_algo_t allreduce_choose(coll_ctx_t *ctx, size_t count);
 

@@ -92,6 +92,15 @@ int comm_net_parse(const char *text, comm_net_t *net);
 int comm_net_hosts(const comm_net_t *net, int size, int *host);
 /* Whether net delays messages on local (any latency or bandwidth set). */
 int comm_net_emulated(const comm_net_t *net, int size);
+/* The alpha-beta link model, the one both the emulator (local.c: a
+ * message holds its sender's link for bytes / bandwidth and arrives
+ * latency later) and the cost formulas (coll_allreduce_time) use:
+ * `messages` in sequence and `bytes` in sequence over one link.
+ * bandwidth <= 0: unlimited. */
+static inline double comm_link_time(double latency, double bandwidth, double messages,
+                                    double bytes) {
+  return messages * latency + (bandwidth > 0 ? bytes / bandwidth : 0);
+}
 
 typedef struct comm comm_t;
 typedef struct comm_req comm_req_t;

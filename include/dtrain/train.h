@@ -132,6 +132,13 @@ typedef struct {
   double max_loss;              /* a mean train or test loss above this is divergence [1e4] */
 } train_config_t;
 
+/* The axes a strategy is selected by (its descriptor's matches). */
+static inline int train_axes(const train_config_t *c, optimization_t o, exchange_t e, schedule_t s) {
+  return c->optimization == o && c->exchange == e && c->schedule == s;
+}
+/* A pipeline: stages (--pp) or micro-batches (--micro-batches). */
+static inline int train_pipelined(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
+
 void train_config_default(train_config_t *cfg);
 /* Refuses invalid values and combinations of axes with one line naming the
  * options and what exists. */

@@ -238,7 +238,7 @@ static void link_schedule(world_t *w, int me, lreq_t *s) {
   pthread_mutex_lock(&mb->mu);
   double now = dt_now();
   double start = mb->link_free_at[link] > now ? mb->link_free_at[link] : now;
-  double finish = start + (bw > 0 ? (double)s->len / bw : 0);
+  double finish = start + comm_link_time(0, bw, 0, (double)s->len);
   mb->link_free_at[link] = finish;
   pthread_mutex_unlock(&mb->mu);
   s->ready_at = finish;

@@ -5,11 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/worker.h"
-#include "strategy/ps/ps.h"
-#include "strategy/decentral/decentral.h"
-#include "strategy/pipe/pipe.h"
-#include "strategy/tensor/tensor.h"
+#include "strategy/strategy.h"
 
 void train_config_default(train_config_t *c) {
   memset(c, 0, sizeof *c);
@@ -171,10 +167,7 @@ int train_config_check_ranks(const train_config_t *c) {
   if (c->kill_rank >= c->workers)
     return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
                     c->workers);
-  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE &&
-      tree_check_periods(c, c->workers) != 0)
-    return -1;
-  return 0;
+  return strategy_check_world(c);
 }
 
 /* A sharded step keeps the ring's reduce-scatter layout: rank r owns block
@@ -235,9 +228,6 @@ static int compress_check(const train_config_t *c) {
   if (c->sufficient_factors && c->tp > 1)
     return dt_error("option --sufficient-factors on: not with --tp %d (a split layer's factors "
                     "are its block's; use --tp 1)", c->tp);
-  if (k->kind != CODEC_NONE && c->tp_conv_data)
-    return dt_error("option --compress: not with the one weird trick (--tp-conv data): its dense "
-                    "layers' activations, not gradients, go on the wire");
   if (c->sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
                                 c->comm_order == COLL_ORDER_PRIORITY))
     return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
@@ -256,37 +246,23 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
                     "--workers %d for two replicas", name, 2 * c->pp);
-  if (c->exchange == EXCHANGE_SHARED)
-    return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
-                    "shared arena in place and nothing goes on a wire; use --exchange "
-                    "allreduce:ALGO", name, c->schedule == SCHEDULE_ASYNC ? "Hogwild" : "shared sync");
-  int dp = c->exchange == EXCHANGE_ALLREDUCE && c->schedule == SCHEDULE_SYNC;
+  /* what the strategy sends, from its descriptor (none matching: the
+   * selection's own message comes last, in train_config_check) */
+  const strategy_t *st = strategy_match(c);
+  strategy_compress_t how = st ? st->compress : COMPRESS_NOT_BUILT;
+  if (how == COMPRESS_REFUSED)
+    return dt_error("option --compress %s: %s", name, st->no_compress);
+  const char *method = st && st->short_name ? st->short_name : st ? st->name : "";
   int central = c->optimization == OPTIMIZATION_CENTRAL;
-  /* EASGD (sync or async), TreeEASGD and GoSGD send models along links,
-   * each the change since the other end last heard (a mirror a link) */
-  int easgd = !central && c->exchange == EXCHANGE_MASTER && c->schedule != SCHEDULE_SOFT &&
-              decentral_extra_ranks(c);
-  int peers = !central && (c->exchange == EXCHANGE_TREE || c->exchange == EXCHANGE_GOSSIP);
-  int local_sgd = !central && !easgd && c->schedule == SCHEDULE_SYNC &&
-                  (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_MASTER);
-  int choco = !central && c->exchange == EXCHANGE_NEIGHBORS && c->schedule == SCHEDULE_SYNC;
-  /* MPCA-SGD's rounds: the two trees' links, a mirror each */
-  int mpca = !central && c->schedule == SCHEDULE_SOFT;
-  const char *method = choco ? "D-PSGD's compressed gossip (CHOCO-SGD)" : easgd ? "EASGD"
-                       : mpca ? "MPCA-SGD" : c->exchange == EXCHANGE_TREE ? "TreeEASGD" : "GoSGD";
-  if ((choco || easgd || peers || mpca) &&
+  int dp = how == COMPRESS_GRADIENTS;
+  if (how == COMPRESS_MIRRORS &&
       (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
-  if (!central && c->exchange == EXCHANGE_NEIGHBORS && !choco)
-    return dt_error("option --compress %s: not with AD-PSGD (--schedule async --exchange "
-                    "neighbors), whose pairwise averages keep the sum of the models only when "
-                    "exact; compressed gossip is D-PSGD's (--schedule sync: CHOCO-SGD)", name);
-  if ((choco || easgd || peers || mpca) && c->error_feedback == 1)
+  if (how == COMPRESS_MIRRORS && c->error_feedback == 1)
     return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
                     "carry what was not sent; drop the option", method);
-  if ((central && !dp && c->exchange != EXCHANGE_PS) ||
-      (!central && !local_sgd && !choco && !easgd && !peers && !mpca))
+  if (how == COMPRESS_NOT_BUILT)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
                     "(--exchange ps:K), model averaging (--optimization decentral --exchange "
@@ -401,10 +377,7 @@ int train_config_check(const train_config_t *c) {
                     cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)
                         ? "dtrain was built without oneDNN (libdnnl-dev)"
                         : "this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16)");
-  if (decentral_check(c) != 0) return -1;
-  if (ps_check(c) != 0) return -1;
-  if (pipe_check(c) != 0) return -1;
-  if (tensor_check(c) != 0) return -1;
+  if (strategy_check_families(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;
@@ -413,7 +386,5 @@ int train_config_check(const train_config_t *c) {
   /* under mpi the number of workers comes from -np: checked once it is known */
   if (c->comm != COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   if (c->comm != COMM_MPI && net_hosts_check(c) != 0) return -1;
-  strategy_fn fn;
-  const char *name;
-  return strategy_select(c, &fn, &name);
+  return strategy_select(c) ? 0 : -1;
 }

@@ -52,7 +52,7 @@ static int is_value_ps(const train_config_t *c) { return is_ps(c) && c->schedule
 static int is_ssp_ps(const train_config_t *c) {
   return is_ps(c) && c->schedule == SCHEDULE_SSP && !isinf(c->schedule_param);
 }
-static int is_pipeline(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
+static int is_pipeline(const train_config_t *c) { return train_pipelined(c); }
 static int is_pipedream(const train_config_t *c) {
   return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
 }

@@ -3,10 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/worker.h"
-#include "strategy/pipe/pipe.h"
-#include "strategy/ps/ps.h"
-#include "strategy/tensor/tensor.h"
+#include "strategy/strategy.h"
+#include "strategy/tensor/tensor.h" /* tensor_model_options: the model file sets the grid */
 
 typedef struct {
   train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
@@ -41,28 +39,24 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
                     "(%d workers + %d server or master ranks): run mpirun -np %d", size, given,
                     exchange_name(cfg->exchange), need, given, need - given, need);
   cfg->workers = found;
-  if (train_config_check_ranks(cfg) != 0) return -1;
-  if (pipe_check_world(cfg) != 0) return -1;
-  if (tensor_check_world(cfg) != 0) return -1;
-  return ps_check_world(cfg); /* values that depend on the number of workers */
+  return train_config_check_ranks(cfg); /* and the values that depend on the workers */
 }
 
 static int run_rank(comm_t *comm, void *arg) {
   run_t *r = arg;
   if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
   if (r->cfg->comm == COMM_MPI && resolve_mpi_world(r->cfg, comm_size(comm)) != 0) return -1;
-  strategy_fn strategy;
-  const char *name;
-  if (strategy_select(r->cfg, &strategy, &name) != 0) return -1;
+  const strategy_t *strategy = strategy_select(r->cfg);
+  if (!strategy) return -1;
   dt_trace_t *trace;
   if (run_trace_start(comm, r->cfg, &trace) != 0) return -1;
   int rc;
-  if (r->cfg->exchange == EXCHANGE_PS) { /* workers and servers */
-    rc = ps_run_rank(comm, r->cfg, &r->train, &r->test);
+  if (strategy->run_rank) { /* workers and servers */
+    rc = strategy->run_rank(comm, r->cfg, &r->train, &r->test);
   } else {
     worker_t w;
     rc = worker_init(&w, r->cfg, comm, &r->train, &r->test);
-    if (rc == 0) rc = strategy(&w);
+    if (rc == 0) rc = strategy->run(&w);
     worker_free(&w);
   }
   if (rc == 0) return run_trace_finish(comm, r->cfg, trace);

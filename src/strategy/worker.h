@@ -215,11 +215,4 @@ typedef struct {
 /* 0, -1 (error set), or DRIVE_STOPPED. */
 int driver_run(worker_t *w, const driver_ops_t *ops, void *st);
 
-/* Strategies: each runs the epochs of one rank (declared in its family's
- * header: dp/dp.h, ps/ps.h, decentral/decentral.h). */
-typedef int (*strategy_fn)(worker_t *w);
-/* The strategy the configuration's axes select, and how many ranks it
- * needs in all (workers plus any server ranks). */
-int strategy_select(const train_config_t *cfg, strategy_fn *fn, const char **name);
-int strategy_total_ranks(const train_config_t *cfg);
 #endif

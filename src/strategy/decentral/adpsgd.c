@@ -260,3 +260,20 @@ int strategy_adpsgd(worker_t *w) {
   adpsgd_t s = {0};
   return decentral_strategy(w, &ADPSGD, 0, &s);
 }
+
+static int adpsgd_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC);
+}
+
+const strategy_t STRATEGY_ADPSGD = {
+    .name = "AD-PSGD (asynchronous D-PSGD)",
+    .paper = "Lian et al. 2018, Asynchronous decentralized parallel SGD",
+    .axes = "neighbors + async",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_REFUSED,
+    .no_compress = "not with AD-PSGD (--schedule async --exchange neighbors), whose pairwise "
+                   "averages keep the sum of the models only when exact; compressed gossip is "
+                   "D-PSGD's (--schedule sync: CHOCO-SGD)",
+    .matches = adpsgd_matches,
+    .run = strategy_adpsgd,
+};

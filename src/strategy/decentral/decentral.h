@@ -8,7 +8,7 @@
 #ifndef DTRAIN_STRATEGY_DECENTRAL_H
 #define DTRAIN_STRATEGY_DECENTRAL_H
 
-#include "strategy/worker.h"
+#include "strategy/strategy.h"
 
 int strategy_local_sgd(worker_t *w);      /* model averaging every tau steps (SparkNet, local SGD) */
 int strategy_easgd(worker_t *w);          /* elastic averaging with a master rank, sync or async */
@@ -19,8 +19,19 @@ int strategy_tree_easgd(worker_t *w);     /* TreeEASGD: elastic exchanges along 
 int strategy_mpca(worker_t *w);           /* MPCA-SGD: penalty toward an extrapolated centre, overlapped rounds */
 /* 1 when the axes select EASGD or MPCA-SGD, whose master is a rank of its own, else 0. */
 int decentral_extra_ranks(const train_config_t *cfg);
+/* Selection: --optimization decentral with this exchange and schedule. */
+static inline int decentral_axes(const train_config_t *c, exchange_t e, schedule_t s) {
+  return train_axes(c, OPTIMIZATION_DECENTRAL, e, s);
+}
+/* EASGD's elastic coefficients given: master + sync is EASGD, not averaging. */
+static inline int elastic_given(const train_config_t *c) {
+  return c->alpha > 0 || c->beta > 0 || c->rho > 0;
+}
+/* Workers and one master rank (EASGD, MPCA-SGD). */
+static inline int decentral_with_master(const train_config_t *c) { return c->workers + 1; }
 /* Values of --alpha/--beta/--rho (EASGD's stable range), --neighbor-weight. */
 int decentral_check(const train_config_t *cfg);
+int decentral_check_world(const train_config_t *cfg); /* TreeEASGD's periods fit the tree */
 
 /* MPCA-SGD's rules (mpca.c). The coefficients after defaults (rho 1, beta
  * 0.9, gamma 1), refused with a line naming the option outside lr rho < 1,

@@ -175,3 +175,18 @@ int strategy_dpsgd(worker_t *w) {
   dpsgd_t s = {0};
   return decentral_strategy(w, &DPSGD, 0, &s);
 }
+
+static int dpsgd_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_NEIGHBORS, SCHEDULE_SYNC);
+}
+
+const strategy_t STRATEGY_DPSGD = {
+    .name = "D-PSGD",
+    .paper = "Lian et al. 2017; with --compress, Koloskova et al. 2019 (CHOCO-SGD)",
+    .axes = "neighbors + sync",
+    .short_name = "D-PSGD's compressed gossip (CHOCO-SGD)",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = dpsgd_matches,
+    .run = strategy_dpsgd,
+};

@@ -68,10 +68,6 @@ typedef struct {
   int64_t *served;       /* async master: exchanges of each worker */
 } easgd_t;
 
-static int elastic_given(const train_config_t *c) {
-  return c->alpha > 0 || c->beta > 0 || c->rho > 0;
-}
-
 int decentral_extra_ranks(const train_config_t *c) {
   if (c->optimization != OPTIMIZATION_DECENTRAL || c->exchange != EXCHANGE_MASTER) return 0;
   return c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_SOFT ||
@@ -375,3 +371,35 @@ int strategy_easgd(worker_t *w) {
   easgd_t e = {0};
   return decentral_strategy(w, w->cfg->schedule == SCHEDULE_ASYNC ? &EASGD_ASYNC : &EASGD_SYNC, 1, &e);
 }
+
+static int easgd_sync_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_SYNC) && elastic_given(c);
+}
+
+static int easgd_async_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_ASYNC);
+}
+
+const strategy_t STRATEGY_EASGD_SYNC = {
+    .name = "synchronous EASGD",
+    .paper = "Zhang, Choromanska & LeCun 2015, Deep learning with elastic averaging SGD",
+    .axes = "master + sync + --alpha/--beta/--rho",
+    .short_name = "EASGD",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = easgd_sync_matches,
+    .ranks = decentral_with_master,
+    .run = strategy_easgd,
+};
+
+const strategy_t STRATEGY_EASGD_ASYNC = {
+    .name = "asynchronous EASGD",
+    .paper = "Zhang, Choromanska & LeCun 2015; Kim et al. 2016 (DeepSpark's decaying rate)",
+    .axes = "master + async",
+    .short_name = "EASGD",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = easgd_async_matches,
+    .ranks = decentral_with_master,
+    .run = strategy_easgd,
+};

@@ -215,3 +215,18 @@ int strategy_gossip(worker_t *w) {
   gossip_t g = {0};
   return decentral_strategy(w, &GOSSIP, 0, &g);
 }
+
+static int gossip_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_GOSSIP, SCHEDULE_ASYNC);
+}
+
+const strategy_t STRATEGY_GOSSIP = {
+    .name = "GoSGD (gossip)",
+    .paper = "Blot et al. 2016, Gossip training for deep learning",
+    .axes = "gossip:p + async",
+    .short_name = "GoSGD",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = gossip_matches,
+    .run = strategy_gossip,
+};

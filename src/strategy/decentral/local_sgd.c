@@ -119,3 +119,31 @@ int strategy_local_sgd(worker_t *w) {
   free(s.mats);
   return rc;
 }
+
+static int averaging_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC);
+}
+
+static int sparknet_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_SYNC) && !elastic_given(c);
+}
+
+const strategy_t STRATEGY_LOCAL_SGD = {
+    .name = "model averaging (local SGD)",
+    .paper = "Zinkevich et al. 2010; Stich 2019, Local SGD converges fast and communicates little",
+    .axes = "allreduce:* + sync",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_AVERAGES,
+    .matches = averaging_matches,
+    .run = strategy_local_sgd,
+};
+
+const strategy_t STRATEGY_SPARKNET = {
+    .name = "model averaging through a master (SparkNet)",
+    .paper = "Moritz et al. 2016, SparkNet",
+    .axes = "master + sync",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_AVERAGES,
+    .matches = sparknet_matches,
+    .run = strategy_local_sgd,
+};

@@ -241,3 +241,27 @@ int strategy_mpca(worker_t *w) {
   mpca_t m = {0};
   return decentral_strategy(w, &MPCA, 1, &m);
 }
+
+static int mpca_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_SOFT);
+}
+
+/* Soft-bounded rounds are a decentralized method's. */
+static int mpca_refuse(const train_config_t *c) {
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->schedule != SCHEDULE_SOFT) return 0;
+  return dt_error("option --schedule soft: MPCA-SGD's rounds of a decentralized method (use "
+                  "--optimization decentral --exchange master, or --preset mpca-sgd)");
+}
+
+const strategy_t STRATEGY_MPCA = {
+    .name = "MPCA-SGD",
+    .paper = "Langer, Hall, He & Rahayu 2018 (MPCA-SGD), soft-bounded rounds",
+    .axes = "master + soft",
+    .short_name = "MPCA-SGD",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = mpca_matches,
+    .ranks = decentral_with_master,
+    .refuse = mpca_refuse,
+    .run = strategy_mpca,
+};

@@ -252,3 +252,23 @@ int strategy_tree_easgd(worker_t *w) {
   tree_t t = {0};
   return decentral_strategy(w, &TREE, 0, &t);
 }
+
+static int tree_easgd_matches(const train_config_t *c) {
+  return decentral_axes(c, EXCHANGE_TREE, SCHEDULE_ASYNC);
+}
+
+const strategy_t STRATEGY_TREE_EASGD = {
+    .name = "TreeEASGD",
+    .paper = "Zhang 2016 (EASGD along a tree), as the taxonomy describes it",
+    .axes = "tree:F + async",
+    .short_name = "TreeEASGD",
+    .optimization = OPTIMIZATION_DECENTRAL,
+    .compress = COMPRESS_MIRRORS,
+    .matches = tree_easgd_matches,
+    .run = strategy_tree_easgd,
+};
+
+int decentral_check_world(const train_config_t *c) {
+  if (!decentral_axes(c, EXCHANGE_TREE, c->schedule)) return 0;
+  return tree_check_periods(c, c->workers);
+}

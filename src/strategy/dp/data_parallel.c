@@ -91,3 +91,79 @@ int strategy_data_parallel(worker_t *w) {
   free(s.sec);
   return rc;
 }
+
+/* The step as data: every rank runs the forward and backward of each layer
+ * on its batch; each bucket's allreduce may start once its first layer's
+ * backward has run (on the communication thread under --overlap), and
+ * the update waits for all of them. Bytes from coll_allreduce_bytes, per
+ * bucket (a ring's blocks round per bucket). */
+static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compress.kind != CODEC_NONE || c->sufficient_factors || c->tp > 1 || c->sync_bn ||
+      c->comm_order != COLL_ORDER_FIFO || c->balance)
+    return dt_error("data-parallel allreduce: describe_step covers the plain reducer so far, not "
+                    "--compress, --sufficient-factors, --tp, --sync-bn, --comm-order or --balance");
+  int P = c->workers;
+  allreduce_algo_t algo = c->algo == ALLREDUCE_AUTO && P <= 2 ? ALLREDUCE_RHD : c->algo;
+  if (algo == ALLREDUCE_AUTO || algo == ALLREDUCE_HIER)
+    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time "
+                    "from the hosts and the link; describe_step needs ring, rhd, tree, naive or "
+                    "shm", allreduce_algo_name(c->algo), P);
+  reducer_bucket_t *b = calloc((size_t)m->nlayers + 1, sizeof *b);
+  int *bwd = calloc((size_t)m->nlayers, sizeof *bwd);
+  if (!b || !bwd) {
+    free(b), free(bwd);
+    return dt_error("out of memory");
+  }
+  int nb = reducer_plan_buckets(m, c, b), rc = 0;
+  for (int r = 0; r < P && rc == 0; r++) {
+    int prev = -1;
+    for (int i = 0; i < m->nlayers && prev != STEP_FAILED; i++)
+      prev = step_add(out, (step_task_t){TASK_FORWARD, r, i, m->layers[i].param_len, c->batch,
+                                         .peer = -1, .after = prev});
+    for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--)
+      prev = bwd[i] = step_add(out, (step_task_t){TASK_BACKWARD, r, i, m->layers[i].param_len,
+                                                  c->batch, .peer = -1, .after = prev});
+    for (int k = 0; k < nb && prev != STEP_FAILED; k++) {
+      size_t sent, received;
+      if (coll_allreduce_bytes(algo, P, r, b[k].len, &sent, &received) != 0) return -1;
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "allreduce",
+                                         .algo = allreduce_algo_name(algo), .peer = -1,
+                                         .group = P, .sent = (double)sent,
+                                         .received = (double)received,
+                                         .thread = c->overlap ? THREAD_COMM : THREAD_COMPUTE,
+                                         .after = c->overlap ? bwd[b[k].first_layer] : prev});
+    }
+    if (prev == STEP_FAILED ||
+        step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
+                                    .after = prev}) == STEP_FAILED)
+      rc = -1;
+  }
+  free(b), free(bwd);
+  return rc;
+}
+
+static int dp_matches(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) &&
+         !c->tp_conv_data && !train_pipelined(c);
+}
+
+static int dp_refuse(const train_config_t *c) {
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
+      c->schedule == SCHEDULE_SYNC || c->schedule == SCHEDULE_SOFT)
+    return 0;
+  return dt_error("options --schedule %s and --exchange allreduce do not combine: allreduce "
+                  "is synchronous (use --schedule sync, or --exchange ps:K for %s)",
+                  schedule_name(c->schedule), schedule_name(c->schedule));
+}
+
+const strategy_t STRATEGY_DATA_PARALLEL = {
+    .name = "data-parallel allreduce",
+    .paper = "Sergeev & Del Balso 2018 (Horovod); Li et al. 2020 (PyTorch DDP)",
+    .axes = "--schedule sync --exchange allreduce:ALGO",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_GRADIENTS,
+    .matches = dp_matches,
+    .refuse = dp_refuse,
+    .run = strategy_data_parallel,
+    .describe_step = dp_describe_step,
+};

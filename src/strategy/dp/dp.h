@@ -4,7 +4,7 @@
 #ifndef DTRAIN_STRATEGY_DP_H
 #define DTRAIN_STRATEGY_DP_H
 
-#include "strategy/worker.h"
+#include "strategy/strategy.h"
 
 /* Synchronous data parallelism by allreduce of gradient buckets, with
  * overlap, priority order and ZeRO-1 sharding (data_parallel.c). */

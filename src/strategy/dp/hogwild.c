@@ -169,3 +169,19 @@ int strategy_hogwild(worker_t *w) {
   comm_shared_free(w->comm, shared); /* waits for every rank: none still writes */
   return rc;
 }
+
+static int hogwild_matches(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_SHARED, SCHEDULE_ASYNC);
+}
+
+const strategy_t STRATEGY_HOGWILD = {
+    .name = "Hogwild (shared memory)",
+    .paper = "Recht et al. 2011, Hogwild!",
+    .axes = "--schedule async --exchange shared",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_REFUSED,
+    .no_compress = "not with --exchange shared (Hogwild): the ranks sum one shared arena in "
+                   "place and nothing goes on a wire; use --exchange allreduce:ALGO",
+    .matches = hogwild_matches,
+    .run = strategy_hogwild,
+};

@@ -78,25 +78,38 @@ struct reducer {
  * cut from the last layer down. */
 #define FIRST_BUCKET_BYTES (1u << 20)
 
-static int plan_buckets(reducer_t *s) {
-  const model_t *m = s->w->model;
-  size_t cap = s->w->cfg->sufficient_factors ? 0 : s->w->cfg->bucket_bytes / sizeof(float);
+int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bucket_t *out) {
+  size_t cap = cfg->sufficient_factors ? 0 : cfg->bucket_bytes / sizeof(float);
   size_t first_cap = cap && cap > FIRST_BUCKET_BYTES / sizeof(float) ? FIRST_BUCKET_BYTES / sizeof(float) : cap;
-  s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
-  if (!s->buckets) return dt_error("out of memory");
-  bucket_t *cur = NULL;
+  reducer_bucket_t *cur = NULL;
+  int n = 0;
   for (int i = m->nlayers - 1; i >= 0; i--) {
     const layer_t *l = &m->layers[i];
     if (!l->param_len) continue;
-    size_t limit = s->nbuckets <= 1 ? first_cap : cap;
+    size_t limit = n <= 1 ? first_cap : cap;
     if (!cur || limit == 0 || cur->len + l->param_len > limit) {
-      cur = &s->buckets[s->nbuckets++];
-      cur->off = l->param_off + l->param_len;
+      cur = &out[n++];
+      *cur = (reducer_bucket_t){.off = l->param_off + l->param_len};
     }
     cur->off = l->param_off;
     cur->len += l->param_len;
     cur->first_layer = i;
   }
+  return n;
+}
+
+static int plan_buckets(reducer_t *s) {
+  const model_t *m = s->w->model;
+  reducer_bucket_t *plan = calloc((size_t)m->nlayers + 1, sizeof *plan);
+  s->buckets = calloc((size_t)m->nlayers + 1, sizeof *s->buckets);
+  if (!plan || !s->buckets) {
+    free(plan);
+    return dt_error("out of memory");
+  }
+  s->nbuckets = reducer_plan_buckets(m, s->w->cfg, plan);
+  for (int b = 0; b < s->nbuckets; b++)
+    s->buckets[b] = (bucket_t){.off = plan[b].off, .len = plan[b].len, .first_layer = plan[b].first_layer};
+  free(plan);
   return 0;
 }
 

@@ -12,6 +12,16 @@
 
 typedef struct reducer reducer_t;
 
+/* A bucket: whole layers' gradients, [off, off + len) of the arena,
+ * complete once first_layer's backward has run. */
+typedef struct {
+  size_t off, len;
+  int first_layer;
+} reducer_bucket_t;
+/* PyTorch DDP's rule (reducer.c) into out (room for m->nlayers + 1):
+ * returns the number of buckets, in the order backprop readies them. */
+int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bucket_t *out);
+
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);
 void reducer_free(reducer_t *r);

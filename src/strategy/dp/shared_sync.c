@@ -164,3 +164,30 @@ int strategy_shared_sync(worker_t *w) {
   teardown(&s);
   return rc;
 }
+
+static int shared_sync_matches(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_SHARED, SCHEDULE_SYNC);
+}
+
+static int shared_refuse(const train_config_t *c) {
+  if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_SHARED ||
+      c->schedule == SCHEDULE_SYNC || c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_SOFT)
+    return 0;
+  return dt_error("options --schedule %s and --exchange shared do not combine: shared "
+                  "memory is --schedule sync (one arena, sharded steps) or async (Hogwild) "
+                  "(use --exchange ps:K for %s)",
+                  schedule_name(c->schedule), schedule_name(c->schedule));
+}
+
+const strategy_t STRATEGY_SHARED_SYNC = {
+    .name = "synchronous data parallelism (shared memory)",
+    .paper = "one arena, each rank steps its shard (ZeRO-1's split, in shared memory)",
+    .axes = "--schedule sync --exchange shared",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_REFUSED,
+    .no_compress = "not with --exchange shared (shared sync): the ranks sum one shared arena in "
+                   "place and nothing goes on a wire; use --exchange allreduce:ALGO",
+    .matches = shared_sync_matches,
+    .refuse = shared_refuse,
+    .run = strategy_shared_sync,
+};

@@ -7,11 +7,10 @@
 #define DTRAIN_STRATEGY_PIPE_H
 
 #include "strategy/pipe/schedule.h"
-#include "strategy/worker.h"
+#include "strategy/strategy.h"
 
 /* 1 when the configuration asks for a pipeline (--pp > 1 or
  * --micro-batches > 1). */
-int pipe_requested(const train_config_t *cfg);
 /* Values and combinations of --pp, --micro-batches, --pipe-schedule,
  * --partition, and --workers = dp x pp. */
 int pipe_check(const train_config_t *cfg);

@@ -78,7 +78,6 @@ typedef struct {
   int64_t reduces;            /* REDUCEs run: seeds the codecs, counts the dense warm-up */
 } pipe_t;
 
-int pipe_requested(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
 
 int pipe_partition_parse(const char *text, int *first, int cap) {
   int n = 0;
@@ -101,7 +100,7 @@ int pipe_partition_parse(const char *text, int *first, int cap) {
 }
 
 int pipe_check_world(const train_config_t *c) {
-  if (!pipe_requested(c) || c->workers % c->pp == 0) return 0;
+  if (!train_pipelined(c) || c->workers % c->pp == 0) return 0;
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --pp %d: workers = dp x pp, so -np must be a multiple of "
                     "--pp (e.g. mpirun -np %d for dp = 1)", c->workers, c->pp, c->pp);
@@ -110,7 +109,7 @@ int pipe_check_world(const train_config_t *c) {
 }
 
 int pipe_check(const train_config_t *c) {
-  if (!pipe_requested(c)) return 0;
+  if (!train_pipelined(c)) return 0;
   if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
       c->schedule != SCHEDULE_SYNC)
     return dt_error("option --pp %d / --micro-batches %d: pipelines run with --optimization "
@@ -728,3 +727,18 @@ int strategy_pipeline(worker_t *w) {
   free(p);
   return rc;
 }
+
+static int pipeline_matches(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) &&
+         train_pipelined(c) && !c->tp_conv_data;
+}
+
+const strategy_t STRATEGY_PIPELINE = {
+    .name = "pipeline parallelism",
+    .paper = "Huang et al. 2019 (GPipe); Narayanan et al. 2019, 2021 (PipeDream, 2BW)",
+    .axes = "--schedule sync --exchange allreduce:ALGO --pp P",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_GRADIENTS,
+    .matches = pipeline_matches,
+    .run = strategy_pipeline,
+};

@@ -12,7 +12,7 @@
 #ifndef DTRAIN_STRATEGY_PS_H
 #define DTRAIN_STRATEGY_PS_H
 
-#include "strategy/worker.h"
+#include "strategy/strategy.h"
 
 /* The workers' loop (needs w->world with the server ranks), and the whole
  * of one rank of such a run: ranks 0..N-1 are workers, N..N+K-1 servers

@@ -745,3 +745,23 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
   comm_free(workers);
   return rc;
 }
+
+static int ps_matches(const train_config_t *c) {
+  return c->optimization == OPTIMIZATION_CENTRAL && c->exchange == EXCHANGE_PS;
+}
+
+static int ps_ranks(const train_config_t *c) {
+  return c->workers + (c->ps_servers > 0 ? c->ps_servers : c->workers); /* ps:n: one per worker */
+}
+
+const strategy_t STRATEGY_PARAMETER_SERVERS = {
+    .name = "parameter servers",
+    .paper = "Dean et al. 2012 (DistBelief); Li et al. 2014 (ps-lite); Ho et al. 2013 (SSP)",
+    .axes = "--schedule sync|async|ssp:S|value:V|backup:B --exchange ps:K",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_PUSHES,
+    .matches = ps_matches,
+    .ranks = ps_ranks,
+    .run = strategy_ps_worker,
+    .run_rank = ps_run_rank,
+};

@@ -161,3 +161,19 @@ int strategy_one_weird_trick(worker_t *w) {
   teardown(&o);
   return rc;
 }
+
+static int owt_matches(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) && c->tp_conv_data;
+}
+
+const strategy_t STRATEGY_ONE_WEIRD_TRICK = {
+    .name = "one weird trick (data-parallel convolutions, split dense layers)",
+    .paper = "Krizhevsky 2014, One weird trick for parallelizing convolutional neural networks",
+    .axes = "--schedule sync --exchange allreduce:ALGO --tp-conv data",
+    .optimization = OPTIMIZATION_CENTRAL,
+    .compress = COMPRESS_REFUSED,
+    .no_compress = "not with the one weird trick (--tp-conv data): its dense layers' "
+                   "activations, not gradients, go on the wire",
+    .matches = owt_matches,
+    .run = strategy_one_weird_trick,
+};

@@ -16,7 +16,7 @@
 #ifndef DTRAIN_STRATEGY_TENSOR_H
 #define DTRAIN_STRATEGY_TENSOR_H
 
-#include "strategy/worker.h"
+#include "strategy/strategy.h"
 
 typedef struct tensor_par tensor_par_t;
 

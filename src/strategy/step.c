@@ -1,0 +1,67 @@
+/* step: building and reading a step's task graph (step.h). */
+#include <stdlib.h>
+
+#include "dtrain/core.h"
+#include "strategy/step.h"
+
+void step_desc_init(step_desc_t *d, int nranks) { *d = (step_desc_t){.nranks = nranks}; }
+
+void step_desc_free(step_desc_t *d) {
+  free(d->task);
+  *d = (step_desc_t){0};
+}
+
+int step_add(step_desc_t *d, step_task_t t) {
+  if (d->ntasks == d->cap) {
+    int cap = d->cap ? 2 * d->cap : 64;
+    step_task_t *grown = realloc(d->task, (size_t)cap * sizeof *grown);
+    if (!grown) {
+      dt_error("out of memory");
+      return STEP_FAILED;
+    }
+    d->task = grown, d->cap = cap;
+  }
+  if (t.every < 1) t.every = 1;
+  d->task[d->ntasks] = t;
+  return d->ntasks++;
+}
+
+void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
+  *sent = *received = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (t->rank != rank || t->kind != TASK_COMM) continue;
+    *sent += t->sent / t->every;
+    *received += t->received / t->every;
+  }
+}
+
+static const char *kind_name(step_task_kind_t k) {
+  static const char *names[] = {"forward", "backward", "update", "comm", "sync"};
+  return names[k];
+}
+
+int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
+  fprintf(out, "{\"strategy\":\"%s\",\"ranks\":%d,\"bytes_per_step\":[", strategy, d->nranks);
+  for (int r = 0; r < d->nranks; r++) {
+    double s, v;
+    step_rank_bytes(d, r, &s, &v);
+    fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g}", r ? "," : "", r, s, v);
+  }
+  fprintf(out, "],\"tasks\":[");
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    fprintf(out, "%s{\"kind\":\"%s\",\"rank\":%d,\"thread\":\"%s\",\"after\":%d", i ? "," : "",
+            kind_name(t->kind), t->rank, t->thread == THREAD_COMM ? "comm" : "compute", t->after);
+    if (t->kind == TASK_COMM)
+      fprintf(out, ",\"pattern\":\"%s\",\"algo\":\"%s\",\"peer\":%d,\"group\":%d,\"sent\":%.17g,"
+              "\"received\":%.17g", t->pattern ? t->pattern : "", t->algo ? t->algo : "", t->peer,
+              t->group, t->sent, t->received);
+    else
+      fprintf(out, ",\"layer\":%d,\"params\":%zu,\"samples\":%d", t->layer, t->params, t->samples);
+    if (t->every > 1) fprintf(out, ",\"every\":%d", t->every);
+    fputc('}', out);
+  }
+  fprintf(out, "]}\n");
+  return ferror(out) ? dt_error("writing the step description: %s", "write error") : 0;
+}

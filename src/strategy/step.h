@@ -1,0 +1,49 @@
+/* step: one training step as data (FlexFlow's task graph), what a
+ * strategy's describe_step returns: per rank, the compute of each layer
+ * (forward, backward) and of the optimizer, and the communication tasks
+ * with the bytes this rank sends and receives, their pattern and peers,
+ * when each may start (after which task) and on which thread. The
+ * performance model runs this graph; the byte tests sum its bytes and
+ * compare them with the transport's count (one source of truth). */
+#ifndef DTRAIN_STRATEGY_STEP_H
+#define DTRAIN_STRATEGY_STEP_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum { TASK_FORWARD, TASK_BACKWARD, TASK_UPDATE, TASK_COMM, TASK_SYNC } step_task_kind_t;
+typedef enum { THREAD_COMPUTE, THREAD_COMM } step_thread_t;
+
+typedef struct {
+  step_task_kind_t kind;
+  int rank;
+  int layer;              /* compute: the layer (-1: the whole model); comm: -1 */
+  size_t params;          /* compute: the layer's parameters; update: the parameters stepped */
+  int samples;            /* compute: the samples it runs on */
+  const char *pattern;    /* comm: "allreduce", "send", "recv", ... (static strings) */
+  const char *algo;       /* comm: the collective's algorithm ("ring"), or NULL */
+  int peer;               /* comm: the other rank of a message (-1: a collective) */
+  int group;              /* comm: the ranks of the collective (2 for a message) */
+  double sent, received;  /* comm: this rank's bytes on the wire */
+  int every;              /* runs once every this many steps (1: every step) */
+  step_thread_t thread;
+  int after;              /* the task it waits for (-1: the step's start); with
+                           * its thread's previous task, what it waits for */
+} step_task_t;
+
+typedef struct {
+  int nranks;
+  step_task_t *task;
+  int ntasks, cap;
+} step_desc_t;
+
+void step_desc_init(step_desc_t *d, int nranks);
+void step_desc_free(step_desc_t *d);
+#define STEP_FAILED (-2)
+/* Appends t; returns its index, or STEP_FAILED (out of memory, error set). */
+int step_add(step_desc_t *d, step_task_t t);
+/* A rank's bytes per step, averaged over the tasks' periods. */
+void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
+/* The description as one JSON object (bytes per rank, then the tasks). */
+int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out);
+#endif
