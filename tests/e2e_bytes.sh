@@ -68,6 +68,11 @@ elif kind.startswith("near:"):
 elif kind.startswith("step:"):
     want = int(kind[5:]) * T
     assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} ({kind[5:]} a step)"
+elif kind.startswith("describe:"):  # the strategy's own describe_step, rank 0
+    d = json.load(open(kind[9:]))
+    r0 = d["bytes_per_step"][0]
+    want_s, want_r = round(T * r0["sent"]), round(T * r0["received"])
+    assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T})"
 elif kind == "adpsgd":
     n = ep[-1]["exchanges"]
     assert 1 <= n <= T and sent == recv == n * S + 8, f"sent {sent} received {recv}, expected {n} x S + 8 (S {S}, T {T})"
@@ -110,6 +115,31 @@ printf 'dense units=64\nrelu\n%.0s' 1 2 3 >"$TMP/four.model"
 echo 'dense units=10' >>"$TMP/four.model"
 run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 1f1b
 run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
+
+# described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
+# exactly, on local and (as NAME_mpi) under mpirun -np NP: one source of
+# truth for the formula, the strategy's own description.
+described() {
+  name=$1 np=$2; shift 2
+  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
+  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$np" $DTRAIN train $BASE --comm mpi "$@"
+}
+for np in 2 3 4 5; do
+  for algo in ring rhd tree naive; do
+    described "bytes_described_${algo}_${np}" "$np" --exchange "allreduce:$algo"
+  done
+done
+described bytes_described_ring_buckets_per_layer 3 --exchange allreduce:ring --bucket-mb 0
+described bytes_described_rhd_no_overlap 3 --exchange allreduce:rhd --overlap off --bucket-mb 0.5
+described bytes_described_zero1 4 --exchange allreduce:ring --shard-optimizer on
+described bytes_described_auto_2 2 --exchange allreduce:auto
+described bytes_described_lenet_tree 3 --model lenet --exchange allreduce:tree --bucket-mb 0
+run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
+check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
+expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset d-psgd
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"

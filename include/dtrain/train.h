@@ -152,6 +152,11 @@ int train_momentum_correction(const train_config_t *cfg);
  * own earlier output of that kind; distinct from each other and from
  * --resume where writing would destroy it (src/strategy/outputs.c). */
 int train_check_outputs(const train_config_t *cfg);
+/* The step the configuration's strategy runs, as JSON on out: per rank the
+ * bytes it sends and receives in a step, and the task graph (compute per
+ * layer, communication with its pattern, peers and start) -- the
+ * strategy's describe_step, without starting any rank. */
+int train_describe_step(train_config_t *cfg, FILE *out);
 /* The options that name ranks (--straggler, --kill) against the number of
  * workers; under mpi called once -np has fixed it. */
 int train_config_check_ranks(const train_config_t *cfg);

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
         "  bench     benchmarks: allreduce (dtrain bench allreduce --help)\n"
         "  presets   list the named systems and the taxonomy axes they set\n"
         "  compare   run several presets on one task, write a report (dtrain compare --help)\n"
+        "  describe  the step a configuration runs, as data: bytes per rank, tasks\n"
         "\n"
         "Run 'dtrain COMMAND --help' for the options of a command.\n",
         f);
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "presets")) return cmd_presets(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
-  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets or compare)\n", cmd);
+  if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
+  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets, compare or describe)\n", cmd);
   return 2;
 }
