@@ -137,9 +137,14 @@ described bytes_described_rhd_no_overlap 3 --exchange allreduce:rhd --overlap of
 described bytes_described_zero1 4 --exchange allreduce:ring --shard-optimizer on
 described bytes_described_auto_2 2 --exchange allreduce:auto
 described bytes_described_lenet_tree 3 --model lenet --exchange allreduce:tree --bucket-mb 0
+described bytes_described_dpsgd_3 3 --preset d-psgd
+described bytes_described_dpsgd_2 2 --preset d-psgd
+described bytes_described_local_sgd_tau_4 3 --preset local-sgd --tau 4 --exchange allreduce:ring
+described bytes_described_sparknet_tau_2 3 --optimization decentral --exchange master --tau 2
+described bytes_described_local_sgd_lenet_tree 3 --model lenet --preset local-sgd --tau 3 --exchange allreduce:tree
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
-expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset d-psgd
+expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"

@@ -16,8 +16,9 @@ static const char *DESCRIBE_HELP =
     "for. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
     "Described so far: synchronous data parallelism (--exchange allreduce:ring|rhd|tree|\n"
-    "naive|shm, and auto on 2 ranks), without --compress, --tp, --sync-bn, --balance or\n"
-    "--comm-order priority. Other strategies say so.\n";
+    "naive|shm, and auto on 2 ranks) without --compress, --tp, --sync-bn, --balance or\n"
+    "--comm-order priority; model averaging (local SGD, SparkNet) and D-PSGD without\n"
+    "--compress. Other strategies say so.\n";
 
 int cmd_describe(int argc, char **argv) {
   for (int i = 1; i < argc; i++)

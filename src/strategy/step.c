@@ -1,7 +1,8 @@
 /* step: building and reading a step's task graph (step.h). */
 #include <stdlib.h>
 
-#include "dtrain/core.h"
+#include "dtrain/coll.h"
+#include "dtrain/nn.h"
 #include "strategy/step.h"
 
 void step_desc_init(step_desc_t *d, int nranks) { *d = (step_desc_t){.nranks = nranks}; }
@@ -34,6 +35,31 @@ void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *recei
     *sent += t->sent / t->every;
     *received += t->received / t->every;
   }
+}
+
+int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd) {
+  int prev = -1;
+  for (int i = 0; i < m->nlayers && prev != STEP_FAILED; i++)
+    prev = step_add(d, (step_task_t){TASK_FORWARD, rank, i, m->layers[i].param_len, samples,
+                                     .peer = -1, .after = prev});
+  for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--) {
+    prev = step_add(d, (step_task_t){TASK_BACKWARD, rank, i, m->layers[i].param_len, samples,
+                                     .peer = -1, .after = prev});
+    if (bwd) bwd[i] = prev;
+  }
+  return prev;
+}
+
+int step_add_allreduce(step_desc_t *d, int rank, int group, int algo, size_t count, int after,
+                       step_thread_t thread, int every) {
+  size_t sent, received;
+  if (coll_allreduce_bytes((allreduce_algo_t)algo, group, rank, count, &sent, &received) != 0)
+    return STEP_FAILED;
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "allreduce",
+                                   .algo = allreduce_algo_name((allreduce_algo_t)algo),
+                                   .peer = -1, .group = group, .sent = (double)sent,
+                                   .received = (double)received, .every = every,
+                                   .thread = thread, .after = after});
 }
 
 static const char *kind_name(step_task_kind_t k) {

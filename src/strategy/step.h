@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "dtrain/nn.h"
+
 typedef enum { TASK_FORWARD, TASK_BACKWARD, TASK_UPDATE, TASK_COMM, TASK_SYNC } step_task_kind_t;
 typedef enum { THREAD_COMPUTE, THREAD_COMM } step_thread_t;
 
@@ -42,6 +44,14 @@ void step_desc_free(step_desc_t *d);
 #define STEP_FAILED (-2)
 /* Appends t; returns its index, or STEP_FAILED (out of memory, error set). */
 int step_add(step_desc_t *d, step_task_t t);
+/* One replica's forward and backward of every layer of m on `samples`,
+ * for `rank`, in order; bwd (m->nlayers entries, or NULL) gets each
+ * layer's backward task. Returns the last task, or STEP_FAILED. */
+int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd);
+/* One allreduce of `count` floats over `group` ranks by `algo` on `rank`,
+ * after task `after`, every `every` steps. Returns its index or STEP_FAILED. */
+int step_add_allreduce(step_desc_t *d, int rank, int group, int algo, size_t count, int after,
+                       step_thread_t thread, int every);
 /* A rank's bytes per step, averaged over the tasks' periods. */
 void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
 /* The description as one JSON object (bytes per rank, then the tasks). */

@@ -176,6 +176,30 @@ int strategy_dpsgd(worker_t *w) {
   return decentral_strategy(w, &DPSGD, 0, &s);
 }
 
+/* Each step: the local gradient step, the model to both ring neighbours
+ * and theirs back (S each way each), then the mix. */
+static int dpsgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compress.kind != CODEC_NONE)
+    return dt_error("D-PSGD: describe_step covers the plain exchange so far, not --compress (CHOCO-SGD)");
+  int p = c->workers;
+  double S = (double)m->nparams * sizeof(float);
+  for (int r = 0; r < p; r++) {
+    int prev = step_add_passes(out, m, r, c->batch, NULL);
+    if (prev != STEP_FAILED)
+      prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
+                                         .after = prev});
+    int nb[2] = {(r + p - 1) % p, (r + 1) % p}, mixed = prev;
+    for (int k = 0; k < 2 && p > 1 && prev != STEP_FAILED; k++)
+      mixed = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = nb[k],
+                                          .group = 2, .sent = S, .received = S, .after = prev});
+    if (mixed == STEP_FAILED ||
+        step_add(out, (step_task_t){TASK_SYNC, r, -1, m->nparams, .peer = -1, .after = mixed}) ==
+            STEP_FAILED)
+      return -1;
+  }
+  return 0;
+}
+
 static int dpsgd_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_NEIGHBORS, SCHEDULE_SYNC);
 }
@@ -189,4 +213,5 @@ const strategy_t STRATEGY_DPSGD = {
     .compress = COMPRESS_MIRRORS,
     .matches = dpsgd_matches,
     .run = strategy_dpsgd,
+    .describe_step = dpsgd_describe_step,
 };

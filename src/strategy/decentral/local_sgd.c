@@ -120,6 +120,32 @@ int strategy_local_sgd(worker_t *w) {
   return rc;
 }
 
+/* tau local steps, then the replicas averaged: an allreduce of the model
+ * (and of the batch-norm statistics) every tau steps -- through the
+ * master, SparkNet, as the naive algorithm's rank 0. */
+static int local_sgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compress.kind != CODEC_NONE)
+    return dt_error("model averaging: describe_step covers the plain average so far, not --compress");
+  int P = c->workers;
+  allreduce_algo_t algo = c->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : c->algo;
+  if (algo == ALLREDUCE_AUTO && P <= 2) algo = ALLREDUCE_RHD;
+  if (algo == ALLREDUCE_AUTO || algo == ALLREDUCE_HIER)
+    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time; "
+                    "describe_step needs ring, rhd, tree or naive", allreduce_algo_name(algo), P);
+  for (int r = 0; r < P; r++) {
+    int prev = step_add_passes(out, m, r, c->batch, NULL);
+    if (prev != STEP_FAILED)
+      prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
+                                         .after = prev});
+    if (prev != STEP_FAILED && P > 1)
+      prev = step_add_allreduce(out, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->tau);
+    if (prev != STEP_FAILED && P > 1 && m->nbuffers)
+      prev = step_add_allreduce(out, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->tau);
+    if (prev == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int averaging_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC);
 }
@@ -136,6 +162,7 @@ const strategy_t STRATEGY_LOCAL_SGD = {
     .compress = COMPRESS_AVERAGES,
     .matches = averaging_matches,
     .run = strategy_local_sgd,
+    .describe_step = local_sgd_describe_step,
 };
 
 const strategy_t STRATEGY_SPARKNET = {
@@ -146,4 +173,5 @@ const strategy_t STRATEGY_SPARKNET = {
     .compress = COMPRESS_AVERAGES,
     .matches = sparknet_matches,
     .run = strategy_local_sgd,
+    .describe_step = local_sgd_describe_step,
 };

@@ -116,23 +116,10 @@ static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc
   }
   int nb = reducer_plan_buckets(m, c, b), rc = 0;
   for (int r = 0; r < P && rc == 0; r++) {
-    int prev = -1;
-    for (int i = 0; i < m->nlayers && prev != STEP_FAILED; i++)
-      prev = step_add(out, (step_task_t){TASK_FORWARD, r, i, m->layers[i].param_len, c->batch,
-                                         .peer = -1, .after = prev});
-    for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--)
-      prev = bwd[i] = step_add(out, (step_task_t){TASK_BACKWARD, r, i, m->layers[i].param_len,
-                                                  c->batch, .peer = -1, .after = prev});
-    for (int k = 0; k < nb && prev != STEP_FAILED; k++) {
-      size_t sent, received;
-      if (coll_allreduce_bytes(algo, P, r, b[k].len, &sent, &received) != 0) return -1;
-      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "allreduce",
-                                         .algo = allreduce_algo_name(algo), .peer = -1,
-                                         .group = P, .sent = (double)sent,
-                                         .received = (double)received,
-                                         .thread = c->overlap ? THREAD_COMM : THREAD_COMPUTE,
-                                         .after = c->overlap ? bwd[b[k].first_layer] : prev});
-    }
+    int prev = step_add_passes(out, m, r, c->batch, bwd);
+    for (int k = 0; k < nb && prev != STEP_FAILED; k++)
+      prev = step_add_allreduce(out, r, P, algo, b[k].len, c->overlap ? bwd[b[k].first_layer] : prev,
+                                c->overlap ? THREAD_COMM : THREAD_COMPUTE, 1);
     if (prev == STEP_FAILED ||
         step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
                                     .after = prev}) == STEP_FAILED)
