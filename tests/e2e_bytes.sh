@@ -117,15 +117,17 @@ run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers
 run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
 
 # described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
-# exactly, on local and (as NAME_mpi) under mpirun -np NP: one source of
-# truth for the formula, the strategy's own description.
+# exactly, on local and (as NAME_mpi) under mpirun with the ranks the
+# description counts (servers, a master): one source of truth for the
+# formula, the strategy's own description.
 described() {
   name=$1 np=$2; shift 2
   if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
     fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
   fi
   run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
-  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$np" $DTRAIN train $BASE --comm mpi "$@"
+  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
+  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
 }
 for np in 2 3 4 5; do
   for algo in ring rhd tree naive; do
@@ -142,6 +144,8 @@ described bytes_described_dpsgd_2 2 --preset d-psgd
 described bytes_described_local_sgd_tau_4 3 --preset local-sgd --tau 4 --exchange allreduce:ring
 described bytes_described_sparknet_tau_2 3 --optimization decentral --exchange master --tau 2
 described bytes_described_local_sgd_lenet_tree 3 --model lenet --preset local-sgd --tau 3 --exchange allreduce:tree
+described bytes_described_easgd_sync_tau_2 3 --optimization decentral --exchange master --alpha 0.1 --tau 2
+described bytes_described_deepspark_worker 2 --preset deepspark
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
 expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd

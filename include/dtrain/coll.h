@@ -76,6 +76,10 @@ int allreduce_hier_plan(coll_ctx_t *ctx, size_t count, hier_plan_t *out);
  * them for a flat communicator (seg: floats per segment). */
 int coll_allreduce_bytes(allreduce_algo_t algo, int P, int rank, size_t count, size_t *sent,
                          size_t *received);
+/* A binomial broadcast (reduce = 0) or reduce (1) from/to root: this
+ * rank's bytes (broadcast_tree.c, reduce_tree.c). */
+void coll_tree_bytes(int reduce, int P, int root, int rank, size_t count, size_t *sent,
+                     size_t *received);
 void coll_allreduce_cost(allreduce_algo_t algo, int P, size_t segments, int oversubscribed,
                          double *messages, double *bytes);
 double coll_allreduce_time(allreduce_algo_t algo, int P, size_t bytes, size_t segments,

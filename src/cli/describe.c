@@ -17,7 +17,7 @@ static const char *DESCRIBE_HELP =
     "\n"
     "Described so far: synchronous data parallelism (--exchange allreduce:ring|rhd|tree|\n"
     "naive|shm, and auto on 2 ranks) without --compress, --tp, --sync-bn, --balance or\n"
-    "--comm-order priority; model averaging (local SGD, SparkNet) and D-PSGD without\n"
+    "--comm-order priority; model averaging (local SGD, SparkNet), D-PSGD and EASGD (sync, async) without\n"
     "--compress. Other strategies say so.\n";
 
 int cmd_describe(int argc, char **argv) {

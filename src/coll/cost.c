@@ -56,11 +56,27 @@ static void rhd_bytes(int P, int r, size_t n, size_t *sent, size_t *recv) {
 
 /* Binomial tree rooted at 0: a rank with k children sends and receives
  * (k + 1) x S; the root k x S (k = ceil(lg P)). */
+static int tree_children(int P, int root, int rank);
 static void tree_bytes(int P, int r, size_t n, size_t *sent, size_t *recv) {
-  int k = 0;
-  int low = r == 0 ? P : (r & -r); /* children r + m for each power of two m below r's lowest bit */
-  for (int m = 1; m < low && r + m < P; m *= 2) k++;
-  *sent = *recv = (size_t)(k + (r != 0)) * n;
+  *sent = *recv = (size_t)(tree_children(P, 0, r) + (r != 0)) * n;
+}
+
+/* Children of `rank` in the binomial tree rooted at `root` (broadcast_tree.c,
+ * reduce_tree.c): vr = rank - root mod P; vr + m for each power of two m
+ * below vr's lowest set bit (every m < P for the root), vr + m < P. */
+static int tree_children(int P, int root, int rank) {
+  int vr = ((rank - root) % P + P) % P, k = 0;
+  int low = vr == 0 ? P : (vr & -vr);
+  for (int m = 1; m < low && vr + m < P; m *= 2) k++;
+  return k;
+}
+
+void coll_tree_bytes(int reduce, int P, int root, int rank, size_t count, size_t *sent,
+                     size_t *received) {
+  size_t S = count * sizeof(float), down = (size_t)tree_children(P, root, rank) * S;
+  size_t up = P > 1 && rank != root ? S : 0;
+  *sent = reduce ? up : down;
+  *received = reduce ? down : up;
 }
 
 int coll_allreduce_bytes(allreduce_algo_t algo, int P, int rank, size_t count, size_t *sent,

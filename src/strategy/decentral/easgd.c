@@ -372,6 +372,41 @@ int strategy_easgd(worker_t *w) {
   return decentral_strategy(w, w->cfg->schedule == SCHEDULE_ASYNC ? &EASGD_ASYNC : &EASGD_SYNC, 1, &e);
 }
 
+/* Every tau steps: synchronous, the centre broadcast from the master and
+ * the elastic differences reduced to it (binomial trees rooted at the
+ * master, rank p); asynchronous, each worker's model to the master and the
+ * centre back. */
+static int easgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compress.kind != CODEC_NONE)
+    return dt_error("EASGD: describe_step covers the plain exchange so far, not --compress");
+  int p = c->workers, P = p + 1, sync = c->schedule == SCHEDULE_SYNC;
+  double S = (double)m->nparams * sizeof(float);
+  for (int r = 0; r < P; r++) {
+    int prev = -1;
+    if (r < p) {
+      prev = step_add_passes(out, m, r, c->batch, NULL);
+      if (prev != STEP_FAILED)
+        prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
+                                           .after = prev});
+    }
+    for (int op = 0; op < 2 && sync && prev != STEP_FAILED; op++) {
+      size_t sent, received;
+      coll_tree_bytes(op, P, p, r, m->nparams, &sent, &received);
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = op ? "reduce" : "broadcast",
+                                         .algo = "tree", .peer = -1, .group = P,
+                                         .sent = (double)sent, .received = (double)received,
+                                         .every = c->tau, .after = prev});
+    }
+    if (!sync && prev != STEP_FAILED) /* the master answers each worker's request in turn */
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv",
+                                         .peer = r < p ? p : -1, .group = 2,
+                                         .sent = r < p ? S : p * S, .received = r < p ? S : p * S,
+                                         .every = c->tau, .after = prev});
+    if (prev == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int easgd_sync_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_SYNC) && elastic_given(c);
 }
@@ -390,6 +425,7 @@ const strategy_t STRATEGY_EASGD_SYNC = {
     .matches = easgd_sync_matches,
     .ranks = decentral_with_master,
     .run = strategy_easgd,
+    .describe_step = easgd_describe_step,
 };
 
 const strategy_t STRATEGY_EASGD_ASYNC = {
@@ -402,4 +438,5 @@ const strategy_t STRATEGY_EASGD_ASYNC = {
     .matches = easgd_async_matches,
     .ranks = decentral_with_master,
     .run = strategy_easgd,
+    .describe_step = easgd_describe_step,
 };
