@@ -51,7 +51,8 @@ typedef struct {
   float *dx[64];              /* [slots][micro_batch x in_size] of each chunk: input gradients in flight */
   int nback[64];              /* backwards into each chunk's gradients since its last step */
   int slots;                  /* activation sets per chunk: M, or M + P for a stream */
-  pipe_schedule_t *sched;     /* synchronous: sched[m - 1], the step's program with m micro-batches */
+  pipe_schedule_t sched;      /* synchronous: the step's program with M micro-batches */
+  pipe_schedule_t short_sched; /* and with the m < M of a short last step, built when first met */
   pipe_instr_t *prog;         /* asynchronous: this step's (or the drain's) instructions */
   optim_segment_t *segs;      /* the rank's tensors, for its optimizer step */
   int nsegs;
@@ -235,6 +236,22 @@ static int plan_compression(pipe_t *p) {
   return worker_compressor_new(w, p->r, p->ndp, &p->cx);
 }
 
+/* A synchronous step's program with m micro-batches, checked. */
+static int build_schedule(pipe_t *p, int m, pipe_schedule_t *sc) {
+  pipe_schedule_free(sc);
+  DT_TRY(pipe_schedule_build(p->kind, p->P, p->V, m, 0, sc));
+  return pipe_schedule_check(sc);
+}
+
+/* The program of a step with m micro-batches: M's, or the short last
+ * step's, built the first time that m is met (one schedule for each m up
+ * to M would take memory and time as M squared). */
+static int step_schedule(pipe_t *p, int m, const pipe_schedule_t **out) {
+  if (m != p->M && p->short_sched.M != m) DT_TRY(build_schedule(p, m, &p->short_sched));
+  *out = m == p->M ? &p->sched : &p->short_sched;
+  return 0;
+}
+
 static int setup(pipe_t *p, worker_t *w) {
   const train_config_t *cfg = w->cfg;
   memset(p, 0, sizeof *p);
@@ -284,18 +301,12 @@ static int setup(pipe_t *p, worker_t *w) {
     pipe_schedule_free(&sc);
     return rc;
   }
-  p->sched = calloc((size_t)p->M, sizeof *p->sched);
-  if (!p->sched) return dt_error("out of memory");
-  for (int m = 1; m <= p->M; m++) {
-    DT_TRY(pipe_schedule_build(p->kind, p->P, p->V, m, 0, &p->sched[m - 1]));
-    DT_TRY(pipe_schedule_check(&p->sched[m - 1]));
-  }
-  return 0;
+  return build_schedule(p, p->M, &p->sched);
 }
 
 static void teardown(pipe_t *p) {
-  for (int m = 0; p->sched && m < p->M; m++) pipe_schedule_free(&p->sched[m]);
-  free(p->sched);
+  pipe_schedule_free(&p->sched);
+  pipe_schedule_free(&p->short_sched);
   free(p->prog);
   for (int i = 0; i < p->nsends; i++) comm_cancel(p->pipe, p->sends[i]);
   free(p->sends);
@@ -581,7 +592,8 @@ static int step(void *st, int epoch, int64_t k) {
     return execute(p, (pipe_instr_t){PIPE_STEP, -1, 0});
   }
   for (int i = 0; i < m; i++) p->slot_n[i] = (int)p->mb_len[i];
-  const pipe_schedule_t *sc = &p->sched[m - 1];
+  const pipe_schedule_t *sc;
+  DT_TRY(step_schedule(p, m, &sc));
   return run_list(p, sc->prog[p->s], sc->len[p->s]);
 }
 
