@@ -161,31 +161,44 @@ static int measure_layers(pipe_t *p) {
   return rc;
 }
 
-/* The model cut into G = P V chunks (global stages). */
+int pipe_check_model(const train_config_t *c, const model_t *m) {
+  if (!pipe_requested(c)) return 0;
+  int P = c->pp, V = c->pipe_chunks, G = P * V, cap = 1024;
+  if (m->nlayers >= cap + 1)
+    return dt_error("pipeline: %d layers (at most %d)", m->nlayers, cap);
+  if (c->partition[0] && strcmp(c->partition, "macs")) {
+    int first[1025];
+    if (pipe_partition_parse(c->partition, first, cap) != G) return 0; /* pipe_check's */
+    if (first[G - 1] >= m->nlayers)
+      return dt_error("option --partition %s: the model has %d layers (0..%d)", c->partition,
+                      m->nlayers, m->nlayers - 1);
+    return 0;
+  }
+  int *cuts = malloc((size_t)m->nlayers * sizeof *cuts + 1);
+  if (!cuts) return dt_error("out of memory");
+  int n = model_stage_cuts(m, cuts) + 1;
+  free(cuts);
+  if (G <= n) return 0;
+  if (V > 1)
+    return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the model "
+                    "has %d layers that can start one (at most --pp x V = %d)", P, V, G, n, n);
+  return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
+                  "--pp %d)", P, n, n);
+}
+
+/* The model cut into G = P V chunks (global stages); pipe_check_model has
+ * refused the cuts that do not fit it. */
 static int plan_partition(pipe_t *p) {
   const model_t *m = p->w->model;
   const train_config_t *cfg = p->w->cfg;
   int G = p->G;
-  if (m->nlayers >= (int)(sizeof p->first / sizeof *p->first))
-    return dt_error("pipeline: %d layers (at most %zu)", m->nlayers, sizeof p->first / sizeof *p->first - 1);
+  DT_TRY(pipe_check_model(cfg, m));
   if (cfg->partition[0] && strcmp(cfg->partition, "macs")) {
     pipe_partition_parse(cfg->partition, p->first, G);
   } else {
-    int cuts = model_stage_cuts(m, p->first); /* p->first as scratch: room for nlayers */
-    if (G > cuts + 1) {
-      if (p->V > 1)
-        return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the "
-                        "model has %d layers that can start one (at most --pp x V = %d)", p->P,
-                        p->V, G, cuts + 1, cuts + 1);
-      return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
-                      "--pp %d)", p->P, cuts + 1, cuts + 1);
-    }
     DT_TRY(measure_layers(p));
     DT_TRY(model_split_costs(m, G, cfg->partition[0] ? NULL : p->layer_sec, p->first));
   }
-  if (p->first[G - 1] >= m->nlayers)
-    return dt_error("option --partition %s: the model has %d layers (0..%d)", cfg->partition,
-                    m->nlayers, m->nlayers - 1);
   p->first[G] = m->nlayers;
   return 0;
 }
