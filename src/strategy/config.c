@@ -252,10 +252,10 @@ static int compress_check(const train_config_t *c) {
   }
   char name[48];
   codec_format(k, name, sizeof name);
-  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp)
+  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp * c->tp)
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
-                    "--workers %d for two replicas", name, 2 * c->pp);
+                    "--workers %d for two replicas", name, 2 * c->pp * c->tp);
   if (c->exchange == EXCHANGE_SHARED)
     return dt_error("option --compress %s: not with --exchange shared (%s): the ranks sum one "
                     "shared arena in place and nothing goes on a wire; use --exchange "

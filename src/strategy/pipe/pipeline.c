@@ -240,7 +240,8 @@ static int plan_compression(pipe_t *p) {
     codec_format(&w->cfg->compress, name, sizeof name);
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
-                    "--workers %d for two replicas", name, 2 * p->P);
+                    "%s %d for two replicas", name, w->cfg->comm == COMM_MPI ? "mpirun -np"
+                    : "--workers", 2 * p->P * (w->cfg->tp > 1 ? w->cfg->tp : 1));
   }
   if (!(p->mats = calloc((size_t)m->ntensors + 1, sizeof *p->mats))) return dt_error("out of memory");
   compress_model_matrices(m, p->mats);
