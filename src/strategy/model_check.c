@@ -22,11 +22,14 @@ static int check_spec(const train_config_t *c, model_spec_t *spec) {
 int train_check_model(const train_config_t *c, const dataset_t *train) {
   model_spec_t spec;
   DT_TRY(model_spec_load(c->model, &spec));
-  int rc = check_spec(c, &spec);
+  int rc = check_spec(c, &spec); /* the planned spec needs a group to build: not kept */
+  model_spec_free(&spec);
+  if (rc != 0) return -1;
+  DT_TRY(model_spec_load(c->model, &spec));
   model_t *m = NULL;
   shape_t in = {train->c, train->h, train->w};
   /* one sample: the shapes and sizes, without the batch's activations */
-  if (rc == 0) rc = model_build(&spec, in, train->nclasses, 1, &m);
+  rc = model_build(&spec, in, train->nclasses, 1, &m);
   model_spec_free(&spec);
   if (rc == 0) rc = pipe_check_model(c, m);
   if (rc == 0) rc = train_check_memory(c, m);
