@@ -245,7 +245,7 @@ assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
 \""
 expect_error sync_bn_no_batchnorm 2 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
-expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
+expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used by a pipeline" -- \
   "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on
 
 # the one weird trick (--tp-conv data): the convolutions data-parallel over
