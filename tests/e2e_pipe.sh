@@ -67,7 +67,7 @@ expect_error pipe_interleaved_m1 2 "a multiple of --pp 2" -- \
   "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:2
 expect_error pipe_interleaved_needs_v 2 "interleaved:V" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved
 expect_error pipe_interleaved_bad_v 2 "1 to 64" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:0
-expect_error pipe_interleaved_too_many_chunks 1 "at most --pp x V = 8" -- \
+expect_error pipe_interleaved_too_many_chunks 2 "at most --pp x V = 8" -- \
   "$DTRAIN" train $E8 --workers 4 --pp 4 --micro-batches 4 --pipe-schedule interleaved:3
 expect_error pipe_interleaved_partition_count 2 "names 2 stages (give 4)" -- \
   "$DTRAIN" train $E8 --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition 0,3
@@ -168,11 +168,11 @@ expect_error pipe_workers_not_multiple 2 "multiple of --pp" -- "$DTRAIN" train $
 expect_error pipe_batch_not_divisible 2 "give a batch that M divides" -- "$DTRAIN" train $BASE --micro-batches 3
 expect_error pipe_zero_micro_batches 2 "option --micro-batches" -- "$DTRAIN" train $BASE --micro-batches 0
 expect_error pipe_zero_stages 2 "option --pp" -- "$DTRAIN" train $BASE --pp 0
-expect_error pipe_too_many_stages 1 "at most --pp 3" -- "$DTRAIN" train $BASE --workers 4 --pp 4
+expect_error pipe_too_many_stages 2 "at most --pp 3" -- "$DTRAIN" train $BASE --workers 4 --pp 4
 expect_error pipe_partition_count 2 "names 2 stages" -- "$DTRAIN" train $BASE --workers 3 --pp 3 --partition 0,2
 expect_error pipe_partition_order 2 "increasing from 0" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 1,2
 expect_error pipe_partition_junk 2 "option --partition" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,x
-expect_error pipe_partition_past_the_model 1 "the model has 3 layers" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,7
+expect_error pipe_partition_past_the_model 2 "the model has 3 layers" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --partition 0,7
 expect_error pipe_unknown_schedule 2 "expected gpipe, 1f1b, interleaved:V, pipedream, 2bw or ddg" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --pipe-schedule pipedreamer
 expect_error pipe_with_ps 2 "pipelines run with" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --exchange ps:1
 expect_error pipe_with_zero1 2 "does not combine with --shard-optimizer" -- "$DTRAIN" train $BASE --workers 2 --pp 2 --shard-optimizer on

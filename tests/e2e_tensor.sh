@@ -177,8 +177,8 @@ fi
 # refusals: one line naming the option and what would work
 printf 'dense units=3\nrelu\ndense units=10\n' >"$TMP/narrow.txt"
 printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopair.txt"
-expect_error tensor_tp_above_features 1 "use --tp 3 or fewer" -- "$DTRAIN" train $BASE --model "$TMP/narrow.txt" --workers 4 --tp 4
-expect_error tensor_no_pair_to_split 1 "option --tp 2: .* has no pair of layers to split" -- \
+expect_error tensor_tp_above_features 2 "use --tp 3 or fewer" -- "$DTRAIN" train $BASE --model "$TMP/narrow.txt" --workers 4 --tp 4
+expect_error tensor_no_pair_to_split 2 "option --tp 2: .* has no pair of layers to split" -- \
   "$DTRAIN" train $BASE --model "$TMP/nopair.txt" --workers 2 --tp 2
 expect_error tensor_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train $BASE --workers 3 --tp 2
 expect_error tensor_grid_not_multiple 2 "multiple of 4" -- "$DTRAIN" train $BASE --workers 6 --tp 2 --pp 2 --partition macs
@@ -243,9 +243,9 @@ k = e['layers']
 assert k['batchnorm']['bytes_sent'] == want < e['bytes_sent'], (k, want)
 assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
 \""
-expect_error sync_bn_no_batchnorm 1 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
+expect_error sync_bn_no_batchnorm 2 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
-expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used with" -- \
+expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used by a pipeline" -- \
   "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on
 
 # the one weird trick (--tp-conv data): the convolutions data-parallel over
@@ -313,18 +313,18 @@ if have_mpi; then
   check mpi_owt_model_file_tp_not_all_workers grep -q "option --tp 2: .*owt.txt:1 says split=data.*give --tp 4" "$TMP/np.err"
 fi
 sed -e '10s/split=row/split=none/' "$TMP/megatron.txt" >"$TMP/unpaired.txt"
-expect_error tensor_model_file_unpaired 1 "unpaired.txt:8: dense split=column needs a split=row dense layer after it" -- \
+expect_error tensor_model_file_unpaired 2 "unpaired.txt:8: dense split=column needs a split=row dense layer after it" -- \
   "$DTRAIN" train $BASE --model "$TMP/unpaired.txt" --workers 2 --tp 2
-expect_error tensor_model_file_unpaired_one_worker 1 "unpaired.txt:8: dense split=column" -- \
+expect_error tensor_model_file_unpaired_one_worker 2 "unpaired.txt:8: dense split=column" -- \
   "$DTRAIN" train $BASE --model "$TMP/unpaired.txt"
-expect_error owt_model_file_tp_not_all_workers 1 "option --tp 2: .*owt.txt:1 says split=data, .* (give --tp 4, the workers)" -- \
+expect_error owt_model_file_tp_not_all_workers 2 "option --tp 2: .*owt.txt:1 says split=data, .* (give --tp 4, the workers)" -- \
   "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2
-expect_error owt_model_file_and_tp_conv 1 "option --tp-conv data: .*owt.txt says how its layers split (split= on line 1): leave --tp-conv out" -- \
+expect_error owt_model_file_and_tp_conv 2 "option --tp-conv data: .*owt.txt says how its layers split (split= on line 1): leave --tp-conv out" -- \
   "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp-conv data
-expect_error owt_model_file_with_pipeline 1 "option --pp 2: .*owt.txt:1 says split=data" -- \
+expect_error owt_model_file_with_pipeline 2 "option --pp 2: .*owt.txt:1 says split=data" -- \
   "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2 --pp 2 --partition macs
 printf 'dense units=64 split=across\ndense units=10\n' >"$TMP/badsplit.txt"
-expect_error tensor_model_file_bad_split 1 "badsplit.txt:1: split=across: expected none, column, row, data or channels (conv2d)" -- \
+expect_error tensor_model_file_bad_split 2 "badsplit.txt:1: split=across: expected none, column, row, data or channels (conv2d)" -- \
   "$DTRAIN" train $BASE --model "$TMP/badsplit.txt"
 
 # one convolution split by output channels (split=channels): its shard
@@ -393,10 +393,10 @@ if have_mpi; then
   gather_bytes mpi_tensor_channels_bytes_tp3 3 7 -- $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/chan.txt" --comm mpi --tp 3
 fi
 printf 'conv2d filters=3 kernel=5 split=channels\nflatten\ndense units=10\n' >"$TMP/chan_narrow.txt"
-expect_error tensor_channels_above_filters 1 "chan_narrow.txt:1: conv2d split=channels has 3 filters, too few to split over --tp 4 (use --tp 3 or fewer)" -- \
+expect_error tensor_channels_above_filters 2 "chan_narrow.txt:1: conv2d split=channels has 3 filters, too few to split over --tp 4 (use --tp 3 or fewer)" -- \
   "$DTRAIN" train $BASE --model "$TMP/chan_narrow.txt" --workers 4 --tp 4
 printf 'dense units=64 split=channels\ndense units=10\n' >"$TMP/chan_dense.txt"
-expect_error tensor_channels_on_dense 1 "chan_dense.txt:1: split=channels splits a conv2d (use split=column)" -- \
+expect_error tensor_channels_on_dense 2 "chan_dense.txt:1: split=channels splits a conv2d (use split=column)" -- \
   "$DTRAIN" train $BASE --model "$TMP/chan_dense.txt" --workers 2 --tp 2
 expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the one weird trick splits the dense layers over every worker" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data

@@ -29,15 +29,15 @@ b=bytearray(open('$SMALL/train-labels-idx1-ubyte','rb').read()); n=int.from_byte
 b[4:8]=n.to_bytes(4,'big'); open('$TMP/count/train-labels-idx1-ubyte','wb').write(bytes(b[:8+n]))"
 expect_error count_mismatch 1 "has 2048 samples but labels file" -- "$DTRAIN" train --data "$TMP/count" $Q
 printf 'conv2d filters=4 kernel=3\nconv3d filters=2\n' >"$TMP/unknown.model"
-expect_error model_unknown_layer 1 "unknown.model:2: unknown layer kind 'conv3d'" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/unknown.model" $Q
+expect_error model_unknown_layer 2 "unknown.model:2: unknown layer kind 'conv3d'" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/unknown.model" $Q
 printf 'input shape=1x28x28junk\ndense units=10\n' >"$TMP/junk.model"
-expect_error model_shape_junk 1 "junk.model:1: shape=1x28x28junk: expected CxHxW" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/junk.model" $Q
+expect_error model_shape_junk 2 "junk.model:1: shape=1x28x28junk: expected CxHxW" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/junk.model" $Q
 printf 'dense units=64 units=32\nrelu units=3\ndense units=10\n' >"$TMP/dupkey.model"
-expect_error model_duplicate_key 1 "dupkey.model:1: key 'units' given twice" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/dupkey.model" $Q
+expect_error model_duplicate_key 2 "dupkey.model:1: key 'units' given twice" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/dupkey.model" $Q
 printf 'conv2d filters=4 kernel=30\ndense units=10\n' >"$TMP/shape.model"
-expect_error model_bad_shape 1 "shape.model:1: conv2d" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/shape.model" $Q
+expect_error model_bad_shape 2 "shape.model:1: conv2d" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/shape.model" $Q
 printf 'dense units=64\nrelu\ndense units=7\n' >"$TMP/classes.model"
-expect_error model_wrong_classes 1 "classes.model:3: the last layer gives 7 outputs but the data has 10 classes" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/classes.model" $Q
+expect_error model_wrong_classes 2 "classes.model:3: the last layer gives 7 outputs but the data has 10 classes" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/classes.model" $Q
 
 # ---- a user-written model file trains --------------------------------------
 printf '# a small convnet\nconv2d filters=8 kernel=3 pad=1\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndropout rate=0.25\ndense units=32\ntanh\ndense units=10\n' >"$TMP/user.model"

@@ -188,8 +188,12 @@ const preset_t *preset_list(int *count);
 const preset_t *preset_find(const char *name);
 
 /* Runs the whole training: loads the data once, starts the ranks on the
- * chosen transport, and returns 0 when every rank finished. With
- * COMM_MPI, argc/argv are handed to MPI_Init. */
+ * chosen transport, and returns 0 when every rank finished, -1 when the
+ * run failed, or TRAIN_REFUSED when the configuration was refused before
+ * any rank started (it does not fit the model, the model file or the
+ * machine's memory: a usage error). With COMM_MPI, argc/argv are handed
+ * to MPI_Init. */
+#define TRAIN_REFUSED (-2)
 int train_run(train_config_t *cfg, int *argc, char ***argv);
 
 #endif

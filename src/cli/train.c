@@ -236,8 +236,10 @@ int cmd_train(int argc, char **argv) {
     return 2;
   }
   dt_catch_interrupts();
-  if (train_run(&cfg, &argc, &argv) != 0) {
+  int rc = train_run(&cfg, &argc, &argv);
+  if (rc != 0) {
     fprintf(stderr, "dtrain train: %s\n", dt_errmsg());
+    if (rc == TRAIN_REFUSED) return 2;
     return dt_interrupted() ? 128 + dt_interrupted() : 1;
   }
   return 0;

@@ -242,10 +242,10 @@ static int compress_check(const train_config_t *c) {
   }
   char name[48];
   codec_format(k, name, sizeof name);
-  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp)
+  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp * c->tp)
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
-                    "--workers %d for two replicas", name, 2 * c->pp);
+                    "--workers %d for two replicas", name, 2 * c->pp * c->tp);
   /* what the strategy sends, from its descriptor (none matching: the
    * selection's own message comes last, in train_config_check) */
   const strategy_t *st = strategy_match(c);

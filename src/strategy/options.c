@@ -645,6 +645,16 @@ static const char *optimization_name(optimization_t o) {
   return o == OPTIMIZATION_DECENTRAL ? "decentral" : "central";
 }
 
+/* Whether the pipeline alone keeps option o from applying (the same axes
+ * without --pp and --micro-batches would use it): then the refusal names
+ * the pipeline, not axes that the option's own text names too. */
+static int pipeline_excludes(const train_config_t *c, const option_t *o) {
+  if (!is_pipeline(c)) return 0;
+  train_config_t flat = *c;
+  flat.pp = flat.micro_batches = 1;
+  return o->applies(&flat);
+}
+
 /* Every option the user gave must be one that the configuration uses. */
 static int check_used(const parse_state_t *st) {
   const train_config_t *c = st->cfg;
@@ -666,6 +676,10 @@ static int check_used(const parse_state_t *st) {
                optimization_name(c->optimization), schedule_name(c->schedule),
                exchange_name(c->exchange));
     }
+    if (pipeline_excludes(c, o))
+      return dt_error("option --%s: not used by a pipeline (--pp %d --micro-batches %d); "
+                      "without --pp and --micro-batches it applies to %s", o->name, c->pp,
+                      c->micro_batches, o->where);
     return dt_error("option --%s: not used with %s (it applies to %s)", o->name, now, o->where);
   }
   return 0;

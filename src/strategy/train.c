@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "strategy/strategy.h"
+#include "strategy/model_check.h"
 #include "strategy/tensor/tensor.h" /* tensor_model_options: the model file sets the grid */
 
 typedef struct {
@@ -85,22 +86,30 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
   return 0;
 }
 
+/* The checks before any rank starts: the options against each other, then
+ * (with the data loaded: its shape sizes the model) against the model and
+ * the machine's memory. A refusal here is a usage error. */
+static int check_before_ranks(train_config_t *cfg, run_t *r) {
+  if (tensor_model_options(cfg) != 0 || train_config_check(cfg) != 0) return TRAIN_REFUSED;
+  if (load_data(r) != 0) return -1; /* under mpi: this process's copy, before MPI starts */
+  return train_check_model(cfg, &r->train) != 0 ? TRAIN_REFUSED : 0;
+}
+
 int train_run(train_config_t *cfg, int *argc, char ***argv) {
-  if (tensor_model_options(cfg) != 0) return -1;
-  if (train_config_check(cfg) != 0) return -1;
+  run_t r = {.cfg = cfg};
+  int rc = check_before_ranks(cfg, &r);
+  if (rc != 0) {
+    dataset_free(&r.train);
+    dataset_free(&r.test);
+    return rc;
+  }
   kern_set_threads(cfg->threads); /* process-wide: once, before any rank starts */
   kern_set_bf16(cfg->bf16);
-  run_t r = {.cfg = cfg};
   comm_net_t net;
-  double *slowdown;
-  if (build_net(cfg, &net, &slowdown) != 0) return -1;
-  int rc;
-  if (cfg->comm == COMM_MPI) {
-    rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
-  } else {
-    rc = load_data(&r);
-    if (rc == 0) rc = comm_local_run(strategy_total_ranks(cfg), &net, run_rank, &r);
-  }
+  double *slowdown = NULL;
+  rc = build_net(cfg, &net, &slowdown);
+  if (rc == 0 && cfg->comm == COMM_MPI) rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
+  else if (rc == 0) rc = comm_local_run(strategy_total_ranks(cfg), &net, run_rank, &r);
   free(slowdown);
   dataset_free(&r.train);
   dataset_free(&r.test);

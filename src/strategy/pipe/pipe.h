@@ -14,6 +14,10 @@
 /* Values and combinations of --pp, --micro-batches, --pipe-schedule,
  * --partition, and --workers = dp x pp. */
 int pipe_check(const train_config_t *cfg);
+/* The checks that need the model: --pp x V chunks at most the layers that
+ * can start one, a --partition list within its layers. Run before the
+ * ranks start (train_check_model) and again by each rank's setup. */
+int pipe_check_model(const train_config_t *cfg, const model_t *m);
 /* Under mpi, once -np has fixed the workers: dp x pp = workers. */
 int pipe_check_world(const train_config_t *cfg);
 /* "0,3,5": the first layer of each stage, strictly increasing from 0.

@@ -51,7 +51,8 @@ typedef struct {
   float *dx[64];              /* [slots][micro_batch x in_size] of each chunk: input gradients in flight */
   int nback[64];              /* backwards into each chunk's gradients since its last step */
   int slots;                  /* activation sets per chunk: M, or M + P for a stream */
-  pipe_schedule_t *sched;     /* synchronous: sched[m - 1], the step's program with m micro-batches */
+  pipe_schedule_t sched;      /* synchronous: the step's program with M micro-batches */
+  pipe_schedule_t short_sched; /* and with the m < M of a short last step, built when first met */
   pipe_instr_t *prog;         /* asynchronous: this step's (or the drain's) instructions */
   optim_segment_t *segs;      /* the rank's tensors, for its optimizer step */
   int nsegs;
@@ -159,31 +160,44 @@ static int measure_layers(pipe_t *p) {
   return rc;
 }
 
-/* The model cut into G = P V chunks (global stages). */
+int pipe_check_model(const train_config_t *c, const model_t *m) {
+  if (!train_pipelined(c)) return 0;
+  int P = c->pp, V = c->pipe_chunks, G = P * V, cap = 1024;
+  if (m->nlayers >= cap + 1)
+    return dt_error("pipeline: %d layers (at most %d)", m->nlayers, cap);
+  if (c->partition[0] && strcmp(c->partition, "macs")) {
+    int first[1025];
+    if (pipe_partition_parse(c->partition, first, cap) != G) return 0; /* pipe_check's */
+    if (first[G - 1] >= m->nlayers)
+      return dt_error("option --partition %s: the model has %d layers (0..%d)", c->partition,
+                      m->nlayers, m->nlayers - 1);
+    return 0;
+  }
+  int *cuts = malloc((size_t)m->nlayers * sizeof *cuts + 1);
+  if (!cuts) return dt_error("out of memory");
+  int n = model_stage_cuts(m, cuts) + 1;
+  free(cuts);
+  if (G <= n) return 0;
+  if (V > 1)
+    return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the model "
+                    "has %d layers that can start one (at most --pp x V = %d)", P, V, G, n, n);
+  return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
+                  "--pp %d)", P, n, n);
+}
+
+/* The model cut into G = P V chunks (global stages); pipe_check_model has
+ * refused the cuts that do not fit it. */
 static int plan_partition(pipe_t *p) {
   const model_t *m = p->w->model;
   const train_config_t *cfg = p->w->cfg;
   int G = p->G;
-  if (m->nlayers >= (int)(sizeof p->first / sizeof *p->first))
-    return dt_error("pipeline: %d layers (at most %zu)", m->nlayers, sizeof p->first / sizeof *p->first - 1);
+  DT_TRY(pipe_check_model(cfg, m));
   if (cfg->partition[0] && strcmp(cfg->partition, "macs")) {
     pipe_partition_parse(cfg->partition, p->first, G);
   } else {
-    int cuts = model_stage_cuts(m, p->first); /* p->first as scratch: room for nlayers */
-    if (G > cuts + 1) {
-      if (p->V > 1)
-        return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the "
-                        "model has %d layers that can start one (at most --pp x V = %d)", p->P,
-                        p->V, G, cuts + 1, cuts + 1);
-      return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
-                      "--pp %d)", p->P, cuts + 1, cuts + 1);
-    }
     DT_TRY(measure_layers(p));
     DT_TRY(model_split_costs(m, G, cfg->partition[0] ? NULL : p->layer_sec, p->first));
   }
-  if (p->first[G - 1] >= m->nlayers)
-    return dt_error("option --partition %s: the model has %d layers (0..%d)", cfg->partition,
-                    m->nlayers, m->nlayers - 1);
   p->first[G] = m->nlayers;
   return 0;
 }
@@ -225,13 +239,30 @@ static int plan_compression(pipe_t *p) {
     codec_format(&w->cfg->compress, name, sizeof name);
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
-                    "--workers %d for two replicas", name, 2 * p->P);
+                    "%s %d for two replicas", name, w->cfg->comm == COMM_MPI ? "mpirun -np"
+                    : "--workers", 2 * p->P * (w->cfg->tp > 1 ? w->cfg->tp : 1));
   }
   if (!(p->mats = calloc((size_t)m->ntensors + 1, sizeof *p->mats))) return dt_error("out of memory");
   compress_model_matrices(m, p->mats);
   for (int v = 0; v < p->V; v++)
     p->nmat[v] = compress_tensors_in(m, p->st[v]->param_off, p->st[v]->param_len, &p->mat[v]);
   return worker_compressor_new(w, p->r, p->ndp, &p->cx);
+}
+
+/* A synchronous step's program with m micro-batches, checked. */
+static int build_schedule(pipe_t *p, int m, pipe_schedule_t *sc) {
+  pipe_schedule_free(sc);
+  DT_TRY(pipe_schedule_build(p->kind, p->P, p->V, m, 0, sc));
+  return pipe_schedule_check(sc);
+}
+
+/* The program of a step with m micro-batches: M's, or the short last
+ * step's, built the first time that m is met (one schedule for each m up
+ * to M would take memory and time as M squared). */
+static int step_schedule(pipe_t *p, int m, const pipe_schedule_t **out) {
+  if (m != p->M && p->short_sched.M != m) DT_TRY(build_schedule(p, m, &p->short_sched));
+  *out = m == p->M ? &p->sched : &p->short_sched;
+  return 0;
 }
 
 static int setup(pipe_t *p, worker_t *w) {
@@ -283,18 +314,12 @@ static int setup(pipe_t *p, worker_t *w) {
     pipe_schedule_free(&sc);
     return rc;
   }
-  p->sched = calloc((size_t)p->M, sizeof *p->sched);
-  if (!p->sched) return dt_error("out of memory");
-  for (int m = 1; m <= p->M; m++) {
-    DT_TRY(pipe_schedule_build(p->kind, p->P, p->V, m, 0, &p->sched[m - 1]));
-    DT_TRY(pipe_schedule_check(&p->sched[m - 1]));
-  }
-  return 0;
+  return build_schedule(p, p->M, &p->sched);
 }
 
 static void teardown(pipe_t *p) {
-  for (int m = 0; p->sched && m < p->M; m++) pipe_schedule_free(&p->sched[m]);
-  free(p->sched);
+  pipe_schedule_free(&p->sched);
+  pipe_schedule_free(&p->short_sched);
   free(p->prog);
   for (int i = 0; i < p->nsends; i++) comm_cancel(p->pipe, p->sends[i]);
   free(p->sends);
@@ -580,7 +605,8 @@ static int step(void *st, int epoch, int64_t k) {
     return execute(p, (pipe_instr_t){PIPE_STEP, -1, 0});
   }
   for (int i = 0; i < m; i++) p->slot_n[i] = (int)p->mb_len[i];
-  const pipe_schedule_t *sc = &p->sched[m - 1];
+  const pipe_schedule_t *sc;
+  DT_TRY(step_schedule(p, m, &sc));
   return run_list(p, sc->prog[p->s], sc->len[p->s]);
 }
 
