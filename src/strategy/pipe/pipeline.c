@@ -135,8 +135,9 @@ int pipe_check(const train_config_t *c) {
                                                           : chunks;
   if (n < 0) return -1;
   if (n != chunks)
-    return dt_error("options --partition %s and --pp %d%s: the partition names %d stages (give %d)",
-                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n, chunks);
+    return dt_error("options --partition %s and --pp %d%s: the partition names %d stage%s (give %d)",
+                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n,
+                    n == 1 ? "" : "s", chunks);
   return 0;
 }
 
@@ -174,17 +175,17 @@ static int plan_partition(pipe_t *p) {
     if (G > cuts + 1) {
       if (p->V > 1)
         return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the "
-                        "model has %d layers that can start one (at most --pp x V = %d)", p->P,
-                        p->V, G, cuts + 1, cuts + 1);
-      return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
-                      "--pp %d)", p->P, cuts + 1, cuts + 1);
+                        "model has %d layer%s that can start one (at most --pp x V = %d)", p->P,
+                        p->V, G, cuts + 1, cuts ? "s" : "", cuts + 1);
+      return dt_error("option --pp %d: the model has %d layer%s that can start a stage (at most "
+                      "--pp %d)", p->P, cuts + 1, cuts ? "s" : "", cuts + 1);
     }
     DT_TRY(measure_layers(p));
     DT_TRY(model_split_costs(m, G, cfg->partition[0] ? NULL : p->layer_sec, p->first));
   }
   if (p->first[G - 1] >= m->nlayers)
-    return dt_error("option --partition %s: the model has %d layers (0..%d)", cfg->partition,
-                    m->nlayers, m->nlayers - 1);
+    return dt_error("option --partition %s: the model has %d layer%s (0..%d)", cfg->partition,
+                    m->nlayers, m->nlayers == 1 ? "" : "s", m->nlayers - 1);
   p->first[G] = m->nlayers;
   return 0;
 }
