@@ -4,6 +4,9 @@
  * anything runs, so a bad list costs nothing; each run writes its JSON
  * Lines metrics into OUT/runs/ as it goes (kept whatever happens later);
  * report.json and report.html are written atomically once all have run.
+ * Every output is checked before the first run (only compare's own files
+ * are replaced), and an earlier report is removed then, so a stopped
+ * comparison never leaves one beside runs it does not describe.
  * Exit 2 on a usage error, 1 when a run failed (the report is written and
  * shows it), 0 when all ran. */
 #include <dirent.h>
@@ -39,7 +42,8 @@ static const char *COMPARE_HELP =
     "options:\n"
     "  --presets A,B,...   the presets to compare (see 'dtrain presets')\n"
     "  --out DIR           the report's folder: new, empty, or an earlier report [compare-report]\n"
-    "  --force             write into DIR even if it holds other files (they are kept)\n"
+    "  --force             write into DIR even if it holds other files (they are kept;\n"
+    "                      a report.html or report.json not written by compare is refused)\n"
     "  --runs R            R runs of each preset, seeds --seed, --seed+1, ... [1]\n"
     "  --target-acc X      test accuracy (a fraction, 0 < X <= 1) whose time to reach\n"
     "                      the report compares\n"
