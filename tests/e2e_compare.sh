@@ -32,7 +32,7 @@ assert g['ok'] == 0 and '--pp 2' in g['error'], g
 assert h['ok'] == 1 and h['error'] is None, h
 assert g['verdict'][0]['text'].startswith('failed: ')
 page = open('$fout/report.html').read()
-assert 'gpipe (seed 1) failed: ' in page and 'the model has 1 layers' in page
+assert 'gpipe (seed 1) failed: ' in page and 'the model has 1 layer that' in page
 "
 $PY tests/compare_check.py "$fout" compare_failed
 

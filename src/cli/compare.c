@@ -4,6 +4,9 @@
  * anything runs, so a bad list costs nothing; each run writes its JSON
  * Lines metrics into OUT/runs/ as it goes (kept whatever happens later);
  * report.json and report.html are written atomically once all have run.
+ * Every output is checked before the first run (only compare's own files
+ * are replaced), and an earlier report is removed then, so a stopped
+ * comparison never leaves one beside runs it does not describe.
  * Exit 2 on a usage error, 1 when a run failed (the report is written and
  * shows it), 0 when all ran. */
 #include <dirent.h>
@@ -23,6 +26,9 @@
 #define MAX_PRESETS 64
 #define MAX_RUNS 100
 #define MARKER ".dtrain-compare"
+/* the start of the report files, as src/report/ writes them */
+#define REPORT_JSON_MAGIC "{\"format\":\"dtrain-compare-1\""
+#define REPORT_HTML_MAGIC "<title>dtrain compare</title>"
 
 static const char *COMPARE_HELP =
     "usage: dtrain compare --presets A,B,... [--out DIR] [OPTIONS] [train options]\n"
@@ -36,7 +42,8 @@ static const char *COMPARE_HELP =
     "options:\n"
     "  --presets A,B,...   the presets to compare (see 'dtrain presets')\n"
     "  --out DIR           the report's folder: new, empty, or an earlier report [compare-report]\n"
-    "  --force             write into DIR even if it holds other files (they are kept)\n"
+    "  --force             write into DIR even if it holds other files (they are kept;\n"
+    "                      a report.html or report.json not written by compare is refused)\n"
     "  --runs R            R runs of each preset, seeds --seed, --seed+1, ... [1]\n"
     "  --target-acc X      test accuracy (a fraction, 0 < X <= 1) whose time to reach\n"
     "                      the report compares\n"
@@ -86,11 +93,15 @@ static int known_presets(char *buf, size_t cap) {
   return n;
 }
 
+/* A later --presets replaces an earlier one, as a later option does in train. */
 static int parse_presets(compare_opts_t *o, const char *val) {
   if (strlen(val) >= sizeof o->plist) return usage_error("--presets: list too long");
   strcpy(o->plist, val);
-  char *save = NULL;
-  for (char *w = strtok_r(o->plist, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+  o->npresets = 0;
+  for (char *w = o->plist, *next; w; w = next) {
+    next = strchr(w, ',');
+    if (next) *next++ = 0;
+    if (!*w) return usage_error("--presets %s: an empty name in the list (write A,B,...)", val);
     if (!preset_find(w)) {
       char known[2048];
       known_presets(known, sizeof known);
@@ -101,7 +112,6 @@ static int parse_presets(compare_opts_t *o, const char *val) {
     if (o->npresets == MAX_PRESETS) return usage_error("--presets: more than %d presets", MAX_PRESETS);
     o->presets[o->npresets++] = w;
   }
-  if (!o->npresets) return usage_error("--presets: '%s' names no preset", val);
   return 0;
 }
 
@@ -116,8 +126,9 @@ static int compare_option(compare_opts_t *o, const char *name, const char *val) 
     return o->runs = (int)iv, 0;
   }
   if (!strcmp(name, "target-acc")) {
-    if (parse_float("target-acc", val, 0, 1, &fv) != 0) return usage_error("%s", dt_errmsg());
-    if (!(fv > 0)) return usage_error("option --target-acc: %g (expected a fraction, 0 < X <= 1)", fv);
+    if (parse_float("target-acc", val, -HUGE_VAL, HUGE_VAL, &fv) != 0) return usage_error("%s", dt_errmsg());
+    if (!(fv > 0 && fv <= 1))
+      return usage_error("option --target-acc: %g is out of range (expected a fraction, 0 < X <= 1)", fv);
     return o->target_acc = fv, 0;
   }
   if (!strcmp(name, "seed")) {
@@ -138,6 +149,13 @@ static int refused_option(const char *name, const char *val) {
     return usage_error("option --comm %s: compare runs its presets in this process (--comm local); "
                        "run 'dtrain train --comm mpi' for each instead", val);
   return 0;
+}
+
+/* The words of train's parser (options.c) for a value not given. */
+static int value_missing(const char *name, const char *next) {
+  if (!next) return usage_error("option --%s: missing value", name);
+  return usage_error("option --%s: missing value (found the option %s; write --%s=VALUE for a "
+                     "value that starts with --)", name, next, name);
 }
 
 static int parse(int argc, char **argv, compare_opts_t *o) {
@@ -162,7 +180,8 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     if (eq) val = eq + 1;
     else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) val = argv[i + 1];
     if (own) {
-      if (!val || !*val) return usage_error("option --%s: missing value", name);
+      if (!val) return value_missing(name, i + 1 < argc ? argv[i + 1] : NULL);
+      if (!*val) return usage_error("option --%s: empty value", name);
       if (!eq) i++;
       int rc = compare_option(o, name, val);
       if (rc != 0) return rc;
@@ -172,7 +191,6 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     o->rest[o->nrest++] = argv[i];
   }
   if (!o->npresets) return usage_error("--presets A,B,... is required (see dtrain compare --help)");
-  if (!o->out[0]) return usage_error("option --out: empty value");
   return 0;
 }
 
@@ -193,21 +211,75 @@ static int reusable(const char *dir) {
   return empty;
 }
 
-static int prepare_out(const compare_opts_t *o) {
-  struct stat st;
+/* The report's own files: each absent or a regular file that compare
+ * wrote (its mark at the start), never a link, a pipe or another's file;
+ * runs/ absent or a folder. Checked before anything is written. */
+static int check_report_files(const char *out) {
+  static const struct { const char *name, *magic; } files[] = {
+      {"report.json", REPORT_JSON_MAGIC}, {"report.html", REPORT_HTML_MAGIC}, {MARKER, ""}};
   char path[4096];
-  if (lstat(o->out, &st) == 0) {
-    if (!S_ISDIR(st.st_mode))
-      return usage_error("--out %s: exists and is not a folder", o->out);
-    if (!reusable(o->out) && !o->force)
-      return usage_error("--out %s: the folder exists and is not an earlier report (add --force "
-                         "to write into it)", o->out);
-  } else if (mkdir(o->out, 0777) != 0) {
-    return usage_error("--out %s: cannot create the folder: %s", o->out, strerror(errno));
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    snprintf(path, sizeof path, "%s/%s", out, files[i].name);
+    int rc = files[i].magic[0] ? file_check_output(path, files[i].magic) : file_check_regular(path);
+    if (rc != 0) return usage_error("--out %s: %s", out, dt_errmsg());
   }
+  struct stat st;
+  snprintf(path, sizeof path, "%s/runs", out);
+  if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+    return usage_error("--out %s: %s exists and is %s; compare writes its runs into a folder of "
+                       "its own (remove it or choose another --out)", out, path,
+                       S_ISLNK(st.st_mode) ? "a symbolic link" : "not a folder");
+  return 0;
+}
+
+/* --out: new, empty, an earlier report, or (--force) another folder;
+ * a symbolic link to a folder is that folder. Writes nothing. */
+static int check_out(const compare_opts_t *o) {
+  struct stat st;
+  if (lstat(o->out, &st) != 0) return 0; /* new: made by make_out */
+  if (stat(o->out, &st) != 0)
+    return usage_error("--out %s: a symbolic link to nothing (remove it or choose another --out)",
+                       o->out);
+  if (!S_ISDIR(st.st_mode)) return usage_error("--out %s: exists and is not a folder", o->out);
+  if (!reusable(o->out) && !o->force)
+    return usage_error("--out %s: the folder exists and is not an earlier report (add --force "
+                       "to write into it)", o->out);
+  return check_report_files(o->out);
+}
+
+/* The folder and its runs/, noting which were made here (undo_out removes
+ * them, empty, when a later check fails). */
+static int make_out(const compare_opts_t *o, int made[2]) {
+  char path[4096];
+  made[0] = made[1] = 0;
+  if (mkdir(o->out, 0777) == 0) made[0] = 1;
+  else if (errno != EEXIST)
+    return usage_error("--out %s: cannot create the folder: %s", o->out, strerror(errno));
   snprintf(path, sizeof path, "%s/runs", o->out);
-  if (mkdir(path, 0777) != 0 && errno != EEXIST)
+  if (mkdir(path, 0777) == 0) made[1] = 1;
+  else if (errno != EEXIST)
     return usage_error("--out %s: cannot create %s: %s", o->out, path, strerror(errno));
+  return 0;
+}
+
+static void undo_out(const compare_opts_t *o, const int made[2]) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/runs", o->out);
+  if (made[1]) rmdir(path);
+  if (made[0]) rmdir(o->out);
+}
+
+/* After every check: the earlier report goes (an interrupted comparison
+ * must not leave it beside runs it does not describe), and the marker
+ * makes the folder an earlier report for the next comparison. */
+static int claim_out(const compare_opts_t *o) {
+  char path[4096];
+  static const char *const old[] = {"report.json", "report.html"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", o->out, old[i]);
+    if (unlink(path) != 0 && errno != ENOENT)
+      return usage_error("--out %s: cannot remove the earlier %s: %s", o->out, path, strerror(errno));
+  }
   snprintf(path, sizeof path, "%s/" MARKER, o->out);
   static const char text[] = "a report of dtrain compare: report.html, report.json, runs/\n";
   if (file_write_atomic(path, text, sizeof text - 1) != 0)
@@ -314,9 +386,13 @@ int cmd_compare(int argc, char **argv) {
     if (run_config(&o, preset, o.seed + i % o.runs, &slots[i]) != 0)
       rc = usage_error("preset %s: %s", preset, dt_errmsg());
   }
-  if (rc == 0) rc = prepare_out(&o);
+  int made[2] = {0, 0};
+  if (rc == 0) rc = check_out(&o);
+  if (rc == 0) rc = make_out(&o, made);
   for (int i = 0; rc == 0 && i < total; i++)
     if (train_check_outputs(&slots[i].cfg) != 0) rc = usage_error("%s", dt_errmsg());
+  if (rc != 0) undo_out(&o, made);
+  if (rc == 0) rc = claim_out(&o);
   if (rc != 0) {
     free(slots);
     free(o.rest);

@@ -66,8 +66,8 @@ static int conv_setup(layer_t *l, int max_batch) {
     return dt_error("conv2d: split by tensor parallelism but given no group");
   if (s->split == SPLIT_COLUMN) {
     if (filters < l->tp->size)
-      return dt_error("conv2d: %d filters cannot be split over %d tensor-parallel ranks", filters,
-                      l->tp->size);
+      return dt_error("conv2d: %d filter%s cannot be split over %d tensor-parallel ranks", filters,
+                      filters == 1 ? "" : "s", l->tp->size);
     tp_block(s->filters, l->tp->size, l->tp->rank, &off, &filters);
   }
   if (s->split != SPLIT_ROW && l->in_full != l->in_shape.c)

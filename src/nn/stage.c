@@ -317,9 +317,10 @@ int model_split_costs(const model_t *m, int P, const double *cost, int *first) {
     char cuts[512];
     cut_list(m, cuts, sizeof cuts);
     free(bounds);
-    return dt_error("model_split_stages: cannot split a model of %d layers into %d stages: it "
-                    "has %d valid cuts (%s), so 1 to %d stages", n, P, ncuts, cuts,
-                    ncuts + 1);
+    return dt_error("model_split_stages: cannot split a model of %d layer%s into %d stage%s: it "
+                    "has %d valid cut%s (%s), so 1 to %d stage%s", n, n == 1 ? "" : "s", P,
+                    P == 1 ? "" : "s", ncuts, ncuts == 1 ? "" : "s", cuts, ncuts + 1,
+                    ncuts ? "s" : "");
   }
   double *pre = malloc((size_t)(n + 1) * sizeof *pre);
   /* best[k * nb + j]: the smallest largest cost of k + 1 stages over the

@@ -256,8 +256,8 @@ static int copy_path(const char *opt, const char *val, char *dst, size_t cap) {
 }
 
 static int parse_onoff(const char *opt, const char *val, int *out) {
-  if (!strcmp(val, "on") || !strcmp(val, "1") || !strcmp(val, "true")) *out = 1;
-  else if (!strcmp(val, "off") || !strcmp(val, "0") || !strcmp(val, "false")) *out = 0;
+  if (!strcmp(val, "on")) *out = 1; /* the words the help gives, no others */
+  else if (!strcmp(val, "off")) *out = 0;
   else return dt_error("option --%s: '%s' (expected on or off)", opt, val);
   return 0;
 }

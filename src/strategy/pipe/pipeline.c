@@ -135,8 +135,9 @@ int pipe_check(const train_config_t *c) {
                                                           : chunks;
   if (n < 0) return -1;
   if (n != chunks)
-    return dt_error("options --partition %s and --pp %d%s: the partition names %d stages (give %d)",
-                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n, chunks);
+    return dt_error("options --partition %s and --pp %d%s: the partition names %d stage%s (give %d)",
+                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n,
+                    n == 1 ? "" : "s", chunks);
   return 0;
 }
 
@@ -169,8 +170,8 @@ int pipe_check_model(const train_config_t *c, const model_t *m) {
     int first[1025];
     if (pipe_partition_parse(c->partition, first, cap) != G) return 0; /* pipe_check's */
     if (first[G - 1] >= m->nlayers)
-      return dt_error("option --partition %s: the model has %d layers (0..%d)", c->partition,
-                      m->nlayers, m->nlayers - 1);
+      return dt_error("option --partition %s: the model has %d layer%s (0..%d)", c->partition,
+                      m->nlayers, m->nlayers == 1 ? "" : "s", m->nlayers - 1);
     return 0;
   }
   int *cuts = malloc((size_t)m->nlayers * sizeof *cuts + 1);
@@ -180,9 +181,10 @@ int pipe_check_model(const train_config_t *c, const model_t *m) {
   if (G <= n) return 0;
   if (V > 1)
     return dt_error("options --pp %d and --pipe-schedule interleaved:%d: %d chunks, but the model "
-                    "has %d layers that can start one (at most --pp x V = %d)", P, V, G, n, n);
-  return dt_error("option --pp %d: the model has %d layers that can start a stage (at most "
-                  "--pp %d)", P, n, n);
+                    "has %d layer%s that can start one (at most --pp x V = %d)", P, V, G, n,
+                    n == 1 ? "" : "s", n);
+  return dt_error("option --pp %d: the model has %d layer%s that can start a stage (at most "
+                  "--pp %d)", P, n, n == 1 ? "" : "s", n);
 }
 
 /* The model cut into G = P V chunks (global stages); pipe_check_model has

@@ -34,6 +34,7 @@
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"
 #define SHARD_FORMAT "dtrain-ps-shard-1"
 #define MANIFEST_FORMAT "dtrain-ps-manifest-1"
+#define BUFFERS_FORMAT "dtrain-ps-buffers-1"
 #define CHECKPOINT_MAX_EPOCH 1000000 /* --epochs takes at most this (as in checkpoint.c) */
 #define MEAN_SQUARE_NAME "dc_asgd.mean_square" /* in a FILE: PS_MEAN_SQUARE_PREFIX<tensor> */
 
@@ -561,9 +562,12 @@ static int save_buffers(const train_config_t *cfg, const model_t *m, const char 
     t[i].len = ti->len;
     t[i].data = m->buffers + ti->off;
   }
+  st_meta_t md[1];
+  int nm = 0;
+  put_meta(md, &nm, "format", BUFFERS_FORMAT); /* marks the file as dtrain's own */
   char path[512];
   snprintf(path, sizeof path, "%s/%s", cfg->checkpoint_dir, name);
-  int rc = safetensors_write(path, t, m->nbuf_tensors, NULL, 0);
+  int rc = safetensors_write(path, t, m->nbuf_tensors, md, nm);
   free(t);
   return rc == 0 ? 0 : dt_error_prefix("--checkpoint-dir: ");
 }

@@ -21,6 +21,12 @@ static int elementwise(layer_kind_t k, layer_kind_t pair) {
 
 static int width(const layer_spec_t *l) { return l->kind == LAYER_DENSE ? l->units : l->filters; }
 
+/* What width() counts, in the number's grammar. */
+static const char *width_unit(const layer_spec_t *l) {
+  if (l->kind == LAYER_DENSE) return width(l) == 1 ? "output feature" : "output features";
+  return width(l) == 1 ? "filter" : "filters";
+}
+
 static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   int col = -1, n = 0;
   for (int i = 0; i < spec->nlayers; i++) {
@@ -34,7 +40,7 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
           return dt_error("option --tp %d: the %s layer on line %d of %s has %d %s, too few to "
                           "split over %d ranks (use --tp %d or fewer)", tp,
                           layer_kind_name(c->kind), c->line, spec->source, width(c),
-                          c->kind == LAYER_DENSE ? "output features" : "filters", tp, width(c));
+                          width_unit(c), tp, width(c));
         spec->layers[col].split = SPLIT_COLUMN;
         l->split = SPLIT_ROW;
         n++, col = -1;
@@ -169,7 +175,7 @@ int tensor_plan_file(model_spec_t *spec, int tp) {
       return dt_error("%s:%d: %s split=%s has %d %s, too few to split over --tp %d (use --tp "
                       "%d or fewer)", spec->source, l->line, layer_kind_name(l->kind),
                       l->file_split == FILE_SPLIT_CHANNELS ? "channels" : "column", width(l),
-                      l->kind == LAYER_DENSE ? "output features" : "filters", tp, width(l));
+                      width_unit(l), tp, width(l));
     if (l->file_split == FILE_SPLIT_CHANNELS) {
       if (tp > 1 && (i = split_channels(spec, i)) < 0) return -1;
       continue;
