@@ -114,7 +114,9 @@ run bytes_pipeline_dp2_pp2 step:1640448 -- $L --workers 4 --pp 2 --partition 0,1
 printf 'dense units=64\nrelu\n%.0s' 1 2 3 >"$TMP/four.model"
 echo 'dense units=10' >>"$TMP/four.model"
 run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 1f1b
-run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
+run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
+described bytes_described_pipe_four_interleaved 2 --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
+described bytes_described_pipe_four_interleaved_dp2 4 --model "$TMP/four.model" --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --exchange allreduce:tree --partition macs
 
 # described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
 # exactly, on local and (as NAME_mpi) under mpirun with the ranks the
@@ -146,6 +148,12 @@ described bytes_described_sparknet_tau_2 3 --optimization decentral --exchange m
 described bytes_described_local_sgd_lenet_tree 3 --model lenet --preset local-sgd --tau 3 --exchange allreduce:tree
 described bytes_described_easgd_sync_tau_2 3 --optimization decentral --exchange master --alpha 0.1 --tau 2
 described bytes_described_deepspark_worker 2 --preset deepspark
+described bytes_described_pipe_pp2 2 --pp 2 --partition 0,1
+described bytes_described_pipe_pp2_m4_1f1b 2 --pp 2 --partition 0,1 --micro-batches 4 --pipe-schedule 1f1b
+described bytes_described_pipe_dp2_pp2 4 --pp 2 --partition 0,1 --micro-batches 2
+described bytes_described_pipe_dp3_pp2_ring 6 --pp 2 --partition macs --micro-batches 2 --exchange allreduce:ring
+described bytes_described_pipe_lenet_pp3_gpipe 3 --model lenet --pp 3 --partition macs --micro-batches 4 --pipe-schedule gpipe
+described bytes_described_pipe_m3 2 --pp 2 --partition 0,1 --micro-batches 3 --batch 12
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
 expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
@@ -158,6 +166,6 @@ if have_mpi; then
   run bytes_adpsgd_one_model_each_way_mpi adpsgd -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --preset ad-psgd
   run bytes_deepspark_worker_mpi exact:0.25 -- $MPIRUN -np 3 $DTRAIN train $BASE --comm mpi --preset deepspark
   run bytes_pipeline_pp2_mpi step:32768 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --pp 2 --partition 0,1 --micro-batches 4
-  run bytes_pipeline_four_interleaved_mpi step:12288 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2
+  run bytes_pipeline_four_interleaved_mpi step:12288 -- $MPIRUN -np 2 $DTRAIN train $BASE --comm mpi --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
   run bytes_tree_4_ranks_root_mpi exact:2 -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --exchange allreduce:tree
 fi

@@ -50,10 +50,10 @@ int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int
   return prev;
 }
 
-int step_add_allreduce(step_desc_t *d, int rank, int group, int algo, size_t count, int after,
-                       step_thread_t thread, int every) {
+int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
+                       int after, step_thread_t thread, int every) {
   size_t sent, received;
-  if (coll_allreduce_bytes((allreduce_algo_t)algo, group, rank, count, &sent, &received) != 0)
+  if (coll_allreduce_bytes((allreduce_algo_t)algo, group, group_rank, count, &sent, &received) != 0)
     return STEP_FAILED;
   return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "allreduce",
                                    .algo = allreduce_algo_name((allreduce_algo_t)algo),

@@ -48,10 +48,11 @@ int step_add(step_desc_t *d, step_task_t t);
  * for `rank`, in order; bwd (m->nlayers entries, or NULL) gets each
  * layer's backward task. Returns the last task, or STEP_FAILED. */
 int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd);
-/* One allreduce of `count` floats over `group` ranks by `algo` on `rank`,
- * after task `after`, every `every` steps. Returns its index or STEP_FAILED. */
-int step_add_allreduce(step_desc_t *d, int rank, int group, int algo, size_t count, int after,
-                       step_thread_t thread, int every);
+/* One allreduce of `count` floats by `algo` over `group` ranks, on world
+ * rank `rank` (`group_rank` within the group), after task `after`, every
+ * `every` steps. Returns its index or STEP_FAILED. */
+int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
+                       int after, step_thread_t thread, int every);
 /* A rank's bytes per step, averaged over the tasks' periods. */
 void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
 /* The description as one JSON object (bytes per rank, then the tasks). */

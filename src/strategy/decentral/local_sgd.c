@@ -138,9 +138,9 @@ static int local_sgd_describe_step(const train_config_t *c, const model_t *m, st
       prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
                                          .after = prev});
     if (prev != STEP_FAILED && P > 1)
-      prev = step_add_allreduce(out, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->tau);
+      prev = step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->tau);
     if (prev != STEP_FAILED && P > 1 && m->nbuffers)
-      prev = step_add_allreduce(out, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->tau);
+      prev = step_add_allreduce(out, r, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->tau);
     if (prev == STEP_FAILED) return -1;
   }
   return 0;

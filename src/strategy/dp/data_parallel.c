@@ -118,7 +118,7 @@ static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc
   for (int r = 0; r < P && rc == 0; r++) {
     int prev = step_add_passes(out, m, r, c->batch, bwd);
     for (int k = 0; k < nb && prev != STEP_FAILED; k++)
-      prev = step_add_allreduce(out, r, P, algo, b[k].len, c->overlap ? bwd[b[k].first_layer] : prev,
+      prev = step_add_allreduce(out, r, r, P, algo, b[k].len, c->overlap ? bwd[b[k].first_layer] : prev,
                                 c->overlap ? THREAD_COMM : THREAD_COMPUTE, 1);
     if (prev == STEP_FAILED ||
         step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,

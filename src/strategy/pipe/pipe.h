@@ -29,4 +29,6 @@ int pipe_partition_parse(const char *text, int *first, int cap);
 int pipe_profile_layers(model_t *m, int micro, uint64_t seed, double *sec);
 /* The strategy: this rank's stage of its replica. */
 int strategy_pipeline(worker_t *w);
+/* The step as data (describe.c): the schedule's instructions as tasks. */
+int pipe_describe_step(const train_config_t *cfg, const model_t *m, step_desc_t *out);
 #endif

@@ -769,4 +769,5 @@ const strategy_t STRATEGY_PIPELINE = {
     .compress = COMPRESS_GRADIENTS,
     .matches = pipeline_matches,
     .run = strategy_pipeline,
+    .describe_step = pipe_describe_step,
 };
