@@ -164,6 +164,28 @@ static int exchange_parse_param(const char *text, exchange_t *out, double *gossi
   return 0;
 }
 
+/* Synchronous data parallelism with one replica (one worker, or one
+ * tensor-parallel group) sums no gradients: --compress would be ignored. */
+static int compress_check_replicas(const train_config_t *c) {
+  int sync_dp = c->optimization == OPTIMIZATION_CENTRAL && c->exchange == EXCHANGE_ALLREDUCE &&
+                c->schedule == SCHEDULE_SYNC;
+  if (c->compress.kind == CODEC_NONE || !sync_dp || c->workers != c->tp || c->pp > 1) return 0;
+  char name[48], tp[32] = "";
+  codec_format(&c->compress, name, sizeof name);
+  if (c->tp > 1) snprintf(tp, sizeof tp, " and --tp %d", c->tp);
+  if (c->comm == COMM_MPI)
+    return dt_error("option --compress %s: mpirun -np %d%s leaves one data-parallel replica, so "
+                    "no gradients are summed and nothing would be compressed: use mpirun -np %d "
+                    "for two replicas, or drop --compress", name, c->workers, tp, 2 * c->workers);
+  if (c->tp > 1)
+    return dt_error("option --compress %s: --tp %d on %d workers is one tensor-parallel group, "
+                    "no data-parallel replica, so no gradients are summed (the split layers' sums "
+                    "go as they are): use --workers %d for two replicas", name, c->tp, c->workers,
+                    2 * c->tp);
+  return dt_error("option --compress %s: one worker sums no gradients, so nothing would be "
+                  "compressed: use --workers 2 or more, or drop --compress", name);
+}
+
 int train_config_check_ranks(const train_config_t *c) {
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with %d workers",
@@ -174,7 +196,7 @@ int train_config_check_ranks(const train_config_t *c) {
   if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE &&
       tree_check_periods(c, c->workers) != 0)
     return -1;
-  return 0;
+  return compress_check_replicas(c);
 }
 
 /* A sharded step keeps the ring's reduce-scatter layout: rank r owns block
