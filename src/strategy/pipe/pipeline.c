@@ -232,7 +232,9 @@ static int plan_compression(pipe_t *p) {
   compress_model_matrices(m, p->mats);
   for (int v = 0; v < p->V; v++)
     p->nmat[v] = compress_tensors_in(m, p->st[v]->param_off, p->st[v]->param_len, &p->mat[v]);
-  return worker_compressor_new(w, p->r, p->ndp, &p->cx);
+  DT_TRY(worker_compressor_new(w, p->r, p->ndp, &p->cx));
+  p->reduces = w->step; /* a resumed run's codecs go on from its step */
+  return worker_keep_compressor(w, p->cx);
 }
 
 static int setup(pipe_t *p, worker_t *w) {
@@ -311,6 +313,7 @@ static void teardown(pipe_t *p) {
   free(p->mb_off);
   free(p->mb_len);
   free(p->segs);
+  if (p->w->ckpt_cx == p->cx) p->w->ckpt_cx = NULL;
   compressor_free(p->cx);
   free(p->mats);
   if (p->dp) coll_ctx_free(p->dp);
