@@ -54,3 +54,41 @@ if have_mpi; then
     check "mpi_${c}_resume_bit_exact" cmp -s "$TMP/$c.a" "$TMP/$c.mpi"
   done
 fi
+
+# ---- dropout under a pipeline draws one worker's masks (item 13) ----------
+# each micro-batch of a stage takes its samples' place in one worker's
+# stream (the stream of data parallelism's rank r for replica r): M = 1 is
+# one worker bit for bit, M > 1 within float rounding (measured 9e-8),
+# three dropout layers split over the stages and two in one stage; before,
+# a stage drew its own masks (0.2 apart)
+export DTRAIN_GEMM=openblas # one worker's dot products in the same order whatever the split
+cat >"$TMP/drop.txt" <<'MEOF'
+dense units=96
+relu
+dropout rate=0.3
+dense units=64
+dropout rate=0.2
+relu
+dense units=40
+tanh
+dropout rate=0.1
+dense units=10
+MEOF
+DROP="--data $TINY --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 12 --model $TMP/drop.txt"
+"$DTRAIN" train $DROP --checkpoint "$TMP/drop_one.st" >/dev/null 2>&1 || fail dropout_reference_run
+"$DTRAIN" train $DROP --workers 2 --exchange allreduce:ring --checkpoint "$TMP/drop_dp2.st" >/dev/null 2>&1 || fail dropout_reference_run_dp2
+equal() { # NAME TOL REF -- dtrain options: the run's weights within TOL of REF
+  name=$1 tol=$2 ref=$3; shift 4
+  if ! "$@" --checkpoint "$TMP/$name.st" >"$TMP/out" 2>&1; then fail "$name" "$(tail -c 300 "$TMP/out")"; return; fi
+  if close "$ref" "$TMP/$name.st" "$tol"; then pass "$name"; else fail "$name" "$(cat "$TMP/cmp.out")"; fi
+}
+equal pipe_dropout_p2_m1_bitwise_equals_one_worker 0 "$TMP/drop_one.st" -- "$DTRAIN" train $DROP --workers 2 --pp 2
+equal pipe_dropout_p3_m1_bitwise_equals_one_worker 0 "$TMP/drop_one.st" -- "$DTRAIN" train $DROP --workers 3 --pp 3 --partition 0,2,6
+equal pipe_dropout_p2_m4_equals_one_worker 1e-6 "$TMP/drop_one.st" -- "$DTRAIN" train $DROP --workers 2 --pp 2 --micro-batches 4 --pipe-schedule 1f1b
+equal pipe_dropout_interleaved_equals_one_worker 1e-6 "$TMP/drop_one.st" -- "$DTRAIN" train $DROP --workers 2 --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --partition 0,2,4,6
+equal pipe_dropout_pp2_tp2_equals_one_worker 1e-6 "$TMP/drop_one.st" -- "$DTRAIN" train $DROP --workers 4 --pp 2 --tp 2 --micro-batches 2 --partition macs
+equal pipe_dropout_dp2_pp2_equals_dp2 1e-6 "$TMP/drop_dp2.st" -- "$DTRAIN" train $DROP --workers 4 --pp 2 --micro-batches 2
+if have_mpi; then
+  $MPIRUN -np 2 "$DTRAIN" train $DROP --comm mpi --pp 2 --checkpoint "$TMP/drop_mpi.st" >/dev/null 2>"$TMP/mpi.err"
+  check mpi_pipe_dropout_p2_m1_bitwise_equals_one_worker cmp -s "$TMP/drop_one.st" "$TMP/drop_mpi.st"
+fi
