@@ -159,6 +159,9 @@ struct layer {
   int cols_bf16;                   /* conv2d: the last forward left its columns in bf16 */
   double forward_sec;              /* seconds its forward passes took since it was built
                                     * (TicTac's timings: src/strategy/ps/ps_schedule.c) */
+  uint64_t rng_skip;               /* dropout: draws of the stream to pass before the next
+                                    * training forward's mask (a pipeline micro-batch takes
+                                    * its place in one worker's stream); 0: none */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);

@@ -7,7 +7,9 @@
  *
  * On a tensor-parallel shard (in_full > the input's channels) the layer
  * draws the one-worker layer's whole mask, in its order, and keeps its
- * channels, so the split model drops what one worker drops. */
+ * channels, so the split model drops what one worker drops. A pipeline
+ * stage's micro-batch first passes l->rng_skip draws, to where one
+ * worker's stream holds its samples' masks (strategy/pipe/pipeline.c). */
 #include "dtrain/nn.h"
 
 static int dropout_setup(layer_t *l, int max_batch) {
@@ -36,6 +38,7 @@ static void dropout_forward(layer_t *l, const float *x, int n, int train, rng_t 
     kern_copy(len, x, out);
     return;
   }
+  for (uint64_t k = 0; k < l->rng_skip; k++) rng_next(rng);
   float scale = 1.0f / (1.0f - p);
   size_t c = (size_t)l->in_shape.c, full = (size_t)l->in_full, off = (size_t)l->in_off;
   for (size_t g = 0; g < len / c; g++) /* positions; unsplit: full == c, off == 0 */

@@ -91,6 +91,7 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
       if (ml->b) l->b = copy + (ml->b - range);
     }
     l->running_mean = ml->running_mean, l->running_var = ml->running_var;
+    l->rng_skip = ml->rng_skip; /* dropout: this micro-batch's place in the stream */
     int in_place = accumulate && adds_in_place(l);
     l->grad_beta = in_place ? 1.0f : 0.0f;
     l->dw = accumulate && !in_place ? s->gacc : ml->dw;

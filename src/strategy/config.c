@@ -160,6 +160,29 @@ static int exchange_parse_param(const char *text, exchange_t *out, double *gossi
   return 0;
 }
 
+/* Synchronous data parallelism with one replica (one worker, or one
+ * tensor-parallel group) sums no gradients: --compress would be ignored. */
+static int compress_check_replicas(const train_config_t *c) {
+  const strategy_t *st = strategy_match(c); /* the gradients' sum: data parallelism's */
+  if (c->compress.kind == CODEC_NONE || !st || st->compress != COMPRESS_GRADIENTS ||
+      train_pipelined(c) || c->workers != c->tp)
+    return 0;
+  char name[48], tp[32] = "";
+  codec_format(&c->compress, name, sizeof name);
+  if (c->tp > 1) snprintf(tp, sizeof tp, " and --tp %d", c->tp);
+  if (c->comm == COMM_MPI)
+    return dt_error("option --compress %s: mpirun -np %d%s leaves one data-parallel replica, so "
+                    "no gradients are summed and nothing would be compressed: use mpirun -np %d "
+                    "for two replicas, or drop --compress", name, c->workers, tp, 2 * c->workers);
+  if (c->tp > 1)
+    return dt_error("option --compress %s: --tp %d on %d workers is one tensor-parallel group, "
+                    "no data-parallel replica, so no gradients are summed (the split layers' sums "
+                    "go as they are): use --workers %d for two replicas", name, c->tp, c->workers,
+                    2 * c->tp);
+  return dt_error("option --compress %s: one worker sums no gradients, so nothing would be "
+                  "compressed: use --workers 2 or more, or drop --compress", name);
+}
+
 int train_config_check_ranks(const train_config_t *c) {
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with %d workers",
@@ -167,7 +190,8 @@ int train_config_check_ranks(const train_config_t *c) {
   if (c->kill_rank >= c->workers)
     return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
                     c->workers);
-  return strategy_check_world(c);
+  if (strategy_check_world(c) != 0) return -1;
+  return compress_check_replicas(c);
 }
 
 /* A sharded step keeps the ring's reduce-scatter layout: rank r owns block

@@ -130,6 +130,7 @@ void worker_free(worker_t *w) {
   optim_free(w->opt);
   free(w->segs);
   dt_free(w->ckpt_cx_all);
+  free(w->ckpt_cx_lens);
   dt_free(w->x);
   dt_free(w->y);
   dt_free(w->order);

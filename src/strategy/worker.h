@@ -73,6 +73,7 @@ typedef struct worker {
    * keeps for every rank (checkpoint_memory.c); NULL: none */
   compressor_t *ckpt_cx;
   float *ckpt_cx_all;           /* rank 0: every rank's per-rank arrays, gathered */
+  uint64_t *ckpt_cx_lens;       /* rank 0 on a grid (--tp, --pp): each world rank's arena length */
 } worker_t;
 
 /* The one rank that prints, writes the metrics and the checkpoint: rank 0
@@ -161,8 +162,10 @@ int worker_load_checkpoint(worker_t *w, const char *path);
  * for state the same on every rank. Under --resume from a file that holds
  * it for the same codec and number of ranks, each rank restores its own,
  * so the run continues bit for bit; from any other file the compressor
- * starts empty (rank 0 says so when the file held another's). Call on
- * every rank, once cx exists. */
+ * starts empty (rank 0 says so when the file held another's). On a grid
+ * (--tp, --pp: w->comm's ranks are fewer than the run's) every rank of
+ * the run sends all its arrays to world rank 0, saved by world rank.
+ * Call on every rank, once cx exists. */
 int worker_keep_compressor(worker_t *w, compressor_t *cx);
 int worker_gather_compressor(worker_t *w);
 /* The tensors and the metadata line of the gathered state (rank 0), into

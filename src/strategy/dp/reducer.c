@@ -311,8 +311,7 @@ static int plan_compression(reducer_t *s) {
     k->nmat = compress_tensors_in(m, k->off, k->len, &k->mat);
   }
   DT_TRY(worker_compressor_new(w, w->rank, w->nranks, &s->cx));
-  /* under tensor parallelism each rank's memory is of its block: not kept */
-  return w->tp ? 0 : worker_keep_compressor(w, s->cx);
+  return worker_keep_compressor(w, s->cx);
 }
 
 /* --sufficient-factors: which layers gain (a bucket a layer), and the

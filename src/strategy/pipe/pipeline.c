@@ -248,7 +248,9 @@ static int plan_compression(pipe_t *p) {
   compress_model_matrices(m, p->mats);
   for (int v = 0; v < p->V; v++)
     p->nmat[v] = compress_tensors_in(m, p->st[v]->param_off, p->st[v]->param_len, &p->mat[v]);
-  return worker_compressor_new(w, p->r, p->ndp, &p->cx);
+  DT_TRY(worker_compressor_new(w, p->r, p->ndp, &p->cx));
+  p->reduces = w->step; /* a resumed run's codecs go on from its step */
+  return worker_keep_compressor(w, p->cx);
 }
 
 /* A synchronous step's program with m micro-batches, checked. */
@@ -337,6 +339,7 @@ static void teardown(pipe_t *p) {
   free(p->mb_off);
   free(p->mb_len);
   free(p->segs);
+  if (p->w->ckpt_cx == p->cx) p->w->ckpt_cx = NULL;
   compressor_free(p->cx);
   free(p->mats);
   if (p->dp) coll_ctx_free(p->dp);
@@ -434,6 +437,30 @@ static int pin_weights(pipe_t *p, int unit, int slot) {
   return stage_use_weights(p->st[0], slot, weights_of(p, v));
 }
 
+/* Dropout masks as one worker draws them (data parallelism's rank r, for
+ * replica r): one stream a step, each dropout layer drawing its in_full
+ * channels of every position for the batch's samples in order, after the
+ * layers before it. A micro-batch of chunk st seeds that stream and has
+ * each of its dropout layers skip to where its samples' draws are
+ * (samples [a, a + n) of the replica's B). Skipping costs a draw a draw. */
+static void place_dropout(pipe_t *p, const stage_t *st, int micro, int n, rng_t *rng) {
+  worker_t *w = p->w;
+  model_t *m = w->model;
+  uint64_t B = p->mb_off[p->M - 1] + p->mb_len[p->M - 1], a = p->mb_off[micro];
+  uint64_t base = 0, at = 0; /* the layer's first draw for the batch; where the stream is */
+  rng_seed(rng, rng_derive(w->cfg->seed, 0xd80, (uint64_t)(w->step * p->ndp + p->r)));
+  for (int i = 0; i < m->nlayers && i <= st->last; i++) {
+    layer_t *l = &m->layers[i];
+    if (l->spec.kind != LAYER_DROPOUT || !(l->spec.rate > 0.0f)) continue;
+    uint64_t per = (uint64_t)l->in_shape.h * (uint64_t)l->in_shape.w * (uint64_t)l->in_full;
+    if (i >= st->first) {
+      l->rng_skip = base + a * per - at;
+      at = base + (a + (uint64_t)n) * per;
+    }
+    base += B * per;
+  }
+}
+
 /* Forward of micro-batch mb of chunk v; the last chunk adds its loss to the epoch's. */
 static int forward(pipe_t *p, int v, int mb) {
   worker_t *w = p->w;
@@ -447,8 +474,8 @@ static int forward(pipe_t *p, int v, int mb) {
   }
   if (n == 0) return 0; /* an empty unit of a stream: nothing to compute */
   double t0 = dt_now();
-  rng_t rng; /* dropout masks: a pure function of (seed, step, chunk, micro-batch) */
-  rng_seed(&rng, rng_derive(w->cfg->seed, 0x919e, (uint64_t)((w->step * p->G + g) * p->M + micro_of(p, mb))));
+  rng_t rng;
+  place_dropout(p, st, micro_of(p, mb), n, &rng);
   DT_TRY(stage_forward(st, slot, stage_input(st, slot), n, 1, &rng, NULL));
   if (st->ends_model) {
     int32_t *labels = p->labels + (size_t)slot * st->micro_batch;
