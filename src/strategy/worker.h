@@ -149,6 +149,9 @@ typedef struct {
 int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra);
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
 int worker_report_epoch(worker_t *w, const epoch_report_t *r);
+/* A step's training loss is NaN or infinite: the `diverged` record (from
+ * the rank whose loss the progress line shows) and the error that stops. */
+int worker_step_diverged(worker_t *w, double loss);
 /* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
 int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
