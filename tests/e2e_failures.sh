@@ -32,3 +32,31 @@ if have_mpi; then
     --metrics "$TMP/nan.jsonl" >/dev/null 2>&1
   check nan_mid_epoch_mpi_pp_diverged_record diverged_record "$TMP/nan.jsonl"
 fi
+
+# ---- --trace: checked before training, kept (or said lost) when a run fails ---
+expect_error trace_unwritable_folder_refused 2 "option --trace: /proc/dtrain-trace.json: cannot be written" -- \
+  "$DTRAIN" train $SYN --max-steps 2 --trace /proc/dtrain-trace.json
+"$DTRAIN" train $SYN --max-steps 2 --trace "$TMP/ok.json" >/dev/null 2>&1
+check trace_probe_leaves_nothing sh -c "[ -s '$TMP/ok.json' ] && ! ls '$TMP' | grep -q dtrain-probe"
+# trace_ranks FILE N: a whole trace file holding events of ranks 0..N-1
+trace_ranks() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); assert sorted({e['pid'] for e in d['traceEvents']}) == list(range(int(sys.argv[2])))" "$1" "$2"; }
+rm -f "$TMP/nan.json"
+expect_error trace_kept_on_nan_says_so 1 "the training loss is NaN; .*; --trace .*nan.json holds the run until it stopped" -- \
+  "$DTRAIN" train $SYN --max-steps 20 --lr 1e9 --workers 2 --trace "$TMP/nan.json"
+check trace_kept_on_nan_file_whole trace_ranks "$TMP/nan.json" 2
+expect_error trace_kept_on_epoch_divergence 1 "above --max-loss): training diverged.*--trace .*div.json holds the run" -- \
+  "$DTRAIN" train $SYN --max-steps 2 --max-loss 0.01 --workers 2 --trace "$TMP/div.json"
+check trace_kept_on_epoch_divergence_file_whole trace_ranks "$TMP/div.json" 2
+"$DTRAIN" train $SYN --epochs 100000 --workers 2 --trace "$TMP/int.json" >/dev/null 2>"$TMP/int.err" &
+p=$!
+sleep 3
+kill -INT $p
+wait $p; rc=$?
+check trace_kept_on_sigint_exit_130 test "$rc" -eq 130
+check trace_kept_on_sigint_one_line sh -c "[ \$(grep -c . '$TMP/int.err') -eq 1 ] && grep -q 'interrupted by SIGINT.*; --trace .*int.json holds the run until it stopped' '$TMP/int.err'"
+check trace_kept_on_sigint_file_whole trace_ranks "$TMP/int.json" 2
+if have_mpi; then
+  $MPIRUN -np 2 "$DTRAIN" train --comm mpi $SYN --max-steps 20 --lr 1e9 --comm-timeout 5 \
+    --trace "$TMP/mpi.json" >/dev/null 2>"$TMP/mpi.err"
+  check trace_mpi_failed_run_says_dropped grep -q "the training loss is NaN; .*--trace .*mpi.json is not written (under mpi" "$TMP/mpi.err"
+fi

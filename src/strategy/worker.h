@@ -175,10 +175,17 @@ int checkpoint_compressor_count(const worker_t *w);
 int checkpoint_compressor_entries(const worker_t *w, st_tensor_t *t, st_meta_t *md, int *nmeta);
 
 /* --trace (strategy/trace.c): every rank of the run starts its timeline
- * after a common barrier (NULL when not tracing) and ends it by sending
- * its events to rank 0, which writes the file. */
+ * after a common barrier (NULL when not tracing). Under mpi it ends it by
+ * sending its events to rank 0, which writes the file; a failed run
+ * (SIGINT, divergence, a lost rank) cannot gather, and run_trace_dropped
+ * frees the trace and adds to the run's error that it is not written.
+ * Under local the ranks leave their traces in a table (kept[rank]) and
+ * run_trace_write_kept writes them after every rank has ended, the run
+ * failed (`failed`: its error says where the trace is) or not. */
 int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out);
 int run_trace_finish(comm_t *world, const train_config_t *cfg, dt_trace_t *t);
+int run_trace_dropped(const train_config_t *cfg, dt_trace_t *t);
+int run_trace_write_kept(const train_config_t *cfg, dt_trace_t **kept, int n, int failed);
 
 /* Seconds since t0 counted as communication, all of it exposed (a
  * blocking exchange that nothing overlaps); returns them. */
