@@ -60,3 +60,18 @@ if have_mpi; then
     --trace "$TMP/mpi.json" >/dev/null 2>"$TMP/mpi.err"
   check trace_mpi_failed_run_says_dropped grep -q "the training loss is NaN; .*--trace .*mpi.json is not written (under mpi" "$TMP/mpi.err"
 fi
+
+# ---- ranks are named in world numbering on tp and pp groups -------------------
+# world rank 2 held back (--straggler): every line names it "rank 2", with
+# its rank in the group beside; no line names a group's numbering alone
+STALLTP="$SYN --max-steps 2 --batch 512 --stall-warning 0.5 --comm-timeout 2 --straggler rank=2,slowdown=1000"
+"$DTRAIN" train $STALLTP --workers 4 --tp 2 >/dev/null 2>"$TMP/tp.err"
+check stall_local_tp_names_world_ranks grep -q 'on the tp group: joined rank 3; not joined: rank 2; waited' "$TMP/tp.err"
+"$DTRAIN" train $STALLTP --workers 4 --tp 2 --pp 2 --partition macs >/dev/null 2>"$TMP/tppp.err"
+check stall_local_tp_pp_names_world_ranks grep -q 'recv from rank 2 (rank 1 of the pp group) tag [0-9]* ([0-9]* bytes): timed out' "$TMP/tppp.err"
+check stall_local_tp_pp_no_group_numbering sh -c "! grep -q 'from rank [01] \|not joined: rank [01]' '$TMP/tppp.err'"
+if have_mpi; then
+  $MPIRUN -np 4 "$DTRAIN" train --comm mpi $STALLTP --tp 2 >/dev/null 2>"$TMP/mpitp.err"
+  check stall_mpi_tp_names_world_rank grep -q 'from rank 2 (rank [01] of the tp [a-z]*) tag [0-9]*: timed out' "$TMP/mpitp.err"
+  check stall_mpi_tp_no_group_numbering sh -c "! grep -q 'from rank [01] ' '$TMP/mpitp.err'"
+fi
