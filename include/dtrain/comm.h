@@ -150,8 +150,17 @@ struct comm {
                               * world communicator): comm_bytes_own */
   int nhosts;                /* machines the ranks are on (comm_host); 0 = 1 */
   int *host;                 /* host of each rank (size entries), NULL = all on host 0 */
+  /* Messages name world ranks: a communicator made by comm_split maps
+   * its ranks to the world's (size entries, set by the backend; NULL on a
+   * world communicator) and may say what group it is ("tp group"). */
+  const int *world_of;
+  const char *label;         /* NULL: "a sub-communicator" */
 };
 
+/* The world rank of rank r of c, and "rank W" for errors and warnings
+ * ("rank W (rank r of the tp group)" on a sub-communicator). */
+static inline int comm_world_rank(const comm_t *c, int r) { return c->world_of ? c->world_of[r] : r; }
+const char *comm_rank_name(const comm_t *c, int r, char *buf, size_t cap);
 static inline int comm_rank(const comm_t *c) { return c->rank; }
 static inline int comm_size(const comm_t *c) { return c->size; }
 

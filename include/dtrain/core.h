@@ -228,7 +228,8 @@ int file_check_regular(const char *path);
 int file_check_output(const char *path, const char *own_magic);
 /* 1 when the two paths name the same file (existing or not). */
 int file_same(const char *a, const char *b);
-/* 0 when the folder that would hold `path` exists and may be written in. */
+/* 0 when the folder that would hold `path` exists and a file can be made
+ * in it (tried: PATH.dtrain-probe-PID, made and removed). */
 int file_check_writable_dir(const char *path);
 /* Opens an output stream, refusing what is not a regular file: appending
  * to the file as it is, or else a new file (an old one is removed first)

@@ -195,6 +195,15 @@ void comm_set_wait_spin(comm_t *c, double seconds) {
   if (c->ops->set_spin) c->ops->set_spin(c, seconds);
 }
 
+const char *comm_rank_name(const comm_t *c, int r, char *buf, size_t cap) {
+  if (r == COMM_ANY_SOURCE) snprintf(buf, cap, "any rank");
+  else if (!c->world_of || r < 0 || r >= c->size || (c->world_of[r] == r && !c->label))
+    snprintf(buf, cap, "rank %d", comm_world_rank(c, r));
+  else snprintf(buf, cap, "rank %d (rank %d of %s%s)", c->world_of[r], r, c->label ? "the " : "",
+                c->label ? c->label : "a sub-communicator");
+  return buf;
+}
+
 int comm_split(comm_t *c, int color, int key, comm_t **out) {
   DT_TRY(c->ops->split(c, color, key, out));
   (*out)->counters = c->counters; /* the rank's one counter */

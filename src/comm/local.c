@@ -554,13 +554,9 @@ static int l_cancel(comm_t *c, comm_req_t *req) {
 
 /* ---- error messages ----------------------------------------------------- */
 
-/* "rank 3" or, on a sub-communicator, "rank 1 (world rank 3)". */
+/* "rank 3" or, on a sub-communicator, "rank 3 (rank 1 of the tp group)". */
 static const char *rank_name(const comm_t *c, int r, char *buf, size_t n) {
-  const lcomm_t *lc = c->impl;
-  if (r == COMM_ANY_SOURCE) snprintf(buf, n, "any rank");
-  else if (lc->is_world || lc->world_of[r] == r) snprintf(buf, n, "rank %d", r);
-  else snprintf(buf, n, "rank %d (world rank %d)", r, lc->world_of[r]);
-  return buf;
+  return comm_rank_name(c, r, buf, n);
 }
 
 /* ---- the stall inspector ------------------------------------------------ */
@@ -597,11 +593,13 @@ static int stall_describe(const comm_t *c, char *buf, size_t cap, int *lowest_jo
     stall_slot_t *s = &w->stall[lc->world_of[r]];
     int in = atomic_load(&s->comm_id) == lc->id && atomic_load(&s->seq) >= seq;
     if (in && *lowest_joined < 0) *lowest_joined = r;
-    add_rank(in ? joined : missing, in ? sizeof joined : sizeof missing, in ? &nj : &nm, r);
+    add_rank(in ? joined : missing, in ? sizeof joined : sizeof missing, in ? &nj : &nm,
+             lc->world_of[r]); /* world ranks, on a sub-communicator too */
   }
-  snprintf(buf, cap, "%s #%llu (%zu bytes) on %s: joined rank%s %s; not joined: rank%s %s",
+  snprintf(buf, cap, "%s #%llu (%zu bytes) on %s%s: joined rank%s %s; not joined: rank%s %s",
            atomic_load(&me->op), seq, atomic_load(&me->bytes),
-           lc->is_world ? "the world" : "a sub-communicator", nj == 1 ? "" : "s", joined,
+           lc->is_world ? "the world" : c->label ? "the " : "a sub-communicator",
+           lc->is_world ? "" : c->label ? c->label : "", nj == 1 ? "" : "s", joined,
            nm == 1 ? "" : "s", nm ? missing : "none (a message is late)");
   return 1;
 }
@@ -924,7 +922,7 @@ static int make_comm(world_t *w, int id, int is_world, int rank, int size, const
   memcpy(map, world_ranks, (size_t)size * sizeof(int));
   *lc = (lcomm_t){.w = w, .id = id, .is_world = is_world, .world_of = map};
   *c = (comm_t){.ops = &local_ops, .rank = rank, .size = size, .slowdown = 1, .impl = lc,
-                .thread_multiple = 1};
+                .thread_multiple = 1, .world_of = is_world ? NULL : map};
   *out = c;
   return 0;
 }

@@ -129,8 +129,8 @@ static int m_isend(comm_t *c, int dst, int tag, const void *buf, size_t len, com
   if (err == MPI_SUCCESS) err = MPI_Isend(buf, (int)len, MPI_BYTE, dst, tag, m->pc, &q->r[1]);
   if (err != MPI_SUCCESS) {
     req_put(q); /* an MPI error here is fatal for the run anyway */
-    char what[64];
-    snprintf(what, sizeof what, "send to rank %d tag %d", dst, tag);
+    char what[160], who[96];
+    snprintf(what, sizeof what, "send to %s tag %d", comm_rank_name(c, dst, who, sizeof who), tag);
     return mpi_fail(err, what);
   }
   q->payload_posted = 1;
@@ -158,8 +158,8 @@ static int post_receive(comm_t *c, int src, int tag, void *buf, size_t len, int 
   if (err == MPI_SUCCESS && src != COMM_ANY_SOURCE) err = post_payload(m, q, src);
   if (err != MPI_SUCCESS) {
     req_put(q);
-    char what[64];
-    snprintf(what, sizeof what, "recv from rank %d tag %d", src, tag);
+    char what[160], who[96];
+    snprintf(what, sizeof what, "recv from %s tag %d", comm_rank_name(c, src, who, sizeof who), tag);
     return mpi_fail(err, what);
   }
   *out = (comm_req_t *)q;
@@ -211,16 +211,16 @@ static int poll_once(mcomm_t *m, mreq_t *q, int *done) {
 /* The header must be a dtrain header for this tag, from the rank it came
  * from, whose length is what the receive expects (wire_check_header), and
  * the payload must have that length too. */
-static int check_received(mreq_t *q) {
+static int check_received(const comm_t *c, mreq_t *q) {
   comm_header_t h;
   wire_status_t ws = wire_check_header(&q->hdr, (size_t)q->hdr_count, q->tag, q->got_src, 0,
                                        q->len, &h);
-  char from[32];
-  snprintf(from, sizeof from, "rank %d", q->got_src);
+  char from[96];
+  comm_rank_name(c, q->got_src, from, sizeof from);
   if (ws != WIRE_OK) return wire_error(ws, &h, (size_t)q->hdr_count, from, q->tag, q->len);
   if (q->payload_count != (int)q->len)
-    return dt_error("message from rank %d tag %d: header says %zu bytes but %d arrived",
-                    q->got_src, q->tag, q->len, q->payload_count);
+    return dt_error("message from %s tag %d: header says %zu bytes but %d arrived",
+                    from, q->tag, q->len, q->payload_count);
   return 0;
 }
 
@@ -242,8 +242,8 @@ static void cancel_parts(mreq_t *q) {
 
 static int wait_fail(comm_t *c, mreq_t *q, const char *why) {
   const char *dir = q->is_send ? "send to" : "recv from";
-  if (q->src == COMM_ANY_SOURCE) dt_error("%s any rank tag %d: %s", dir, q->tag, why);
-  else dt_error("%s rank %d tag %d: %s", dir, q->src, q->tag, why);
+  char who[96];
+  dt_error("%s %s tag %d: %s", dir, comm_rank_name(c, q->src, who, sizeof who), q->tag, why);
   cancel_parts(q);
   req_put(q);
   return -1;
@@ -264,11 +264,12 @@ static void stall_op(mcomm_t *m, char *buf, size_t cap) {
 }
 
 static void stall_warn(const comm_t *c, mreq_t *q, double waited) {
-  char op[160];
+  char op[160], who[96];
   stall_op(c->impl, op, sizeof op);
-  dt_log(DT_LOG_WARN, "stall: rank %d has waited %.1f s%s to %s rank %d (tag %d) (--stall-warning "
-         "%g; under mpi a rank knows only the rank it waits on)", c->rank, waited, op,
-         q->is_send ? "send to" : "receive from", q->src, q->tag, stall_warning);
+  dt_log(DT_LOG_WARN, "stall: rank %d has waited %.1f s%s to %s %s (tag %d) (--stall-warning "
+         "%g; under mpi a rank knows only the rank it waits on)", comm_world_rank(c, c->rank),
+         waited, op, q->is_send ? "send to" : "receive from",
+         comm_rank_name(c, q->src, who, sizeof who), q->tag, stall_warning);
 }
 
 static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
@@ -303,7 +304,7 @@ static int m_wait_src(comm_t *c, comm_req_t *req, int *src, size_t *received) {
   }
   int rc = 0;
   if (!q->is_send) {
-    rc = check_received(q);
+    rc = check_received(c, q);
     if (rc == 0 && q->reduce) kern_add(q->len / sizeof(float), q->scratch, q->buf);
   }
   if (src) *src = q->is_send ? c->rank : q->got_src;
@@ -374,6 +375,28 @@ static int split_hosts(const comm_t *parent, comm_t *sub) {
   return rc;
 }
 
+/* The new communicator's ranks in MPI_COMM_WORLD's numbering (a
+ * translation of groups, no message), so its messages name world ranks. */
+static int split_world_ranks(comm_t *sub) {
+  MPI_Group wg, sg;
+  int n = sub->size, rc = 0;
+  int *ranks = malloc((size_t)n * sizeof(int)), *in_world = malloc((size_t)n * sizeof(int));
+  if (!ranks || !in_world) rc = dt_error("out of memory");
+  if (rc == 0) {
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Comm_group(((mcomm_t *)sub->impl)->hc, &sg);
+    for (int i = 0; i < n; i++) ranks[i] = i;
+    if (MPI_Group_translate_ranks(sg, n, ranks, wg, in_world) != MPI_SUCCESS)
+      rc = dt_error("cannot map the new communicator's ranks to the world's");
+    MPI_Group_free(&wg);
+    MPI_Group_free(&sg);
+  }
+  free(ranks);
+  if (rc != 0) free(in_world);
+  else sub->world_of = in_world;
+  return rc;
+}
+
 static int m_split(comm_t *c, int color, int key, comm_t **out) {
   mcomm_t *m = c->impl;
   MPI_Comm hc = MPI_COMM_NULL, pc = MPI_COMM_NULL;
@@ -385,7 +408,7 @@ static int m_split(comm_t *c, int color, int key, comm_t **out) {
   if (err == MPI_SUCCESS) err = MPI_Comm_split(m->pc, color < 0 ? 0 : color, key, &pc);
   if (err != MPI_SUCCESS) return mpi_fail(err, "split");
   DT_TRY(make_comm(hc, pc, m->timeout, c, out));
-  if (split_hosts(c, *out) != 0) {
+  if (split_world_ranks(*out) != 0 || split_hosts(c, *out) != 0) {
     m_free(*out);
     return dt_error_prefix("split: ");
   }
@@ -395,6 +418,7 @@ static int m_split(comm_t *c, int color, int key, comm_t **out) {
 static void m_free(comm_t *c) {
   mcomm_t *m = c->impl;
   comm_hosts_free(c);
+  free((int *)c->world_of);
   MPI_Comm_free(&m->hc);
   MPI_Comm_free(&m->pc);
   free(m);
@@ -431,6 +455,7 @@ static int make_comm(MPI_Comm hc, MPI_Comm pc, double timeout, const comm_t *lik
   c->ops = &mpi_ops;
   c->impl = m;
   c->host = NULL, c->nhosts = 0; /* its own table: split_hosts or world_comm */
+  c->world_of = NULL, c->label = NULL; /* split_world_ranks; its maker names it */
   MPI_Comm_rank(hc, &c->rank);
   MPI_Comm_size(hc, &c->size);
   *out = c;

@@ -196,6 +196,15 @@ int file_check_writable_dir(const char *path) {
   const char *dir = dirname(copy);
   if (access(dir, W_OK | X_OK) != 0)
     return dt_error("%s: cannot be written: the folder %s: %s", path, dir, strerror(errno));
+  /* access() says yes to root everywhere, also in /proc or on a read-only
+   * mount: a file made and removed again is the real test */
+  char probe[PATH_MAX + 48];
+  snprintf(probe, sizeof probe, "%s.dtrain-probe-%ld", path, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST)
+    return dt_error("%s: cannot be written: no file can be made in the folder %s: %s", path, dir,
+                    strerror(errno));
+  if (fd >= 0) close(fd), unlink(probe);
   return 0;
 }
 

@@ -105,6 +105,14 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
   return rc;
 }
 
+/* "[784,512]": a shape as the messages print it */
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *dims) {
+  size_t at = (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < ndim && at < cap; d++)
+    at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? "," : "", (long long)dims[d]);
+  if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
 /* Copies one tensor from the file after checking its shape. */
 static int restore_tensor(const safetensors_t *st, const char *prefix, const tensor_info_t *ti,
                           float *base) {
@@ -115,9 +123,15 @@ static int restore_tensor(const safetensors_t *st, const char *prefix, const ten
                           st->path, name);
   int same = t->ndim == ti->ndim;
   for (int d = 0; same && d < ti->ndim; d++) same = t->dims[d] == ti->dims[d];
-  if (!same || t->len != tensor_full_len(ti))
-    return dt_error("%s: tensor '%s' has %zu values in the file but the model has %zu "
-                    "(different model?)", st->path, name, t->len, tensor_full_len(ti));
+  if (!same || t->len != tensor_full_len(ti)) {
+    int64_t model_dims[4];
+    for (int d = 0; d < ti->ndim; d++) model_dims[d] = ti->dims[d];
+    char in_file[96], in_model[96];
+    format_shape(in_file, sizeof in_file, t->ndim, t->dims);
+    format_shape(in_model, sizeof in_model, ti->ndim, model_dims);
+    return dt_error("%s: tensor '%s' has shape %s in the file but %s in the model "
+                    "(different model?)", st->path, name, in_file, in_model);
+  }
   tensor_block_copy(ti, (float *)t->data, base + ti->off, 0); /* the block this rank holds */
   if (!kern_all_finite(ti->len, base + ti->off))
     return dt_error("%s: tensor '%s' holds NaN or infinity (written by a run that diverged?); "

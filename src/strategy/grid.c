@@ -42,6 +42,8 @@ int rank_grid_new(comm_t *c, int dp, int pp, int tp, rank_grid_t *out) {
       rank_grid_free(out);
       return dt_error_prefix("rank grid, %s axis: ", rank_grid_axis_name((grid_axis_t)a));
     }
+    static const char *labels[GRID_AXES] = {"dp group", "pp group", "tp group"};
+    out->axis[a]->label = labels[a]; /* its messages say which group */
   }
   return 0;
 }
@@ -65,5 +67,7 @@ int rank_grid_split_tp(comm_t *c, int tp, comm_t **group, comm_t **slice) {
     *group = NULL;
     return dt_error_prefix("rank grid, tp slice: ");
   }
+  (*group)->label = "tp group";
+  (*slice)->label = "tp slice";
   return 0;
 }

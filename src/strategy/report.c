@@ -1,6 +1,7 @@
 /* What a run tells its user: a live progress line with rate and ETA on
  * stderr, one summary line per epoch on stdout, and JSON Lines metrics. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -84,6 +85,32 @@ static int check_diverged(worker_t *w, const epoch_report_t *r) {
   metrics_line(w, "{\"event\":\"diverged\",\"epoch\":%d,\"what\":\"%s\"}\n", r->epoch + 1, what);
   return dt_error("epoch %d: the %s%s: training diverged%s (lower --lr, add --warmup-epochs or "
                   "--weight-decay)", r->epoch + 1, what, val, kept);
+}
+
+/* The loss is found where it is computed: on the reporting rank, which
+ * holds the metrics file, or under a pipeline on the last stage, which
+ * appends to the file rank 0 opened (the record is the run's last line:
+ * rank 0 writes nothing more once a stage has failed). */
+static void step_diverged_record(worker_t *w, int epoch) {
+  if (w->rank != w->progress_rank || w->tp_rank != 0 || !w->cfg->metrics[0]) return;
+  char line[160];
+  int n = snprintf(line, sizeof line, "{\"event\":\"diverged\",\"epoch\":%d,\"step\":%lld,"
+                   "\"what\":\"train loss\"}\n", epoch, (long long)w->step);
+  if (w->metrics) {
+    metrics_line(w, "%s", line);
+    return;
+  }
+  int fd = open(w->cfg->metrics, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return; /* not on this host's file system: the error line still says it */
+  if (write(fd, line, (size_t)n) != n) { /* best effort: the run stops either way */ }
+  close(fd);
+}
+
+int worker_step_diverged(worker_t *w, double loss) {
+  int epoch = w->steps_per_epoch > 0 ? (int)(w->step / w->steps_per_epoch) + 1 : 1;
+  step_diverged_record(w, epoch);
+  return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
+                  "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
 }
 
 /* Every value a checkpoint holds is finite, or it is not written. */

@@ -1,6 +1,10 @@
 /* The run's timeline (--trace FILE.json): each rank records into its own
  * trace (src/core/trace.c); at the end rank 0 gathers every rank's events
- * over the world communicator and writes one file, atomically.
+ * over the world communicator and writes one file, atomically. Under
+ * local the ranks are threads of one process: their traces are written
+ * after the last has ended, with no messages, so a run that fails
+ * (SIGINT, divergence) still leaves its trace; under mpi a failed run's
+ * ranks cannot gather, and its error says the trace is not written.
  *
  * One clock: the ranks pass a barrier together at the start, and each
  * takes the moment it leaves as its time 0. Under local every rank reads
@@ -14,6 +18,8 @@
 
 #define TRACE_TAG 0x7ace0           /* below the collectives' tags, above the others' */
 #define TRACE_EVENTS (1 << 18)      /* per rank (12 MiB); more are counted as dropped */
+#define TRACE_HEAD "{\"traceEvents\":[\n"
+#define TRACE_TAIL "\n],\"displayTimeUnit\":\"ms\"}\n"
 
 int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out) {
   *out = NULL;
@@ -31,7 +37,7 @@ static int gather_write(comm_t *world, const char *path, char *mine, size_t len)
   size_t cap = len + 64, n = 0;
   char *all = malloc(cap);
   if (!all) return dt_error("--trace: out of memory");
-  n += (size_t)snprintf(all, cap, "{\"traceEvents\":[\n");
+  n += (size_t)snprintf(all, cap, TRACE_HEAD);
   memcpy(all + n, mine, len);
   n += len;
   int rc = 0;
@@ -48,7 +54,7 @@ static int gather_write(comm_t *world, const char *path, char *mine, size_t len)
     n += rlen;
   }
   if (rc == 0) {
-    n += (size_t)snprintf(all + n, 64, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    n += (size_t)snprintf(all + n, 64, TRACE_TAIL);
     rc = file_write_atomic(path, all, n);
   }
   free(all);
@@ -72,4 +78,59 @@ int run_trace_finish(comm_t *world, const train_config_t *cfg, dt_trace_t *t) {
   }
   free(mine);
   return rc;
+}
+
+int run_trace_dropped(const train_config_t *cfg, dt_trace_t *t) {
+  if (!t) return -1;
+  trace_free(t);
+  char err[1024];
+  snprintf(err, sizeof err, "%s", dt_errmsg());
+  return dt_error("%s; --trace %s is not written (under mpi a failed run's ranks cannot gather "
+                  "their events)", err, cfg->trace);
+}
+
+/* Every rank's events as they stood, in rank order: the file a gather
+ * writes, ending where the run stopped if it failed. */
+static int write_kept(const char *path, dt_trace_t **kept, int n) {
+  size_t cap = sizeof TRACE_HEAD + sizeof TRACE_TAIL, len = 0;
+  char **parts = calloc((size_t)n, sizeof *parts);
+  size_t *lens = calloc((size_t)n, sizeof *lens);
+  int rc = parts && lens ? 0 : dt_error("out of memory");
+  for (int r = 0; rc == 0 && r < n; r++)
+    if (kept[r] && (rc = trace_json(kept[r], &parts[r], &lens[r])) == 0) cap += lens[r] + 2;
+  char *all = rc == 0 ? malloc(cap) : NULL;
+  if (rc == 0 && !all) rc = dt_error("out of memory");
+  if (rc == 0) {
+    len += (size_t)snprintf(all, cap, TRACE_HEAD);
+    const char *sep = "";
+    for (int r = 0; r < n; r++) {
+      if (!parts[r]) continue;
+      len += (size_t)snprintf(all + len, cap - len, "%s", sep);
+      memcpy(all + len, parts[r], lens[r]);
+      len += lens[r];
+      sep = ",\n";
+    }
+    len += (size_t)snprintf(all + len, cap - len, TRACE_TAIL);
+    rc = file_write_atomic(path, all, len);
+  }
+  for (int r = 0; parts && r < n; r++) free(parts[r]);
+  free(parts);
+  free(lens);
+  free(all);
+  return rc;
+}
+
+int run_trace_write_kept(const train_config_t *cfg, dt_trace_t **kept, int n, int failed) {
+  int any = 0;
+  for (int r = 0; r < n; r++) any |= kept[r] != NULL;
+  if (!any) return failed ? -1 : 0; /* no rank started its trace */
+  char err[1024];
+  snprintf(err, sizeof err, "%s", failed ? dt_errmsg() : "");
+  int rc = write_kept(cfg->trace, kept, n);
+  for (int r = 0; r < n; r++) trace_free(kept[r]), kept[r] = NULL;
+  if (!failed) return rc ? dt_error_prefix("--trace %s: ", cfg->trace) : 0;
+  if (rc == 0) return dt_error("%s; --trace %s holds the run until it stopped", err, cfg->trace);
+  char why[512];
+  snprintf(why, sizeof why, "%s", dt_errmsg());
+  return dt_error("%s; --trace %s is not written: %s", err, cfg->trace, why);
 }

@@ -11,6 +11,7 @@ typedef struct {
   train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
   dataset_t train, test;
   int loaded;
+  dt_trace_t **kept_traces;     /* local, --trace: a failed run's traces by rank */
 } run_t;
 
 static int load_data(run_t *r) {
@@ -60,10 +61,14 @@ static int run_rank(comm_t *comm, void *arg) {
     if (rc == 0) rc = strategy->run(&w);
     worker_free(&w);
   }
+  if (r->kept_traces) { /* local: written once every rank has ended */
+    dt_trace = NULL;
+    r->kept_traces[comm_rank(comm)] = trace;
+    return rc;
+  }
   if (rc == 0) return run_trace_finish(comm, r->cfg, trace);
-  dt_trace = NULL; /* a failed run leaves no trace: its peers may be gone */
-  trace_free(trace);
-  return rc;
+  dt_trace = NULL; /* a failed run cannot gather: its peers may be gone */
+  return trace ? run_trace_dropped(r->cfg, trace) : rc;
 }
 
 /* The emulated network and stragglers as the transport's per-rank tables. */
@@ -108,8 +113,16 @@ int train_run(train_config_t *cfg, int *argc, char ***argv) {
   comm_net_t net;
   double *slowdown = NULL;
   rc = build_net(cfg, &net, &slowdown);
-  if (rc == 0 && cfg->comm == COMM_MPI) rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
-  else if (rc == 0) rc = comm_local_run(strategy_total_ranks(cfg), &net, run_rank, &r);
+  if (rc == 0 && cfg->comm == COMM_MPI) {
+    rc = comm_mpi_run(argc, argv, &net, run_rank, &r);
+  } else if (rc == 0) {
+    int n = strategy_total_ranks(cfg);
+    if (cfg->trace[0] && !(r.kept_traces = calloc((size_t)n, sizeof *r.kept_traces)))
+      rc = dt_error("out of memory");
+    if (rc == 0) rc = comm_local_run(n, &net, run_rank, &r);
+    if (r.kept_traces && run_trace_write_kept(cfg, r.kept_traces, n, rc != 0) != 0) rc = -1;
+    free(r.kept_traces);
+  }
   free(slowdown);
   dataset_free(&r.train);
   dataset_free(&r.test);

@@ -224,8 +224,7 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   int correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
-    return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
-                    "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
+    return worker_step_diverged(w, loss);
   w->epoch_loss_sum += loss;
   w->epoch_samples += (int64_t)count;
   w->epoch_correct += correct;

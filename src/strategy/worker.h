@@ -150,6 +150,9 @@ typedef struct {
 int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextra);
 void worker_progress(worker_t *w, int epoch, int64_t k, int64_t steps_in_epoch);
 int worker_report_epoch(worker_t *w, const epoch_report_t *r);
+/* A step's training loss is NaN or infinite: the `diverged` record (from
+ * the rank whose loss the progress line shows) and the error that stops. */
+int worker_step_diverged(worker_t *w, double loss);
 /* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
 int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
@@ -175,10 +178,17 @@ int checkpoint_compressor_count(const worker_t *w);
 int checkpoint_compressor_entries(const worker_t *w, st_tensor_t *t, st_meta_t *md, int *nmeta);
 
 /* --trace (strategy/trace.c): every rank of the run starts its timeline
- * after a common barrier (NULL when not tracing) and ends it by sending
- * its events to rank 0, which writes the file. */
+ * after a common barrier (NULL when not tracing). Under mpi it ends it by
+ * sending its events to rank 0, which writes the file; a failed run
+ * (SIGINT, divergence, a lost rank) cannot gather, and run_trace_dropped
+ * frees the trace and adds to the run's error that it is not written.
+ * Under local the ranks leave their traces in a table (kept[rank]) and
+ * run_trace_write_kept writes them after every rank has ended, the run
+ * failed (`failed`: its error says where the trace is) or not. */
 int run_trace_start(comm_t *world, const train_config_t *cfg, dt_trace_t **out);
 int run_trace_finish(comm_t *world, const train_config_t *cfg, dt_trace_t *t);
+int run_trace_dropped(const train_config_t *cfg, dt_trace_t *t);
+int run_trace_write_kept(const train_config_t *cfg, dt_trace_t **kept, int n, int failed);
 
 /* Seconds since t0 counted as communication, all of it exposed (a
  * blocking exchange that nothing overlaps); returns them. */

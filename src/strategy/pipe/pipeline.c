@@ -485,8 +485,7 @@ static int forward(pipe_t *p, int v, int mb) {
     int correct;
     DT_TRY(stage_loss(st, slot, labels, p->global, &loss, &correct));
     if (!isfinite(loss))
-      return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
-                      "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
+      return worker_step_diverged(w, loss);
     w->epoch_loss_sum += loss;
     w->epoch_samples += n;
     w->epoch_correct += correct;

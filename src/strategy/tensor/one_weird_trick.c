@@ -121,8 +121,7 @@ static int step(void *st, int epoch, int64_t k) {
   int correct;
   DT_TRY(stage_loss(o->fc, 0, o->labels, (int)in_step, &loss, &correct));
   if (!isfinite(loss))
-    return dt_error("step %lld: the training loss is %s; stopping (lower --lr, or add "
-                    "--warmup-epochs)", (long long)w->step, isnan(loss) ? "NaN" : "infinite");
+    return worker_step_diverged(w, loss);
   w->epoch_loss_sum += loss, w->epoch_samples += (int64_t)in_step, w->epoch_correct += correct;
   DT_TRY(stage_backward(o->fc, 0, NULL, o->conv ? o->dfc : NULL, 0, NULL, NULL));
   if (o->conv) { /* each sample's feature gradient, summed over the workers, back to its owner */
