@@ -159,9 +159,14 @@ check stalled_rank_named_by_the_drain grep -q "drain of peer models: no progress
 stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   name=$1; cont=0; [ "$2" != "--" ] && { cont=$2; shift; }; shift 2
   t0=$(date +%s)
-  $MPIRUN -np 4 "$DTRAIN" train --comm mpi --data synthetic --quiet --epochs 20 --comm-timeout 2 "$@" >"$TMP/out" 2>"$TMP/err" &
+  rm -f "$TMP/stop.jsonl"
+  $MPIRUN -np 4 "$DTRAIN" train --comm mpi --data synthetic --quiet --epochs 20 --comm-timeout 2 --metrics "$TMP/stop.jsonl" "$@" >"$TMP/out" 2>"$TMP/err" &
   mp=$!
-  sleep 3
+  # mid-run: once the first epoch is reported (the data is loaded before
+  # MPI starts, and a rank stopped inside MPI_Init stops its peers there,
+  # where no timeout reaches)
+  i=0
+  while [ ! -s "$TMP/stop.jsonl" ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i + 1)); done
   victim=$(pgrep -P $mp | sort -n | tail -1)
   [ -n "$victim" ] && kill -STOP "$victim"
   [ -n "$victim" ] && [ "$cont" != 0 ] && { sleep "$cont"; kill -CONT "$victim"; }

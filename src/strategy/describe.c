@@ -5,7 +5,7 @@
 #include "strategy/strategy.h"
 
 int train_describe_step(train_config_t *cfg, FILE *out) {
-  if (train_config_check(cfg) != 0) return -1;
+  if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return -1;
   const strategy_t *s = strategy_select(cfg);
   if (!s) return -1;
   dataset_t data, test;

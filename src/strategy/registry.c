@@ -44,3 +44,20 @@ int ps_check_world(const train_config_t *cfg);
 const family_check_fn FAMILY_WORLD_CHECKS[] = {decentral_check_world, pipe_check_world,
                                                tensor_check_world, ps_check_world};
 const int NFAMILY_WORLD_CHECKS = (int)(sizeof FAMILY_WORLD_CHECKS / sizeof FAMILY_WORLD_CHECKS[0]);
+
+/* Before the checks: options a model file sets (its split= keys set the
+ * tensor-parallel grid). Before any rank starts: the model's spec, and the
+ * model built for one sample. */
+int tensor_model_options(train_config_t *cfg);
+int tensor_check_spec(const train_config_t *cfg, model_spec_t *spec);
+int pipe_check_model(const train_config_t *cfg, const model_t *m);
+
+int strategy_prepare(train_config_t *cfg) { return tensor_model_options(cfg); }
+
+int strategy_check_spec(const train_config_t *cfg, model_spec_t *spec) {
+  return tensor_check_spec(cfg, spec);
+}
+
+int strategy_check_model(const train_config_t *cfg, const model_t *m) {
+  return pipe_check_model(cfg, m);
+}

@@ -72,6 +72,13 @@ int strategy_describe(const train_config_t *cfg, const model_t *m, step_desc_t *
  * once the world is). */
 int strategy_check_families(const train_config_t *cfg);
 int strategy_check_world(const train_config_t *cfg);
+/* The families' hooks around the checks (registry.c): options a model
+ * file sets, before train_config_check; and, before any rank starts, the
+ * model's spec and the model built for one sample checked against the
+ * options (model_check.c). */
+int strategy_prepare(train_config_t *cfg);
+int strategy_check_spec(const train_config_t *cfg, model_spec_t *spec);
+int strategy_check_model(const train_config_t *cfg, const model_t *m);
 /* The registry (registry.c). */
 extern const strategy_t *const STRATEGIES[];
 extern const int NSTRATEGIES;

@@ -5,7 +5,6 @@
 
 #include "strategy/strategy.h"
 #include "strategy/model_check.h"
-#include "strategy/tensor/tensor.h" /* tensor_model_options: the model file sets the grid */
 
 typedef struct {
   train_config_t *cfg;          /* under mpi, run_rank sets the workers from the world size */
@@ -95,7 +94,7 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
  * (with the data loaded: its shape sizes the model) against the model and
  * the machine's memory. A refusal here is a usage error. */
 static int check_before_ranks(train_config_t *cfg, run_t *r) {
-  if (tensor_model_options(cfg) != 0 || train_config_check(cfg) != 0) return TRAIN_REFUSED;
+  if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return TRAIN_REFUSED;
   if (load_data(r) != 0) return -1; /* under mpi: this process's copy, before MPI starts */
   return train_check_model(cfg, &r->train) != 0 ? TRAIN_REFUSED : 0;
 }

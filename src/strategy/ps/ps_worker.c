@@ -747,7 +747,8 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
 }
 
 static int ps_matches(const train_config_t *c) {
-  return c->optimization == OPTIMIZATION_CENTRAL && c->exchange == EXCHANGE_PS;
+  return c->optimization == OPTIMIZATION_CENTRAL && c->exchange == EXCHANGE_PS &&
+         c->schedule != SCHEDULE_SOFT; /* every other schedule: one server implementation */
 }
 
 static int ps_ranks(const train_config_t *c) {

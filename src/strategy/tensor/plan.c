@@ -190,3 +190,16 @@ int tensor_plan_file(model_spec_t *spec, int tp) {
                     layer_kind_name(spec->layers[col].kind));
   return check_data_front(spec, first_col);
 }
+
+/* Before any rank starts (model_check.c, through the registry): the
+ * file's split= keys and the planner, as one rank of the group would
+ * apply them (build_model in worker.c), and --sync-bn's batch norm. */
+int tensor_check_spec(const train_config_t *c, model_spec_t *spec) {
+  int file_split = tensor_file_split_line(spec, FILE_SPLIT_UNSET) != 0;
+  int tp = c->tp_conv_data ? c->workers : c->tp; /* tensor_group_size */
+  /* under mpi the one weird trick's group is -np, known once the ranks start */
+  int known = !(c->tp_conv_data && c->comm == COMM_MPI);
+  if (known && (tp > 1 || file_split)) DT_TRY(tensor_plan_for(c, spec, tp > 1 ? tp : 1));
+  if (c->sync_bn) DT_TRY(sync_bn_check_model(spec));
+  return 0;
+}

@@ -56,6 +56,7 @@ int tensor_group_size(const train_config_t *c, int nranks);
  * of workers is known, that it is a multiple of pp x tp. */
 int tensor_check(const train_config_t *c);
 int tensor_check_world(const train_config_t *c);
+int tensor_check_spec(const train_config_t *c, model_spec_t *spec);
 
 /* Collective over world: splits it into this rank's slice and group. */
 int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out);
