@@ -20,7 +20,7 @@ check no_command_exit2 sh -c "$DTRAIN >/dev/null 2>&1; [ \$? -eq 2 ]"
 check bench_no_kind_exit2 sh -c "$DTRAIN bench >/dev/null 2>&1; [ \$? -eq 2 ]"
 expect_error bench_unknown_kind 2 "unknown benchmark 'alreduce'" -- "$DTRAIN" bench alreduce
 expect_error presets_extra 2 "unexpected argument 'x'" -- "$DTRAIN" presets x
-expect_error bench_unknown_option_last 2 "unknown option '--bogus'" -- "$DTRAIN" bench allreduce --bogus
+expect_error bench_unknown_option_last 2 "unknown option --bogus (see dtrain bench allreduce --help)" -- "$DTRAIN" bench allreduce --bogus
 expect_error bench_missing_value 2 "option --workers: missing value" -- "$DTRAIN" bench allreduce --workers --iters 1
 expect_error bench_size_nan 2 "option --min-bytes: 'nan' is not a size" -- "$DTRAIN" bench allreduce --min-bytes nan
 expect_error bench_size_inf 2 "option --max-bytes: 'inf' is not a size" -- "$DTRAIN" bench allreduce --max-bytes inf

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dtrain/opt.h"
 #include "dtrain/coll.h"
 
 #define REF_MEMCPY (-1)
@@ -139,62 +140,86 @@ static int drop_shm_unless_shared(opts_t *o) {
   return 0;
 }
 
+static int set_algos(void *o, const char *v, void *ctx) { return parse_algos(v, o); }
+static int set_min_bytes(void *o, const char *v, void *ctx) {
+  return parse_size("min-bytes", v, &((opts_t *)o)->min_bytes);
+}
+static int set_max_bytes(void *o, const char *v, void *ctx) {
+  return parse_size("max-bytes", v, &((opts_t *)o)->max_bytes);
+}
+static int set_segment(void *o, const char *v, void *ctx) {
+  return parse_size("segment", v, &((opts_t *)o)->segment);
+}
+static int set_json(void *o, const char *v, void *ctx) { return ((opts_t *)o)->json = v, 0; }
+
+static int set_net(void *ov, const char *v, void *ctx) {
+  opts_t *o = ov;
+  o->net_given = 1;
+  return comm_net_parse(v, &o->net);
+}
+
+static int set_latency(void *ov, const char *v, void *ctx) {
+  opts_t *o = ov;
+  o->link_given = 1;
+  DT_TRY(parse_duration("latency", v, &o->net.latency));
+  if (!(o->net.latency <= COMM_NET_LATENCY_MAX))
+    return dt_error("option --latency: %s is out of range (expected 0 to %g s)", v,
+                    COMM_NET_LATENCY_MAX);
+  return 0;
+}
+
+static int set_bandwidth(void *ov, const char *v, void *ctx) {
+  opts_t *o = ov;
+  o->link_given = 1;
+  DT_TRY(parse_bandwidth("bandwidth", v, &o->net.bandwidth));
+  if (!(o->net.bandwidth >= COMM_NET_BANDWIDTH_MIN && o->net.bandwidth <= COMM_NET_BANDWIDTH_MAX))
+    return dt_error("option --bandwidth: %s is out of range (expected 1 kbit/s to 10 Tbit/s)", v);
+  return 0;
+}
+
+static int set_timeout(void *o, const char *v, void *ctx) {
+  double d;
+  DT_TRY(parse_duration("timeout", v, &d));
+  if (!(d >= 0.001 && d <= 1e6))
+    return dt_error("option --timeout: %s is out of range (expected 1ms to 1e6 s)", v);
+  ((opts_t *)o)->net.timeout = d;
+  return 0;
+}
+
+static const int STEPS[] = {2, 4};
+#define O opts_t
+static const opt_t OPTS[] = {
+    {"comm", OPT_WORDS, OPT_FIELD(O, mpi), 0, 0, 0, "local|mpi", NULL, NULL},
+    {"workers", OPT_INT, OPT_FIELD(O, workers), 1, 1024, 0, NULL, NULL, NULL},
+    {"algo", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_algos},
+    {"min-bytes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_min_bytes},
+    {"max-bytes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_max_bytes},
+    {"step", OPT_WORDS, OPT_FIELD(O, step), 0, 0, 0, "2|4", STEPS, NULL},
+    {"iters", OPT_INT, OPT_FIELD(O, iters), 1, 1000000, 0, NULL, NULL, NULL},
+    {"warmup", OPT_INT, OPT_FIELD(O, warmup), 0, 1000, 0, NULL, NULL, NULL},
+    {"group", OPT_INT, OPT_FIELD(O, group), 1, 1 << 20, 0, NULL, NULL, NULL},
+    {"segment", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_segment},
+    {"net", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_net},
+    {"latency", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_latency},
+    {"bandwidth", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_bandwidth},
+    {"timeout", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_timeout},
+    {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
+};
+#undef O
+static const opt_table_t TABLE = {OPTS, (int)(sizeof OPTS / sizeof OPTS[0]), sizeof OPTS[0],
+                                  "dtrain bench allreduce"};
+
 /* Returns 0, 2 for a usage error (message set), or 1 when --help was shown. */
 static int parse_opts(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.workers = 4, .step = 4, .warmup = 2, .min_bytes = 4 << 10, .max_bytes = 64 << 20};
   parse_algos("all", o);
-  static const char *const known[] = {"--comm", "--workers", "--algo", "--min-bytes",
-                                      "--max-bytes", "--step", "--iters", "--warmup",
-                                      "--group", "--segment", "--latency", "--bandwidth",
-                                      "--timeout", "--json", "--net"};
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    long n;
-    double d;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-    int is_known = 0;
-    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(a, known[k]);
-    if (!is_known) return dt_error("unknown option '%s' (see dtrain bench allreduce --help)", a), 2;
-    if (!v || !strncmp(v, "--", 2)) return dt_error("option %s: missing value", a), 2;
-    if (!*v) return dt_error("option %s: empty value", a), 2;
-    int rc = 0;
-    if (!strcmp(a, "--comm")) {
-      if (strcmp(v, "local") && strcmp(v, "mpi"))
-        rc = dt_error("option --comm: '%s' is not a transport (expected local or mpi)", v);
-      o->mpi = !strcmp(v, "mpi");
-    } else if (!strcmp(a, "--workers")) rc = parse_int("workers", v, 1, 1024, &n), o->workers = (int)n;
-    else if (!strcmp(a, "--algo")) rc = parse_algos(v, o);
-    else if (!strcmp(a, "--min-bytes")) rc = parse_size("min-bytes", v, &o->min_bytes);
-    else if (!strcmp(a, "--max-bytes")) rc = parse_size("max-bytes", v, &o->max_bytes);
-    else if (!strcmp(a, "--step")) {
-      rc = parse_int("step", v, 2, 4, &n), o->step = (int)n;
-      if (rc == 0 && n == 3) rc = dt_error("option --step: 3 is not 2 or 4");
-    } else if (!strcmp(a, "--iters")) rc = parse_int("iters", v, 1, 1000000, &n), o->iters = (int)n;
-    else if (!strcmp(a, "--warmup")) rc = parse_int("warmup", v, 0, 1000, &n), o->warmup = (int)n;
-    else if (!strcmp(a, "--group")) rc = parse_int("group", v, 1, 1 << 20, &n), o->group = (int)n;
-    else if (!strcmp(a, "--segment")) rc = parse_size("segment", v, &o->segment);
-    else if (!strcmp(a, "--net")) {
-      rc = comm_net_parse(v, &o->net);
-      o->net_given = 1;
-    } else if (!strcmp(a, "--latency")) {
-      o->link_given = 1;
-      rc = parse_duration("latency", v, &o->net.latency);
-      if (rc == 0 && !(o->net.latency <= COMM_NET_LATENCY_MAX))
-        rc = dt_error("option --latency: %s is out of range (expected 0 to %g s)", v,
-                      COMM_NET_LATENCY_MAX);
-    } else if (!strcmp(a, "--bandwidth")) {
-      o->link_given = 1;
-      rc = parse_bandwidth("bandwidth", v, &o->net.bandwidth);
-      if (rc == 0 && !(o->net.bandwidth >= COMM_NET_BANDWIDTH_MIN &&
-                       o->net.bandwidth <= COMM_NET_BANDWIDTH_MAX))
-        rc = dt_error("option --bandwidth: %s is out of range (expected 1 kbit/s to 10 Tbit/s)", v);
-    } else if (!strcmp(a, "--timeout")) {
-      rc = parse_duration("timeout", v, &d), o->net.timeout = d;
-      if (rc == 0 && !(d >= 0.001 && d <= 1e6))
-        rc = dt_error("option --timeout: %s is out of range (expected 1ms to 1e6 s)", v);
-    } else if (!strcmp(a, "--json")) o->json = v;
-    if (rc) return 2;
-    i++;
+    int id;
+    const char *v;
+    if (opt_next(&TABLE, argc, argv, &i, &id, &v) != 0 || opt_set(&OPTS[id], o, v, NULL) != 0)
+      return 2;
   }
   if (o->min_bytes < sizeof(float) || o->min_bytes > o->max_bytes)
     return dt_error("options --min-bytes/--max-bytes: need 4 <= min <= max (got %zu, %zu)",

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "dtrain/opt.h"
 #include "dtrain/train.h"
 #include "report/report.h"
 
@@ -94,49 +95,52 @@ static int known_presets(char *buf, size_t cap) {
 }
 
 /* A later --presets replaces an earlier one, as a later option does in train. */
-static int parse_presets(compare_opts_t *o, const char *val) {
-  if (strlen(val) >= sizeof o->plist) return usage_error("--presets: list too long");
+static int set_presets(void *ov, const char *val, void *ctx) {
+  compare_opts_t *o = ov;
+  if (strlen(val) >= sizeof o->plist) return dt_error("--presets: list too long");
   strcpy(o->plist, val);
   o->npresets = 0;
   for (char *w = o->plist, *next; w; w = next) {
     next = strchr(w, ',');
     if (next) *next++ = 0;
-    if (!*w) return usage_error("--presets %s: an empty name in the list (write A,B,...)", val);
+    if (!*w) return dt_error("--presets %s: an empty name in the list (write A,B,...)", val);
     if (!preset_find(w)) {
       char known[2048];
       known_presets(known, sizeof known);
-      return usage_error("--presets: unknown preset '%s' (known: %s)", w, known);
+      return dt_error("--presets: unknown preset '%s' (known: %s)", w, known);
     }
     for (int i = 0; i < o->npresets; i++)
-      if (!strcmp(o->presets[i], w)) return usage_error("--presets: '%s' is named twice", w);
-    if (o->npresets == MAX_PRESETS) return usage_error("--presets: more than %d presets", MAX_PRESETS);
+      if (!strcmp(o->presets[i], w)) return dt_error("--presets: '%s' is named twice", w);
+    if (o->npresets == MAX_PRESETS) return dt_error("--presets: more than %d presets", MAX_PRESETS);
     o->presets[o->npresets++] = w;
   }
   return 0;
 }
 
-/* An option of compare's own, or a train option that compare sets itself. */
-static int compare_option(compare_opts_t *o, const char *name, const char *val) {
-  long iv;
+static int set_out(void *o, const char *val, void *ctx) { return ((compare_opts_t *)o)->out = val, 0; }
+
+static int set_target_acc(void *o, const char *val, void *ctx) {
   double fv;
-  if (!strcmp(name, "presets")) return parse_presets(o, val);
-  if (!strcmp(name, "out")) return o->out = val, 0;
-  if (!strcmp(name, "runs")) {
-    if (parse_int("runs", val, 1, MAX_RUNS, &iv) != 0) return usage_error("%s", dt_errmsg());
-    return o->runs = (int)iv, 0;
-  }
-  if (!strcmp(name, "target-acc")) {
-    if (parse_float("target-acc", val, -HUGE_VAL, HUGE_VAL, &fv) != 0) return usage_error("%s", dt_errmsg());
-    if (!(fv > 0 && fv <= 1))
-      return usage_error("option --target-acc: %g is out of range (expected a fraction, 0 < X <= 1)", fv);
-    return o->target_acc = fv, 0;
-  }
-  if (!strcmp(name, "seed")) {
-    if (parse_int("seed", val, 0, (1L << 62) - MAX_RUNS, &iv) != 0) return usage_error("%s", dt_errmsg());
-    return o->seed = iv, 0;
-  }
-  return 1; /* not compare's */
+  DT_TRY(parse_float("target-acc", val, -HUGE_VAL, HUGE_VAL, &fv));
+  if (!(fv > 0 && fv <= 1))
+    return dt_error("option --target-acc: %g is out of range (expected a fraction, 0 < X <= 1)", fv);
+  return ((compare_opts_t *)o)->target_acc = fv, 0;
 }
+
+/* compare's own options (dtrain/opt.h); the others go to train's parser. */
+#define O compare_opts_t
+static const opt_t OWN[] = {
+    {"presets", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_presets},
+    {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
+    {"runs", OPT_INT, OPT_FIELD(O, runs), 1, MAX_RUNS, 0, NULL, NULL, NULL},
+    {"target-acc", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_target_acc},
+    {"seed", OPT_INT, OPT_FIELD(O, seed), 0, (double)((1L << 62) - MAX_RUNS), 0, NULL, NULL, NULL},
+    {"force", OPT_FLAG, OPT_FIELD(O, force), 1, 1, 0, NULL, NULL, NULL},
+    {"trace", OPT_FLAG, OPT_FIELD(O, trace), 1, 1, 0, NULL, NULL, NULL},
+};
+#undef O
+static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
+                                      "dtrain compare"};
 
 static int refused_option(const char *name, const char *val) {
   if (!strcmp(name, "preset"))
@@ -151,13 +155,6 @@ static int refused_option(const char *name, const char *val) {
   return 0;
 }
 
-/* The words of train's parser (options.c) for a value not given. */
-static int value_missing(const char *name, const char *next) {
-  if (!next) return usage_error("option --%s: missing value", name);
-  return usage_error("option --%s: missing value (found the option %s; write --%s=VALUE for a "
-                     "value that starts with --)", name, next, name);
-}
-
 static int parse(int argc, char **argv, compare_opts_t *o) {
   *o = (compare_opts_t){.runs = 1, .target_acc = NAN, .out = "compare-report", .seed = 1};
   o->rest = calloc((size_t)argc + 8, sizeof *o->rest);
@@ -165,8 +162,6 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
   o->rest[o->nrest++] = "train";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--force")) { o->force = 1; continue; }
-    if (!strcmp(a, "--trace")) { o->trace = 1; continue; }
     if (strncmp(a, "--", 2) != 0 || !a[2]) {
       o->rest[o->nrest++] = argv[i]; /* train_options_parse names it */
       continue;
@@ -175,16 +170,13 @@ static int parse(int argc, char **argv, compare_opts_t *o) {
     const char *eq = strchr(a, '='), *val = NULL;
     size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
     snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), a + 2);
-    int own = !strcmp(name, "presets") || !strcmp(name, "out") || !strcmp(name, "runs") ||
-              !strcmp(name, "target-acc") || !strcmp(name, "seed");
     if (eq) val = eq + 1;
     else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) val = argv[i + 1];
-    if (own) {
-      if (!val) return value_missing(name, i + 1 < argc ? argv[i + 1] : NULL);
-      if (!*val) return usage_error("option --%s: empty value", name);
-      if (!eq) i++;
-      int rc = compare_option(o, name, val);
-      if (rc != 0) return rc;
+    int id = opt_find(&OWN_TABLE, a + 2, n);
+    if (id >= 0 && !(eq && OWN[id].kind == OPT_FLAG)) { /* --trace=F: train's, refused below */
+      const char *v;
+      if (opt_next(&OWN_TABLE, argc, argv, &i, &id, &v) != 0 || opt_set(&OWN[id], o, v, NULL) != 0)
+        return usage_error("%s", dt_errmsg());
       continue;
     }
     if (refused_option(name, val) != 0) return 2;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/opt.h"
 #include "dtrain/train.h"
 #include "strategy/pipe/pipe.h"
 
@@ -98,169 +99,141 @@ static int stops_together(const train_config_t *c) {
 /* The setting that decides whether an option is used, named in the error. */
 typedef enum { AX_STRATEGY = 0, AX_OPTIMIZER, AX_LR_SCHEDULE, AX_COMM, AX_COMM_ORDER } axis_t;
 
+/* A row: how the option is read and the field it sets (dtrain/opt.h),
+ * then which configurations use it. */
 typedef struct {
-  const char *name;
-  int flag;                               /* takes no value */
+  opt_t opt;
   int (*applies)(const train_config_t *); /* NULL: every configuration uses it */
   const char *where;                      /* the settings that use it */
   axis_t axis;
 } option_t;
 
+#define T train_config_t
+#define INT(n, f, lo, hi) {n, OPT_INT, OPT_FIELD(T, f), lo, hi, 0, NULL, NULL, NULL}
+#define KIB(n, f) {n, OPT_INT, OPT_FIELD(T, f), 1, 1 << 22, 1024, NULL, NULL, NULL}
+#define FLT(n, f, lo, hi) {n, OPT_FLOAT, OPT_FIELD(T, f), lo, hi, 0, NULL, NULL, NULL}
+#define ONOFF(n, f) {n, OPT_ONOFF, OPT_FIELD(T, f), 0, 0, 0, NULL, NULL, NULL}
+#define PATH(n, f) {n, OPT_PATH, OPT_FIELD(T, f), 0, 0, 0, NULL, NULL, NULL}
+#define FLAG(n, f, v) {n, OPT_FLAG, OPT_FIELD(T, f), v, v, 0, NULL, NULL, NULL}
+#define WORDS(n, f, w, vals) {n, OPT_WORDS, OPT_FIELD(T, f), 0, 0, 0, w, vals, NULL}
+#define FUNC(n, fn) {n, OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, fn}
+#define MAX_WORKERS 4096
+
+/* The values that are more than a number, a word or a path (below). */
+static int set_optimizer(void *c, const char *val, void *st);
+static int set_lr(void *c, const char *val, void *st);
+static int set_lr_schedule(void *c, const char *val, void *st);
+static int set_preset(void *c, const char *val, void *st);
+static int set_schedule(void *c, const char *val, void *st);
+static int set_exchange(void *c, const char *val, void *st);
+static int set_bucket_mb(void *c, const char *val, void *st);
+static int set_compress(void *c, const char *val, void *st);
+static int set_pipe_schedule(void *c, const char *val, void *st);
+static int set_partition(void *c, const char *val, void *st);
+static int set_net(void *c, const char *val, void *st);
+static int set_straggler(void *c, const char *val, void *st);
+static int set_epoch_fraction(void *c, const char *val, void *st);
+static int set_dc_asgd(void *c, const char *val, void *st);
+static int set_kill(void *c, const char *val, void *st);
+static int set_alpha_decay(void *c, const char *val, void *st);
+static int set_tau_up(void *c, const char *val, void *st);
+static int set_tau_down(void *c, const char *val, void *st);
+static int set_trace_steps(void *c, const char *val, void *st);
+static const int LAZY_EAGER[] = {1, 0};
+
 static const option_t OPTIONS[] = {
-    {"model", 0, NULL, NULL, AX_STRATEGY},
-    {"data", 0, NULL, NULL, AX_STRATEGY},
-    {"epochs", 0, NULL, NULL, AX_STRATEGY},
-    {"batch", 0, NULL, NULL, AX_STRATEGY},
-    {"seed", 0, NULL, NULL, AX_STRATEGY},
-    {"threads", 0, NULL, NULL, AX_STRATEGY},
-    {"precision", 0, NULL, NULL, AX_STRATEGY},
-    {"max-steps", 0, NULL, NULL, AX_STRATEGY},
-    {"time-budget", 0, stops_together,
+    {PATH("model", model), NULL, NULL, AX_STRATEGY},
+    {PATH("data", data), NULL, NULL, AX_STRATEGY},
+    {INT("epochs", epochs, 1, 1000000), NULL, NULL, AX_STRATEGY},
+    {INT("batch", batch, 1, 1 << 20), NULL, NULL, AX_STRATEGY},
+    {INT("seed", seed, 0, 1L << 62), NULL, NULL, AX_STRATEGY},
+    {INT("threads", threads, 1, 256), NULL, NULL, AX_STRATEGY},
+    {WORDS("precision", bf16, "fp32|bf16", NULL), NULL, NULL, AX_STRATEGY},
+    {INT("max-steps", max_steps, 1, 1L << 50), NULL, NULL, AX_STRATEGY},
+    {FLT("time-budget", time_budget, 0.001, 1e9), stops_together,
      "--exchange allreduce:ALGO, --exchange shared --schedule sync, or --optimization decentral",
      AX_STRATEGY},
-    {"max-loss", 0, NULL, NULL, AX_STRATEGY},
-    {"optimizer", 0, NULL, NULL, AX_STRATEGY},
-    {"lr", 0, NULL, NULL, AX_STRATEGY},
-    {"momentum", 0, uses_momentum, "--optimizer sgd, rmsprop or lars", AX_OPTIMIZER},
-    {"nesterov", 1, is_sgd, "--optimizer sgd", AX_OPTIMIZER},
-    {"weight-decay", 0, NULL, NULL, AX_STRATEGY},
-    {"beta1", 0, is_adam, "--optimizer adam", AX_OPTIMIZER},
-    {"beta2", 0, is_adam, "--optimizer adam", AX_OPTIMIZER},
-    {"eps", 0, uses_eps, "--optimizer adam or rmsprop", AX_OPTIMIZER},
-    {"lr-schedule", 0, NULL, NULL, AX_STRATEGY},
-    {"warmup-epochs", 0, NULL, NULL, AX_STRATEGY},
-    {"lr-step-epochs", 0, is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
-    {"lr-gamma", 0, is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
-    {"preset", 0, NULL, NULL, AX_STRATEGY},
-    {"workers", 0, NULL, NULL, AX_STRATEGY},
-    {"comm", 0, NULL, NULL, AX_STRATEGY},
-    {"optimization", 0, NULL, NULL, AX_STRATEGY},
-    {"schedule", 0, NULL, NULL, AX_STRATEGY},
-    {"exchange", 0, NULL, NULL, AX_STRATEGY},
-    {"bucket-mb", 0, is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
-    {"overlap", 0, is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
-    {"comm-order", 0, takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
-    {"partition-kb", 0, is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
-    {"credit-kb", 0, is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
-    {"shard-optimizer", 0, is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
-    {"balance", 0, is_balanceable,
+    {FLT("max-loss", max_loss, 1e-3, 1e30), NULL, NULL, AX_STRATEGY},
+    {FUNC("optimizer", set_optimizer), NULL, NULL, AX_STRATEGY},
+    {FUNC("lr", set_lr), NULL, NULL, AX_STRATEGY},
+    {FLT("momentum", optim.momentum, 0, 0.9999), uses_momentum, "--optimizer sgd, rmsprop or lars", AX_OPTIMIZER},
+    {FLAG("nesterov", optim.nesterov, 1), is_sgd, "--optimizer sgd", AX_OPTIMIZER},
+    {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY},
+    {FLT("beta1", optim.beta1, 0, 0.99999), is_adam, "--optimizer adam", AX_OPTIMIZER},
+    {FLT("beta2", optim.beta2, 0, 0.99999999), is_adam, "--optimizer adam", AX_OPTIMIZER},
+    {FLT("eps", optim.eps, 1e-20, 1), uses_eps, "--optimizer adam or rmsprop", AX_OPTIMIZER},
+    {FUNC("lr-schedule", set_lr_schedule), NULL, NULL, AX_STRATEGY},
+    {FLT("warmup-epochs", warmup_epochs, 0, 1e6), NULL, NULL, AX_STRATEGY},
+    {FLT("lr-step-epochs", lr_step_epochs, 1e-6, 1e6), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
+    {FLT("lr-gamma", lr_gamma, 0, 1), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
+    {FUNC("preset", set_preset), NULL, NULL, AX_STRATEGY},
+    {INT("workers", workers, 1, MAX_WORKERS), NULL, NULL, AX_STRATEGY},
+    {WORDS("comm", comm, "local|mpi", NULL), NULL, NULL, AX_STRATEGY},
+    {WORDS("optimization", optimization, "central|decentral", NULL), NULL, NULL, AX_STRATEGY},
+    {FUNC("schedule", set_schedule), NULL, NULL, AX_STRATEGY},
+    {FUNC("exchange", set_exchange), NULL, NULL, AX_STRATEGY},
+    {FUNC("bucket-mb", set_bucket_mb), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
+    {ONOFF("overlap", overlap), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
+    {WORDS("comm-order", comm_order, "fifo|priority|tictac", NULL), takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
+    {KIB("partition-kb", partition_bytes), is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
+    {KIB("credit-kb", credit_bytes), is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
+    {ONOFF("shard-optimizer", shard_optimizer), is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
+    {ONOFF("balance", balance), is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
-    {"compress", 0, on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
-    {"error-feedback", 0, compresses, "--compress CODEC", AX_STRATEGY},
-    {"momentum-correction", 0, compresses, "--compress CODEC", AX_STRATEGY},
-    {"compress-pulls", 0, compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
-    {"compress-warmup-steps", 0, compresses, "--compress CODEC", AX_STRATEGY},
-    {"dgc-clip", 0, compresses, "--compress dgc:R", AX_STRATEGY},
-    {"sufficient-factors", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
-    {"pp", 0, NULL, NULL, AX_STRATEGY},
-    {"micro-batches", 0, NULL, NULL, AX_STRATEGY},
-    {"tp", 0, NULL, NULL, AX_STRATEGY},
-    {"tp-conv", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
-    {"sync-bn", 0, is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
-    {"pipe-schedule", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
-    {"partition", 0, is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
-    {"vertical-sync", 0, is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
-    {"net", 0, is_local, "--comm local", AX_COMM},
-    {"straggler", 0, NULL, NULL, AX_STRATEGY},
-    {"comm-timeout", 0, NULL, NULL, AX_STRATEGY},
-    {"stall-warning", 0, NULL, NULL, AX_STRATEGY},
-    {"fetch-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {"push-every", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {"drop-stale", 0, is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {FUNC("compress", set_compress), on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
+    {ONOFF("error-feedback", error_feedback), compresses, "--compress CODEC", AX_STRATEGY},
+    {WORDS("momentum-correction", momentum_correction, "off|velocity|shared", NULL), compresses, "--compress CODEC", AX_STRATEGY},
+    {ONOFF("compress-pulls", compress_pulls), compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
+    {INT("compress-warmup-steps", compress_warmup_steps, 0, 1L << 40), compresses, "--compress CODEC", AX_STRATEGY},
+    {FLT("dgc-clip", dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY},
+    {ONOFF("sufficient-factors", sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
+    {INT("pp", pp, 1, 1024), NULL, NULL, AX_STRATEGY},
+    {INT("micro-batches", micro_batches, 1, 1 << 16), NULL, NULL, AX_STRATEGY},
+    {INT("tp", tp, 1, 1024), NULL, NULL, AX_STRATEGY},
+    {WORDS("tp-conv", tp_conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
+    {ONOFF("sync-bn", sync_bn), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
+    {FUNC("pipe-schedule", set_pipe_schedule), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
+    {FUNC("partition", set_partition), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
+    {ONOFF("vertical-sync", vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
+    {FUNC("net", set_net), is_local, "--comm local", AX_COMM},
+    {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY},
+    {FLT("comm-timeout", net.timeout, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
+    {FLT("stall-warning", net.stall_warning, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
+    {INT("fetch-every", fetch_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {INT("push-every", push_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {INT("drop-stale", drop_stale, 0, 1L << 40), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     /* not backup:B: a pull there waits for the next step, which a cut epoch may never take */
-    {"epoch-fraction", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {"ps-queue", 0, is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
+    {FUNC("epoch-fraction", set_epoch_fraction), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {WORDS("ps-queue", ps_queue_staleness, "fifo|staleness", NULL), is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
      AX_STRATEGY},
-    {"ps-refresh", 0, is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
-    {"staleness-lr", 1, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {"dc-asgd", 0, is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {"implicit-momentum", 0, is_async_ps_sgd,
+    {WORDS("ps-refresh", ps_refresh_lazy, "lazy|eager", LAZY_EAGER), is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
+    {FLAG("staleness-lr", staleness_lr, 1), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {FUNC("dc-asgd", set_dc_asgd), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {ONOFF("implicit-momentum", implicit_momentum), is_async_ps_sgd,
      "--exchange ps:K --schedule async or value:V with --optimizer sgd", AX_STRATEGY},
-    {"kill", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
-    {"checkpoint-dir", 0, is_ps, "--exchange ps:K", AX_STRATEGY},
-    {"tau", 0, uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
-    {"alpha", 0, uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
-    {"beta", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {"rho", 0, uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {"extrapolation", 0, is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
-    {"alpha-decay", 0, is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
-    {"tau-up", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {"tau-down", 0, uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {"neighbor-weight", 0, is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
-    {"consensus-step", 0, uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
-    {"metrics", 0, NULL, NULL, AX_STRATEGY},
-    {"checkpoint", 0, NULL, NULL, AX_STRATEGY},
-    {"resume", 0, NULL, NULL, AX_STRATEGY},
-    {"quiet", 1, NULL, NULL, AX_STRATEGY},
-    {"trace", 0, NULL, NULL, AX_STRATEGY},
-    {"trace-steps", 0, is_traced, "--trace FILE.json", AX_STRATEGY},
+    {FUNC("kill", set_kill), is_ps, "--exchange ps:K", AX_STRATEGY},
+    {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY},
+    {INT("tau", tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
+    {FLT("alpha", alpha, 0, 1e3), uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
+    {FLT("beta", beta, 0, 1e3), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {FLT("rho", rho, 0, 1e6), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {FLT("extrapolation", extrapolation, 0, 2), is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
+    {FUNC("alpha-decay", set_alpha_decay), is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
+    {FUNC("tau-up", set_tau_up), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
+    {FUNC("tau-down", set_tau_down), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
+    {FLT("neighbor-weight", neighbor_weight, 0, 0.5), is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
+    {FLT("consensus-step", consensus_step, 1e-6, 1), uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
+    {PATH("metrics", metrics), NULL, NULL, AX_STRATEGY},
+    {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY},
+    {PATH("resume", resume), NULL, NULL, AX_STRATEGY},
+    {FLAG("quiet", progress, 0), NULL, NULL, AX_STRATEGY},
+    {PATH("trace", trace), NULL, NULL, AX_STRATEGY},
+    {FUNC("trace-steps", set_trace_steps), is_traced, "--trace FILE.json", AX_STRATEGY},
 };
 #define NOPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
-
-static int find_option(const char *name, size_t n) {
-  for (int i = 0; i < NOPTIONS; i++)
-    if (strlen(OPTIONS[i].name) == n && !strncmp(OPTIONS[i].name, name, n)) return i;
-  return -1;
-}
-
-/* Edit distance of a[0..n) and b, capped: enough to suggest a near name. */
-static int distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n > 64 || m > 64) return 99;
-  int row[65];
-  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= n; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= m; j++) {
-      int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up;
-      row[j] = best;
-    }
-  }
-  return row[m];
-}
-
-/* The known option nearest to name[0..n), or NULL when none is near. */
-static const char *nearest_option(const char *name, size_t n) {
-  const char *best = NULL;
-  int best_d = 99;
-  for (int i = 0; i < NOPTIONS; i++) {
-    int d = distance(name, n, OPTIONS[i].name);
-    size_t len = strlen(OPTIONS[i].name);
-    if (n >= 3 && n < len && !strncmp(OPTIONS[i].name, name, n)) d = 1; /* a prefix */
-    if (d < best_d) best_d = d, best = OPTIONS[i].name;
-  }
-  int near = n <= 4 ? 1 : 2;
-  return best_d <= near ? best : NULL;
-}
-
-static int unknown_option(const char *name, size_t n) {
-  const char *near = nearest_option(name, n);
-  int shown = n > 64 ? 64 : (int)n;
-  if (near)
-    return dt_error("unknown option --%.*s%s (did you mean --%s? see dtrain train --help)", shown,
-                    name, shown < (int)n ? "..." : "", near);
-  return dt_error("unknown option --%.*s%s (see dtrain train --help)", shown, name,
-                  shown < (int)n ? "..." : "");
-}
+static const opt_table_t TABLE = {OPTIONS, NOPTIONS, sizeof OPTIONS[0], "dtrain train"};
 
 /* ---- values ------------------------------------------------------------------ */
-
-static int copy_path(const char *opt, const char *val, char *dst, size_t cap) {
-  if (strlen(val) >= cap) return dt_error("option --%s: path too long (max %zu)", opt, cap - 1);
-  strcpy(dst, val);
-  return 0;
-}
-
-static int parse_onoff(const char *opt, const char *val, int *out) {
-  if (!strcmp(val, "on")) *out = 1; /* the words the help gives, no others */
-  else if (!strcmp(val, "off")) *out = 0;
-  else return dt_error("option --%s: '%s' (expected on or off)", opt, val);
-  return 0;
-}
 
 /* "latency=50us,bandwidth=1Gbit", "hosts=2,intra-bandwidth=10Gbit,..." */
 static int parse_net(const char *val, train_config_t *c) {
@@ -269,8 +242,6 @@ static int parse_net(const char *val, train_config_t *c) {
   c->net_bandwidth = c->net.bandwidth;
   return 0;
 }
-
-#define MAX_WORKERS 4096
 
 /* "rank=2,slowdown=3" */
 static int parse_straggler(const char *val, train_config_t *c) {
@@ -404,200 +375,104 @@ typedef struct {
   const char *preset;
 } parse_state_t;
 
-/* Applies option OPTIONS[id] with value val (NULL for a flag). */
-static int apply_option(parse_state_t *st, int id, const char *val) {
-  train_config_t *c = st->cfg;
-  const char *name = OPTIONS[id].name;
-  long iv;
-  double fv;
-  if (!strcmp(name, "nesterov")) return c->optim.nesterov = 1, 0;
-  if (!strcmp(name, "quiet")) return c->progress = 0, 0;
-  if (!strcmp(name, "staleness-lr")) return c->staleness_lr = 1, 0;
-  if (!strcmp(name, "model")) return copy_path(name, val, c->model, sizeof c->model);
-  if (!strcmp(name, "data")) return copy_path(name, val, c->data, sizeof c->data);
-  if (!strcmp(name, "metrics")) return copy_path(name, val, c->metrics, sizeof c->metrics);
-  if (!strcmp(name, "checkpoint")) return copy_path(name, val, c->checkpoint, sizeof c->checkpoint);
-  if (!strcmp(name, "resume")) return copy_path(name, val, c->resume, sizeof c->resume);
-  if (!strcmp(name, "epochs")) return parse_int(name, val, 1, 1000000, &iv) ? -1 : (c->epochs = (int)iv, 0);
-  if (!strcmp(name, "batch")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->batch = (int)iv, 0);
-  if (!strcmp(name, "workers")) return parse_int(name, val, 1, MAX_WORKERS, &iv) ? -1 : (c->workers = (int)iv, 0);
-  if (!strcmp(name, "threads")) return parse_int(name, val, 1, 256, &iv) ? -1 : (c->threads = (int)iv, 0);
-  if (!strcmp(name, "seed")) return parse_int(name, val, 0, 1L << 62, &iv) ? -1 : (c->seed = (uint64_t)iv, 0);
-  if (!strcmp(name, "time-budget")) return parse_float(name, val, 0.001, 1e9, &c->time_budget);
-  if (!strcmp(name, "max-loss")) return parse_float(name, val, 1e-3, 1e30, &c->max_loss);
-  if (!strcmp(name, "max-steps")) return parse_int(name, val, 1, 1L << 50, &iv) ? -1 : (c->max_steps = iv, 0);
-  if (!strcmp(name, "lr")) {
-    if (parse_float(name, val, -1e9, 1e9, &fv) != 0) return -1;
-    if (fv < 0) return dt_error("option --lr: %g is negative (expected a learning rate >= 0)", fv);
-    c->lr = fv;
-    return 0;
+/* ---- the values that are more than a number, a word or a path ---------- */
+
+static int set_lr(void *c, const char *val, void *st) {
+  double v;
+  if (parse_float("lr", val, -1e9, 1e9, &v) != 0) return -1;
+  if (v < 0) return dt_error("option --lr: %g is negative (expected a learning rate >= 0)", v);
+  ((train_config_t *)c)->lr = v;
+  return 0;
+}
+
+static int set_optimizer(void *cv, const char *val, void *stv) {
+  train_config_t *c = cv;
+  optim_kind_t k;
+  if (optim_kind_parse(val, &k) != 0) return dt_error_prefix("option --optimizer: ");
+  optim_config_t keep = c->optim; /* momentum etc. given before --optimizer survive */
+  optim_config_default(k, &c->optim);
+  if (((parse_state_t *)stv)->saw_optimizer_constants) {
+    c->optim.momentum = keep.momentum;
+    c->optim.weight_decay = keep.weight_decay;
+    c->optim.nesterov = keep.nesterov;
   }
-  if (!strcmp(name, "momentum")) return parse_float(name, val, 0, 0.9999, &fv) ? -1 : (c->optim.momentum = (float)fv, 0);
-  if (!strcmp(name, "weight-decay")) return parse_float(name, val, 0, 10, &fv) ? -1 : (c->optim.weight_decay = (float)fv, 0);
-  if (!strcmp(name, "beta1")) return parse_float(name, val, 0, 0.99999, &fv) ? -1 : (c->optim.beta1 = (float)fv, 0);
-  if (!strcmp(name, "beta2")) return parse_float(name, val, 0, 0.99999999, &fv) ? -1 : (c->optim.beta2 = (float)fv, 0);
-  if (!strcmp(name, "eps")) return parse_float(name, val, 1e-20, 1, &fv) ? -1 : (c->optim.eps = (float)fv, 0);
-  if (!strcmp(name, "warmup-epochs")) return parse_float(name, val, 0, 1e6, &c->warmup_epochs);
-  if (!strcmp(name, "lr-step-epochs")) return parse_float(name, val, 1e-6, 1e6, &c->lr_step_epochs);
-  if (!strcmp(name, "lr-gamma")) return parse_float(name, val, 0, 1, &c->lr_gamma);
-  if (!strcmp(name, "lr-schedule")) return lr_kind_parse(val, &c->lr_schedule) ? dt_error_prefix("option --lr-schedule: ") : 0;
-  if (!strcmp(name, "optimizer")) {
-    optim_kind_t k;
-    if (optim_kind_parse(val, &k) != 0) return dt_error_prefix("option --optimizer: ");
-    optim_config_t keep = c->optim; /* momentum etc. given before --optimizer survive */
-    optim_config_default(k, &c->optim);
-    if (st->saw_optimizer_constants) {
-      c->optim.momentum = keep.momentum;
-      c->optim.weight_decay = keep.weight_decay;
-      c->optim.nesterov = keep.nesterov;
-    }
-    return 0;
-  }
-  if (!strcmp(name, "precision")) {
-    if (!strcmp(val, "fp32")) c->bf16 = 0;
-    else if (!strcmp(val, "bf16")) c->bf16 = 1;
-    else return dt_error("option --precision: '%s' (expected fp32 or bf16)", val);
-    return 0;
-  }
-  if (!strcmp(name, "comm")) {
-    if (!strcmp(val, "local")) c->comm = COMM_LOCAL;
-    else if (!strcmp(val, "mpi")) c->comm = COMM_MPI;
-    else return dt_error("option --comm: '%s' (expected local or mpi)", val);
-    return 0;
-  }
-  if (!strcmp(name, "optimization")) {
-    if (!strcmp(val, "central")) c->optimization = OPTIMIZATION_CENTRAL;
-    else if (!strcmp(val, "decentral")) c->optimization = OPTIMIZATION_DECENTRAL;
-    else return dt_error("option --optimization: '%s' (expected central or decentral)", val);
-    return 0;
-  }
-  if (!strcmp(name, "schedule")) return schedule_parse(val, &c->schedule, &c->schedule_param);
-  if (!strcmp(name, "exchange")) return st->exchange_set = 1, exchange_parse(val, c);
-  if (!strcmp(name, "bucket-mb")) return parse_megabytes(name, val, &c->bucket_bytes);
-  if (!strcmp(name, "overlap")) return parse_onoff(name, val, &c->overlap);
-  if (!strcmp(name, "comm-order")) {
-    if (!strcmp(val, "fifo")) c->comm_order = COLL_ORDER_FIFO;
-    else if (!strcmp(val, "priority")) c->comm_order = COLL_ORDER_PRIORITY;
-    else if (!strcmp(val, "tictac")) c->comm_order = COLL_ORDER_TICTAC;
-    else return dt_error("option --comm-order: '%s' (expected fifo, priority or tictac)", val);
-    return 0;
-  }
-  if (!strcmp(name, "credit-kb"))
-    return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->credit_bytes = (size_t)iv << 10, 0);
-  if (!strcmp(name, "partition-kb"))
-    return parse_int(name, val, 1, 1 << 22, &iv) ? -1 : (c->partition_bytes = (size_t)iv << 10, 0);
-  if (!strcmp(name, "shard-optimizer")) return parse_onoff(name, val, &c->shard_optimizer);
-  if (!strcmp(name, "balance")) return parse_onoff(name, val, &c->balance);
-  if (!strcmp(name, "compress")) return codec_parse(val, &c->compress);
-  if (!strcmp(name, "error-feedback")) return parse_onoff(name, val, &c->error_feedback);
-  if (!strcmp(name, "momentum-correction")) {
-    if (!strcmp(val, "off")) return c->momentum_correction = MC_OFF, 0;
-    if (!strcmp(val, "velocity")) return c->momentum_correction = MC_VELOCITY, 0;
-    if (!strcmp(val, "shared")) return c->momentum_correction = MC_SHARED, 0;
-    return dt_error("option --momentum-correction: '%s' (expected off, velocity or shared)", val);
-  }
-  if (!strcmp(name, "compress-pulls")) return parse_onoff(name, val, &c->compress_pulls);
-  if (!strcmp(name, "compress-warmup-steps"))
-    return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->compress_warmup_steps = iv, 0);
-  if (!strcmp(name, "sufficient-factors")) return parse_onoff(name, val, &c->sufficient_factors);
-  if (!strcmp(name, "dgc-clip")) return parse_float(name, val, 1e-9, 1e9, &c->dgc_clip);
-  if (!strcmp(name, "pp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->pp = (int)iv, 0);
-  if (!strcmp(name, "tp-conv")) {
-    if (strcmp(val, "split") && strcmp(val, "data"))
-      return dt_error("option --tp-conv: '%s' (expected split or data)", val);
-    c->tp_conv_data = !strcmp(val, "data");
-    return 0;
-  }
-  if (!strcmp(name, "sync-bn")) return parse_onoff(name, val, &c->sync_bn);
-  if (!strcmp(name, "tp")) return parse_int(name, val, 1, 1024, &iv) ? -1 : (c->tp = (int)iv, 0);
-  if (!strcmp(name, "micro-batches"))
-    return parse_int(name, val, 1, 1 << 16, &iv) ? -1 : (c->micro_batches = (int)iv, 0);
-  if (!strcmp(name, "pipe-schedule")) {
-    pipe_kind_t k;
-    return pipe_kind_parse(val, &k, &c->pipe_chunks) ? -1 : (c->pipe_schedule = (int)k, 0);
-  }
-  if (!strcmp(name, "vertical-sync")) return parse_onoff(name, val, &c->vertical_sync);
-  if (!strcmp(name, "partition")) {
-    if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
-    if (!strcmp(val, "macs")) return copy_path(name, val, c->partition, sizeof c->partition);
-    return pipe_partition_parse(val, NULL, 0) < 0 ? -1 : copy_path(name, val, c->partition, sizeof c->partition);
-  }
-  if (!strcmp(name, "net")) return parse_net(val, c);
-  if (!strcmp(name, "straggler")) return parse_straggler(val, c);
-  if (!strcmp(name, "comm-timeout")) return parse_float(name, val, 0.001, 1e6, &c->net.timeout);
-  if (!strcmp(name, "stall-warning")) return parse_float(name, val, 0.001, 1e6, &c->net.stall_warning);
-  if (!strcmp(name, "fetch-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->fetch_every = (int)iv, 0);
-  if (!strcmp(name, "push-every")) return parse_int(name, val, 1, 1 << 20, &iv) ? -1 : (c->push_every = (int)iv, 0);
-  if (!strcmp(name, "dc-asgd")) return parse_dc_asgd(val, c);
-  if (!strcmp(name, "drop-stale"))
-    return parse_int(name, val, 0, 1L << 40, &iv) ? -1 : (c->drop_stale = iv, 0);
-  if (!strcmp(name, "epoch-fraction")) {
-    if (parse_float(name, val, 0, 1, &c->epoch_fraction) != 0) return -1;
-    if (c->epoch_fraction == 0)
-      return dt_error("option --epoch-fraction: 0: an epoch must take some of its batches "
-                      "(0 < F <= 1; Project Adam: 0.75)");
-    return 0;
-  }
-  if (!strcmp(name, "ps-queue")) {
-    if (strcmp(val, "fifo") && strcmp(val, "staleness"))
-      return dt_error("option --ps-queue: '%s' (expected fifo or staleness)", val);
-    c->ps_queue_staleness = !strcmp(val, "staleness");
-    return 0;
-  }
-  if (!strcmp(name, "ps-refresh")) {
-    if (strcmp(val, "lazy") && strcmp(val, "eager"))
-      return dt_error("option --ps-refresh: '%s' (expected lazy or eager)", val);
-    c->ps_refresh_lazy = !strcmp(val, "lazy");
-    return 0;
-  }
-  if (!strcmp(name, "implicit-momentum")) return parse_onoff(name, val, &c->implicit_momentum);
-  if (!strcmp(name, "kill")) return parse_kill(val, c);
-  if (!strcmp(name, "checkpoint-dir")) return copy_path(name, val, c->checkpoint_dir, sizeof c->checkpoint_dir);
-  if (!strcmp(name, "tau")) return parse_int(name, val, -1000000, 1000000, &iv) ? -1 : (c->tau = (int)iv, 0);
-  if (!strcmp(name, "tau-up")) return parse_periods(name, val, c->tau_up, &c->tau_up_levels);
-  if (!strcmp(name, "tau-down")) return parse_periods(name, val, c->tau_down, &c->tau_down_levels);
-  if (!strcmp(name, "alpha")) return parse_float(name, val, 0, 1e3, &c->alpha);
-  if (!strcmp(name, "beta")) return parse_float(name, val, 0, 1e3, &c->beta);
-  if (!strcmp(name, "rho")) return parse_float(name, val, 0, 1e6, &c->rho);
-  if (!strcmp(name, "alpha-decay")) return parse_alpha_decay(val, c);
-  if (!strcmp(name, "extrapolation")) return parse_float(name, val, 0, 2, &c->extrapolation);
-  if (!strcmp(name, "consensus-step")) return parse_float(name, val, 1e-6, 1, &c->consensus_step);
-  if (!strcmp(name, "neighbor-weight")) return parse_float(name, val, 0, 0.5, &c->neighbor_weight);
-  if (!strcmp(name, "trace")) return copy_path(name, val, c->trace, sizeof c->trace);
-  if (!strcmp(name, "trace-steps")) return parse_trace_steps(val, c);
-  if (!strcmp(name, "preset")) return 0; /* applied before the other options */
-  return dt_error("option --%s: not handled (a bug)", name);
+  return 0;
+}
+
+static int set_lr_schedule(void *c, const char *val, void *st) {
+  return lr_kind_parse(val, &((train_config_t *)c)->lr_schedule) ? dt_error_prefix("option --lr-schedule: ") : 0;
+}
+
+static int set_preset(void *c, const char *val, void *st) { return 0; } /* applied before the others */
+
+static int set_schedule(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  return schedule_parse(val, &c->schedule, &c->schedule_param);
+}
+
+static int set_exchange(void *c, const char *val, void *st) {
+  ((parse_state_t *)st)->exchange_set = 1;
+  return exchange_parse(val, c);
+}
+
+static int set_bucket_mb(void *c, const char *val, void *st) {
+  return parse_megabytes("bucket-mb", val, &((train_config_t *)c)->bucket_bytes);
+}
+
+static int set_compress(void *c, const char *val, void *st) {
+  return codec_parse(val, &((train_config_t *)c)->compress);
+}
+
+static int set_pipe_schedule(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  pipe_kind_t k;
+  return pipe_kind_parse(val, &k, &c->pipe_chunks) ? -1 : (c->pipe_schedule = (int)k, 0);
+}
+
+static int set_partition(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
+  if (strcmp(val, "macs") && pipe_partition_parse(val, NULL, 0) < 0) return -1;
+  if (strlen(val) >= sizeof c->partition)
+    return dt_error("option --partition: path too long (max %zu)", sizeof c->partition - 1);
+  strcpy(c->partition, val);
+  return 0;
+}
+
+static int set_net(void *c, const char *val, void *st) { return parse_net(val, c); }
+static int set_straggler(void *c, const char *val, void *st) { return parse_straggler(val, c); }
+static int set_dc_asgd(void *c, const char *val, void *st) { return parse_dc_asgd(val, c); }
+static int set_kill(void *c, const char *val, void *st) { return parse_kill(val, c); }
+static int set_alpha_decay(void *c, const char *val, void *st) { return parse_alpha_decay(val, c); }
+static int set_trace_steps(void *c, const char *val, void *st) { return parse_trace_steps(val, c); }
+
+static int set_tau_up(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  return parse_periods("tau-up", val, c->tau_up, &c->tau_up_levels);
+}
+
+static int set_tau_down(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  return parse_periods("tau-down", val, c->tau_down, &c->tau_down_levels);
+}
+
+static int set_epoch_fraction(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  if (parse_float("epoch-fraction", val, 0, 1, &c->epoch_fraction) != 0) return -1;
+  if (c->epoch_fraction == 0)
+    return dt_error("option --epoch-fraction: 0: an epoch must take some of its batches "
+                    "(0 < F <= 1; Project Adam: 0.75)");
+  return 0;
 }
 
 /* Parses argv[1..argc) (from the user when user != 0, else a preset's
  * words) and applies each option. */
 static int parse_args(parse_state_t *st, int argc, char **argv, int user) {
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strncmp(a, "--", 2) != 0) {
-      if (a[0] == '-' && a[1] && find_option(a + 1, strlen(a + 1)) >= 0)
-        return dt_error("unexpected argument '%s' (did you mean -%s?)", a, a);
-      return dt_error("unexpected argument '%s' (options start with --)", a);
-    }
-    const char *eq = strchr(a, '='), *val;
-    size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-    int id = find_option(a + 2, n);
-    if (id < 0) return unknown_option(a + 2, n);
-    const char *name = OPTIONS[id].name;
-    if (OPTIONS[id].flag) {
-      if (eq) return dt_error("option --%s takes no value (got '%s')", name, eq + 1);
-      val = NULL;
-    } else if (eq) {
-      val = eq + 1;
-    } else {
-      if (i + 1 >= argc) return dt_error("option --%s: missing value", name);
-      val = argv[++i];
-      if (!strncmp(val, "--", 2))
-        return dt_error("option --%s: missing value (found the option %s; write --%s=VALUE for "
-                        "a value that starts with --)", name, val, name);
-    }
-    if (val && !*val) return dt_error("option --%s: empty value", name);
-    if (!strcmp(name, "preset")) {
+    int id;
+    const char *val;
+    DT_TRY(opt_next(&TABLE, argc, argv, &i, &id, &val));
+    if (!strcmp(OPTIONS[id].opt.name, "preset")) {
       if (!user) return dt_error("option --preset: a preset cannot name another");
       if (st->preset)
         return dt_error("option --preset: given twice ('%s', then '%s'): give one preset and "
@@ -615,12 +490,12 @@ static int apply_args(parse_state_t *st, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *eq = strchr(a, '=');
     size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-    int id = find_option(a + 2, n);
-    const char *val = OPTIONS[id].flag ? NULL : eq ? eq + 1 : argv[++i];
-    const char *name = OPTIONS[id].name;
-    if (!strcmp(name, "momentum") || !strcmp(name, "weight-decay") || !strcmp(name, "nesterov"))
+    int id = opt_find(&TABLE, a + 2, n);
+    const opt_t *o = &OPTIONS[id].opt;
+    const char *val = o->kind == OPT_FLAG ? NULL : eq ? eq + 1 : argv[++i];
+    if (!strcmp(o->name, "momentum") || !strcmp(o->name, "weight-decay") || !strcmp(o->name, "nesterov"))
       st->saw_optimizer_constants = 1;
-    DT_TRY(apply_option(st, id, val));
+    DT_TRY(opt_set(o, st->cfg, val, st));
   }
   return 0;
 }
@@ -678,9 +553,9 @@ static int check_used(const parse_state_t *st) {
     }
     if (pipeline_excludes(c, o))
       return dt_error("option --%s: not used by a pipeline (--pp %d --micro-batches %d); "
-                      "without --pp and --micro-batches it applies to %s", o->name, c->pp,
+                      "without --pp and --micro-batches it applies to %s", o->opt.name, c->pp,
                       c->micro_batches, o->where);
-    return dt_error("option --%s: not used with %s (it applies to %s)", o->name, now, o->where);
+    return dt_error("option --%s: not used with %s (it applies to %s)", o->opt.name, now, o->where);
   }
   return 0;
 }
@@ -700,7 +575,7 @@ static int check_used(const parse_state_t *st) {
 static void pick_default_exchange(const parse_state_t *st, train_config_t *c) {
   if (st->exchange_set || c->comm != COMM_LOCAL || c->optimization != OPTIMIZATION_CENTRAL ||
       c->schedule != SCHEDULE_SYNC || is_pipeline(c) || c->workers < 2 ||
-      c->optim.kind == OPTIM_LARS || st->given[find_option("net", 3)] || c->tp > 1 ||
+      c->optim.kind == OPTIM_LARS || st->given[opt_find(&TABLE, "net", 3)] || c->tp > 1 ||
       c->tp_conv_data || c->sync_bn)
     return;
   train_config_t shared = *c;
