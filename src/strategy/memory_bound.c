@@ -97,7 +97,7 @@ static double thread_stack(void) {
 
 int train_check_memory(const train_config_t *c, const model_t *m) {
   int ranks = c->comm == COMM_MPI ? 1 : strategy_total_ranks(c);
-  int batch = c->balance ? 2 * c->batch : c->batch; /* worker_max_batch */
+  int batch = worker_max_batch(c);
   double model = 4.0 * (2.0 * (double)m->nparams + (double)m->nbuffers);
   double acts = 4.0 * (double)batch * act_floats_per_sample(m) / (c->tp > 1 ? c->tp : 1);
   double need = (double)ranks * (model + acts);

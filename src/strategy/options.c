@@ -236,7 +236,8 @@ static const opt_table_t TABLE = {OPTIONS, NOPTIONS, sizeof OPTIONS[0], "dtrain 
 /* ---- values ------------------------------------------------------------------ */
 
 /* "latency=50us,bandwidth=1Gbit", "hosts=2,intra-bandwidth=10Gbit,..." */
-static int parse_net(const char *val, train_config_t *c) {
+static int set_net(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   DT_TRY(comm_net_parse(val, &c->net));
   c->net_latency = c->net.latency;
   c->net_bandwidth = c->net.bandwidth;
@@ -244,7 +245,8 @@ static int parse_net(const char *val, train_config_t *c) {
 }
 
 /* "rank=2,slowdown=3" */
-static int parse_straggler(const char *val, train_config_t *c) {
+static int set_straggler(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   static const char *const keys[] = {"rank", "slowdown"};
   const char *v[2];
   char buf[128];
@@ -260,7 +262,8 @@ static int parse_straggler(const char *val, train_config_t *c) {
 }
 
 /* "rank=3,at-step=200" */
-static int parse_kill(const char *val, train_config_t *c) {
+static int set_kill(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   static const char *const keys[] = {"rank", "at-step"};
   const char *v[2];
   char buf[128];
@@ -303,7 +306,8 @@ static int parse_periods(const char *name, const char *val, int *out, int *n) {
 }
 
 /* "LAMBDA" (DC-ASGD-c, 0 = off) or "a:LAMBDA0" (DC-ASGD-a) */
-static int parse_dc_asgd(const char *val, train_config_t *c) {
+static int set_dc_asgd(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   int adaptive = !strncmp(val, "a:", 2);
   double v;
   if (!adaptive && strchr(val, ':'))
@@ -321,7 +325,8 @@ static int parse_dc_asgd(const char *val, train_config_t *c) {
 }
 
 /* "G,S" or "G,S,L": DeepSpark's moving-rate decay (train.h) */
-static int parse_alpha_decay(const char *val, train_config_t *c) {
+static int set_alpha_decay(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   char g[32];
   const char *comma = strchr(val, ',');
   if (!comma || (size_t)(comma - val) >= sizeof g)
@@ -352,7 +357,8 @@ static int parse_alpha_decay(const char *val, train_config_t *c) {
 }
 
 /* "A:B": global steps A to B-1 are traced */
-static int parse_trace_steps(const char *val, train_config_t *c) {
+static int set_trace_steps(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
   const char *colon = strchr(val, ':');
   char a[32];
   long from, to;
@@ -439,12 +445,6 @@ static int set_partition(void *cv, const char *val, void *st) {
   return 0;
 }
 
-static int set_net(void *c, const char *val, void *st) { return parse_net(val, c); }
-static int set_straggler(void *c, const char *val, void *st) { return parse_straggler(val, c); }
-static int set_dc_asgd(void *c, const char *val, void *st) { return parse_dc_asgd(val, c); }
-static int set_kill(void *c, const char *val, void *st) { return parse_kill(val, c); }
-static int set_alpha_decay(void *c, const char *val, void *st) { return parse_alpha_decay(val, c); }
-static int set_trace_steps(void *c, const char *val, void *st) { return parse_trace_steps(val, c); }
 
 static int set_tau_up(void *cv, const char *val, void *st) {
   train_config_t *c = cv;

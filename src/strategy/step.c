@@ -50,6 +50,22 @@ int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int
   return prev;
 }
 
+int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples) {
+  int prev = step_add_passes(d, m, rank, samples, NULL);
+  if (prev == STEP_FAILED) return prev;
+  return step_add(d, (step_task_t){TASK_UPDATE, rank, -1, m->nparams, samples, .peer = -1,
+                                   .after = prev});
+}
+
+int step_allreduce_algo(int algo, int P, int *out) {
+  *out = algo == ALLREDUCE_AUTO && P <= 2 ? ALLREDUCE_RHD : algo;
+  if (P > 1 && (*out == ALLREDUCE_AUTO || *out == ALLREDUCE_HIER))
+    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time "
+                    "from the hosts and the link; describe_step needs ring, rhd, tree, naive or "
+                    "shm", allreduce_algo_name((allreduce_algo_t)algo), P);
+  return 0;
+}
+
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every) {
   size_t sent, received;

@@ -48,6 +48,14 @@ int step_add(step_desc_t *d, step_task_t t);
  * for `rank`, in order; bwd (m->nlayers entries, or NULL) gets each
  * layer's backward task. Returns the last task, or STEP_FAILED. */
 int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd);
+/* A replica's local step: its passes (step_add_passes, bwd NULL) and the
+ * optimizer's update after them. Returns the update, or STEP_FAILED. */
+int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples);
+/* The algorithm an allreduce over P ranks runs with --exchange
+ * allreduce:ALGO: auto on 2 ranks is rhd (allreduce_auto.c); auto on more,
+ * and hier, are picked at run time from the hosts and the link, which a
+ * description does not know: -1 with one line. */
+int step_allreduce_algo(int algo, int P, int *out);
 /* One allreduce of `count` floats by `algo` over `group` ranks, on world
  * rank `rank` (`group_rank` within the group), after task `after`, every
  * `every` steps. Returns its index or STEP_FAILED. */

@@ -10,7 +10,7 @@
 #include "strategy/tensor/tensor.h"
 
 /* A balanced rank computes up to twice its batch in a step (balance.c). */
-static int worker_max_batch(const train_config_t *cfg) {
+int worker_max_batch(const train_config_t *cfg) {
   return cfg->balance ? 2 * cfg->batch : cfg->batch;
 }
 

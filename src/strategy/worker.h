@@ -225,6 +225,10 @@ typedef struct {
    * --max-steps. */
   int open_ended;
 } driver_ops_t;
+/* The most samples a rank computes in a step: --batch, twice it under
+ * --balance (balance.c); the model's and the batch buffers' size. */
+int worker_max_batch(const train_config_t *cfg);
+
 /* 0, -1 (error set), or DRIVE_STOPPED. */
 int driver_run(worker_t *w, const driver_ops_t *ops, void *st);
 

@@ -184,10 +184,7 @@ static int dpsgd_describe_step(const train_config_t *c, const model_t *m, step_d
   int p = c->workers;
   double S = (double)m->nparams * sizeof(float);
   for (int r = 0; r < p; r++) {
-    int prev = step_add_passes(out, m, r, c->batch, NULL);
-    if (prev != STEP_FAILED)
-      prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
-                                         .after = prev});
+    int prev = step_add_local_step(out, m, r, c->batch);
     int nb[2] = {(r + p - 1) % p, (r + 1) % p}, mixed = prev;
     for (int k = 0; k < 2 && p > 1 && prev != STEP_FAILED; k++)
       mixed = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = nb[k],

@@ -383,12 +383,7 @@ static int easgd_describe_step(const train_config_t *c, const model_t *m, step_d
   double S = (double)m->nparams * sizeof(float);
   for (int r = 0; r < P; r++) {
     int prev = -1;
-    if (r < p) {
-      prev = step_add_passes(out, m, r, c->batch, NULL);
-      if (prev != STEP_FAILED)
-        prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
-                                           .after = prev});
-    }
+    if (r < p) prev = step_add_local_step(out, m, r, c->batch);
     for (int op = 0; op < 2 && sync && prev != STEP_FAILED; op++) {
       size_t sent, received;
       coll_tree_bytes(op, P, p, r, m->nparams, &sent, &received);

@@ -127,16 +127,10 @@ static int local_sgd_describe_step(const train_config_t *c, const model_t *m, st
   if (c->compress.kind != CODEC_NONE)
     return dt_error("model averaging: describe_step covers the plain average so far, not --compress");
   int P = c->workers;
-  allreduce_algo_t algo = c->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : c->algo;
-  if (algo == ALLREDUCE_AUTO && P <= 2) algo = ALLREDUCE_RHD;
-  if (algo == ALLREDUCE_AUTO || algo == ALLREDUCE_HIER)
-    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time; "
-                    "describe_step needs ring, rhd, tree or naive", allreduce_algo_name(algo), P);
+  int algo;
+  DT_TRY(step_allreduce_algo(c->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : c->algo, P, &algo));
   for (int r = 0; r < P; r++) {
-    int prev = step_add_passes(out, m, r, c->batch, NULL);
-    if (prev != STEP_FAILED)
-      prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
-                                         .after = prev});
+    int prev = step_add_local_step(out, m, r, c->batch);
     if (prev != STEP_FAILED && P > 1)
       prev = step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->tau);
     if (prev != STEP_FAILED && P > 1 && m->nbuffers)

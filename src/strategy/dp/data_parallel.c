@@ -103,11 +103,8 @@ static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc
     return dt_error("data-parallel allreduce: describe_step covers the plain reducer so far, not "
                     "--compress, --sufficient-factors, --tp, --sync-bn, --comm-order or --balance");
   int P = c->workers;
-  allreduce_algo_t algo = c->algo == ALLREDUCE_AUTO && P <= 2 ? ALLREDUCE_RHD : c->algo;
-  if (algo == ALLREDUCE_AUTO || algo == ALLREDUCE_HIER)
-    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time "
-                    "from the hosts and the link; describe_step needs ring, rhd, tree, naive or "
-                    "shm", allreduce_algo_name(c->algo), P);
+  int algo;
+  DT_TRY(step_allreduce_algo(c->algo, P, &algo));
   reducer_bucket_t *b = calloc((size_t)m->nlayers + 1, sizeof *b);
   int *bwd = calloc((size_t)m->nlayers, sizeof *bwd);
   if (!b || !bwd) {

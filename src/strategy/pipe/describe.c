@@ -92,11 +92,9 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (!d) return dt_error("out of memory");
   *d = (pipe_desc_t){.c = c, .m = m, .P = c->pp, .V = c->pipe_chunks, .dp = c->workers / c->pp,
                      .out = out};
-  d->algo = c->algo == ALLREDUCE_AUTO && d->dp <= 2 ? ALLREDUCE_RHD : c->algo;
-  int rc = plan_chunks(d);
-  if (rc == 0 && d->dp > 2 && (d->algo == ALLREDUCE_AUTO || d->algo == ALLREDUCE_HIER))
-    rc = dt_error("--exchange allreduce:%s over %d replicas: picked at run time; describe_step "
-                  "needs ring, rhd, tree or naive", allreduce_algo_name(d->algo), d->dp);
+  int algo = ALLREDUCE_RING, rc = plan_chunks(d);
+  if (rc == 0) rc = step_allreduce_algo(c->algo, d->dp, &algo);
+  d->algo = (allreduce_algo_t)algo;
   pipe_schedule_t sched;
   if (rc == 0) rc = pipe_schedule_build((pipe_kind_t)c->pipe_schedule, d->P, d->V,
                                         c->micro_batches, 1, &sched);
