@@ -188,7 +188,7 @@ static void check_equals_data_parallel(int workers, size_t ntrain, int64_t max_s
   }
   dp.cfg.optimization = OPTIMIZATION_CENTRAL;
   ls.cfg.algo = ALLREDUCE_RING;
-  ls.cfg.tau = 1;
+  ls.cfg.decentral.tau = 1;
   CHECK_OK(run(&dp));
   CHECK_OK(run(&ls));
   if (dp.final[0] && ls.final[0]) {
@@ -210,7 +210,7 @@ static void test_local_sgd_tau1_short_last_step(void) { check_equals_data_parall
 static void test_local_sgd_averages_distinct_starts(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_local_sgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 3});
-  r.cfg.tau = 3;
+  r.cfg.decentral.tau = 3;
   CHECK_OK(run(&r));
   CHECK_REPLICAS(&r, 0, 4, mean_start(&r, 4, i), 1e-6);
   teardown(&r);
@@ -224,8 +224,8 @@ static void test_local_sgd_averages_distinct_starts(void) {
 static void test_easgd_sync_elastic_rule(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 1});
-  r.cfg.alpha = 0.2;
-  r.cfg.beta = 0.6;
+  r.cfg.decentral.alpha = 0.2;
+  r.cfg.decentral.beta = 0.6;
   CHECK(strategy_total_ranks(&r.cfg) == 5);
   CHECK_OK(run(&r));
   CHECK_REPLICAS(&r, 0, 4, start_value(&r, k, i) - 0.2 * (start_value(&r, k, i) - start_value(&r, 4, i)), 1e-6);
@@ -239,13 +239,13 @@ static void test_elastic_decay(void) {
   train_config_t c;
   train_config_default(&c);
   CHECK(elastic_decay(&c, 1000) == 1); /* off */
-  c.alpha_decay = 0.5;
-  c.alpha_decay_every = 3;
-  c.alpha_decay_limit = 2;
+  c.decentral.alpha_decay = 0.5;
+  c.decentral.alpha_decay_every = 3;
+  c.decentral.alpha_decay_limit = 2;
   const double want[10] = {1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25};
   for (int k = 0; k < 10; k++) CHECK(elastic_decay(&c, k) == want[k]);
   CHECK(elastic_decay(&c, 1000000) == 0.25);
-  c.alpha_decay_limit = 0; /* no limit */
+  c.decentral.alpha_decay_limit = 0; /* no limit */
   CHECK(elastic_decay(&c, 9) == 0.125);
 }
 
@@ -266,10 +266,10 @@ static double easgd_two_rounds(const run_t *r, int rank, size_t i) {
 static void test_easgd_sync_alpha_decay(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_SYNC, .perturb = 1, .max_steps = 2});
-  r.cfg.alpha = 0.2;
-  r.cfg.beta = 0.6;
-  r.cfg.alpha_decay = 0.5;
-  r.cfg.alpha_decay_every = 1;
+  r.cfg.decentral.alpha = 0.2;
+  r.cfg.decentral.beta = 0.6;
+  r.cfg.decentral.alpha_decay = 0.5;
+  r.cfg.decentral.alpha_decay_every = 1;
   CHECK_OK(run(&r));
   CHECK_REPLICAS(&r, 0, 5, easgd_two_rounds(&r, k, i), 1e-6);
   teardown(&r);
@@ -291,10 +291,10 @@ static void test_easgd_async_alpha_decay(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_easgd, EXCHANGE_MASTER, SCHEDULE_ASYNC, .perturb = 1, .workers = 1,
                          .max_steps = 2});
-  r.cfg.alpha = 0.2;
-  r.cfg.beta = 0.6;
-  r.cfg.alpha_decay = 0.5;
-  r.cfg.alpha_decay_every = 1;
+  r.cfg.decentral.alpha = 0.2;
+  r.cfg.decentral.beta = 0.6;
+  r.cfg.decentral.alpha_decay = 0.5;
+  r.cfg.decentral.alpha_decay_every = 1;
   CHECK_OK(run(&r));
   CHECK_REPLICAS(&r, 0, 2, easgd_async_two_exchanges(&r, k, i), 1e-6);
   teardown(&r);
@@ -350,8 +350,8 @@ static uint64_t tree_round_models(int rank, int root, int P) {
 static void test_mpca_centre_rounds_and_bytes(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_mpca, EXCHANGE_MASTER, SCHEDULE_SOFT, .perturb = 1, .max_steps = 4});
-  r.cfg.tau = 2;
-  r.cfg.beta = 0.3;
+  r.cfg.decentral.tau = 2;
+  r.cfg.decentral.beta = 0.3;
   CHECK(strategy_total_ranks(&r.cfg) == 5);
   CHECK_OK(run(&r));
   CHECK_REPLICAS(&r, 0, 4, start_value(&r, k, i), 1e-7);
@@ -377,7 +377,7 @@ static void test_mpca_penalty_in_the_step(void) {
   for (int k = 0; k < 2; k++) {
     setup(both[k], (run_spec_t){strategy_mpca, EXCHANGE_MASTER, SCHEDULE_SOFT, .perturb = 1, .max_steps = 1});
     both[k]->cfg.lr = 0.1;
-    both[k]->cfg.rho = k ? 0.25 : 0.5;
+    both[k]->cfg.decentral.rho = k ? 0.25 : 0.5;
     CHECK_OK(run(both[k]));
   }
   for (int k = 0; k < 4; k++) {
@@ -397,7 +397,7 @@ static void test_mpca_penalty_in_the_step(void) {
 static void test_dpsgd_mixing_rule(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_dpsgd, EXCHANGE_NEIGHBORS, SCHEDULE_SYNC, .perturb = 1, .max_steps = 1});
-  r.cfg.neighbor_weight = 0.25;
+  r.cfg.decentral.neighbor_weight = 0.25;
   CHECK_OK(run(&r));
   /* the left neighbour of k is k + 3 mod 4, the right one k + 1 mod 4 */
   CHECK_REPLICAS(&r, 0, 4,
@@ -519,7 +519,7 @@ static void test_gossip_converges_to_mean_of_starts(void) {
   run_t r;
   char ckpt[128], metrics[128];
   setup(&r, (run_spec_t){strategy_gossip, EXCHANGE_GOSSIP, SCHEDULE_ASYNC, .perturb = 1, .epochs = 20});
-  r.cfg.gossip_p = 0.5;
+  r.cfg.decentral.gossip_p = 0.5;
   snprintf(ckpt, sizeof ckpt, "%s/gossip.st", tmp_dir);
   snprintf(metrics, sizeof metrics, "%s/gossip.jsonl", tmp_dir);
   snprintf(r.cfg.checkpoint, sizeof r.cfg.checkpoint, "%s", ckpt);
@@ -545,7 +545,7 @@ static void test_gossip_mass_with_messages_in_flight(void) {
   char metrics[128];
   setup(&r, (run_spec_t){strategy_gossip, EXCHANGE_GOSSIP, SCHEDULE_ASYNC, .workers = 3, .epochs = 8});
   r.cfg.lr = 0.05;
-  r.cfg.gossip_p = 1;
+  r.cfg.decentral.gossip_p = 1;
   snprintf(metrics, sizeof metrics, "%s/mass.jsonl", tmp_dir);
   snprintf(r.cfg.metrics, sizeof r.cfg.metrics, "%s", metrics);
   CHECK_OK(run(&r));
@@ -563,7 +563,7 @@ static void test_tree_replicas_meet_the_root(void) {
   run_t r;
   setup(&r, (run_spec_t){strategy_tree_easgd, EXCHANGE_TREE, SCHEDULE_ASYNC, .perturb = 1, .workers = 7,
                          .epochs = 10});
-  r.cfg.tree_fanout = 2;
+  r.cfg.decentral.tree_fanout = 2;
   CHECK_OK(run(&r));
   double spread0;
   MAX_ERR(spread0, r.nparams, start_value(&r, 6, i) - start_value(&r, 0, i));
@@ -629,8 +629,8 @@ static void test_tree_schedule_by_level(void) {
                    "tree of 3 workers with fan-out 2 has 1 level");
   argv[8] = "4";
   CHECK_OK(train_options_parse(11, argv, &c));
-  CHECK(c.tau_up_levels == 2 && c.tau_up[0] == 2 && c.tau_up[1] == 4 && c.tau_down_levels == 1 &&
-        c.tau_down[0] == 1);
+  CHECK(c.decentral.tau_up_levels == 2 && c.decentral.tau_up[0] == 2 && c.decentral.tau_up[1] == 4 && c.decentral.tau_down_levels == 1 &&
+        c.decentral.tau_down[0] == 1);
 }
 
 /* The schedule in a real run (threads): 7 workers, fan-out 2 (depth 1 =
@@ -692,15 +692,15 @@ static void test_selection_and_ranks(void) {
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     c.exchange = rows[i].e;
     c.schedule = rows[i].s;
-    c.beta = rows[i].beta;
-    c.tree_fanout = 2;
-    c.gossip_p = 0.5;
+    c.decentral.beta = rows[i].beta;
+    c.decentral.tree_fanout = 2;
+    c.decentral.gossip_p = 0.5;
     fn = NULL;
     CHECK_OK(select_fn(&c, &fn));
     CHECK(fn == rows[i].want);
     CHECK(strategy_total_ranks(&c) == rows[i].ranks);
   }
-  c.beta = 0;
+  c.decentral.beta = 0;
   c.exchange = EXCHANGE_GOSSIP;
   c.schedule = SCHEDULE_SYNC;
   CHECK_FAILS_WITH(select_fn(&c, &fn), "gossip:p + async = GoSGD");
@@ -709,15 +709,15 @@ static void test_selection_and_ranks(void) {
   CHECK_FAILS_WITH(train_config_check(&c), "--schedule ssp --exchange neighbors do not combine");
   c.exchange = EXCHANGE_MASTER;
   c.schedule = SCHEDULE_SOFT;
-  c.rho = 20; /* lr rho = 1 */
+  c.decentral.rho = 20; /* lr rho = 1 */
   CHECK_FAILS_WITH(train_config_check(&c), "option --rho: lr x rho = 1");
-  c.rho = 0;
-  c.beta = 1.5;
+  c.decentral.rho = 0;
+  c.decentral.beta = 1.5;
   CHECK_FAILS_WITH(train_config_check(&c), "option --beta: 1.5 (MPCA-SGD");
-  c.beta = 0;
-  c.alpha = 0.1;
+  c.decentral.beta = 0;
+  c.decentral.alpha = 0.1;
   CHECK_FAILS_WITH(train_config_check(&c), "option --alpha: MPCA-SGD's pull is its penalty --rho");
-  c.alpha = 0;
+  c.decentral.alpha = 0;
   c.optimization = OPTIMIZATION_CENTRAL;
   CHECK_FAILS_WITH(train_config_check(&c), "option --schedule soft: MPCA-SGD's rounds");
 }
@@ -731,26 +731,26 @@ static void test_elastic_stable_range(void) {
   CHECK_NEAR(b, 0.9, 1e-12);
   CHECK_OK(elastic_coefficients(&c, 1, &a, &b));
   CHECK(a <= 0.5 && b < 1);
-  c.alpha = 0.9;
+  c.decentral.alpha = 0.9;
   CHECK_FAILS_WITH(train_config_check(&c), "option --alpha: alpha = 0.9 is outside the stable range");
-  c.alpha = 0.2;
+  c.decentral.alpha = 0.2;
   CHECK_OK(elastic_coefficients(&c, 4, &a, &b)); /* elastic symmetry */
   CHECK_NEAR(b, 0.8, 1e-12);
   CHECK_FAILS_WITH(elastic_coefficients(&c, 5, &a, &b), "beta = 1 is outside the stable range 0 < beta < 1");
-  c.alpha = 0;
-  c.beta = 1.5;
+  c.decentral.alpha = 0;
+  c.decentral.beta = 1.5;
   CHECK_FAILS_WITH(train_config_check(&c), "option --beta");
-  c.beta = 0;
-  c.rho = 20; /* alpha = lr rho = 1 */
+  c.decentral.beta = 0;
+  c.decentral.rho = 20; /* alpha = lr rho = 1 */
   CHECK_FAILS_WITH(train_config_check(&c), "option --rho");
-  c.alpha = 0.1;
+  c.decentral.alpha = 0.1;
   CHECK_FAILS_WITH(train_config_check(&c), "give one of them");
   train_config_default(&c);
   c.optimization = OPTIMIZATION_DECENTRAL;
   c.exchange = EXCHANGE_MASTER;
   c.schedule = SCHEDULE_ASYNC;
   c.workers = 4;
-  c.alpha = 0.3; /* beta = p alpha = 1.2 */
+  c.decentral.alpha = 0.3; /* beta = p alpha = 1.2 */
   CHECK_FAILS_WITH(train_config_check(&c), "option --alpha");
   c.workers = 2;
   CHECK_OK(train_config_check(&c));

@@ -76,14 +76,14 @@ static void setup(run_t *r, const char *sched, int P, int M, const char *partiti
   r->cfg.progress = 0;
   r->cfg.max_steps = STEPS;
   r->cfg.workers = P;
-  r->cfg.pp = P;
-  r->cfg.micro_batches = M;
-  snprintf(r->cfg.partition, sizeof r->cfg.partition, "%s", partition);
+  r->cfg.pipe.stages = P;
+  r->cfg.pipe.micro_batches = M;
+  snprintf(r->cfg.pipe.partition, sizeof r->cfg.pipe.partition, "%s", partition);
   int V;
   pipe_kind_t k;
-  if (!strcmp(sched, "vertical")) sched = "pipedream", r->cfg.vertical_sync = 1;
+  if (!strcmp(sched, "vertical")) sched = "pipedream", r->cfg.pipe.vertical_sync = 1;
   CHECK_OK(pipe_kind_parse(sched, &k, &V));
-  r->cfg.pipe_schedule = (int)k;
+  r->cfg.pipe.schedule = (int)k;
   CHECK_OK(dataset_synthetic_split(256, 1, 8, 8, 4, 7, 1, &r->train));
   CHECK_OK(dataset_synthetic_split(64, 1, 8, 8, 4, 7, 0, &r->test));
 }
@@ -99,7 +99,7 @@ static int run_engine(run_t *r) {
   fflush(stdout);
   int saved = dup(1), null = open("/dev/null", O_WRONLY);
   if (null >= 0) dup2(null, 1); /* the epoch lines */
-  int rc = comm_local_run(r->cfg.pp, NULL, engine_rank, r);
+  int rc = comm_local_run(r->cfg.pipe.stages, NULL, engine_rank, r);
   fflush(stdout);
   if (saved >= 0) dup2(saved, 1), close(saved);
   if (null >= 0) close(null);
@@ -133,7 +133,7 @@ static int version(const ref_t *f, int s, int i, int backward) {
 static int reference_rank(comm_t *c, void *arg) {
   ref_t *f = arg;
   train_config_t cfg = f->r->cfg;
-  cfg.pp = cfg.micro_batches = cfg.workers = 1;
+  cfg.pipe.stages = cfg.pipe.micro_batches = cfg.workers = 1;
   worker_t w;
   RCHECK_OK(worker_init(&w, &cfg, c, &f->r->train, &f->r->test));
   model_t *m = w.model;

@@ -171,15 +171,15 @@ static int run_world(world_spec_t spec) {
   t.cfg.schedule = spec.schedule;
   t.cfg.schedule_param = spec.schedule_param;
   t.cfg.exchange = EXCHANGE_PS;
-  t.cfg.ps_servers = spec.servers;
+  t.cfg.ps.servers = spec.servers;
   t.cfg.batch = 8;
   t.cfg.seed = 5;
   t.cfg.workers = spec.workers;
-  t.cfg.dc_asgd = spec.dc_asgd;
-  t.cfg.dc_asgd_adaptive = spec.dc_adaptive;
+  t.cfg.ps.dc_asgd = spec.dc_asgd;
+  t.cfg.ps.dc_asgd_adaptive = spec.dc_adaptive;
   t.cfg.optim.momentum = spec.momentum;
-  t.cfg.drop_stale = spec.drop_stale - 1;
-  t.cfg.implicit_momentum = spec.implicit_momentum;
+  t.cfg.ps.drop_stale = spec.drop_stale - 1;
+  t.cfg.ps.implicit_momentum = spec.implicit_momentum;
   int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
   if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
   dataset_free(&t.data);
@@ -587,10 +587,10 @@ static void test_implicit_momentum_lowers_the_servers_momentum(void) {
   train_config_t cfg;
   train_config_default(&cfg);
   cfg.optim.momentum = 0.9f;
-  cfg.implicit_momentum = 1;
+  cfg.ps.implicit_momentum = 1;
   CHECK(ps_server_optim(&cfg, 1).momentum == 0.9f); /* one worker: nothing to take out */
   CHECK(fabsf(ps_server_optim(&cfg, 16).momentum - (0.9f - 0.9375f)) < 1e-7f);
-  cfg.implicit_momentum = 0;
+  cfg.ps.implicit_momentum = 0;
   CHECK(ps_server_optim(&cfg, 16).momentum == 0.9f);
 }
 
@@ -830,7 +830,7 @@ static void test_value_queue_orders_by_staleness(void) {
   s.workers = ws;
   int order[5], n = ps_rule_value_queue(&s, order);
   CHECK(n == 4 && order[0] == 1 && order[1] == 3 && order[2] == 0 && order[3] == 4);
-  cfg.ps_queue_staleness = 1;
+  cfg.ps.queue_staleness = 1;
   n = ps_rule_value_queue(&s, order);
   CHECK(n == 4 && order[0] == 3 && order[1] == 4 && order[2] == 0 && order[3] == 1);
 }
@@ -904,7 +904,7 @@ static void test_tp_keys_cover_the_model_once(void) {
   cfg.seed = 9;
   dataset_t shape = {.c = 1, .h = 28, .w = 28, .nclasses = 10};
   for (int T = 2; whole && T <= 3; T++) {
-    cfg.tp = T;
+    cfg.tensor.ranks = T;
     CHECK(ps_group_size(&cfg) == T);
     size_t total = 0;
     for (int t = 0; t < T; t++) {

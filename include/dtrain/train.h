@@ -27,6 +27,83 @@ typedef enum { EXCHANGE_ALLREDUCE, EXCHANGE_PS, EXCHANGE_MASTER, EXCHANGE_NEIGHB
 
 enum { MC_OFF = 0, MC_VELOCITY = 1, MC_SHARED = 2 };
 
+/* The families' settings, one struct each: plain data that the options
+ * fill in and the family's code reads. */
+
+/* Gradient compression (src/compress/), in the reducer of synchronous
+ * data parallelism and the decentralized exchanges. */
+typedef struct {
+  codec_spec_t codec;           /* CODEC_NONE: the plain exchange */
+  int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
+  /* SGD's momentum under compression (the optimizer then steps without
+   * it): MC_VELOCITY, each rank's velocity in the memory (DGC); MC_SHARED,
+   * the momentum step itself compressed, its decoded sum the new momentum
+   * (1-bit Adam's); -1: velocity for dgc, else off */
+  int momentum_correction;
+  int pulls;                    /* --exchange ps:K: pulls sent as the encoded change too [off] */
+  int64_t warmup_steps;         /* dense steps first; DGC: its sparsity warm-up */
+  double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
+  int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */
+} compression_config_t;
+
+/* Pipeline parallelism (src/strategy/pipe/): workers = dp x stages x tp. */
+typedef struct {
+  int stages;                   /* --pp [1] */
+  int micro_batches;            /* micro-batches per step of one replica [1] */
+  int schedule;                 /* pipe_kind_t: gpipe, 1f1b, interleaved, pipedream, 2bw, ddg */
+  int chunks;                   /* interleaved:V: model chunks per rank [1] */
+  int vertical_sync;            /* pipedream: a unit runs every stage on stage 0's weight version */
+  char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
+} pipe_config_t;
+
+/* Tensor parallelism (src/strategy/tensor/). */
+typedef struct {
+  int ranks;                    /* --tp: ranks a dense layer pair is split over [1] */
+  int conv_data;                /* one weird trick: convolutions data-parallel, dense layers split over all workers */
+  int data_line;                /* > 0: the model file's split=data on this line set conv_data */
+} tensor_config_t;
+
+/* Parameter servers (src/strategy/ps/). */
+typedef struct {
+  int servers;                  /* ps:K (0 = ps:n, co-located) */
+  int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
+  int staleness_lr;             /* divide the step by the staleness */
+  double dc_asgd;               /* delay compensation lambda (0 = off); DC-ASGD-a: lambda0 */
+  int dc_asgd_adaptive;         /* DC-ASGD-a: lambda_t = lambda0 / sqrt(MeanSquare_t + eps) */
+  int implicit_momentum;        /* the servers' momentum is --momentum - (1 - 1/N) */
+  int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
+  double epoch_fraction;        /* pool schedules: an epoch ends once this part of its batches is pushed [1] */
+  int queue_staleness;          /* value:V: held pushes tried least stale first (else in arrival order) */
+  int refresh_lazy;             /* ssp:S: Bosen's SSP cache, pulled only when older than S clocks
+                                 * (else ESSP's eager refresh every clock) */
+  size_t credit_bytes;          /* PRIORITY / TICTAC: bytes in flight each way at most
+                                 * (ByteScheduler's credit) */
+} ps_config_t;
+
+/* Decentralized optimization (src/strategy/decentral/). */
+typedef struct {
+  int tau;                      /* local steps between merges [1] */
+  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default);
+                                   MPCA-SGD: rho the penalty, beta the centre's rate */
+  double extrapolation;         /* MPCA-SGD: gamma, c^ = c + gamma (c - c_prev) (-1: default 1) */
+  /* EASGD, DeepSpark's adaptive moving rate: alpha and beta are multiplied
+   * by alpha_decay every alpha_decay_every exchanges of a worker, at most
+   * alpha_decay_limit times (0: no limit) [1, 0, 0: constant] */
+  double alpha_decay;
+  int alpha_decay_every, alpha_decay_limit;
+  /* TreeEASGD exchange periods per level of the tree, from the root: level
+   * l >= 1 is the links between depths l-1 and l; a node at depth l sends
+   * its model to its parent every tau_up[l-1] of its steps, and a node at
+   * depth l-1 to its children every tau_down[l-1] steps. Levels past the
+   * last value given take the last one (one value: every level). */
+  int tau_up[TREE_LEVELS_MAX], tau_down[TREE_LEVELS_MAX];
+  int tau_up_levels, tau_down_levels; /* values given, 1 .. TREE_LEVELS_MAX */
+  double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
+  double consensus_step;        /* D-PSGD with --compress (CHOCO-SGD): gossip step gamma [1] */
+  double gossip_p;              /* gossip:p */
+  int tree_fanout;              /* tree:F */
+} decentral_config_t;
+
 typedef struct {
   /* what to train */
   char model[256], data[256];
@@ -48,75 +125,22 @@ typedef struct {
   double schedule_param;        /* ssp:S, value:V, backup:B */
   exchange_t exchange;
   allreduce_algo_t algo;        /* for EXCHANGE_ALLREDUCE */
-  int ps_servers;               /* ps:K (0 = ps:n, co-located) */
-  double gossip_p;              /* gossip:p */
-  int tree_fanout;              /* tree:F */
   size_t bucket_bytes;          /* gradient bucket size (0 = one bucket per layer) */
   int overlap;                  /* start bucket allreduces during backprop */
   coll_order_t comm_order;      /* FIFO, or PRIORITY: the next forward's layers first */
   size_t partition_bytes;       /* PRIORITY: buckets go out in parts of at most this */
-  size_t credit_bytes;          /* parameter servers, PRIORITY / TICTAC: bytes in flight each
-                                 * way at most (ByteScheduler's credit) */
   int shard_optimizer;          /* ZeRO-1: reduce-scatter, step this rank's blocks, allgather */
   int balance;                  /* split each synchronous step's batch by measured speed */
-  /* gradient compression (src/compress/), in the reducer of synchronous
-   * data parallelism */
-  codec_spec_t compress;        /* CODEC_NONE: the plain allreduce */
-  int error_feedback;           /* -1: the codec's default (on for biased codecs), 0, 1 */
-  /* SGD's momentum under compression (the optimizer then steps without
-   * it): MC_VELOCITY, each rank's velocity in the memory (DGC); MC_SHARED,
-   * the momentum step itself compressed, its decoded sum the new momentum
-   * (1-bit Adam's); -1: velocity for dgc, else off */
-  int momentum_correction;
-  int compress_pulls;           /* --exchange ps:K: pulls sent as the encoded change too [off] */
-  int64_t compress_warmup_steps;/* dense steps first; DGC: its sparsity warm-up */
-  double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
-  int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */
-  /* pipeline parallelism (src/strategy/pipe/): workers = dp x pp */
-  int pp;                       /* pipeline stages [1] */
-  int micro_batches;            /* micro-batches per step of one replica [1] */
-  int pipe_schedule;            /* pipe_kind_t: gpipe, 1f1b, interleaved, pipedream, 2bw, ddg */
-  int pipe_chunks;              /* interleaved:V: model chunks per rank [1] */
-  int vertical_sync;            /* pipedream: a unit runs every stage on stage 0's weight version */
-  char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
-  /* tensor parallelism (src/strategy/tensor/): workers = dp x pp x tp */
-  int tp;                       /* ranks a dense layer pair is split over [1] */
-  int tp_conv_data;             /* one weird trick: convolutions data-parallel, dense layers split over all workers */
-  int tp_data_line;             /* > 0: the model file's split=data on this line set tp_conv_data */
   int sync_bn;                  /* batch norm's statistics over the data-parallel ranks */
-  /* parameter servers (issue: centralized optimization) */
-  int fetch_every, push_every;  /* Downpour: pull / push every n steps [1, 1] */
-  int staleness_lr;             /* divide the step by the staleness */
-  double dc_asgd;               /* delay compensation lambda (0 = off); DC-ASGD-a: lambda0 */
-  int dc_asgd_adaptive;         /* DC-ASGD-a: lambda_t = lambda0 / sqrt(MeanSquare_t + eps) */
-  int implicit_momentum;        /* the servers' momentum is --momentum - (1 - 1/N) */
-  int64_t drop_stale;           /* async: drop a push more than this many updates stale (-1: off) */
-  double epoch_fraction;        /* pool schedules: an epoch ends once this part of its batches is pushed [1] */
-  int ps_queue_staleness;       /* value:V: held pushes tried least stale first (else in arrival order) */
-  int ps_refresh_lazy;          /* ssp:S: Bosen's SSP cache, pulled only when older than S clocks
-                                 * (else ESSP's eager refresh every clock) */
+  /* the families' settings (each read only by its family and its options) */
+  compression_config_t compression;
+  pipe_config_t pipe;
+  tensor_config_t tensor;
+  ps_config_t ps;
+  decentral_config_t decentral;
   int kill_rank;                /* --kill rank=R,at-step=S (local; -1 = none) */
   int64_t kill_step;
-  char checkpoint_dir[256];     /* one file per shard + manifest */
-  /* decentralized optimization */
-  int tau;                      /* local steps between merges [1] */
-  double alpha, beta, rho;      /* EASGD elastic coefficients (0 = the method's default);
-                                   MPCA-SGD: rho the penalty, beta the centre's rate */
-  double extrapolation;         /* MPCA-SGD: gamma, c^ = c + gamma (c - c_prev) (-1: default 1) */
-  /* EASGD, DeepSpark's adaptive moving rate: alpha and beta are multiplied
-   * by alpha_decay every alpha_decay_every exchanges of a worker, at most
-   * alpha_decay_limit times (0: no limit) [1, 0, 0: constant] */
-  double alpha_decay;
-  int alpha_decay_every, alpha_decay_limit;
-  /* TreeEASGD exchange periods per level of the tree, from the root: level
-   * l >= 1 is the links between depths l-1 and l; a node at depth l sends
-   * its model to its parent every tau_up[l-1] of its steps, and a node at
-   * depth l-1 to its children every tau_down[l-1] steps. Levels past the
-   * last value given take the last one (one value: every level). */
-  int tau_up[TREE_LEVELS_MAX], tau_down[TREE_LEVELS_MAX];
-  int tau_up_levels, tau_down_levels; /* values given, 1 .. TREE_LEVELS_MAX */
-  double neighbor_weight;       /* D-PSGD: weight of each ring neighbour [1/3] */
-  double consensus_step;        /* D-PSGD with --compress (CHOCO-SGD): gossip step gamma [1] */
+  char checkpoint_dir[256];     /* parameter servers: one file per shard + manifest */
   /* emulated network (local) */
   comm_net_t net;
   double net_latency, net_bandwidth;
@@ -137,7 +161,7 @@ static inline int train_axes(const train_config_t *c, optimization_t o, exchange
   return c->optimization == o && c->exchange == e && c->schedule == s;
 }
 /* A pipeline: stages (--pp) or micro-batches (--micro-batches). */
-static inline int train_pipelined(const train_config_t *c) { return c->pp > 1 || c->micro_batches > 1; }
+static inline int train_pipelined(const train_config_t *c) { return c->pipe.stages > 1 || c->pipe.micro_batches > 1; }
 
 void train_config_default(train_config_t *cfg);
 /* Refuses invalid values and combinations of axes with one line naming the

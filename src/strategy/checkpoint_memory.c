@@ -35,13 +35,13 @@ static int on_grid(const worker_t *w) { return comm_size(w->world) != w->nranks;
 /* "dgc:0.001 over 4 ranks": the state is only meaningful to that run */
 static void describe(const worker_t *w, char *buf, size_t cap) {
   char name[48];
-  codec_format(&w->cfg->compress, name, sizeof name);
+  codec_format(&w->cfg->compression.codec, name, sizeof name);
   if (!on_grid(w)) {
     snprintf(buf, cap, "%s over %d ranks", name, w->nranks);
     return;
   }
-  int world = comm_size(w->world), tp = w->cfg->tp > 1 ? w->cfg->tp : 1;
-  int pp = w->cfg->pp > 1 ? w->cfg->pp : 1;
+  int world = comm_size(w->world), tp = w->cfg->tensor.ranks > 1 ? w->cfg->tensor.ranks : 1;
+  int pp = w->cfg->pipe.stages > 1 ? w->cfg->pipe.stages : 1;
   snprintf(buf, cap, "%s over %d ranks as dp %d x pp %d x tp %d", name, world, world / (pp * tp),
            pp, tp);
 }

@@ -32,25 +32,25 @@ void train_config_default(train_config_t *c) {
   c->overlap = 1;
   c->comm_order = COLL_ORDER_FIFO;
   c->partition_bytes = 1u << 20;
-  c->credit_bytes = 16000000; /* ByteScheduler's default credit: 4 M parameters */
+  c->ps.credit_bytes = 16000000; /* ByteScheduler's default credit: 4 M parameters */
   c->straggler_rank = -1;
-  c->fetch_every = c->push_every = 1;
+  c->ps.fetch_every = c->ps.push_every = 1;
   c->kill_rank = -1;
-  c->pp = c->micro_batches = c->pipe_chunks = 1;
-  c->tp = 1;
-  c->drop_stale = -1;
-  c->epoch_fraction = 1;
-  c->tau = 1;
-  c->extrapolation = -1;
-  c->tau_up[0] = c->tau_down[0] = 1;
-  c->tau_up_levels = c->tau_down_levels = 1;
-  c->neighbor_weight = 1.0 / 3.0;
-  c->alpha_decay = 1;
+  c->pipe.stages = c->pipe.micro_batches = c->pipe.chunks = 1;
+  c->tensor.ranks = 1;
+  c->ps.drop_stale = -1;
+  c->ps.epoch_fraction = 1;
+  c->decentral.tau = 1;
+  c->decentral.extrapolation = -1;
+  c->decentral.tau_up[0] = c->decentral.tau_down[0] = 1;
+  c->decentral.tau_up_levels = c->decentral.tau_down_levels = 1;
+  c->decentral.neighbor_weight = 1.0 / 3.0;
+  c->decentral.alpha_decay = 1;
   c->straggler_slowdown = 1;
   c->progress = 1;
-  c->error_feedback = -1;
-  c->momentum_correction = -1;
-  c->consensus_step = 1;
+  c->compression.error_feedback = -1;
+  c->compression.momentum_correction = -1;
+  c->decentral.consensus_step = 1;
 }
 
 const char *schedule_name(schedule_t s) {
@@ -66,10 +66,10 @@ const char *exchange_name(exchange_t e) {
 void exchange_spec(const train_config_t *c, char *buf, size_t cap) {
   if (c->exchange == EXCHANGE_ALLREDUCE)
     snprintf(buf, cap, "allreduce:%s", allreduce_algo_name(c->algo));
-  else if (c->exchange == EXCHANGE_PS && c->ps_servers == 0) snprintf(buf, cap, "ps:n");
-  else if (c->exchange == EXCHANGE_PS) snprintf(buf, cap, "ps:%d", c->ps_servers);
-  else if (c->exchange == EXCHANGE_GOSSIP) snprintf(buf, cap, "gossip:%g", c->gossip_p);
-  else if (c->exchange == EXCHANGE_TREE) snprintf(buf, cap, "tree:%d", c->tree_fanout);
+  else if (c->exchange == EXCHANGE_PS && c->ps.servers == 0) snprintf(buf, cap, "ps:n");
+  else if (c->exchange == EXCHANGE_PS) snprintf(buf, cap, "ps:%d", c->ps.servers);
+  else if (c->exchange == EXCHANGE_GOSSIP) snprintf(buf, cap, "gossip:%g", c->decentral.gossip_p);
+  else if (c->exchange == EXCHANGE_TREE) snprintf(buf, cap, "tree:%d", c->decentral.tree_fanout);
   else snprintf(buf, cap, "%s", exchange_name(c->exchange));
 }
 
@@ -100,8 +100,8 @@ static int exchange_parse_param(const char *text, exchange_t *out, double *gossi
 int exchange_parse(const char *text, train_config_t *c) {
   exchange_t *out = &c->exchange;
   allreduce_algo_t *algo = &c->algo;
-  int *servers = &c->ps_servers;
-  int with_param = exchange_parse_param(text, out, &c->gossip_p, &c->tree_fanout);
+  int *servers = &c->ps.servers;
+  int with_param = exchange_parse_param(text, out, &c->decentral.gossip_p, &c->decentral.tree_fanout);
   if (with_param != 0) return with_param < 0 ? -1 : 0;
   if (!strcmp(text, "allreduce") || !strncmp(text, "allreduce:", 10)) {
     *out = EXCHANGE_ALLREDUCE;
@@ -164,21 +164,21 @@ static int exchange_parse_param(const char *text, exchange_t *out, double *gossi
  * tensor-parallel group) sums no gradients: --compress would be ignored. */
 static int compress_check_replicas(const train_config_t *c) {
   const strategy_t *st = strategy_match(c); /* the gradients' sum: data parallelism's */
-  if (c->compress.kind == CODEC_NONE || !st || st->compress != COMPRESS_GRADIENTS ||
-      train_pipelined(c) || c->workers != c->tp)
+  if (c->compression.codec.kind == CODEC_NONE || !st || st->compress != COMPRESS_GRADIENTS ||
+      train_pipelined(c) || c->workers != c->tensor.ranks)
     return 0;
   char name[48], tp[32] = "";
-  codec_format(&c->compress, name, sizeof name);
-  if (c->tp > 1) snprintf(tp, sizeof tp, " and --tp %d", c->tp);
+  codec_format(&c->compression.codec, name, sizeof name);
+  if (c->tensor.ranks > 1) snprintf(tp, sizeof tp, " and --tp %d", c->tensor.ranks);
   if (c->comm == COMM_MPI)
     return dt_error("option --compress %s: mpirun -np %d%s leaves one data-parallel replica, so "
                     "no gradients are summed and nothing would be compressed: use mpirun -np %d "
                     "for two replicas, or drop --compress", name, c->workers, tp, 2 * c->workers);
-  if (c->tp > 1)
+  if (c->tensor.ranks > 1)
     return dt_error("option --compress %s: --tp %d on %d workers is one tensor-parallel group, "
                     "no data-parallel replica, so no gradients are summed (the split layers' sums "
-                    "go as they are): use --workers %d for two replicas", name, c->tp, c->workers,
-                    2 * c->tp);
+                    "go as they are): use --workers %d for two replicas", name, c->tensor.ranks, c->workers,
+                    2 * c->tensor.ranks);
   return dt_error("option --compress %s: one worker sums no gradients, so nothing would be "
                   "compressed: use --workers 2 or more, or drop --compress", name);
 }
@@ -239,37 +239,37 @@ static int comm_order_check(const train_config_t *c) {
 /* Compression is a stage of synchronous data parallelism's reducer: it
  * needs gradients that go on a wire, bucket by bucket. */
 int train_error_feedback(const train_config_t *c) {
-  return c->error_feedback < 0 ? codec_default_feedback(&c->compress) : c->error_feedback;
+  return c->compression.error_feedback < 0 ? codec_default_feedback(&c->compression.codec) : c->compression.error_feedback;
 }
 
 int train_momentum_correction(const train_config_t *c) {
-  if (c->momentum_correction >= 0) return c->momentum_correction;
-  return c->compress.kind == CODEC_DGC ? MC_VELOCITY : MC_OFF;
+  if (c->compression.momentum_correction >= 0) return c->compression.momentum_correction;
+  return c->compression.codec.kind == CODEC_DGC ? MC_VELOCITY : MC_OFF;
 }
 
 static int compress_check(const train_config_t *c) {
-  const codec_spec_t *k = &c->compress;
-  if (c->sufficient_factors && c->tp > 1)
+  const codec_spec_t *k = &c->compression.codec;
+  if (c->compression.sufficient_factors && c->tensor.ranks > 1)
     return dt_error("option --sufficient-factors on: not with --tp %d (a split layer's factors "
-                    "are its block's; use --tp 1)", c->tp);
-  if (c->sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
+                    "are its block's; use --tp 1)", c->tensor.ranks);
+  if (c->compression.sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
                                 c->comm_order == COLL_ORDER_PRIORITY))
     return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
                     "layer's factors instead of its gradient, a bucket a layer)",
                     k->kind != CODEC_NONE ? "--compress" : c->shard_optimizer ? "--shard-optimizer on"
                     : c->balance ? "--balance on" : "--comm-order priority");
   if (k->kind == CODEC_NONE) {
-    if (c->error_feedback == 1 || c->compress_warmup_steps || c->dgc_clip > 0)
-      return dt_error("option --%s: needs --compress CODEC", c->error_feedback == 1 ? "error-feedback"
-                      : c->compress_warmup_steps ? "compress-warmup-steps" : "dgc-clip");
+    if (c->compression.error_feedback == 1 || c->compression.warmup_steps || c->compression.dgc_clip > 0)
+      return dt_error("option --%s: needs --compress CODEC", c->compression.error_feedback == 1 ? "error-feedback"
+                      : c->compression.warmup_steps ? "compress-warmup-steps" : "dgc-clip");
     return 0;
   }
   char name[48];
   codec_format(k, name, sizeof name);
-  if ((c->pp > 1 || c->micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pp * c->tp)
+  if ((c->pipe.stages > 1 || c->pipe.micro_batches > 1) && c->comm != COMM_MPI && c->workers == c->pipe.stages * c->tensor.ranks)
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
-                    "--workers %d for two replicas", name, 2 * c->pp * c->tp);
+                    "--workers %d for two replicas", name, 2 * c->pipe.stages * c->tensor.ranks);
   /* what the strategy sends, from its descriptor (none matching: the
    * selection's own message comes last, in train_config_check) */
   const strategy_t *st = strategy_match(c);
@@ -283,7 +283,7 @@ static int compress_check(const train_config_t *c) {
       (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
-  if (how == COMPRESS_MIRRORS && c->error_feedback == 1)
+  if (how == COMPRESS_MIRRORS && c->compression.error_feedback == 1)
     return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
                     "carry what was not sent; drop the option", method);
   if (how == COMPRESS_NOT_BUILT)
@@ -305,7 +305,7 @@ static int compress_check(const train_config_t *c) {
                     "unsharded, even reducer)", name, c->shard_optimizer ? "--shard-optimizer on"
                     : c->balance ? "--balance on" : c->comm_order == COLL_ORDER_TICTAC
                     ? "--comm-order tictac" : "--comm-order priority");
-  if (c->error_feedback == 1 && !codec_biased(k))
+  if (c->compression.error_feedback == 1 && !codec_biased(k))
     return dt_error("option --error-feedback on: %s is unbiased, and error feedback is for biased "
                     "codecs (fp16, bf16, int8, onebit, topk, randomk, threshold, dgc, powersgd); "
                     "drop the option", name);
@@ -315,20 +315,20 @@ static int compress_check(const train_config_t *c) {
   if (k->kind == CODEC_DGC && c->optim.kind != OPTIM_SGD)
     return dt_error("option --compress %s: DGC's momentum correction takes the place of SGD's "
                     "momentum: use --optimizer sgd (not %s)", name, optim_kind_name(c->optim.kind));
-  if (c->momentum_correction != -1 && c->momentum_correction != MC_VELOCITY &&
+  if (c->compression.momentum_correction != -1 && c->compression.momentum_correction != MC_VELOCITY &&
       k->kind == CODEC_DGC)
     return dt_error("option --momentum-correction %s: DGC is top-k with its velocity corrected "
                     "(velocity); for top-k without it use --compress topk:R",
-                    c->momentum_correction ? "shared" : "off");
-  if (c->momentum_correction == MC_SHARED && (codec_sparse(k) || k->kind == CODEC_POWERSGD))
+                    c->compression.momentum_correction ? "shared" : "off");
+  if (c->compression.momentum_correction == MC_SHARED && (codec_sparse(k) || k->kind == CODEC_POWERSGD))
     return dt_error("option --momentum-correction shared: the decoded sum becomes the momentum, "
                     "and %s would drop the momentum of what it does not send: use velocity "
                     "(DGC's)", name);
-  if (c->momentum_correction == MC_VELOCITY && k->kind != CODEC_DGC && c->compress_warmup_steps)
+  if (c->compression.momentum_correction == MC_VELOCITY && k->kind != CODEC_DGC && c->compression.warmup_steps)
     return dt_error("option --compress-warmup-steps: its dense steps would go without momentum "
                     "under --momentum-correction velocity (only dgc ramps its sparsity instead): "
                     "use shared, or no warm-up");
-  if (c->momentum_correction > 0) {
+  if (c->compression.momentum_correction > 0) {
     if (!central || !dp)
       return dt_error("option --momentum-correction: corrects the momentum of synchronous "
                       "data parallelism's gradients (--exchange allreduce:ALGO --schedule sync)");
@@ -340,13 +340,13 @@ static int compress_check(const train_config_t *c) {
       return dt_error("option --momentum-correction: corrects SGD's momentum (--momentum M): use "
                       "--optimizer sgd, without --nesterov");
   }
-  if (c->dgc_clip > 0 && k->kind != CODEC_DGC)
+  if (c->compression.dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
-  if (c->compress_pulls && c->schedule == SCHEDULE_VALUE)
+  if (c->compression.pulls && c->schedule == SCHEDULE_VALUE)
     return dt_error("option --compress-pulls on: not with --schedule value:V, whose bound counts "
                     "a pulled model as the servers' own; a compressed pull's copy lags it by "
                     "what the codec has not sent yet");
-  if (c->compress_pulls && k->kind == CODEC_THRESHOLD)
+  if (c->compression.pulls && k->kind == CODEC_THRESHOLD)
     return dt_error("option --compress-pulls on: a pull's reply has the size of its codec's "
                     "encoding, and %s's varies with the values: use topk:R", name);
   return 0;
@@ -395,7 +395,7 @@ int train_config_check(const train_config_t *c) {
   if (!(c->lr >= 0)) return dt_error("option --lr: %g is negative (expected >= 0)", c->lr);
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
-  if (c->tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->tau);
+  if (c->decentral.tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->decentral.tau);
   if (c->bf16 && !kern_bf16_available())
     return dt_error("option --precision bf16: %s (use --precision fp32)",
                     cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)

@@ -99,7 +99,7 @@ int train_check_memory(const train_config_t *c, const model_t *m) {
   int ranks = c->comm == COMM_MPI ? 1 : strategy_total_ranks(c);
   int batch = worker_max_batch(c);
   double model = 4.0 * (2.0 * (double)m->nparams + (double)m->nbuffers);
-  double acts = 4.0 * (double)batch * act_floats_per_sample(m) / (c->tp > 1 ? c->tp : 1);
+  double acts = 4.0 * (double)batch * act_floats_per_sample(m) / (c->tensor.ranks > 1 ? c->tensor.ranks : 1);
   double need = (double)ranks * (model + acts);
   double stacks = c->comm == COMM_MPI ? 0 : (double)ranks * thread_stack();
   mem_limit_t resident, address;

@@ -28,7 +28,7 @@ static int is_mpca(const train_config_t *c) {
 }
 static int is_easgd(const train_config_t *c) { /* a master rank of its own: decentral.h */
   return is_decentral(c) && c->exchange == EXCHANGE_MASTER && !is_mpca(c) &&
-         (c->schedule == SCHEDULE_ASYNC || c->alpha > 0 || c->beta > 0 || c->rho > 0);
+         (c->schedule == SCHEDULE_ASYNC || c->decentral.alpha > 0 || c->decentral.beta > 0 || c->decentral.rho > 0);
 }
 static int uses_alpha(const train_config_t *c) { return uses_elastic(c) && !is_mpca(c); }
 static int uses_tree(const train_config_t *c) { return is_decentral(c) && c->exchange == EXCHANGE_TREE; }
@@ -39,7 +39,7 @@ static int is_dpsgd(const train_config_t *c) {
   return uses_neighbors(c) && c->schedule == SCHEDULE_SYNC;
 }
 static int uses_choco(const train_config_t *c) {
-  return is_dpsgd(c) && c->compress.kind != CODEC_NONE;
+  return is_dpsgd(c) && c->compression.codec.kind != CODEC_NONE;
 }
 static int is_ps(const train_config_t *c) { return c->exchange == EXCHANGE_PS; }
 static int is_downpour(const train_config_t *c) {
@@ -55,7 +55,7 @@ static int is_ssp_ps(const train_config_t *c) {
 }
 static int is_pipeline(const train_config_t *c) { return train_pipelined(c); }
 static int is_pipedream(const train_config_t *c) {
-  return is_pipeline(c) && c->pipe_schedule == PIPE_PIPEDREAM;
+  return is_pipeline(c) && c->pipe.schedule == PIPE_PIPEDREAM;
 }
 static int is_data_parallel(const train_config_t *c) {
   return !is_decentral(c) && c->exchange == EXCHANGE_ALLREDUCE && !is_pipeline(c);
@@ -72,7 +72,7 @@ static int is_balanceable(const train_config_t *c) {
   return !is_decentral(c) && c->schedule == SCHEDULE_SYNC &&
          (c->exchange == EXCHANGE_ALLREDUCE || c->exchange == EXCHANGE_SHARED);
 }
-static int compresses(const train_config_t *c) { return c->compress.kind != CODEC_NONE; }
+static int compresses(const train_config_t *c) { return c->compression.codec.kind != CODEC_NONE; }
 static int compresses_ps(const train_config_t *c) {
   return compresses(c) && c->exchange == EXCHANGE_PS;
 }
@@ -176,53 +176,53 @@ static const option_t OPTIONS[] = {
     {ONOFF("overlap", overlap), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
     {WORDS("comm-order", comm_order, "fifo|priority|tictac", NULL), takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
     {KIB("partition-kb", partition_bytes), is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
-    {KIB("credit-kb", credit_bytes), is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
+    {KIB("credit-kb", ps.credit_bytes), is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
     {ONOFF("shard-optimizer", shard_optimizer), is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
     {ONOFF("balance", balance), is_balanceable,
      "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
     {FUNC("compress", set_compress), on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
-    {ONOFF("error-feedback", error_feedback), compresses, "--compress CODEC", AX_STRATEGY},
-    {WORDS("momentum-correction", momentum_correction, "off|velocity|shared", NULL), compresses, "--compress CODEC", AX_STRATEGY},
-    {ONOFF("compress-pulls", compress_pulls), compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
-    {INT("compress-warmup-steps", compress_warmup_steps, 0, 1L << 40), compresses, "--compress CODEC", AX_STRATEGY},
-    {FLT("dgc-clip", dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY},
-    {ONOFF("sufficient-factors", sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
-    {INT("pp", pp, 1, 1024), NULL, NULL, AX_STRATEGY},
-    {INT("micro-batches", micro_batches, 1, 1 << 16), NULL, NULL, AX_STRATEGY},
-    {INT("tp", tp, 1, 1024), NULL, NULL, AX_STRATEGY},
-    {WORDS("tp-conv", tp_conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
+    {ONOFF("error-feedback", compression.error_feedback), compresses, "--compress CODEC", AX_STRATEGY},
+    {WORDS("momentum-correction", compression.momentum_correction, "off|velocity|shared", NULL), compresses, "--compress CODEC", AX_STRATEGY},
+    {ONOFF("compress-pulls", compression.pulls), compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
+    {INT("compress-warmup-steps", compression.warmup_steps, 0, 1L << 40), compresses, "--compress CODEC", AX_STRATEGY},
+    {FLT("dgc-clip", compression.dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY},
+    {ONOFF("sufficient-factors", compression.sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
+    {INT("pp", pipe.stages, 1, 1024), NULL, NULL, AX_STRATEGY},
+    {INT("micro-batches", pipe.micro_batches, 1, 1 << 16), NULL, NULL, AX_STRATEGY},
+    {INT("tp", tensor.ranks, 1, 1024), NULL, NULL, AX_STRATEGY},
+    {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {ONOFF("sync-bn", sync_bn), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
     {FUNC("pipe-schedule", set_pipe_schedule), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
     {FUNC("partition", set_partition), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
-    {ONOFF("vertical-sync", vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
+    {ONOFF("vertical-sync", pipe.vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
     {FUNC("net", set_net), is_local, "--comm local", AX_COMM},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY},
     {FLT("comm-timeout", net.timeout, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
     {FLT("stall-warning", net.stall_warning, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
-    {INT("fetch-every", fetch_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {INT("push-every", push_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {INT("drop-stale", drop_stale, 0, 1L << 40), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {INT("fetch-every", ps.fetch_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {INT("push-every", ps.push_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+    {INT("drop-stale", ps.drop_stale, 0, 1L << 40), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
     /* not backup:B: a pull there waits for the next step, which a cut epoch may never take */
     {FUNC("epoch-fraction", set_epoch_fraction), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {WORDS("ps-queue", ps_queue_staleness, "fifo|staleness", NULL), is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
+    {WORDS("ps-queue", ps.queue_staleness, "fifo|staleness", NULL), is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
      AX_STRATEGY},
-    {WORDS("ps-refresh", ps_refresh_lazy, "lazy|eager", LAZY_EAGER), is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
-    {FLAG("staleness-lr", staleness_lr, 1), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {WORDS("ps-refresh", ps.refresh_lazy, "lazy|eager", LAZY_EAGER), is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
+    {FLAG("staleness-lr", ps.staleness_lr, 1), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
     {FUNC("dc-asgd", set_dc_asgd), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {ONOFF("implicit-momentum", implicit_momentum), is_async_ps_sgd,
+    {ONOFF("implicit-momentum", ps.implicit_momentum), is_async_ps_sgd,
      "--exchange ps:K --schedule async or value:V with --optimizer sgd", AX_STRATEGY},
     {FUNC("kill", set_kill), is_ps, "--exchange ps:K", AX_STRATEGY},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY},
-    {INT("tau", tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
-    {FLT("alpha", alpha, 0, 1e3), uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
-    {FLT("beta", beta, 0, 1e3), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {FLT("rho", rho, 0, 1e6), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {FLT("extrapolation", extrapolation, 0, 2), is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
+    {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
+    {FLT("alpha", decentral.alpha, 0, 1e3), uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
+    {FLT("beta", decentral.beta, 0, 1e3), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {FLT("rho", decentral.rho, 0, 1e6), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
+    {FLT("extrapolation", decentral.extrapolation, 0, 2), is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
     {FUNC("alpha-decay", set_alpha_decay), is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
     {FUNC("tau-up", set_tau_up), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
     {FUNC("tau-down", set_tau_down), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {FLT("neighbor-weight", neighbor_weight, 0, 0.5), is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
-    {FLT("consensus-step", consensus_step, 1e-6, 1), uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
+    {FLT("neighbor-weight", decentral.neighbor_weight, 0, 0.5), is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
+    {FLT("consensus-step", decentral.consensus_step, 1e-6, 1), uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
     {PATH("metrics", metrics), NULL, NULL, AX_STRATEGY},
     {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY},
     {PATH("resume", resume), NULL, NULL, AX_STRATEGY},
@@ -319,8 +319,8 @@ static int set_dc_asgd(void *cv, const char *val, void *st) {
   if (adaptive && !(v > 0))
     return dt_error("option --dc-asgd: a:%g: the adaptive lambda0 must be > 0 (--dc-asgd 0 "
                     "turns delay compensation off)", v);
-  c->dc_asgd = v;
-  c->dc_asgd_adaptive = adaptive;
+  c->ps.dc_asgd = v;
+  c->ps.dc_asgd_adaptive = adaptive;
   return 0;
 }
 
@@ -350,9 +350,9 @@ static int set_alpha_decay(void *cv, const char *val, void *st) {
   if (!(gamma > 0))
     return dt_error("option --alpha-decay: factor %g (expected 0 < G <= 1: alpha only "
                     "decreases, so it stays in the stable range it starts in)", gamma);
-  c->alpha_decay = gamma;
-  c->alpha_decay_every = (int)every;
-  c->alpha_decay_limit = (int)limit;
+  c->decentral.alpha_decay = gamma;
+  c->decentral.alpha_decay_every = (int)every;
+  c->decentral.alpha_decay_limit = (int)limit;
   return 0;
 }
 
@@ -426,40 +426,40 @@ static int set_bucket_mb(void *c, const char *val, void *st) {
 }
 
 static int set_compress(void *c, const char *val, void *st) {
-  return codec_parse(val, &((train_config_t *)c)->compress);
+  return codec_parse(val, &((train_config_t *)c)->compression.codec);
 }
 
 static int set_pipe_schedule(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
   pipe_kind_t k;
-  return pipe_kind_parse(val, &k, &c->pipe_chunks) ? -1 : (c->pipe_schedule = (int)k, 0);
+  return pipe_kind_parse(val, &k, &c->pipe.chunks) ? -1 : (c->pipe.schedule = (int)k, 0);
 }
 
 static int set_partition(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  if (!strcmp(val, "balanced")) return c->partition[0] = 0, 0;
+  if (!strcmp(val, "balanced")) return c->pipe.partition[0] = 0, 0;
   if (strcmp(val, "macs") && pipe_partition_parse(val, NULL, 0) < 0) return -1;
-  if (strlen(val) >= sizeof c->partition)
-    return dt_error("option --partition: path too long (max %zu)", sizeof c->partition - 1);
-  strcpy(c->partition, val);
+  if (strlen(val) >= sizeof c->pipe.partition)
+    return dt_error("option --partition: path too long (max %zu)", sizeof c->pipe.partition - 1);
+  strcpy(c->pipe.partition, val);
   return 0;
 }
 
 
 static int set_tau_up(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  return parse_periods("tau-up", val, c->tau_up, &c->tau_up_levels);
+  return parse_periods("tau-up", val, c->decentral.tau_up, &c->decentral.tau_up_levels);
 }
 
 static int set_tau_down(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  return parse_periods("tau-down", val, c->tau_down, &c->tau_down_levels);
+  return parse_periods("tau-down", val, c->decentral.tau_down, &c->decentral.tau_down_levels);
 }
 
 static int set_epoch_fraction(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  if (parse_float("epoch-fraction", val, 0, 1, &c->epoch_fraction) != 0) return -1;
-  if (c->epoch_fraction == 0)
+  if (parse_float("epoch-fraction", val, 0, 1, &c->ps.epoch_fraction) != 0) return -1;
+  if (c->ps.epoch_fraction == 0)
     return dt_error("option --epoch-fraction: 0: an epoch must take some of its batches "
                     "(0 < F <= 1; Project Adam: 0.75)");
   return 0;
@@ -526,7 +526,7 @@ static const char *optimization_name(optimization_t o) {
 static int pipeline_excludes(const train_config_t *c, const option_t *o) {
   if (!is_pipeline(c)) return 0;
   train_config_t flat = *c;
-  flat.pp = flat.micro_batches = 1;
+  flat.pipe.stages = flat.pipe.micro_batches = 1;
   return o->applies(&flat);
 }
 
@@ -553,8 +553,8 @@ static int check_used(const parse_state_t *st) {
     }
     if (pipeline_excludes(c, o))
       return dt_error("option --%s: not used by a pipeline (--pp %d --micro-batches %d); "
-                      "without --pp and --micro-batches it applies to %s", o->opt.name, c->pp,
-                      c->micro_batches, o->where);
+                      "without --pp and --micro-batches it applies to %s", o->opt.name, c->pipe.stages,
+                      c->pipe.micro_batches, o->where);
     return dt_error("option --%s: not used with %s (it applies to %s)", o->opt.name, now, o->where);
   }
   return 0;
@@ -575,8 +575,8 @@ static int check_used(const parse_state_t *st) {
 static void pick_default_exchange(const parse_state_t *st, train_config_t *c) {
   if (st->exchange_set || c->comm != COMM_LOCAL || c->optimization != OPTIMIZATION_CENTRAL ||
       c->schedule != SCHEDULE_SYNC || is_pipeline(c) || c->workers < 2 ||
-      c->optim.kind == OPTIM_LARS || st->given[opt_find(&TABLE, "net", 3)] || c->tp > 1 ||
-      c->tp_conv_data || c->sync_bn)
+      c->optim.kind == OPTIM_LARS || st->given[opt_find(&TABLE, "net", 3)] || c->tensor.ranks > 1 ||
+      c->tensor.conv_data || c->sync_bn)
     return;
   train_config_t shared = *c;
   shared.exchange = EXCHANGE_SHARED;

@@ -187,7 +187,7 @@ static int send_rank_costs(worker_t *w, const epoch_report_t *r) {
 }
 
 static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
-  int P = comm_size(w->world), tp = tensor_size(w->tp), pp = w->cfg->pp > 1 ? w->cfg->pp : 1;
+  int P = comm_size(w->world), tp = tensor_size(w->tp), pp = w->cfg->pipe.stages > 1 ? w->cfg->pipe.stages : 1;
   char layers[2048];
   for (int q = 0; q < P; q++) {
     rank_costs_t c = rank_costs(r);

@@ -244,10 +244,10 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
 int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out) {
   const train_config_t *cfg = w->cfg;
   int mc = train_momentum_correction(cfg);
-  compress_config_t cc = {.codec = cfg->compress, .error_feedback = train_error_feedback(cfg),
+  compress_config_t cc = {.codec = cfg->compression.codec, .error_feedback = train_error_feedback(cfg),
                           .momentum = mc ? cfg->optim.momentum : 0,
-                          .shared_momentum = mc == MC_SHARED, .clip = cfg->dgc_clip,
-                          .warmup_steps = cfg->compress_warmup_steps, .seed = cfg->seed,
+                          .shared_momentum = mc == MC_SHARED, .clip = cfg->compression.dgc_clip,
+                          .warmup_steps = cfg->compression.warmup_steps, .seed = cfg->seed,
                           .algo = cfg->algo};
   if (mc) w->opt->cfg.momentum = 0; /* the memory carries it */
   return compressor_new(&cc, w->model->nparams, rank, nranks, out);

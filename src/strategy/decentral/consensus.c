@@ -191,17 +191,17 @@ int decentral_check(const train_config_t *c) {
   double alpha, beta, gamma;
   int p = 1;
   int mpca = c->optimization == OPTIMIZATION_DECENTRAL && c->schedule == SCHEDULE_SOFT;
-  if (mpca && c->alpha > 0)
+  if (mpca && c->decentral.alpha > 0)
     return dt_error("option --alpha: MPCA-SGD's pull is its penalty --rho (and the centre's "
                     "rate --beta)");
   if (mpca && mpca_coefficients(c, &alpha, &beta, &gamma) != 0) return -1;
-  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE) p = c->tree_fanout;
+  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE) p = c->decentral.tree_fanout;
   else if (decentral_extra_ranks(c)) p = c->workers;
-  if (!mpca && (c->alpha > 0 || c->beta > 0 || c->rho > 0) &&
+  if (!mpca && (c->decentral.alpha > 0 || c->decentral.beta > 0 || c->decentral.rho > 0) &&
       elastic_coefficients(c, p, &alpha, &beta) != 0)
     return -1;
-  const int *periods[2] = {c->tau_up, c->tau_down};
-  int nperiods[2] = {c->tau_up_levels, c->tau_down_levels};
+  const int *periods[2] = {c->decentral.tau_up, c->decentral.tau_down};
+  int nperiods[2] = {c->decentral.tau_up_levels, c->decentral.tau_down_levels};
   for (int i = 0; i < 2; i++) { /* the parser gives these; a library caller may not */
     if (nperiods[i] < 1 || nperiods[i] > TREE_LEVELS_MAX)
       return dt_error("option --%s: %d periods (expected 1 to %d, one a level of the tree)",
@@ -211,10 +211,10 @@ int decentral_check(const train_config_t *c) {
         return dt_error("option --%s: period %d of level %d (expected at least 1 step)",
                         i ? "tau-down" : "tau-up", periods[i][l], l + 1);
   }
-  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE && c->tree_fanout < 1)
-    return dt_error("option --exchange tree:F: fan-out %d (expected at least 1)", c->tree_fanout);
-  if (!(c->neighbor_weight >= 0 && c->neighbor_weight <= 0.5))
+  if (c->optimization == OPTIMIZATION_DECENTRAL && c->exchange == EXCHANGE_TREE && c->decentral.tree_fanout < 1)
+    return dt_error("option --exchange tree:F: fan-out %d (expected at least 1)", c->decentral.tree_fanout);
+  if (!(c->decentral.neighbor_weight >= 0 && c->decentral.neighbor_weight <= 0.5))
     return dt_error("option --neighbor-weight: %g (expected 0 <= W <= 1/2, the self weight "
-                    "being 1 - 2W)", c->neighbor_weight);
+                    "being 1 - 2W)", c->decentral.neighbor_weight);
   return 0;
 }

@@ -25,7 +25,7 @@ static inline int decentral_axes(const train_config_t *c, exchange_t e, schedule
 }
 /* EASGD's elastic coefficients given: master + sync is EASGD, not averaging. */
 static inline int elastic_given(const train_config_t *c) {
-  return c->alpha > 0 || c->beta > 0 || c->rho > 0;
+  return c->decentral.alpha > 0 || c->decentral.beta > 0 || c->decentral.rho > 0;
 }
 /* Workers and one master rank (EASGD, MPCA-SGD). */
 static inline int decentral_with_master(const train_config_t *c) { return c->workers + 1; }

@@ -45,7 +45,7 @@ static int mix_with_neighbours(dpsgd_t *s, comm_req_t **req) {
   float *params = w->model->params;
   double t0 = dt_now();
   if (comm_waitall(w->comm, 4, req) != 0) return dt_error_prefix("ring neighbours: ");
-  float self = (float)(1 - 2 * w->cfg->neighbor_weight), nb = (float)w->cfg->neighbor_weight;
+  float self = (float)(1 - 2 * w->cfg->decentral.neighbor_weight), nb = (float)w->cfg->decentral.neighbor_weight;
   for (size_t i = 0; i < n; i++)
     params[i] = self * params[i] + nb * s->from_left[i] + nb * s->from_right[i];
   w->timers.comm_exposed += dt_now() - t0;
@@ -75,7 +75,7 @@ static int post_exchange(dpsgd_t *s, comm_req_t **req) {
 static int choco_exchange(dpsgd_t *s) {
   worker_t *w = s->d->w;
   const train_config_t *cfg = w->cfg;
-  const codec_spec_t *codec = &cfg->compress;
+  const codec_spec_t *codec = &cfg->compression.codec;
   int p = s->d->nworkers, me = w->rank;
   int left = (me + p - 1) % p, right = (me + 1) % p;
   size_t n = w->model->nparams, bytes = s->enc_bytes;
@@ -96,7 +96,7 @@ static int choco_exchange(dpsgd_t *s) {
   for (int j = 0; j < 3; j++)
     if (codec_decode_add(codec, s->enc[j], bytes, n, s->copy[j]) != 0)
       return dt_error_prefix("rank %d: CHOCO-SGD: message from rank %d: ", me, from[j]);
-  float g = (float)(cfg->consensus_step * cfg->neighbor_weight);
+  float g = (float)(cfg->decentral.consensus_step * cfg->decentral.neighbor_weight);
   for (size_t i = 0; i < n; i++)
     x[i] += g * ((s->copy[1][i] - self[i]) + (s->copy[2][i] - self[i]));
   return 0;
@@ -130,9 +130,9 @@ static int mean_params(decentral_t *d, float *out) {
 static int extra_json(decentral_t *d, char *buf, size_t cap) {
   const train_config_t *cfg = d->w->cfg;
   char name[48] = "none";
-  if (cfg->compress.kind != CODEC_NONE) codec_format(&cfg->compress, name, sizeof name);
+  if (cfg->compression.codec.kind != CODEC_NONE) codec_format(&cfg->compression.codec, name, sizeof name);
   snprintf(buf, cap, ",\"neighbor_weight\":%.6g,\"compress\":\"%s\",\"consensus_step\":%.6g",
-           cfg->neighbor_weight, name, cfg->consensus_step);
+           cfg->decentral.neighbor_weight, name, cfg->decentral.consensus_step);
   return 0;
 }
 
@@ -141,7 +141,7 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
 static int setup_choco(dpsgd_t *s) {
   const model_t *m = s->d->w->model;
   size_t n = m->nparams;
-  s->enc_bytes = codec_bytes(&s->d->w->cfg->compress, n);
+  s->enc_bytes = codec_bytes(&s->d->w->cfg->compression.codec, n);
   for (int j = 0; j < 3; j++) {
     if (!(s->copy[j] = dt_alloc_floats(n)) || !(s->enc[j] = dt_alloc(s->enc_bytes))) return -1;
     memcpy(s->copy[j], m->params, n * sizeof(float));
@@ -153,7 +153,7 @@ static int setup_choco(dpsgd_t *s) {
 static int setup(decentral_t *d) {
   dpsgd_t *s = d->method;
   s->d = d;
-  if (d->w->cfg->compress.kind != CODEC_NONE && d->nworkers > 1) return setup_choco(s);
+  if (d->w->cfg->compression.codec.kind != CODEC_NONE && d->nworkers > 1) return setup_choco(s);
   s->from_left = dt_alloc_floats(d->w->model->nparams);
   s->from_right = dt_alloc_floats(d->w->model->nparams);
   return s->from_left && s->from_right ? 0 : -1;
@@ -179,7 +179,7 @@ int strategy_dpsgd(worker_t *w) {
 /* Each step: the local gradient step, the model to both ring neighbours
  * and theirs back (S each way each), then the mix. */
 static int dpsgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE)
+  if (c->compression.codec.kind != CODEC_NONE)
     return dt_error("D-PSGD: describe_step covers the plain exchange so far, not --compress (CHOCO-SGD)");
   int p = c->workers;
   double S = (double)m->nparams * sizeof(float);

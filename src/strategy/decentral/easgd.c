@@ -78,11 +78,11 @@ int decentral_extra_ranks(const train_config_t *c) {
  * is beta = p alpha; without either, beta = 0.9 as in the paper's
  * experiments (alpha = 0.9/p), alpha at most 1/2. */
 int elastic_coefficients(const train_config_t *c, int p, double *alpha, double *beta) {
-  if (c->rho > 0 && (c->alpha > 0 || c->beta > 0))
+  if (c->decentral.rho > 0 && (c->decentral.alpha > 0 || c->decentral.beta > 0))
     return dt_error("options --rho and --alpha/--beta: give one of them (--rho sets alpha = "
                     "lr x rho and beta = p x alpha)");
-  const char *opt = c->rho > 0 ? "--rho" : "--alpha";
-  double a = c->rho > 0 ? c->lr * c->rho : c->alpha, b = c->beta;
+  const char *opt = c->decentral.rho > 0 ? "--rho" : "--alpha";
+  double a = c->decentral.rho > 0 ? c->lr * c->decentral.rho : c->decentral.alpha, b = c->decentral.beta;
   if (a <= 0 && b <= 0) a = fmin(0.9 / p, 0.5), b = p * a;
   else if (b <= 0) b = p * a;
   else if (a <= 0) a = fmin(b / p, 0.5);
@@ -94,20 +94,20 @@ int elastic_coefficients(const train_config_t *c, int p, double *alpha, double *
     return dt_error("option %s: beta = %g is outside the stable range 0 < beta < 1 (Zhang et "
                     "al. 2015: the centre moves to (1 - beta) x centre + beta x the mean of its "
                     "p = %d workers; with beta = p x alpha that is alpha < 1/p = %.4g)",
-                    c->beta > 0 ? "--beta" : opt, b, p, 1.0 / p);
+                    c->decentral.beta > 0 ? "--beta" : opt, b, p, 1.0 / p);
   *alpha = a;
   *beta = b;
   return 0;
 }
 
 double elastic_decay(const train_config_t *c, int64_t k) {
-  if (c->alpha_decay_every < 1) return 1;
-  int64_t n = k / c->alpha_decay_every;
-  if (c->alpha_decay_limit > 0 && n > c->alpha_decay_limit) n = c->alpha_decay_limit;
-  return pow(c->alpha_decay, (double)n);
+  if (c->decentral.alpha_decay_every < 1) return 1;
+  int64_t n = k / c->decentral.alpha_decay_every;
+  if (c->decentral.alpha_decay_limit > 0 && n > c->decentral.alpha_decay_limit) n = c->decentral.alpha_decay_limit;
+  return pow(c->decentral.alpha_decay, (double)n);
 }
 
-static int exchange_due(const easgd_t *e) { return e->d->w->step % e->d->w->cfg->tau == 0; }
+static int exchange_due(const easgd_t *e) { return e->d->w->step % e->d->w->cfg->decentral.tau == 0; }
 
 /* ---- synchronous ------------------------------------------------------------ */
 
@@ -295,10 +295,10 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   easgd_t *e = d->method;
   const train_config_t *c = d->w->cfg;
   int n = snprintf(buf, cap, ",\"alpha\":%.6g,\"beta\":%.6g,\"tau\":%d,\"master_rank\":%d",
-                   e->alpha, e->beta, c->tau, e->master);
-  if (c->alpha_decay_every > 0 && n > 0 && (size_t)n < cap) /* rank 0's factor now */
+                   e->alpha, e->beta, c->decentral.tau, e->master);
+  if (c->decentral.alpha_decay_every > 0 && n > 0 && (size_t)n < cap) /* rank 0's factor now */
     snprintf(buf + n, cap - (size_t)n, ",\"alpha_decay\":%.6g,\"alpha_now\":%.6g",
-             c->alpha_decay, e->alpha * elastic_decay(c, e->exchanges));
+             c->decentral.alpha_decay, e->alpha * elastic_decay(c, e->exchanges));
   return 0;
 }
 
@@ -312,7 +312,7 @@ static int setup_codec(easgd_t *e) {
   const train_config_t *cfg = d->w->cfg;
   elastic_codec_t *z = &e->z;
   const model_t *m = d->w->model;
-  z->codec = cfg->compress;
+  z->codec = cfg->compression.codec;
   z->seed = cfg->seed ^ 0x656c617374696321ull;
   z->msg_bytes = codec_bytes(&z->codec, m->nparams);
   if (!(z->scratch = dt_alloc_floats(2 * m->nparams)) || !(z->msg = dt_alloc(2 * z->msg_bytes)))
@@ -348,7 +348,7 @@ static int setup(decentral_t *d) {
     if (!e->reply || !e->served) return dt_error("out of memory (EASGD master)");
   }
   if (!e->buf) return -1;
-  const codec_spec_t *k = &d->w->cfg->compress;
+  const codec_spec_t *k = &d->w->cfg->compression.codec;
   return k->kind == CODEC_NONE || codec_lossless(k) ? 0 : setup_codec(e);
 }
 
@@ -377,7 +377,7 @@ int strategy_easgd(worker_t *w) {
  * master, rank p); asynchronous, each worker's model to the master and the
  * centre back. */
 static int easgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE)
+  if (c->compression.codec.kind != CODEC_NONE)
     return dt_error("EASGD: describe_step covers the plain exchange so far, not --compress");
   int p = c->workers, P = p + 1, sync = c->schedule == SCHEDULE_SYNC;
   double S = (double)m->nparams * sizeof(float);
@@ -390,13 +390,13 @@ static int easgd_describe_step(const train_config_t *c, const model_t *m, step_d
       prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = op ? "reduce" : "broadcast",
                                          .algo = "tree", .peer = -1, .group = P,
                                          .sent = (double)sent, .received = (double)received,
-                                         .every = c->tau, .after = prev});
+                                         .every = c->decentral.tau, .after = prev});
     }
     if (!sync && prev != STEP_FAILED) /* the master answers each worker's request in turn */
       prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv",
                                          .peer = r < p ? p : -1, .group = 2,
                                          .sent = r < p ? S : p * S, .received = r < p ? S : p * S,
-                                         .every = c->tau, .after = prev});
+                                         .every = c->decentral.tau, .after = prev});
     if (prev == STEP_FAILED) return -1;
   }
   return 0;

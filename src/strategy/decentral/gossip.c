@@ -110,7 +110,7 @@ static int step(decentral_t *d, int64_t k) {
   gossip_t *g = d->method;
   worker_t *w = d->w;
   if (mail_poll_then_step(&g->mail, d, k) != 0) return -1;
-  if (d->nworkers < 2 || rng_uniform(&g->rng) >= w->cfg->gossip_p) return 0;
+  if (d->nworkers < 2 || rng_uniform(&g->rng) >= w->cfg->decentral.gossip_p) return 0;
   double t0 = dt_now();
   int rc = send_to_random_peer(g);
   worker_comm_since(w, t0);
@@ -152,7 +152,7 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   snprintf(buf, cap,
            ",\"gossip_p\":%.6g,\"alpha_sum\":%.15g,\"alpha_sum_before_drain\":%.15g,"
            "\"alpha_in_flight\":%.15g,\"messages\":%lld,\"messages_in_flight\":%lld",
-           d->w->cfg->gossip_p, g->sum_alpha, g->sum_alpha_before, g->in_flight_alpha,
+           d->w->cfg->decentral.gossip_p, g->sum_alpha, g->sum_alpha_before, g->in_flight_alpha,
            (long long)g->messages, (long long)g->in_flight);
   return 0;
 }
@@ -165,7 +165,7 @@ static int setup_codec(gossip_t *g) {
   gossip_codec_t *z = &g->z;
   worker_t *w = g->d->w;
   int P = g->d->nworkers;
-  z->codec = w->cfg->compress;
+  z->codec = w->cfg->compression.codec;
   z->seed = w->cfg->seed ^ 0x676f737369707a21ull;
   z->to = calloc((size_t)P, sizeof *z->to);
   z->from = calloc((size_t)P, sizeof *z->from);
@@ -191,7 +191,7 @@ static int setup(decentral_t *d) {
   g->d = d;
   g->alpha = 1.0 / d->nworkers;
   rng_seed(&g->rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
-  const codec_spec_t *k = &w->cfg->compress;
+  const codec_spec_t *k = &w->cfg->compression.codec;
   size_t bytes = w->model->nparams * sizeof(float);
   if (k->kind != CODEC_NONE && !codec_lossless(k)) {
     if (setup_codec(g) != 0) return -1;

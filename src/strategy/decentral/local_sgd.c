@@ -76,7 +76,7 @@ static int step(decentral_t *d, int64_t k) {
   if (decentral_local_step(d, k, &count, &global) != 0) return -1;
   s->samples += count;
   s->global += global;
-  return d->w->step % d->w->cfg->tau == 0 ? average_replicas(s) : 0;
+  return d->w->step % d->w->cfg->decentral.tau == 0 ? average_replicas(s) : 0;
 }
 
 static int mean_params(decentral_t *d, float *out) {
@@ -86,7 +86,7 @@ static int mean_params(decentral_t *d, float *out) {
 
 static int extra_json(decentral_t *d, char *buf, size_t cap) {
   local_sgd_t *s = d->method;
-  snprintf(buf, cap, ",\"tau\":%d,\"averages\":%lld", d->w->cfg->tau, (long long)s->averages);
+  snprintf(buf, cap, ",\"tau\":%d,\"averages\":%lld", d->w->cfg->decentral.tau, (long long)s->averages);
   return 0;
 }
 
@@ -96,8 +96,8 @@ static int setup(decentral_t *d) {
   const model_t *m = d->w->model;
   s->d = d;
   d->algo = cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
-  if (cfg->compress.kind == CODEC_NONE || d->nworkers == 1) return 0;
-  compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed, .algo = d->algo,
+  if (cfg->compression.codec.kind == CODEC_NONE || d->nworkers == 1) return 0;
+  compress_config_t cc = {.codec = cfg->compression.codec, .seed = cfg->seed, .algo = d->algo,
                           .error_feedback = train_error_feedback(cfg)};
   if (!(s->anchor = dt_alloc_floats(m->nparams)) || !(s->delta = dt_alloc_floats(m->nparams)))
     return -1;
@@ -124,7 +124,7 @@ int strategy_local_sgd(worker_t *w) {
  * (and of the batch-norm statistics) every tau steps -- through the
  * master, SparkNet, as the naive algorithm's rank 0. */
 static int local_sgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE)
+  if (c->compression.codec.kind != CODEC_NONE)
     return dt_error("model averaging: describe_step covers the plain average so far, not --compress");
   int P = c->workers;
   int algo;
@@ -132,9 +132,9 @@ static int local_sgd_describe_step(const train_config_t *c, const model_t *m, st
   for (int r = 0; r < P; r++) {
     int prev = step_add_local_step(out, m, r, c->batch);
     if (prev != STEP_FAILED && P > 1)
-      prev = step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->tau);
+      prev = step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->decentral.tau);
     if (prev != STEP_FAILED && P > 1 && m->nbuffers)
-      prev = step_add_allreduce(out, r, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->tau);
+      prev = step_add_allreduce(out, r, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->decentral.tau);
     if (prev == STEP_FAILED) return -1;
   }
   return 0;

@@ -69,9 +69,9 @@ typedef struct {
 } mpca_t;
 
 int mpca_coefficients(const train_config_t *c, double *rho, double *beta, double *gamma) {
-  *rho = c->rho > 0 ? c->rho : MPCA_RHO;
-  *beta = c->beta > 0 ? c->beta : MPCA_BETA;
-  *gamma = c->extrapolation >= 0 ? c->extrapolation : MPCA_GAMMA;
+  *rho = c->decentral.rho > 0 ? c->decentral.rho : MPCA_RHO;
+  *beta = c->decentral.beta > 0 ? c->decentral.beta : MPCA_BETA;
+  *gamma = c->decentral.extrapolation >= 0 ? c->decentral.extrapolation : MPCA_GAMMA;
   if (c->lr * *rho >= 1)
     return dt_error("option --rho: lr x rho = %g (expected below 1: the penalty's own step, "
                     "lr rho (w - c), would overshoot the centre)", c->lr * *rho);
@@ -155,13 +155,13 @@ static int step(decentral_t *d, int64_t k) {
   worker_t *w = d->w;
   if (!d->is_worker) {
     w->step++; /* the master keeps the workers' clock */
-    return w->step % w->cfg->tau == 0 ? master_round(m) : 0;
+    return w->step % w->cfg->decentral.tau == 0 ? master_round(m) : 0;
   }
   size_t count;
   if (decentral_gradient(d, k, &count, NULL) != 0) return -1;
   mpca_penalize(w->model->nparams, w->model->params, m->target, (float)m->rho, w->model->grads);
   worker_apply_update(w);
-  if (w->step % w->cfg->tau != 0) return 0;
+  if (w->step % w->cfg->decentral.tau != 0) return 0;
   if (take_centre(m) != 0) return -1; /* the round before: at most one in flight */
   start_round(m);
   return 0;
@@ -180,7 +180,7 @@ static int centre_params(decentral_t *d, float *out) {
 static int extra_json(decentral_t *d, char *buf, size_t cap) {
   mpca_t *m = d->method;
   snprintf(buf, cap, ",\"rho\":%.6g,\"beta\":%.6g,\"extrapolation\":%.6g,\"tau\":%d,"
-           "\"rounds\":%lld,\"master_rank\":%d", m->rho, m->beta, m->gamma, d->w->cfg->tau,
+           "\"rounds\":%lld,\"master_rank\":%d", m->rho, m->beta, m->gamma, d->w->cfg->decentral.tau,
            (long long)m->rounds, m->master);
   return 0;
 }
@@ -190,7 +190,7 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
  * the centre as c0. */
 static int setup_tree(mpca_t *m, const float *c0) {
   worker_t *w = m->d->w;
-  const codec_spec_t *k = &w->cfg->compress;
+  const codec_spec_t *k = &w->cfg->compression.codec;
   size_t n = w->model->nparams;
   if (k->kind == CODEC_NONE || codec_lossless(k)) return 0;
   float *part = dt_dup_floats(c0, n);

@@ -62,21 +62,21 @@ int tree_period(const int *periods, int n, int level) {
 }
 
 void tree_exchanges(const train_config_t *c, int rank, int p, int64_t step, int *up, int *down) {
-  int depth = tree_depth(rank, c->tree_fanout);
-  int has_parent = rank > 0, has_children = (int64_t)c->tree_fanout * rank + 1 < p;
-  *up = has_parent && step % tree_period(c->tau_up, c->tau_up_levels, depth) == 0;
-  *down = has_children && step % tree_period(c->tau_down, c->tau_down_levels, depth + 1) == 0;
+  int depth = tree_depth(rank, c->decentral.tree_fanout);
+  int has_parent = rank > 0, has_children = (int64_t)c->decentral.tree_fanout * rank + 1 < p;
+  *up = has_parent && step % tree_period(c->decentral.tau_up, c->decentral.tau_up_levels, depth) == 0;
+  *down = has_children && step % tree_period(c->decentral.tau_down, c->decentral.tau_down_levels, depth + 1) == 0;
 }
 
 int tree_check_periods(const train_config_t *c, int p) {
-  int levels = tree_levels(p, c->tree_fanout);
+  int levels = tree_levels(p, c->decentral.tree_fanout);
   const char *names[2] = {"tau-up", "tau-down"};
-  int given[2] = {c->tau_up_levels, c->tau_down_levels};
+  int given[2] = {c->decentral.tau_up_levels, c->decentral.tau_down_levels};
   for (int i = 0; i < 2; i++)
     if (given[i] > 1 && given[i] > levels)
       return dt_error("option --%s: %d periods given, one a level of the tree from the root, but "
                       "the tree of %d workers with fan-out %d has %d level%s: give at most %d "
-                      "(or one for every level)", names[i], given[i], p, c->tree_fanout, levels,
+                      "(or one for every level)", names[i], given[i], p, c->decentral.tree_fanout, levels,
                       levels == 1 ? "" : "s", levels > 1 ? levels : 1);
   return 0;
 }
@@ -100,7 +100,7 @@ static int merge(void *ctx, int src, const void *msg) {
   model_t *m = t->d->w->model;
   const float *x = peer_model(t, src, msg);
   if (!x) return -1;
-  double pull = src == t->parent ? t->alpha : t->beta / t->d->w->cfg->tree_fanout;
+  double pull = src == t->parent ? t->alpha : t->beta / t->d->w->cfg->decentral.tree_fanout;
   float keep = (float)(1 - pull), take = (float)pull;
   for (size_t i = 0; i < m->nparams; i++) m->params[i] = keep * m->params[i] + take * x[i];
   return 0;
@@ -173,14 +173,14 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   const train_config_t *c = d->w->cfg;
   double mine[2] = {(double)t->sent_up, (double)t->sent_down}, sums[2];
   if (decentral_sum_doubles(d, mine, 2, sums) != 0) return -1;
-  int levels = tree_levels(d->nworkers, c->tree_fanout);
+  int levels = tree_levels(d->nworkers, c->decentral.tree_fanout);
   char up[TREE_LEVELS_MAX * 12 + 8], down[TREE_LEVELS_MAX * 12 + 8];
   if (levels > TREE_LEVELS_MAX) levels = TREE_LEVELS_MAX; /* deeper levels: the last value */
-  periods_json(up, sizeof up, c->tau_up, c->tau_up_levels, levels);
-  periods_json(down, sizeof down, c->tau_down, c->tau_down_levels, levels);
+  periods_json(up, sizeof up, c->decentral.tau_up, c->decentral.tau_up_levels, levels);
+  periods_json(down, sizeof down, c->decentral.tau_down, c->decentral.tau_down_levels, levels);
   snprintf(buf, cap, ",\"fanout\":%d,\"levels\":%d,\"tau_up\":%s,\"tau_down\":%s,\"alpha\":%.6g,"
-           "\"beta\":%.6g,\"messages_up\":%lld,\"messages_down\":%lld", c->tree_fanout,
-           tree_levels(d->nworkers, c->tree_fanout), up, down, t->alpha, t->beta,
+           "\"beta\":%.6g,\"messages_up\":%lld,\"messages_down\":%lld", c->decentral.tree_fanout,
+           tree_levels(d->nworkers, c->decentral.tree_fanout), up, down, t->alpha, t->beta,
            (long long)sums[0], (long long)sums[1]);
   return 0;
 }
@@ -199,7 +199,7 @@ static int setup_codec(tree_t *t) {
   tree_codec_t *z = &t->z;
   const train_config_t *cfg = t->d->w->cfg;
   const model_t *m = t->d->w->model;
-  z->codec = cfg->compress;
+  z->codec = cfg->compression.codec;
   z->seed = cfg->seed ^ 0x7472656565617367ull;
   if (!(z->scratch = dt_alloc_floats(2 * m->nparams))) return -1;
   int nchildren = t->last_child - t->first_child + 1;
@@ -224,10 +224,10 @@ static int setup(decentral_t *d) {
   tree_t *t = d->method;
   worker_t *w = d->w;
   t->d = d;
-  place_in_tree(t, w->rank, d->nworkers, w->cfg->tree_fanout);
+  place_in_tree(t, w->rank, d->nworkers, w->cfg->decentral.tree_fanout);
   if (tree_check_periods(w->cfg, d->nworkers) != 0) return -1;
-  if (elastic_coefficients(w->cfg, w->cfg->tree_fanout, &t->alpha, &t->beta) != 0) return -1;
-  const codec_spec_t *k = &w->cfg->compress;
+  if (elastic_coefficients(w->cfg, w->cfg->decentral.tree_fanout, &t->alpha, &t->beta) != 0) return -1;
+  const codec_spec_t *k = &w->cfg->compression.codec;
   size_t bytes = w->model->nparams * sizeof(float);
   int compressed = k->kind != CODEC_NONE && !codec_lossless(k);
   if (compressed) {

@@ -98,7 +98,7 @@ int strategy_data_parallel(worker_t *w) {
  * the update waits for all of them. Bytes from coll_allreduce_bytes, per
  * bucket (a ring's blocks round per bucket). */
 static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE || c->sufficient_factors || c->tp > 1 || c->sync_bn ||
+  if (c->compression.codec.kind != CODEC_NONE || c->compression.sufficient_factors || c->tensor.ranks > 1 || c->sync_bn ||
       c->comm_order != COLL_ORDER_FIFO || c->balance)
     return dt_error("data-parallel allreduce: describe_step covers the plain reducer so far, not "
                     "--compress, --sufficient-factors, --tp, --sync-bn, --comm-order or --balance");
@@ -128,7 +128,7 @@ static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc
 
 static int dp_matches(const train_config_t *c) {
   return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) &&
-         !c->tp_conv_data && !train_pipelined(c);
+         !c->tensor.conv_data && !train_pipelined(c);
 }
 
 static int dp_refuse(const train_config_t *c) {

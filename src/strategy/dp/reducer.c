@@ -79,7 +79,7 @@ struct reducer {
 #define FIRST_BUCKET_BYTES (1u << 20)
 
 int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bucket_t *out) {
-  size_t cap = cfg->sufficient_factors ? 0 : cfg->bucket_bytes / sizeof(float);
+  size_t cap = cfg->compression.sufficient_factors ? 0 : cfg->bucket_bytes / sizeof(float);
   size_t first_cap = cap && cap > FIRST_BUCKET_BYTES / sizeof(float) ? FIRST_BUCKET_BYTES / sizeof(float) : cap;
   reducer_bucket_t *cur = NULL;
   int n = 0;
@@ -170,7 +170,7 @@ static void start_bucket_in_parts(reducer_t *s, bucket_t *b) {
  * its sparsity ramp, and the shared momentum, which must see every step
  * (compress/exchange.c). */
 static int compressing(const reducer_t *s) {
-  return s->cx && (s->w->step >= s->w->cfg->compress_warmup_steps || compressor_takes_warmup(s->cx));
+  return s->cx && (s->w->step >= s->w->cfg->compression.warmup_steps || compressor_takes_warmup(s->cx));
 }
 
 /* One bucket through the compressor, on the context it is given (the
@@ -302,7 +302,7 @@ static int plan_compression(reducer_t *s) {
   worker_t *w = s->w;
   const train_config_t *cfg = w->cfg;
   const model_t *m = w->model;
-  if (cfg->compress.kind == CODEC_NONE || w->nranks == 1) return 0;
+  if (cfg->compression.codec.kind == CODEC_NONE || w->nranks == 1) return 0;
   if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");
   compress_model_matrices(m, s->mats);
   for (int b = 0; b < s->nbuckets; b++) {
@@ -319,7 +319,7 @@ static int plan_compression(reducer_t *s) {
 static int plan_sufficient_factors(reducer_t *s) {
   worker_t *w = s->w;
   const model_t *m = w->model;
-  if (!w->cfg->sufficient_factors || w->nranks == 1) return 0;
+  if (!w->cfg->compression.sufficient_factors || w->nranks == 1) return 0;
   size_t max_in = 0, max_out = 0;
   for (int b = 0; b < s->nbuckets; b++) {
     bucket_t *k = &s->buckets[b];
@@ -399,7 +399,7 @@ void reducer_compress_json(reducer_t *s, const epoch_report_t *r, char *buf, siz
   compress_stats_t st;
   compressor_take_stats(s->cx, &st);
   char name[48];
-  codec_format(&w->cfg->compress, name, sizeof name);
+  codec_format(&w->cfg->compression.codec, name, sizeof name);
   double dense = 2.0 * (w->nranks - 1) / w->nranks * 4.0 * (double)w->model->nparams;
   double sent = r->steps ? (double)r->timers.bytes_sent / (double)r->steps : 0;
   snprintf(buf, cap, "\"compress\":\"%s\",\"error_feedback\":%s,\"compress_ratio\":%.6g,"

@@ -38,7 +38,7 @@ static int rank_of(const pipe_desc_t *d, int replica, int stage) {
  * measured times. */
 static int plan_chunks(pipe_desc_t *d) {
   int G = d->P * d->V;
-  const char *part = d->c->partition;
+  const char *part = d->c->pipe.partition;
   if (G > 1024) return dt_error("pipeline: %d chunks (at most 1024)", G);
   DT_TRY(pipe_check_model(d->c, d->m));
   if (!part[0])
@@ -85,19 +85,19 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
 }
 
 int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE || c->tp > 1 || pipe_kind_async((pipe_kind_t)c->pipe_schedule))
+  if (c->compression.codec.kind != CODEC_NONE || c->tensor.ranks > 1 || pipe_kind_async((pipe_kind_t)c->pipe.schedule))
     return dt_error("pipeline: describe_step covers the synchronous schedules (gpipe, 1f1b, "
                     "interleaved) without --compress or --tp so far");
   pipe_desc_t *d = calloc(1, sizeof *d);
   if (!d) return dt_error("out of memory");
-  *d = (pipe_desc_t){.c = c, .m = m, .P = c->pp, .V = c->pipe_chunks, .dp = c->workers / c->pp,
+  *d = (pipe_desc_t){.c = c, .m = m, .P = c->pipe.stages, .V = c->pipe.chunks, .dp = c->workers / c->pipe.stages,
                      .out = out};
   int algo = ALLREDUCE_RING, rc = plan_chunks(d);
   if (rc == 0) rc = step_allreduce_algo(c->algo, d->dp, &algo);
   d->algo = (allreduce_algo_t)algo;
   pipe_schedule_t sched;
-  if (rc == 0) rc = pipe_schedule_build((pipe_kind_t)c->pipe_schedule, d->P, d->V,
-                                        c->micro_batches, 1, &sched);
+  if (rc == 0) rc = pipe_schedule_build((pipe_kind_t)c->pipe.schedule, d->P, d->V,
+                                        c->pipe.micro_batches, 1, &sched);
   if (rc != 0) {
     free(d);
     return -1;
@@ -108,7 +108,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
       for (int i = 0; i < sched.len[s] && prev != STEP_FAILED; i++) {
         pipe_instr_t in = sched.prog[s][i];
         size_t off, n = 0;
-        if (in.mb >= 0) data_shard((size_t)c->batch, in.mb, c->micro_batches, &off, &n);
+        if (in.mb >= 0) data_shard((size_t)c->batch, in.mb, c->pipe.micro_batches, &off, &n);
         prev = add_instr(d, r, s, in, (int)n, prev);
       }
       if (prev == STEP_FAILED) rc = -1;

@@ -101,12 +101,12 @@ int pipe_partition_parse(const char *text, int *first, int cap) {
 }
 
 int pipe_check_world(const train_config_t *c) {
-  if (!train_pipelined(c) || c->workers % c->pp == 0) return 0;
+  if (!train_pipelined(c) || c->workers % c->pipe.stages == 0) return 0;
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --pp %d: workers = dp x pp, so -np must be a multiple of "
-                    "--pp (e.g. mpirun -np %d for dp = 1)", c->workers, c->pp, c->pp);
+                    "--pp (e.g. mpirun -np %d for dp = 1)", c->workers, c->pipe.stages, c->pipe.stages);
   return dt_error("options --workers %d and --pp %d: workers = dp x pp, so --workers must be a "
-                  "multiple of --pp (e.g. --workers %d for dp = 1)", c->workers, c->pp, c->pp);
+                  "multiple of --pp (e.g. --workers %d for dp = 1)", c->workers, c->pipe.stages, c->pipe.stages);
 }
 
 int pipe_check(const train_config_t *c) {
@@ -115,28 +115,28 @@ int pipe_check(const train_config_t *c) {
       c->schedule != SCHEDULE_SYNC)
     return dt_error("option --pp %d / --micro-batches %d: pipelines run with --optimization "
                     "central --schedule sync --exchange allreduce:ALGO (the replicas of a stage "
-                    "sum gradients by allreduce)", c->pp, c->micro_batches);
+                    "sum gradients by allreduce)", c->pipe.stages, c->pipe.micro_batches);
   if (c->comm != COMM_MPI && pipe_check_world(c) != 0) return -1;
-  if (c->batch % c->micro_batches != 0)
+  if (c->batch % c->pipe.micro_batches != 0)
     return dt_error("options --batch %d and --micro-batches %d: a micro-batch is batch / M "
                     "samples; give a batch that M divides (e.g. --batch %d)", c->batch,
-                    c->micro_batches, (c->batch / c->micro_batches + 1) * c->micro_batches);
+                    c->pipe.micro_batches, (c->batch / c->pipe.micro_batches + 1) * c->pipe.micro_batches);
   if (c->shard_optimizer || c->balance || c->comm_order == COLL_ORDER_PRIORITY)
     return dt_error("option --pp / --micro-batches does not combine with %s (a stage steps its "
                     "own layers, whole)", c->shard_optimizer ? "--shard-optimizer on"
                     : c->balance ? "--balance on" : "--comm-order priority");
-  pipe_kind_t kind = (pipe_kind_t)c->pipe_schedule;
-  if (kind == PIPE_INTERLEAVED && c->pp < 2 && c->pipe_chunks > 1)
+  pipe_kind_t kind = (pipe_kind_t)c->pipe.schedule;
+  if (kind == PIPE_INTERLEAVED && c->pipe.stages < 2 && c->pipe.chunks > 1)
     return dt_error("option --pipe-schedule interleaved:%d: the chunks go round the ranks, so it "
-                    "needs --pp 2 or more", c->pipe_chunks);
-  if (pipe_kind_check_m(kind, c->pp, c->micro_batches) != 0) return -1;
-  int chunks = c->pp * c->pipe_chunks;
-  int n = c->partition[0] && strcmp(c->partition, "macs") ? pipe_partition_parse(c->partition, NULL, 0)
+                    "needs --pp 2 or more", c->pipe.chunks);
+  if (pipe_kind_check_m(kind, c->pipe.stages, c->pipe.micro_batches) != 0) return -1;
+  int chunks = c->pipe.stages * c->pipe.chunks;
+  int n = c->pipe.partition[0] && strcmp(c->pipe.partition, "macs") ? pipe_partition_parse(c->pipe.partition, NULL, 0)
                                                           : chunks;
   if (n < 0) return -1;
   if (n != chunks)
     return dt_error("options --partition %s and --pp %d%s: the partition names %d stage%s (give %d)",
-                    c->partition, c->pp, c->pipe_chunks > 1 ? " with interleaved chunks" : "", n,
+                    c->pipe.partition, c->pipe.stages, c->pipe.chunks > 1 ? " with interleaved chunks" : "", n,
                     n == 1 ? "" : "s", chunks);
   return 0;
 }
@@ -152,7 +152,7 @@ static int measure_layers(pipe_t *p) {
   int n = m->nlayers;
   float *t = calloc((size_t)n, sizeof *t);
   int rc = t ? 0 : dt_error("out of memory");
-  if (rc == 0 && w->rank == 0 && !w->cfg->partition[0])
+  if (rc == 0 && w->rank == 0 && !w->cfg->pipe.partition[0])
     rc = pipe_profile_layers(m, w->cfg->batch / p->M, w->cfg->seed, p->layer_sec);
   for (int i = 0; rc == 0 && w->rank == 0 && i < n; i++) t[i] = (float)p->layer_sec[i];
   if (rc == 0 && comm_size(w->comm) > 1) rc = broadcast_tree(w->coll, 0, t, (size_t)n);
@@ -163,14 +163,14 @@ static int measure_layers(pipe_t *p) {
 
 int pipe_check_model(const train_config_t *c, const model_t *m) {
   if (!train_pipelined(c)) return 0;
-  int P = c->pp, V = c->pipe_chunks, G = P * V, cap = 1024;
+  int P = c->pipe.stages, V = c->pipe.chunks, G = P * V, cap = 1024;
   if (m->nlayers >= cap + 1)
     return dt_error("pipeline: %d layers (at most %d)", m->nlayers, cap);
-  if (c->partition[0] && strcmp(c->partition, "macs")) {
+  if (c->pipe.partition[0] && strcmp(c->pipe.partition, "macs")) {
     int first[1025];
-    if (pipe_partition_parse(c->partition, first, cap) != G) return 0; /* pipe_check's */
+    if (pipe_partition_parse(c->pipe.partition, first, cap) != G) return 0; /* pipe_check's */
     if (first[G - 1] >= m->nlayers)
-      return dt_error("option --partition %s: the model has %d layer%s (0..%d)", c->partition,
+      return dt_error("option --partition %s: the model has %d layer%s (0..%d)", c->pipe.partition,
                       m->nlayers, m->nlayers == 1 ? "" : "s", m->nlayers - 1);
     return 0;
   }
@@ -194,11 +194,11 @@ static int plan_partition(pipe_t *p) {
   const train_config_t *cfg = p->w->cfg;
   int G = p->G;
   DT_TRY(pipe_check_model(cfg, m));
-  if (cfg->partition[0] && strcmp(cfg->partition, "macs")) {
-    pipe_partition_parse(cfg->partition, p->first, G);
+  if (cfg->pipe.partition[0] && strcmp(cfg->pipe.partition, "macs")) {
+    pipe_partition_parse(cfg->pipe.partition, p->first, G);
   } else {
     DT_TRY(measure_layers(p));
-    DT_TRY(model_split_costs(m, G, cfg->partition[0] ? NULL : p->layer_sec, p->first));
+    DT_TRY(model_split_costs(m, G, cfg->pipe.partition[0] ? NULL : p->layer_sec, p->first));
   }
   p->first[G] = m->nlayers;
   return 0;
@@ -235,14 +235,14 @@ static int plan_chunks(pipe_t *p, int micro) {
 static int plan_compression(pipe_t *p) {
   worker_t *w = p->w;
   const model_t *m = w->model;
-  if (w->cfg->compress.kind == CODEC_NONE) return 0;
+  if (w->cfg->compression.codec.kind == CODEC_NONE) return 0;
   if (p->ndp == 1) {
     char name[48];
-    codec_format(&w->cfg->compress, name, sizeof name);
+    codec_format(&w->cfg->compression.codec, name, sizeof name);
     return dt_error("option --compress %s: this pipeline has one replica of each stage, so no "
                     "gradients are summed (activations go stage to stage as they are): use "
                     "%s %d for two replicas", name, w->cfg->comm == COMM_MPI ? "mpirun -np"
-                    : "--workers", 2 * p->P * (w->cfg->tp > 1 ? w->cfg->tp : 1));
+                    : "--workers", 2 * p->P * (w->cfg->tensor.ranks > 1 ? w->cfg->tensor.ranks : 1));
   }
   if (!(p->mats = calloc((size_t)m->ntensors + 1, sizeof *p->mats))) return dt_error("out of memory");
   compress_model_matrices(m, p->mats);
@@ -273,8 +273,8 @@ static int setup(pipe_t *p, worker_t *w) {
   const train_config_t *cfg = w->cfg;
   memset(p, 0, sizeof *p);
   p->w = w;
-  p->P = cfg->pp, p->M = cfg->micro_batches, p->V = cfg->pipe_chunks, p->G = p->P * p->V;
-  p->kind = (pipe_kind_t)cfg->pipe_schedule;
+  p->P = cfg->pipe.stages, p->M = cfg->pipe.micro_batches, p->V = cfg->pipe.chunks, p->G = p->P * p->V;
+  p->kind = (pipe_kind_t)cfg->pipe.schedule;
   p->async = pipe_kind_async(p->kind);
   if (p->V > (int)(sizeof p->st / sizeof *p->st))
     return dt_error("option --pipe-schedule interleaved:%d: at most %zu chunks per rank", p->V,
@@ -406,7 +406,7 @@ static const float *weights_of(pipe_t *p, int64_t v) {
  * an epoch's end). */
 static int64_t forward_version(const pipe_t *p, int unit) {
   int64_t base = p->epoch_version;
-  if (p->kind == PIPE_PIPEDREAM && p->w->cfg->vertical_sync)
+  if (p->kind == PIPE_PIPEDREAM && p->w->cfg->pipe.vertical_sync)
     return base + (unit - (p->P - 1) > 0 ? unit - (p->P - 1) : 0);
   if (p->kind == PIPE_2BW) return base + (unit / p->M - 1 > 0 ? unit / p->M - 1 : 0);
   return p->version;
@@ -534,7 +534,7 @@ static int reduce(pipe_t *p) {
   double t0 = dt_now();
   if (!p->async) DT_TRY(wait_sends(p));
   /* the dense warm-up (--compress-warmup-steps) but where the compressor runs it */
-  int compress = p->cx && (p->reduces >= w->cfg->compress_warmup_steps ||
+  int compress = p->cx && (p->reduces >= w->cfg->compression.warmup_steps ||
                            compressor_takes_warmup(p->cx));
   for (int v = 0; p->dp && v < p->V; v++) {
     size_t off = p->st[v]->param_off, len = p->st[v]->param_len;
@@ -784,7 +784,7 @@ int strategy_pipeline(worker_t *w) {
 
 static int pipeline_matches(const train_config_t *c) {
   return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) &&
-         train_pipelined(c) && !c->tp_conv_data;
+         train_pipelined(c) && !c->tensor.conv_data;
 }
 
 const strategy_t STRATEGY_PIPELINE = {

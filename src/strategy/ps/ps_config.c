@@ -31,26 +31,26 @@ static int check_schedule(const train_config_t *c, int workers_known) {
 }
 
 static int check_async_options(const train_config_t *c) {
-  if (c->ps_refresh_lazy && !(c->exchange == EXCHANGE_PS && c->schedule == SCHEDULE_SSP &&
+  if (c->ps.refresh_lazy && !(c->exchange == EXCHANGE_PS && c->schedule == SCHEDULE_SSP &&
                               !isinf(c->schedule_param)))
     return dt_error("option --ps-refresh lazy: the SSP cache's rule needs a bound: use "
                     "--exchange ps:K --schedule ssp:S");
-  if ((c->fetch_every != 1 || c->push_every != 1) &&
+  if ((c->ps.fetch_every != 1 || c->ps.push_every != 1) &&
       !(c->exchange == EXCHANGE_PS && (c->schedule == SCHEDULE_ASYNC ||
                                        (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param)))))
     return dt_error("options --fetch-every and --push-every apply to Downpour (--exchange ps:K "
                     "--schedule async)");
-  if (c->implicit_momentum && !is_async_ps(c))
+  if (c->ps.implicit_momentum && !is_async_ps(c))
     return dt_error("option --implicit-momentum on: the momentum asynchrony implies comes from "
                     "updates applied one by one: use it with --exchange ps:K --schedule async "
                     "(or value:V)");
-  if (c->implicit_momentum && c->optim.kind != OPTIM_SGD)
+  if (c->ps.implicit_momentum && c->optim.kind != OPTIM_SGD)
     return dt_error("option --implicit-momentum on: lowers the servers' sgd momentum by 1 - 1/N: "
                     "use --optimizer sgd");
-  if (c->implicit_momentum && c->optim.nesterov)
+  if (c->ps.implicit_momentum && c->optim.nesterov)
     return dt_error("option --implicit-momentum on: the servers' momentum may be 0 or negative, "
                     "which --nesterov does not take");
-  if ((c->staleness_lr || c->dc_asgd > 0) && !is_async_ps(c))
+  if ((c->ps.staleness_lr || c->ps.dc_asgd > 0) && !is_async_ps(c))
     return dt_error("options --staleness-lr and --dc-asgd mitigate stale asynchronous updates: "
                     "use them with --exchange ps:K --schedule async (or value:V)");
   return 0;
@@ -87,11 +87,11 @@ static int check_comm_order(const train_config_t *c) {
                     "worker's model as it pulled it whole (the value bound's snapshots, backup's "
                     "wait for a newer version); use sync, ssp:S or async", name,
                     schedule_name(c->schedule));
-  const char *other = c->dc_asgd > 0           ? "--dc-asgd (it compensates against the model a worker pulled whole)"
-                      : c->ps_refresh_lazy      ? "--ps-refresh lazy (its cache decides whether to pull the whole model)"
-                      : c->push_every > 1       ? "--push-every (a push sums several batches; the layers go as one batch's backprop readies them)"
-                      : c->tp > 1               ? "--tp (a replica's keys are packed blocks, not layer ranges)"
-                      : c->compress.kind != CODEC_NONE ? "--compress (a codec encodes a shard's push as one message)"
+  const char *other = c->ps.dc_asgd > 0           ? "--dc-asgd (it compensates against the model a worker pulled whole)"
+                      : c->ps.refresh_lazy      ? "--ps-refresh lazy (its cache decides whether to pull the whole model)"
+                      : c->ps.push_every > 1       ? "--push-every (a push sums several batches; the layers go as one batch's backprop readies them)"
+                      : c->tensor.ranks > 1               ? "--tp (a replica's keys are packed blocks, not layer ranges)"
+                      : c->compression.codec.kind != CODEC_NONE ? "--compress (a codec encodes a shard's push as one message)"
                                                 : NULL;
   if (other) return dt_error("option --comm-order %s: not with %s", name, other);
   return 0;
@@ -117,14 +117,14 @@ int ps_check(const train_config_t *c) {
  * the servers step with --momentum - (1 - 1/N), negative when N is large. */
 optim_config_t ps_server_optim(const train_config_t *c, int nworkers) {
   optim_config_t o = c->optim;
-  if (c->implicit_momentum)
+  if (c->ps.implicit_momentum)
     o.momentum = (float)((double)c->optim.momentum - (1.0 - 1.0 / (double)nworkers));
   return o;
 }
 
 int ps_check_tp(const train_config_t *c) {
-  int T = c->tp;
-  if (c->tp_conv_data)
+  int T = c->tensor.ranks;
+  if (c->tensor.conv_data)
     return dt_error("option --tp-conv data: not with --exchange ps:K (the one weird trick "
                     "exchanges the batch between its layers; with servers, --tp T splits the "
                     "dense layers of each replica)");
@@ -132,21 +132,21 @@ int ps_check_tp(const train_config_t *c) {
     return dt_error("option --schedule %s: not with --tp %d (the servers of a replica's ranks "
                     "would bound or drop its parts apart); use sync, ssp:S or async",
                     schedule_name(c->schedule), T);
-  if (c->pp > 1)
+  if (c->pipe.stages > 1)
     return dt_error("options --tp %d and --pp %d: a parameter-server replica is a "
-                    "tensor-parallel group only (use --pp 1)", T, c->pp);
-  if (c->ps_servers > 0 && c->ps_servers % T != 0)
+                    "tensor-parallel group only (use --pp 1)", T, c->pipe.stages);
+  if (c->ps.servers > 0 && c->ps.servers % T != 0)
     return dt_error("option --exchange ps:%d: with --tp %d each tensor-parallel rank has servers "
-                    "of its own, so K must be a multiple of %d (e.g. ps:%d)", c->ps_servers, T, T,
-                    (c->ps_servers / T + 1) * T);
+                    "of its own, so K must be a multiple of %d (e.g. ps:%d)", c->ps.servers, T, T,
+                    (c->ps.servers / T + 1) * T);
   if (c->checkpoint_dir[0] || (c->resume[0] && ps_path_is_dir(c->resume)))
     return dt_error("option %s: shard folders hold one-worker key ranges; with --tp %d use "
                     "--checkpoint FILE (any --tp resumes from it)",
                     c->checkpoint_dir[0] ? "--checkpoint-dir" : "--resume DIR", T);
-  const char *other = c->compress.kind != CODEC_NONE ? "--compress"
-                      : c->dc_asgd > 0              ? "--dc-asgd"
+  const char *other = c->compression.codec.kind != CODEC_NONE ? "--compress"
+                      : c->ps.dc_asgd > 0              ? "--dc-asgd"
                       : c->kill_rank >= 0           ? "--kill"
-                      : c->ps_refresh_lazy          ? "--ps-refresh lazy"
+                      : c->ps.refresh_lazy          ? "--ps-refresh lazy"
                                                     : NULL;
   if (other)
     return dt_error("option %s: not with --tp %d and --exchange ps:K (a replica is a "

@@ -66,7 +66,7 @@ int ps_coord_init(ps_server_t *s, ps_coord_t **out) {
   for (int i = 0; i < STATS_RING; i++) c->stats_epoch[i] = -1;
   c->epoch = s->first_epoch;
   c->cap = s->cfg->max_steps ? s->cfg->max_steps * s->N : INT64_MAX;
-  c->cut = s->cfg->epoch_fraction < 1 ? (int64_t)ceil(s->cfg->epoch_fraction * (double)s->batches_per_epoch)
+  c->cut = s->cfg->ps.epoch_fraction < 1 ? (int64_t)ceil(s->cfg->ps.epoch_fraction * (double)s->batches_per_epoch)
                                        : INT64_MAX; /* whole epochs: closed when all is pushed */
   c->done = c->epoch >= s->cfg->epochs;
   return 0;

@@ -17,7 +17,7 @@
 #include "strategy/tensor/tensor.h"
 
 int ps_group_size(const train_config_t *cfg) {
-  return cfg->exchange == EXCHANGE_PS && cfg->tp > 1 ? cfg->tp : 1;
+  return cfg->exchange == EXCHANGE_PS && cfg->tensor.ranks > 1 ? cfg->tensor.ranks : 1;
 }
 
 static int split_tensor(const tensor_info_t *ti) { return ti->len != tensor_full_len(ti); }

@@ -75,7 +75,7 @@ int ps_prio_new(ps_client_t *client, model_t *m, const train_config_t *cfg, ps_p
   p->m = m;
   p->order = cfg->comm_order;
   p->part = cfg->partition_bytes / sizeof(float) ? cfg->partition_bytes / sizeof(float) : 1;
-  p->credit = cfg->credit_bytes;
+  p->credit = cfg->ps.credit_bytes;
   size_t nparts = 0, n = (size_t)m->nlayers;
   for (int i = 0; i < m->nlayers; i++) nparts += parts_of(m->layers[i].param_len, p->part);
   p->fwd = calloc(n, sizeof *p->fwd);

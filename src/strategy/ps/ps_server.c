@@ -36,7 +36,7 @@ struct ps_out {
 };
 
 int ps_nservers(const train_config_t *cfg, int nworkers) {
-  return cfg->ps_servers > 0 ? cfg->ps_servers : nworkers;
+  return cfg->ps.servers > 0 ? cfg->ps.servers : nworkers;
 }
 
 /* Who a request came from, as the rules and the coordinator count: worker
@@ -175,7 +175,7 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
     /* the change since its last pull: whole shards only (--compress-pulls
      * is refused with the priority orders, which pull in parts) */
     uint64_t seed = mirror_seed(s->cfg->seed ^ 0x70756c6c636f6d70ull, s->index, src, ws->pulls++, 0);
-    bytes = mirror_encode(&s->cfg->compress, s->params, ws->snapshot, s->len, seed, ws->pull_enc,
+    bytes = mirror_encode(&s->cfg->compression.codec, s->params, ws->snapshot, s->len, seed, ws->pull_enc,
                           s->mirror_scratch);
     vals = ws->pull_enc;
   } else {
@@ -269,7 +269,7 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   } else if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
-    if (rc == 0) rc = codec_decode_add(&s->cfg->compress, s->encoded, req->encoded, req->nvalues, dst);
+    if (rc == 0) rc = codec_decode_add(&s->cfg->compression.codec, s->encoded, req->encoded, req->nvalues, dst);
   } else {
     rc = comm_recv(s->world, from, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
   }
@@ -393,9 +393,9 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
     return ps_server_reject(s, src, req, "push of %llu values for %llu keys",
                             (unsigned long long)req->nvalues, (unsigned long long)n), -1;
   if (req->op == PS_OP_PUSH && req->encoded &&
-      (s->cfg->compress.kind == CODEC_NONE || req->encoded > s->encoded_cap))
+      (s->cfg->compression.codec.kind == CODEC_NONE || req->encoded > s->encoded_cap))
     return ps_server_reject(s, src, req, "an encoded push of %llu bytes (%s)",
-                            (unsigned long long)req->encoded, s->cfg->compress.kind == CODEC_NONE
+                            (unsigned long long)req->encoded, s->cfg->compression.codec.kind == CODEC_NONE
                             ? "this server runs without --compress" : "more than its codec takes"), -1;
   if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_GATHERED))
     return ps_server_reject(s, src, req, "push flags 0x%x: not a flag a worker sends", req->flags), -1;
@@ -673,11 +673,11 @@ static int setup_workers(ps_server_t *s) {
     ws->pulled_version = s->version - 1;
     if (!(ws->snapshot = dt_alloc_floats(s->len))) return -1;
     memcpy(ws->snapshot, s->params, s->len * sizeof(float));
-    if (s->cfg->compress_pulls &&
-        !(ws->pull_enc = dt_alloc(codec_max_bytes(&s->cfg->compress, s->len))))
+    if (s->cfg->compression.pulls &&
+        !(ws->pull_enc = dt_alloc(codec_max_bytes(&s->cfg->compression.codec, s->len))))
       return -1;
   }
-  if (s->cfg->compress_pulls && !(s->mirror_scratch = dt_alloc_floats(2 * s->len))) return -1;
+  if (s->cfg->compression.pulls && !(s->mirror_scratch = dt_alloc_floats(2 * s->len))) return -1;
   return 0;
 }
 
@@ -704,8 +704,8 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->len = s->r.end - s->r.begin;
   s->params = dt_alloc_floats(s->len);
   s->drain = dt_alloc_floats(s->len);
-  if (cfg->compress.kind != CODEC_NONE) {
-    s->encoded_cap = codec_max_bytes(&cfg->compress, s->len);
+  if (cfg->compression.codec.kind != CODEC_NONE) {
+    s->encoded_cap = codec_max_bytes(&cfg->compression.codec, s->len);
     if (!(s->encoded = dt_alloc(s->encoded_cap))) return -1;
   }
   s->cap_out = 4 * (s->N + s->K) + 16;

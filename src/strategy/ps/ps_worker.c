@@ -302,7 +302,7 @@ static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_st
                               "\"exchange\":\"ps\",\"schedule\":\"%s\",%s\"servers\":%d,"
                               "\"staleness_mean\":%.4g,\"staleness_max\":%.0f,\"dropped\":%.0f,"
                               "\"rejected\":%.0f",
-                              sched, p->pool || cfg->schedule != SCHEDULE_SSP ? "" : cfg->ps_refresh_lazy
+                              sched, p->pool || cfg->schedule != SCHEDULE_SSP ? "" : cfg->ps.refresh_lazy
                                   ? "\"ps_refresh\":\"lazy\"," : "\"ps_refresh\":\"eager\",",
                               p->K, ep->staleness_n > 0 ? ep->staleness_sum / ep->staleness_n : 0,
                               ep->staleness_max, ep->dropped, ep->rejected);
@@ -400,7 +400,7 @@ static int report(void *st, const epoch_report_t *r) {
 
 /* Eager: every clock. Lazy: once the parameters held are too old. */
 static int refresh_due(const psw_t *p, int64_t c) {
-  if (!p->w->cfg->ps_refresh_lazy || !p->cached) return 1;
+  if (!p->w->cfg->ps.refresh_lazy || !p->cached) return 1;
   return !ps_cache_fresh(ps_client_clock(p->client), c, p->S);
 }
 
@@ -420,7 +420,7 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   ps_req_t tmpl = {.clock = c, .epoch = epoch};
   DT_TRY(compute(p, begin, count, (int)global, &tmpl));
   DT_TRY(p->prio ? ps_prio_flush_pushes(p->prio) : start_push(p, own_grads(p), &tmpl));
-  if (w->cfg->ps_refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
+  if (w->cfg->ps.refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
   w->step++;
   return 0;
 }
@@ -489,7 +489,7 @@ static int compute_batch(psw_t *p, int64_t batch) {
   DT_TRY(compute(p, begin, count, denom, &p->acc_req));
   const float *g = own_grads(p);
   if (p->acc) kern_add(p->map.nparams, g, p->acc);
-  if (p->acc_req.nbatches < cfg->push_every) return 0;
+  if (p->acc_req.nbatches < cfg->ps.push_every) return 0;
   if (p->prio) { /* its layers went during backprop (--push-every 1) */
     memset(&p->acc_req, 0, sizeof p->acc_req);
     return ps_prio_flush_pushes(p->prio);
@@ -530,7 +530,7 @@ static int64_t fetch_batch(psw_t *p) {
   }
   ps_req_t req = {.op = PS_OP_NEXT, .epoch = p->epoch};
   int ts_next = p->leader ? ps_call(p->client, 0, &req, NULL, 0) : -2;
-  int ts_pull = p->local_steps % cfg->fetch_every == 0 ? pull_next_model(p, pull_flags(p), 0, 0) : -2;
+  int ts_pull = p->local_steps % cfg->ps.fetch_every == 0 ? pull_next_model(p, pull_flags(p), 0, 0) : -2;
   int rc = finish_push(p);
   if (p->leader && rc == 0) rc = wait_ok(p, ts_next, &rep);
   if (group_share(p, rc, &rep, sizeof rep) != 0 || rc != 0) return -100;
@@ -645,13 +645,13 @@ static int psw_init(psw_t *p, worker_t *w) {
   DT_TRY(plan_keys(p));
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
   if (cfg->comm_order != COLL_ORDER_FIFO) DT_TRY(ps_prio_new(p->client, w->model, cfg, &p->prio));
-  if (cfg->compress.kind != CODEC_NONE) {
-    compress_config_t cc = {.codec = cfg->compress, .seed = cfg->seed,
+  if (cfg->compression.codec.kind != CODEC_NONE) {
+    compress_config_t cc = {.codec = cfg->compression.codec, .seed = cfg->seed,
                             .error_feedback = train_error_feedback(cfg)};
-    DT_TRY(ps_client_set_codec(p->client, &cc, cfg->compress_pulls));
+    DT_TRY(ps_client_set_codec(p->client, &cc, cfg->compression.pulls));
   }
-  if (cfg->push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
-  if (w->rank == 0 && cfg->checkpoint[0] && cfg->dc_asgd > 0 && cfg->dc_asgd_adaptive) {
+  if (cfg->ps.push_every > 1 && !(p->acc = dt_alloc_floats(p->map.nparams))) return -1;
+  if (w->rank == 0 && cfg->checkpoint[0] && cfg->ps.dc_asgd > 0 && cfg->ps.dc_asgd_adaptive) {
     if (!(p->mean_square = dt_alloc_floats(p->map.nparams))) return -1;
     w->ckpt_state = p->mean_square;
     w->ckpt_state_prefix = PS_MEAN_SQUARE_PREFIX;
@@ -752,7 +752,7 @@ static int ps_matches(const train_config_t *c) {
 }
 
 static int ps_ranks(const train_config_t *c) {
-  return c->workers + (c->ps_servers > 0 ? c->ps_servers : c->workers); /* ps:n: one per worker */
+  return c->workers + (c->ps.servers > 0 ? c->ps.servers : c->workers); /* ps:n: one per worker */
 }
 
 const strategy_t STRATEGY_PARAMETER_SERVERS = {

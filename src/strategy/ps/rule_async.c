@@ -36,8 +36,8 @@
 
 static void compensate_delay(ps_server_t *s, int w, const float *in, float *out) {
   const float *now = s->params, *then = s->workers[w].snapshot;
-  float n = (float)s->N, lambda_n = (float)s->cfg->dc_asgd * n;
-  if (!s->cfg->dc_asgd_adaptive) {
+  float n = (float)s->N, lambda_n = (float)s->cfg->ps.dc_asgd * n;
+  if (!s->cfg->ps.dc_asgd_adaptive) {
     for (size_t i = 0; i < s->len; i++) out[i] = in[i] + lambda_n * in[i] * in[i] * (now[i] - then[i]);
     return;
   }
@@ -50,7 +50,7 @@ static void compensate_delay(ps_server_t *s, int w, const float *in, float *out)
 }
 
 int ps_rule_async_init(ps_server_t *s) {
-  if (s->cfg->dc_asgd > 0 && s->cfg->dc_asgd_adaptive && !s->dc_mean_square &&
+  if (s->cfg->ps.dc_asgd > 0 && s->cfg->ps.dc_asgd_adaptive && !s->dc_mean_square &&
       !(s->dc_mean_square = dt_alloc_floats(s->len)))
     return -1;
   return 0;
@@ -61,8 +61,8 @@ void ps_rule_step_async(ps_server_t *s, int w, float *out) {
   float *g = ws->push.grad;
   int64_t staleness = s->version - ws->push.version;
   double lr = ps_server_lr_of_batch(s, ws->push.batch);
-  if (s->cfg->staleness_lr && staleness > 1) lr /= (double)staleness;
-  if (s->cfg->dc_asgd > 0) {
+  if (s->cfg->ps.staleness_lr && staleness > 1) lr /= (double)staleness;
+  if (s->cfg->ps.dc_asgd > 0) {
     compensate_delay(s, w, g, out);
     g = out;
   }
@@ -77,7 +77,7 @@ void ps_rule_apply_async(ps_server_t *s, int w) {
 }
 
 static int async_push(ps_server_t *s, int src, const ps_req_t *req) {
-  if (s->cfg->drop_stale >= 0 && s->version - req->version > s->cfg->drop_stale) {
+  if (s->cfg->ps.drop_stale >= 0 && s->version - req->version > s->cfg->ps.drop_stale) {
     if (!ps_server_drop_push(s, src, req)) return 0;
     ps_server_dropped(s, req->epoch);
     return ps_server_ack(s, src, req);

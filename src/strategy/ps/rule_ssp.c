@@ -66,7 +66,7 @@ static void ssp_progress(ps_server_t *s) {
       else kern_add(s->len, ws->push.grad, g);
       /* the age of the parameters the gradient was computed on: updates
        * since its pull, less (lazy) the worker's own, which its cache holds */
-      int64_t own = s->cfg->ps_refresh_lazy ? ws->own_steps - ws->own_steps_at_pull : 0;
+      int64_t own = s->cfg->ps.refresh_lazy ? ws->own_steps - ws->own_steps_at_pull : 0;
       ps_server_staleness_was(s, ws->push.epoch, s->version - ws->push.version - own);
       ws->own_steps++;
       ws->push.held = 0;

@@ -68,7 +68,7 @@ typedef struct {
 /* One block (the server free()s it): the struct, then its arrays. */
 static int value_init(ps_server_t *s) {
   size_t N = (size_t)s->N, len = s->len, nstate = (size_t)s->opt->nstate;
-  int ms = s->cfg->dc_asgd > 0 && s->cfg->dc_asgd_adaptive;
+  int ms = s->cfg->ps.dc_asgd > 0 && s->cfg->ps.dc_asgd_adaptive;
   size_t nfloats = len * (2 + nstate + (ms ? 1 : 0));
   size_t bytes = sizeof(value_t) + 3 * N * sizeof(int64_t) + 2 * N * sizeof(int) + N +
                  nfloats * sizeof(float) + 64;
@@ -115,7 +115,7 @@ static int value_pull_ready(const ps_server_t *s, int src, const ps_req_t *req) 
 /* Whether worker a's held push goes before worker b's. */
 static int goes_before(const ps_server_t *s, int a, int b) {
   const ps_worker_state_t *pa = &s->workers[a], *pb = &s->workers[b];
-  if (s->cfg->ps_queue_staleness && pa->push.version != pb->push.version)
+  if (s->cfg->ps.queue_staleness && pa->push.version != pb->push.version)
     return pa->push.version > pb->push.version; /* computed on a newer model: less stale */
   return pa->push.queued < pb->push.queued;
 }

@@ -162,7 +162,7 @@ int strategy_one_weird_trick(worker_t *w) {
 }
 
 static int owt_matches(const train_config_t *c) {
-  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) && c->tp_conv_data;
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) && c->tensor.conv_data;
 }
 
 const strategy_t STRATEGY_ONE_WEIRD_TRICK = {

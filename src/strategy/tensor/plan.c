@@ -65,7 +65,7 @@ int tensor_plan_dense(model_spec_t *spec, int tp, int *pairs) { return plan(spec
 
 int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp) {
   if (tensor_file_split_line(spec, FILE_SPLIT_UNSET)) return tensor_plan_file(spec, tp);
-  if (cfg->tp_conv_data || cfg->exchange == EXCHANGE_PS) return tensor_plan_dense(spec, tp, NULL);
+  if (cfg->tensor.conv_data || cfg->exchange == EXCHANGE_PS) return tensor_plan_dense(spec, tp, NULL);
   return tensor_plan(spec, tp, NULL);
 }
 
@@ -196,9 +196,9 @@ int tensor_plan_file(model_spec_t *spec, int tp) {
  * apply them (build_model in worker.c), and --sync-bn's batch norm. */
 int tensor_check_spec(const train_config_t *c, model_spec_t *spec) {
   int file_split = tensor_file_split_line(spec, FILE_SPLIT_UNSET) != 0;
-  int tp = c->tp_conv_data ? c->workers : c->tp; /* tensor_group_size */
+  int tp = c->tensor.conv_data ? c->workers : c->tensor.ranks; /* tensor_group_size */
   /* under mpi the one weird trick's group is -np, known once the ranks start */
-  int known = !(c->tp_conv_data && c->comm == COMM_MPI);
+  int known = !(c->tensor.conv_data && c->comm == COMM_MPI);
   if (known && (tp > 1 || file_split)) DT_TRY(tensor_plan_for(c, spec, tp > 1 ? tp : 1));
   if (c->sync_bn) DT_TRY(sync_bn_check_model(spec));
   return 0;

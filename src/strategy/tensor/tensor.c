@@ -19,19 +19,19 @@ struct tensor_par {
 
 /* ---- options ------------------------------------------------------------------ */
 
-int tensor_group_size(const train_config_t *c, int nranks) { return c->tp_conv_data ? nranks : c->tp; }
+int tensor_group_size(const train_config_t *c, int nranks) { return c->tensor.conv_data ? nranks : c->tensor.ranks; }
 
 int tensor_check(const train_config_t *c) {
-  if (c->tp_conv_data && c->tp > 1 && c->comm != COMM_MPI && c->tp != c->workers)
+  if (c->tensor.conv_data && c->tensor.ranks > 1 && c->comm != COMM_MPI && c->tensor.ranks != c->workers)
     return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
-                    "layers over every worker (leave --tp out, or give --tp %d)", c->tp, c->workers);
-  if (c->tp_conv_data && c->pp > 1)
+                    "layers over every worker (leave --tp out, or give --tp %d)", c->tensor.ranks, c->workers);
+  if (c->tensor.conv_data && c->pipe.stages > 1)
     return dt_error("options --tp-conv data and --pp %d do not combine (the one weird trick "
-                    "exchanges the batch between its data-parallel and its split layers)", c->pp);
-  if (c->tp <= 1 && !c->tp_conv_data) return 0;
+                    "exchanges the batch between its data-parallel and its split layers)", c->pipe.stages);
+  if (c->tensor.ranks <= 1 && !c->tensor.conv_data) return 0;
   char opt[40];
-  if (c->tp_conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
-  else snprintf(opt, sizeof opt, "--tp %d", c->tp);
+  if (c->tensor.conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
+  else snprintf(opt, sizeof opt, "--tp %d", c->tensor.ranks);
   if (c->exchange == EXCHANGE_PS && c->optimization == OPTIMIZATION_CENTRAL) {
     DT_TRY(ps_check_tp(c)); /* Project Adam's replicas (ps_group.c) */
   } else if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_ALLREDUCE ||
@@ -40,24 +40,24 @@ int tensor_check(const train_config_t *c) {
                     "--schedule sync --exchange allreduce:ALGO (the replicas of a block sum "
                     "their gradients by allreduce), or with --exchange ps:K --schedule "
                     "sync, ssp:S or async (a group is one worker of the servers)", opt);
-  if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || (c->sync_bn && c->tp_conv_data))
+  if (c->balance || c->shard_optimizer || c->comm_order == COLL_ORDER_PRIORITY || (c->sync_bn && c->tensor.conv_data))
     return dt_error("option %s does not combine with %s (the ranks of a tensor-parallel "
                     "group must take the same samples and the same whole-tensor steps)", opt,
                     c->balance ? "--balance on" : c->shard_optimizer ? "--shard-optimizer on"
-                    : c->sync_bn && c->tp_conv_data ? "--sync-bn on" : "--comm-order priority");
+                    : c->sync_bn && c->tensor.conv_data ? "--sync-bn on" : "--comm-order priority");
   if (c->optim.kind == OPTIM_LARS)
     return dt_error("options %s and --optimizer lars do not combine: LARS scales by the "
                     "norm of a whole tensor, a rank holds a block (use sgd, adam or rmsprop)", opt);
-  if (c->pp > 1 && !c->partition[0])
+  if (c->pipe.stages > 1 && !c->pipe.partition[0])
     return dt_error("options %s and --pp %d: --partition balanced times the layers on each "
                     "tensor-parallel rank apart, and the ranks could cut the model differently; "
                     "use --partition macs or a list of first layers (e.g. --partition 0,3)",
-                    opt, c->pp);
+                    opt, c->pipe.stages);
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
 int tensor_model_options(train_config_t *c) {
-  if (c->tp <= 1 && !c->tp_conv_data) return 0; /* split= applies to tensor-parallel runs only */
+  if (c->tensor.ranks <= 1 && !c->tensor.conv_data) return 0; /* split= applies to tensor-parallel runs only */
   model_spec_t spec;
   DT_TRY(model_spec_load(c->model, &spec));
   int given = tensor_file_split_line(&spec, FILE_SPLIT_UNSET);
@@ -66,38 +66,38 @@ int tensor_model_options(train_config_t *c) {
   snprintf(src, sizeof src, "%s", spec.source);
   model_spec_free(&spec);
   if (!given) return 0;
-  if (c->tp_conv_data)
+  if (c->tensor.conv_data)
     return dt_error("option --tp-conv data: %s says how its layers split (split= on line %d): "
                     "leave --tp-conv out", src, given);
   if (!data) return 0;
-  if (c->pp > 1)
+  if (c->pipe.stages > 1)
     return dt_error("option --pp %d: %s:%d says split=data, the one weird trick, which exchanges "
                     "the batch between its data-parallel and its split layers (use --pp 1)",
-                    c->pp, src, data);
-  if (c->comm != COMM_MPI && c->tp != c->workers)
+                    c->pipe.stages, src, data);
+  if (c->comm != COMM_MPI && c->tensor.ranks != c->workers)
     return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
-                    "other layers over every worker (give --tp %d, the workers)", c->tp, src, data,
+                    "other layers over every worker (give --tp %d, the workers)", c->tensor.ranks, src, data,
                     c->workers);
-  c->tp_conv_data = 1, c->tp_data_line = data;
+  c->tensor.conv_data = 1, c->tensor.data_line = data;
   return 0;
 }
 
 int tensor_check_world(const train_config_t *c) {
-  int per = c->tp * c->pp;
-  if (c->tp <= 1 || c->workers % per == 0) return 0;
+  int per = c->tensor.ranks * c->pipe.stages;
+  if (c->tensor.ranks <= 1 || c->workers % per == 0) return 0;
   if (c->comm == COMM_MPI && c->exchange == EXCHANGE_PS) { /* -np counts the servers too */
     int K = ps_nservers(c, c->workers), fit = (c->workers / per + 1) * per;
     return dt_error("mpirun -np %d, --tp %d and --exchange ps: %d workers besides the %d servers, "
                     "and workers must be a multiple of %d (e.g. mpirun -np %d)", c->workers + K,
-                    c->tp, c->workers, K, per, fit + ps_nservers(c, fit));
+                    c->tensor.ranks, c->workers, K, per, fit + ps_nservers(c, fit));
   }
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --tp %d%s: workers = dp x pp x tp, so -np must be a "
-                    "multiple of %d (e.g. mpirun -np %d)", c->workers, c->tp,
-                    c->pp > 1 ? " --pp" : "", per, per);
+                    "multiple of %d (e.g. mpirun -np %d)", c->workers, c->tensor.ranks,
+                    c->pipe.stages > 1 ? " --pp" : "", per, per);
   return dt_error("options --workers %d and --tp %d%s: workers = dp x pp x tp, so --workers must "
-                  "be a multiple of %d (e.g. --workers %d for dp = 1)", c->workers, c->tp,
-                  c->pp > 1 ? " and --pp" : "", per, per);
+                  "be a multiple of %d (e.g. --workers %d for dp = 1)", c->workers, c->tensor.ranks,
+                  c->pipe.stages > 1 ? " and --pp" : "", per, per);
 }
 
 /* ---- the group ---------------------------------------------------------------- */
@@ -142,13 +142,13 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   if (!t) return dt_error("out of memory");
   *out = t;
   int T = tensor_group_size(cfg, comm_size(world));
-  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T && cfg->tp_data_line)
+  if (cfg->tensor.conv_data && cfg->tensor.ranks > 1 && cfg->tensor.ranks != T && cfg->tensor.data_line)
     return dt_error("option --tp %d: %s:%d says split=data, the one weird trick, which splits the "
-                    "other layers over every worker (give --tp %d, the -np of mpirun)", cfg->tp,
-                    cfg->model, cfg->tp_data_line, T);
-  if (cfg->tp_conv_data && cfg->tp > 1 && cfg->tp != T)
+                    "other layers over every worker (give --tp %d, the -np of mpirun)", cfg->tensor.ranks,
+                    cfg->model, cfg->tensor.data_line, T);
+  if (cfg->tensor.conv_data && cfg->tensor.ranks > 1 && cfg->tensor.ranks != T)
     return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
-                    "layers over every worker (leave --tp out, or give --tp %d)", cfg->tp, T);
+                    "layers over every worker (leave --tp out, or give --tp %d)", cfg->tensor.ranks, T);
   DT_TRY(rank_grid_split_tp(world, T, &t->group, &t->slice));
   DT_TRY(coll_ctx_new(t->group, &t->coll));
   t->algo = cfg->algo;
