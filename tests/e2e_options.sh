@@ -14,6 +14,15 @@ check help_train_net_bounds sh -c "$T --help | grep -q '10 Tbit/s'"
 check help_bench sh -c "$DTRAIN bench --help | grep -q allreduce"
 check help_bench_allreduce sh -c "$DTRAIN bench allreduce --help | grep -q -- --latency"
 check help_presets_h sh -c "$DTRAIN presets -h | grep -q preset"
+# --help is printed from the option rows: every row's option is in it
+# (the parser's own error names the first one that is not)
+"$DTRAIN" train --help >"$TMP/help.txt"
+missing=
+for o in $(sed -n 's/^    {[A-Z]*("\([a-z0-9-]*\)".*/\1/p' src/strategy/options.c); do
+  grep -q -- "--$o\( \|\$\)" "$TMP/help.txt" || missing="$missing --$o"
+done
+check help_names_every_option sh -c "[ -z '$missing' ] || { echo 'not in train --help:$missing'; exit 1; }"
+check help_lists_81_options sh -c "[ \$(sed -n 's/^    {[A-Z]*(\"\\([a-z0-9-]*\\)\".*/\\1/p' src/strategy/options.c | wc -l) -ge 81 ]"
 
 # ---- usage errors exit 2 on every command ---------------------------------------
 check no_command_exit2 sh -c "$DTRAIN >/dev/null 2>&1; [ \$? -eq 2 ]"

@@ -200,6 +200,9 @@ int exchange_parse(const char *text, train_config_t *cfg);
  * the resulting configuration uses. -1 with one line set (naming the
  * option) on a usage error. Reads and writes no file. */
 int train_options_parse(int argc, char **argv, train_config_t *cfg);
+/* The options' part of 'dtrain train --help', from the same rows the
+ * parser reads: each option's value, description and default. */
+void train_options_help(FILE *out);
 
 /* Presets: named systems of the literature as settings of the axes. */
 typedef struct {

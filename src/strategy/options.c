@@ -106,6 +106,11 @@ typedef struct {
   int (*applies)(const train_config_t *); /* NULL: every configuration uses it */
   const char *where;                      /* the settings that use it */
   axis_t axis;
+  const char *section;                    /* --help: a heading before this row */
+  /* --help: "METAVAR\tdescription", more lines after '\n' (a line with a
+   * '\t' is a sub-item: "key=VALUE\tdescription"); NULL: the option is
+   * named in the help of a row before it (--beta2 in --beta1's) */
+  const char *help;
 } option_t;
 
 #define T train_config_t
@@ -142,93 +147,283 @@ static int set_trace_steps(void *c, const char *val, void *st);
 static const int LAZY_EAGER[] = {1, 0};
 
 static const option_t OPTIONS[] = {
-    {PATH("model", model), NULL, NULL, AX_STRATEGY},
-    {PATH("data", data), NULL, NULL, AX_STRATEGY},
-    {INT("epochs", epochs, 1, 1000000), NULL, NULL, AX_STRATEGY},
-    {INT("batch", batch, 1, 1 << 20), NULL, NULL, AX_STRATEGY},
-    {INT("seed", seed, 0, 1L << 62), NULL, NULL, AX_STRATEGY},
-    {INT("threads", threads, 1, 256), NULL, NULL, AX_STRATEGY},
-    {WORDS("precision", bf16, "fp32|bf16", NULL), NULL, NULL, AX_STRATEGY},
-    {INT("max-steps", max_steps, 1, 1L << 50), NULL, NULL, AX_STRATEGY},
+    {PATH("model", model), NULL, NULL, AX_STRATEGY,
+     .section = "what to train",
+     .help = "mlp|lenet|FILE\tbuilt-in model or a model file (docs/MODEL_FORMAT.md) [mlp]"},
+    {PATH("data", data), NULL, NULL, AX_STRATEGY,
+     .help = "fashion-mnist|synthetic|DIR\tdata set [fashion-mnist]"},
+    {INT("epochs", epochs, 1, 1000000), NULL, NULL, AX_STRATEGY,
+     .help = "N\tepochs in total (with --resume: up to N) [1]"},
+    {INT("batch", batch, 1, 1 << 20), NULL, NULL, AX_STRATEGY,
+     .help = "N\tbatch size per worker [64]"},
+    {INT("seed", seed, 0, 1L << 62), NULL, NULL, AX_STRATEGY,
+     .help = "N\tseed of initialisation, shuffling, dropout [1]"},
+    {INT("threads", threads, 1, 256), NULL, NULL, AX_STRATEGY,
+     .help = "N\tBLAS threads per worker [1]"},
+    {WORDS("precision", bf16, "fp32|bf16", NULL), NULL, NULL, AX_STRATEGY,
+     .help = "fp32|bf16\tbf16: every product's operands rounded to bfloat16, fp32\n"
+             "accumulation and results (oneDNN on AVX512_BF16 or AMX);\n"
+             "parameters, optimizer state, activations between layers\n"
+             "and the loss stay fp32; refused on a CPU without bf16 [fp32]"},
+    {INT("max-steps", max_steps, 1, 1L << 50), NULL, NULL, AX_STRATEGY,
+     .help = "N\tstop after N optimizer steps in total (smoke tests)"},
     {FLT("time-budget", time_budget, 0.001, 1e9), stops_together,
      "--exchange allreduce:ALGO, --exchange shared --schedule sync, or --optimization decentral",
-     AX_STRATEGY},
-    {FLT("max-loss", max_loss, 1e-3, 1e30), NULL, NULL, AX_STRATEGY},
-    {FUNC("optimizer", set_optimizer), NULL, NULL, AX_STRATEGY},
-    {FUNC("lr", set_lr), NULL, NULL, AX_STRATEGY},
-    {FLT("momentum", optim.momentum, 0, 0.9999), uses_momentum, "--optimizer sgd, rmsprop or lars", AX_OPTIMIZER},
-    {FLAG("nesterov", optim.nesterov, 1), is_sgd, "--optimizer sgd", AX_OPTIMIZER},
-    {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY},
-    {FLT("beta1", optim.beta1, 0, 0.99999), is_adam, "--optimizer adam", AX_OPTIMIZER},
-    {FLT("beta2", optim.beta2, 0, 0.99999999), is_adam, "--optimizer adam", AX_OPTIMIZER},
-    {FLT("eps", optim.eps, 1e-20, 1), uses_eps, "--optimizer adam or rmsprop", AX_OPTIMIZER},
-    {FUNC("lr-schedule", set_lr_schedule), NULL, NULL, AX_STRATEGY},
-    {FLT("warmup-epochs", warmup_epochs, 0, 1e6), NULL, NULL, AX_STRATEGY},
-    {FLT("lr-step-epochs", lr_step_epochs, 1e-6, 1e6), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
-    {FLT("lr-gamma", lr_gamma, 0, 1), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE},
-    {FUNC("preset", set_preset), NULL, NULL, AX_STRATEGY},
-    {INT("workers", workers, 1, MAX_WORKERS), NULL, NULL, AX_STRATEGY},
-    {WORDS("comm", comm, "local|mpi", NULL), NULL, NULL, AX_STRATEGY},
-    {WORDS("optimization", optimization, "central|decentral", NULL), NULL, NULL, AX_STRATEGY},
-    {FUNC("schedule", set_schedule), NULL, NULL, AX_STRATEGY},
-    {FUNC("exchange", set_exchange), NULL, NULL, AX_STRATEGY},
-    {FUNC("bucket-mb", set_bucket_mb), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
-    {ONOFF("overlap", overlap), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY},
-    {WORDS("comm-order", comm_order, "fifo|priority|tictac", NULL), takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY},
-    {KIB("partition-kb", partition_bytes), is_priority, "--comm-order priority or tictac", AX_COMM_ORDER},
-    {KIB("credit-kb", ps.credit_bytes), is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER},
-    {ONOFF("shard-optimizer", shard_optimizer), is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY},
+     AX_STRATEGY,
+     .help = "SEC\tend the run at the first epoch end past SEC seconds (rank 0's\n"
+             "clock; allreduce, shared sync and decentralized strategies)"},
+    {FLT("max-loss", max_loss, 1e-3, 1e30), NULL, NULL, AX_STRATEGY,
+     .help = "X\ta mean train or test loss above X (or NaN) stops the run as\n"
+             "diverged, keeping the last good checkpoint [1e4]"},
+    {FUNC("optimizer", set_optimizer), NULL, NULL, AX_STRATEGY,
+     .section = "optimizer",
+     .help = "sgd|adam|rmsprop|lars\t[sgd]"},
+    {FUNC("lr", set_lr), NULL, NULL, AX_STRATEGY,
+     .help = "X\tbase learning rate [0.05]"},
+    {FLT("momentum", optim.momentum, 0, 0.9999), uses_momentum, "--optimizer sgd, rmsprop or lars", AX_OPTIMIZER,
+     .help = "X\tmomentum (sgd, rmsprop, lars) [0]"},
+    {FLAG("nesterov", optim.nesterov, 1), is_sgd, "--optimizer sgd", AX_OPTIMIZER,
+     .help = "\tNesterov momentum (sgd)"},
+    {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY,
+     .help = "X\tL2 weight decay [0]"},
+    {FLT("beta1", optim.beta1, 0, 0.99999), is_adam, "--optimizer adam", AX_OPTIMIZER,
+     .help = "X --beta2 X --eps X\tAdam / RMSProp constants"},
+    {FLT("beta2", optim.beta2, 0, 0.99999999), is_adam, "--optimizer adam", AX_OPTIMIZER, NULL, NULL},
+    {FLT("eps", optim.eps, 1e-20, 1), uses_eps, "--optimizer adam or rmsprop", AX_OPTIMIZER, NULL, NULL},
+    {FUNC("lr-schedule", set_lr_schedule), NULL, NULL, AX_STRATEGY,
+     .help = "constant|step|cosine\tper-step schedule; cosine decays to 0 [constant]"},
+    {FLT("warmup-epochs", warmup_epochs, 0, 1e6), NULL, NULL, AX_STRATEGY,
+     .help = "X\tlinear warm-up length [0]"},
+    {FLT("lr-step-epochs", lr_step_epochs, 1e-6, 1e6), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE,
+     .help = "X --lr-gamma X\tstep schedule: multiply by gamma every X epochs [1, 0.1]"},
+    {FLT("lr-gamma", lr_gamma, 0, 1), is_step_schedule, "--lr-schedule step", AX_LR_SCHEDULE, NULL, NULL},
+    {FUNC("preset", set_preset), NULL, NULL, AX_STRATEGY,
+     .section = "distribution (the taxonomy axes; see 'dtrain presets')",
+     .help = "NAME\tfill the axes from a named system (at most one); the other\n"
+             "options override the preset's, wherever they stand"},
+    {INT("workers", workers, 1, MAX_WORKERS), NULL, NULL, AX_STRATEGY,
+     .help = "N\tworkers (ranks) on --comm local [1]"},
+    {WORDS("comm", comm, "local|mpi", NULL), NULL, NULL, AX_STRATEGY,
+     .help = "local|mpi\ttransport: threads in this process, or MPI processes [local]"},
+    {WORDS("optimization", optimization, "central|decentral", NULL), NULL, NULL, AX_STRATEGY,
+     .help = "central|decentral\t[central]"},
+    {FUNC("schedule", set_schedule), NULL, NULL, AX_STRATEGY,
+     .help = "sync|async|ssp:S|value:V|backup:B|soft\t[sync]; soft: MPCA-SGD's\n"
+             "soft-bounded rounds (decentral, --exchange master)"},
+    {FUNC("exchange", set_exchange), NULL, NULL, AX_STRATEGY,
+     .help = "allreduce:ring|rhd|tree|naive|hier|shm|auto|ps:K|...\t\n"
+             "[shared with --comm local, --schedule sync and 2+ workers,\n"
+             "where no option given needs allreduce (--bucket-mb,\n"
+             "--overlap, --comm-order, --shard-optimizer, --net, a\n"
+             "pipeline, lars): the fastest one-machine path; otherwise\n"
+             "allreduce:auto, which picks ring, rhd, tree or hier by\n"
+             "size, ranks and link (docs/COLLECTIVES.md)]\n"
+             "allreduce:shm: one pass over the ranks' buffers in shared\n"
+             "memory (--comm local, no --net)\n"
+             "allreduce:hier: by host (reduce-scatter inside a host,\n"
+             "allreduce across hosts, allgather); auto picks it when the\n"
+             "ranks are on >1 host with >=2 each (mpi: the nodes MPI finds;\n"
+             "local: --net hosts=)\n"
+             "shared: one machine's shared memory (--comm local); with\n"
+             "--schedule sync a sharded optimizer, with async Hogwild"},
+    {FUNC("bucket-mb", set_bucket_mb), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY,
+     .help = "X\tgradient bucket size; 0 = one bucket per layer [25]"},
+    {ONOFF("overlap", overlap), is_data_parallel, "--optimization central --exchange allreduce:ALGO", AX_STRATEGY,
+     .help = "on|off\tstart bucket allreduces during backprop [on]"},
+    {WORDS("comm-order", comm_order, "fifo|priority|tictac", NULL), takes_comm_order, "--optimization central --schedule sync --exchange allreduce:ALGO, or --exchange ps:K", AX_STRATEGY,
+     .help = "fifo|priority|tictac\tfifo: buckets' allreduces in the order backprop\n"
+             "readies them; priority: the first layers' first, each\n"
+             "bucket's update applied as the next forward pass reaches\n"
+             "it (ByteScheduler, P3) [fifo]. With --exchange ps:K\n"
+             "(sync, ssp:S, async): each layer pushed in parts as\n"
+             "backprop readies it, the model pulled back layer by layer\n"
+             "(--credit-kb in flight), the forward waiting per layer;\n"
+             "priority: first layer first (ByteScheduler); tictac: by\n"
+             "when the forward first needs each layer, from its measured\n"
+             "times, ties the smaller first (TicTac's TAC)"},
+    {KIB("partition-kb", partition_bytes), is_priority, "--comm-order priority or tictac", AX_COMM_ORDER,
+     .help = "N\tpriority, tictac: transfers in parts of at most N KiB [1024]"},
+    {KIB("credit-kb", ps.credit_bytes), is_ps_priority, "--exchange ps:K --comm-order priority or tictac", AX_COMM_ORDER,
+     .help = "N\tps:K with priority, tictac: at most N KiB of parts in flight\n"
+             "each way, the rest queued most urgent first (ByteScheduler's\n"
+             "credit) [15625: its 4 M parameters]"},
+    {ONOFF("shard-optimizer", shard_optimizer), is_data_parallel, "--optimization central --exchange allreduce:ring", AX_STRATEGY,
+     .help = "on|off\tallreduce:ring: each rank steps 1/N of the parameters with\n"
+             "1/N of the optimizer work (ZeRO stage 1) [off]"},
     {ONOFF("balance", balance), is_balanceable,
-     "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY},
-    {FUNC("compress", set_compress), on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY},
-    {ONOFF("error-feedback", compression.error_feedback), compresses, "--compress CODEC", AX_STRATEGY},
-    {WORDS("momentum-correction", compression.momentum_correction, "off|velocity|shared", NULL), compresses, "--compress CODEC", AX_STRATEGY},
-    {ONOFF("compress-pulls", compression.pulls), compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY},
-    {INT("compress-warmup-steps", compression.warmup_steps, 0, 1L << 40), compresses, "--compress CODEC", AX_STRATEGY},
-    {FLT("dgc-clip", compression.dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY},
-    {ONOFF("sufficient-factors", compression.sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY},
-    {INT("pp", pipe.stages, 1, 1024), NULL, NULL, AX_STRATEGY},
-    {INT("micro-batches", pipe.micro_batches, 1, 1 << 16), NULL, NULL, AX_STRATEGY},
-    {INT("tp", tensor.ranks, 1, 1024), NULL, NULL, AX_STRATEGY},
-    {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
-    {ONOFF("sync-bn", sync_bn), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY},
-    {FUNC("pipe-schedule", set_pipe_schedule), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
-    {FUNC("partition", set_partition), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY},
-    {ONOFF("vertical-sync", pipe.vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY},
-    {FUNC("net", set_net), is_local, "--comm local", AX_COMM},
-    {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY},
-    {FLT("comm-timeout", net.timeout, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
-    {FLT("stall-warning", net.stall_warning, 0.001, 1e6), NULL, NULL, AX_STRATEGY},
-    {INT("fetch-every", ps.fetch_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {INT("push-every", ps.push_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
-    {INT("drop-stale", ps.drop_stale, 0, 1L << 40), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY},
+     "--optimization central --schedule sync --exchange allreduce:ALGO or shared", AX_STRATEGY,
+     .help = "on|off\tsplit each synchronous step's batch by the ranks' measured\n"
+             "speed (same global batch; not bitwise repeatable) [off]"},
+    {FUNC("compress", set_compress), on_a_wire, "--exchange allreduce:ALGO, ps:K, master or neighbors", AX_STRATEGY,
+     .help = "CODEC\tcompression of what goes on the wire (sync allreduce,\n"
+             "ps pushes, local SGD, EASGD, TreeEASGD, GoSGD, D-PSGD)\n"
+             "[none]: fp32, fp16[:sr], bf16[:sr], int8[:sr] (:sr =\n"
+             "stochastic rounding), onebit, qsgd:S (S levels), terngrad,\n"
+             "terngrad:C (clipped at C sigma), topk:R, randomk:R\n"
+             "(fraction R of the values), threshold:T,\n"
+             "dgc:R (Deep Gradient Compression), powersgd:R (rank R)"},
+    {ONOFF("error-feedback", compression.error_feedback), compresses, "--compress CODEC", AX_STRATEGY,
+     .help = "on|off\tkeep what a biased codec did not send for the next step\n"
+             "[on for biased codecs; refused for unbiased ones]"},
+    {WORDS("momentum-correction", compression.momentum_correction, "off|velocity|shared", NULL), compresses, "--compress CODEC", AX_STRATEGY,
+     .help = "off|velocity|shared\tSGD's momentum under compression:\n"
+             "velocity: each rank's in the memory (DGC's); shared: the\n"
+             "momentum step compressed, its sum the new momentum\n"
+             "(1-bit Adam's; dense codecs) [velocity for dgc, else off]"},
+    {ONOFF("compress-pulls", compression.pulls), compresses_ps, "--exchange ps:K --compress CODEC", AX_STRATEGY,
+     .help = "on|off\t--exchange ps:K: pulls too, as the change since the\n"
+             "worker's last pull, the server keeping the copy each\n"
+             "worker holds (N copies of a shard a server) [off]"},
+    {INT("compress-warmup-steps", compression.warmup_steps, 0, 1L << 40), compresses, "--compress CODEC", AX_STRATEGY,
+     .help = "N\tthe first N steps dense; dgc: its sparsity ramps from 75%\n"
+             "to 1 - R over them instead [0]"},
+    {FLT("dgc-clip", compression.dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY,
+     .help = "NORM\tdgc: clip each rank's gradient to NORM / sqrt(workers) [off]"},
+    {ONOFF("sufficient-factors", compression.sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY,
+     .help = "on|off\tsync allreduce: each dense layer's gradient sent as its\n"
+             "factors (the layer's inputs and output errors) where they are\n"
+             "fewer bytes than the matrix (Poseidon's SFB) [off]"},
+    {FLT("consensus-step", decentral.consensus_step, 1e-6, 1), uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY,
+     .help = "G\tD-PSGD with --compress (CHOCO-SGD): the gossip step, in\n"
+             "(0, 1]; sparse codecs need a small one (0.2) [1]"},
+    {FUNC("net", set_net), is_local, "--comm local", AX_COMM,
+     .help = "latency=50us,bandwidth=1Gbit\temulated network on --comm local; either key\n"
+             "or both; latency 0 to 10 s, bandwidth 1 kbit/s to 10 Tbit/s\n"
+             "hosts=N | hosts=A+B+...\tthe ranks (servers too) on N hosts, consecutive and as\n"
+             "even as possible, or A, B, ... ranks on each; latency and\n"
+             "bandwidth are then the links between hosts, and\n"
+             "intra-latency=TIME,intra-bandwidth=RATE\tthe links within a host (need hosts;\n"
+             "default: not delayed). Each rank has its own link of each kind.\n"
+             "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
+             "           bandwidth=1Gbit,latency=50us"},
+    {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
+     .help = "rank=R,slowdown=F\tslow down one rank's compute F times (1..1000)"},
+    {FLT("comm-timeout", net.timeout, 0.001, 1e6), NULL, NULL, AX_STRATEGY,
+     .help = "SEC\ta rank waiting longer than this on a peer fails [300]"},
+    {FLT("stall-warning", net.stall_warning, 0.001, 1e6), NULL, NULL, AX_STRATEGY,
+     .help = "SEC\ta collective waiting longer than this prints one line naming\n"
+             "it, the ranks that joined and those that have not; again at\n"
+             "every period; the timeout's error names the same [60]"},
+    {INT("pp", pipe.stages, 1, 1024), NULL, NULL, AX_STRATEGY,
+     .section = "pipeline parallelism (workers = dp x pp; a stage per rank, --batch per replica)",
+     .help = "P\tpipeline stages, each a range of layers [1]"},
+    {INT("micro-batches", pipe.micro_batches, 1, 1 << 16), NULL, NULL, AX_STRATEGY,
+     .help = "M\tmicro-batches of batch/M samples per step [1]"},
+    {FUNC("pipe-schedule", set_pipe_schedule), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY,
+     .help = "gpipe|1f1b|interleaved:V|pipedream|2bw|ddg\tall forwards then all\n"
+             "backwards (GPipe); one forward one backward (PipeDream-Flush);\n"
+             "that with V chunks per rank (Megatron; M a multiple of P);\n"
+             "no flush: PipeDream (weight stashing, M 1), PipeDream-2BW (two\n"
+             "weight versions, one step of delay), DDG (delayed gradients,\n"
+             "M 1) [gpipe]"},
+    {ONOFF("vertical-sync", pipe.vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY,
+     .help = "on|off\tpipedream: every stage runs a batch on stage 0's weight\n"
+             "version [off]"},
+    {FUNC("partition", set_partition), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY,
+     .help = "balanced|macs|L0,L1,...\tstages of even measured time (each layer's\n"
+             "forward + backward timed first), of even multiply-adds, or\n"
+             "the first layer of each (counted after dense+relu fusion)\n"
+             "[balanced]"},
+    {INT("tp", tensor.ranks, 1, 1024), NULL, NULL, AX_STRATEGY,
+     .section = "tensor parallelism (workers = dp x pp x tp; Megatron's split dense layers)",
+     .help = "T\tsplit each pair of dense layers (the first by output\n"
+             "features, the second by input features) over T adjacent\n"
+             "ranks; other layers replicated [1]; with --exchange ps:K\n"
+             "each group of T ranks is one worker, its convolutions\n"
+             "whole (Project Adam; K a multiple of T)"},
+    {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
+     .help = "split|data\tconvolutions split in pairs like dense layers, or data-\n"
+             "parallel with the dense layers split over all workers and\n"
+             "the batch exchanged between (one weird trick) [split]\n"
+             "A model file may choose per layer instead: split=column|\n"
+             "row|none|data on its dense and conv2d lines, channels on a\n"
+             "conv2d (its shard allgathered for the next layer) (T\n"
+             "ranks; with split=data, --tp = the workers: the one weird\n"
+             "trick; docs/MODEL_FORMAT.md)"},
+    {ONOFF("sync-bn", sync_bn), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
+     .help = "on|off\tbatch norm's statistics over all data-parallel ranks\n"
+             "(synchronous allreduce) [off]"},
+    {INT("fetch-every", ps.fetch_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY,
+     .section = "parameter servers (--exchange ps:K | ps:n)",
+     .help = "N --push-every N\tDownpour: pull / push every N steps [1]"},
+    {INT("push-every", ps.push_every, 1, 1 << 20), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY, NULL, NULL},
+    {FLAG("staleness-lr", ps.staleness_lr, 1), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY,
+     .help = "\tdivide each update by its staleness (async)"},
+    {INT("drop-stale", ps.drop_stale, 0, 1L << 40), is_downpour, "--exchange ps:K --schedule async (Downpour)", AX_STRATEGY,
+     .help = "S\tasync: drop a push more than S updates stale instead of\n"
+             "applying it (a delay bound kept by rejection, not waiting)"},
     /* not backup:B: a pull there waits for the next step, which a cut epoch may never take */
-    {FUNC("epoch-fraction", set_epoch_fraction), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+    {FUNC("epoch-fraction", set_epoch_fraction), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY,
+     .help = "F\tasync, value:V: an epoch ends once F of its\n"
+             "batches are pushed; the rest, stragglers' included, are\n"
+             "dropped (Project Adam: 0.75) [1]"},
+    {WORDS("ps-refresh", ps.refresh_lazy, "lazy|eager", LAZY_EAGER), is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY,
+     .help = "eager|lazy\tssp:S: the model every clock (ESSP), or only once the model\n"
+             "held is more than S clocks old (Bosen's SSP cache) [eager]"},
     {WORDS("ps-queue", ps.queue_staleness, "fifo|staleness", NULL), is_value_ps, "--exchange ps:K --schedule value:V (the queue of held pushes)",
-     AX_STRATEGY},
-    {WORDS("ps-refresh", ps.refresh_lazy, "lazy|eager", LAZY_EAGER), is_ssp_ps, "--exchange ps:K --schedule ssp:S (S finite)", AX_STRATEGY},
-    {FLAG("staleness-lr", ps.staleness_lr, 1), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
-    {FUNC("dc-asgd", set_dc_asgd), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY},
+     AX_STRATEGY,
+     .help = "fifo|staleness\tvalue:V: held pushes tried in arrival order, or the\n"
+             "least stale first (the taxonomy's priority queue) [fifo]"},
+    {FUNC("dc-asgd", set_dc_asgd), is_async_ps, "--exchange ps:K --schedule async or value:V", AX_STRATEGY,
+     .help = "LAMBDA | a:LAMBDA0\tdelay-compensated ASGD (async, value:V): g + lambda\n"
+             "g*g*(w_now - w_pulled) on the worker's mini-batch gradient;\n"
+             "a:LAMBDA0 is DC-ASGD-a, lambda = LAMBDA0 / sqrt(MeanSquare)"},
     {ONOFF("implicit-momentum", ps.implicit_momentum), is_async_ps_sgd,
-     "--exchange ps:K --schedule async or value:V with --optimizer sgd", AX_STRATEGY},
-    {FUNC("kill", set_kill), is_ps, "--exchange ps:K", AX_STRATEGY},
-    {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY},
-    {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY},
-    {FLT("alpha", decentral.alpha, 0, 1e3), uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY},
-    {FLT("beta", decentral.beta, 0, 1e3), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {FLT("rho", decentral.rho, 0, 1e6), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY},
-    {FLT("extrapolation", decentral.extrapolation, 0, 2), is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY},
-    {FUNC("alpha-decay", set_alpha_decay), is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY},
-    {FUNC("tau-up", set_tau_up), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {FUNC("tau-down", set_tau_down), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY},
-    {FLT("neighbor-weight", decentral.neighbor_weight, 0, 0.5), is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY},
-    {FLT("consensus-step", decentral.consensus_step, 1e-6, 1), uses_choco, "--optimization decentral --exchange neighbors --compress CODEC", AX_STRATEGY},
-    {PATH("metrics", metrics), NULL, NULL, AX_STRATEGY},
-    {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY},
-    {PATH("resume", resume), NULL, NULL, AX_STRATEGY},
-    {FLAG("quiet", progress, 0), NULL, NULL, AX_STRATEGY},
-    {PATH("trace", trace), NULL, NULL, AX_STRATEGY},
-    {FUNC("trace-steps", set_trace_steps), is_traced, "--trace FILE.json", AX_STRATEGY},
+     "--exchange ps:K --schedule async or value:V with --optimizer sgd", AX_STRATEGY,
+     .help = "on|off\tasync, value:V, sgd: --momentum is the total; the\n"
+             "servers use --momentum - (1 - 1/N), asynchrony's implicit\n"
+             "momentum taken out, negative for large N (Mitliagkas) [off]"},
+    {FUNC("kill", set_kill), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "rank=R,at-step=S\tstop worker R at step S (fault injection, local)"},
+    {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "DIR\tone checkpoint file per server shard plus a manifest"},
+    {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,
+     .section = "decentralized (--optimization decentral)",
+     .help = "T\tlocal steps between merges [1]"},
+    {FLT("alpha", decentral.alpha, 0, 1e3), uses_alpha, "--optimization decentral with --exchange master or tree:F (not --schedule soft: MPCA-SGD's pull is --rho)", AX_STRATEGY,
+     .help = "X --beta X | --rho X\tEASGD elastic coefficients"},
+    {FLT("beta", decentral.beta, 0, 1e3), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY, NULL, NULL},
+    {FLT("rho", decentral.rho, 0, 1e6), uses_elastic, "--optimization decentral with --exchange master or tree:F", AX_STRATEGY,
+     .help = "X --beta X --extrapolation G\tMPCA-SGD (--schedule soft --exchange master):\n"
+             "each step's gradient gets rho (w - c^), c^ = c + G (c -\n"
+             "c_prev) the centre extrapolated one round; every --tau\n"
+             "steps a round (tree reduce to the master, broadcast back,\n"
+             "overlapping the next tau steps) makes c = (1 - beta) c +\n"
+             "beta mean(w) [rho 1, beta 0.9, G 1]"},
+    {FLT("extrapolation", decentral.extrapolation, 0, 2), is_mpca, "MPCA-SGD: --optimization decentral --schedule soft --exchange master", AX_STRATEGY, NULL, NULL},
+    {FUNC("alpha-decay", set_alpha_decay), is_easgd, "EASGD: --optimization decentral --exchange master with --schedule async or --alpha/--beta/--rho", AX_STRATEGY,
+     .help = "G,S[,L]\tEASGD: alpha and beta times G (0 < G <= 1) every S exchanges\n"
+             "of a worker, at most L times (DeepSpark's adaptive moving\n"
+             "rate) [constant]"},
+    {FUNC("tau-up", set_tau_up), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY,
+     .help = "T1,T2,... --tau-down T1,T2,...\tTreeEASGD exchange periods, one a level\n"
+             "of the tree from the root (level l: the links between\n"
+             "depths l-1 and l): a node at depth l sends its model to its\n"
+             "parent every --tau-up Tl steps, to its children every\n"
+             "--tau-down T(l+1); deeper levels take the last value, so\n"
+             "one value is one period for the whole tree [1]"},
+    {FUNC("tau-down", set_tau_down), uses_tree, "--optimization decentral --exchange tree:F", AX_STRATEGY, NULL, NULL},
+    {FLT("neighbor-weight", decentral.neighbor_weight, 0, 0.5), is_dpsgd, "--optimization decentral --schedule sync --exchange neighbors", AX_STRATEGY,
+     .help = "W\tD-PSGD weight of each ring neighbour [1/3]\n"
+             "(--schedule async --exchange neighbors is AD-PSGD: each\n"
+             "step an odd rank averages with a random even ring\n"
+             "neighbour, 1/2 each, without a barrier)"},
+    {PATH("metrics", metrics), NULL, NULL, AX_STRATEGY,
+     .section = "files and output",
+     .help = "FILE.jsonl\tone JSON object per epoch and a final 'done' line"},
+    {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY,
+     .help = "FILE\tsafetensors checkpoint, written atomically after every epoch"},
+    {PATH("resume", resume), NULL, NULL, AX_STRATEGY,
+     .help = "FILE\tcontinue from a checkpoint up to --epochs"},
+    {FLAG("quiet", progress, 0), NULL, NULL, AX_STRATEGY,
+     .help = "\tno live progress line"},
+    {PATH("trace", trace), NULL, NULL, AX_STRATEGY,
+     .help = "FILE.json\ta timeline of every rank in the Chrome trace-event format\n"
+             "(Perfetto, chrome://tracing): compute per layer, each\n"
+             "collective, waits, parameter-server pushes and pulls,\n"
+             "optimizer steps, evaluation; one clock (a barrier at start)"},
+    {FUNC("trace-steps", set_trace_steps), is_traced, "--trace FILE.json", AX_STRATEGY,
+     .help = "A:B\ttrace global steps A to B-1 only [all]"},
 };
 #define NOPTIONS ((int)(sizeof OPTIONS / sizeof OPTIONS[0]))
 static const opt_table_t TABLE = {OPTIONS, NOPTIONS, sizeof OPTIONS[0], "dtrain train"};
@@ -585,6 +780,40 @@ static void pick_default_exchange(const parse_state_t *st, train_config_t *c) {
         !OPTIONS[i].applies(&shared))
       return;
   c->exchange = EXCHANGE_SHARED;
+}
+
+/* --help's option lines, from the rows: a heading where a row starts a
+ * section, then "  --name METAVAR" with the description at column 28 and
+ * its further lines under it. */
+#define HELP_COLUMN 28
+static void print_help_line(FILE *out, const char *line, size_t len, int indent_left) {
+  const char *tab = memchr(line, '\t', len);
+  if (!tab) {
+    fprintf(out, "%*s%.*s\n", HELP_COLUMN, "", (int)len, line);
+    return;
+  }
+  int left = fprintf(out, "%*s%.*s", indent_left, "", (int)(tab - line), line);
+  int pad = left < HELP_COLUMN ? HELP_COLUMN - left : 3;
+  size_t rest = len - (size_t)(tab + 1 - line);
+  fprintf(out, "%*s%.*s\n", rest ? pad : 0, "", (int)rest, tab + 1);
+}
+
+void train_options_help(FILE *out) {
+  for (int k = 0; k < NOPTIONS; k++) {
+    const option_t *o = &OPTIONS[k];
+    if (o->section) fprintf(out, "%s%s:\n", k ? "\n" : "", o->section);
+    if (!o->help) continue;
+    const char *line = o->help, *nl = strchr(line, '\n');
+    size_t len = nl ? (size_t)(nl - line) : strlen(line);
+    char first[160]; /* "--name METAVAR\tdescription" ("--name\t..." for a flag) */
+    snprintf(first, sizeof first, "--%s%s%.*s", o->opt.name, line[0] == '\t' ? "" : " ", (int)len,
+             line);
+    print_help_line(out, first, strlen(first), 2);
+    for (line = nl ? nl + 1 : NULL; line; line = nl ? nl + 1 : NULL) {
+      nl = strchr(line, '\n');
+      print_help_line(out, line, nl ? (size_t)(nl - line) : strlen(line), 6);
+    }
+  }
 }
 
 int train_options_parse(int argc, char **argv, train_config_t *cfg) {
