@@ -267,6 +267,30 @@ static void test_safetensors_round_trip(void) {
   unlink(path);
 }
 
+/* Names and values at their longest, and a header of many of them, come
+ * back whole: the header is built in the growable string (core/strbuf). */
+static void test_safetensors_long_strings(void) {
+  char path[] = "/tmp/dtrain-st-XXXXXX";
+  make_temp_file(path);
+  float a[1] = {7};
+  st_tensor_t t[1] = {{.ndim = 1, .dims = {1}, .len = 1, .data = a}};
+  memset(t[0].name, 'n', sizeof t[0].name - 1);
+  st_meta_t meta[8];
+  for (int k = 0; k < 8; k++) {
+    snprintf(meta[k].key, sizeof meta[k].key, "key%d", k);
+    memset(meta[k].value, 'a' + k, sizeof meta[k].value - 1);
+    meta[k].value[sizeof meta[k].value - 1] = 0;
+  }
+  CHECK_OK(safetensors_write(path, t, 1, meta, 8));
+  safetensors_t st;
+  CHECK_OK(safetensors_read(path, &st));
+  CHECK(st.ntensors == 1 && !strcmp(st.tensors[0].name, t[0].name));
+  for (int k = 0; k < 8; k++)
+    CHECK(safetensors_meta(&st, meta[k].key) && !strcmp(safetensors_meta(&st, meta[k].key), meta[k].value));
+  safetensors_free(&st);
+  unlink(path);
+}
+
 /* A model file is plain text: a gzip-compressed one is refused, not
  * decompressed (no reader but the IDX one inflates its input). */
 static void test_model_file_gzip_refused(void) {
@@ -389,6 +413,7 @@ int main(void) {
   RUN(test_seeded_init);
   RUN(test_model_file_gzip_refused);
   RUN(test_safetensors_round_trip);
+  RUN(test_safetensors_long_strings);
   RUN(test_safetensors_hostile_headers);
   RUN(test_safetensors_meta_int);
   TEST_MAIN_END();

@@ -3,56 +3,18 @@
  * subset the format uses: objects, strings, integers and arrays of them. */
 #include "dtrain/safetensors.h"
 
+#include "core/strbuf.h"
+
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- writing -------------------------------------------------------------- */
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  int oom;
-} strbuf_t;
-
-static void sb_put(strbuf_t *sb, const char *s, size_t n) {
-  if (sb->oom) return;
-  if (sb->len + n + 1 > sb->cap) {
-    size_t cap = (sb->cap ? sb->cap * 2 : 1024) + n;
-    char *p = realloc(sb->buf, cap);
-    if (!p) {
-      sb->oom = 1;
-      return;
-    }
-    sb->buf = p;
-    sb->cap = cap;
-  }
-  memcpy(sb->buf + sb->len, s, n);
-  sb->len += n;
-  sb->buf[sb->len] = 0;
-}
-
-static void sb_printf(strbuf_t *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf_t *sb, const char *fmt, ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  sb_put(sb, tmp, n < (int)sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
+/* A JSON string, quoted and escaped. */
 static void sb_json_string(strbuf_t *sb, const char *s) {
   sb_put(sb, "\"", 1);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') sb_put(sb, "\\", 1);
-    if ((unsigned char)*s < 0x20) {
-      sb_printf(sb, "\\u%04x", (unsigned char)*s);
-      continue;
-    }
-    sb_put(sb, s, 1);
-  }
+  sb_json_str(sb, s);
   sb_put(sb, "\"", 1);
 }
 
@@ -77,8 +39,8 @@ int safetensors_write(const char *path, const st_tensor_t *t, int nt, const st_m
     off += t[i].len * 4;
   }
   sb_put(&h, "}", 1);
-  while (!h.oom && (8 + h.len) % 8) sb_put(&h, " ", 1); /* keeps the data 8-byte aligned */
-  if (h.oom) {
+  while (!h.failed && (8 + h.len) % 8) sb_put(&h, " ", 1); /* keeps the data 8-byte aligned */
+  if (h.failed) {
     free(h.buf);
     return dt_error("%s: out of memory building the header", path);
   }

@@ -12,20 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* ---- a growable string (strbuf.c) ------------------------------------------ */
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  int failed;                   /* an allocation failed: the text is cut */
-} strbuf_t;
-void sb_printf(strbuf_t *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sb_puts(strbuf_t *sb, const char *s);
-/* s as the inside of a JSON string, or as HTML text (escaped) */
-void sb_json_str(strbuf_t *sb, const char *s);
-void sb_html(strbuf_t *sb, const char *s);
-/* A number as JSON and data-value attributes write it ("null" when not finite). */
-void sb_num(strbuf_t *sb, double v);
-void sb_free(strbuf_t *sb);
+#include "core/strbuf.h"
 
 /* ---- one run's metrics (runlog.c) -------------------------------------------- */
 typedef struct {

@@ -1,12 +1,11 @@
-/* A growable string for the report's text: built in memory, then written
- * in one atomic write. An allocation failure marks the buffer failed
- * (the writer checks once at the end) instead of a check per call. */
+/* A growable string (strbuf.h): no length limit, one failure flag. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/report.h"
+#include "core/strbuf.h"
 
 static int grow(strbuf_t *sb, size_t more) {
   if (sb->failed) return -1;
@@ -32,12 +31,14 @@ void sb_printf(strbuf_t *sb, const char *fmt, ...) {
   sb->len += (size_t)n;
 }
 
-void sb_puts(strbuf_t *sb, const char *s) {
-  size_t n = strlen(s);
+void sb_put(strbuf_t *sb, const char *s, size_t n) {
   if (grow(sb, n) != 0) return;
-  memcpy(sb->buf + sb->len, s, n + 1);
+  memcpy(sb->buf + sb->len, s, n);
   sb->len += n;
+  sb->buf[sb->len] = 0;
 }
+
+void sb_puts(strbuf_t *sb, const char *s) { sb_put(sb, s, strlen(s)); }
 
 void sb_json_str(strbuf_t *sb, const char *s) {
   for (; *s; s++) {
