@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "strategy/dp/balance.h"
+#include "strategy/balance.h"
 #include "test.h"
 
 /* Every rank's slice of a step of `n` samples: contiguous, in rank order,

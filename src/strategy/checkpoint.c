@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "strategy/worker.h"
-#include "strategy/dp/balance.h"
-#include "strategy/tensor/tensor.h"
+#include "strategy/balance.h"
+#include "strategy/tp_group.h"
 #include "dtrain/safetensors.h"
 
 #define CHECKPOINT_FORMAT "dtrain-checkpoint-1"

@@ -50,12 +50,20 @@ const int NFAMILY_WORLD_CHECKS = (int)(sizeof FAMILY_WORLD_CHECKS / sizeof FAMIL
  * model built for one sample. */
 int tensor_model_options(train_config_t *cfg);
 int tensor_check_spec(const train_config_t *cfg, model_spec_t *spec);
+int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp);
+int tensor_file_split_line(const model_spec_t *spec, file_split_t which);
 int pipe_check_model(const train_config_t *cfg, const model_t *m);
 
 int strategy_prepare(train_config_t *cfg) { return tensor_model_options(cfg); }
 
 int strategy_check_spec(const train_config_t *cfg, model_spec_t *spec) {
   return tensor_check_spec(cfg, spec);
+}
+
+int strategy_plan_model(const train_config_t *cfg, model_spec_t *spec, int tp) {
+  if (tp > 0 || tensor_file_split_line(spec, FILE_SPLIT_UNSET))
+    return tensor_plan_for(cfg, spec, tp > 0 ? tp : 1);
+  return 0;
 }
 
 int strategy_check_model(const train_config_t *cfg, const model_t *m) {

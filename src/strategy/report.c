@@ -9,7 +9,7 @@
 
 #include "strategy/grid.h"
 #include "strategy/worker.h"
-#include "strategy/tensor/tensor.h"
+#include "strategy/tp_group.h"
 
 static void format_eta(double sec, char *buf, size_t cap) {
   if (!isfinite(sec) || sec < 0) sec = 0;

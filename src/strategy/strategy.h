@@ -78,6 +78,9 @@ int strategy_check_world(const train_config_t *cfg);
  * options (model_check.c). */
 int strategy_prepare(train_config_t *cfg);
 int strategy_check_spec(const train_config_t *cfg, model_spec_t *spec);
+/* The layers a worker's model splits over its tensor-parallel group of tp
+ * ranks (0: none; a model file's split= keys are still checked). */
+int strategy_plan_model(const train_config_t *cfg, model_spec_t *spec, int tp);
 int strategy_check_model(const train_config_t *cfg, const model_t *m);
 /* The registry (registry.c). */
 extern const strategy_t *const STRATEGIES[];

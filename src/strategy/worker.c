@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include "strategy/worker.h"
-#include "strategy/dp/balance.h"
-#include "strategy/tensor/tensor.h"
+#include "strategy/balance.h"
+#include "strategy/strategy.h"
+#include "strategy/tp_group.h"
 
 /* A balanced rank computes up to twice its batch in a step (balance.c). */
 int worker_max_batch(const train_config_t *cfg) {
@@ -19,9 +20,7 @@ static int build_model(worker_t *w) {
   model_spec_t spec;
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
   shape_t in = {w->train->c, w->train->h, w->train->w};
-  int rc = 0; /* the file's split= keys are checked on one rank too */
-  if (w->tp || tensor_file_split_line(&spec, FILE_SPLIT_UNSET))
-    rc = tensor_plan_for(cfg, &spec, w->tp ? tensor_size(w->tp) : 1);
+  int rc = strategy_plan_model(cfg, &spec, w->tp ? tensor_size(w->tp) : 0);
   if (w->tp) spec.tp = tensor_link(w->tp);
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
   if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);

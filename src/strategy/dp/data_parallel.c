@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/dp/balance.h"
+#include "strategy/balance.h"
 #include "strategy/dp/dp.h"
 #include "strategy/dp/reducer.h"
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "strategy/dp/dp.h"
-#include "strategy/dp/balance.h"
+#include "strategy/balance.h"
 
 #define HEADER 64 /* bytes before the parameters: counters on their own line */
 

@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "strategy/dp/dp.h"
-#include "strategy/dp/balance.h"
+#include "strategy/balance.h"
 
 typedef struct {
   worker_t *w;

@@ -6,7 +6,7 @@
  * overlapped allreduces may run on its progress thread during backward. */
 #include <stdlib.h>
 
-#include "strategy/tensor/tensor.h"
+#include "strategy/tp_group.h"
 
 struct sync_bn {
   tp_link_t link;

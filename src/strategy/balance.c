@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategy/dp/balance.h"
+#include "strategy/balance.h"
 #include "dtrain/core.h"
 #include "dtrain/data.h"
 
