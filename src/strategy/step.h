@@ -74,18 +74,19 @@ int step_allreduce_algo(int algo, int P, int *out);
  * `every` steps. Returns its index or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
-/* One compressor_allreduce of buf[off, off + len) of the arena (its
- * matrices mats[0..nmats)) by `cc` over `group` ranks, on world rank
- * `rank` (`group_rank` within the group), at the steps [from, until)
- * (compress_phase_end: the warm-up's phases) every `every` steps, after
- * task `after`: its bytes from compress_exchange_bytes at step `from`.
- * Returns its index or STEP_FAILED. */
+/* A buffer the compressor sums: [off, off + len) of the arena, the
+ * matrices in it, the compressor's configuration. */
 typedef struct {
   const compress_config_t *cc;
   size_t off, len;
   const compress_matrix_t *mats;
   int nmats;
 } step_buffer_t;
+/* One compressor_allreduce of b over `group` ranks, on world rank `rank`
+ * (`group_rank` within the group), at the steps [from, until)
+ * (compress_phase_end: the warm-up's phases) every `every` steps, after
+ * task `after`: its bytes from compress_exchange_bytes at step `from`.
+ * Returns its index or STEP_FAILED. */
 int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, const step_buffer_t *b,
                         int64_t from, int64_t until, int after, step_thread_t thread, int every);
 /* A rank's bytes: the most, and the least (the same where exact). */

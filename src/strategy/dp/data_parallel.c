@@ -109,7 +109,7 @@ typedef struct {
   int P, algo;
   const reducer_bucket_t *b;
   int nb;
-  const int *bwd;              /* each layer's backward task on the rank described */
+  int *bwd;                    /* each layer's backward task on the rank described */
   compress_config_t cc;        /* --compress: the compressor's configuration */
   compress_matrix_t *mats;     /* --compress: the model's tensors as matrices */
 } dp_desc_t;
@@ -137,8 +137,8 @@ static int add_bucket(const dp_desc_t *d, step_desc_t *out, int r, int k, int64_
 
 /* Rank r's step: its passes, each phase's buckets (the steady state's
  * last), the update after the steady state's. */
-static int add_rank(const dp_desc_t *d, step_desc_t *out, int r, int *bwd) {
-  int prev = step_add_passes(out, d->m, r, d->c->batch, bwd), last = prev;
+static int add_rank(const dp_desc_t *d, step_desc_t *out, int r) {
+  int prev = step_add_passes(out, d->m, r, d->c->batch, d->bwd), last = prev;
   int64_t from = 0, until;
   do {
     until = d->c->compress.kind == CODEC_NONE ? 0 : compress_phase_end(&d->cc, from);
@@ -169,7 +169,7 @@ static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc
     d.nb = reducer_plan_buckets(m, c, b);
     d.b = b, d.bwd = bwd;
   }
-  for (int r = 0; r < d.P && rc == 0; r++) rc = add_rank(&d, out, r, bwd);
+  for (int r = 0; r < d.P && rc == 0; r++) rc = add_rank(&d, out, r);
   free(b), free(bwd), free(d.mats);
   return rc;
 }
