@@ -167,6 +167,39 @@ static void test_roundtrip_bounds(void) {
   }
 }
 
+/* Every codec's encoding has exactly codec_bytes(n) bytes (the one formula
+ * a step's description reads), at most codec_max_bytes; threshold, whose
+ * size depends on the values, has codec_bytes 0 and the size its count
+ * gives (codec_message_bytes). */
+static void test_codec_bytes_formula(void) {
+  static const char *codecs[] = {"fp32", "fp16", "fp16:sr", "bf16", "bf16:sr", "int8", "int8:sr",
+                                 "onebit", "qsgd:1", "qsgd:4", "qsgd:127", "terngrad",
+                                 "terngrad:2.5", "topk:0.01", "topk:1", "randomk:0.3", "dgc:0.05",
+                                 "threshold:0.25"};
+  static const size_t groups[] = {0, 3, 16};
+  for (size_t si = 0; si < sizeof SIZES / sizeof *SIZES; si++) {
+    size_t n = SIZES[si];
+    float *x = malloc((n + 1) * sizeof *x), *scratch = malloc((n + 1) * sizeof *scratch);
+    fill(x, n, n + 11);
+    for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++)
+      for (size_t g = 0; g < 3; g++) {
+        codec_spec_t s = spec(codecs[c]);
+        s.group = groups[g]; /* onebit's column length; the others ignore it */
+        uint8_t *out = malloc(codec_max_bytes(&s, n) + 1);
+        size_t b = codec_encode(&s, x, n, 7, out, scratch), want = codec_bytes(&s, n);
+        CHECK(b <= codec_max_bytes(&s, n));
+        if (s.kind == CODEC_THRESHOLD) CHECK(want == 0 && b == codec_message_bytes(&s, out, b, n));
+        else if (b != want) {
+          fprintf(stderr, "  %s group %zu n %zu: encoded %zu bytes, codec_bytes %zu\n", codecs[c],
+                  groups[g], n, b, want);
+          CHECK(b == want);
+        }
+        free(out);
+      }
+    free(x), free(scratch);
+  }
+}
+
 /* fp16's two conversions: F16C where the CPU has it, the portable code
  * for the tail and elsewhere; both must round to nearest even. A vector of
  * 9 runs 8 values through the fast path and one through the other. */
@@ -706,6 +739,93 @@ static void test_dgc_warmup(void) {
   }
 }
 
+/* compress_exchange_bytes (what a step's description says) against the
+ * transport's count, sent and received, on every rank: each codec on 1..4
+ * ranks over a bucket of values of no tensor, W1 (16 x 100), b1 (16), W2
+ * (8 x 64) and W3 (32 x 70), and the buffer given no matrices; the dense
+ * warm-up, DGC's ramp, the shared momentum's warm-up, top-k past
+ * break-even; threshold within its bounds. */
+enum { XG = 7, XN = XG + 1600 + 16 + 512 + 2240 };
+static const compress_matrix_t XMATS[4] = {{XG, 16, 100}, {XG + 1600, 1, 16},
+                                           {XG + 1616, 8, 64}, {XG + 2128, 32, 70}};
+
+typedef struct {
+  compress_config_t cc;
+  int64_t step;
+  int nmats;
+} formula_case_t;
+
+static int formula_rank(comm_t *c, void *arg) {
+  const formula_case_t *e = arg;
+  int r = comm_rank(c), P = comm_size(c);
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  float *buf = calloc(XN, sizeof *buf);
+  for (size_t i = 0; i < XN; i++) buf[i] = rank_value(r, i);
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&e->cc, XN, r, P, &cx));
+  comm_bytes_t b0 = comm_bytes(c);
+  RCHECK_OK(compressor_allreduce(cx, ctx, buf, 0, XN, e->step, 0, XMATS, e->nmats));
+  comm_bytes_t b1 = comm_bytes(c);
+  uint64_t sent = b1.sent - b0.sent, received = b1.received - b0.received;
+  compress_bytes_t want;
+  RCHECK_OK(compress_exchange_bytes(&e->cc, r, P, 0, XN, e->step, XMATS, e->nmats, &want));
+  if (want.exact && (sent != want.sent || received != want.received))
+    return dt_error("rank %d of %d, step %lld, %d matrices: sent %llu received %llu, the formula "
+                    "%zu and %zu", r, P, (long long)e->step, e->nmats, (unsigned long long)sent,
+                    (unsigned long long)received, want.sent, want.received);
+  RCHECK(want.sent_min <= sent && sent <= want.sent);
+  RCHECK(want.received_min <= received && received <= want.received);
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  free(buf);
+  return 0;
+}
+
+static void check_formula(const char *codec, compress_config_t cc, int64_t step) {
+  cc.codec = spec(codec);
+  cc.seed = 5, cc.algo = ALLREDUCE_RING;
+  if (!cc.error_feedback) cc.error_feedback = codec_default_feedback(&cc.codec);
+  for (int P = 1; P <= 4; P++)
+    for (int nmats = 0; nmats <= 4; nmats += 4) {
+      formula_case_t e = {cc, step, nmats};
+      if (comm_local_run(P, NULL, formula_rank, &e) != 0) {
+        fprintf(stderr, "  %s: %s\n", codec, dt_errmsg());
+        CHECK(0);
+      }
+      compress_bytes_t b;
+      CHECK_OK(compress_exchange_bytes(&cc, 0, P, 0, XN, step, XMATS, nmats, &b));
+      CHECK(b.exact == (cc.codec.kind != CODEC_THRESHOLD || P == 1));
+    }
+}
+
+static void test_exchange_bytes_formula(void) {
+  static const char *codecs[] = {"fp32", "fp16", "fp16:sr", "bf16", "int8", "int8:sr", "onebit",
+                                 "qsgd:4", "qsgd:127", "terngrad", "terngrad:2.5", "topk:0.01",
+                                 "topk:0.5", "randomk:0.05", "dgc:0.01", "powersgd:2",
+                                 "threshold:0.5", "threshold:1e-4", "threshold:100"};
+  for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++)
+    check_formula(codecs[c], (compress_config_t){0}, 0);
+  /* the warm-up: dense steps first; DGC's density ramps over them */
+  for (int64_t step = 0; step <= 3; step++) {
+    check_formula("int8", (compress_config_t){.warmup_steps = 3}, step);
+    check_formula("powersgd:2", (compress_config_t){.warmup_steps = 3}, step);
+    check_formula("fp16", (compress_config_t){.warmup_steps = 3, .error_feedback = 1,
+                                              .momentum = 0.9f, .shared_momentum = 1}, step);
+  }
+  for (int64_t step = 0; step <= 9; step += 3)
+    check_formula("dgc:0.01", (compress_config_t){.warmup_steps = 8, .error_feedback = 1,
+                                                  .momentum = 0.9f}, step);
+  /* the phases of a warm-up: DGC's four quarters, then R */
+  compress_config_t dgc = {.codec = spec("dgc:0.01"), .warmup_steps = 8};
+  CHECK(compress_phase_end(&dgc, 0) == 2 && compress_phase_end(&dgc, 2) == 4);
+  CHECK(compress_phase_end(&dgc, 5) == 6 && compress_phase_end(&dgc, 6) == 8);
+  CHECK(compress_phase_end(&dgc, 8) == 0);
+  compress_config_t dense = {.codec = spec("int8"), .warmup_steps = 1000000};
+  CHECK(compress_phase_end(&dense, 0) == 1000000 && compress_codec_at(&dense, 999999).kind == CODEC_NONE);
+  CHECK(compress_codec_at(&dense, 1000000).kind == CODEC_INT8);
+}
+
 /* A malformed encoding on the wire: rank 1 sends rank 0 a top-k message
  * with an index past the buffer instead of its encoding. Rank 0 refuses
  * it, naming rank 1, and writes nothing out of bounds. */
@@ -946,6 +1066,7 @@ static void test_mirror_tree(void) {
 int main(void) {
   RUN(test_codec_parse);
   RUN(test_roundtrip_bounds);
+  RUN(test_codec_bytes_formula);
   RUN(test_fp16_paths_agree);
   RUN(test_unbiased_codecs);
   RUN(test_malformed_refused);
@@ -957,6 +1078,7 @@ int main(void) {
   RUN(test_sparse_selects_per_tensor);
   RUN(test_powersgd_exchange);
   RUN(test_dgc_warmup);
+  RUN(test_exchange_bytes_formula);
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);
   RUN(test_mirror);

@@ -207,6 +207,35 @@ typedef struct {
 #define COMPRESS_MAX_STATE 6
 int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]);
 
+/* ---- bytes on the wire (exchange.c): the formula a step's description uses
+ * The codec step `step` sends with: during --compress-warmup-steps, DGC's
+ * density ramp, and for every other codec kind CODEC_NONE: the step goes
+ * by the plain allreduce (the reducer's dense warm-up, or the shared
+ * momentum's). */
+codec_spec_t compress_codec_at(const compress_config_t *c, int64_t step);
+/* The first step after `from` whose exchange may differ from from's (a
+ * phase of the warm-up ends); 0 when every step from `from` on is alike. */
+int64_t compress_phase_end(const compress_config_t *c, int64_t from);
+/* What compressor_allreduce(buf[off, off + len) of the arena, step, mats)
+ * sends and receives on rank `rank` of `nranks`: from the same layout,
+ * blocks, encoded sizes (codec_bytes), break-even switch and factor counts
+ * that the exchange uses, so the two cannot disagree. c->algo must be one
+ * coll_allreduce_bytes knows (not auto over 3+ ranks, nor hier). Exact for
+ * every codec but threshold:T, whose messages depend on the values:
+ * exact = 0 and [sent_min, sent], [received_min, received] bound them.
+ * pattern: how it goes ("allreduce": plain, or sparse past the break-even
+ * density; "scatter-reduce+allgather": dense encodings; "allgather":
+ * sparse ones; "allreduce of factors": PowerSGD), a static string. */
+typedef struct {
+  size_t sent, received;
+  size_t sent_min, received_min;   /* = sent, received when exact */
+  int exact;
+  const char *pattern;
+} compress_bytes_t;
+int compress_exchange_bytes(const compress_config_t *c, int rank, int nranks, size_t off,
+                            size_t len, int64_t step, const compress_matrix_t *mats, int nmats,
+                            compress_bytes_t *out);
+
 /* ---- sufficient factor broadcasting (sufficient_factors.c) -----------------
  * A dense layer's gradient sum rebuilt from every rank's factors (its rows
  * of output gradients dY, n x out, and of inputs X, n x in): lossless,
@@ -214,6 +243,9 @@ int compressor_state(compressor_t *c, compress_state_t out[COMPRESS_MAX_STATE]);
  * fewer bytes than the ring's for a batch of `batch` rows. */
 typedef struct sfb sfb_t;
 int sfb_gains(int nranks, int batch, size_t in, size_t out);
+/* What a rank sends each peer for one layer of `rows` rows: its row count
+ * (8 bytes) and its rows of dY and X. */
+size_t sfb_message_bytes(size_t rows, size_t in, size_t out);
 int sfb_new(int rank, int nranks, size_t max_rows, size_t max_in, size_t max_out, sfb_t **out);
 void sfb_free(sfb_t *s);
 /* dw (out x in) and db (out) = the sums over every rank's rows. */

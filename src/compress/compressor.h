@@ -71,4 +71,8 @@ int compressor_grow_factors(compressor_t *c, size_t n);
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats);
 int powersgd_init(compressor_t *c);
+/* The floats of PowerSGD's two allreduces of buf[off, off + len): first,
+ * the P factors and the values that go dense; second, the Q factors. */
+void powersgd_counts(const codec_spec_t *s, const compress_matrix_t *mats, int nmats, size_t off,
+                     size_t len, size_t *first, size_t *second);
 #endif

@@ -36,7 +36,11 @@
  * rank receiving most would receive passes the dense ring's
  * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
  * the buffer goes by dense allreduce instead; all ranks know every size,
- * so all switch together. */
+ * so all switch together.
+ *
+ * compress_exchange_bytes (at the end) follows the same branches with the
+ * same helpers (the layout, the blocks, codec_bytes, the break-even
+ * switch, powersgd_counts): the bytes a step's description gives. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +347,14 @@ static int decode_block(compressor_t *c, const codec_spec_t *s, const layout_t *
   return 0;
 }
 
+/* The P blocks of the packed values: where each starts (bound[P] = nq)
+ * and its encoded bytes. */
+static void plan_blocks(const layout_t *L, const codec_spec_t *s, int P, size_t *bound,
+                        size_t *bytes) {
+  for (int j = 0; j <= P; j++) bound[j] = block_start(L, P, j);
+  for (int j = 0; j < P; j++) bytes[j] = block_bytes(L, s, bound[j], bound[j + 1]);
+}
+
 static int dense_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf, size_t off,
                           size_t len, int64_t step, int stream, const compress_matrix_t *mats,
                           int nmats) {
@@ -352,9 +364,8 @@ static int dense_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float 
   plan_layout(s, mats, nmats, off, len, &L);
   int P = c->nranks, r = c->rank;
   size_t bound[P + 1], bytes[P], soff[P], total = 0, most = 0;
-  for (int j = 0; j <= P; j++) bound[j] = block_start(&L, P, j);
+  plan_blocks(&L, s, P, bound, bytes);
   for (int j = 0; j < P; j++) {
-    bytes[j] = block_bytes(&L, s, bound[j], bound[j + 1]);
     total += bytes[j];
     most = bytes[j] > most ? bytes[j] : most;
   }
@@ -420,15 +431,38 @@ static int dense_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float 
 
 /* ---- sparse encodings: allgather ------------------------------------------- */
 
-/* DGC's warm-up: the density falls from 25% by a factor 4 at each quarter
- * of the warm-up steps (75%, 93.75%, 98.4%, 99.6% sparsity), then R. */
-static codec_spec_t sparse_spec_at(const compressor_t *c, int64_t step) {
-  codec_spec_t s = c->cfg.codec;
-  int64_t w = c->cfg.warmup_steps;
-  if (s.kind != CODEC_DGC || w <= 0 || step >= w) return s;
+/* The warm-up (--compress-warmup-steps W): DGC's density falls from 25%
+ * by a factor 4 at each quarter of the W steps (75%, 93.75%, 98.4%, 99.6%
+ * sparsity), then R; any other codec sends its W first steps dense. */
+codec_spec_t compress_codec_at(const compress_config_t *c, int64_t step) {
+  codec_spec_t s = c->codec;
+  int64_t w = c->warmup_steps;
+  if (w <= 0 || step >= w) return s;
+  if (s.kind != CODEC_DGC) return (codec_spec_t){.kind = CODEC_NONE};
   double d = pow(0.25, 1.0 + (double)(4 * step / w));
   if (d > s.param) s.param = d;
   return s;
+}
+
+static int same_codec(const codec_spec_t *a, const codec_spec_t *b) {
+  return a->kind == b->kind && a->param == b->param && a->stochastic == b->stochastic &&
+         a->group == b->group;
+}
+
+/* The warm-up's codec changes monotonically (dense, or DGC's density
+ * falling), so the steps alike with `from` are one run: found by
+ * bisection, whatever W. */
+int64_t compress_phase_end(const compress_config_t *c, int64_t from) {
+  if (from >= c->warmup_steps) return 0;
+  codec_spec_t s = compress_codec_at(c, from);
+  int64_t lo = from, hi = c->warmup_steps; /* lo alike; hi the warm-up's end or not alike */
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    codec_spec_t m = compress_codec_at(c, mid);
+    if (same_codec(&m, &s)) lo = mid;
+    else hi = mid;
+  }
+  return hi;
 }
 
 /* DGC's local gradient clipping: the contribution's norm capped at
@@ -460,6 +494,31 @@ static size_t message_fixed(const layout_t *L, const codec_spec_t *s) {
     b += m;
   }
   return b;
+}
+
+/* The least bytes a rank's message takes: each tensor's encoding of no
+ * value (threshold's, when nothing reaches T). */
+static size_t message_least(const layout_t *L, const codec_spec_t *s) {
+  size_t b = 0;
+  for (int i = 0; i < L->n; i++)
+    if (!L->slot[i].small) b += codec_max_bytes(s, 0);
+  return b;
+}
+
+/* SparCML's switch: the bytes past which the sparse messages of nq values
+ * cost more than the dense ring's 2 (P - 1)/P 4 nq. */
+static double break_even_bytes(int P, size_t nq) { return 2.0 * (P - 1) / P * 4.0 * (double)nq; }
+
+/* Past break-even when what the rank receiving most would receive (all
+ * sizes less the smallest) passes it: the same on every rank, so all
+ * switch together when sizes differ. */
+static int past_break_even(const uint64_t *sizes, int P, size_t nq) {
+  double total = 0, least = INFINITY;
+  for (int i = 0; i < P; i++) {
+    total += (double)sizes[i];
+    if ((double)sizes[i] < least) least = (double)sizes[i];
+  }
+  return total - least > break_even_bytes(P, nq);
 }
 
 /* This rank's message: x's compressed tensors encoded one by one. */
@@ -513,19 +572,13 @@ static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, c
       if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SIZE, &m, sizeof m));
     DT_TRY(wait_posted(&p));
   }
-  /* the most any rank receives (all sizes less the smallest): the same
-   * on every rank, so all switch together when sizes differ */
-  double total = 0, least = (double)cap;
-  for (int i = 0; i < P; i++) {
+  for (int i = 0; i < P; i++)
     if (c->sizes[i] > cap)
       return dt_error("rank %d: compressed allreduce: rank %d announces a %llu-byte message, "
                       "more than a sparse encoding of %zu values takes", r, i,
                       (unsigned long long)c->sizes[i], ns);
-    total += (double)c->sizes[i];
-    if ((double)c->sizes[i] < least) least = (double)c->sizes[i];
-  }
   memset(x, 0, ns * sizeof *x);
-  if (total - least > 2.0 * (P - 1) / P * 4.0 * (double)ns) { /* past break-even: dense */
+  if (past_break_even(c->sizes, P, ns)) {
     c->stats.dense_fallbacks++;
     DT_TRY(decode_tensors(c, s, L, c->send, mine, x, r));
     return 1;
@@ -547,10 +600,9 @@ static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, c
 /* The bucket packed (c->factors); its compressed tensors encoded, their
  * error remembered, allgathered; the small tensors (and the rest past
  * break-even) by the allreduce. */
-static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float *buf,
-                           size_t off, size_t len, int64_t step, int stream,
+static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, codec_spec_t s,
+                           float *buf, size_t off, size_t len, int64_t step, int stream,
                            const compress_matrix_t *mats, int nmats) {
-  codec_spec_t s = sparse_spec_at(c, step);
   slot_t slots[2 * nmats + 1];
   layout_t L = {.slot = slots};
   plan_layout(&s, mats, nmats, off, len, &L);
@@ -573,15 +625,17 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, float
   return 0;
 }
 
+/* compress_exchange_bytes below follows the same branches. */
 static int codec_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                            int64_t step, int stream, const compress_matrix_t *mats, int nmats) {
-  if (c->cfg.codec.kind == CODEC_POWERSGD) return powersgd_allreduce(c, ctx, buf, off, len, mats, nmats);
-  if (c->cfg.codec.kind == CODEC_NONE || c->cfg.codec.kind == CODEC_FP32)
-    return allreduce(ctx, c->cfg.algo, buf, len); /* summable as it is */
+  codec_spec_t s = compress_codec_at(&c->cfg, step);
+  if (s.kind == CODEC_POWERSGD) return powersgd_allreduce(c, ctx, buf, off, len, mats, nmats);
+  if (s.kind == CODEC_NONE || s.kind == CODEC_FP32) /* summable as it is; the warm-up's steps */
+    return allreduce(ctx, c->cfg.algo, buf, len);
   if (c->nranks == 1) return 0; /* nothing to exchange, nothing to compress */
   comm_t *comm = coll_ctx_comm(ctx);
-  if (codec_sparse(&c->cfg.codec))
-    return sparse_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
+  if (codec_sparse(&s))
+    return sparse_exchange(c, comm, ctx, s, buf, off, len, step, stream, mats, nmats);
   return dense_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
 }
 
@@ -598,9 +652,7 @@ static int shared_momentum_allreduce(compressor_t *c, coll_ctx_t *ctx, float *bu
                                      const compress_matrix_t *mats, int nmats) {
   float *M = c->shared_m + off, share = c->cfg.momentum / (float)c->nranks;
   for (size_t i = 0; i < len; i++) buf[i] += share * M[i];
-  int rc = step < c->cfg.warmup_steps
-               ? allreduce(ctx, c->cfg.algo, buf, len)
-               : codec_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
+  int rc = codec_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
   if (rc == 0) memcpy(M, buf, len * sizeof *M);
   return rc;
 }
@@ -610,4 +662,98 @@ int compressor_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t of
   if (off + len > c->n) return dt_error("compressed allreduce: range past the arena (a bug)");
   if (c->shared_m) return shared_momentum_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
   return codec_allreduce(c, ctx, buf, off, len, step, stream, mats, nmats);
+}
+
+/* ---- bytes on the wire: the exchange's branches, counted ------------------- */
+
+static void add_bytes(compress_bytes_t *b, size_t sent, size_t received) {
+  b->sent += sent, b->received += received;
+  b->sent_min += sent, b->received_min += received;
+}
+
+/* The plain allreduce of `count` floats by c->algo (a part of a bucket, or
+ * all of it). */
+static int allreduce_part(const compress_config_t *c, int rank, int P, size_t count,
+                          compress_bytes_t *b) {
+  size_t sent, received;
+  DT_TRY(coll_allreduce_bytes(c->algo, P, rank, count, &sent, &received));
+  add_bytes(b, sent, received);
+  return 0;
+}
+
+/* Dense: block j to its owner j, then my re-encoded block to every rank;
+ * the same bytes each way (see the file's header). */
+static void dense_bytes(const layout_t *L, const codec_spec_t *s, int rank, int P,
+                        compress_bytes_t *b) {
+  size_t bound[P + 1], bytes[P], n = 0;
+  plan_blocks(L, s, P, bound, bytes);
+  for (int j = 0; j < P; j++) n += j == rank ? (size_t)(P - 1) * bytes[j] : bytes[j];
+  add_bytes(b, n, n);
+}
+
+/* threshold: the sizes (8 bytes to and from each peer), then either the
+ * messages with the small tensors' allreduce, or past break-even the
+ * allreduce of the whole. A message of mine is at least `least` and,
+ * short of break-even, at most the break-even bytes B (the total less the
+ * least is at most B, and that is at least mine); what I receive is at
+ * most B too. */
+static int variable_bytes(const compress_config_t *c, const layout_t *L, const codec_spec_t *s,
+                          int rank, int P, size_t len, compress_bytes_t *b) {
+  size_t peers = (size_t)(P - 1), sizes = peers * sizeof(uint64_t);
+  size_t small_s, small_r, all_s, all_r;
+  DT_TRY(coll_allreduce_bytes(c->algo, P, rank, len - L->nq, &small_s, &small_r));
+  DT_TRY(coll_allreduce_bytes(c->algo, P, rank, len, &all_s, &all_r));
+  size_t B = (size_t)floor(break_even_bytes(P, L->nq)), most = message_max(L, s);
+  size_t least = peers * message_least(L, s);
+  size_t sent_most = peers * (most < B ? most : B) + small_s;
+  size_t recv_most = (peers * most < B ? peers * most : B) + small_r;
+  b->exact = 0;
+  b->sent_min += sizes + (least + small_s < all_s ? least + small_s : all_s);
+  b->received_min += sizes + (least + small_r < all_r ? least + small_r : all_r);
+  b->sent += sizes + (sent_most > all_s ? sent_most : all_s);
+  b->received += sizes + (recv_most > all_r ? recv_most : all_r);
+  return 0;
+}
+
+/* Sparse: my message to every peer and theirs to me, and the small
+ * tensors' allreduce; or past break-even the allreduce of the whole. */
+static int sparse_bytes(const compress_config_t *c, const layout_t *L, const codec_spec_t *s,
+                        int rank, int P, size_t len, compress_bytes_t *b) {
+  if (L->nq == 0) return allreduce_part(c, rank, P, len, b);
+  size_t fixed = message_fixed(L, s);
+  if (!fixed) return variable_bytes(c, L, s, rank, P, len, b);
+  uint64_t sizes[P];
+  for (int i = 0; i < P; i++) sizes[i] = fixed;
+  if (past_break_even(sizes, P, L->nq)) {
+    b->pattern = "allreduce";
+    return allreduce_part(c, rank, P, len, b);
+  }
+  add_bytes(b, (size_t)(P - 1) * fixed, (size_t)(P - 1) * fixed);
+  return allreduce_part(c, rank, P, len - L->nq, b);
+}
+
+int compress_exchange_bytes(const compress_config_t *c, int rank, int nranks, size_t off,
+                            size_t len, int64_t step, const compress_matrix_t *mats, int nmats,
+                            compress_bytes_t *out) {
+  *out = (compress_bytes_t){.exact = 1, .pattern = "allreduce"};
+  codec_spec_t s = compress_codec_at(c, step);
+  if (s.kind == CODEC_NONE || s.kind == CODEC_FP32) return allreduce_part(c, rank, nranks, len, out);
+  if (nranks == 1) return 0;
+  if (s.kind == CODEC_POWERSGD) {
+    size_t first, second;
+    powersgd_counts(&s, mats, nmats, off, len, &first, &second);
+    out->pattern = "allreduce of factors";
+    DT_TRY(allreduce_part(c, rank, nranks, first, out));
+    return allreduce_part(c, rank, nranks, second, out);
+  }
+  slot_t slots[2 * nmats + 1];
+  layout_t L = {.slot = slots};
+  plan_layout(&s, mats, nmats, off, len, &L);
+  if (codec_sparse(&s)) {
+    out->pattern = "allgather";
+    return sparse_bytes(c, &L, &s, rank, nranks, len, out);
+  }
+  out->pattern = "scatter-reduce+allgather";
+  dense_bytes(&L, &s, rank, nranks, out);
+  return allreduce_part(c, rank, nranks, len - L.nq, out);
 }

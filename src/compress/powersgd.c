@@ -12,7 +12,8 @@
  * A matrix gains only when (rows + cols) R < rows cols; the others, and
  * biases, go dense with the P factors in the first allreduce (PyTorch's
  * hook does the same with the tensors too small to gain). Bytes: two
- * allreduces, of sum (rows R) + dense and of sum (cols R) floats, with the
+ * allreduces, of sum (rows R) + dense and of sum (cols R) floats
+ * (powersgd_counts, which a step's description reads), with the
  * configured algorithm (ring: 2 (P - 1)/P 4 x floats each). Q starts as the
  * same normal random matrix on every rank (seeded by the matrix's offset),
  * so the first P sum is meaningful; from then on Q is the summed one. */
@@ -27,8 +28,8 @@ int powersgd_init(compressor_t *c) {
   return 0;
 }
 
-static int rank_of(const compressor_t *c, const compress_matrix_t *m) {
-  int r = (int)c->cfg.codec.param;
+static int rank_of(const codec_spec_t *s, const compress_matrix_t *m) {
+  int r = (int)s->param;
   if (m->rows < 2 || m->cols < 2 || (m->rows + m->cols) * (size_t)r >= m->rows * m->cols) return 0;
   return r;
 }
@@ -56,18 +57,31 @@ static void orthonormalize(float *p, size_t rows, int r) {
  * compressed matrix), relative to buf, in order; mats are in arena order.
  * At most nmats + 1 ranges. */
 
-static int dense_ranges(const compressor_t *c, const compress_matrix_t *mats, int nmats,
+static int dense_ranges(const codec_spec_t *s, const compress_matrix_t *mats, int nmats,
                         size_t off, size_t len, range_t *out) {
   int n = 0;
   size_t at = off;
   for (int i = 0; i < nmats; i++) {
-    if (!rank_of(c, &mats[i])) continue;
+    if (!rank_of(s, &mats[i])) continue;
     size_t lo = mats[i].off, hi = lo + mats[i].rows * mats[i].cols;
     if (lo > at) out[n++] = (range_t){at - off, lo - off};
     at = hi;
   }
   if (off + len > at) out[n++] = (range_t){at - off, len};
   return n;
+}
+
+void powersgd_counts(const codec_spec_t *s, const compress_matrix_t *mats, int nmats, size_t off,
+                     size_t len, size_t *first, size_t *second) {
+  range_t dense[nmats + 1];
+  int ndense = dense_ranges(s, mats, nmats, off, len, dense);
+  *first = *second = 0;
+  for (int i = 0; i < nmats; i++) {
+    size_t r = (size_t)rank_of(s, &mats[i]);
+    *first += mats[i].rows * r;
+    *second += mats[i].cols * r;
+  }
+  for (int i = 0; i < ndense; i++) *first += dense[i].hi - dense[i].lo;
 }
 
 /* Q of a matrix on its first step: N(0, 1), the same on every rank. */
@@ -91,7 +105,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   size_t np = 0;
   double t0 = dt_now();
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(c, &mats[i]);
+    int r = rank_of(&c->cfg.codec, &mats[i]);
     if (!r) continue;
     const float *m = v + (mats[i].off - off);
     float *q = q_of(c, &mats[i], r);
@@ -100,7 +114,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
     np += mats[i].rows * (size_t)r;
   }
   range_t dense[nmats + 1];
-  int ndense = dense_ranges(c, mats, nmats, off, len, dense);
+  int ndense = dense_ranges(&c->cfg.codec, mats, nmats, off, len, dense);
   size_t nd = 0;
   for (int i = 0; i < ndense; i++) {
     memcpy(f + np + nd, v + dense[i].lo, (dense[i].hi - dense[i].lo) * sizeof(float));
@@ -112,7 +126,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   float *fq = f + np + nd;
   size_t pp = 0, nq = 0;
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(c, &mats[i]);
+    int r = rank_of(&c->cfg.codec, &mats[i]);
     if (!r) continue;
     orthonormalize(f + pp, mats[i].rows, r);
     kern_gemm(1, 0, (int)mats[i].cols, r, (int)mats[i].rows, 1, v + (mats[i].off - off),
@@ -124,7 +138,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   t0 = dt_now();
   pp = 0, nq = 0;
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(c, &mats[i]);
+    int r = rank_of(&c->cfg.codec, &mats[i]);
     if (!r) continue;
     float *out = buf + (mats[i].off - off);
     kern_gemm(0, 1, (int)mats[i].rows, (int)mats[i].cols, r, 1, f + pp, r, fq + nq, r, 0, out,

@@ -32,6 +32,11 @@ int sfb_gains(int nranks, int batch, size_t in, size_t out) {
   return nranks > 1 && (double)nranks * batch * (double)(in + out) < 2.0 * (double)(in * out + out);
 }
 
+/* The row count, then the rows (none sent when there are none). */
+size_t sfb_message_bytes(size_t rows, size_t in, size_t out) {
+  return sizeof(uint64_t) + rows * (in + out) * sizeof(float);
+}
+
 int sfb_new(int rank, int nranks, size_t max_rows, size_t max_in, size_t max_out, sfb_t **out) {
   sfb_t *s = calloc(1, sizeof *s);
   *out = s;

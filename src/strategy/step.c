@@ -27,14 +27,45 @@ int step_add(step_desc_t *d, step_task_t t) {
   return d->ntasks++;
 }
 
-void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
-  *sent = *received = 0;
+static void add_task_bytes(step_bytes_t *b, const step_task_t *t, double times) {
+  b->sent += times * t->sent, b->received += times * t->received;
+  b->sent_min += times * (t->bounded ? t->sent_min : t->sent);
+  b->received_min += times * (t->bounded ? t->received_min : t->received);
+}
+
+void step_rank_bytes(const step_desc_t *d, int rank, step_bytes_t *out) {
+  *out = (step_bytes_t){0};
   for (int i = 0; i < d->ntasks; i++) {
     const step_task_t *t = &d->task[i];
-    if (t->rank != rank || t->kind != TASK_COMM) continue;
-    *sent += t->sent / t->every;
-    *received += t->received / t->every;
+    if (t->rank == rank && t->kind == TASK_COMM && !t->until) add_task_bytes(out, t, 1.0 / t->every);
   }
+}
+
+/* The steps k of [0, steps) in t's range with (k + 1) % every == 0. */
+static int64_t task_runs(const step_task_t *t, int64_t steps) {
+  int64_t end = t->until && t->until < steps ? t->until : steps;
+  return end > t->from ? end / t->every - t->from / t->every : 0;
+}
+
+void step_rank_bytes_over(const step_desc_t *d, int rank, int64_t steps, step_bytes_t *out) {
+  *out = (step_bytes_t){0};
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (t->rank == rank && t->kind == TASK_COMM) add_task_bytes(out, t, (double)task_runs(t, steps));
+  }
+}
+
+int64_t step_warmup_steps(const step_desc_t *d) {
+  int64_t w = 0;
+  for (int i = 0; i < d->ntasks; i++)
+    if (d->task[i].until > w) w = d->task[i].until;
+  return w;
+}
+
+int step_exact(const step_desc_t *d) {
+  for (int i = 0; i < d->ntasks; i++)
+    if (d->task[i].bounded) return 0;
+  return 1;
 }
 
 int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd) {
@@ -78,19 +109,53 @@ int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int 
                                    .thread = thread, .after = after});
 }
 
+int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, const step_buffer_t *b,
+                        int64_t from, int64_t until, int after, step_thread_t thread, int every) {
+  compress_bytes_t x;
+  if (compress_exchange_bytes(b->cc, group_rank, group, b->off, b->len, from, b->mats, b->nmats,
+                              &x) != 0)
+    return STEP_FAILED;
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = x.pattern,
+                                   .algo = allreduce_algo_name(b->cc->algo), .peer = -1,
+                                   .group = group, .sent = (double)x.sent,
+                                   .received = (double)x.received, .every = every,
+                                   .thread = thread, .after = after, .from = from, .until = until,
+                                   .bounded = !x.exact, .sent_min = (double)x.sent_min,
+                                   .received_min = (double)x.received_min});
+}
+
 static const char *kind_name(step_task_kind_t k) {
   static const char *names[] = {"forward", "backward", "update", "comm", "sync"};
   return names[k];
 }
 
+static void bytes_json(const step_bytes_t *b, int rank, int exact, FILE *out) {
+  fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g", rank ? "," : "", rank, b->sent,
+          b->received);
+  if (!exact) fprintf(out, ",\"sent_min\":%.17g,\"received_min\":%.17g", b->sent_min, b->received_min);
+  fputc('}', out);
+}
+
 int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
-  fprintf(out, "{\"strategy\":\"%s\",\"ranks\":%d,\"bytes_per_step\":[", strategy, d->nranks);
+  int exact = step_exact(d);
+  int64_t warmup = step_warmup_steps(d);
+  step_bytes_t b;
+  fprintf(out, "{\"strategy\":\"%s\",\"ranks\":%d,\"exact\":%s,\"bytes_per_step\":[", strategy,
+          d->nranks, exact ? "true" : "false");
   for (int r = 0; r < d->nranks; r++) {
-    double s, v;
-    step_rank_bytes(d, r, &s, &v);
-    fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g}", r ? "," : "", r, s, v);
+    step_rank_bytes(d, r, &b);
+    bytes_json(&b, r, exact, out);
   }
-  fprintf(out, "],\"tasks\":[");
+  fputc(']', out);
+  if (warmup) {
+    fprintf(out, ",\"warmup_steps\":%lld,\"warmup_bytes\":[", (long long)warmup);
+    for (int r = 0; r < d->nranks; r++) {
+      step_rank_bytes_over(d, r, warmup, &b);
+      bytes_json(&b, r, exact, out);
+    }
+    fputc(']', out);
+  }
+  fprintf(out, ",\"tasks\":[");
   for (int i = 0; i < d->ntasks; i++) {
     const step_task_t *t = &d->task[i];
     fprintf(out, "%s{\"kind\":\"%s\",\"rank\":%d,\"thread\":\"%s\",\"after\":%d", i ? "," : "",
@@ -101,7 +166,12 @@ int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
               t->group, t->sent, t->received);
     else
       fprintf(out, ",\"layer\":%d,\"params\":%zu,\"samples\":%d", t->layer, t->params, t->samples);
+    if (t->bounded)
+      fprintf(out, ",\"bounded\":true,\"sent_min\":%.17g,\"received_min\":%.17g", t->sent_min,
+              t->received_min);
     if (t->every > 1) fprintf(out, ",\"every\":%d", t->every);
+    if (t->from) fprintf(out, ",\"from\":%lld", (long long)t->from);
+    if (t->until) fprintf(out, ",\"until\":%lld", (long long)t->until);
     fputc('}', out);
   }
   fprintf(out, "]}\n");

@@ -4,13 +4,22 @@
  * with the bytes this rank sends and receives, their pattern and peers,
  * when each may start (after which task) and on which thread. The
  * performance model runs this graph; the byte tests sum its bytes and
- * compare them with the transport's count (one source of truth). */
+ * compare them with the transport's count (one source of truth).
+ *
+ * One step, and which: a task runs every `every` steps, and only in its
+ * range of steps [from, until) (until 0: from `from` on). A warm-up
+ * (--compress-warmup-steps: dense steps, DGC's ramp) is tasks that end at
+ * its last step beside the steady state's tasks that start there; the
+ * steady state is the step past every warm-up, what "bytes_per_step"
+ * gives, and "warmup_bytes" the warm-up's totals. */
 #ifndef DTRAIN_STRATEGY_STEP_H
 #define DTRAIN_STRATEGY_STEP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/compress.h"
 #include "dtrain/nn.h"
 
 typedef enum { TASK_FORWARD, TASK_BACKWARD, TASK_UPDATE, TASK_COMM, TASK_SYNC } step_task_kind_t;
@@ -31,6 +40,10 @@ typedef struct {
   step_thread_t thread;
   int after;              /* the task it waits for (-1: the step's start); with
                            * its thread's previous task, what it waits for */
+  int64_t from, until;    /* the steps it runs in: [from, until); until 0: from on */
+  int bounded;            /* comm: the bytes depend on the values (threshold:T): sent and
+                           * received are the most, sent_min and received_min the least */
+  double sent_min, received_min;
 } step_task_t;
 
 typedef struct {
@@ -61,8 +74,36 @@ int step_allreduce_algo(int algo, int P, int *out);
  * `every` steps. Returns its index or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
-/* A rank's bytes per step, averaged over the tasks' periods. */
-void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
-/* The description as one JSON object (bytes per rank, then the tasks). */
+/* A buffer the compressor sums: [off, off + len) of the arena, the
+ * matrices in it, the compressor's configuration. */
+typedef struct {
+  const compress_config_t *cc;
+  size_t off, len;
+  const compress_matrix_t *mats;
+  int nmats;
+} step_buffer_t;
+/* One compressor_allreduce of b over `group` ranks, on world rank `rank`
+ * (`group_rank` within the group), at the steps [from, until)
+ * (compress_phase_end: the warm-up's phases) every `every` steps, after
+ * task `after`: its bytes from compress_exchange_bytes at step `from`.
+ * Returns its index or STEP_FAILED. */
+int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, const step_buffer_t *b,
+                        int64_t from, int64_t until, int after, step_thread_t thread, int every);
+/* A rank's bytes: the most, and the least (the same where exact). */
+typedef struct { double sent, received, sent_min, received_min; } step_bytes_t;
+/* Per step past every warm-up (the tasks without an end), averaged over
+ * the tasks' periods. */
+void step_rank_bytes(const step_desc_t *d, int rank, step_bytes_t *out);
+/* In all over steps [0, steps): each task at the steps of its range where
+ * it runs, (k + 1) % every == 0 (after every `every` local steps). */
+void step_rank_bytes_over(const step_desc_t *d, int rank, int64_t steps, step_bytes_t *out);
+/* The steps before the steady state: where the last warm-up task ends. */
+int64_t step_warmup_steps(const step_desc_t *d);
+/* Whether every task's bytes are exact (none bounded). */
+int step_exact(const step_desc_t *d);
+/* The description as one JSON object: "exact", the bytes per rank per
+ * step ("bytes_per_step"; "sent_min", "received_min" where not exact), the
+ * warm-up's ("warmup_steps", "warmup_bytes": totals over them) if any,
+ * then the tasks. */
 int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out);
 #endif

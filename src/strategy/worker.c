@@ -240,15 +240,18 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   return 0;
 }
 
-int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out) {
-  const train_config_t *cfg = w->cfg;
+compress_config_t worker_compress_config(const train_config_t *cfg) {
   int mc = train_momentum_correction(cfg);
-  compress_config_t cc = {.codec = cfg->compression.codec, .error_feedback = train_error_feedback(cfg),
-                          .momentum = mc ? cfg->optim.momentum : 0,
-                          .shared_momentum = mc == MC_SHARED, .clip = cfg->compression.dgc_clip,
-                          .warmup_steps = cfg->compression.warmup_steps, .seed = cfg->seed,
-                          .algo = cfg->algo};
-  if (mc) w->opt->cfg.momentum = 0; /* the memory carries it */
+  return (compress_config_t){.codec = cfg->compression.codec, .error_feedback = train_error_feedback(cfg),
+                             .momentum = mc ? cfg->optim.momentum : 0,
+                             .shared_momentum = mc == MC_SHARED, .clip = cfg->compression.dgc_clip,
+                             .warmup_steps = cfg->compression.warmup_steps, .seed = cfg->seed,
+                             .algo = cfg->algo};
+}
+
+int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out) {
+  compress_config_t cc = worker_compress_config(w->cfg);
+  if (train_momentum_correction(w->cfg)) w->opt->cfg.momentum = 0; /* the memory carries it */
   return compressor_new(&cc, w->model->nparams, rank, nranks, out);
 }
 

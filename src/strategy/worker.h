@@ -121,6 +121,8 @@ void worker_apply_update(worker_t *w);     /* optimizer step at the scheduled lr
  * model's arena, configured by the options; under DGC the optimizer then
  * steps without momentum (the memory's momentum correction carries it). */
 int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out);
+/* Its configuration, from the options alone (a step's description reads it). */
+compress_config_t worker_compress_config(const train_config_t *cfg);
 /* The same on some segments of the arena only (a sharded optimizer). */
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs);
 /* The same step in parts, the same bits (data parallelism that applies

@@ -177,12 +177,12 @@ int strategy_dpsgd(worker_t *w) {
 }
 
 /* Each step: the local gradient step, the model to both ring neighbours
- * and theirs back (S each way each), then the mix. */
+ * and theirs back (S each way each), then the mix. CHOCO-SGD (--compress):
+ * the encoded change instead, codec_bytes(n) each way to each neighbour. */
 static int dpsgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE)
-    return dt_error("D-PSGD: describe_step covers the plain exchange so far, not --compress (CHOCO-SGD)");
   int p = c->workers;
-  double S = (double)m->nparams * sizeof(float);
+  double S = c->compression.codec.kind != CODEC_NONE ? (double)codec_bytes(&c->compression.codec, m->nparams)
+                                            : (double)m->nparams * sizeof(float);
   for (int r = 0; r < p; r++) {
     int prev = step_add_local_step(out, m, r, c->batch);
     int nb[2] = {(r + p - 1) % p, (r + 1) % p}, mixed = prev;

@@ -375,27 +375,46 @@ int strategy_easgd(worker_t *w) {
 /* Every tau steps: synchronous, the centre broadcast from the master and
  * the elastic differences reduced to it (binomial trees rooted at the
  * master, rank p); asynchronous, each worker's model to the master and the
- * centre back. */
+ * centre back. --compress (but fp32, which goes the plain way): each link's
+ * encoded change instead, codec_bytes(n) a message; synchronous, the
+ * centre's to each worker and each worker's back. */
+static int add_tree_round(const train_config_t *c, const model_t *m, step_desc_t *out, int r,
+                          int prev) {
+  int p = c->workers, P = p + 1;
+  for (int op = 0; op < 2 && prev != STEP_FAILED; op++) {
+    size_t sent, received;
+    coll_tree_bytes(op, P, p, r, m->nparams, &sent, &received);
+    prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = op ? "reduce" : "broadcast",
+                                       .algo = "tree", .peer = -1, .group = P,
+                                       .sent = (double)sent, .received = (double)received,
+                                       .every = c->decentral.tau, .after = prev});
+  }
+  return prev;
+}
+
+/* A message of E bytes each way between rank r and `peer`, every tau. */
+static int add_exchange(const train_config_t *c, step_desc_t *out, int r, int peer, double E,
+                        int prev) {
+  return step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = peer,
+                                     .group = 2, .sent = E, .received = E, .every = c->decentral.tau,
+                                     .after = prev});
+}
+
 static int easgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE)
-    return dt_error("EASGD: describe_step covers the plain exchange so far, not --compress");
   int p = c->workers, P = p + 1, sync = c->schedule == SCHEDULE_SYNC;
-  double S = (double)m->nparams * sizeof(float);
+  int mirrored = c->compression.codec.kind != CODEC_NONE && !codec_lossless(&c->compression.codec);
+  double E = mirrored ? (double)codec_bytes(&c->compression.codec, m->nparams)
+                      : (double)m->nparams * sizeof(float);
   for (int r = 0; r < P; r++) {
     int prev = -1;
     if (r < p) prev = step_add_local_step(out, m, r, c->batch);
-    for (int op = 0; op < 2 && sync && prev != STEP_FAILED; op++) {
-      size_t sent, received;
-      coll_tree_bytes(op, P, p, r, m->nparams, &sent, &received);
-      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = op ? "reduce" : "broadcast",
-                                         .algo = "tree", .peer = -1, .group = P,
-                                         .sent = (double)sent, .received = (double)received,
-                                         .every = c->decentral.tau, .after = prev});
-    }
-    if (!sync && prev != STEP_FAILED) /* the master answers each worker's request in turn */
-      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv",
-                                         .peer = r < p ? p : -1, .group = 2,
-                                         .sent = r < p ? S : p * S, .received = r < p ? S : p * S,
+    if (sync && !mirrored) prev = add_tree_round(c, m, out, r, prev);
+    else if (r < p) prev = add_exchange(c, out, r, p, E, prev);
+    else if (sync) /* the master: the centre's change to each worker, theirs back */
+      for (int k = 0; k < p && prev != STEP_FAILED; k++) prev = add_exchange(c, out, r, k, E, prev);
+    else /* the master answers each worker's request in turn */
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = -1,
+                                         .group = 2, .sent = p * E, .received = p * E,
                                          .every = c->decentral.tau, .after = prev});
     if (prev == STEP_FAILED) return -1;
   }

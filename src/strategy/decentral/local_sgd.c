@@ -90,15 +90,26 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+/* The average's allreduce: through the master (SparkNet) its rank 0. */
+static allreduce_algo_t average_algo(const train_config_t *cfg) {
+  return cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
+}
+
+/* --compress: the compressor of the averages (no warm-up: every average
+ * goes compressed). */
+static compress_config_t average_compress(const train_config_t *cfg, allreduce_algo_t algo) {
+  return (compress_config_t){.codec = cfg->compression.codec, .seed = cfg->seed, .algo = algo,
+                             .error_feedback = train_error_feedback(cfg)};
+}
+
 static int setup(decentral_t *d) {
   local_sgd_t *s = d->method;
   const train_config_t *cfg = d->w->cfg;
   const model_t *m = d->w->model;
   s->d = d;
-  d->algo = cfg->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : cfg->algo;
+  d->algo = average_algo(cfg);
   if (cfg->compression.codec.kind == CODEC_NONE || d->nworkers == 1) return 0;
-  compress_config_t cc = {.codec = cfg->compression.codec, .seed = cfg->seed, .algo = d->algo,
-                          .error_feedback = train_error_feedback(cfg)};
+  compress_config_t cc = average_compress(cfg, d->algo);
   if (!(s->anchor = dt_alloc_floats(m->nparams)) || !(s->delta = dt_alloc_floats(m->nparams)))
     return -1;
   if (!(s->mats = calloc((size_t)m->ntensors + 1, sizeof *s->mats))) return dt_error("out of memory");
@@ -122,22 +133,29 @@ int strategy_local_sgd(worker_t *w) {
 
 /* tau local steps, then the replicas averaged: an allreduce of the model
  * (and of the batch-norm statistics) every tau steps -- through the
- * master, SparkNet, as the naive algorithm's rank 0. */
+ * master, SparkNet, as the naive algorithm's rank 0. Under --compress the
+ * model's change goes through the compressor (compress_exchange_bytes). */
 static int local_sgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE)
-    return dt_error("model averaging: describe_step covers the plain average so far, not --compress");
-  int P = c->workers;
-  int algo;
-  DT_TRY(step_allreduce_algo(c->exchange == EXCHANGE_MASTER ? ALLREDUCE_NAIVE : c->algo, P, &algo));
-  for (int r = 0; r < P; r++) {
+  int P = c->workers, algo;
+  DT_TRY(step_allreduce_algo(average_algo(c), P, &algo));
+  compress_config_t cc = average_compress(c, (allreduce_algo_t)algo);
+  compress_matrix_t *mats = calloc((size_t)m->ntensors + 1, sizeof *mats);
+  if (!mats) return dt_error("out of memory");
+  compress_model_matrices(m, mats);
+  step_buffer_t model = {&cc, 0, m->nparams, mats, m->ntensors};
+  int rc = 0;
+  for (int r = 0; r < P && rc == 0; r++) {
     int prev = step_add_local_step(out, m, r, c->batch);
     if (prev != STEP_FAILED && P > 1)
-      prev = step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->decentral.tau);
+      prev = c->compression.codec.kind != CODEC_NONE
+                 ? step_add_compressed(out, r, r, P, &model, 0, 0, prev, THREAD_COMPUTE, c->decentral.tau)
+                 : step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->decentral.tau);
     if (prev != STEP_FAILED && P > 1 && m->nbuffers)
       prev = step_add_allreduce(out, r, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->decentral.tau);
-    if (prev == STEP_FAILED) return -1;
+    if (prev == STEP_FAILED) rc = -1;
   }
-  return 0;
+  free(mats);
+  return rc;
 }
 
 static int averaging_matches(const train_config_t *c) {

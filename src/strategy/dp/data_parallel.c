@@ -93,36 +93,84 @@ int strategy_data_parallel(worker_t *w) {
 }
 
 /* The step as data: every rank runs the forward and backward of each layer
- * on its batch; each bucket's allreduce may start once its first layer's
+ * on its batch; each bucket's exchange may start once its first layer's
  * backward has run (on the communication thread under --overlap), and
- * the update waits for all of them. Bytes from coll_allreduce_bytes, per
- * bucket (a ring's blocks round per bucket). */
+ * the update waits for all of them. A bucket goes by the plain allreduce
+ * (coll_allreduce_bytes, per bucket: a ring's blocks round per bucket);
+ * under --compress by the compressor (compress_exchange_bytes: the codec's
+ * encoded sizes, its collective); under --sufficient-factors, a dense layer
+ * that gains as every rank's factors to every other. The step described is
+ * the steady state; a warm-up (--compress-warmup-steps) adds, for each of
+ * its phases (compress_phase_end: the dense steps, DGC's ramp), the
+ * buckets' tasks at those steps only ([from, until)). */
+typedef struct {
+  const train_config_t *c;
+  const model_t *m;
+  int P, algo;
+  const reducer_bucket_t *b;
+  int nb;
+  int *bwd;                    /* each layer's backward task on the rank described */
+  compress_config_t cc;        /* --compress: the compressor's configuration */
+  compress_matrix_t *mats;     /* --compress: the model's tensors as matrices */
+} dp_desc_t;
+
+/* Bucket k on rank r at the steps [from, until), after task `after` (or,
+ * overlapped, its first layer's backward). */
+static int add_bucket(const dp_desc_t *d, step_desc_t *out, int r, int k, int64_t from,
+                      int64_t until, int after) {
+  const reducer_bucket_t *b = &d->b[k];
+  step_thread_t thread = d->c->overlap ? THREAD_COMM : THREAD_COMPUTE;
+  if (d->c->overlap) after = d->bwd[b->first_layer];
+  size_t in, units;
+  if (reducer_sends_factors(d->m, d->c, d->P, b->first_layer, &in, &units)) {
+    double x = (double)(d->P - 1) * (double)sfb_message_bytes((size_t)d->c->batch, in, units);
+    return step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "allgather of factors",
+                                       .peer = -1, .group = d->P, .sent = x, .received = x,
+                                       .thread = thread, .after = after});
+  }
+  if (d->c->compression.codec.kind == CODEC_NONE)
+    return step_add_allreduce(out, r, r, d->P, d->algo, b->len, after, thread, 1);
+  int first, nmats = compress_tensors_in(d->m, b->off, b->len, &first);
+  step_buffer_t buf = {&d->cc, b->off, b->len, d->mats + first, nmats};
+  return step_add_compressed(out, r, r, d->P, &buf, from, until, after, thread, 1);
+}
+
+/* Rank r's step: its passes, each phase's buckets (the steady state's
+ * last), the update after the steady state's. */
+static int add_rank(const dp_desc_t *d, step_desc_t *out, int r) {
+  int prev = step_add_passes(out, d->m, r, d->c->batch, d->bwd), last = prev;
+  int64_t from = 0, until;
+  do {
+    until = d->c->compression.codec.kind == CODEC_NONE ? 0 : compress_phase_end(&d->cc, from);
+    last = prev;
+    for (int k = 0; k < d->nb && last != STEP_FAILED; k++)
+      last = add_bucket(d, out, r, k, from, until, last);
+    from = until;
+  } while (until && last != STEP_FAILED);
+  if (last == STEP_FAILED) return -1;
+  return step_add(out, (step_task_t){TASK_UPDATE, r, -1, d->m->nparams, d->c->batch, .peer = -1,
+                                     .after = last}) == STEP_FAILED ? -1 : 0;
+}
+
 static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE || c->compression.sufficient_factors || c->tensor.ranks > 1 || c->sync_bn ||
-      c->comm_order != COLL_ORDER_FIFO || c->balance)
-    return dt_error("data-parallel allreduce: describe_step covers the plain reducer so far, not "
-                    "--compress, --sufficient-factors, --tp, --sync-bn, --comm-order or --balance");
-  int P = c->workers;
-  int algo;
-  DT_TRY(step_allreduce_algo(c->algo, P, &algo));
+  if (c->tensor.ranks > 1 || c->sync_bn || c->comm_order != COLL_ORDER_FIFO || c->balance)
+    return dt_error("data-parallel allreduce: describe_step covers the reducer with or without "
+                    "--compress and --sufficient-factors so far, not --tp, --sync-bn, "
+                    "--comm-order or --balance");
+  dp_desc_t d = {.c = c, .m = m, .P = c->workers, .cc = worker_compress_config(c)};
+  DT_TRY(step_allreduce_algo(c->algo, d.P, &d.algo));
+  d.cc.algo = (allreduce_algo_t)d.algo;
   reducer_bucket_t *b = calloc((size_t)m->nlayers + 1, sizeof *b);
   int *bwd = calloc((size_t)m->nlayers, sizeof *bwd);
-  if (!b || !bwd) {
-    free(b), free(bwd);
-    return dt_error("out of memory");
+  d.mats = calloc((size_t)m->ntensors + 1, sizeof *d.mats);
+  int rc = b && bwd && d.mats ? 0 : dt_error("out of memory");
+  if (rc == 0) {
+    compress_model_matrices(m, d.mats);
+    d.nb = reducer_plan_buckets(m, c, b);
+    d.b = b, d.bwd = bwd;
   }
-  int nb = reducer_plan_buckets(m, c, b), rc = 0;
-  for (int r = 0; r < P && rc == 0; r++) {
-    int prev = step_add_passes(out, m, r, c->batch, bwd);
-    for (int k = 0; k < nb && prev != STEP_FAILED; k++)
-      prev = step_add_allreduce(out, r, r, P, algo, b[k].len, c->overlap ? bwd[b[k].first_layer] : prev,
-                                c->overlap ? THREAD_COMM : THREAD_COMPUTE, 1);
-    if (prev == STEP_FAILED ||
-        step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
-                                    .after = prev}) == STEP_FAILED)
-      rc = -1;
-  }
-  free(b), free(bwd);
+  for (int r = 0; r < d.P && rc == 0; r++) rc = add_rank(&d, out, r);
+  free(b), free(bwd), free(d.mats);
   return rc;
 }
 

@@ -314,6 +314,14 @@ static int plan_compression(reducer_t *s) {
   return worker_keep_compressor(w, s->cx);
 }
 
+int reducer_sends_factors(const model_t *m, const train_config_t *cfg, int nranks, int first_layer,
+                          size_t *in, size_t *out) {
+  const layer_t *l = &m->layers[first_layer];
+  *in = shape_size(l->in_shape), *out = (size_t)l->spec.units;
+  return cfg->compression.sufficient_factors && l->spec.kind == LAYER_DENSE &&
+         sfb_gains(nranks, cfg->batch, *in, *out);
+}
+
 /* --sufficient-factors: which layers gain (a bucket a layer), and the
  * buffers for every rank's rows of the widest of them. */
 static int plan_sufficient_factors(reducer_t *s) {
@@ -323,10 +331,9 @@ static int plan_sufficient_factors(reducer_t *s) {
   size_t max_in = 0, max_out = 0;
   for (int b = 0; b < s->nbuckets; b++) {
     bucket_t *k = &s->buckets[b];
-    const layer_t *l = &m->layers[k->first_layer];
-    size_t in = shape_size(l->in_shape), out = (size_t)l->spec.units;
+    size_t in, out;
     k->owner = s;
-    k->sfb = l->spec.kind == LAYER_DENSE && sfb_gains(w->nranks, w->cfg->batch, in, out);
+    k->sfb = reducer_sends_factors(m, w->cfg, w->nranks, k->first_layer, &in, &out);
     if (k->sfb && in > max_in) max_in = in;
     if (k->sfb && out > max_out) max_out = out;
   }

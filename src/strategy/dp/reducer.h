@@ -21,6 +21,12 @@ typedef struct {
 /* PyTorch DDP's rule (reducer.c) into out (room for m->nlayers + 1):
  * returns the number of buckets, in the order backprop readies them. */
 int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bucket_t *out);
+/* --sufficient-factors (a bucket a layer): whether the layer of `first_layer`
+ * goes as its factors over `nranks` ranks, a dense layer where they are
+ * fewer bytes than its gradient (sfb_gains at the configured batch); its
+ * inputs and outputs in *in, *out. */
+int reducer_sends_factors(const model_t *m, const train_config_t *cfg, int nranks, int first_layer,
+                          size_t *in, size_t *out);
 
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);
