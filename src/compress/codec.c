@@ -7,32 +7,48 @@
 
 #include "compress/codec_internal.h"
 
+/* The codecs: one row each, the one place a codec is registered (its
+ * encode and decode live in a file of their own, codec_<family>.c). */
+extern const codec_ops_t codec_fp32_ops, codec_fp16_ops, codec_bf16_ops, codec_int8_ops,
+    codec_onebit_ops, codec_qsgd_ops, codec_terngrad_ops, codec_topk_ops, codec_randomk_ops,
+    codec_threshold_ops;
+
 static const struct {
   const char *name;
   codec_kind_t kind;
+  const codec_ops_t *ops;
+  const char *form;     /* as --compress takes it, for the list of codecs */
   int needs;            /* 0: no parameter; 1: required; 2: optional ":sr"; 3: optional */
   double lo, hi;        /* the parameter's range (lo excluded when lo_open) */
-  int lo_open;
+  int lo_open, integral;
   const char *expect;
 } CODECS[] = {
-    {"none", CODEC_NONE, 0, 0, 0, 0, ""},
-    {"fp32", CODEC_FP32, 0, 0, 0, 0, ""},
-    {"fp16", CODEC_FP16, 2, 0, 0, 0, "fp16 or fp16:sr (stochastic rounding)"},
-    {"bf16", CODEC_BF16, 2, 0, 0, 0, "bf16 or bf16:sr (stochastic rounding)"},
-    {"int8", CODEC_INT8, 2, 0, 0, 0, "int8 or int8:sr (stochastic rounding)"},
-    {"onebit", CODEC_ONEBIT, 0, 0, 0, 0, ""},
-    {"qsgd", CODEC_QSGD, 1, 1, 32767, 0, "qsgd:S with S levels, an integer in [1, 32767]"},
-    {"terngrad", CODEC_TERNGRAD, 3, 0, 1000, 1,
+    {"none", CODEC_NONE, &codec_fp32_ops, "none", 0, 0, 0, 0, 0, ""},
+    {"fp32", CODEC_FP32, &codec_fp32_ops, "fp32", 0, 0, 0, 0, 0, ""},
+    {"fp16", CODEC_FP16, &codec_fp16_ops, "fp16[:sr]", 2, 0, 0, 0, 0, "fp16 or fp16:sr (stochastic rounding)"},
+    {"bf16", CODEC_BF16, &codec_bf16_ops, "bf16[:sr]", 2, 0, 0, 0, 0, "bf16 or bf16:sr (stochastic rounding)"},
+    {"int8", CODEC_INT8, &codec_int8_ops, "int8[:sr]", 2, 0, 0, 0, 0, "int8 or int8:sr (stochastic rounding)"},
+    {"onebit", CODEC_ONEBIT, &codec_onebit_ops, "onebit", 0, 0, 0, 0, 0, ""},
+    {"qsgd", CODEC_QSGD, &codec_qsgd_ops, "qsgd:S", 1, 1, 32767, 0, 1, "qsgd:S with S levels, an integer in [1, 32767]"},
+    {"terngrad", CODEC_TERNGRAD, &codec_terngrad_ops, "terngrad[:C]", 3, 0, 1000, 1, 0,
      "terngrad, or terngrad:C clipping at C standard deviations, 0 < C <= 1000 (the paper's 2.5)"},
-    {"topk", CODEC_TOPK, 1, 0, 1, 1, "topk:R with a ratio R in (0, 1]"},
-    {"randomk", CODEC_RANDOMK, 1, 0, 1, 1, "randomk:R with a ratio R in (0, 1]"},
-    {"threshold", CODEC_THRESHOLD, 1, 0, 1e30, 1, "threshold:T with T > 0"},
-    {"dgc", CODEC_DGC, 1, 0, 1, 1, "dgc:R with a ratio R in (0, 1]"},
-    {"powersgd", CODEC_POWERSGD, 1, 1, 1024, 0, "powersgd:R with a rank R, an integer in [1, 1024]"},
+    {"topk", CODEC_TOPK, &codec_topk_ops, "topk:R", 1, 0, 1, 1, 0, "topk:R with a ratio R in (0, 1]"},
+    {"randomk", CODEC_RANDOMK, &codec_randomk_ops, "randomk:R", 1, 0, 1, 1, 0, "randomk:R with a ratio R in (0, 1]"},
+    {"threshold", CODEC_THRESHOLD, &codec_threshold_ops, "threshold:T", 1, 0, 1e30, 1, 0, "threshold:T with T > 0"},
+    {"dgc", CODEC_DGC, &codec_topk_ops, "dgc:R", 1, 0, 1, 1, 0, "dgc:R with a ratio R in (0, 1]"},
+    {"powersgd", CODEC_POWERSGD, &codec_fp32_ops, "powersgd:R", 1, 1, 1024, 0, 1,
+     "powersgd:R with a rank R, an integer in [1, 1024]"},
 };
 #define NCODECS ((int)(sizeof CODECS / sizeof CODECS[0]))
-#define KNOWN "none, fp32, fp16[:sr], bf16[:sr], int8[:sr], onebit, qsgd:S, terngrad[:C], topk:R, " \
-              "randomk:R, threshold:T, dgc:R, powersgd:R"
+
+/* "none, fp32, fp16[:sr], ...": every codec's form, from the table. */
+static const char *known_codecs(void) {
+  static char buf[512];
+  size_t len = 0;
+  for (int i = 0; i < NCODECS && len < sizeof buf; i++)
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", i ? ", " : "", CODECS[i].form);
+  return buf;
+}
 
 int codec_parse(const char *text, codec_spec_t *out) {
   const char *colon = strchr(text, ':');
@@ -51,8 +67,7 @@ int codec_parse(const char *text, codec_spec_t *out) {
     if (CODECS[i].needs == 1 || (CODECS[i].needs == 3 && arg)) {
       char *end;
       double v = arg && *arg ? strtod(arg, &end) : NAN;
-      int integral = s.kind == CODEC_QSGD || s.kind == CODEC_POWERSGD;
-      if (isnan(v) || *end || (integral && v != floor(v)) || v > CODECS[i].hi ||
+      if (isnan(v) || *end || (CODECS[i].integral && v != floor(v)) || v > CODECS[i].hi ||
           (CODECS[i].lo_open ? !(v > CODECS[i].lo) : v < CODECS[i].lo))
         return dt_error("option --compress: '%s' (expected %s)", text, CODECS[i].expect);
       s.param = v;
@@ -60,7 +75,7 @@ int codec_parse(const char *text, codec_spec_t *out) {
     *out = s;
     return 0;
   }
-  return dt_error("option --compress: unknown codec '%s' (expected one of %s)", text, KNOWN);
+  return dt_error("option --compress: unknown codec '%s' (expected one of %s)", text, known_codecs());
 }
 
 void codec_format(const codec_spec_t *s, char *buf, size_t cap) {
@@ -73,18 +88,9 @@ void codec_format(const codec_spec_t *s, char *buf, size_t cap) {
 }
 
 static const codec_ops_t *ops_of(const codec_spec_t *s) {
-  switch (s->kind) {
-  case CODEC_FP16: return &codec_fp16_ops;
-  case CODEC_BF16: return &codec_bf16_ops;
-  case CODEC_INT8: return &codec_int8_ops;
-  case CODEC_ONEBIT: return &codec_onebit_ops;
-  case CODEC_QSGD: return &codec_qsgd_ops;
-  case CODEC_TERNGRAD: return &codec_terngrad_ops;
-  case CODEC_TOPK: case CODEC_DGC: return &codec_topk_ops;
-  case CODEC_RANDOMK: return &codec_randomk_ops;
-  case CODEC_THRESHOLD: return &codec_threshold_ops;
-  default: return &codec_fp32_ops;
-  }
+  for (int i = 0; i < NCODECS; i++)
+    if (CODECS[i].kind == s->kind) return CODECS[i].ops;
+  return &codec_fp32_ops;
 }
 
 int codec_biased(const codec_spec_t *s) {
@@ -112,6 +118,11 @@ int codec_lossless(const codec_spec_t *s) { return s->kind == CODEC_FP32; }
 
 size_t codec_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->bytes(s, n); }
 size_t codec_max_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->max_bytes(s, n); }
+
+size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, size_t n) {
+  size_t b = codec_bytes(s, n);
+  return b ? b : ops_of(s)->message_bytes(in, avail);
+}
 
 size_t codec_encode(const codec_spec_t *s, const float *x, size_t n, uint64_t seed, void *out,
                     float *scratch) {
@@ -147,4 +158,4 @@ static int fp32_decode_add(const codec_spec_t *s, const uint8_t *in, size_t byte
 }
 
 const codec_ops_t codec_fp32_ops = {"fp32", 0, 0, fp32_bytes, fp32_bytes, fp32_encode,
-                                    fp32_decode_add};
+                                    fp32_decode_add, NULL};

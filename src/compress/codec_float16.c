@@ -165,5 +165,5 @@ static int bf16_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
   return decode16("bf16", in, bytes, n, acc, float_from_bf16);
 }
 
-const codec_ops_t codec_fp16_ops = {"fp16", 1, 0, bytes16, bytes16, fp16_encode, fp16_decode};
-const codec_ops_t codec_bf16_ops = {"bf16", 1, 0, bytes16, bytes16, bf16_encode, bf16_decode};
+const codec_ops_t codec_fp16_ops = {"fp16", 1, 0, bytes16, bytes16, fp16_encode, fp16_decode, NULL};
+const codec_ops_t codec_bf16_ops = {"bf16", 1, 0, bytes16, bytes16, bf16_encode, bf16_decode, NULL};

@@ -33,4 +33,4 @@ static int int8_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
   return 0;
 }
 
-const codec_ops_t codec_int8_ops = {"int8", 1, 0, int8_bytes, int8_bytes, int8_encode, int8_decode};
+const codec_ops_t codec_int8_ops = {"int8", 1, 0, int8_bytes, int8_bytes, int8_encode, int8_decode, NULL};

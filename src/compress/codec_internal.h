@@ -17,11 +17,11 @@ typedef struct {
   size_t (*encode)(const codec_spec_t *s, const float *x, size_t n, uint64_t seed, uint8_t *out,
                    float *scratch);
   int (*decode_add)(const codec_spec_t *s, const uint8_t *in, size_t bytes, size_t n, float *acc);
+  /* bytes == 0 (the size depends on the values): the size of the encoding
+   * that starts at `in`, read from its head; more than avail when the head
+   * is not all there. NULL for the codecs of a fixed size. */
+  size_t (*message_bytes)(const uint8_t *in, size_t avail);
 } codec_ops_t;
-
-extern const codec_ops_t codec_fp32_ops, codec_fp16_ops, codec_bf16_ops, codec_int8_ops,
-    codec_onebit_ops, codec_qsgd_ops, codec_terngrad_ops, codec_topk_ops, codec_randomk_ops,
-    codec_threshold_ops;
 
 static inline void put_f32(uint8_t *p, float v) { memcpy(p, &v, 4); }
 static inline float get_f32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }

@@ -63,4 +63,4 @@ static int onebit_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes,
 }
 
 const codec_ops_t codec_onebit_ops = {"onebit", 1, 0, onebit_bytes, onebit_bytes, onebit_encode,
-                                      onebit_decode};
+                                      onebit_decode, NULL};

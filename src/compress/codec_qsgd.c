@@ -88,4 +88,4 @@ static int qsgd_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
   return 0;
 }
 
-const codec_ops_t codec_qsgd_ops = {"qsgd", 0, 0, qsgd_bytes, qsgd_bytes, qsgd_encode, qsgd_decode};
+const codec_ops_t codec_qsgd_ops = {"qsgd", 0, 0, qsgd_bytes, qsgd_bytes, qsgd_encode, qsgd_decode, NULL};

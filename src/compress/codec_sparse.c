@@ -20,9 +20,7 @@ size_t codec_keep(double ratio, size_t n) {
   return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
 }
 
-size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, size_t n) {
-  size_t b = codec_bytes(s, n);
-  if (b) return b;
+static size_t pairs_message_bytes(const uint8_t *in, size_t avail) {
   return avail < 4 ? avail + 1 : 4 + 8 * (size_t)get_u32(in);
 }
 
@@ -130,8 +128,9 @@ static int threshold_decode(const codec_spec_t *s, const uint8_t *in, size_t byt
   return sparse_decode("threshold", in, bytes, n, acc);
 }
 
-const codec_ops_t codec_topk_ops = {"topk", 1, 1, keep_bytes, keep_bytes, topk_encode, topk_decode};
+const codec_ops_t codec_topk_ops = {"topk", 1, 1, keep_bytes, keep_bytes, topk_encode, topk_decode, NULL};
 const codec_ops_t codec_randomk_ops = {"randomk", 1, 1, keep_bytes, keep_bytes, randomk_encode,
-                                       randomk_decode};
+                                       randomk_decode, NULL};
 const codec_ops_t codec_threshold_ops = {"threshold", 1, 1, variable_bytes, sparse_max_bytes,
-                                         threshold_encode, threshold_decode};
+                                         threshold_encode, threshold_decode,
+                                         pairs_message_bytes};

@@ -67,4 +67,4 @@ static int tern_decode(const codec_spec_t *s, const uint8_t *in, size_t bytes, s
 }
 
 const codec_ops_t codec_terngrad_ops = {"terngrad", 0, 0, tern_bytes, tern_bytes, tern_encode,
-                                        tern_decode};
+                                        tern_decode, NULL};
