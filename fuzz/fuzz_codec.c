@@ -12,7 +12,7 @@
 
 static const char *const CODECS[] = {"fp32", "fp16", "bf16", "int8", "onebit", "qsgd:7",
                                      "qsgd:1", "terngrad", "topk:0.01", "randomk:0.5",
-                                     "threshold:0.5", "dgc:0.001"};
+                                     "threshold:0.5", "strom:0.5", "dgc:0.001"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 3) return 0;

@@ -193,6 +193,8 @@ described bytes_described_compress_randomk_2 2 --compress randomk:0.05
 described bytes_described_compress_randomk_3_naive 3 --compress randomk:0.05 --exchange allreduce:naive --bucket-mb 0
 described bytes_described_compress_threshold_2 2 --compress threshold:0.01
 described bytes_described_compress_threshold_3_ring 3 --compress threshold:0.002 --exchange allreduce:ring
+described bytes_described_compress_strom_2 2 --compress strom:0.01
+described bytes_described_compress_strom_3_ring 3 --compress strom:0.002 --exchange allreduce:ring
 described bytes_described_compress_dgc_2 2 --compress dgc:0.01
 described bytes_described_compress_dgc_4_ring 4 --compress dgc:0.001 --exchange allreduce:ring --dgc-clip 5
 described bytes_described_compress_powersgd_2 2 --compress powersgd:2

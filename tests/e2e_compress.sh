@@ -23,7 +23,7 @@ done
 DENSE=$(field "$TMP/dense.jsonl" bytes_sent_per_step)
 
 # every codec: deterministic, local = mpi bit for bit (3 ranks: uneven blocks)
-for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad terngrad:2.5 topk:0.01 randomk:0.01 threshold:0.01 dgc:0.001 powersgd:2; do
+for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad terngrad:2.5 topk:0.01 randomk:0.01 threshold:0.01 strom:0.01 dgc:0.001 powersgd:2; do
   tag=$(echo $c | tr ':.' '__')
   "$DTRAIN" train $BASE --workers 3 --compress $c --checkpoint "$TMP/$tag.a" >"$TMP/out" 2>&1 || fail "compress_${tag}_trains" "$(tail -c 300 "$TMP/out")"
   "$DTRAIN" train $BASE --workers 3 --compress $c --overlap off --checkpoint "$TMP/$tag.b" >/dev/null 2>&1
@@ -391,6 +391,7 @@ expect_error compress_shared 2 "not with --exchange shared (shared sync)" -- "$D
 expect_error compress_hogwild 2 "(Hogwild)" -- "$DTRAIN" train --workers 2 --exchange shared --schedule async --compress topk:0.01
 expect_error compress_gossip_threshold 2 "GoSGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset gosgd --compress threshold:0.1
 expect_error compress_adpsgd 2 "not with AD-PSGD" -- "$DTRAIN" train --workers 4 --preset ad-psgd --compress fp16
+expect_error compress_gossip_strom 2 "GoSGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset gosgd --compress strom:0.1
 expect_error choco_threshold 2 "messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress threshold:0.1
 expect_error choco_error_feedback 2 "keeps copies of what each end holds" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress topk:0.1 --error-feedback on
 expect_error consensus_step_without_codec 2 "option --consensus-step: not used" -- "$DTRAIN" train --workers 3 --preset d-psgd --consensus-step 0.5

@@ -46,7 +46,7 @@ static size_t roundtrip(const codec_spec_t *s, const float *x, size_t n, uint64_
 static void test_codec_parse(void) {
   static const char *good[] = {"none", "fp32", "fp16", "fp16:sr", "bf16", "bf16:sr", "int8",
                                "int8:sr", "onebit", "qsgd:4", "terngrad", "terngrad:2.5", "topk:0.001",
-                               "randomk:1", "threshold:0.01", "dgc:0.001", "powersgd:2"};
+                               "randomk:1", "threshold:0.01", "strom:0.01", "dgc:0.001", "powersgd:2"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     codec_spec_t s;
     char back[64];
@@ -163,6 +163,9 @@ static void test_roundtrip_bounds(void) {
     for (size_t i = 0; i < n; i++) want += fabsf(x[i]) >= 0.25f;
     CHECK(roundtrip(&s, x, n, 1, y) == 4 + 8 * want);
     for (size_t i = 0; i < n; i++) CHECK(y[i] == (fabsf(x[i]) >= 0.25f ? x[i] : 0));
+    s = spec("strom:0.25"); /* the same values, sent as +-0.25: 4 bytes each */
+    CHECK(roundtrip(&s, x, n, 1, y) == 4 + 4 * want);
+    for (size_t i = 0; i < n; i++) CHECK(y[i] == (x[i] >= 0.25f ? 0.25f : x[i] <= -0.25f ? -0.25f : 0));
     free(x), free(y);
   }
 }
@@ -171,11 +174,36 @@ static void test_roundtrip_bounds(void) {
  * a step's description reads), at most codec_max_bytes; threshold, whose
  * size depends on the values, has codec_bytes 0 and the size its count
  * gives (codec_message_bytes). */
+/* Strom's codec by hand: t = 0.2 over {0.5, -0.05, -0.3, 0.2, 0.1}
+ * keeps indices 0, 2, 3 as +t, -t, +t: words 0, 2 | sign, 3 after the
+ * count; a malformed message (an index past n, out of order, a size that
+ * is not 4 + 4k) is refused before anything is added. */
+static void test_strom_by_hand(void) {
+  codec_spec_t s = spec("strom:0.2");
+  float x[5] = {0.5f, -0.05f, -0.3f, 0.2f, 0.1f}, acc[5] = {0};
+  uint8_t out[4 + 4 * 5];
+  CHECK(codec_encode(&s, x, 5, 0, out, NULL) == 16);
+  uint32_t w[4];
+  memcpy(w, out, sizeof w);
+  CHECK(w[0] == 3 && w[1] == 0 && w[2] == (2u | 0x80000000u) && w[3] == 3);
+  CHECK_OK(codec_decode_add(&s, out, 16, 5, acc));
+  CHECK(acc[0] == 0.2f && acc[1] == 0 && acc[2] == -0.2f && acc[3] == 0.2f && acc[4] == 0);
+  CHECK(codec_biased(&s) && codec_default_feedback(&s) && codec_sparse(&s) && !codec_fixed_size(&s));
+  CHECK_FAILS_WITH(codec_decode_add(&s, out, 12, 5, acc), "malformed strom message");
+  uint32_t late = 7;
+  memcpy(out + 12, &late, 4);
+  CHECK_FAILS_WITH(codec_decode_add(&s, out, 16, 5, acc), "index 7 at position 2");
+  uint32_t back = 1;
+  memcpy(out + 12, &back, 4);
+  CHECK_FAILS_WITH(codec_decode_add(&s, out, 16, 5, acc), "index 1 at position 2");
+  CHECK(acc[0] == 0.2f && acc[2] == -0.2f); /* nothing added by the refused ones */
+}
+
 static void test_codec_bytes_formula(void) {
   static const char *codecs[] = {"fp32", "fp16", "fp16:sr", "bf16", "bf16:sr", "int8", "int8:sr",
                                  "onebit", "qsgd:1", "qsgd:4", "qsgd:127", "terngrad",
                                  "terngrad:2.5", "topk:0.01", "topk:1", "randomk:0.3", "dgc:0.05",
-                                 "threshold:0.25"};
+                                 "threshold:0.25", "strom:0.25"};
   static const size_t groups[] = {0, 3, 16};
   for (size_t si = 0; si < sizeof SIZES / sizeof *SIZES; si++) {
     size_t n = SIZES[si];
@@ -188,7 +216,7 @@ static void test_codec_bytes_formula(void) {
         uint8_t *out = malloc(codec_max_bytes(&s, n) + 1);
         size_t b = codec_encode(&s, x, n, 7, out, scratch), want = codec_bytes(&s, n);
         CHECK(b <= codec_max_bytes(&s, n));
-        if (s.kind == CODEC_THRESHOLD) CHECK(want == 0 && b == codec_message_bytes(&s, out, b, n));
+        if (!codec_fixed_size(&s)) CHECK(want == 0 && b == codec_message_bytes(&s, out, b, n));
         else if (b != want) {
           fprintf(stderr, "  %s group %zu n %zu: encoded %zu bytes, codec_bytes %zu\n", codecs[c],
                   groups[g], n, b, want);
@@ -795,7 +823,7 @@ static void check_formula(const char *codec, compress_config_t cc, int64_t step)
       }
       compress_bytes_t b;
       CHECK_OK(compress_exchange_bytes(&cc, 0, P, 0, XN, step, XMATS, nmats, &b));
-      CHECK(b.exact == (cc.codec.kind != CODEC_THRESHOLD || P == 1));
+      CHECK(b.exact == (codec_fixed_size(&cc.codec) || P == 1));
     }
 }
 
@@ -803,7 +831,8 @@ static void test_exchange_bytes_formula(void) {
   static const char *codecs[] = {"fp32", "fp16", "fp16:sr", "bf16", "int8", "int8:sr", "onebit",
                                  "qsgd:4", "qsgd:127", "terngrad", "terngrad:2.5", "topk:0.01",
                                  "topk:0.5", "randomk:0.05", "dgc:0.01", "powersgd:2",
-                                 "threshold:0.5", "threshold:1e-4", "threshold:100"};
+                                 "threshold:0.5", "threshold:1e-4", "threshold:100", "strom:0.5",
+                                 "strom:1e-4"};
   for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++)
     check_formula(codecs[c], (compress_config_t){0}, 0);
   /* the warm-up: dense steps first; DGC's density ramps over them */
@@ -1066,6 +1095,7 @@ static void test_mirror_tree(void) {
 int main(void) {
   RUN(test_codec_parse);
   RUN(test_roundtrip_bounds);
+  RUN(test_strom_by_hand);
   RUN(test_codec_bytes_formula);
   RUN(test_fp16_paths_agree);
   RUN(test_unbiased_codecs);

@@ -33,6 +33,7 @@ typedef enum {
   CODEC_THRESHOLD,  /* every value with |g| >= T (Strom) */
   CODEC_DGC,        /* top-k + momentum correction, clipping, masking, warm-up */
   CODEC_POWERSGD,   /* rank-R approximation of each weight matrix */
+  CODEC_STROM,      /* every value with |g| >= T sent as +-T: index and sign in 32 bits (Strom) */
   CODEC_COUNT
 } codec_kind_t;
 
@@ -47,7 +48,7 @@ typedef struct {
 } codec_spec_t;
 
 /* "none", "fp32", "fp16[:sr]", "bf16[:sr]", "int8[:sr]", "onebit", "qsgd:S",
- * "terngrad[:C]", "topk:R", "randomk:R", "threshold:T", "dgc:R", "powersgd:R".
+ * "terngrad[:C]", "topk:R", "randomk:R", "threshold:T", "strom:T", "dgc:R", "powersgd:R".
  * A bad value is one line naming --compress and what it expects. */
 int codec_parse(const char *text, codec_spec_t *out);
 /* The spec as codec_parse reads it ("topk:0.001"). */
@@ -69,6 +70,9 @@ int codec_small_dense(const codec_spec_t *s);
 /* Whether the codec's scales are per column of a weight matrix, which the
  * exchange then sends transposed (1-bit SGD, as Seide et al. and CNTK). */
 int codec_by_column(const codec_spec_t *s);
+/* Whether codec_bytes gives every encoding's size; else (threshold, strom)
+ * the size depends on the values and is read from the message's head. */
+int codec_fixed_size(const codec_spec_t *s);
 /* Whether decode(encode(x)) is x bit for bit (fp32). */
 int codec_lossless(const codec_spec_t *s);
 

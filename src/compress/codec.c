@@ -11,7 +11,7 @@
  * encode and decode live in a file of their own, codec_<family>.c). */
 extern const codec_ops_t codec_fp32_ops, codec_fp16_ops, codec_bf16_ops, codec_int8_ops,
     codec_onebit_ops, codec_qsgd_ops, codec_terngrad_ops, codec_topk_ops, codec_randomk_ops,
-    codec_threshold_ops;
+    codec_threshold_ops, codec_strom_ops;
 
 static const struct {
   const char *name;
@@ -35,6 +35,7 @@ static const struct {
     {"topk", CODEC_TOPK, &codec_topk_ops, "topk:R", 1, 0, 1, 1, 0, "topk:R with a ratio R in (0, 1]"},
     {"randomk", CODEC_RANDOMK, &codec_randomk_ops, "randomk:R", 1, 0, 1, 1, 0, "randomk:R with a ratio R in (0, 1]"},
     {"threshold", CODEC_THRESHOLD, &codec_threshold_ops, "threshold:T", 1, 0, 1e30, 1, 0, "threshold:T with T > 0"},
+    {"strom", CODEC_STROM, &codec_strom_ops, "strom:T", 1, 0, 1e30, 1, 0, "strom:T with T > 0"},
     {"dgc", CODEC_DGC, &codec_topk_ops, "dgc:R", 1, 0, 1, 1, 0, "dgc:R with a ratio R in (0, 1]"},
     {"powersgd", CODEC_POWERSGD, &codec_fp32_ops, "powersgd:R", 1, 1, 1024, 0, 1,
      "powersgd:R with a rank R, an integer in [1, 1024]"},
@@ -118,6 +119,8 @@ int codec_lossless(const codec_spec_t *s) { return s->kind == CODEC_FP32; }
 
 size_t codec_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->bytes(s, n); }
 size_t codec_max_bytes(const codec_spec_t *s, size_t n) { return ops_of(s)->max_bytes(s, n); }
+
+int codec_fixed_size(const codec_spec_t *s) { return ops_of(s)->message_bytes == NULL; }
 
 size_t codec_message_bytes(const codec_spec_t *s, const void *in, size_t avail, size_t n) {
   size_t b = codec_bytes(s, n);

@@ -280,7 +280,7 @@ static int compress_check(const train_config_t *c) {
   int central = c->optimization == OPTIMIZATION_CENTRAL;
   int dp = how == COMPRESS_GRADIENTS;
   if (how == COMPRESS_MIRRORS &&
-      (k->kind == CODEC_THRESHOLD || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
+      (!codec_fixed_size(k) || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
   if (how == COMPRESS_MIRRORS && c->compression.error_feedback == 1)
@@ -346,7 +346,7 @@ static int compress_check(const train_config_t *c) {
     return dt_error("option --compress-pulls on: not with --schedule value:V, whose bound counts "
                     "a pulled model as the servers' own; a compressed pull's copy lags it by "
                     "what the codec has not sent yet");
-  if (c->compression.pulls && k->kind == CODEC_THRESHOLD)
+  if (c->compression.pulls && !codec_fixed_size(k))
     return dt_error("option --compress-pulls on: a pull's reply has the size of its codec's "
                     "encoding, and %s's varies with the values: use topk:R", name);
   return 0;

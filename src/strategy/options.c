@@ -260,7 +260,8 @@ static const option_t OPTIONS[] = {
              "[none]: fp32, fp16[:sr], bf16[:sr], int8[:sr] (:sr =\n"
              "stochastic rounding), onebit, qsgd:S (S levels), terngrad,\n"
              "terngrad:C (clipped at C sigma), topk:R, randomk:R\n"
-             "(fraction R of the values), threshold:T,\n"
+             "(fraction R of the values), threshold:T (each |x| >= T sent\n"
+             "exact), strom:T (those sent as +-T, 4 bytes each: Strom 2015),\n"
              "dgc:R (Deep Gradient Compression), powersgd:R (rank R)"},
     {ONOFF("error-feedback", compression.error_feedback), compresses, "--compress CODEC", AX_STRATEGY,
      .help = "on|off\tkeep what a biased codec did not send for the next step\n"
