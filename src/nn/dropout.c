@@ -9,7 +9,7 @@
  * draws the one-worker layer's whole mask, in its order, and keeps its
  * channels, so the split model drops what one worker drops. A pipeline
  * stage's micro-batch first passes l->rng_skip draws, to where one
- * worker's stream holds its samples' masks (strategy/pipe/pipeline.c). */
+ * worker's stream holds its samples' masks (strategy/pipe/engine.c). */
 #include "dtrain/nn.h"
 
 static int dropout_setup(layer_t *l, int max_batch) {

@@ -5,7 +5,6 @@
  * its peer, and the replicas' allreduce of each chunk's gradients at
  * REDUCE. Ranks follow the grid (grid.h: stages outermost). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "strategy/grid.h"
 #include "strategy/pipe/pipe.h"
@@ -14,7 +13,7 @@ typedef struct {
   const train_config_t *c;
   const model_t *m;
   int P, V, dp;
-  int first[1025];            /* chunk g's first layer; first[G] = nlayers */
+  int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
   allreduce_algo_t algo;      /* the replicas' sum */
   step_desc_t *out;
 } pipe_desc_t;
@@ -38,16 +37,13 @@ static int rank_of(const pipe_desc_t *d, int replica, int stage) {
  * measured times. */
 static int plan_chunks(pipe_desc_t *d) {
   int G = d->P * d->V;
-  const char *part = d->c->pipe.partition;
   if (G > 1024) return dt_error("pipeline: %d chunks (at most 1024)", G);
   DT_TRY(pipe_check_model(d->c, d->m));
-  if (!part[0])
+  if (!d->c->pipe.partition[0])
     return dt_error("--partition balanced: the stages are cut by times measured at run time; "
                     "describe_step needs --partition macs or the first layers (e.g. 0,3)");
-  if (strcmp(part, "macs")) pipe_partition_parse(part, d->first, G);
-  else DT_TRY(model_split_costs(d->m, G, NULL, d->first));
-  d->first[G] = d->m->nlayers;
-  return 0;
+  if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
+  return pipe_partition(d->c, d->m, NULL, d->first);
 }
 
 /* One instruction of stage s (replica r) on micro-batch samples n. */
@@ -99,6 +95,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (rc == 0) rc = pipe_schedule_build((pipe_kind_t)c->pipe.schedule, d->P, d->V,
                                         c->pipe.micro_batches, 1, &sched);
   if (rc != 0) {
+    free(d->first);
     free(d);
     return -1;
   }
@@ -114,6 +111,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
       if (prev == STEP_FAILED) rc = -1;
     }
   pipe_schedule_free(&sched);
+  free(d->first);
   free(d);
   return rc;
 }

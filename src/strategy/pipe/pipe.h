@@ -9,8 +9,6 @@
 #include "strategy/pipe/schedule.h"
 #include "strategy/strategy.h"
 
-/* 1 when the configuration asks for a pipeline (--pp > 1 or
- * --micro-batches > 1). */
 /* Values and combinations of --pp, --micro-batches, --pipe-schedule,
  * --partition, and --workers = dp x pp. */
 int pipe_check(const train_config_t *cfg);
@@ -24,10 +22,17 @@ int pipe_check_world(const train_config_t *cfg);
  * Returns how many (writing at most cap into first when first != NULL),
  * or -1 with one line naming the option. */
 int pipe_partition_parse(const char *text, int *first, int cap);
+/* 1 when --partition lists the first layers (not balanced, not macs). */
+int pipe_partition_listed(const train_config_t *c);
+/* first[0 .. G]: the model cut into G = pp x V chunks by --partition's
+ * list, or by layer_sec (each layer's seconds; NULL: multiply-adds);
+ * first[G] = nlayers. pipe_check_model has refused what does not fit. */
+int pipe_partition(const train_config_t *c, const model_t *m, const double *layer_sec, int *first);
 /* Each layer's forward + backward seconds on one micro-batch of `micro`
  * samples (profile.c); the model's buffers are left as they were. */
 int pipe_profile_layers(model_t *m, int micro, uint64_t seed, double *sec);
-/* The strategy: this rank's stage of its replica. */
+/* The strategy: this rank's stage of its replica, on the engine of its
+ * schedule (engine.h). */
 int strategy_pipeline(worker_t *w);
 /* The step as data (describe.c): the schedule's instructions as tasks. */
 int pipe_describe_step(const train_config_t *cfg, const model_t *m, step_desc_t *out);

@@ -1,7 +1,8 @@
 /* Pipeline schedules as data (DeepSpeed's design): for each rank, the
- * list of instructions of one training step over M micro-batches. One
- * engine (pipeline.c) executes them on the stage seam (nn/stage.c); the
- * schedules differ only in the list their generator writes.
+ * list of instructions of one training step over M micro-batches. The
+ * engine (engine.h: its core, with sync.c or async.c) executes them on the
+ * stage seam (nn/stage.c); the schedules differ only in the list their
+ * generator writes.
  *
  * Chunks: a rank holds V model chunks (virtual stages); chunk v of rank s
  * is the model's stage v P + s of P V, so activations go round the ranks
