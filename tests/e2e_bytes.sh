@@ -70,9 +70,11 @@ elif kind.startswith("step:"):
     assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} ({kind[5:]} a step)"
 elif kind.startswith("describe:"):  # the strategy's own describe_step, rank 0
     d = json.load(open(kind[9:]))
-    r0 = d["bytes_per_step"][0]
-    want_s, want_r = round(T * r0["sent"]), round(T * r0["received"])
-    assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T})"
+    r0, e0 = d["bytes_per_step"][0], d["bytes_per_epoch"][0]
+    assert not r0.get("expected"), f"rank 0's bytes are an expectation, not a count: {r0}"
+    want_s = round(T * r0["sent"] + len(ep) * e0["sent"])
+    want_r = round(T * r0["received"] + len(ep) * e0["received"])
+    assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T}, {len(ep)} epochs)"
 elif kind == "adpsgd":
     n = ep[-1]["exchanges"]
     assert 1 <= n <= T and sent == recv == n * S + 8, f"sent {sent} received {recv}, expected {n} x S + 8 (S {S}, T {T})"

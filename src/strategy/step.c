@@ -23,17 +23,31 @@ int step_add(step_desc_t *d, step_task_t t) {
     d->task = grown, d->cap = cap;
   }
   if (t.every < 1) t.every = 1;
+  if (t.chance <= 0) t.chance = 1;
   d->task[d->ntasks] = t;
   return d->ntasks++;
 }
 
-void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
+int step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
+  int expected = 0;
   *sent = *received = 0;
   for (int i = 0; i < d->ntasks; i++) {
     const step_task_t *t = &d->task[i];
-    if (t->rank != rank || t->kind != TASK_COMM) continue;
-    *sent += t->sent / t->every;
-    *received += t->received / t->every;
+    if (t->rank != rank || t->kind != TASK_COMM || t->per_epoch) continue;
+    *sent += t->sent * t->chance / t->every;
+    *received += t->received * t->chance / t->every;
+    expected |= t->expected;
+  }
+  return expected;
+}
+
+void step_rank_epoch_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
+  *sent = *received = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (t->rank != rank || t->kind != TASK_COMM || !t->per_epoch) continue;
+    *sent += t->sent;
+    *received += t->received;
   }
 }
 
@@ -78,6 +92,16 @@ int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int 
                                    .thread = thread, .after = after});
 }
 
+int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,
+                  int after, step_thread_t thread, int every) {
+  size_t sent, received;
+  coll_tree_bytes(reduce, group, root, rank, count, &sent, &received);
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = reduce ? "reduce" : "broadcast",
+                                   .algo = "tree", .peer = -1, .group = group, .sent = (double)sent,
+                                   .received = (double)received, .every = every, .thread = thread,
+                                   .after = after});
+}
+
 static const char *kind_name(step_task_kind_t k) {
   static const char *names[] = {"forward", "backward", "update", "comm", "sync"};
   return names[k];
@@ -87,7 +111,14 @@ int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
   fprintf(out, "{\"strategy\":\"%s\",\"ranks\":%d,\"bytes_per_step\":[", strategy, d->nranks);
   for (int r = 0; r < d->nranks; r++) {
     double s, v;
-    step_rank_bytes(d, r, &s, &v);
+    int expected = step_rank_bytes(d, r, &s, &v);
+    fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g%s}", r ? "," : "", r, s, v,
+            expected ? ",\"expected\":true" : "");
+  }
+  fprintf(out, "],\"bytes_per_epoch\":[");
+  for (int r = 0; r < d->nranks; r++) {
+    double s, v;
+    step_rank_epoch_bytes(d, r, &s, &v);
     fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g}", r ? "," : "", r, s, v);
   }
   fprintf(out, "],\"tasks\":[");
@@ -102,6 +133,8 @@ int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
     else
       fprintf(out, ",\"layer\":%d,\"params\":%zu,\"samples\":%d", t->layer, t->params, t->samples);
     if (t->every > 1) fprintf(out, ",\"every\":%d", t->every);
+    if (t->expected) fprintf(out, ",\"expected\":true,\"chance\":%.17g", t->chance);
+    if (t->per_epoch) fprintf(out, ",\"per_epoch\":true");
     fputc('}', out);
   }
   fprintf(out, "]}\n");

@@ -31,6 +31,18 @@ typedef struct {
   step_thread_t thread;
   int after;              /* the task it waits for (-1: the step's start); with
                            * its thread's previous task, what it waits for */
+  /* How often runs that are not fixed: a coin (GoSGD), message timing
+   * (AD-PSGD's replies), a shared pool of batches (the parameter servers'
+   * async schedules). Then sent and received are one run's, `chance` is
+   * its mean runs per step where due (a probability, or a share among
+   * peers; step_add makes 0 into 1), and the bytes per step built from it
+   * are an expectation, which a byte test can check only against the runs
+   * counted. */
+  int expected;
+  double chance;
+  /* Runs once an epoch, after its last step (a drain's end counts), not
+   * per step: in the epoch's bytes (step_rank_epoch_bytes), not the step's. */
+  int per_epoch;
 } step_task_t;
 
 typedef struct {
@@ -61,8 +73,20 @@ int step_allreduce_algo(int algo, int P, int *out);
  * `every` steps. Returns its index or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
-/* A rank's bytes per step, averaged over the tasks' periods. */
-void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
-/* The description as one JSON object (bytes per rank, then the tasks). */
+/* One binomial-tree broadcast (reduce 0) or reduce (1) of `count` floats
+ * over `group` ranks from/to `root`, on rank `rank` (its rank in the group
+ * too), after task `after`, every `every` steps. Returns its index or
+ * STEP_FAILED. */
+int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,
+                  int after, step_thread_t thread, int every);
+/* A rank's bytes per step, averaged over the tasks' periods and, for
+ * expected tasks, weighted by their chance; returns 1 when some of them
+ * are expected (the bytes are a mean, not a count), else 0. */
+int step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *received);
+/* A rank's bytes once an epoch (the per_epoch tasks). */
+void step_rank_epoch_bytes(const step_desc_t *d, int rank, double *sent, double *received);
+/* The description as one JSON object: bytes per step and per epoch for
+ * each rank ("expected": true where they are a mean), then the tasks
+ * (an expected task with "expected": true and its "chance"). */
 int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out);
 #endif

@@ -765,4 +765,5 @@ const strategy_t STRATEGY_PARAMETER_SERVERS = {
     .ranks = ps_ranks,
     .run = strategy_ps_worker,
     .run_rank = ps_run_rank,
+    .describe_step = ps_describe_step,
 };
