@@ -38,7 +38,13 @@
 #                              three, 3 x that: a micro-batch crosses P V - 1
 #                              boundaries instead of P - 1, V times the
 #                              messages of a middle rank, 2V - 1 of rank 0's
-# and the same counts under mpi as on local.
+# and the same counts under mpi as on local. Then each strategy against its
+# own describe_step (one source of truth for the formula): `described`,
+# rank 0's bytes exactly T steps and the epochs' drains of the description;
+# `counted`, where a coin or timing decides (GoSGD, AD-PSGD), the runs the
+# metrics count of rank 0 times the description's bytes a run, exactly;
+# `pooled`, the parameter servers' shared pool (async, backup), worker 0's
+# batches times the bytes a batch, to the calls at an epoch's close.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
@@ -229,6 +235,7 @@ counted() {
 }
 counted bytes_counted_gosgd_2 2 rank0_messages_sent rank0_messages_received near --preset gosgd
 counted bytes_counted_gosgd_3_p_half 3 rank0_messages_sent rank0_messages_received near --preset gosgd --exchange gossip:0.5
+counted bytes_counted_gosgd_3_int8 3 rank0_messages_sent rank0_messages_received near --preset gosgd --exchange gossip:0.5 --compress int8
 counted bytes_counted_adpsgd_2 2 rank0_exchanges rank0_exchanges atmost --preset ad-psgd
 counted bytes_counted_adpsgd_4 4 rank0_exchanges rank0_exchanges atmost --preset ad-psgd
 

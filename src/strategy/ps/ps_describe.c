@@ -7,7 +7,9 @@
  * sync and ssp:S: every clock a worker pulls the model (the clock's
  * parameters) and pushes its gradient: exact bytes. Under --ps-refresh
  * lazy it pulls only once its cached parameters are more than S clocks
- * old: with workers at the same pace, every S + 1 clocks (expected).
+ * old, their clock being the slowest worker's when the pull was answered:
+ * every S + 1 clocks at the least, when the workers keep pace, and
+ * sooner when one lags (expected, at the least rate).
  *
  * The pool (async, ssp:inf, value:V, backup:B): a worker draws each batch
  * from the coordinator (a NEXT call to server 0), pulls every
