@@ -165,8 +165,6 @@ printf 'dense units=64\nrelu\n%.0s' 1 2 3 >"$TMP/four.model"
 echo 'dense units=10' >>"$TMP/four.model"
 run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 1f1b
 run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
-described bytes_described_pipe_four_interleaved 2 --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
-described bytes_described_pipe_four_interleaved_dp2 4 --model "$TMP/four.model" --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --exchange allreduce:tree --partition macs
 
 # described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
 # exactly, on local and (as NAME_mpi) under mpirun with the ranks the
@@ -204,6 +202,8 @@ described bytes_described_pipe_dp2_pp2 4 --pp 2 --partition 0,1 --micro-batches 
 described bytes_described_pipe_dp3_pp2_ring 6 --pp 2 --partition macs --micro-batches 2 --exchange allreduce:ring
 described bytes_described_pipe_lenet_pp3_gpipe 3 --model lenet --pp 3 --partition macs --micro-batches 4 --pipe-schedule gpipe
 described bytes_described_pipe_m3 2 --pp 2 --partition 0,1 --micro-batches 3 --batch 12
+described bytes_described_pipe_four_interleaved 2 --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
+described bytes_described_pipe_four_interleaved_dp2 4 --model "$TMP/four.model" --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --exchange allreduce:tree --partition macs
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
 described bytes_described_tree_easgd_3 3 --preset tree-easgd
