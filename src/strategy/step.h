@@ -31,13 +31,13 @@ typedef struct {
   step_thread_t thread;
   int after;              /* the task it waits for (-1: the step's start); with
                            * its thread's previous task, what it waits for */
-  /* How often runs that are not fixed: a coin (GoSGD), message timing
-   * (AD-PSGD's replies), a shared pool of batches (the parameter servers'
-   * async schedules). Then sent and received are one run's, `chance` is
-   * its mean runs per step where due (a probability, or a share among
-   * peers; step_add makes 0 into 1), and the bytes per step built from it
-   * are an expectation, which a byte test can check only against the runs
-   * counted. */
+  /* A task whose runs are not fixed is `expected`: a coin decides them
+   * (GoSGD), or message timing (AD-PSGD's replies), or a shared pool of
+   * batches (the parameter servers' async schedules). Its sent and
+   * received are one run's, `chance` its mean runs a step where due (a
+   * probability, or a share among peers; step_add makes 0 into 1), and the
+   * bytes per step built from it are a mean, which a byte test can check
+   * only against the runs counted. */
   int expected;
   double chance;
   /* Runs once an epoch, after its last step (a drain's end counts), not

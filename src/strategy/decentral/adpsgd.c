@@ -274,19 +274,22 @@ int strategy_adpsgd(worker_t *w) {
  * when the round trip hides behind a step: the bytes are per exchange,
  * expected at that rate (the metrics count rank 0's). The drain's counts
  * once an epoch. */
+/* The chance that active worker `active` draws a given neighbour. */
+static double pick_chance(int active, int p) {
+  int nb[2];
+  return 1.0 / adpsgd_neighbours(active, p, nb);
+}
+
 static int adpsgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
   int p = c->workers;
   double S = (double)model_bytes(m);
   for (int r = 0; r < p; r++) {
     int nb[2], nnb = p > 1 ? adpsgd_neighbours(r, p, nb) : 0;
     int step = step_add_local_step(out, m, r, c->batch), prev = step;
-    for (int k = 0; k < nnb && prev != STEP_FAILED; k++) {
-      int active = r % 2 ? r : nb[k], other[2];
-      double chance = 1.0 / adpsgd_neighbours(active, p, other);
+    for (int k = 0; k < nnb && prev != STEP_FAILED; k++)
       prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = nb[k],
                                          .group = 2, .sent = S, .received = S, .after = step,
-                                         .expected = 1, .chance = chance});
-    }
+                                         .expected = 1, .chance = pick_chance(r % 2 ? r : nb[k], p)});
     if (prev == STEP_FAILED || mail_describe_drain(out, r, p) == STEP_FAILED) return -1;
   }
   return 0;

@@ -289,7 +289,8 @@ static int tree_easgd_describe_step(const train_config_t *c, const model_t *m, s
       prev = add_link(out, r, ch, 1, S, tree_period(c->tau_down, c->tau_down_levels, depth + 1),
                       step);
       if (prev != STEP_FAILED)
-        prev = add_link(out, r, ch, 0, S, tree_period(c->tau_up, c->tau_up_levels, depth + 1), step);
+        prev = add_link(out, r, ch, 0, S, tree_period(c->tau_up, c->tau_up_levels, depth + 1),
+                        step);
     }
     if (prev == STEP_FAILED || mail_describe_drain(out, r, p) == STEP_FAILED) return -1;
   }

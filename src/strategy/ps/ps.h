@@ -25,6 +25,9 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
 int ps_describe_step(const train_config_t *cfg, const model_t *m, step_desc_t *out);
 /* Values of the parameter-server and Hogwild options (ps_config.c). */
 int ps_check(const train_config_t *cfg);
+/* Whether the workers draw batches from the coordinator's pool (async,
+ * ssp:inf, value:V, backup:B), rather than each its slice of every clock. */
+int ps_pool_schedule(const train_config_t *cfg);
 int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
 /* --tp T with parameter servers: the schedules and options a replica of T
  * ranks takes (tensor_check calls it). */

@@ -20,7 +20,6 @@
  * epoch's close (a NEXT that waits, worker 0's acknowledgement, a pull
  * after the wait, a last push of a partial --push-every sum) are not
  * described. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "strategy/ps/ps.h"
@@ -40,7 +39,8 @@ static int add_part(ps_desc_t *d, int op, int w, int k, size_t values, step_task
   size_t sent, received;
   ps_part_bytes(op, values, &sent, &received);
   int server = d->N + k;
-  static const char *names[] = {[PS_OP_PUSH] = "push", [PS_OP_PULL] = "pull", [PS_OP_NEXT] = "call"};
+  static const char *names[] = {[PS_OP_PUSH] = "push", [PS_OP_PULL] = "pull",
+                                [PS_OP_NEXT] = "call"};
   step_task_t t = how;
   t.kind = TASK_COMM, t.layer = -1, t.pattern = names[op], t.group = 2;
   t.rank = w, t.peer = server, t.sent = (double)sent, t.received = (double)received;
@@ -60,22 +60,17 @@ static int add_transfer(ps_desc_t *d, int op, int w, step_task_t how) {
   return last;
 }
 
-static int pool_schedule(const train_config_t *c) {
-  return c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_VALUE ||
-         c->schedule == SCHEDULE_BACKUP || (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param));
-}
-
 /* Worker w's step: (pool: its NEXT call,) its pull, its passes, its push. */
 static int describe_worker(ps_desc_t *d, int w) {
   const train_config_t *c = d->c;
-  int pool = pool_schedule(c), lazy = c->ps_refresh_lazy, prev = -1;
+  int prev = -1;
   step_task_t pull = {.after = -1}, push = {0};
-  if (pool) {
+  if (ps_pool_schedule(c)) {
     step_task_t next = {.after = -1, .expected = 1};
     prev = add_part(d, PS_OP_NEXT, w, 0, 0, next);
     pull = (step_task_t){.after = prev, .expected = 1, .every = c->fetch_every};
     push = (step_task_t){.expected = 1, .every = c->push_every};
-  } else if (lazy) {
+  } else if (c->ps_refresh_lazy) {
     pull = (step_task_t){.after = -1, .expected = 1, .chance = 1.0 / (c->schedule_param + 1)};
   }
   if (prev != STEP_FAILED) prev = add_transfer(d, PS_OP_PULL, w, pull);
@@ -90,7 +85,7 @@ static int describe_update(ps_desc_t *d, int k) {
   const train_config_t *c = d->c;
   ps_range_t r = d->map.shards[k];
   step_task_t t = {TASK_UPDATE, d->N + k, -1, r.end - r.begin, c->batch, .peer = -1, .after = -1,
-                   .expected = pool_schedule(c)};
+                   .expected = ps_pool_schedule(c)};
   if (t.expected && c->schedule != SCHEDULE_BACKUP) t.chance = d->N, t.every = c->push_every;
   return step_add(d->out, t);
 }
