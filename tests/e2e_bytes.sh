@@ -38,7 +38,13 @@
 #                              three, 3 x that: a micro-batch crosses P V - 1
 #                              boundaries instead of P - 1, V times the
 #                              messages of a middle rank, 2V - 1 of rank 0's
-# and the same counts under mpi as on local.
+# and the same counts under mpi as on local. Then each strategy against its
+# own describe_step (one source of truth for the formula): `described`,
+# rank 0's bytes exactly T steps and the epochs' drains of the description;
+# `counted`, where a coin or timing decides (GoSGD, AD-PSGD), the runs the
+# metrics count of rank 0 times the description's bytes a run, exactly;
+# `pooled`, the parameter servers' shared pool (async, backup), worker 0's
+# batches times the bytes a batch, to the calls at an epoch's close.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 2048 512
@@ -55,7 +61,7 @@ S = 4 * done["params"]
 sent, recv = done["bytes_sent"], done["bytes_received"]
 assert sum(e["bytes_sent"] for e in ep) == sent and sum(e["bytes_received"] for e in ep) == recv, (ep, done)
 for e in ep:
-    steps = e["step"] if len(ep) == 1 else None
+    steps = e["step"] if len(ep) == 1 and not kind.startswith("pooled:") else None  # pool: servers' steps
     if steps:
         assert abs(e["bytes_sent_per_step"] - e["bytes_sent"] / steps) < 0.1, e
         assert abs(e["bytes_received_per_step"] - e["bytes_received"] / steps) < 0.1, e
@@ -70,18 +76,61 @@ elif kind.startswith("step:"):
     assert sent == want and recv == want, f"sent {sent} received {recv}, expected {want} ({kind[5:]} a step)"
 elif kind.startswith("describe:"):  # the strategy's own describe_step, rank 0
     d = json.load(open(kind[9:]))
-    r0 = d["bytes_per_step"][0]  # the steady state; a warm-up's steps in all first
+    r0, e0 = d["bytes_per_step"][0], d["bytes_per_epoch"][0]  # the steady state; a warm-up's steps in all first
+    assert not r0.get("expected"), f"rank 0's bytes are an expectation, not a count: {r0}"
     W = d.get("warmup_steps", 0)
     w0 = d["warmup_bytes"][0] if W else dict.fromkeys(r0, 0)
     assert W <= T, f"a warm-up of {W} steps, longer than the run's {T}"
     def over_run(key):
-        return round(w0[key] + (T - W) * r0[key])
+        return round(w0.get(key, 0) + (T - W) * r0[key] + len(ep) * e0.get(key.replace("_min", ""), 0))
     want_s, want_r = over_run("sent"), over_run("received")
     if d["exact"]:
-        assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T}, warm-up {W})"
+        assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T}, warm-up {W}, {len(ep)} epochs)"
     else:  # bytes that depend on the values (threshold:T): within the description's bounds
         lo_s, lo_r = over_run("sent_min"), over_run("received_min")
-        assert lo_s <= sent <= want_s and lo_r <= recv <= want_r, f"sent {sent} received {recv}, describe_step bounds them by {lo_s}..{want_s} and {lo_r}..{want_r} (T {T})"
+        assert lo_s <= sent <= want_s and lo_r <= recv <= want_r, f"sent {sent} received {recv}, describe_step bounds them by {lo_s}..{want_s} and {lo_r}..{want_r} (T {T}, warm-up {W})"
+    if "messages_up" in ep[-1]:  # TreeEASGD: every rank's models sent, against the metrics' count
+        models = round(T * sum(1 / t.get("every", 1) for t in d["tasks"] if t.get("pattern") == "send"))
+        counted = ep[-1]["messages_up"] + ep[-1]["messages_down"]
+        assert models == counted, f"all ranks sent {counted} models, describe_step says {models}"
+elif kind.startswith("counted:") or kind.startswith("pooled:"):
+    # expected bytes (a coin, timing, a shared pool): rank 0's counted runs
+    # of its expected tasks times their bytes a run, plus the exact rest
+    mode, path, *fields = kind.split(":")
+    d = json.load(open(path))
+    tasks = [t for t in d["tasks"] if t["rank"] == 0 and t["kind"] == "comm"]
+    e0 = d["bytes_per_epoch"][0]
+    exact = [t for t in tasks if not t.get("expected") and not t.get("per_epoch")]
+    runs = [t for t in tasks if t.get("expected")]
+    assert runs, "no expected task on rank 0"
+    base_s = T * sum(t["sent"] / t.get("every", 1) for t in exact) + len(ep) * e0["sent"]
+    base_r = T * sum(t["received"] / t.get("every", 1) for t in exact) + len(ep) * e0["received"]
+    if mode == "counted":  # each count field counts the runs of the tasks that send / receive
+        fs, fr, bound = fields
+        got = {}
+        for way, field, base, v in (("sent", fs, base_s, sent), ("received", fr, base_r, recv)):
+            size = {t[way] for t in runs if t[way] > 0}
+            assert len(size) == 1, f"rank 0's expected tasks {way} {size} bytes a run"
+            n, per = ep[-1][field], size.pop()
+            want = round(base + n * per)
+            assert v == want, f"{way} {v}, expected {want}: {n} runs ({field}) x {per} + {base:.0f} (T {T})"
+            c = sum(t["chance"] for t in runs if t[way] > 0)
+            if bound == "near":  # a coin per step: within 3 sd of the mean
+                assert abs(n - T * c) <= 3 * (T * c) ** 0.5 + 2, f"{n} runs ({field}), expected {T * c:.1f}"
+            else:  # at most one run of each task a step, where timing lets it
+                assert 1 <= n <= T * len([t for t in runs if t[way] > 0]), f"{n} runs ({field}), at most {T}"
+            got[way] = n
+        print(f"runs {got}", end=" ")
+    else:  # the pool: "batches" drawn by worker 0; the close of an epoch adds a few calls and
+        # rounds the periods up: within one run of each task and 8 calls
+        n = sum(e["batches"][0] for e in ep)
+        for way, base, v in (("sent", base_s, sent), ("received", base_r, recv)):
+            per = sum(t[way] * t["chance"] / t.get("every", 1) for t in runs)
+            call = max(t[way] for t in runs if t["pattern"] == "call")
+            slack = sum(t[way] for t in runs) + 8 * call
+            want = base + n * per
+            assert abs(v - want) <= slack, f"{way} {v}, expected {want:.0f} +- {slack}: {n} batches x {per:.0f}"
+        print(f"batches {n}", end=" ")
 elif kind == "adpsgd":
     n = ep[-1]["exchanges"]
     assert 1 <= n <= T and sent == recv == n * S + 8, f"sent {sent} received {recv}, expected {n} x S + 8 (S {S}, T {T})"
@@ -221,7 +270,56 @@ described bytes_described_deepspark_onebit_2 2 --preset deepspark --compress one
 described bytes_described_easgd_async_terngrad_3 3 --preset deepspark --compress terngrad
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
-expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
+described bytes_described_tree_easgd_3 3 --preset tree-easgd
+described bytes_described_tree_easgd_3_tau_3_6 3 --preset tree-easgd --tau-up 3 --tau-down 6
+described bytes_described_tree_easgd_7 7 --preset tree-easgd
+described bytes_described_tree_easgd_7_levels 7 --preset tree-easgd --tau-up 2,3 --tau-down 4,2
+described bytes_described_tree_easgd_7_fanout_3 7 --preset tree-easgd --exchange tree:3 --tau-up 3 --tau-down 4
+described bytes_described_tree_easgd_int8 3 --preset tree-easgd --compress int8
+described bytes_described_mpca_3 3 --preset mpca-sgd
+described bytes_described_mpca_2_tau_3 2 --preset mpca-sgd --tau 3
+described bytes_described_ps1_sync_2 2 --exchange ps:1
+described bytes_described_ps1_sync_3 3 --exchange ps:1
+described bytes_described_ps2_sync_2 2 --exchange ps:2
+described bytes_described_ps2_sync_3 3 --exchange ps:2
+described bytes_described_psn_sync_3 3 --exchange ps:n
+described bytes_described_ps2_ssp_2_eager 3 --exchange ps:2 --schedule ssp:2
+
+# counted NAME NP SENT_FIELD RECEIVED_FIELD near|atmost OPTIONS...: a description
+# whose rank 0 bytes are expected (a coin, timing): the bytes equal the runs
+# counted in the metrics times the bytes a run, exactly, on local and mpi;
+# near: the runs are within 3 sd of the expectation; atmost: 1 to one a step.
+counted() {
+  name=$1 np=$2 fs=$3 fr=$4 bound=$5; shift 5
+  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  run "$name" "counted:$TMP/$name.step.json:$fs:$fr:$bound" -- $L --workers "$np" "$@"
+  have_mpi && run "${name}_mpi" "counted:$TMP/$name.step.json:$fs:$fr:$bound" -- $MPIRUN -np "$np" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
+}
+counted bytes_counted_gosgd_2 2 rank0_messages_sent rank0_messages_received near --preset gosgd
+counted bytes_counted_gosgd_3_p_half 3 rank0_messages_sent rank0_messages_received near --preset gosgd --exchange gossip:0.5
+counted bytes_counted_gosgd_3_int8 3 rank0_messages_sent rank0_messages_received near --preset gosgd --exchange gossip:0.5 --compress int8
+counted bytes_counted_adpsgd_2 2 rank0_exchanges rank0_exchanges atmost --preset ad-psgd
+counted bytes_counted_adpsgd_4 4 rank0_exchanges rank0_exchanges atmost --preset ad-psgd
+
+# pooled NAME NP OPTIONS...: the parameter servers' pool (async): worker 0's
+# batches drawn times the description's bytes a batch, within the calls and
+# the periods' rounding at the close of an epoch
+pooled() {
+  name=$1 np=$2; shift 2
+  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
+  run "$name" "pooled:$TMP/$name.step.json" -- $L --workers "$np" "$@"
+  have_mpi && run "${name}_mpi" "pooled:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
+}
+pooled bytes_pooled_distbelief 2 --preset distbelief
+pooled bytes_pooled_distbelief_every_2 2 --preset distbelief --fetch-every 2 --push-every 2
+pooled bytes_pooled_backup_3 3 --exchange ps:2 --schedule backup:1
+expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --exchange shared
+expect_error describe_not_yet_ps_tp 1 "describe_step covers whole-model pushes" -- "$DTRAIN" describe $BASE --workers 4 --exchange ps:2 --tp 2
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"

@@ -663,6 +663,54 @@ static void test_tree_sends_by_level(void) {
   teardown(&r);
 }
 
+/* Every rank's training bytes against the strategy's describe_step: T
+ * steps and `epochs` epochs (a drain each) of its bytes. */
+static void check_described(const run_t *r, int64_t T, int epochs) {
+  model_spec_t spec;
+  model_t *m = NULL;
+  step_desc_t d;
+  CHECK_OK(model_spec_load(r->cfg.model, &spec));
+  CHECK_OK(model_build(&spec, (shape_t){1, 8, 8}, 4, r->cfg.batch, &m));
+  model_spec_free(&spec);
+  CHECK_OK(strategy_describe(&r->cfg, m, &d));
+  for (int k = 0; k < d.nranks; k++) {
+    double es, ev;
+    step_bytes_t b;
+    step_rank_bytes(&d, k, &b);
+    CHECK(!b.expected); /* exact, not expected */
+    double s = b.sent, v = b.received;
+    step_rank_epoch_bytes(&d, k, &es, &ev);
+    double want_s = round((double)T * s + epochs * es), want_r = round((double)T * v + epochs * ev);
+    if ((double)r->sent[k] != want_s || (double)r->received[k] != want_r) {
+      printf("  rank %d: sent %llu received %llu, described %.0f and %.0f\n", k,
+             (unsigned long long)r->sent[k], (unsigned long long)r->received[k], want_s, want_r);
+      CHECK(0);
+    }
+  }
+  step_desc_free(&d);
+  model_free(m);
+}
+
+/* TreeEASGD's periods by level and MPCA-SGD's rounds, every rank as
+ * described (T a multiple of every period). */
+static void test_described_bytes_every_rank(void) {
+  run_t r;
+  setup(&r, (run_spec_t){strategy_tree_easgd, EXCHANGE_TREE, SCHEDULE_ASYNC, .workers = 7});
+  char *argv[] = {"train", "--optimization", "decentral", "--schedule", "async", "--exchange", "tree:2",
+                  "--tau-up", "2,3", "--tau-down", "4,1", "--workers", "7", "--batch", "4", "--lr", "0",
+                  "--seed", "7", "--max-steps", "12", "--quiet", "--model", model_path};
+  CHECK_OK(train_options_parse((int)(sizeof argv / sizeof argv[0]), argv, &r.cfg));
+  CHECK(train_steps_per_epoch(&r.cfg, 512, 7) >= 12); /* one epoch */
+  CHECK_OK(run(&r));
+  check_described(&r, 12, 1);
+  teardown(&r);
+  setup(&r, (run_spec_t){strategy_mpca, EXCHANGE_MASTER, SCHEDULE_SOFT, .max_steps = 6});
+  r.cfg.decentral.tau = 3;
+  CHECK_OK(run(&r));
+  check_described(&r, 6, 1);
+  teardown(&r);
+}
+
 /* ---- selection, ranks, values ----------------------------------------------------- */
 
 /* The selected descriptor's worker function (fn NULL when none). */
@@ -786,6 +834,7 @@ int main(void) {
   RUN(test_tree_replicas_meet_the_root);
   RUN(test_tree_schedule_by_level);
   RUN(test_tree_sends_by_level);
+  RUN(test_described_bytes_every_rank);
   RUN(test_mpca_rules);
   RUN(test_mpca_centre_rounds_and_bytes);
   RUN(test_mpca_penalty_in_the_step);

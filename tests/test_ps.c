@@ -4,7 +4,11 @@
  * server (keys outside the model or the shard, a push of the wrong length,
  * a bad magic, a rank that is not a worker, a request of the wrong size):
  * each is rejected with an error reply, and the server goes on serving. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "strategy/ps/ps_server.h"
 #include "strategy/tensor/tensor.h"
@@ -943,6 +947,82 @@ static void test_tp_keys_cover_the_model_once(void) {
   model_free(whole);
 }
 
+/* ---- whole runs against describe_step ------------------------------------------ */
+
+#define RUN_RANKS 8
+typedef struct {
+  train_config_t cfg;
+  dataset_t train, test;
+  uint64_t sent[RUN_RANKS], received[RUN_RANKS]; /* each rank's, the whole run */
+} ps_run_t;
+
+static int whole_rank(comm_t *c, void *arg) {
+  ps_run_t *r = arg;
+  int rc = ps_run_rank(c, &r->cfg, &r->train, &r->test);
+  comm_bytes_t b = comm_bytes(c);
+  r->sent[comm_rank(c)] = b.sent;
+  r->received[comm_rank(c)] = b.received;
+  return rc;
+}
+
+/* A run of `steps` steps (one epoch), its epoch lines kept off stdout. */
+static int run_whole(ps_run_t *r, int64_t steps) {
+  r->cfg.max_steps = steps;
+  fflush(stdout);
+  int saved = dup(1), null = open("/dev/null", O_WRONLY);
+  if (null >= 0) dup2(null, 1);
+  int rc = comm_local_run(strategy_total_ranks(&r->cfg), NULL, whole_rank, r);
+  fflush(stdout);
+  if (saved >= 0) dup2(saved, 1), close(saved);
+  if (null >= 0) close(null);
+  return rc;
+}
+
+/* Synchronous servers, 3 workers and ps:2: two runs, of 2 and of 5 steps,
+ * differ on every rank, servers included, by 3 steps of describe_step's
+ * bytes, exactly (the rest of a run, worker 0's evaluation and the
+ * goodbyes, is the same in both). */
+static void test_sync_bytes_every_rank_as_described(void) {
+  ps_run_t r = {0};
+  train_config_default(&r.cfg);
+  r.cfg.exchange = EXCHANGE_PS;
+  r.cfg.ps.servers = 2;
+  r.cfg.workers = 3;
+  r.cfg.batch = 8;
+  r.cfg.epochs = 1;
+  r.cfg.progress = 0;
+  CHECK_OK(dataset_synthetic_split(256, 1, 8, 8, 10, 3, 1, &r.train));
+  CHECK_OK(dataset_synthetic_split(64, 1, 8, 8, 10, 3, 0, &r.test));
+  CHECK_OK(train_config_check(&r.cfg));
+  CHECK(strategy_total_ranks(&r.cfg) == 5);
+  uint64_t sent[RUN_RANKS], received[RUN_RANKS];
+  CHECK_OK(run_whole(&r, 2));
+  memcpy(sent, r.sent, sizeof sent), memcpy(received, r.received, sizeof received);
+  CHECK_OK(run_whole(&r, 5));
+  model_spec_t spec;
+  model_t *m = NULL;
+  step_desc_t d;
+  CHECK_OK(model_spec_load(r.cfg.model, &spec));
+  CHECK_OK(model_build(&spec, (shape_t){1, 8, 8}, 10, r.cfg.batch, &m));
+  model_spec_free(&spec);
+  CHECK_OK(strategy_describe(&r.cfg, m, &d));
+  for (int k = 0; k < d.nranks; k++) {
+    step_bytes_t b;
+    step_rank_bytes(&d, k, &b);
+    CHECK(!b.expected);
+    double s = b.sent, v = b.received;
+    uint64_t ds = r.sent[k] - sent[k], dr = r.received[k] - received[k];
+    if ((double)ds != round(3 * s) || (double)dr != round(3 * v)) {
+      printf("  rank %d: 3 steps sent %llu received %llu, described %.0f and %.0f\n", k,
+             (unsigned long long)ds, (unsigned long long)dr, 3 * s, 3 * v);
+      CHECK(0);
+    }
+  }
+  step_desc_free(&d);
+  model_free(m);
+  dataset_free(&r.train), dataset_free(&r.test);
+}
+
 int main(void) {
   dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
   RUN(test_shard_plan_balanced_and_contiguous);
@@ -965,5 +1045,6 @@ int main(void) {
   RUN(test_cache_fresh_rule);
   RUN(test_pull_carries_the_slowest_clock);
   RUN(test_tp_keys_cover_the_model_once);
+  RUN(test_sync_bytes_every_rank_as_described);
   TEST_MAIN_END();
 }

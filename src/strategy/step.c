@@ -23,11 +23,14 @@ int step_add(step_desc_t *d, step_task_t t) {
     d->task = grown, d->cap = cap;
   }
   if (t.every < 1) t.every = 1;
+  if (t.chance <= 0) t.chance = 1;
   d->task[d->ntasks] = t;
   return d->ntasks++;
 }
 
 static void add_task_bytes(step_bytes_t *b, const step_task_t *t, double times) {
+  times *= t->chance;
+  b->expected |= t->expected;
   b->sent += times * t->sent, b->received += times * t->received;
   b->sent_min += times * (t->bounded ? t->sent_min : t->sent);
   b->received_min += times * (t->bounded ? t->received_min : t->received);
@@ -37,7 +40,8 @@ void step_rank_bytes(const step_desc_t *d, int rank, step_bytes_t *out) {
   *out = (step_bytes_t){0};
   for (int i = 0; i < d->ntasks; i++) {
     const step_task_t *t = &d->task[i];
-    if (t->rank == rank && t->kind == TASK_COMM && !t->until) add_task_bytes(out, t, 1.0 / t->every);
+    if (t->rank == rank && t->kind == TASK_COMM && !t->until && !t->per_epoch)
+      add_task_bytes(out, t, 1.0 / t->every);
   }
 }
 
@@ -51,7 +55,18 @@ void step_rank_bytes_over(const step_desc_t *d, int rank, int64_t steps, step_by
   *out = (step_bytes_t){0};
   for (int i = 0; i < d->ntasks; i++) {
     const step_task_t *t = &d->task[i];
-    if (t->rank == rank && t->kind == TASK_COMM) add_task_bytes(out, t, (double)task_runs(t, steps));
+    if (t->rank == rank && t->kind == TASK_COMM && !t->per_epoch)
+      add_task_bytes(out, t, (double)task_runs(t, steps));
+  }
+}
+
+void step_rank_epoch_bytes(const step_desc_t *d, int rank, double *sent, double *received) {
+  *sent = *received = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (t->rank != rank || t->kind != TASK_COMM || !t->per_epoch) continue;
+    *sent += t->sent;
+    *received += t->received;
   }
 }
 
@@ -109,6 +124,16 @@ int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int 
                                    .thread = thread, .after = after});
 }
 
+int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,
+                  int after, step_thread_t thread, int every) {
+  size_t sent, received;
+  coll_tree_bytes(reduce, group, root, rank, count, &sent, &received);
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = reduce ? "reduce" : "broadcast",
+                                   .algo = "tree", .peer = -1, .group = group, .sent = (double)sent,
+                                   .received = (double)received, .every = every, .thread = thread,
+                                   .after = after});
+}
+
 int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, const step_buffer_t *b,
                         int64_t from, int64_t until, int after, step_thread_t thread, int every) {
   compress_bytes_t x;
@@ -133,6 +158,7 @@ static void bytes_json(const step_bytes_t *b, int rank, int exact, FILE *out) {
   fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g", rank ? "," : "", rank, b->sent,
           b->received);
   if (!exact) fprintf(out, ",\"sent_min\":%.17g,\"received_min\":%.17g", b->sent_min, b->received_min);
+  if (b->expected) fputs(",\"expected\":true", out);
   fputc('}', out);
 }
 
@@ -145,6 +171,12 @@ int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
   for (int r = 0; r < d->nranks; r++) {
     step_rank_bytes(d, r, &b);
     bytes_json(&b, r, exact, out);
+  }
+  fprintf(out, "],\"bytes_per_epoch\":[");
+  for (int r = 0; r < d->nranks; r++) {
+    double s, v;
+    step_rank_epoch_bytes(d, r, &s, &v);
+    fprintf(out, "%s{\"rank\":%d,\"sent\":%.17g,\"received\":%.17g}", r ? "," : "", r, s, v);
   }
   fputc(']', out);
   if (warmup) {
@@ -170,6 +202,8 @@ int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out) {
       fprintf(out, ",\"bounded\":true,\"sent_min\":%.17g,\"received_min\":%.17g", t->sent_min,
               t->received_min);
     if (t->every > 1) fprintf(out, ",\"every\":%d", t->every);
+    if (t->expected) fprintf(out, ",\"expected\":true,\"chance\":%.17g", t->chance);
+    if (t->per_epoch) fprintf(out, ",\"per_epoch\":true");
     if (t->from) fprintf(out, ",\"from\":%lld", (long long)t->from);
     if (t->until) fprintf(out, ",\"until\":%lld", (long long)t->until);
     fputc('}', out);

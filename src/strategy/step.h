@@ -44,6 +44,18 @@ typedef struct {
   int bounded;            /* comm: the bytes depend on the values (threshold:T): sent and
                            * received are the most, sent_min and received_min the least */
   double sent_min, received_min;
+  /* A task whose runs are not fixed is `expected`: a coin decides them
+   * (GoSGD), or message timing (AD-PSGD's replies), or a shared pool of
+   * batches (the parameter servers' async schedules). Its sent and
+   * received are one run's, `chance` its mean runs a step where due (a
+   * probability, or a share among peers; step_add makes 0 into 1), and the
+   * bytes per step built from it are a mean, which a byte test can check
+   * only against the runs counted. */
+  int expected;
+  double chance;
+  /* Runs once an epoch, after its last step (a drain's end counts), not
+   * per step: in the epoch's bytes (step_rank_epoch_bytes), not the step's. */
+  int per_epoch;
 } step_task_t;
 
 typedef struct {
@@ -74,6 +86,12 @@ int step_allreduce_algo(int algo, int P, int *out);
  * `every` steps. Returns its index or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
+/* One binomial-tree broadcast (reduce 0) or reduce (1) of `count` floats
+ * over `group` ranks from/to `root`, on rank `rank` (its rank in the group
+ * too), after task `after`, every `every` steps. Returns its index or
+ * STEP_FAILED. */
+int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,
+                  int after, step_thread_t thread, int every);
 /* A buffer the compressor sums: [off, off + len) of the arena, the
  * matrices in it, the compressor's configuration. */
 typedef struct {
@@ -89,11 +107,18 @@ typedef struct {
  * Returns its index or STEP_FAILED. */
 int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, const step_buffer_t *b,
                         int64_t from, int64_t until, int after, step_thread_t thread, int every);
-/* A rank's bytes: the most, and the least (the same where exact). */
-typedef struct { double sent, received, sent_min, received_min; } step_bytes_t;
+/* A rank's bytes: the most, and the least (the same where exact);
+ * expected when some of them are a mean (expected tasks), not a count. */
+typedef struct {
+  double sent, received, sent_min, received_min;
+  int expected;
+} step_bytes_t;
 /* Per step past every warm-up (the tasks without an end), averaged over
- * the tasks' periods. */
+ * the tasks' periods and, for expected tasks, weighted by their chance;
+ * the per_epoch tasks are not in it. */
 void step_rank_bytes(const step_desc_t *d, int rank, step_bytes_t *out);
+/* A rank's bytes once an epoch (the per_epoch tasks). */
+void step_rank_epoch_bytes(const step_desc_t *d, int rank, double *sent, double *received);
 /* In all over steps [0, steps): each task at the steps of its range where
  * it runs, (k + 1) % every == 0 (after every `every` local steps). */
 void step_rank_bytes_over(const step_desc_t *d, int rank, int64_t steps, step_bytes_t *out);
@@ -102,8 +127,10 @@ int64_t step_warmup_steps(const step_desc_t *d);
 /* Whether every task's bytes are exact (none bounded). */
 int step_exact(const step_desc_t *d);
 /* The description as one JSON object: "exact", the bytes per rank per
- * step ("bytes_per_step"; "sent_min", "received_min" where not exact), the
- * warm-up's ("warmup_steps", "warmup_bytes": totals over them) if any,
- * then the tasks. */
+ * step ("bytes_per_step"; "sent_min", "received_min" where not exact;
+ * "expected": true where they are a mean) and per epoch
+ * ("bytes_per_epoch"), the warm-up's ("warmup_steps", "warmup_bytes":
+ * totals over them) if any, then the tasks (an expected one with
+ * "expected": true and its "chance"). */
 int step_desc_json(const step_desc_t *d, const char *strategy, FILE *out);
 #endif

@@ -53,6 +53,9 @@ typedef struct {
   int64_t total;               /* the last evaluation: all ranks' averages / 2 */
 } adpsgd_t;
 
+/* A request and a reply alike: the whole model. */
+static size_t model_bytes(const model_t *m) { return m->nparams * sizeof(float); }
+
 void adpsgd_passive_average(size_t n, float *x, const float *request, float *reply) {
   for (size_t i = 0; i < n; i++) {
     reply[i] = x[i];
@@ -94,7 +97,7 @@ static int serve(void *ctx, int src, const void *msg) {
   }
   adpsgd_passive_average(n, w->model->params, msg, s->out[slot]);
   s->exchanges++;
-  if (comm_isend(w->comm, src, TAG_ADPSGD_REPLY, s->out[slot], n * sizeof(float), &s->out_req[slot]) != 0)
+  if (comm_isend(w->comm, src, TAG_ADPSGD_REPLY, s->out[slot], model_bytes(w->model), &s->out_req[slot]) != 0)
     s->failed = dt_error_prefix("AD-PSGD: reply to rank %d: ", src);
   return 0;
 }
@@ -118,7 +121,7 @@ static int request(adpsgd_t *s) {
   if (mail_snapshot(&s->mail) != 0) return -1;
   kern_copy(n, w->model->params, s->mail.sbuf[0]);
   s->peer = s->nb[s->nnb > 1 ? rng_below(&s->rng, (uint32_t)s->nnb) : 0];
-  if (comm_irecv(w->comm, s->peer, TAG_ADPSGD_REPLY, s->reply, n * sizeof(float), &s->reply_req) != 0)
+  if (comm_irecv(w->comm, s->peer, TAG_ADPSGD_REPLY, s->reply, model_bytes(w->model), &s->reply_req) != 0)
     return dt_error_prefix("AD-PSGD: reply from rank %d: ", s->peer);
   return mail_send(&s->mail, s->peer, 0);
 }
@@ -218,7 +221,8 @@ static int mean_params(decentral_t *d, float *out) {
 
 static int extra_json(decentral_t *d, char *buf, size_t cap) {
   adpsgd_t *s = d->method;
-  snprintf(buf, cap, ",\"active_workers\":%d,\"exchanges\":%lld", d->nworkers / 2, (long long)s->total);
+  snprintf(buf, cap, ",\"active_workers\":%d,\"exchanges\":%lld,\"rank0_exchanges\":%lld",
+           d->nworkers / 2, (long long)s->total, (long long)s->exchanges);
   return 0;
 }
 
@@ -236,7 +240,7 @@ static int setup(decentral_t *d) {
     for (int j = 0; j < s->nnb; j++)
       if (!(s->out[j] = dt_alloc_floats(n))) return -1;
   }
-  return mail_open(&s->mail, w->comm, TAG_ADPSGD_REQUEST, TAG_ADPSGD_END, n * sizeof(float), 1,
+  return mail_open(&s->mail, w->comm, TAG_ADPSGD_REQUEST, TAG_ADPSGD_END, model_bytes(w->model), 1,
                    w->cfg->net.timeout, serve, s);
 }
 
@@ -261,6 +265,36 @@ int strategy_adpsgd(worker_t *w) {
   return decentral_strategy(w, &ADPSGD, 0, &s);
 }
 
+/* Per worker: its local step, and per neighbour in the other set one
+ * exchange of models, a request (S) one way and its reply (S) back: an
+ * active worker's to a neighbour drawn at random among its nnb, so each
+ * with chance 1/nnb; a passive one's answer to each active neighbour,
+ * with that neighbour's chance. One exchange per active step is the most
+ * there can be (a request waits for the reply to the last), what runs
+ * when the round trip hides behind a step: the bytes are per exchange,
+ * expected at that rate (the metrics count rank 0's). The drain's counts
+ * once an epoch. */
+/* The chance that active worker `active` draws a given neighbour. */
+static double pick_chance(int active, int p) {
+  int nb[2];
+  return 1.0 / adpsgd_neighbours(active, p, nb);
+}
+
+static int adpsgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  int p = c->workers;
+  double S = (double)model_bytes(m);
+  for (int r = 0; r < p; r++) {
+    int nb[2], nnb = p > 1 ? adpsgd_neighbours(r, p, nb) : 0;
+    int step = step_add_local_step(out, m, r, c->batch), prev = step;
+    for (int k = 0; k < nnb && prev != STEP_FAILED; k++)
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv", .peer = nb[k],
+                                         .group = 2, .sent = S, .received = S, .after = step,
+                                         .expected = 1, .chance = pick_chance(r % 2 ? r : nb[k], p)});
+    if (prev == STEP_FAILED || mail_describe_drain(out, r, p) == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int adpsgd_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_NEIGHBORS, SCHEDULE_ASYNC);
 }
@@ -276,4 +310,5 @@ const strategy_t STRATEGY_ADPSGD = {
                    "D-PSGD's (--schedule sync: CHOCO-SGD)",
     .matches = adpsgd_matches,
     .run = strategy_adpsgd,
+    .describe_step = adpsgd_describe_step,
 };

@@ -183,4 +183,13 @@ int mail_poll_then_step(peer_mail_t *m, decentral_t *d, int64_t k);
 int mail_snapshot(peer_mail_t *m);
 int mail_send(peer_mail_t *m, int dst, int which);
 int mail_drain(peer_mail_t *m);
+/* A model as a message: its floats, or under a lossy --compress its
+ * encoding (a fixed-size codec's: the change since the receiver last
+ * heard, compress/mirror.c). */
+size_t mail_model_bytes(const codec_spec_t *codec, size_t nparams);
+/* What mail_drain moves on a rank of nranks, each way: its count to
+ * every other rank. And that as rank's task once an epoch (none on one
+ * rank); STEP_FAILED when it cannot be added. */
+size_t mail_drain_bytes(int nranks);
+int mail_describe_drain(step_desc_t *d, int rank, int nranks);
 #endif

@@ -29,6 +29,11 @@
 
 #define HEADER_FLOATS 2   /* the sender's weight, a double, ahead of the model */
 
+/* A message: the weight, then the model (mail_model_bytes). */
+static size_t message_bytes(const codec_spec_t *codec, size_t nparams) {
+  return HEADER_FLOATS * sizeof(float) + mail_model_bytes(codec, nparams);
+}
+
 /* --compress: per peer j, this model as j holds it, and j's as held here. */
 typedef struct {
   codec_spec_t codec;     /* CODEC_NONE: models go whole */
@@ -151,9 +156,11 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   gossip_t *g = d->method;
   snprintf(buf, cap,
            ",\"gossip_p\":%.6g,\"alpha_sum\":%.15g,\"alpha_sum_before_drain\":%.15g,"
-           "\"alpha_in_flight\":%.15g,\"messages\":%lld,\"messages_in_flight\":%lld",
+           "\"alpha_in_flight\":%.15g,\"messages\":%lld,\"messages_in_flight\":%lld,"
+           "\"rank0_messages_sent\":%lld,\"rank0_messages_received\":%lld",
            d->w->cfg->decentral.gossip_p, g->sum_alpha, g->sum_alpha_before, g->in_flight_alpha,
-           (long long)g->messages, (long long)g->in_flight);
+           (long long)g->messages, (long long)g->in_flight, (long long)g->sent,
+           (long long)g->received);
   return 0;
 }
 
@@ -192,13 +199,9 @@ static int setup(decentral_t *d) {
   g->alpha = 1.0 / d->nworkers;
   rng_seed(&g->rng, rng_derive(w->cfg->seed, 0x6055, (uint64_t)w->rank));
   const codec_spec_t *k = &w->cfg->compression.codec;
-  size_t bytes = w->model->nparams * sizeof(float);
-  if (k->kind != CODEC_NONE && !codec_lossless(k)) {
-    if (setup_codec(g) != 0) return -1;
-    bytes = codec_bytes(k, w->model->nparams);
-  }
+  if (k->kind != CODEC_NONE && !codec_lossless(k) && setup_codec(g) != 0) return -1;
   return mail_open(&g->mail, w->comm, TAG_GOSSIP_MODEL, TAG_GOSSIP_END,
-                   HEADER_FLOATS * sizeof(float) + bytes, 1, w->cfg->net.timeout, merge, g);
+                   message_bytes(k, w->model->nparams), 1, w->cfg->net.timeout, merge, g);
 }
 
 static void teardown(decentral_t *d) {
@@ -216,6 +219,27 @@ int strategy_gossip(worker_t *w) {
   return decentral_strategy(w, &GOSSIP, 0, &g);
 }
 
+/* Per worker: its local step; then, with probability p, its message to
+ * one of the others drawn at random; in expectation it receives as many
+ * (each of the others sends it one with probability p / (workers - 1)).
+ * The coin makes the counts random: the bytes are per message, expected
+ * p of them each way a step (the metrics count rank 0's). The drain
+ * leaves nothing in flight; its own counts once an epoch. */
+static int gossip_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  int p = c->workers;
+  double M = (double)message_bytes(&c->compression.codec, m->nparams);
+  for (int r = 0; r < p; r++) {
+    int step = step_add_local_step(out, m, r, c->batch), prev = step;
+    for (int to = 1; to >= 0 && p > 1 && prev != STEP_FAILED; to--)
+      prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = to ? "send" : "recv",
+                                         .peer = -1, .group = 2, .sent = to ? M : 0,
+                                         .received = to ? 0 : M, .after = step, .expected = 1,
+                                         .chance = c->decentral.gossip_p});
+    if (prev == STEP_FAILED || mail_describe_drain(out, r, p) == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int gossip_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_GOSSIP, SCHEDULE_ASYNC);
 }
@@ -229,4 +253,5 @@ const strategy_t STRATEGY_GOSSIP = {
     .compress = COMPRESS_MIRRORS,
     .matches = gossip_matches,
     .run = strategy_gossip,
+    .describe_step = gossip_describe_step,
 };

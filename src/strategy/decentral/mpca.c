@@ -242,6 +242,27 @@ int strategy_mpca(worker_t *w) {
   return decentral_strategy(w, &MPCA, 1, &m);
 }
 
+/* Per worker: its local step (the penalty is part of its gradient); every
+ * tau steps a round, on the progress thread beside the next steps: the
+ * reduce of (beta/p) w up the binomial tree to the master (rank p) and the
+ * broadcast of the new centre down it. The master runs the same round in
+ * line at the same step counts. Which steps run a round is fixed by the
+ * step count, and the round in flight is waited for at an epoch's end, so
+ * the counts are exact. */
+static int mpca_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compression.codec.kind != CODEC_NONE)
+    return dt_error("MPCA-SGD: describe_step covers the plain rounds so far, not --compress");
+  int p = c->workers, P = p + 1;
+  for (int r = 0; r < P; r++) {
+    int prev = r < p ? step_add_local_step(out, m, r, c->batch) : -1;
+    step_thread_t thread = r < p ? THREAD_COMM : THREAD_COMPUTE;
+    for (int reduce = 1; reduce >= 0 && prev != STEP_FAILED; reduce--)
+      prev = step_add_tree(out, r, reduce, P, p, m->nparams, prev, thread, c->decentral.tau);
+    if (prev == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int mpca_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_MASTER, SCHEDULE_SOFT);
 }
@@ -264,4 +285,5 @@ const strategy_t STRATEGY_MPCA = {
     .ranks = decentral_with_master,
     .refuse = mpca_refuse,
     .run = strategy_mpca,
+    .describe_step = mpca_describe_step,
 };

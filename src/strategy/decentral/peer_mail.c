@@ -11,6 +11,7 @@
 
 #define MAIL_TIMEOUT 300.0   /* seconds without progress before giving up, unless --comm-timeout */
 #define MAIL_IDLE 50e-6      /* sleep between polls that found nothing */
+#define MAIL_COUNT_BYTES sizeof(double) /* the drain's count of models sent, to each peer */
 
 static void idle(void) { dt_sleep_until(dt_now() + MAIL_IDLE); }
 
@@ -158,8 +159,8 @@ int mail_drain(peer_mail_t *m) {
   int rc = 0, open = 0;
   for (int r = 0; r < P && rc == 0; r++) {
     if (r == me) continue;
-    rc = comm_irecv(m->comm, r, m->end_tag, &m->end_counts[r], sizeof(double), &ends[2 * r]);
-    if (rc == 0) rc = comm_isend(m->comm, r, m->end_tag, &m->sent_to[r], sizeof(double), &ends[2 * r + 1]);
+    rc = comm_irecv(m->comm, r, m->end_tag, &m->end_counts[r], MAIL_COUNT_BYTES, &ends[2 * r]);
+    if (rc == 0) rc = comm_isend(m->comm, r, m->end_tag, &m->sent_to[r], MAIL_COUNT_BYTES, &ends[2 * r + 1]);
     open += 2;
   }
   double last = dt_now();
@@ -197,4 +198,19 @@ int mail_poll_then_step(peer_mail_t *m, decentral_t *d, int64_t k) {
   d->w->timers.comm += dt_now() - t0;
   size_t count;
   return decentral_local_step(d, k, &count, NULL);
+}
+
+size_t mail_drain_bytes(int nranks) { return (size_t)(nranks - 1) * MAIL_COUNT_BYTES; }
+
+int mail_describe_drain(step_desc_t *d, int rank, int nranks) {
+  if (nranks < 2) return 0;
+  double bytes = (double)mail_drain_bytes(nranks);
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "alltoall",
+                                   .peer = -1, .group = nranks, .sent = bytes, .received = bytes,
+                                   .after = -1, .per_epoch = 1});
+}
+
+size_t mail_model_bytes(const codec_spec_t *codec, size_t nparams) {
+  if (codec->kind != CODEC_NONE && !codec_lossless(codec)) return codec_bytes(codec, nparams);
+  return nparams * sizeof(float);
 }

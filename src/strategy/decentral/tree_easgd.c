@@ -185,10 +185,16 @@ static int extra_json(decentral_t *d, char *buf, size_t cap) {
   return 0;
 }
 
+/* rank's parent (-1 at the root) and children first..last (an empty
+ * range for a leaf) in the tree of p workers. */
+static void tree_links(int rank, int p, int fanout, int *parent, int *first, int *last) {
+  *parent = rank > 0 ? (rank - 1) / fanout : -1;
+  *first = fanout * rank + 1;
+  *last = fanout * rank + fanout < p - 1 ? fanout * rank + fanout : p - 1;
+}
+
 static void place_in_tree(tree_t *t, int rank, int p, int fanout) {
-  t->parent = rank > 0 ? (rank - 1) / fanout : -1;
-  t->first_child = fanout * rank + 1;
-  t->last_child = fanout * rank + fanout < p - 1 ? fanout * rank + fanout : p - 1;
+  tree_links(rank, p, fanout, &t->parent, &t->first_child, &t->last_child);
 }
 
 static float *copy_of(const model_t *m) { return dt_dup_floats(m->params, m->nparams); }
@@ -228,13 +234,10 @@ static int setup(decentral_t *d) {
   if (tree_check_periods(w->cfg, d->nworkers) != 0) return -1;
   if (elastic_coefficients(w->cfg, w->cfg->decentral.tree_fanout, &t->alpha, &t->beta) != 0) return -1;
   const codec_spec_t *k = &w->cfg->compression.codec;
-  size_t bytes = w->model->nparams * sizeof(float);
   int compressed = k->kind != CODEC_NONE && !codec_lossless(k);
-  if (compressed) {
-    if (setup_codec(t) != 0) return -1;
-    bytes = codec_bytes(k, w->model->nparams);
-  }
-  return mail_open(&t->mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END, bytes, compressed ? 2 : 1,
+  if (compressed && setup_codec(t) != 0) return -1;
+  return mail_open(&t->mail, w->comm, TAG_TREE_MODEL, TAG_TREE_END,
+                   mail_model_bytes(k, w->model->nparams), compressed ? 2 : 1,
                    w->cfg->net.timeout, merge, t);
 }
 
@@ -253,6 +256,47 @@ int strategy_tree_easgd(worker_t *w) {
   return decentral_strategy(w, &TREE, 0, &t);
 }
 
+/* A model message of `bytes` on a link, one way, every `every` steps. */
+static int add_link(step_desc_t *out, int rank, int peer, int to_peer, double bytes, int every,
+                    int after) {
+  return step_add(out, (step_task_t){TASK_COMM, rank, -1, .pattern = to_peer ? "send" : "recv",
+                                     .peer = peer, .group = 2, .sent = to_peer ? bytes : 0,
+                                     .received = to_peer ? 0 : bytes, .every = every,
+                                     .after = after});
+}
+
+/* Per worker: its local step; then its model to its parent every tau_up
+ * of its own level, and to each child every tau_down of the level below;
+ * what it receives is its neighbours' sends (the parent's every tau_down
+ * of this level, each child's every tau_up of the level below). The drain
+ * leaves nothing in flight at an epoch's end, so the counts are exact;
+ * the drain's own counts once an epoch. */
+static int tree_easgd_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  int p = c->workers, F = c->decentral.tree_fanout;
+  DT_TRY(tree_check_periods(c, p));
+  double S = (double)mail_model_bytes(&c->compression.codec, m->nparams);
+  for (int r = 0; r < p; r++) {
+    int parent, first, last, depth = tree_depth(r, F);
+    tree_links(r, p, F, &parent, &first, &last);
+    int prev = step_add_local_step(out, m, r, c->batch), step = prev;
+    if (parent >= 0 && prev != STEP_FAILED) {
+      prev = add_link(out, r, parent, 1, S, tree_period(c->decentral.tau_up, c->decentral.tau_up_levels, depth), step);
+      if (prev != STEP_FAILED)
+        prev = add_link(out, r, parent, 0, S, tree_period(c->decentral.tau_down, c->decentral.tau_down_levels, depth),
+                        step);
+    }
+    for (int ch = first; ch <= last && prev != STEP_FAILED; ch++) {
+      prev = add_link(out, r, ch, 1, S, tree_period(c->decentral.tau_down, c->decentral.tau_down_levels, depth + 1),
+                      step);
+      if (prev != STEP_FAILED)
+        prev = add_link(out, r, ch, 0, S, tree_period(c->decentral.tau_up, c->decentral.tau_up_levels, depth + 1),
+                        step);
+    }
+    if (prev == STEP_FAILED || mail_describe_drain(out, r, p) == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int tree_easgd_matches(const train_config_t *c) {
   return decentral_axes(c, EXCHANGE_TREE, SCHEDULE_ASYNC);
 }
@@ -266,6 +310,7 @@ const strategy_t STRATEGY_TREE_EASGD = {
     .compress = COMPRESS_MIRRORS,
     .matches = tree_easgd_matches,
     .run = strategy_tree_easgd,
+    .describe_step = tree_easgd_describe_step,
 };
 
 int decentral_check_world(const train_config_t *c) {

@@ -20,8 +20,14 @@
 int strategy_ps_worker(worker_t *w);
 int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train,
                 const dataset_t *test);
+/* The step as data (ps_describe.c): per worker and per server rank, the
+ * parts of its pulls and pushes with their headers. */
+int ps_describe_step(const train_config_t *cfg, const model_t *m, step_desc_t *out);
 /* Values of the parameter-server and Hogwild options (ps_config.c). */
 int ps_check(const train_config_t *cfg);
+/* Whether the workers draw batches from the coordinator's pool (async,
+ * ssp:inf, value:V, backup:B), rather than each its slice of every clock. */
+int ps_pool_schedule(const train_config_t *cfg);
 int ps_check_world(const train_config_t *cfg);   /* under mpi, once the workers are known */
 /* --tp T with parameter servers: the schedules and options a replica of T
  * ranks takes (tensor_check calls it). */
@@ -159,6 +165,17 @@ typedef struct {
                          * below it is in the parameters a pull returns */
   char error[200];
 } ps_reply_t;
+
+/* The messages' sizes on the wire, one place for the client, the server
+ * and describe_step: a request and a reply are their structs, values are
+ * floats (a codec's encoding under --compress, its own size). */
+#define PS_REQ_BYTES sizeof(ps_req_t)
+#define PS_REPLY_BYTES sizeof(ps_reply_t)
+static inline size_t ps_values_bytes(size_t count) { return count * sizeof(float); }
+/* One part of a request (a push or pull of one shard's keys, a call), as
+ * the worker's side counts it: sent, the request and a push's `values`
+ * bytes; received, the reply and a pull's or a call's values. */
+void ps_part_bytes(int op, size_t values, size_t *sent, size_t *received);
 
 /* STATS values: one ps_epoch_stats_t, then nworkers ps_worker_stats_t. */
 typedef struct {

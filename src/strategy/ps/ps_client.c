@@ -218,12 +218,19 @@ static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push
   p->req.magic = PS_MAGIC;
   p->req.worker = c->worker;
   p->req.reply_tag = tag;
-  DT_TRY(comm_irecv(w, p->server, tag, &p->reply, sizeof p->reply, &p->recv_reply));
+  DT_TRY(comm_irecv(w, p->server, tag, &p->reply, PS_REPLY_BYTES, &p->recv_reply));
   if (p->recv_into)
     DT_TRY(comm_irecv(w, p->server, tag + 1, p->recv_into, p->nbytes, &p->recv_values));
-  DT_TRY(comm_isend(w, p->server, PS_TAG_REQ, &p->req, sizeof p->req, &p->send_req));
+  DT_TRY(comm_isend(w, p->server, PS_TAG_REQ, &p->req, PS_REQ_BYTES, &p->send_req));
   if (push_vals) DT_TRY(comm_isend(w, p->server, PS_TAG_DATA, push_vals, p->nbytes, &p->send_data));
   return 0;
+}
+
+/* What part_start puts on the wire: a push's values go out with the
+ * request, a pull's (a call's) come back with the reply. */
+void ps_part_bytes(int op, size_t values, size_t *sent, size_t *received) {
+  *sent = PS_REQ_BYTES + (op == PS_OP_PUSH ? values : 0);
+  *received = PS_REPLY_BYTES + (op == PS_OP_PUSH ? 0 : values);
 }
 
 /* Splits [begin, begin+count) over the shards and starts one part each:
@@ -251,7 +258,7 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     if (tmpl) p->req = *tmpl;
     p->server = c->first_server + k;
     p->shard = k;
-    p->nbytes = (hi - lo) * sizeof(float);
+    p->nbytes = ps_values_bytes(hi - lo);
     p->req.op = op;
     p->req.which = which;
     p->req.begin = lo;

@@ -15,6 +15,12 @@ static int is_async_ps(const train_config_t *c) {
   return c->exchange == EXCHANGE_PS && pool_async;
 }
 
+int ps_pool_schedule(const train_config_t *c) {
+  return c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_VALUE ||
+         c->schedule == SCHEDULE_BACKUP ||
+         (c->schedule == SCHEDULE_SSP && isinf(c->schedule_param));
+}
+
 /* Under mpi the number of workers is known only once mpirun has started
  * the ranks (train.c calls ps_check_world then). */
 static int check_schedule(const train_config_t *c, int workers_known) {

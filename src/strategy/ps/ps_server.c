@@ -118,7 +118,7 @@ static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const 
   o->snap_of = -1;
   o->used = 1;
   int to = rank_of(s, src);
-  if (comm_isend(s->world, to, req->reply_tag, &o->hdr, sizeof o->hdr, &o->hdr_req) != 0 ||
+  if (comm_isend(s->world, to, req->reply_tag, &o->hdr, PS_REPLY_BYTES, &o->hdr_req) != 0 ||
       (nbytes && comm_isend(s->world, to, req->reply_tag + 1, vals, nbytes, &o->val_req) != 0)) {
     dt_log(DT_LOG_ERROR, "server %d: reply to rank %d failed: %s", s->index, to, dt_errmsg());
     if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
@@ -170,7 +170,7 @@ static int reply_snapshot(ps_server_t *s, int src, const ps_req_t *req, const ps
     ws->own_steps_at_pull = ws->own_steps;
   }
   const void *vals = ws->snapshot + lo;
-  size_t bytes = n * sizeof(float);
+  size_t bytes = ps_values_bytes(n);
   if (ws->pull_enc && !(req->flags & PS_PULL_DENSE)) {
     /* the change since its last pull: whole shards only (--compress-pulls
      * is refused with the priority orders, which pull in parts) */
@@ -194,7 +194,7 @@ static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->encoded > s->encoded_cap) return;
   int from = rank_of(s, src);
   int rc = req->encoded ? comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded)
-                        : comm_recv(s->world, from, PS_TAG_DATA, s->drain, req->nvalues * sizeof(float));
+                        : comm_recv(s->world, from, PS_TAG_DATA, s->drain, ps_values_bytes(req->nvalues));
   if (rc != 0)
     dt_log(DT_LOG_ERROR, "server %d: values of a rejected push from rank %d: %s", s->index, from,
            dt_errmsg());
@@ -245,7 +245,7 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
   for (int k = 1; k < s->K; k++)
-    if (comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, sizeof req) != 0)
+    if (comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
       dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
 }
 
@@ -271,7 +271,7 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compression.codec, s->encoded, req->encoded, req->nvalues, dst);
   } else {
-    rc = comm_recv(s->world, from, PS_TAG_DATA, dst, req->nvalues * sizeof(float));
+    rc = comm_recv(s->world, from, PS_TAG_DATA, dst, ps_values_bytes(req->nvalues));
   }
   if (rc != 0) {
     dt_log(DT_LOG_ERROR, "server %d (rank %d): push from rank %d: %s", s->index, s->rank, from,
@@ -422,7 +422,7 @@ static int reply_pull(ps_server_t *s, int src, const ps_req_t *req) {
                       : req->which == PS_WHICH_MEAN_SQUARE ? s->dc_mean_square
                                                            : s->opt->state[req->which - 1];
   return ps_server_reply(s, src, req, &rep, base + (req->begin - s->r.begin),
-                         req->count * sizeof(float), 1);
+                         ps_values_bytes(req->count), 1);
 }
 
 static int handle_pull(ps_server_t *s, int src, const ps_req_t *req) {
@@ -476,7 +476,7 @@ static int gather_part(ps_server_t *s, int src, const ps_req_t *req) {
   ws->part.clock = req->clock;
   ws->part.epoch = req->epoch;
   float *dst = ws->part.buf + (req->begin - s->r.begin);
-  if (comm_recv(s->world, rank_of(s, src), PS_TAG_DATA, dst, req->nvalues * sizeof(float)) != 0) {
+  if (comm_recv(s->world, rank_of(s, src), PS_TAG_DATA, dst, ps_values_bytes(req->nvalues)) != 0) {
     dt_log(DT_LOG_ERROR, "server %d (rank %d): push part from rank %d: %s", s->index, s->rank,
            rank_of(s, src), dt_errmsg());
     return 0;
@@ -590,7 +590,7 @@ static int advance(ps_server_t *s) {
 /* The coordinator polls, so that it notices a worker that has gone
  * silent; the other servers sleep in the transport until a request comes. */
 static int next_request(ps_server_t *s, int *src) {
-  if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, sizeof s->in,
+  if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, PS_REQ_BYTES,
                                &s->in_req) != 0)
     return -1;
   if (s->coord) {

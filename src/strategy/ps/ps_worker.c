@@ -636,9 +636,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   p->epoch = p->report_epoch = p->reported_epoch = -1;
   p->N = w->nranks; /* the replicas under --tp: w->comm is this rank's slice */
   p->K = ps_nservers(cfg, cfg->workers);
-  p->pool = cfg->schedule == SCHEDULE_ASYNC || cfg->schedule == SCHEDULE_VALUE ||
-            cfg->schedule == SCHEDULE_BACKUP ||
-            (cfg->schedule == SCHEDULE_SSP && isinf(cfg->schedule_param));
+  p->pool = ps_pool_schedule(cfg);
   p->S = cfg->schedule == SCHEDULE_SSP && !p->pool ? (int)cfg->schedule_param : 0;
   p->B_backup = cfg->schedule == SCHEDULE_BACKUP ? (int)cfg->schedule_param : 0;
   p->batches_per_epoch = ((int64_t)w->train->n + cfg->batch - 1) / cfg->batch;
@@ -765,4 +763,5 @@ const strategy_t STRATEGY_PARAMETER_SERVERS = {
     .ranks = ps_ranks,
     .run = strategy_ps_worker,
     .run_rank = ps_run_rank,
+    .describe_step = ps_describe_step,
 };

@@ -1,0 +1,106 @@
+/* The parameter servers' step as data (describe_step, step.h). Every
+ * transfer is a part per server holding keys of it: the request and a
+ * push's values out, the reply and a pull's values back (ps_part_bytes,
+ * what the client sends); a server sees the mirror image of each worker's
+ * parts with it.
+ *
+ * sync and ssp:S: every clock a worker pulls the model (the clock's
+ * parameters) and pushes its gradient: exact bytes. Under --ps-refresh
+ * lazy it pulls only once its cached parameters are more than S clocks
+ * old, their clock being the slowest worker's when the pull was answered:
+ * every S + 1 clocks at the least, when the workers keep pace, and
+ * sooner when one lags (expected, at the least rate).
+ *
+ * The pool (async, ssp:inf, value:V, backup:B): a worker draws each batch
+ * from the coordinator (a NEXT call to server 0), pulls every
+ * --fetch-every of its batches and pushes every --push-every. A step is N
+ * batches of the shared order, which the workers draw as fast as they
+ * compute, so each draws one a step in expectation (the metrics' "batches"
+ * count a worker's): expected bytes, per batch drawn. The calls around an
+ * epoch's close (a NEXT that waits, worker 0's acknowledgement, a pull
+ * after the wait, a last push of a partial --push-every sum) are not
+ * described. */
+#include <stdlib.h>
+
+#include "strategy/ps/ps.h"
+
+typedef struct {
+  const train_config_t *c;
+  const model_t *m;
+  step_desc_t *out;
+  ps_shard_map_t map;
+  int N, K;
+} ps_desc_t;
+
+/* One part of op between worker w and server k, on both: the worker
+ * sends what the server receives and the other way round. Returns the
+ * worker's task or STEP_FAILED. */
+static int add_part(ps_desc_t *d, int op, int w, int k, size_t values, step_task_t how) {
+  size_t sent, received;
+  ps_part_bytes(op, values, &sent, &received);
+  int server = d->N + k;
+  static const char *names[] = {[PS_OP_PUSH] = "push", [PS_OP_PULL] = "pull",
+                                [PS_OP_NEXT] = "call"};
+  step_task_t t = how;
+  t.kind = TASK_COMM, t.layer = -1, t.pattern = names[op], t.group = 2;
+  t.rank = w, t.peer = server, t.sent = (double)sent, t.received = (double)received;
+  int mine = step_add(d->out, t);
+  t.rank = server, t.peer = w, t.sent = (double)received, t.received = (double)sent, t.after = -1;
+  t.thread = THREAD_COMM;
+  return mine == STEP_FAILED || step_add(d->out, t) == STEP_FAILED ? STEP_FAILED : mine;
+}
+
+/* A pull or a push of the whole model by worker w: a part per shard. */
+static int add_transfer(ps_desc_t *d, int op, int w, step_task_t how) {
+  int last = how.after;
+  for (int k = 0; k < d->K && last != STEP_FAILED; k++) {
+    ps_range_t r = d->map.shards[k];
+    last = add_part(d, op, w, k, ps_values_bytes(r.end - r.begin), how);
+  }
+  return last;
+}
+
+/* Worker w's step: (pool: its NEXT call,) its pull, its passes, its push. */
+static int describe_worker(ps_desc_t *d, int w) {
+  const train_config_t *c = d->c;
+  int prev = -1;
+  step_task_t pull = {.after = -1}, push = {0};
+  if (ps_pool_schedule(c)) {
+    step_task_t next = {.after = -1, .expected = 1};
+    prev = add_part(d, PS_OP_NEXT, w, 0, 0, next);
+    pull = (step_task_t){.after = prev, .expected = 1, .every = c->ps.fetch_every};
+    push = (step_task_t){.expected = 1, .every = c->ps.push_every};
+  } else if (c->ps.refresh_lazy) {
+    pull = (step_task_t){.after = -1, .expected = 1, .chance = 1.0 / (c->schedule_param + 1)};
+  }
+  if (prev != STEP_FAILED) prev = add_transfer(d, PS_OP_PULL, w, pull);
+  if (prev != STEP_FAILED) prev = step_add_passes(d->out, d->m, w, c->batch, NULL);
+  push.after = prev;
+  return prev == STEP_FAILED ? STEP_FAILED : add_transfer(d, PS_OP_PUSH, w, push);
+}
+
+/* Server k's update of its shard: once a clock (sync, ssp; backup:B's
+ * first N - B pushes), or once a push (async, value:V). */
+static int describe_update(ps_desc_t *d, int k) {
+  const train_config_t *c = d->c;
+  ps_range_t r = d->map.shards[k];
+  step_task_t t = {TASK_UPDATE, d->N + k, -1, r.end - r.begin, c->batch, .peer = -1, .after = -1,
+                   .expected = ps_pool_schedule(c)};
+  if (t.expected && c->schedule != SCHEDULE_BACKUP) t.chance = d->N, t.every = c->ps.push_every;
+  return step_add(d->out, t);
+}
+
+int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (ps_group_size(c) > 1 || c->compression.codec.kind != CODEC_NONE || c->comm_order != COLL_ORDER_FIFO)
+    return dt_error("parameter servers: describe_step covers whole-model pushes and pulls so "
+                    "far, not --tp, --compress or --comm-order priority|tictac");
+  ps_desc_t d = {.c = c, .m = m, .out = out, .N = c->workers, .K = ps_nservers(c, c->workers)};
+  DT_TRY(ps_shard_plan(m, d.K, c->optim.kind == OPTIM_LARS, &d.map));
+  int rc = 0;
+  for (int w = 0; w < d.N && rc == 0; w++)
+    if (describe_worker(&d, w) == STEP_FAILED) rc = -1;
+  for (int k = 0; k < d.K && rc == 0; k++)
+    if (describe_update(&d, k) == STEP_FAILED) rc = -1;
+  ps_shard_free(&d.map);
+  return rc;
+}
