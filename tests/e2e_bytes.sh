@@ -73,13 +73,19 @@ elif kind.startswith("describe:"):  # the strategy's own describe_step, rank 0
     r0 = d["bytes_per_step"][0]
     want_s, want_r = round(T * r0["sent"]), round(T * r0["received"])
     assert sent == want_s and recv == want_r, f"sent {sent} received {recv}, describe_step says {want_s} and {want_r} (T {T})"
+    # every rank, where the run reports each (tensor parallelism's "rank" lines, one epoch)
+    ranks = [l for l in lines if l["event"] == "rank"]
+    for l in ranks:
+        rd = d["bytes_per_step"][l["rank"]]
+        want_s, want_r = round(T * rd["sent"]), round(T * rd["received"])
+        assert (l["bytes_sent"], l["bytes_received"]) == (want_s, want_r), f"rank {l['rank']}: sent {l['bytes_sent']} received {l['bytes_received']}, describe_step says {want_s} and {want_r}"
 elif kind == "adpsgd":
     n = ep[-1]["exchanges"]
     assert 1 <= n <= T and sent == recv == n * S + 8, f"sent {sent} received {recv}, expected {n} x S + 8 (S {S}, T {T})"
 elif kind == "ps":
     for v in (sent, recv):
         assert T * S <= v <= T * (S + 1024), f"sent {sent} received {recv}, expected {T * S} .. {T * (S + 1024)}"
-print(f"sent {sent} received {recv} (S {S}, T {T})")
+print(f"sent {sent} received {recv} (S {S}, T {T})" + (f", {len(ranks)} rank lines" if kind.startswith("describe:") and ranks else ""))
 PYEOF
 
 # run NAME FORMULA -- dtrain options...: one run's bytes against FORMULA
@@ -91,6 +97,19 @@ run() {
   else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
 }
 L="$DTRAIN train $BASE"
+# described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
+# exactly, on local and (as NAME_mpi) under mpirun with the ranks the
+# description counts (servers, a master): one source of truth for the
+# formula, the strategy's own description.
+described() {
+  name=$1 np=$2; shift 2
+  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
+  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
+  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
+}
 run bytes_one_worker_zero exact:0 -- $L --workers 1
 run bytes_ring_2_ranks exact:1 -- $L --workers 2 --exchange allreduce:ring
 run bytes_ring_4_ranks near:1.5 -- $L --workers 4 --exchange allreduce:ring
@@ -118,19 +137,6 @@ run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" -
 described bytes_described_pipe_four_interleaved 2 --model "$TMP/four.model" --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
 described bytes_described_pipe_four_interleaved_dp2 4 --model "$TMP/four.model" --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --exchange allreduce:tree --partition macs
 
-# described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
-# exactly, on local and (as NAME_mpi) under mpirun with the ranks the
-# description counts (servers, a master): one source of truth for the
-# formula, the strategy's own description.
-described() {
-  name=$1 np=$2; shift 2
-  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
-    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
-  fi
-  run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
-  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
-  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
-}
 for np in 2 3 4 5; do
   for algo in ring rhd tree naive; do
     described "bytes_described_${algo}_${np}" "$np" --exchange "allreduce:$algo"

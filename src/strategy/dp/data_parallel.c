@@ -14,9 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/coll_async.h"
 #include "strategy/dp/balance.h"
 #include "strategy/dp/dp.h"
 #include "strategy/dp/reducer.h"
+#include "strategy/grid.h"
+#include "strategy/tensor/tensor.h"
 
 typedef struct {
   worker_t *w;
@@ -92,37 +95,114 @@ int strategy_data_parallel(worker_t *w) {
   return rc;
 }
 
+/* ---- the step as data ---------------------------------------------------------- */
+
+/* --comm-order priority: a bucket goes out in parts (reducer_part_len),
+ * each after the ranks' agreement on which request runs next
+ * (coll_async_agree_bytes); the progress thread runs the most urgent
+ * first, in an order timing decides, with the same bytes. */
+static int describe_bucket_in_parts(step_desc_t *out, const train_config_t *c, int r, int me,
+                                    int P, int algo, size_t len, int after) {
+  int prev = after;
+  for (size_t done = 0, n; prev != STEP_FAILED && (n = reducer_part_len(c, len, done)) > 0; done += n) {
+    size_t sent, received;
+    coll_async_agree_bytes(COLL_ORDER_PRIORITY, P, me, &sent, &received);
+    prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = "allgather", .algo = "ring",
+                                       .peer = -1, .group = P, .sent = (double)sent,
+                                       .received = (double)received, .thread = THREAD_COMM,
+                                       .after = prev});
+    if (prev != STEP_FAILED) prev = step_add_allreduce(out, r, me, P, algo, n, prev, THREAD_COMM, 1);
+  }
+  return prev;
+}
+
+/* Whether the reducer of a P-rank run leaves each bucket's update to the
+ * next forward pass (reducer_new: priority order on the overlap thread). */
+static int defers_updates(const train_config_t *c, int P) {
+  return c->comm_order == COLL_ORDER_PRIORITY && c->overlap && P > 1;
+}
+
+/* The updates after the buckets: one, or under priority order one a
+ * bucket, first layers first, each once its last part is summed (the
+ * next forward pass applies it just before the bucket's first layer). */
+static int describe_updates(step_desc_t *out, const train_config_t *c, int r, int P,
+                            const model_t *m, const reducer_bucket_t *b, const int *last, int nb,
+                            int prev) {
+  if (!defers_updates(c, P))
+    return step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
+                                       .after = prev});
+  for (int k = nb - 1; k >= 0 && prev != STEP_FAILED; k--)
+    prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, b[k].len, c->batch, .peer = -1,
+                                       .after = last[k]});
+  return prev;
+}
+
+/* --balance: every rank's compute seconds in one tree allreduce of P
+ * floats (share_step_times), after the buckets, before the update. */
+static int describe_step_times(step_desc_t *out, const train_config_t *c, int r, int me, int P,
+                               int prev) {
+  if (!c->balance || P == 1 || defers_updates(c, P)) return prev;
+  return step_add_allreduce(out, r, me, P, ALLREDUCE_TREE, (size_t)P, prev, THREAD_COMPUTE, 1);
+}
+
+/* The groups rank r's layers sum over: its tensor-parallel group (tp
+ * adjacent ranks) and, under --sync-bn, its block's P replicas. */
+static int describe_groups(const train_config_t *c, const int *coord, int P, int T,
+                           step_groups_t *g) {
+  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING}, {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING}};
+  if (T > 1) DT_TRY(step_allreduce_algo(c->algo, T, &g->tp.algo));
+  if (g->bn.size > 1) DT_TRY(step_allreduce_algo(c->algo, P, &g->bn.algo));
+  return 0;
+}
+
 /* The step as data: every rank runs the forward and backward of each layer
- * on its batch; each bucket's allreduce may start once its first layer's
- * backward has run (on the communication thread under --overlap), and
- * the update waits for all of them. Bytes from coll_allreduce_bytes, per
- * bucket (a ring's blocks round per bucket). */
+ * on its batch, with the sums its layers call themselves (tensor
+ * parallelism's over its group, --sync-bn's over the replicas); each
+ * bucket's allreduce over the rank's P replicas (the ranks holding its
+ * block: tensor.h) may start once its first layer's backward has run (on
+ * the communication thread under --overlap), and the update waits for all
+ * of them. Bytes from coll_allreduce_bytes, per bucket (a ring's blocks
+ * round per bucket) of that rank's model. */
 static int dp_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compress.kind != CODEC_NONE || c->sufficient_factors || c->tp > 1 || c->sync_bn ||
-      c->comm_order != COLL_ORDER_FIFO || c->balance)
+  if (c->compress.kind != CODEC_NONE || c->sufficient_factors)
     return dt_error("data-parallel allreduce: describe_step covers the plain reducer so far, not "
-                    "--compress, --sufficient-factors, --tp, --sync-bn, --comm-order or --balance");
-  int P = c->workers;
+                    "--compress or --sufficient-factors");
+  int T = c->tp > 1 ? c->tp : 1, P = c->workers / T;
   int algo;
   DT_TRY(step_allreduce_algo(c->algo, P, &algo));
-  reducer_bucket_t *b = calloc((size_t)m->nlayers + 1, sizeof *b);
-  int *bwd = calloc((size_t)m->nlayers, sizeof *bwd);
-  if (!b || !bwd) {
-    free(b), free(bwd);
-    return dt_error("out of memory");
+  tensor_desc_t *td;
+  if (tensor_desc_new(c, m, T, c->sync_bn ? P : 1, &td) != 0) {
+    tensor_desc_free(td);
+    return -1;
   }
-  int nb = reducer_plan_buckets(m, c, b), rc = 0;
-  for (int r = 0; r < P && rc == 0; r++) {
-    int prev = step_add_passes(out, m, r, c->batch, bwd);
-    for (int k = 0; k < nb && prev != STEP_FAILED; k++)
-      prev = step_add_allreduce(out, r, r, P, algo, b[k].len, c->overlap ? bwd[b[k].first_layer] : prev,
-                                c->overlap ? THREAD_COMM : THREAD_COMPUTE, 1);
-    if (prev == STEP_FAILED ||
-        step_add(out, (step_task_t){TASK_UPDATE, r, -1, m->nparams, c->batch, .peer = -1,
-                                    .after = prev}) == STEP_FAILED)
+  int L = tensor_desc_model(td, 0)->nlayers;
+  reducer_bucket_t *b = calloc((size_t)L + 1, sizeof *b);
+  int *bwd = calloc((size_t)L, sizeof *bwd), *last = calloc((size_t)L + 1, sizeof *last), rc = 0;
+  if (!b || !bwd || !last) rc = dt_error("out of memory");
+  for (int r = 0; r < c->workers && rc == 0; r++) {
+    int coord[GRID_AXES];
+    rank_grid_coords(r, P, 1, T, coord);
+    const model_t *mr = tensor_desc_model(td, coord[GRID_TP]);
+    step_groups_t g;
+    if (describe_groups(c, coord, P, T, &g) != 0) {
+      rc = -1;
+      break;
+    }
+    int nb = reducer_plan_buckets(mr, c, b), me = coord[GRID_DP];
+    int prev = step_add_passes_summed(out, mr, r, c->batch, &g, bwd);
+    for (int k = 0; k < nb && P > 1 && prev != STEP_FAILED; k++) { /* one replica sums nothing */
+      int after = c->overlap ? bwd[b[k].first_layer] : prev;
+      prev = defers_updates(c, P) ? describe_bucket_in_parts(out, c, r, me, P, algo, b[k].len, after)
+                                  : step_add_allreduce(out, r, me, P, algo, b[k].len, after,
+                                                       c->overlap ? THREAD_COMM : THREAD_COMPUTE, 1);
+      last[k] = prev;
+    }
+    if (prev != STEP_FAILED) prev = describe_step_times(out, c, r, me, P, prev);
+    if (prev == STEP_FAILED || describe_updates(out, c, r, P, mr, b, last, nb, prev) == STEP_FAILED)
       rc = -1;
   }
-  free(b), free(bwd);
+  free(b), free(bwd), free(last);
+  tensor_desc_free(td);
   return rc;
 }
 

@@ -21,6 +21,10 @@ typedef struct {
 /* PyTorch DDP's rule (reducer.c) into out (room for m->nlayers + 1):
  * returns the number of buckets, in the order backprop readies them. */
 int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bucket_t *out);
+/* --comm-order priority's cut of a bucket of len floats into parts of at
+ * most --partition-kb: the length of the part that starts at `done`, 0
+ * past the end. */
+size_t reducer_part_len(const train_config_t *cfg, size_t len, size_t done);
 
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);
