@@ -160,9 +160,45 @@ described bytes_described_pipe_dp2_pp2 4 --pp 2 --partition 0,1 --micro-batches 
 described bytes_described_pipe_dp3_pp2_ring 6 --pp 2 --partition macs --micro-batches 2 --exchange allreduce:ring
 described bytes_described_pipe_lenet_pp3_gpipe 3 --model lenet --pp 3 --partition macs --micro-batches 4 --pipe-schedule gpipe
 described bytes_described_pipe_m3 2 --pp 2 --partition 0,1 --micro-batches 3 --batch 12
+# tensor parallelism: the split layers' sums over the group, each rank's
+# own blocks (3 ranks: 512, 20 and 50 do not divide), the data-parallel
+# ring over each block's replicas, a split=channels convolution's
+# allgather, pipelines of tensor-parallel stages; every rank's bytes are
+# checked (the run's "rank" lines)
+described bytes_described_tp2_mlp 2 --tp 2
+described bytes_described_tp3_mlp_ring 3 --tp 3 --exchange allreduce:ring
+described bytes_described_tp2_lenet 2 --model lenet --tp 2
+described bytes_described_tp3_lenet_tree 3 --model lenet --tp 3 --exchange allreduce:tree
+described bytes_described_dp2_tp2 4 --tp 2 --exchange allreduce:ring
+printf 'conv2d filters=5 kernel=3 split=channels\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/channels.model"
+described bytes_described_tp3_channels_allgather 3 --model "$TMP/channels.model" --tp 3 --exchange allreduce:ring
+described bytes_described_pp2_tp2 4 --pp 2 --tp 2 --micro-batches 2 --partition macs
+described bytes_described_pp2_tp2_lenet_1f1b 4 --model lenet --pp 2 --tp 2 --micro-batches 2 --partition 0,3 --pipe-schedule 1f1b
+described bytes_described_dp2_pp2_tp2 8 --pp 2 --tp 2 --micro-batches 2 --partition macs --exchange allreduce:ring
+# the one weird trick: the features' allgather and their gradients'
+# reduce-scatter, the split layers' sums on K x batch, the convolutions'
+# allreduce; mlp exchanges the input
+described bytes_described_owt_lenet_2 2 --model lenet --tp-conv data
+described bytes_described_owt_lenet_3 3 --model lenet --tp-conv data --exchange allreduce:ring
+described bytes_described_owt_mlp_3 3 --tp-conv data --exchange allreduce:tree
+described bytes_described_owt_preset 4 --preset one-weird-trick --model lenet
+# synchronized batch norm's sums (C + 1 and C forward, 2C backward, but
+# for a first layer), alone and beside tensor parallelism
+printf 'conv2d filters=4 kernel=3 pad=1\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndense units=32\nbatchnorm\nrelu\ndense units=10\n' >"$TMP/bn.model"
+printf 'dense units=64\nrelu\ndense units=32\nbatchnorm\nrelu\ndense units=10\n' >"$TMP/bn_tp.model"
+described bytes_described_sync_bn_3 3 --model "$TMP/bn.model" --sync-bn on --exchange allreduce:ring
+described bytes_described_sync_bn_dp2_tp2 4 --model "$TMP/bn_tp.model" --tp 2 --sync-bn on --exchange allreduce:ring
+# priority order: buckets in parts of --partition-kb, each after the
+# ranks' agreement (an allgather of a float a rank); --balance: the step
+# times' tree allreduce
+described bytes_described_priority_64k 3 --comm-order priority --partition-kb 64 --exchange allreduce:ring
+described bytes_described_priority_lenet_rhd 4 --model lenet --comm-order priority --partition-kb 8 --exchange allreduce:rhd --bucket-mb 0
+described bytes_described_balance 3 --balance on --exchange allreduce:ring
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
 expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
+expect_error describe_project_adam_async 1 "parameter servers with --schedule async: no one step to describe" -- \
+  "$DTRAIN" describe $BASE --workers 4 --preset project-adam
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"

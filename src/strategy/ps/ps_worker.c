@@ -746,6 +746,18 @@ int ps_run_rank(comm_t *world, const train_config_t *cfg, const dataset_t *train
   return rc;
 }
 
+/* The step as data: not yet under --schedule sync; never under the
+ * others (Project Adam's async among them), where the workers' pushes and
+ * pulls interleave as their timing falls, and so does how many steps a
+ * worker takes in an epoch: there is no one step to describe. */
+static int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->schedule != SCHEDULE_SYNC)
+    return dt_error("parameter servers with --schedule %s: no one step to describe (the workers' "
+                    "pushes and pulls interleave as their timing falls); describe_step describes "
+                    "synchronous steps", schedule_name(c->schedule));
+  return dt_error("parameter servers: its step is not described yet (describe_step)");
+}
+
 static int ps_matches(const train_config_t *c) {
   return c->optimization == OPTIMIZATION_CENTRAL && c->exchange == EXCHANGE_PS &&
          c->schedule != SCHEDULE_SOFT; /* every other schedule: one server implementation */
@@ -765,4 +777,5 @@ const strategy_t STRATEGY_PARAMETER_SERVERS = {
     .ranks = ps_ranks,
     .run = strategy_ps_worker,
     .run_rank = ps_run_rank,
+    .describe_step = ps_describe_step,
 };
