@@ -161,7 +161,8 @@ static void bn_backward(layer_t *l, const float *x, float *dx, int n) {
   int train = *s.train != 0.0f;
   float inv_m = train ? 1.0f / *s.pixels : 0.0f;
   layer_sum_t sum;
-  if (train && bn_sums(l, n, 1, 1, &sum)) { /* the group's Σ dy and Σ dy·x̂ (γ, β's gradients stay local) */
+  /* synchronized: the group's Σ dy and Σ dy·x̂ (γ, β's gradients stay local) */
+  if (train && bn_sums(l, n, 1, 1, &sum)) {
     for (int c = 0; c < C; c++) s.t0[c] = dbeta[c], s.t1[c] = dgamma[c];
     tp_allreduce(l->bn_sync, s.t0, sum.count);
     for (int c = 0; c < C; c++) {

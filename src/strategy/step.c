@@ -38,10 +38,13 @@ void step_rank_bytes(const step_desc_t *d, int rank, double *sent, double *recei
 }
 
 /* One collective a layer calls itself, over its group in g. */
-static int add_layer_sum(step_desc_t *d, int rank, const step_groups_t *g, layer_sum_t s, int after) {
+static int add_layer_sum(step_desc_t *d, int rank, const step_groups_t *g, layer_sum_t s,
+                         int after) {
   const step_group_t *grp = s.bn ? &g->bn : &g->tp;
-  if (s.gather) return step_add_ring_half(d, rank, grp->rank, grp->size, 1, s.count, after, THREAD_COMPUTE);
-  return step_add_allreduce(d, rank, grp->rank, grp->size, grp->algo, s.count, after, THREAD_COMPUTE, 1);
+  if (s.gather)
+    return step_add_ring_half(d, rank, grp->rank, grp->size, 1, s.count, after, THREAD_COMPUTE);
+  return step_add_allreduce(d, rank, grp->rank, grp->size, grp->algo, s.count, after,
+                            THREAD_COMPUTE, 1);
 }
 
 int step_add_layer(step_desc_t *d, const model_t *m, int rank, int i, int samples, int backward,
@@ -102,7 +105,8 @@ int step_add_ring_half(step_desc_t *d, int rank, int group_rank, int group, int 
   size_t sent, received;
   if (gather) coll_allgather_bytes(group, group_rank, count, &sent, &received);
   else coll_reduce_scatter_bytes(group, group_rank, count, &sent, &received);
-  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = gather ? "allgather" : "reduce_scatter",
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1,
+                                   .pattern = gather ? "allgather" : "reduce_scatter",
                                    .algo = "ring", .peer = -1, .group = group, .sent = (double)sent,
                                    .received = (double)received, .thread = thread, .after = after});
 }

@@ -149,7 +149,8 @@ static int describe_step_times(step_desc_t *out, const train_config_t *c, int r,
  * adjacent ranks) and, under --sync-bn, its block's P replicas. */
 static int describe_groups(const train_config_t *c, const int *coord, int P, int T,
                            step_groups_t *g) {
-  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING}, {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING}};
+  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING},
+                       {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING}};
   if (T > 1) DT_TRY(step_allreduce_algo(c->algo, T, &g->tp.algo));
   if (g->bn.size > 1) DT_TRY(step_allreduce_algo(c->algo, P, &g->bn.algo));
   return 0;

@@ -24,7 +24,8 @@ static int no_sum(tp_link_t *l, float *buf, size_t count) {
 int tensor_desc_new(const train_config_t *c, const model_t *m, int T, int bn, tensor_desc_t **out) {
   tensor_desc_t *d = calloc(1, sizeof *d);
   *out = d;
-  if (!d || !(d->tp = calloc((size_t)T, sizeof *d->tp)) || !(d->model = calloc((size_t)T, sizeof *d->model)))
+  if (!d || !(d->tp = calloc((size_t)T, sizeof *d->tp)) ||
+      !(d->model = calloc((size_t)T, sizeof *d->model)))
     return dt_error("out of memory");
   d->T = T;
   d->owned = T > 1 || bn > 1;

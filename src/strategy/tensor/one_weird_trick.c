@@ -124,7 +124,8 @@ static int step(void *st, int epoch, int64_t k) {
   size_t gb = (size_t)w->cfg->batch * o->K, start = (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   for (int i = 0; i < o->K; i++) data_shard(in_step, i, o->K, &o->off[i], &o->cnt[i]);
-  size_t block = o->cnt[0], total = exchange_floats(o->K, block, o->feat); /* the first share is the largest */
+  size_t block = o->cnt[0]; /* the first share is the largest */
+  size_t total = exchange_floats(o->K, block, o->feat);
   double t0 = dt_now(), comm = 0, tp0 = tensor_comm_sec(w->tp);
   data_gather(w->train, w->order + start, in_step, NULL, o->labels);
   DT_TRY(forward_conv(o, start, block));
@@ -199,13 +200,15 @@ static int describe_worker(step_desc_t *out, const train_config_t *c, model_t *m
     prev = step_add_layer(out, m, me, i, K * b, 0, cut, cut > 0, &g, prev, NULL);
   for (int i = m->nlayers - 1; i >= cut && prev != STEP_FAILED; i--)
     prev = step_add_layer(out, m, me, i, K * b, 1, cut, cut > 0, &g, prev, NULL);
-  if (cut > 0 && prev != STEP_FAILED) prev = step_add_ring_half(out, me, me, K, 0, total, prev, THREAD_COMPUTE);
+  if (cut > 0 && prev != STEP_FAILED)
+    prev = step_add_ring_half(out, me, me, K, 0, total, prev, THREAD_COMPUTE);
   for (int i = cut - 1; i >= 0 && prev != STEP_FAILED; i--)
     prev = step_add_layer(out, m, me, i, b, 1, 0, 0, &g, prev, NULL);
   if (cut > 0 && prev != STEP_FAILED)
     prev = step_add_allreduce(out, me, me, K, algo, front_params(m, cut), prev, THREAD_COMPUTE, 1);
   if (prev != STEP_FAILED)
-    prev = step_add(out, (step_task_t){TASK_UPDATE, me, -1, m->nparams, K * b, .peer = -1, .after = prev});
+    prev = step_add(out, (step_task_t){TASK_UPDATE, me, -1, m->nparams, K * b, .peer = -1,
+                                       .after = prev});
   return prev == STEP_FAILED ? -1 : 0;
 }
 
