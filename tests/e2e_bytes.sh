@@ -93,6 +93,13 @@ elif kind.startswith("describe:"):  # the strategy's own describe_step, rank 0
         models = round(T * sum(1 / t.get("every", 1) for t in d["tasks"] if t.get("pattern") == "send"))
         counted = ep[-1]["messages_up"] + ep[-1]["messages_down"]
         assert models == counted, f"all ranks sent {counted} models, describe_step says {models}"
+    # every rank, where the run reports each (tensor parallelism's "rank" lines, one epoch)
+    ranks = [l for l in lines if l["event"] == "rank"]
+    for l in ranks:
+        rd, ed = d["bytes_per_step"][l["rank"]], d["bytes_per_epoch"][l["rank"]]
+        want_s = round(T * rd["sent"] + len(ep) * ed["sent"])
+        want_r = round(T * rd["received"] + len(ep) * ed["received"])
+        assert (l["bytes_sent"], l["bytes_received"]) == (want_s, want_r), f"rank {l['rank']}: sent {l['bytes_sent']} received {l['bytes_received']}, describe_step says {want_s} and {want_r}"
 elif kind.startswith("counted:") or kind.startswith("pooled:"):
     # expected bytes (a coin, timing, a shared pool): rank 0's counted runs
     # of its expected tasks times their bytes a run, plus the exact rest
@@ -137,7 +144,7 @@ elif kind == "adpsgd":
 elif kind == "ps":
     for v in (sent, recv):
         assert T * S <= v <= T * (S + 1024), f"sent {sent} received {recv}, expected {T * S} .. {T * (S + 1024)}"
-print(f"sent {sent} received {recv} (S {S}, T {T})")
+print(f"sent {sent} received {recv} (S {S}, T {T})" + (f", {len(ranks)} rank lines" if kind.startswith("describe:") and ranks else ""))
 PYEOF
 
 # run NAME FORMULA -- dtrain options...: one run's bytes against FORMULA
@@ -149,6 +156,19 @@ run() {
   else fail "$name" "$(tail -c 300 "$TMP/py.out")"; fi
 }
 L="$DTRAIN train $BASE"
+# described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
+# exactly, on local and (as NAME_mpi) under mpirun with the ranks the
+# description counts (servers, a master): one source of truth for the
+# formula, the strategy's own description.
+described() {
+  name=$1 np=$2; shift 2
+  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
+  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
+  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
+}
 run bytes_one_worker_zero exact:0 -- $L --workers 1
 run bytes_ring_2_ranks exact:1 -- $L --workers 2 --exchange allreduce:ring
 run bytes_ring_4_ranks near:1.5 -- $L --workers 4 --exchange allreduce:ring
@@ -174,19 +194,6 @@ echo 'dense units=10' >>"$TMP/four.model"
 run bytes_pipeline_four_1f1b step:4096 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule 1f1b
 run bytes_pipeline_four_interleaved step:12288 -- $L --model "$TMP/four.model" --workers 2 --pp 2 --micro-batches 2 --pipe-schedule interleaved:2 --partition macs
 
-# described NAME NP OPTIONS...: the bytes of rank 0 equal describe_step's,
-# exactly, on local and (as NAME_mpi) under mpirun with the ranks the
-# description counts (servers, a master): one source of truth for the
-# formula, the strategy's own description.
-described() {
-  name=$1 np=$2; shift 2
-  if ! "$DTRAIN" describe $BASE --workers "$np" "$@" >"$TMP/$name.step.json" 2>"$TMP/err"; then
-    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
-  fi
-  run "$name" "describe:$TMP/$name.step.json" -- $L --workers "$np" "$@"
-  ranks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"])' "$TMP/$name.step.json")
-  have_mpi && run "${name}_mpi" "describe:$TMP/$name.step.json" -- $MPIRUN -np "$ranks" $DTRAIN train $BASE --comm mpi --workers "$np" "$@"
-}
 for np in 2 3 4 5; do
   for algo in ring rhd tree naive; do
     described "bytes_described_${algo}_${np}" "$np" --exchange "allreduce:$algo"
@@ -320,6 +327,45 @@ pooled bytes_pooled_distbelief_every_2 2 --preset distbelief --fetch-every 2 --p
 pooled bytes_pooled_backup_3 3 --exchange ps:2 --schedule backup:1
 expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --exchange shared
 expect_error describe_not_yet_ps_tp 1 "describe_step covers whole-model pushes" -- "$DTRAIN" describe $BASE --workers 4 --exchange ps:2 --tp 2
+# tensor parallelism: the split layers' sums over the group, each rank's
+# own blocks (3 ranks: 512, 20 and 50 do not divide), the data-parallel
+# ring over each block's replicas, a split=channels convolution's
+# allgather, pipelines of tensor-parallel stages; every rank's bytes are
+# checked (the run's "rank" lines)
+described bytes_described_tp2_mlp 2 --tp 2
+described bytes_described_tp3_mlp_ring 3 --tp 3 --exchange allreduce:ring
+described bytes_described_tp2_lenet 2 --model lenet --tp 2
+described bytes_described_tp3_lenet_tree 3 --model lenet --tp 3 --exchange allreduce:tree
+described bytes_described_dp2_tp2 4 --tp 2 --exchange allreduce:ring
+printf 'conv2d filters=5 kernel=3 split=channels\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/channels.model"
+described bytes_described_tp3_channels_allgather 3 --model "$TMP/channels.model" --tp 3 --exchange allreduce:ring
+described bytes_described_pp2_tp2 4 --pp 2 --tp 2 --micro-batches 2 --partition macs
+described bytes_described_pp2_tp2_lenet_1f1b 4 --model lenet --pp 2 --tp 2 --micro-batches 2 --partition 0,3 --pipe-schedule 1f1b
+described bytes_described_dp2_pp2_tp2 8 --pp 2 --tp 2 --micro-batches 2 --partition macs --exchange allreduce:ring
+# the one weird trick: the features' allgather and their gradients'
+# reduce-scatter, the split layers' sums on K x batch, the convolutions'
+# allreduce; mlp exchanges the input
+described bytes_described_owt_lenet_2 2 --model lenet --tp-conv data
+described bytes_described_owt_lenet_3 3 --model lenet --tp-conv data --exchange allreduce:ring
+described bytes_described_owt_mlp_3 3 --tp-conv data --exchange allreduce:tree
+described bytes_described_owt_preset 4 --preset one-weird-trick --model lenet
+# synchronized batch norm's sums (C + 1 and C forward, 2C backward, but
+# for a first layer), alone and beside tensor parallelism
+printf 'conv2d filters=4 kernel=3 pad=1\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndense units=32\nbatchnorm\nrelu\ndense units=10\n' >"$TMP/bn.model"
+printf 'dense units=64\nrelu\ndense units=32\nbatchnorm\nrelu\ndense units=10\n' >"$TMP/bn_tp.model"
+described bytes_described_sync_bn_3 3 --model "$TMP/bn.model" --sync-bn on --exchange allreduce:ring
+described bytes_described_sync_bn_dp2_tp2 4 --model "$TMP/bn_tp.model" --tp 2 --sync-bn on --exchange allreduce:ring
+# priority order: buckets in parts of --partition-kb, each after the
+# ranks' agreement (an allgather of a float a rank); --balance: the step
+# times' tree allreduce
+described bytes_described_priority_64k 3 --comm-order priority --partition-kb 64 --exchange allreduce:ring
+described bytes_described_priority_lenet_rhd 4 --model lenet --comm-order priority --partition-kb 8 --exchange allreduce:rhd --bucket-mb 0
+described bytes_described_balance 3 --balance on --exchange allreduce:ring
+run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
+check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
+expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
+expect_error describe_project_adam_tp 1 "describe_step covers whole-model pushes" -- \
+  "$DTRAIN" describe $BASE --workers 4 --preset project-adam
 
 if have_mpi; then
   M="$MPIRUN -np 2 $DTRAIN train $BASE --comm mpi"

@@ -605,6 +605,38 @@ static void test_block_partition(void) {
     }
 }
 
+/* The public byte functions (cost.c, coll_async_agree_bytes), which a
+ * step's description sums, against the formulas above. */
+static void test_cost_bytes_match_formulas(void) {
+  size_t counts[] = {0, 1, 5, 7, 100, 1001};
+  allreduce_algo_t algos[] = {ALLREDUCE_RING, ALLREDUCE_RHD, ALLREDUCE_TREE, ALLREDUCE_NAIVE};
+  for (int P = 1; P <= 9; P++)
+    for (int r = 0; r < P; r++)
+      for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        size_t C = counts[k], s, v;
+        for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+          wire_t w = flat_allreduce(algos[a], P, r, C);
+          CHECK_OK(coll_allreduce_bytes(algos[a], P, r, C, &s, &v));
+          CHECK(s == w.sent * sizeof(float) && v == w.received * sizeof(float));
+        }
+        wire_t rs = P > 1 ? ring_reduce_scatter(P, r, C) : (wire_t){0, 0};
+        wire_t ag = P > 1 ? ring_allgather(P, r, C) : (wire_t){0, 0};
+        coll_reduce_scatter_bytes(P, r, C, &s, &v);
+        CHECK(s == rs.sent * sizeof(float) && v == rs.received * sizeof(float));
+        coll_allgather_bytes(P, r, C, &s, &v);
+        CHECK(s == ag.sent * sizeof(float) && v == ag.received * sizeof(float));
+      }
+  for (int P = 1; P <= 9; P++)
+    for (int r = 0; r < P; r++) {
+      size_t s, v;
+      wire_t w = P > 1 ? ring_allgather(P, r, (size_t)P) : (wire_t){0, 0};
+      coll_async_agree_bytes(COLL_ORDER_PRIORITY, P, r, &s, &v);
+      CHECK(s == w.sent * sizeof(float) && v == w.received * sizeof(float));
+      coll_async_agree_bytes(COLL_ORDER_FIFO, P, r, &s, &v);
+      CHECK(s == 0 && v == 0);
+    }
+}
+
 /* auto on a 1 Gbit/s, 50 us link: 1 KB is latency-bound (tree or rhd,
  * 2 lg P messages, not ring's 2(P-1)); 64 MB is bandwidth-bound: on 6 ranks ring (rhd would send
  * 2 S more to fold the 2 extra ranks), on 8 ranks rhd (same bytes as ring
@@ -956,6 +988,7 @@ static void test_hier_host_layouts(void) {
 int main(void) {
   RUN(test_algo_names);
   RUN(test_block_partition);
+  RUN(test_cost_bytes_match_formulas);
   RUN(test_auto_choice);
   RUN(test_auto_choice_hosts);
   RUN(test_collective_tags_apart);

@@ -254,7 +254,8 @@ static int group_sum(tp_link_t *t, float *buf, size_t count) {
 /* A Megatron MLP block (dense 7 by columns, relu, dense 6 by rows) after
  * a dense layer and batch norm, over 3 ranks: forward sums the row layer's
  * N x 6 outputs, backward the column layer's N x 4 input gradient, and
- * model_t.cost charges those bytes, and no others, to the dense kind. */
+ * model_t.cost charges those bytes, and no others, to the dense kind; a
+ * step's description says the same. */
 static int costs_rank(comm_t *c, void *arg) {
   (void)arg;
   float x[N * 4];
@@ -281,6 +282,24 @@ static int costs_rank(comm_t *c, void *arg) {
   RCHECK(d->bytes_sent == want && own.sent == want && d->bytes_received == own.received);
   RCHECK(d->comm_sec > 0 && d->comm_sec == link.sec && d->compute_sec > 0);
   RCHECK(bn->bytes_sent == 0 && bn->comm_sec == 0 && bn->compute_sec > 0);
+  /* the step's description (model_layer_sums): the same two sums, each
+   * right after its layer's pass (the fused model's layers 3 and 2), with the
+   * bytes the layers sent */
+  step_desc_t sd;
+  step_desc_init(&sd, TP);
+  step_groups_t groups = {{TP, comm_rank(c), ALLREDUCE_RING}, {1, 0, ALLREDUCE_RING}};
+  RCHECK(step_add_passes_summed(&sd, m, comm_rank(c), N, &groups, NULL) >= 0);
+  int sums = 0;
+  double said = 0;
+  for (int i = 0; i < sd.ntasks; i++) {
+    const step_task_t *t = &sd.task[i];
+    if (t->kind != TASK_COMM) continue;
+    const step_task_t *a = &sd.task[t->after];
+    RCHECK(sums ? a->kind == TASK_BACKWARD && a->layer == 2 : a->kind == TASK_FORWARD && a->layer == 3);
+    said += t->sent, sums++;
+  }
+  step_desc_free(&sd);
+  RCHECK(sums == 2 && said == (double)want);
   model_free(m);
   coll_ctx_free(gl.coll);
   comm_free(g);

@@ -80,6 +80,10 @@ int coll_allreduce_bytes(allreduce_algo_t algo, int P, int rank, size_t count, s
  * rank's bytes (broadcast_tree.c, reduce_tree.c). */
 void coll_tree_bytes(int reduce, int P, int root, int rank, size_t count, size_t *sent,
                      size_t *received);
+/* The ring's two halves (reduce_scatter_ring.c, allgather_ring.c, either
+ * version) of `count` floats over P ranks: this rank's bytes. */
+void coll_reduce_scatter_bytes(int P, int rank, size_t count, size_t *sent, size_t *received);
+void coll_allgather_bytes(int P, int rank, size_t count, size_t *sent, size_t *received);
 void coll_allreduce_cost(allreduce_algo_t algo, int P, size_t segments, int oversubscribed,
                          double *messages, double *bytes);
 double coll_allreduce_time(allreduce_algo_t algo, int P, size_t bytes, size_t segments,

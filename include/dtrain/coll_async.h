@@ -34,4 +34,8 @@ int coll_async_wait_one(coll_async_t *a, size_t ticket);
 int coll_async_wait(coll_async_t *a, double *busy_sec);
 double coll_async_take_busy(coll_async_t *a);
 void coll_async_free(coll_async_t *a);
+/* What a request costs on the wire besides its own bytes, on rank `rank`
+ * of P: under PRIORITY the ranks' agreement before it (an allgather_ring
+ * of one float a rank); nothing under FIFO. */
+void coll_async_agree_bytes(coll_order_t order, int P, int rank, size_t *sent, size_t *received);
 #endif

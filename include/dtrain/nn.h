@@ -114,6 +114,19 @@ typedef struct {
 
 typedef struct layer layer_t;
 
+/* One collective a layer calls itself in a training pass: tensor
+ * parallelism's sums and gathers over its group (tp), synchronized batch
+ * norm's sums over the data-parallel group (bn): an allreduce, or an
+ * allgather (allgather_ring), of `count` floats. The layers' own code asks
+ * for these before it calls them, so a step's description reads the same
+ * numbers the layer sends. */
+typedef struct {
+  int bn;      /* 1: over the batch norm's group, 0: over the tensor-parallel group */
+  int gather;  /* 1: an allgather, 0: an allreduce */
+  size_t count;
+} layer_sum_t;
+enum { LAYER_MAX_SUMS = 2 };
+
 /* What a layer kind implements. setup() checks the input shape, sets the
  * output shape (in_shape -> out_shape), the parameter/buffer/scratch sizes; the model then assigns
  * the views (w, b, dw, db, running_*, scratch, out, dout) before any
@@ -132,6 +145,11 @@ typedef struct {
    * that the parameter gradients can leave (model_backward's ready) while
    * dx is computed. NULL: backward does both. */
   void (*backward_input)(layer_t *l, float *dx, int n);
+  /* Optional: the collectives of a training forward (backward 0) or
+   * backward (backward 1; has_dx: its input gradient is computed) on n
+   * samples, in the order the layer calls them, into out (room for
+   * LAYER_MAX_SUMS); returns how many. NULL: none. */
+  int (*sums)(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out);
 } layer_ops_t;
 
 struct layer {
@@ -256,6 +274,13 @@ double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *corr
  * group's sums with nothing added, in the order a forward and a backward
  * pass would call them, so the others do not wait. */
 void model_bn_sync_idle(model_t *m);
+/* The collectives layer i calls itself in a training pass on n samples
+ * (layer_ops_t.sums), in a pass over layers first.. of m whose caller
+ * wants the gradient of their input (range_dx) or not: what
+ * layer_range_backward hands each layer decides whether it computes its
+ * input gradient. Returns how many (out: room for LAYER_MAX_SUMS). */
+int model_layer_sums(const model_t *m, int i, int n, int backward, int first, int range_dx,
+                     layer_sum_t *out);
 /* Backward pass. After layer i's parameter gradients are final, calls
  * ready(ctx, i) if given (data parallelism starts bucket allreduces there),
  * before its input gradient where the layer computes that apart. */

@@ -16,11 +16,11 @@ static const char *DESCRIBE_HELP =
     "for. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
     "Described so far: synchronous data parallelism (--exchange allreduce:ring|rhd|tree|\n"
-    "naive|shm, and auto on 2 ranks) without --compress, --tp, --sync-bn, --balance or\n"
-    "--comm-order priority; model averaging (local SGD, SparkNet), D-PSGD and EASGD\n"
-    "(sync, async) without --compress; synchronous pipelines (gpipe, 1f1b, interleaved,\n"
-    "with replicas; --partition macs or given) without --compress or --tp. Other\n"
-    "strategies say so.\n";
+    "naive|shm, and auto on 2 ranks) with --tp, --sync-bn, --balance and --comm-order\n"
+    "priority, without --compress; the one weird trick (--tp-conv data); model averaging\n"
+    "(local SGD, SparkNet), D-PSGD and EASGD (sync, async) without --compress;\n"
+    "synchronous pipelines (gpipe, 1f1b, interleaved, with replicas and --tp;\n"
+    "--partition macs or given) without --compress. Other strategies say so.\n";
 
 int cmd_describe(int argc, char **argv) {
   for (int i = 1; i < argc; i++)

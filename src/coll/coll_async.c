@@ -89,14 +89,22 @@ static int run_op(coll_ctx_t *ctx, const async_op_t *op) {
 
 static int has_pending(const coll_async_t *a) { return a->nrun < a->tail; }
 
+/* The agreement's message: one float a rank, each its count of requests. */
+static size_t agree_floats(int P) { return (size_t)P; }
+
+void coll_async_agree_bytes(coll_order_t order, int P, int rank, size_t *sent, size_t *received) {
+  *sent = *received = 0;
+  if (order == COLL_ORDER_PRIORITY) coll_allgather_bytes(P, rank, agree_floats(P), sent, received);
+}
+
 /* The number of submitted requests every rank holds: the shortest prefix.
  * Called with mu released and `running` set, so one thread a rank agrees. */
 static int agree_on_prefix(coll_async_t *a, size_t tail, size_t *agreed) {
   comm_t *c = coll_ctx_comm(a->ctx);
   int n = comm_size(c), r = comm_rank(c);
-  memset(a->held, 0, (size_t)n * sizeof *a->held);
+  memset(a->held, 0, agree_floats(n) * sizeof *a->held);
   a->held[r] = (float)(tail - a->nrun); /* < ASYNC_QUEUE: exact in a float */
-  if (allgather_ring(a->ctx, a->held, (size_t)n) != 0) return -1;
+  if (allgather_ring(a->ctx, a->held, agree_floats(n)) != 0) return -1;
   float least = a->held[0];
   for (int i = 1; i < n; i++) least = a->held[i] < least ? a->held[i] : least;
   *agreed = a->nrun + (size_t)least;
@@ -172,7 +180,7 @@ int coll_async_new(coll_ctx_t *ctx, coll_order_t order, coll_async_t **out) {
   a->order = order;
   a->trace = dt_trace;
   if (order == COLL_ORDER_PRIORITY &&
-      !(a->held = calloc((size_t)comm_size(coll_ctx_comm(ctx)), sizeof *a->held))) {
+      !(a->held = calloc(agree_floats(comm_size(coll_ctx_comm(ctx))), sizeof *a->held))) {
     free(a);
     return dt_error("out of memory");
   }

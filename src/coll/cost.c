@@ -27,11 +27,41 @@ static size_t block_len(size_t count, int parts, int i) {
   return len;
 }
 
-/* Ring: rank r sends every block but b_r and b_{r+1}'s turn (2S - |b_r| -
- * |b_{r+1}|) and receives 2S - |b_{r-1}| - |b_r|. */
+/* The ring's halves, in floats: rank r's reduce-scatter sends every block
+ * but b_r and receives every block but b_{r-1}; its allgather sends every
+ * block but b_{r+1} and receives every block but b_r. */
+static void scatter_floats(int P, int r, size_t n, size_t *sent, size_t *recv) {
+  *sent = n - block_len(n, P, r);
+  *recv = n - block_len(n, P, r - 1);
+}
+
+static void gather_floats(int P, int r, size_t n, size_t *sent, size_t *recv) {
+  *sent = n - block_len(n, P, r + 1);
+  *recv = n - block_len(n, P, r);
+}
+
+/* Ring: a reduce-scatter, then an allgather (2S - |b_r| - |b_{r+1}| sent,
+ * 2S - |b_{r-1}| - |b_r| received). */
 static void ring_bytes(int P, int r, size_t n, size_t *sent, size_t *recv) {
-  *sent = 2 * n - block_len(n, P, r) - block_len(n, P, r + 1);
-  *recv = 2 * n - block_len(n, P, r - 1) - block_len(n, P, r);
+  size_t s1, r1, s2, r2;
+  scatter_floats(P, r, n, &s1, &r1);
+  gather_floats(P, r, n, &s2, &r2);
+  *sent = s1 + s2;
+  *recv = r1 + r2;
+}
+
+void coll_reduce_scatter_bytes(int P, int rank, size_t count, size_t *sent, size_t *received) {
+  *sent = *received = 0;
+  if (P <= 1 || count == 0) return;
+  scatter_floats(P, rank, count, sent, received);
+  *sent *= sizeof(float), *received *= sizeof(float);
+}
+
+void coll_allgather_bytes(int P, int rank, size_t count, size_t *sent, size_t *received) {
+  *sent = *received = 0;
+  if (P <= 1 || count == 0) return;
+  gather_floats(P, rank, count, sent, received);
+  *sent *= sizeof(float), *received *= sizeof(float);
 }
 
 /* Recursive halving-doubling: each level of width w exchanges the aligned

@@ -57,7 +57,9 @@ static void sigmoid_backward(layer_t *l, const float *x, float *dx, int n) {
   for (size_t i = 0; i < len; i++) dx[i] = dout[i] * out[i] * (1.0f - out[i]);
 }
 
-const layer_ops_t layer_relu_ops = {"relu", act_setup, act_init, relu_forward, relu_backward, NULL};
-const layer_ops_t layer_tanh_ops = {"tanh", act_setup, act_init, tanh_forward, tanh_backward, NULL};
+const layer_ops_t layer_relu_ops = {"relu", act_setup, act_init, relu_forward, relu_backward,
+                                    NULL, NULL};
+const layer_ops_t layer_tanh_ops = {"tanh", act_setup, act_init, tanh_forward, tanh_backward,
+                                    NULL, NULL};
 const layer_ops_t layer_sigmoid_ops = {"sigmoid", act_setup, act_init, sigmoid_forward,
-                                       sigmoid_backward, NULL};
+                                       sigmoid_backward, NULL, NULL};

@@ -30,6 +30,15 @@ static int allgather_setup(layer_t *l, int max_batch) {
 
 static void allgather_init(layer_t *l, rng_t *rng) {}
 
+/* Forward: every rank's block of pixels x the widest shard; backward
+ * none. */
+static int allgather_sums(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out) {
+  if (backward) return 0;
+  size_t pix = (size_t)n * l->in_shape.h * l->in_shape.w;
+  out[0] = (layer_sum_t){.gather = 1, .count = (size_t)l->tp->size * pix * widest_shard(l)};
+  return 1;
+}
+
 static void allgather_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   size_t pix = (size_t)n * l->in_shape.h * l->in_shape.w, cmax = (size_t)widest_shard(l);
   size_t c = (size_t)l->in_shape.c, C = (size_t)l->in_full, blk = pix * cmax;
@@ -38,7 +47,9 @@ static void allgather_forward(layer_t *l, const float *x, int n, int train, rng_
     memcpy(mine + p * cmax, x + p * c, c * sizeof(float));
     if (c < cmax) memset(mine + p * cmax + c, 0, (cmax - c) * sizeof(float));
   }
-  tp_allgather(l->tp, l->scratch, (size_t)l->tp->size * blk);
+  layer_sum_t all;
+  allgather_sums(l, n, 0, 0, &all);
+  tp_allgather(l->tp, l->scratch, all.count);
   for (int q = 0; q < l->tp->size; q++) {
     int off, len;
     tp_block(l->in_full, l->tp->size, q, &off, &len);
@@ -54,4 +65,5 @@ static void allgather_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_allgather_ops = {"allgather", allgather_setup, allgather_init,
-                                         allgather_forward, allgather_backward, NULL};
+                                         allgather_forward, allgather_backward, NULL,
+                                         allgather_sums};

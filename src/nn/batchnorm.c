@@ -57,6 +57,21 @@ static bn_scratch_t scratch_of(layer_t *l) {
   return (bn_scratch_t){s, s + c, s + 2 * c, s + 3 * c, s + 4 * c, s + 5 * c, s + 5 * c + 1};
 }
 
+/* Synchronized, a training pass's sums over the group: forward Σx per
+ * channel with the pixel count (C + 1), then Σ(x − μ)² (C); backward,
+ * where the input gradient is computed, Σdy and Σdy·x̂ (2C). */
+static int bn_sums(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out) {
+  size_t C = (size_t)l->in_shape.c;
+  if (!l->bn_sync || (backward && !has_dx)) return 0;
+  if (backward) {
+    out[0] = (layer_sum_t){.bn = 1, .count = 2 * C};
+    return 1;
+  }
+  out[0] = (layer_sum_t){.bn = 1, .count = C + 1};
+  out[1] = (layer_sum_t){.bn = 1, .count = C};
+  return 2;
+}
+
 /* Synchronized: sum[c] (and *count, if given) summed over the group, with
  * tmp (C + 1 floats) as the message. */
 static void sync_sums(layer_t *l, float *sum, float *count, float *tmp) {
@@ -145,9 +160,11 @@ static void bn_backward(layer_t *l, const float *x, float *dx, int n) {
   float *a = s.t0, *e = s.t1, *k = s.t2;
   int train = *s.train != 0.0f;
   float inv_m = train ? 1.0f / *s.pixels : 0.0f;
-  if (train && l->bn_sync) { /* the group's Σ dy and Σ dy·x̂ (γ, β's gradients stay local) */
+  layer_sum_t sum;
+  /* synchronized: the group's Σ dy and Σ dy·x̂ (γ, β's gradients stay local) */
+  if (train && bn_sums(l, n, 1, 1, &sum)) {
     for (int c = 0; c < C; c++) s.t0[c] = dbeta[c], s.t1[c] = dgamma[c];
-    tp_allreduce(l->bn_sync, s.t0, 2 * (size_t)C);
+    tp_allreduce(l->bn_sync, s.t0, sum.count);
     for (int c = 0; c < C; c++) {
       float gb = s.t0[c], gg = s.t1[c];
       a[c] = l->w[c] * invstd[c];
@@ -168,22 +185,17 @@ static void bn_backward(layer_t *l, const float *x, float *dx, int n) {
   }
 }
 
-/* A rank with no sample: the sums a training forward and backward would
- * add to, with nothing in them (backward = 0: the forward's two, else the
- * backward's one). */
-void bn_sync_idle(layer_t *l, int backward) {
+/* A rank with no sample: the sums a training forward or backward would
+ * add to (bn_sums), with nothing in them. */
+void bn_sync_idle(layer_t *l, int backward, int has_dx) {
   bn_scratch_t s = scratch_of(l);
-  size_t C = (size_t)l->in_shape.c;
-  if (!l->bn_sync) return;
-  for (size_t c = 0; c < 2 * C + 1; c++) s.t0[c] = 0.0f;
-  if (backward) {
-    tp_allreduce(l->bn_sync, s.t0, 2 * C);
-    return;
+  layer_sum_t sum[LAYER_MAX_SUMS];
+  int k = bn_sums(l, 0, backward, has_dx, sum);
+  for (int i = 0; i < k; i++) {
+    for (size_t c = 0; c < sum[i].count; c++) s.t0[c] = 0.0f;
+    tp_allreduce(l->bn_sync, s.t0, sum[i].count);
   }
-  tp_allreduce(l->bn_sync, s.t0, C + 1);
-  for (size_t c = 0; c < C + 1; c++) s.t0[c] = 0.0f;
-  tp_allreduce(l->bn_sync, s.t0, C);
 }
 
 const layer_ops_t layer_batchnorm_ops = {"batchnorm", bn_setup, bn_init, bn_forward,
-                                         bn_backward, NULL};
+                                         bn_backward, NULL, bn_sums};

@@ -282,6 +282,20 @@ static int forward_bf16(layer_t *l, const geom_t *g, const float *x, int n, int 
                              0.0f, l->out, g->oc);
 }
 
+/* Megatron's g, a ROW layer's output summed in forward, and f, a COLUMN
+ * layer's input gradient summed in backward. */
+static int conv_sums(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out) {
+  if (!backward && l->spec.split == SPLIT_ROW) {
+    out[0] = (layer_sum_t){.count = (size_t)n * shape_size(l->out_shape)};
+    return 1;
+  }
+  if (backward && has_dx && l->spec.split == SPLIT_COLUMN) {
+    out[0] = (layer_sum_t){.count = (size_t)n * shape_size(l->in_shape)};
+    return 1;
+  }
+  return 0;
+}
+
 static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   geom_t g = geom(l);
   int rows = n * g.oh * g.ow;
@@ -295,7 +309,8 @@ static void conv_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
     }
     kern_gemm(0, 1, rows, g.oc, g.kdim, 1.0f, cols, g.kdim, l->w, g.kdim, 0.0f, l->out, g.oc);
   }
-  if (l->spec.split == SPLIT_ROW) tp_allreduce(l->tp, l->out, (size_t)rows * g.oc); /* Megatron's g */
+  layer_sum_t sum;
+  if (conv_sums(l, n, 0, 0, &sum)) tp_allreduce(l->tp, l->out, sum.count); /* Megatron's g */
   bias_act(l->out, l->b, (size_t)rows, g.oc, l->spec.act == ACT_RELU);
 }
 
@@ -329,7 +344,8 @@ static void input_gradient(layer_t *l, float *dx, int n, const uint16_t *d16) {
     col2im(&g, l->scratch, n, dx);
     l->cols_bf16 = 0; /* the scratch holds fp32 dcols now */
   }
-  if (l->spec.split == SPLIT_COLUMN) tp_allreduce(l->tp, dx, (size_t)n * g.h * g.w * g.c); /* f */
+  layer_sum_t sum;
+  if (conv_sums(l, n, 1, 1, &sum)) tp_allreduce(l->tp, dx, sum.count); /* f */
 }
 
 static void conv_backward_input(layer_t *l, float *dx, int n) { input_gradient(l, dx, n, NULL); }
@@ -363,4 +379,4 @@ static void conv_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_conv2d_ops = {"conv2d", conv_setup, conv_init, conv_forward,
-                                      conv_backward, conv_backward_input};
+                                      conv_backward, conv_backward_input, conv_sums};

@@ -53,12 +53,28 @@ static void dense_init(layer_t *l, rng_t *rng) {
   layer_uniform_block(rng, bound, (size_t)l->out_full, 1, 1, (size_t)l->out_off, rows, 0, 1, l->b);
 }
 
+/* Megatron's g, a ROW layer's output summed in forward, and f, a COLUMN
+ * layer's input gradient summed in backward (unless the caller sums it:
+ * tp_partial_dx). */
+static int dense_sums(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out) {
+  if (!backward && l->spec.split == SPLIT_ROW) {
+    out[0] = (layer_sum_t){.count = (size_t)n * l->out_shape.c};
+    return 1;
+  }
+  if (backward && has_dx && l->spec.split == SPLIT_COLUMN && !l->tp_partial_dx) {
+    out[0] = (layer_sum_t){.count = (size_t)n * shape_size(l->in_shape)};
+    return 1;
+  }
+  return 0;
+}
+
 static void dense_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   float *out = l->out;
   const float *b = l->b;
   kern_gemm(0, 1, n, units, in, 1.0f, x, in, l->w, in, 0.0f, out, units);
-  if (l->spec.split == SPLIT_ROW) tp_allreduce(l->tp, out, (size_t)n * units); /* Megatron's g */
+  layer_sum_t g;
+  if (dense_sums(l, n, 0, 0, &g)) tp_allreduce(l->tp, out, g.count);
   for (int r = 0; r < n; r++) {
     float *o = out + (size_t)r * units;
     if (l->spec.act == ACT_RELU)
@@ -93,8 +109,8 @@ static void mask_and_sum(float *restrict dout, const float *restrict out, int re
 static void dense_backward_input(layer_t *l, float *dx, int n) {
   int in = (int)shape_size(l->in_shape), units = l->out_shape.c;
   kern_gemm(0, 0, n, in, units, 1.0f, l->dout, units, l->w, in, 0.0f, dx, in);
-  if (l->spec.split == SPLIT_COLUMN && !l->tp_partial_dx)
-    tp_allreduce(l->tp, dx, (size_t)n * in); /* Megatron's f */
+  layer_sum_t f;
+  if (dense_sums(l, n, 1, 1, &f)) tp_allreduce(l->tp, dx, f.count);
 }
 
 static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
@@ -105,4 +121,4 @@ static void dense_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_dense_ops = {"dense", dense_setup, dense_init, dense_forward,
-                                     dense_backward, dense_backward_input};
+                                     dense_backward, dense_backward_input, dense_sums};

@@ -61,4 +61,4 @@ static void dropout_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_dropout_ops = {"dropout", dropout_setup, dropout_init, dropout_forward,
-                                       dropout_backward, NULL};
+                                       dropout_backward, NULL, NULL};

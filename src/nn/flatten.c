@@ -26,4 +26,4 @@ static void flatten_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_flatten_ops = {"flatten", flatten_setup, flatten_init, flatten_forward,
-                                       flatten_backward, NULL};
+                                       flatten_backward, NULL, NULL};

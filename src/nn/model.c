@@ -360,12 +360,19 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
   }
 }
 
+/* The input gradient layer_range_backward hands layer l: the caller's dx
+ * to a reader of the range's input, else its input layer's dout (NULL for
+ * a flatten that aliases the model's input). */
+static float *input_gradient(const layer_t *layers, int first, const layer_t *l, float *dx) {
+  return l->spec.input < first ? dx : layers[l->spec.input].dout;
+}
+
 void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int n,
                           grad_ready_fn ready, void *ctx) {
   for (int i = r->last; i >= r->first; i--) {
     layer_t *l = &r->layers[i];
     if (layer_range_is_alias(r, i)) continue;
-    float *ldx = l->spec.input < r->first ? dx : r->layers[l->spec.input].dout;
+    float *ldx = input_gradient(r->layers, r->first, l, dx);
     int early = ready && l->param_len && ldx && l->ops->backward_input;
     layer_meter_t mt = meter_start(l);
     l->ops->backward(l, layer_input(r, l, x), early ? NULL : ldx, n);
@@ -405,11 +412,20 @@ const float *model_layer_input(const model_t *m, int i, const float *x) {
 void model_bn_sync_idle(model_t *m) {
   if (!m->bn_sync) return;
   for (int i = 0; i < m->nlayers; i++)
-    if (m->layers[i].spec.kind == LAYER_BATCHNORM) bn_sync_idle(&m->layers[i], 0);
-  for (int i = m->nlayers - 1; i >= 0; i--) /* backward: where an input gradient is computed */
-    if (m->layers[i].spec.kind == LAYER_BATCHNORM && m->layers[i].spec.input >= 0 &&
-        m->layers[m->layers[i].spec.input].dout) /* not a flatten aliasing the input */
-      bn_sync_idle(&m->layers[i], 1);
+    if (m->layers[i].spec.kind == LAYER_BATCHNORM) bn_sync_idle(&m->layers[i], 0, 0);
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    layer_t *l = &m->layers[i];
+    if (l->spec.kind == LAYER_BATCHNORM)
+      bn_sync_idle(l, 1, input_gradient(m->layers, 0, l, NULL) != NULL);
+  }
+}
+
+int model_layer_sums(const model_t *m, int i, int n, int backward, int first, int range_dx,
+                     layer_sum_t *out) {
+  const layer_t *l = &m->layers[i];
+  float given; /* stands for the caller's dx: only whether there is one matters */
+  int has_dx = input_gradient(m->layers, first, l, range_dx ? &given : NULL) != NULL;
+  return l->ops->sums ? l->ops->sums(l, n, backward, has_dx, out) : 0;
 }
 
 void model_backward(model_t *m, const float *x, int n, grad_ready_fn ready, void *ctx) {

@@ -43,7 +43,8 @@ void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int
                           grad_ready_fn ready, void *ctx);
 
 /* batchnorm.c: a synchronized batch norm's sums with nothing added (a
- * rank with no sample), for its forward (backward = 0) or its backward. */
-void bn_sync_idle(layer_t *l, int backward);
+ * rank with no sample), for its forward (backward = 0) or its backward
+ * (has_dx: where it computes its input gradient). */
+void bn_sync_idle(layer_t *l, int backward, int has_dx);
 
 #endif

@@ -175,6 +175,6 @@ static void avgpool_backward(layer_t *l, const float *x, float *dx, int n) {
 }
 
 const layer_ops_t layer_maxpool_ops = {"maxpool", maxpool_setup, pool_init, maxpool_forward,
-                                       maxpool_backward, NULL};
+                                       maxpool_backward, NULL, NULL};
 const layer_ops_t layer_avgpool_ops = {"avgpool", avgpool_setup, pool_init, avgpool_forward,
-                                       avgpool_backward, NULL};
+                                       avgpool_backward, NULL, NULL};

@@ -83,17 +83,39 @@ int step_exact(const step_desc_t *d) {
   return 1;
 }
 
-int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd) {
+/* One collective a layer calls itself, over its group in g. */
+static int add_layer_sum(step_desc_t *d, int rank, const step_groups_t *g, layer_sum_t s,
+                         int after) {
+  const step_group_t *grp = s.bn ? &g->bn : &g->tp;
+  if (s.gather)
+    return step_add_ring_half(d, rank, grp->rank, grp->size, 1, s.count, after, THREAD_COMPUTE);
+  return step_add_allreduce(d, rank, grp->rank, grp->size, grp->algo, s.count, after,
+                            THREAD_COMPUTE, 1);
+}
+
+int step_add_layer(step_desc_t *d, const model_t *m, int rank, int i, int samples, int backward,
+                   int first, int range_dx, const step_groups_t *g, int after, int *compute) {
+  int prev = step_add(d, (step_task_t){backward ? TASK_BACKWARD : TASK_FORWARD, rank, i,
+                                       m->layers[i].param_len, samples, .peer = -1, .after = after});
+  if (compute) *compute = prev;
+  layer_sum_t sum[LAYER_MAX_SUMS];
+  int n = g ? model_layer_sums(m, i, samples, backward, first, range_dx, sum) : 0;
+  for (int k = 0; k < n && prev != STEP_FAILED; k++) prev = add_layer_sum(d, rank, g, sum[k], prev);
+  return prev;
+}
+
+int step_add_passes_summed(step_desc_t *d, const model_t *m, int rank, int samples,
+                           const step_groups_t *g, int *bwd) {
   int prev = -1;
   for (int i = 0; i < m->nlayers && prev != STEP_FAILED; i++)
-    prev = step_add(d, (step_task_t){TASK_FORWARD, rank, i, m->layers[i].param_len, samples,
-                                     .peer = -1, .after = prev});
-  for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--) {
-    prev = step_add(d, (step_task_t){TASK_BACKWARD, rank, i, m->layers[i].param_len, samples,
-                                     .peer = -1, .after = prev});
-    if (bwd) bwd[i] = prev;
-  }
+    prev = step_add_layer(d, m, rank, i, samples, 0, 0, 0, g, prev, NULL);
+  for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--)
+    prev = step_add_layer(d, m, rank, i, samples, 1, 0, 0, g, prev, bwd ? &bwd[i] : NULL);
   return prev;
+}
+
+int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd) {
+  return step_add_passes_summed(d, m, rank, samples, NULL, bwd);
 }
 
 int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples) {
@@ -147,6 +169,17 @@ int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, con
                                    .thread = thread, .after = after, .from = from, .until = until,
                                    .bounded = !x.exact, .sent_min = (double)x.sent_min,
                                    .received_min = (double)x.received_min});
+}
+
+int step_add_ring_half(step_desc_t *d, int rank, int group_rank, int group, int gather,
+                       size_t count, int after, step_thread_t thread) {
+  size_t sent, received;
+  if (gather) coll_allgather_bytes(group, group_rank, count, &sent, &received);
+  else coll_reduce_scatter_bytes(group, group_rank, count, &sent, &received);
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1,
+                                   .pattern = gather ? "allgather" : "reduce_scatter",
+                                   .algo = "ring", .peer = -1, .group = group, .sent = (double)sent,
+                                   .received = (double)received, .thread = thread, .after = after});
 }
 
 static const char *kind_name(step_task_kind_t k) {

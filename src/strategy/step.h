@@ -73,6 +73,26 @@ int step_add(step_desc_t *d, step_task_t t);
  * for `rank`, in order; bwd (m->nlayers entries, or NULL) gets each
  * layer's backward task. Returns the last task, or STEP_FAILED. */
 int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int *bwd);
+/* The groups a rank's layers sum over themselves (layer_sum_t): tensor
+ * parallelism's and synchronized batch norm's, each with its size, this
+ * rank's place in it and its allreduce (step_allreduce_algo's). */
+typedef struct {
+  int size, rank, algo;
+} step_group_t;
+typedef struct {
+  step_group_t tp, bn;
+} step_groups_t;
+/* Layer i's forward (backward 0) or backward on `samples` for `rank`,
+ * after task `after`, then the collectives it calls itself
+ * (model_layer_sums: first and range_dx as it takes them) over g's
+ * groups, each after the one before. *compute (if given) gets the layer's
+ * own task. Returns the last task added, or STEP_FAILED. */
+int step_add_layer(step_desc_t *d, const model_t *m, int rank, int i, int samples, int backward,
+                   int first, int range_dx, const step_groups_t *g, int after, int *compute);
+/* step_add_passes of a model whose layers sum over g's groups (NULL:
+ * none do): each layer by step_add_layer. */
+int step_add_passes_summed(step_desc_t *d, const model_t *m, int rank, int samples,
+                           const step_groups_t *g, int *bwd);
 /* A replica's local step: its passes (step_add_passes, bwd NULL) and the
  * optimizer's update after them. Returns the update, or STEP_FAILED. */
 int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples);
@@ -86,6 +106,12 @@ int step_allreduce_algo(int algo, int P, int *out);
  * `every` steps. Returns its index or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
+/* Half a ring allreduce of `count` floats over `group` ranks: the
+ * reduce-scatter (gather 0) or the allgather (1), bytes from
+ * coll_reduce_scatter_bytes or coll_allgather_bytes. Returns its index or
+ * STEP_FAILED. */
+int step_add_ring_half(step_desc_t *d, int rank, int group_rank, int group, int gather,
+                       size_t count, int after, step_thread_t thread);
 /* One binomial-tree broadcast (reduce 0) or reduce (1) of `count` floats
  * over `group` ranks from/to `root`, on rank `rank` (its rank in the group
  * too), after task `after`, every `every` steps. Returns its index or

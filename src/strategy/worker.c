@@ -15,19 +15,26 @@ int worker_max_batch(const train_config_t *cfg) {
   return cfg->balance ? 2 * cfg->batch : cfg->batch;
 }
 
-static int build_model(worker_t *w) {
-  const train_config_t *cfg = w->cfg;
+int worker_build_model(const train_config_t *cfg, shape_t in, int nclasses, tp_link_t *tp,
+                       tp_link_t *bn, model_t **out) {
   model_spec_t spec;
+  *out = NULL;
   if (model_spec_load(cfg->model, &spec) != 0) return -1;
-  shape_t in = {w->train->c, w->train->h, w->train->w};
-  int rc = strategy_plan_model(cfg, &spec, w->tp ? tensor_size(w->tp) : 0);
-  if (w->tp) spec.tp = tensor_link(w->tp);
+  int rc = strategy_plan_model(cfg, &spec, tp ? tp->size : 0);
+  spec.tp = tp;
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
-  if (w->bn_sync) spec.bn_sync = sync_bn_link(w->bn_sync);
-  if (rc == 0) rc = model_build(&spec, in, w->train->nclasses, worker_max_batch(cfg), &w->model);
+  spec.bn_sync = bn;
+  if (rc == 0) rc = model_build(&spec, in, nclasses, worker_max_batch(cfg), out);
   model_spec_free(&spec);
-  if (rc != 0) return -1;
-  model_init_params(w->model, cfg->seed);
+  return rc;
+}
+
+static int build_model(worker_t *w) {
+  shape_t in = {w->train->c, w->train->h, w->train->w};
+  if (worker_build_model(w->cfg, in, w->train->nclasses, w->tp ? tensor_link(w->tp) : NULL,
+                         w->bn_sync ? sync_bn_link(w->bn_sync) : NULL, &w->model) != 0)
+    return -1;
+  model_init_params(w->model, w->cfg->seed);
   return 0;
 }
 

@@ -230,6 +230,13 @@ typedef struct {
 /* The most samples a rank computes in a step: --batch, twice it under
  * --balance (balance.c); the model's and the batch buffers' size. */
 int worker_max_batch(const train_config_t *cfg);
+/* The model a worker of cfg builds for inputs of shape `in` and nclasses
+ * classes: the model file, the tensor-parallel plan for tp's group (NULL:
+ * none, the file's split= keys checked all the same), batch norm
+ * synchronized over bn (NULL: local). Its parameters are not yet drawn. A
+ * step's description builds each rank's so. */
+int worker_build_model(const train_config_t *cfg, shape_t in, int nclasses, tp_link_t *tp,
+                       tp_link_t *bn, model_t **out);
 
 /* 0, -1 (error set), or DRIVE_STOPPED. */
 int driver_run(worker_t *w, const driver_ops_t *ops, void *st);

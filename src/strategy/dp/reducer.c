@@ -152,16 +152,17 @@ static int plan_shard(reducer_t *s) {
   return 0;
 }
 
+size_t reducer_part_len(const train_config_t *cfg, size_t len, size_t done) {
+  size_t part = cfg->partition_bytes / sizeof(float);
+  return done >= len ? 0 : len - done < part ? len - done : part;
+}
+
 /* Priority order: the bucket in parts, the first layers' most urgent. */
 static void start_bucket_in_parts(reducer_t *s, bucket_t *b) {
   const train_config_t *cfg = s->w->cfg;
-  size_t part = cfg->partition_bytes / sizeof(float);
   float *g = s->w->model->grads + b->off;
-  for (size_t done = 0; done < b->len || done == 0; done += part) {
-    size_t n = b->len - done < part ? b->len - done : part;
+  for (size_t done = 0, n; (n = reducer_part_len(cfg, b->len, done)) > 0; done += n)
     b->last_ticket = coll_async_allreduce(s->async, cfg->algo, g + done, n, b->first_layer);
-    if (n == 0) break;
-  }
   b->pending = 1;
 }
 

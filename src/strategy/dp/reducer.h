@@ -27,6 +27,10 @@ int reducer_plan_buckets(const model_t *m, const train_config_t *cfg, reducer_bu
  * inputs and outputs in *in, *out. */
 int reducer_sends_factors(const model_t *m, const train_config_t *cfg, int nranks, int first_layer,
                           size_t *in, size_t *out);
+/* --comm-order priority's cut of a bucket of len floats into parts of at
+ * most --partition-kb: the length of the part that starts at `done`, 0
+ * past the end. */
+size_t reducer_part_len(const train_config_t *cfg, size_t len, size_t done);
 
 /* Plans the buckets (and the shard, the priority order) for w's model. */
 int reducer_new(worker_t *w, reducer_t **out);

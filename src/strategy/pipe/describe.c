@@ -1,20 +1,25 @@
 /* The pipeline's step as data: the instruction lists the engine runs
  * (schedule.c), each turned into tasks -- a chunk's forward and backward
- * per layer on its micro-batch, each activation and gradient message with
- * its bytes (micro-batch samples x the chunk's input or output size) and
- * its peer, and the replicas' allreduce of each chunk's gradients at
- * REDUCE. Ranks follow the grid (grid.h: stages outermost). */
+ * per layer on its micro-batch, with the sums of its tensor-parallel
+ * layers, each activation and gradient message with its bytes
+ * (micro-batch samples x the chunk's input or output size) and its peer,
+ * and the replicas' allreduce of each chunk's gradients at REDUCE. Ranks
+ * follow the grid (grid.h: stages outermost, tensor-parallel ranks
+ * adjacent); each tp rank's stages are its blocks of the model
+ * (tensor/describe.c), cut as it cuts them. */
 #include <stdlib.h>
 
 #include "strategy/grid.h"
 #include "strategy/pipe/pipe.h"
+#include "strategy/tensor/tensor.h"
 
 typedef struct {
   const train_config_t *c;
-  const model_t *m;
-  int P, V, dp;
+  const model_t *m;           /* tp rank t's model */
+  int P, V, dp, T, t;
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
   allreduce_algo_t algo;      /* the replicas' sum */
+  step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
 } pipe_desc_t;
 
@@ -29,8 +34,8 @@ static size_t chunk_params(const pipe_desc_t *d, int g) {
 }
 
 static int rank_of(const pipe_desc_t *d, int replica, int stage) {
-  int coord[GRID_AXES] = {replica, stage, 0};
-  return rank_grid_rank(d->dp, d->P, 1, coord);
+  int coord[GRID_AXES] = {replica, stage, d->t};
+  return rank_grid_rank(d->dp, d->P, d->T, coord);
 }
 
 /* The partition the engine would use, where it does not depend on
@@ -42,6 +47,7 @@ static int plan_chunks(pipe_desc_t *d) {
   if (!d->c->pipe.partition[0])
     return dt_error("--partition balanced: the stages are cut by times measured at run time; "
                     "describe_step needs --partition macs or the first layers (e.g. 0,3)");
+  free(d->first); /* each tp rank's model is cut on its own */
   if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
   return pipe_partition(d->c, d->m, NULL, d->first);
 }
@@ -54,12 +60,10 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   step_task_t t = {TASK_COMM, me, -1, .pattern = "send", .group = 2, .after = prev};
   switch (in.op) {
   case PIPE_FORWARD:
-  case PIPE_BACKWARD:
+  case PIPE_BACKWARD: /* chunk 0 computes no input gradient (the engine passes it none) */
     for (int k = 0; k < d->first[g + 1] - d->first[g] && prev != STEP_FAILED; k++) {
-      int i = in.op == PIPE_FORWARD ? d->first[g] + k : d->first[g + 1] - 1 - k;
-      prev = step_add(d->out, (step_task_t){in.op == PIPE_FORWARD ? TASK_FORWARD : TASK_BACKWARD,
-                                            me, i, d->m->layers[i].param_len, n, .peer = -1,
-                                            .after = prev});
+      int bw = in.op == PIPE_BACKWARD, i = bw ? d->first[g + 1] - 1 - k : d->first[g] + k;
+      prev = step_add_layer(d->out, d->m, me, i, n, bw, d->first[g], g > 0, &d->groups, prev, NULL);
     }
     return prev;
   case PIPE_SEND_ACT: t.peer = next, t.sent = act * chunk_out(d, g); break;
@@ -80,37 +84,49 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   return step_add(d->out, t);
 }
 
-int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE || c->tensor.ranks > 1 || pipe_kind_async((pipe_kind_t)c->pipe.schedule))
-    return dt_error("pipeline: describe_step covers the synchronous schedules (gpipe, 1f1b, "
-                    "interleaved) without --compress or --tp so far");
-  pipe_desc_t *d = calloc(1, sizeof *d);
-  if (!d) return dt_error("out of memory");
-  *d = (pipe_desc_t){.c = c, .m = m, .P = c->pipe.stages, .V = c->pipe.chunks, .dp = c->workers / c->pipe.stages,
-                     .out = out};
-  int algo = ALLREDUCE_RING, rc = plan_chunks(d);
-  if (rc == 0) rc = step_allreduce_algo(c->algo, d->dp, &algo);
-  d->algo = (allreduce_algo_t)algo;
-  pipe_schedule_t sched;
-  if (rc == 0) rc = pipe_schedule_build((pipe_kind_t)c->pipe.schedule, d->P, d->V,
-                                        c->pipe.micro_batches, 1, &sched);
-  if (rc != 0) {
-    free(d->first);
-    free(d);
-    return -1;
-  }
-  for (int r = 0; r < d->dp && rc == 0; r++)
-    for (int s = 0; s < d->P && rc == 0; s++) {
+/* Every replica's stages on tp rank d->t's model. */
+static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
+  const train_config_t *c = d->c;
+  DT_TRY(plan_chunks(d));
+  for (int r = 0; r < d->dp; r++)
+    for (int s = 0; s < d->P; s++) {
       int prev = -1;
-      for (int i = 0; i < sched.len[s] && prev != STEP_FAILED; i++) {
-        pipe_instr_t in = sched.prog[s][i];
+      for (int i = 0; i < sched->len[s] && prev != STEP_FAILED; i++) {
+        pipe_instr_t in = sched->prog[s][i];
         size_t off, n = 0;
         if (in.mb >= 0) data_shard((size_t)c->batch, in.mb, c->pipe.micro_batches, &off, &n);
         prev = add_instr(d, r, s, in, (int)n, prev);
       }
-      if (prev == STEP_FAILED) rc = -1;
+      if (prev == STEP_FAILED) return -1;
     }
-  pipe_schedule_free(&sched);
+  return 0;
+}
+
+int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  if (c->compression.codec.kind != CODEC_NONE || pipe_kind_async((pipe_kind_t)c->pipe.schedule))
+    return dt_error("pipeline: describe_step covers the synchronous schedules (gpipe, 1f1b, "
+                    "interleaved) without --compress so far");
+  int T = c->tensor.ranks > 1 ? c->tensor.ranks : 1, algo = ALLREDUCE_RING, tp_algo = ALLREDUCE_RING;
+  pipe_desc_t *d = calloc(1, sizeof *d);
+  if (!d) return dt_error("out of memory");
+  *d = (pipe_desc_t){.c = c, .P = c->pipe.stages, .V = c->pipe.chunks, .dp = c->workers / (c->pipe.stages * T),
+                     .T = T, .out = out};
+  tensor_desc_t *td = NULL;
+  int rc = step_allreduce_algo(c->algo, d->dp, &algo);
+  if (rc == 0 && T > 1) rc = step_allreduce_algo(c->algo, T, &tp_algo);
+  if (rc == 0) rc = tensor_desc_new(c, m, T, 1, &td);
+  d->algo = (allreduce_algo_t)algo;
+  pipe_schedule_t sched;
+  int built = rc == 0 && pipe_schedule_build((pipe_kind_t)c->pipe.schedule, d->P, d->V,
+                                             c->pipe.micro_batches, 1, &sched) == 0;
+  if (rc == 0 && !built) rc = -1;
+  for (int t = 0; t < T && rc == 0; t++) {
+    d->t = t, d->m = tensor_desc_model(td, t);
+    d->groups = (step_groups_t){{T, t, tp_algo}, {1, 0, tp_algo}};
+    rc = describe_tp_rank(d, &sched);
+  }
+  if (built) pipe_schedule_free(&sched);
+  tensor_desc_free(td);
   free(d->first);
   free(d);
   return rc;

@@ -36,6 +36,30 @@ typedef struct {
   size_t *off, *cnt;          /* each worker's samples of the step */
 } owt_t;
 
+/* The cut: the first column-split layer, whose input gradient is left
+ * partial (the reduce-scatter sums it, before the copies). -1 (error set)
+ * when there is none. */
+static int plan_cut(model_t *m) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].spec.split == SPLIT_COLUMN) {
+      m->layers[i].tp_partial_dx = 1;
+      return i;
+    }
+  return dt_error("option --tp-conv data: the model has no dense pair to split");
+}
+
+/* The data-parallel layers' parameters, [0, front_params) of the arena
+ * (layer order): what the workers allreduce. */
+static size_t front_params(const model_t *m, int cut) {
+  size_t n = 0;
+  for (int i = 0; i < cut; i++) n += m->layers[i].param_len;
+  return n;
+}
+
+/* The batch exchanged at the cut: every worker's block of `block` samples
+ * (the largest share, the others padded to it) of feat floats each. */
+static size_t exchange_floats(int K, size_t block, size_t feat) { return (size_t)K * block * feat; }
+
 static int setup(owt_t *o, worker_t *w) {
   model_t *m = w->model;
   memset(o, 0, sizeof *o);
@@ -43,15 +67,11 @@ static int setup(owt_t *o, worker_t *w) {
   o->K = tensor_size(w->tp), o->me = tensor_rank(w->tp);
   o->group = tensor_coll(w->tp);
   worker_plan_steps(w, o->K); /* a step: batch samples per worker */
-  o->cut = -1;
-  for (int i = 0; i < m->nlayers && o->cut < 0; i++)
-    if (m->layers[i].spec.split == SPLIT_COLUMN) o->cut = i;
-  if (o->cut < 0) return dt_error("option --tp-conv data: the model has no dense pair to split");
+  if ((o->cut = plan_cut(m)) < 0) return -1;
   int b = w->cfg->batch, K = o->K;
-  m->layers[o->cut].tp_partial_dx = 1; /* summed by the reduce-scatter instead (before the copies) */
   if (o->cut > 0) {
     DT_TRY(stage_new(m, 0, o->cut - 1, 1, b, &o->conv));
-    o->conv_params = o->conv->param_len;
+    o->conv_params = front_params(m, o->cut);
   }
   DT_TRY(stage_new(m, o->cut, m->nlayers - 1, 1, K * b, &o->fc));
   o->feat = o->fc->in_size;
@@ -104,7 +124,8 @@ static int step(void *st, int epoch, int64_t k) {
   size_t gb = (size_t)w->cfg->batch * o->K, start = (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   for (int i = 0; i < o->K; i++) data_shard(in_step, i, o->K, &o->off[i], &o->cnt[i]);
-  size_t block = o->cnt[0], total = (size_t)o->K * block * o->feat; /* the first share is the largest */
+  size_t block = o->cnt[0]; /* the first share is the largest */
+  size_t total = exchange_floats(o->K, block, o->feat);
   double t0 = dt_now(), comm = 0, tp0 = tensor_comm_sec(w->tp);
   data_gather(w->train, w->order + start, in_step, NULL, o->labels);
   DT_TRY(forward_conv(o, start, block));
@@ -161,6 +182,49 @@ int strategy_one_weird_trick(worker_t *w) {
   return rc;
 }
 
+/* One worker's step as data: its data-parallel layers on its batch, the
+ * allgather of every worker's features, the split layers (with their
+ * sums over all the workers) on all K x batch samples, the reduce-scatter
+ * of the features' gradients back to their owners, the data-parallel
+ * layers' backward and the allreduce of their gradients, the update. */
+static int describe_worker(step_desc_t *out, const train_config_t *c, model_t *m, int me, int K,
+                           int algo) {
+  int cut = plan_cut(m), b = c->batch, prev = -1;
+  if (cut < 0) return -1;
+  step_groups_t g = {{K, me, algo}, {1, 0, algo}};
+  size_t total = exchange_floats(K, (size_t)b, shape_size(m->layers[cut].in_shape));
+  for (int i = 0; i < cut && prev != STEP_FAILED; i++)
+    prev = step_add_layer(out, m, me, i, b, 0, 0, 0, &g, prev, NULL);
+  if (prev != STEP_FAILED) prev = step_add_ring_half(out, me, me, K, 1, total, prev, THREAD_COMPUTE);
+  for (int i = cut; i < m->nlayers && prev != STEP_FAILED; i++)
+    prev = step_add_layer(out, m, me, i, K * b, 0, cut, cut > 0, &g, prev, NULL);
+  for (int i = m->nlayers - 1; i >= cut && prev != STEP_FAILED; i--)
+    prev = step_add_layer(out, m, me, i, K * b, 1, cut, cut > 0, &g, prev, NULL);
+  if (cut > 0 && prev != STEP_FAILED)
+    prev = step_add_ring_half(out, me, me, K, 0, total, prev, THREAD_COMPUTE);
+  for (int i = cut - 1; i >= 0 && prev != STEP_FAILED; i--)
+    prev = step_add_layer(out, m, me, i, b, 1, 0, 0, &g, prev, NULL);
+  if (cut > 0 && prev != STEP_FAILED)
+    prev = step_add_allreduce(out, me, me, K, algo, front_params(m, cut), prev, THREAD_COMPUTE, 1);
+  if (prev != STEP_FAILED)
+    prev = step_add(out, (step_task_t){TASK_UPDATE, me, -1, m->nparams, K * b, .peer = -1,
+                                       .after = prev});
+  return prev == STEP_FAILED ? -1 : 0;
+}
+
+static int owt_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  int K = tensor_group_size(c, c->workers), algo;
+  if (K == 1) /* one worker: nothing to split (strategy_one_weird_trick) */
+    return step_add_local_step(out, m, 0, c->batch) == STEP_FAILED ? -1 : 0;
+  DT_TRY(step_allreduce_algo(c->algo, K, &algo));
+  tensor_desc_t *td;
+  int rc = tensor_desc_new(c, m, K, 1, &td);
+  for (int me = 0; me < K && rc == 0; me++)
+    rc = describe_worker(out, c, tensor_desc_model(td, me), me, K, algo);
+  tensor_desc_free(td);
+  return rc;
+}
+
 static int owt_matches(const train_config_t *c) {
   return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) && c->tensor.conv_data;
 }
@@ -175,4 +239,5 @@ const strategy_t STRATEGY_ONE_WEIRD_TRICK = {
                    "activations, not gradients, go on the wire",
     .matches = owt_matches,
     .run = strategy_one_weird_trick,
+    .describe_step = owt_describe_step,
 };

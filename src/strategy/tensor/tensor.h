@@ -54,6 +54,19 @@ int tensor_check(const train_config_t *c);
 int tensor_check_world(const train_config_t *c);
 int tensor_check_spec(const train_config_t *c, model_spec_t *spec);
 
+/* ---- a step's description (describe.c) --------------------------------------- */
+/* The models the ranks of cfg's run build, one per tensor-parallel
+ * coordinate (each its blocks of the split layers; worker_build_model),
+ * for a description: nobody runs them, and their links only carry a
+ * group's size and a rank's place. T: the group's ranks (1: m's layers,
+ * unsplit); bn: the data-parallel group's ranks that batch norm sums over
+ * under --sync-bn (1: none). */
+typedef struct tensor_desc tensor_desc_t;
+int tensor_desc_new(const train_config_t *cfg, const model_t *m, int T, int bn, tensor_desc_t **out);
+/* The model tp rank t builds (t < T). */
+model_t *tensor_desc_model(const tensor_desc_t *d, int t);
+void tensor_desc_free(tensor_desc_t *d);
+
 /* The one weird trick (one_weird_trick.c, Krizhevsky 2014): the layers
  * before the first dense pair data-parallel over all workers, the dense
  * layers split over all of them, the batch exchanged between. */
