@@ -363,7 +363,6 @@ described bytes_described_priority_lenet_rhd 4 --model lenet --comm-order priori
 described bytes_described_balance 3 --balance on --exchange allreduce:ring
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
-expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --preset gosgd
 expect_error describe_project_adam_tp 1 "describe_step covers whole-model pushes" -- \
   "$DTRAIN" describe $BASE --workers 4 --preset project-adam
 
