@@ -16,9 +16,13 @@
 #   scripts/cluster.sh list
 #
 # NAME: 1 to 6 lowercase letters or digits. Host k is namespace dc-NAME-hk,
-# hostname NAME-hk, address A.B.C.(k+1) on the bridge dcNAMEbr, whose own
-# address A.B.C.254 is where mpirun (in this namespace) listens. Addresses
-# live only on that bridge; nothing is routed or forwarded. RATE as tc
+# hostname NAME-hk, address A.B.C.(k+1); mpirun runs in a namespace of its
+# own, dc-NAME-l, at A.B.C.254: all of them on the bridge dcNAMEbr, which
+# has no address, so the machine's own network never sees the cluster and
+# nothing is routed or forwarded. In every namespace of the cluster TCP
+# gives up on a peer after a few retransmissions (net.ipv4.tcp_retries2 =
+# 4, some 6 s; the machine's own stays as it is), and mpirun's daemons
+# send keepalives after 2 s idle: a host cut off ends the job in seconds. RATE as tc
 # spells it (500mbit, 1gbit); the kernel here has tbf but not netem, so
 # links are rate-limited but add no latency. An existing cluster of the
 # same name is refused, not reused.
@@ -86,22 +90,29 @@ up() {
   echo "cluster $name: $hosts hosts on $subnet.0/24${rate:+, $rate each way per link}"
 }
 
+# One end of the cluster: namespace NS with address ADDR on the bridge
+# through the veth pair OUTER (on the bridge) / INNER (in NS).
+attach() { # NS OUTER INNER ADDR BRIDGE
+  ip netns add "$1" || return 1
+  ip netns exec "$1" ip link set lo up || return 1
+  ip netns exec "$1" sysctl -qw net.ipv4.tcp_retries2=4 || return 1
+  ip link add "$2" type veth peer name "$3" || return 1
+  ip link set "$3" netns "$1" || return 1
+  ip link set "$2" master "$5" || return 1
+  ip link set "$2" up || return 1
+  ip netns exec "$1" ip addr add "$4/24" dev "$3" || return 1
+  ip netns exec "$1" ip link set "$3" up
+}
+
 build() { # NAME HOSTS SUBNET RATE
   br="dc${1}br"
   ip link add "$br" type bridge || return 1
-  ip addr add "$3.254/24" dev "$br" || return 1
   ip link set "$br" up || return 1
+  attach "dc-$1-l" "dc${1}l" "dc${1}il" "$3.254" "$br" || return 1
   k=0
   while [ $k -lt "$2" ]; do
     ns="dc-$1-h$k" outer="dc${1}h$k" inner="dc${1}i$k"
-    ip netns add "$ns" || return 1
-    ip netns exec "$ns" ip link set lo up || return 1
-    ip link add "$outer" type veth peer name "$inner" || return 1
-    ip link set "$inner" netns "$ns" || return 1
-    ip link set "$outer" master "$br" || return 1
-    ip link set "$outer" up || return 1
-    ip netns exec "$ns" ip addr add "$3.$((k + 1))/24" dev "$inner" || return 1
-    ip netns exec "$ns" ip link set "$inner" up || return 1
+    attach "$ns" "$outer" "$inner" "$3.$((k + 1))" "$br" || return 1
     if [ -n "$4" ]; then
       limit "$ns" "$inner" "$4" || return 1 # host -> bridge
       limit "" "$outer" "$4" || return 1    # bridge -> host
@@ -116,11 +127,11 @@ down() {
   need_root
   [ -e "$STATE/$name" ] || ip link show "dc${name}br" >/dev/null 2>&1 ||
     die "no cluster '$name' (scripts/cluster.sh list)"
-  for ns in $(ip netns list | awk '{print $1}' | grep "^dc-$name-h[0-9]*\$" || true); do
+  for ns in $(ip netns list | awk '{print $1}' | grep "^dc-$name-\(h[0-9]*\|l\)\$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
-  for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^dc${name}\(h[0-9]*\|br\)\$" || true); do
+  for l in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^dc${name}\(h[0-9]*\|l\|br\)\$" || true); do
     ip link del "$l" 2>/dev/null || true
   done
   rm -rf "${STATE:?}/$name"
@@ -156,10 +167,11 @@ run() { # NAME RANKS_PER_HOST -- COMMAND...
   k=0
   : >"$hf"
   while [ $k -lt "$hosts" ]; do echo "$name-h$k slots=$per" >>"$hf"; k=$((k + 1)); done
-  exec mpirun --allow-run-as-root --hostfile "$hf" -np $((hosts * per)) \
+  exec ip netns exec "dc-$name-l" mpirun --allow-run-as-root --hostfile "$hf" -np $((hosts * per)) \
     --mca plm_rsh_agent "$SELF agent-$name" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self,vader --mca btl_tcp_if_include "$subnet.0/24" \
     --mca oob_tcp_if_include "$subnet.0/24" --mca btl_vader_single_copy_mechanism none \
+    --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 \
     -x ASAN_OPTIONS=detect_leaks=0 "$@"
 }
 
