@@ -201,6 +201,6 @@ run) [ $# -ge 3 ] || die "usage: run NAME RANKS_PER_HOST -- COMMAND..."; run "$@
 with) [ $# -ge 4 ] || die "usage: with NAME HOSTS [--bandwidth RATE] -- COMMAND..."; with "$@" ;;
 list) ls "$STATE" 2>/dev/null || true ;;
 agent-*) h=$1; shift; exec_on "${cmd#agent-}" "$h" agent "$@" ;;
--h | --help | help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' ;;
+-h | --help | help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" ;;
 *) die "unknown command '$cmd' (up, run, exec, down, with, list; --help)" ;;
 esac
