@@ -41,6 +41,11 @@ done
 "$DTRAIN" train $BASE --batch 8 --workers 4 --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,bandwidth=1Gbit,latency=50us --exchange allreduce:auto --checkpoint "$TMP/hosts_net.st" >/dev/null
 check allreduce_auto_picks_hier_on_hosts cmp -s "$TMP/hosts_hier.st" "$TMP/hosts_auto.st"
 check allreduce_hier_hosts_emulated_same_bits cmp -s "$TMP/hosts_hier.st" "$TMP/hosts_net.st"
+# link=shared (a host's ranks share its link, as on a real machine): only
+# the timing changes, never the bits
+"$DTRAIN" train $BASE --batch 8 --workers 4 --net hosts=2,bandwidth=1Gbit,latency=50us,link=shared --exchange allreduce:auto --metrics "$TMP/hosts_shared.jsonl" --checkpoint "$TMP/hosts_shared.st" >/dev/null
+check allreduce_hier_shared_link_same_bits cmp -s "$TMP/hosts_hier.st" "$TMP/hosts_shared.st"
+check allreduce_hier_shared_link_emulated grep -q '"emulated":true' "$TMP/hosts_shared.jsonl"
 if close "$TMP/one_4.st" "$TMP/hosts_hier.st" $TOL; then pass "allreduce_hier_hosts_equals_one_worker"; else fail "allreduce_hier_hosts_equals_one_worker" "$(cat "$TMP/cmp.out")"; fi
 # bench with hosts: the model and the ring's ratio beside the measurement
 check bench_allreduce_hosts sh -c "'$DTRAIN' bench allreduce --workers 4 --net hosts=2,intra-bandwidth=10Gbit,bandwidth=1Gbit,latency=50us --algo ring,hier,auto --min-bytes 64KiB --max-bytes 64KiB --iters 3 --json '$TMP/bench_hosts.jsonl' >/dev/null && grep -q '\"algo\":\"auto\",\"chosen\":\"hier\"' '$TMP/bench_hosts.jsonl' && [ \$(grep -c 'model_us' '$TMP/bench_hosts.jsonl') -eq 3 ] && [ \$(grep -c 'vs_ring' '$TMP/bench_hosts.jsonl') -eq 3 ]"

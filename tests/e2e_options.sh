@@ -93,6 +93,8 @@ expect_error net_bandwidth_negative 2 "'-1Gbit' is not a bandwidth" -- $T --net 
 # ---- hosts (--net hosts=N|A+B+..., intra-latency, intra-bandwidth) -----------------------------
 check help_train_hosts sh -c "$T --help | grep -q -- intra-bandwidth"
 check help_bench_hosts sh -c "$DTRAIN bench allreduce --help | grep -q -- 'hosts=N'"
+expect_error net_link_needs_hosts 2 "option --net: link=shared is how a host's ranks reach the other hosts: it needs hosts=N" -- $T --workers 4 --net bandwidth=1Gbit,link=shared
+expect_error net_link_value 2 "option --net: link=both (expected link=shared" -- $T --workers 4 --net hosts=2,link=both
 expect_error net_hosts_zero 2 "option --net: hosts=0: expected at least 1 host" -- $T --workers 4 --net hosts=0
 expect_error net_hosts_junk 2 "option --net: hosts=2x is not a number of hosts or a list of ranks per host" -- $T --workers 4 --net hosts=2x
 expect_error net_hosts_empty_size 2 "option --net: hosts=2++2 is not a number" -- $T --workers 4 --net hosts=2++2

@@ -104,6 +104,11 @@ typedef struct {
   double intra_latency, intra_bandwidth; /* between two ranks of one host (multihost) */
   int multihost;            /* the ranks are on more than one (emulated) host */
   int *host;                /* world rank -> host (comm_net_hosts) */
+  /* link=shared: each host's one link to the others, out and in: when
+   * each is idle (under host_mu; [host]) */
+  int shared_link;
+  double *host_out_free, *host_in_free;
+  pthread_mutex_t host_mu;
   mailbox_t *mb;
   atomic_int aborted;
   atomic_int failed_rank;   /* first rank whose fn failed, -1 = none */
@@ -227,6 +232,21 @@ static double rank_value(const double *per_rank, double global, int r) {
  * is then "the" link of --net latency/bandwidth). */
 enum { LINK_INTRA, LINK_INTER };
 
+/* link=shared, between hosts: the message holds its host's link out and
+ * the destination host's link in for len / bandwidth, from when both are
+ * free (one message at a time on each, as one NIC a host). */
+static double host_link_finish(world_t *w, int me, int dst, double len_sec) {
+  int hs = w->host[me], hd = w->host[dst];
+  pthread_mutex_lock(&w->host_mu);
+  double start = dt_now();
+  if (w->host_out_free[hs] > start) start = w->host_out_free[hs];
+  if (w->host_in_free[hd] > start) start = w->host_in_free[hd];
+  double finish = start + len_sec;
+  w->host_out_free[hs] = w->host_in_free[hd] = finish;
+  pthread_mutex_unlock(&w->host_mu);
+  return finish;
+}
+
 /* The sender's link to the destination carries one message at a time:
  * this one starts when the link is free, takes len / bandwidth, and
  * arrives latency later. */
@@ -234,6 +254,11 @@ static void link_schedule(world_t *w, int me, lreq_t *s) {
   int link = w->multihost && w->host[me] == w->host[s->peer_world] ? LINK_INTRA : LINK_INTER;
   double bw = link == LINK_INTRA ? w->intra_bandwidth : rank_value(w->rank_bandwidth, w->bandwidth, me);
   double lat = link == LINK_INTRA ? w->intra_latency : rank_value(w->rank_latency, w->latency, me);
+  if (link == LINK_INTER && w->shared_link) {
+    s->ready_at = host_link_finish(w, me, s->peer_world, comm_link_time(0, bw, 0, (double)s->len));
+    s->arrival = s->ready_at + lat;
+    return;
+  }
   mailbox_t *mb = &w->mb[me];
   pthread_mutex_lock(&mb->mu);
   double now = dt_now();
@@ -948,6 +973,8 @@ static void world_free(world_t *w) {
   dt_free(w->stall);
   free(w->rank_latency), free(w->rank_bandwidth), free(w->rank_slowdown);
   free(w->host);
+  free(w->host_out_free), free(w->host_in_free);
+  if (w->shared_link) pthread_mutex_destroy(&w->host_mu);
   free(w);
 }
 
@@ -989,6 +1016,16 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
     w->emulated = comm_net_emulated(net, size);
     w->multihost = net->hosts > 1;
     if (w->multihost) w->intra_latency = net->intra_latency, w->intra_bandwidth = net->intra_bandwidth;
+    if (w->multihost && net->shared_link) {
+      w->host_out_free = calloc((size_t)size, sizeof(double));
+      w->host_in_free = calloc((size_t)size, sizeof(double));
+      if (!w->host_out_free || !w->host_in_free) {
+        world_free(w);
+        return dt_error("out of memory creating %d local ranks", size);
+      }
+      pthread_mutex_init(&w->host_mu, NULL);
+      w->shared_link = 1;
+    }
   }
   w->mb = dt_alloc((size_t)size * sizeof(mailbox_t));
   if (!w->mb || !w->host || (net && ((net->rank_latency && !w->rank_latency) ||

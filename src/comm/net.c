@@ -77,14 +77,14 @@ static int parse_hosts(const char *text, comm_net_t *net) {
 
 int comm_net_parse(const char *text, comm_net_t *net) {
   static const char *const keys[] = {"latency", "bandwidth", "hosts", "intra-latency",
-                                     "intra-bandwidth"};
-  const char *v[5];
+                                     "intra-bandwidth", "link"};
+  const char *v[6];
   char buf[512];
   comm_net_t n = *net;
   n.latency = n.bandwidth = n.intra_latency = n.intra_bandwidth = 0;
-  n.hosts = 0;
+  n.hosts = n.shared_link = 0;
   memset(n.host_ranks, 0, sizeof n.host_ranks);
-  DT_TRY(parse_items("net", text, NET_EXAMPLE, buf, sizeof buf, keys, 5, v));
+  DT_TRY(parse_items("net", text, NET_EXAMPLE, buf, sizeof buf, keys, 6, v));
   if (v[0]) DT_TRY(parse_latency("latency", v[0], &n.latency));
   if (v[1]) DT_TRY(parse_rate("bandwidth", v[1], &n.bandwidth));
   if (v[2]) DT_TRY(parse_hosts(v[2], &n));
@@ -93,6 +93,13 @@ int comm_net_parse(const char *text, comm_net_t *net) {
   if ((v[3] || v[4]) && n.hosts < 2)
     return dt_error("option --net: %s is the link within a host: it needs hosts=N with N >= 2 "
                     "(example: %s)", v[3] ? "intra-latency" : "intra-bandwidth", NET_EXAMPLE);
+  if (v[5] && strcmp(v[5], "shared") && strcmp(v[5], "own"))
+    return dt_error("option --net: link=%s (expected link=shared, a host's ranks sharing its link "
+                    "to the other hosts, or link=own, a link per rank)", v[5]);
+  if (v[5] && n.hosts < 2)
+    return dt_error("option --net: link=%s is how a host's ranks reach the other hosts: it needs "
+                    "hosts=N with N >= 2 (example: hosts=2,bandwidth=1Gbit,link=shared)", v[5]);
+  n.shared_link = v[5] && !strcmp(v[5], "shared");
   *net = n;
   return 0;
 }

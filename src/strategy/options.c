@@ -294,7 +294,10 @@ static const option_t OPTIONS[] = {
              "even as possible, or A, B, ... ranks on each; latency and\n"
              "bandwidth are then the links between hosts, and\n"
              "intra-latency=TIME,intra-bandwidth=RATE\tthe links within a host (need hosts;\n"
-             "default: not delayed). Each rank has its own link of each kind.\n"
+             "default: not delayed; a link per rank).\n"
+             "link=shared|own\twith hosts: a host's ranks share one link to\n"
+             "the other hosts each way, as a machine's NIC, or each rank has\n"
+             "its own (own: every rank a machine's bandwidth) [own].\n"
              "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
              "           bandwidth=1Gbit,latency=50us"},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
