@@ -397,7 +397,7 @@ static void test_net_parse(void) {
       {"hosts=2,intra-latency=11s", "option --net: intra-latency 11s is out of range (expected 0 to 10 s)"},
       {"hosts=2,intra-latency=fast", "option --net intra-latency: 'fast' is not a duration"},
       {"hosts=2,hosts=3", "option --net: key 'hosts' given twice"},
-      {"host=2", "option --net: unknown key 'host' (expected latency, bandwidth, hosts, intra-latency, intra-bandwidth)"},
+      {"host=2", "option --net: unknown key 'host' (expected latency, bandwidth, hosts, intra-latency, intra-bandwidth, link)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     comm_net_t m = {0};
