@@ -22,7 +22,10 @@
 # nothing is routed or forwarded. In every namespace of the cluster TCP
 # gives up on a peer after a few retransmissions (net.ipv4.tcp_retries2 =
 # 4, some 6 s; the machine's own stays as it is), and mpirun's daemons
-# send keepalives after 2 s idle: a host cut off ends the job in seconds. RATE as tc
+# send keepalives after 2 s idle: a host cut off ends the job in seconds.
+# A connection idle through a step's compute keeps its window
+# (tcp_slow_start_after_idle = 0, as training clusters set it): else each
+# step's exchange restarts TCP's slow start. RATE as tc
 # spells it (500mbit, 1gbit); the kernel here has tbf but not netem, so
 # links are rate-limited but add no latency. An existing cluster of the
 # same name is refused, not reused.
@@ -96,6 +99,7 @@ attach() { # NS OUTER INNER ADDR BRIDGE
   ip netns add "$1" || return 1
   ip netns exec "$1" ip link set lo up || return 1
   ip netns exec "$1" sysctl -qw net.ipv4.tcp_retries2=4 || return 1
+  ip netns exec "$1" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 || return 1
   ip link add "$2" type veth peer name "$3" || return 1
   ip link set "$3" netns "$1" || return 1
   ip link set "$2" master "$5" || return 1
