@@ -325,7 +325,14 @@ pooled() {
 pooled bytes_pooled_distbelief 2 --preset distbelief
 pooled bytes_pooled_distbelief_every_2 2 --preset distbelief --fetch-every 2 --push-every 2
 pooled bytes_pooled_backup_3 3 --exchange ps:2 --schedule backup:1
-expect_error describe_not_yet 1 "not described yet" -- "$DTRAIN" describe $BASE --workers 2 --exchange shared
+expect_error describe_not_yet_async_pipeline 1 "describe_step covers the synchronous schedules" -- "$DTRAIN" describe $BASE --workers 2 --pp 2 --partition 0,1 --pipe-schedule pipedream
+# shared memory (local only): nothing on a wire, as described
+for opts in "--exchange shared --schedule sync" "--exchange shared --schedule sync --balance on" "--exchange shared --schedule async"; do
+  name="bytes_described_$(echo "$opts" | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//')"
+  if "$DTRAIN" describe $BASE --workers 3 $opts >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    run "$name" "describe:$TMP/$name.step.json" -- $L --workers 3 $opts
+  else fail "$name" "describe: $(head -c 300 "$TMP/err")"; fi
+done
 expect_error describe_not_yet_ps_tp 1 "describe_step covers whole-model pushes" -- "$DTRAIN" describe $BASE --workers 4 --exchange ps:2 --tp 2
 # tensor parallelism: the split layers' sums over the group, each rank's
 # own blocks (3 ranks: 512, 20 and 50 do not divide), the data-parallel

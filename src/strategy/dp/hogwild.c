@@ -170,6 +170,16 @@ int strategy_hogwild(worker_t *w) {
   return rc;
 }
 
+/* The step as data: each worker's local step on a copy of the shared
+ * parameters, its update written to them in place; nothing on a wire.
+ * Without a barrier the workers' steps interleave as their speed falls:
+ * one step a worker is the mean, not a count. */
+static int hogwild_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  for (int r = 0; r < c->workers; r++)
+    if (step_add_local_step(out, m, r, c->batch) == STEP_FAILED) return -1;
+  return 0;
+}
+
 static int hogwild_matches(const train_config_t *c) {
   return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_SHARED, SCHEDULE_ASYNC);
 }
@@ -184,4 +194,5 @@ const strategy_t STRATEGY_HOGWILD = {
                    "place and nothing goes on a wire; use --exchange allreduce:ALGO",
     .matches = hogwild_matches,
     .run = strategy_hogwild,
+    .describe_step = hogwild_describe_step,
 };

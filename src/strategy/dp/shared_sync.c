@@ -169,6 +169,27 @@ static int shared_sync_matches(const train_config_t *c) {
   return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_SHARED, SCHEDULE_SYNC);
 }
 
+/* The step as data: nothing goes on a wire (0 bytes, as the transport
+ * counts). Each rank's passes, the barrier, its block's sum and step
+ * (coll_block: the update of len parameters, reading every rank's
+ * gradient block), the barrier after the push. */
+static int shared_sync_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
+  int P = c->workers;
+  for (int r = 0; r < P; r++) {
+    size_t off, len;
+    coll_block(m->nparams, P, r, &off, &len);
+    int prev = step_add_passes(out, m, r, c->batch, NULL);
+    if (prev != STEP_FAILED)
+      prev = step_add(out, (step_task_t){TASK_SYNC, r, -1, .peer = -1, .group = P, .after = prev});
+    if (prev != STEP_FAILED)
+      prev = step_add(out, (step_task_t){TASK_UPDATE, r, -1, len, c->batch, .peer = -1, .after = prev});
+    if (prev != STEP_FAILED)
+      prev = step_add(out, (step_task_t){TASK_SYNC, r, -1, .peer = -1, .group = P, .after = prev});
+    if (prev == STEP_FAILED) return -1;
+  }
+  return 0;
+}
+
 static int shared_refuse(const train_config_t *c) {
   if (c->optimization != OPTIMIZATION_CENTRAL || c->exchange != EXCHANGE_SHARED ||
       c->schedule == SCHEDULE_SYNC || c->schedule == SCHEDULE_ASYNC || c->schedule == SCHEDULE_SOFT)
@@ -190,4 +211,5 @@ const strategy_t STRATEGY_SHARED_SYNC = {
     .matches = shared_sync_matches,
     .refuse = shared_refuse,
     .run = strategy_shared_sync,
+    .describe_step = shared_sync_describe_step,
 };
