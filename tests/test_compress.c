@@ -58,6 +58,9 @@ static void test_codec_parse(void) {
   CHECK_FAILS_WITH(codec_parse("gzip", &s), "unknown codec 'gzip'");
   CHECK_FAILS_WITH(codec_parse("topk:0", &s), "ratio R in (0, 1]");
   CHECK_FAILS_WITH(codec_parse("topk:1.5", &s), "ratio R in (0, 1]");
+  CHECK_FAILS_WITH(codec_parse("strom:0", &s), "strom:T with T > 0");
+  CHECK_FAILS_WITH(codec_parse("strom", &s), "strom:T with T > 0");
+  CHECK_FAILS_WITH(codec_parse("strom:-1", &s), "strom:T with T > 0");
   CHECK_FAILS_WITH(codec_parse("dgc:-1", &s), "ratio R in (0, 1]");
   CHECK_FAILS_WITH(codec_parse("topk", &s), "topk:R");
   CHECK_FAILS_WITH(codec_parse("qsgd:2.5", &s), "qsgd:S");
