@@ -23,9 +23,11 @@ typedef struct {
   layer_cost_t layers[LAYER_KIND_COUNT];
 } step_timers_t;
 
-typedef struct balance balance_t;   /* dp/balance.h */
-typedef struct tensor_par tensor_par_t;   /* tensor/tensor.h */
-typedef struct sync_bn sync_bn_t;         /* tensor/tensor.h */
+/* Declared here because their headers include this one (balance.h,
+ * tp_group.h); a repeated identical typedef is legal C11. */
+typedef struct balance balance_t;
+typedef struct tensor_par tensor_par_t;
+typedef struct sync_bn sync_bn_t;
 
 typedef struct worker {
   const train_config_t *cfg;
