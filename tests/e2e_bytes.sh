@@ -349,12 +349,17 @@ described bytes_described_tp3_channels_allgather 3 --model "$TMP/channels.model"
 described bytes_described_pp2_tp2 4 --pp 2 --tp 2 --micro-batches 2 --partition macs
 described bytes_described_pp2_tp2_lenet_1f1b 4 --model lenet --pp 2 --tp 2 --micro-batches 2 --partition 0,3 --pipe-schedule 1f1b
 described bytes_described_dp2_pp2_tp2 8 --pp 2 --tp 2 --micro-batches 2 --partition macs --exchange allreduce:ring
-# the one weird trick: the features' allgather and their gradients'
+# the one weird trick: (a) the features' allgather and their gradients'
 # reduce-scatter, the split layers' sums on K x batch, the convolutions'
-# allreduce; mlp exchanges the input
+# allreduce; (b, the default) a broadcast and a reduce per worker's batch
+# and the sums on batch; (c) an allgather and reduce-scatter per K-th;
+# mlp exchanges the input
 described bytes_described_owt_lenet_2 2 --model lenet --tp-conv data
 described bytes_described_owt_lenet_3 3 --model lenet --tp-conv data --exchange allreduce:ring
+described bytes_described_owt_lenet_3a 3 --model lenet --tp-conv data --owt-scheme a --exchange allreduce:ring
+described bytes_described_owt_lenet_3c 3 --model lenet --tp-conv data --owt-scheme c --exchange allreduce:ring
 described bytes_described_owt_mlp_3 3 --tp-conv data --exchange allreduce:tree
+described bytes_described_owt_mlp_3c 3 --tp-conv data --owt-scheme c --exchange allreduce:tree
 described bytes_described_owt_preset 4 --preset one-weird-trick --model lenet
 # synchronized batch norm's sums (C + 1 and C forward, 2C backward, but
 # for a first layer), alone and beside tensor parallelism

@@ -248,34 +248,64 @@ expect_error sync_bn_no_batchnorm 2 "option --sync-bn on: builtin:mlp has no bat
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used by a pipeline" -- \
   "$DTRAIN" train $BASE --workers 2 --pp 2 --sync-bn on
 
-# the one weird trick (--tp-conv data): the convolutions data-parallel over
-# 4 workers of 16 samples, the dense layers split over the 4, the batch
-# exchanged between = one worker with 64 samples (within 1e-6: the
-# convolutions' gradients are summed over the workers, the dense pair's
-# outputs over their splits); local = mpi bitwise; a model that starts
-# with its dense pair (mlp) exchanges the input; a short last step (257
-# samples: 1 in the last) pads each worker's block
+# the one weird trick (--tp-conv data), scheme (a): the convolutions
+# data-parallel over 4 workers of 16 samples, the dense layers split over
+# the 4, the batch exchanged between = one worker with 64 samples (within
+# 1e-6: the convolutions' gradients are summed over the workers, the dense
+# pair's outputs over their splits); local = mpi bitwise; a model that
+# starts with its dense pair (mlp) exchanges the input; a short last step
+# (257 samples: 1 in the last) pads each worker's block. Schemes (b) and (c)
+# against their rule by hand: tests/test_owt.c; here (b) on mlp (no
+# data-parallel front: the dense layers step once per worker's batch) =
+# one worker with batch 16 for 4x the steps, both schemes local = mpi
+# bitwise, and an empty pass in a short last step.
 B64=$(echo "$BASE" | sed 's/--batch 16/--batch 64/')
 "$DTRAIN" train $B64 --model lenet --checkpoint "$TMP/one64_lenet.st" >/dev/null 2>&1 || fail owt_reference_run
 equal owt_lenet_4_equals_one_worker_4x_batch 1e-6 "$TMP/one64_lenet.st" -- \
-  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data --owt-scheme a
 if have_mpi; then
   equal mpi_owt_lenet_bitwise_equals_local 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
-    $MPIRUN -np 4 "$DTRAIN" train $BASE --model lenet --comm mpi --tp-conv data
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model lenet --comm mpi --tp-conv data --owt-scheme a
 fi
+B96=$(echo "$BASE" | sed 's/--max-steps 24/--max-steps 96/')
+"$DTRAIN" train $B96 --checkpoint "$TMP/one16x96.st" >/dev/null 2>&1 || fail owt_reference_run_b
+equal owt_b_mlp_4_equals_one_worker_batch 1e-6 "$TMP/one16x96.st" -- \
+  "$DTRAIN" train $BASE --workers 4 --tp-conv data --owt-scheme b
+for sc in b c; do
+  "$DTRAIN" train $BASE --model lenet --workers 3 --tp-conv data --owt-scheme $sc --checkpoint "$TMP/owt_$sc.st" \
+    >/dev/null 2>&1 || fail owt_${sc}_run
+  if have_mpi; then
+    equal mpi_owt_${sc}_lenet_bitwise_equals_local 0 "$TMP/owt_$sc.st" -- \
+      $MPIRUN -np 3 "$DTRAIN" train $BASE --model lenet --comm mpi --tp-conv data --owt-scheme $sc
+  fi
+done
 OS="--data $S257 --lr 0.05 --momentum 0.9 --seed 3 --quiet --epochs 1 --exchange allreduce:ring"
 for model in lenet mlp; do
   "$DTRAIN" train $OS --model $model --batch 64 --checkpoint "$TMP/s64_$model.st" >/dev/null 2>&1
   equal owt_${model}_short_last_step 1e-6 "$TMP/s64_$model.st" -- \
-    "$DTRAIN" train $OS --model $model --batch 16 --workers 4 --tp-conv data
+    "$DTRAIN" train $OS --model $model --batch 16 --workers 4 --tp-conv data --owt-scheme a
 done
+"$DTRAIN" train $OS --model lenet --batch 16 --workers 4 --tp-conv data --owt-scheme b >/dev/null 2>&1
+check owt_b_empty_pass_in_short_last_step test $? -eq 0
+expect_error owt_scheme_unknown 2 "option --owt-scheme: 'd'" -- "$DTRAIN" train $BASE --workers 2 --tp-conv data --owt-scheme d
+expect_error owt_scheme_without_owt 2 "option --owt-scheme: not used with" -- "$DTRAIN" train $BASE --workers 2 --owt-scheme c
+expect_error owt_scheme_megatron 2 "option --owt-scheme c: applies to the one weird trick" -- \
+  "$DTRAIN" train $BASE --workers 2 --tp 2 --owt-scheme c
+expect_error owt_scheme_adam 2 "option --owt-scheme b: the fully connected layers step once per worker's batch" -- \
+  "$DTRAIN" train $BASE --workers 2 --tp-conv data --optimizer adam
 # bytes a step, lenet on 4 workers of 16 (floats): the allgather of the
 # 64 x 800 features and the reduce-scatter of their gradients, 3 x 16 x 800
 # each; the row layer's sum of the 64 x 10 logits (2 x 640 - 160 - 160);
 # the ring allreduce of the 25,570 convolution parameters (2 x 25570 -
-# 6393 - 6393). Data parallelism would send ~1.5 x 431,080.
-bytes owt_bytes_lenet_4 4 0 $((38400 + 960 + 38400 + 38354)) -- \
-  "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data
+# 6393 - 6393). Data parallelism would send ~1.5 x 431,080. Schemes (b)
+# and (c) send as much: (b) four binomial broadcasts and reduces of 16 x
+# 800, in which a rank sends 2, 1, 0 and 0 messages of it as root, at
+# distance 2, 1 and 3; (c) four allgathers of 4 x 4 x 800 (3/4 of it) and
+# reduce-scatters back; the logits' sum per pass of 16: 4 x (2 x 160 - 40 - 40).
+for sc in a b c; do
+  bytes owt_bytes_lenet_4_$sc 4 0 $((38400 + 960 + 38400 + 38354)) -- \
+    "$DTRAIN" train $BASE --model lenet --workers 4 --tp-conv data --owt-scheme $sc
+done
 
 # the split chosen per layer in the model file (split=): the one weird
 # trick's lenet and Megatron's lenet written out equal the option forms bit
@@ -298,7 +328,7 @@ MEOF
 sed -e 's/split=data/split=column/' -e '4s/split=column/split=row/' "$TMP/owt.txt" >"$TMP/megatron.txt"
 sed -e 's/split=data/split=none/' "$TMP/owt.txt" >"$TMP/dense_only.txt"
 equal owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
-  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 4
+  "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 4 --owt-scheme a
 equal tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
   "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --workers 3 --tp 3
 equal tensor_model_file_dense_only_equals_one_worker 1e-6 "$TMP/one_lenet.st" -- \
@@ -306,7 +336,7 @@ equal tensor_model_file_dense_only_equals_one_worker 1e-6 "$TMP/one_lenet.st" --
 equal tensor_model_file_on_one_worker 0 "$TMP/one_lenet.st" -- "$DTRAIN" train $BASE --model "$TMP/owt.txt"
 if have_mpi; then
   equal mpi_owt_model_file_equals_option 0 "$TMP/owt_lenet_4_equals_one_worker_4x_batch.st" -- \
-    $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 4
+    $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 4 --owt-scheme a
   equal mpi_tensor_model_file_equals_option 0 "$TMP/tensor_lenet_tp3_equals_one_worker.st" -- \
     $MPIRUN -np 3 "$DTRAIN" train $BASE --model "$TMP/megatron.txt" --comm mpi --tp 3
   $MPIRUN -np 4 "$DTRAIN" train $BASE --model "$TMP/owt.txt" --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"

@@ -56,11 +56,18 @@ typedef struct {
   char partition[256];          /* "balanced" (empty) or the first layer of each stage: "0,3,5" */
 } pipe_config_t;
 
+/* The one weird trick's schemes for its split layers (Krizhevsky 2014,
+ * sec. 4): (a) all K batches at once, (b) one worker's batch at a time,
+ * (c) a K-th of every worker's batch at a time; (b) and (c) step the split
+ * layers after each. */
+typedef enum { OWT_SCHEME_UNSET = -1, OWT_SCHEME_A, OWT_SCHEME_B, OWT_SCHEME_C } owt_scheme_t;
+
 /* Tensor parallelism (src/strategy/tensor/). */
 typedef struct {
   int ranks;                    /* --tp: ranks a dense layer pair is split over [1] */
   int conv_data;                /* one weird trick: convolutions data-parallel, dense layers split over all workers */
   int data_line;                /* > 0: the model file's split=data on this line set conv_data */
+  owt_scheme_t owt_scheme;      /* conv_data: the paper's scheme for the split layers [b, once the model file is read] */
 } tensor_config_t;
 
 /* Parameter servers (src/strategy/ps/). */

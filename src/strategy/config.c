@@ -38,6 +38,7 @@ void train_config_default(train_config_t *c) {
   c->kill_rank = -1;
   c->pipe.stages = c->pipe.micro_batches = c->pipe.chunks = 1;
   c->tensor.ranks = 1;
+  c->tensor.owt_scheme = OWT_SCHEME_UNSET; /* b under the one weird trick (tensor_model_options) */
   c->ps.drop_stale = -1;
   c->ps.epoch_fraction = 1;
   c->decentral.tau = 1;
@@ -209,6 +210,17 @@ static int shard_check(const train_config_t *c) {
     return dt_error("options --shard-optimizer and --optimizer lars do not combine: LARS needs "
                     "whole tensors, a rank steps a block");
   return 0;
+}
+
+/* The one weird trick's schemes (b) and (c) step the split layers once a
+ * pass, K times a step, and the front once: Adam's bias correction counts
+ * steps, which would then mean two things. */
+static int owt_check(const train_config_t *c) {
+  owt_scheme_t s = c->tensor.owt_scheme == OWT_SCHEME_UNSET ? OWT_SCHEME_B : c->tensor.owt_scheme;
+  if (!c->tensor.conv_data || s == OWT_SCHEME_A || c->optim.kind != OPTIM_ADAM) return 0;
+  return dt_error("option --owt-scheme %c: the fully connected layers step once per worker's "
+                  "batch and Adam's bias correction counts steps: use --owt-scheme a, or "
+                  "--optimizer sgd|rmsprop|lars", 'a' + (int)s);
 }
 
 /* Priority order applies each bucket's update during the next forward
@@ -403,6 +415,7 @@ int train_config_check(const train_config_t *c) {
                         : "this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16)");
   if (strategy_check_families(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
+  if (owt_check(c) != 0) return -1;
   if (shm_check(c) != 0) return -1;
   if (balance_check(c) != 0) return -1;
   if (comm_order_check(c) != 0) return -1;

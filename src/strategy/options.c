@@ -60,6 +60,9 @@ static int is_pipedream(const train_config_t *c) {
 static int is_data_parallel(const train_config_t *c) {
   return !is_decentral(c) && c->exchange == EXCHANGE_ALLREDUCE && !is_pipeline(c);
 }
+/* --tp T may be the one weird trick too, when the model file says split=data
+ * (tensor_model_options decides, once it has read the file). */
+static int is_owt(const train_config_t *c) { return c->tensor.conv_data || c->tensor.ranks > 1; }
 static int is_sync_dp(const train_config_t *c) {
   return is_data_parallel(c) && c->schedule == SCHEDULE_SYNC;
 }
@@ -344,6 +347,14 @@ static const option_t OPTIONS[] = {
              "conv2d (its shard allgathered for the next layer) (T\n"
              "ranks; with split=data, --tp = the workers: the one weird\n"
              "trick; docs/MODEL_FORMAT.md)"},
+    {WORDS("owt-scheme", tensor.owt_scheme, "a|b|c", NULL), is_owt, "--tp-conv data (the one weird trick)", AX_STRATEGY,
+     .help = "a|b|c\tthe one weird trick's pass through the split layers\n"
+             "(Krizhevsky 2014, sec. 4): a, every worker's batch at once\n"
+             "(one step of K x batch); b, one worker's batch at a time,\n"
+             "broadcast while the previous one computes, the split\n"
+             "layers stepping after each (K steps of batch, the\n"
+             "convolutions one of K x batch: the paper's runs); c, a\n"
+             "K-th of every worker's batch at a time, as b [b]"},
     {ONOFF("sync-bn", sync_bn), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
      .help = "on|off\tbatch norm's statistics over all data-parallel ranks\n"
              "(synchronous allreduce) [off]"},

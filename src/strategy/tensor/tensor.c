@@ -45,7 +45,16 @@ int tensor_check(const train_config_t *c) {
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
-int tensor_model_options(train_config_t *c) {
+/* --owt-scheme once the model file has said whether the run is the one
+ * weird trick: b (the paper's runs) unless given; refused otherwise. */
+static int owt_scheme_resolve(train_config_t *c) {
+  if (c->tensor.conv_data && c->tensor.owt_scheme == OWT_SCHEME_UNSET) c->tensor.owt_scheme = OWT_SCHEME_B;
+  if (c->tensor.conv_data || c->tensor.owt_scheme == OWT_SCHEME_UNSET) return 0;
+  return dt_error("option --owt-scheme %c: applies to the one weird trick (--tp-conv data, or "
+                  "split=data in the model file); drop it", 'a' + (int)c->tensor.owt_scheme);
+}
+
+static int model_file_options(train_config_t *c) {
   if (c->tensor.ranks <= 1 && !c->tensor.conv_data) return 0; /* split= applies to tensor-parallel runs only */
   model_spec_t spec;
   DT_TRY(model_spec_load(c->model, &spec));
@@ -69,6 +78,11 @@ int tensor_model_options(train_config_t *c) {
                     c->workers);
   c->tensor.conv_data = 1, c->tensor.data_line = data;
   return 0;
+}
+
+int tensor_model_options(train_config_t *c) {
+  DT_TRY(model_file_options(c));
+  return owt_scheme_resolve(c);
 }
 
 int tensor_check_world(const train_config_t *c) {
