@@ -11,14 +11,16 @@ step) and 2 data-parallel workers.
 Part 2 (--part owt): lenet (its dense layers hold 405 k of its 431 k
 parameters) on 4 workers of 16 samples under an emulated 1 Gbit/s link
 (--net bandwidth=1Gbit): data parallelism (ring allreduce of every
-gradient) against the one weird trick (--tp-conv data: convolutions
-data-parallel, dense layers split, the batch exchanged): samples/s and the
-bytes rank 0 sends a step (from the metrics).
+gradient) against the one weird trick in each of its schemes (--tp-conv
+data --owt-scheme a|b|c: convolutions data-parallel, dense layers split,
+the batch exchanged all at once, a worker's batch at a time, a K-th of
+each at a time): samples/s and the bytes rank 0 sends a step.
 
 Part 3 (--part accuracy, not in both): lenet, 3 epochs, momentum 0.9,
 --lr-schedule cosine (--schedule constant for the other), one
-worker of 64 samples against the one weird trick on 4 workers of 16 (the
-same global batch): test accuracy after each epoch.
+worker of 64 samples against the one weird trick's schemes a, b, c on 4
+workers of 16 (the same global batch; (b) and (c) step the dense layers
+after each batch of 16): test accuracy after each epoch.
 
 Rows are interleaved round after round (this VM drifts and is shared):
 best round and median. usage: bench/tensor.py [--part wide|owt|both|accuracy]
@@ -88,16 +90,18 @@ def main():
         os.unlink(wide)
     if a.part in ("owt", "both"):
         net = ["--net", "bandwidth=1Gbit", "--exchange", "allreduce:ring"]
-        rows = [("4 workers data parallel, 1 Gbit/s", ["--workers", "4", *net]),
-                ("4 workers one weird trick, 1 Gbit/s", ["--workers", "4", "--tp-conv", "data", *net])]
+        rows = [("4 workers data parallel, 1 Gbit/s", ["--workers", "4", *net])] + [
+            (f"4 workers one weird trick ({sc}), 1 Gbit/s",
+             ["--workers", "4", "--tp-conv", "data", "--owt-scheme", sc, *net]) for sc in "abc"]
         table(f"lenet, 4 workers x 16 samples, {a.steps * 3} steps, emulated 1 Gbit/s", rows, "lenet", 16,
               a.steps * 3, a.rounds, "4 workers data parallel, 1 Gbit/s")
 
 
 def accuracy(a):
-    runs = [("1 worker x 64", ["--workers", "1", "--batch", "64"]),
-            ("one weird trick, 4 workers x 16", ["--workers", "4", "--batch", "16", "--tp-conv", "data",
-                                                 "--exchange", "allreduce:ring"])]
+    runs = [("1 worker x 64", ["--workers", "1", "--batch", "64"])] + [
+        (f"one weird trick ({sc}), 4 workers x 16", ["--workers", "4", "--batch", "16", "--tp-conv", "data",
+                                                   "--owt-scheme", sc, "--exchange", "allreduce:ring"])
+        for sc in "abc"]
     for name, opts in runs:
         with tempfile.TemporaryDirectory() as d:
             m = os.path.join(d, "m.jsonl")
