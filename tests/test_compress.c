@@ -770,6 +770,55 @@ static void test_dgc_warmup(void) {
   }
 }
 
+/* DGC's rule by hand, through the real exchange (compressor_new with
+ * dgc:0.25, so one value of four is sent a step): rank 0's gradient is
+ * (2, 1.5, 0, 0) every step, rank 1's (0, 0, 2, 1.5), momentum 0.5. On
+ * each rank u = m u + g; v += u; the larger |v| is sent; v = 0 there and,
+ * with factor masking, u = 0 there too. Rank 0, masked:
+ *   step 0: u = (2, 1.5)       v = (2, 1.5)     send v0 = 2     u = (0, 1.5)
+ *   step 1: u = (2, 2.25)      v = (2, 3.75)    send v1 = 3.75  u = (2, 0)
+ *   step 2: u = (3, 1.5)       v = (5, 1.5)     send v0 = 5
+ * unmasked, step 2 sends v0 = 6.5 (u0 = 3.5 went on); without momentum
+ * correction step 1 sends v1 = 3. Rank 1 the same in positions 2, 3, and
+ * the exchange's sum is the two. */
+typedef struct { float momentum; float got[3][4]; } dgc_rule_case_t;
+
+static int dgc_rule_rank(comm_t *c, void *arg) {
+  dgc_rule_case_t *e = arg;
+  int r = comm_rank(c);
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  compress_config_t cc = {.codec = spec("dgc:0.25"), .error_feedback = 1, .momentum = e->momentum,
+                          .seed = 1, .algo = ALLREDUCE_RING};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&cc, 4, r, comm_size(c), &cx));
+  for (int step = 0; step < 3; step++) {
+    float g[4] = {0, 0, 0, 0};
+    g[2 * r] = 2, g[2 * r + 1] = 1.5f;
+    RCHECK_OK(compressor_allreduce(cx, ctx, g, 0, 4, step, 0, NULL, 0));
+    if (r == 0) memcpy(e->got[step], g, sizeof g);
+  }
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+static void test_dgc_rule_by_hand(void) {
+  static const float masked[3][4] = {{2, 0, 2, 0}, {0, 3.75f, 0, 3.75f}, {5, 0, 5, 0}};
+  dgc_rule_case_t e = {.momentum = 0.5f};
+  CHECK_OK(comm_local_run(2, NULL, dgc_rule_rank, &e));
+  for (int s = 0; s < 3; s++)
+    for (int i = 0; i < 4; i++) {
+      if (e.got[s][i] != masked[s][i])
+        fprintf(stderr, "  step %d value %d: %g, by hand %g\n", s, i, e.got[s][i], masked[s][i]);
+      CHECK(e.got[s][i] == masked[s][i]);
+    }
+  /* momentum 0 (no correction): plain error feedback, step 1 sends 2 + 1.5 */
+  dgc_rule_case_t plain = {.momentum = 0};
+  CHECK_OK(comm_local_run(2, NULL, dgc_rule_rank, &plain));
+  CHECK(plain.got[1][1] == 3.0f && plain.got[1][3] == 3.0f && plain.got[2][0] == 4.0f);
+}
+
 /* compress_exchange_bytes (what a step's description says) against the
  * transport's count, sent and received, on every rank: each codec on 1..4
  * ranks over a bucket of values of no tensor, W1 (16 x 100), b1 (16), W2
@@ -1111,6 +1160,7 @@ int main(void) {
   RUN(test_sparse_selects_per_tensor);
   RUN(test_powersgd_exchange);
   RUN(test_dgc_warmup);
+  RUN(test_dgc_rule_by_hand);
   RUN(test_exchange_bytes_formula);
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);
