@@ -9,12 +9,16 @@
 #include <string.h>
 
 #include "strategy/pipe/engine.h"
+#include "strategy/tp_group.h"
 
 /* ---- setup ------------------------------------------------------------------- */
 
 /* --partition balanced: rank 0 times every layer (forward + backward of a
  * micro-batch) and every rank splits by its times, so all agree. The
- * split changes no result: a stage boundary passes activations exactly. */
+ * split changes no result: a stage boundary passes activations exactly.
+ * Under --tp each tp slice's rank 0 times its own blocks; the slices must
+ * cut alike (a split layer's ranks sum together), so tp rank 0's times
+ * then go to its whole group: every rank splits by world rank 0's. */
 static int measure_layers(pipe_engine_t *e) {
   worker_t *w = e->w;
   model_t *m = w->model;
@@ -25,6 +29,7 @@ static int measure_layers(pipe_engine_t *e) {
     rc = pipe_profile_layers(m, w->cfg->batch / e->M, w->cfg->seed, e->layer_sec);
   for (int i = 0; rc == 0 && w->rank == 0 && i < n; i++) t[i] = (float)e->layer_sec[i];
   if (rc == 0 && comm_size(w->comm) > 1) rc = broadcast_tree(w->coll, 0, t, (size_t)n);
+  if (rc == 0 && w->tp && tensor_size(w->tp) > 1) rc = broadcast_tree(tensor_coll(w->tp), 0, t, (size_t)n);
   for (int i = 0; rc == 0 && i < n; i++) e->layer_sec[i] = t[i];
   free(t);
   return rc;
@@ -112,8 +117,9 @@ static int plan_buffers(pipe_engine_t *e, int micro) {
   e->slot_n = calloc((size_t)e->slots, sizeof *e->slot_n);
   e->mb_off = calloc((size_t)e->M, sizeof *e->mb_off);
   e->mb_len = calloc((size_t)e->M, sizeof *e->mb_len);
-  /* the report's fields: a few names, then a number for each chunk and six for each rank */
-  e->extra_cap = 512 + 24 * ((size_t)e->G + 6 * (size_t)e->P);
+  /* the report's fields: a few names, then a number for each chunk, six for each rank
+   * and, measured, one for each layer */
+  e->extra_cap = 512 + 24 * ((size_t)e->G + 6 * (size_t)e->P) + 20 * (size_t)e->w->model->nlayers;
   e->extra = calloc(e->extra_cap, 1);
   if (!e->sends || !e->labels || !e->slot_n || !e->mb_off || !e->mb_len || !e->extra)
     return dt_error("out of memory");
