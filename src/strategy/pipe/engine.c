@@ -195,19 +195,35 @@ static int slice_step(pipe_engine_t *e, int64_t k) {
 static int slot_of(const pipe_engine_t *e, int unit) { return unit % e->slots; }
 static int micro_of(const pipe_engine_t *e, int unit) { return unit % e->M; }
 
-static int recv_timed(pipe_engine_t *e, int src, int tag, void *buf, size_t bytes) {
+/* A blocking receive of a unit's activation or gradient. Its wait is
+ * exposed communication, and of it the bubble is what the link's time for
+ * the bytes (the alpha-beta model of the pipe's link, comm_link_time) does
+ * not explain: the stage idle until its neighbour had the unit. The trace
+ * shows the bubble on its own track, then the receive with its bytes. */
+static int recv_timed(pipe_engine_t *e, int src, int tag, void *buf, size_t bytes, const char *what) {
   double t0 = dt_now();
   int rc = comm_recv(e->pipe, src, tag, buf, bytes);
-  double dt = dt_now() - t0;
+  double t1 = dt_now(), dt = t1 - t0;
+  double link = comm_link_time(e->pipe->link_latency, e->pipe->link_bandwidth, 1, (double)bytes);
+  double bubble = dt > link ? dt - link : 0;
   e->idle += dt;
   e->w->timers.comm += dt;
   e->w->timers.comm_exposed += dt;
+  e->w->timers.bubble += bubble;
+  if (dt_trace) {
+    if (bubble > 0) trace_slice(dt_trace, TRACE_BUBBLE, "bubble", tag, t0, t0 + bubble);
+    trace_async(dt_trace, TRACE_COMM, what, (long long)bytes, t0 + bubble, t1);
+  }
   return rc;
 }
 
-static int send_async(pipe_engine_t *e, int dst, int tag, const void *buf, size_t bytes) {
+static int send_async(pipe_engine_t *e, int dst, int tag, const void *buf, size_t bytes,
+                      const char *what) {
   if (e->nsends >= e->max_sends) return dt_error("pipeline: more than %d sends in a step", e->max_sends);
-  return comm_isend(e->pipe, dst, tag, buf, bytes, &e->sends[e->nsends++]);
+  double t0 = dt_trace ? dt_now() : 0;
+  int rc = comm_isend(e->pipe, dst, tag, buf, bytes, &e->sends[e->nsends++]);
+  if (dt_trace) trace_async(dt_trace, TRACE_COMM, what, (long long)bytes, t0, dt_now());
+  return rc;
 }
 
 int pipe_wait_sends(pipe_engine_t *e) {
@@ -215,6 +231,7 @@ int pipe_wait_sends(pipe_engine_t *e) {
   int rc = comm_waitall(e->pipe, e->nsends, e->sends);
   e->nsends = 0;
   e->idle += dt_now() - t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "wait for sends", 0, t0, dt_now());
   return rc;
 }
 
@@ -272,7 +289,7 @@ static int exec_recv_act(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return recv_timed(e, neighbour(e, -1), TAG_PIPE_ACT0 + g - 1, stage_input(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->in_size * sizeof(float));
+                    unit_samples(e, mb) * st->in_size * sizeof(float), "recv activation");
 }
 
 /* Forward of unit mb through chunk v; the last chunk adds its loss to the epoch's. */
@@ -308,14 +325,14 @@ static int exec_send_act(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return send_async(e, neighbour(e, 1), TAG_PIPE_ACT0 + g, stage_output(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->out_size * sizeof(float));
+                    unit_samples(e, mb) * st->out_size * sizeof(float), "send activation");
 }
 
 static int exec_recv_grad(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return recv_timed(e, neighbour(e, 1), TAG_PIPE_GRAD0 + g, stage_output_grad(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->out_size * sizeof(float));
+                    unit_samples(e, mb) * st->out_size * sizeof(float), "recv gradient");
 }
 
 /* Backward of unit mb through chunk v, summing into its gradients after
@@ -340,7 +357,7 @@ static int exec_backward(pipe_engine_t *e, int v, int mb) {
 static int exec_send_grad(pipe_engine_t *e, int v, int mb) {
   int g = v * e->P + e->s;
   return send_async(e, neighbour(e, -1), TAG_PIPE_GRAD0 + g - 1, dx_of(e, v, mb),
-                    unit_samples(e, mb) * e->chunk[v].st->in_size * sizeof(float));
+                    unit_samples(e, mb) * e->chunk[v].st->in_size * sizeof(float), "send gradient");
 }
 
 static int exec_reduce(pipe_engine_t *e, int v, int mb) { return e->ops->reduce(e); }
