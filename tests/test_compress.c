@@ -826,7 +826,7 @@ static void test_dgc_rule_by_hand(void) {
  * tensor's shared scaler, which ranks ternarizing with their own scalers
  * would not give (0.5 + 1); a value at s is sent with certainty and 0 never:
  * W[0] = 1 + (-0.5 or 0)... by hand where nothing is drawn: position 3 is
- * 0 on both ranks; b[1] = 0 + 4 on rank 1 = 4 exactly. Over 4000 steps the
+ * 0 on both ranks; b[1] = 0 + 4 on rank 1 = 4 exactly. Over 1000 steps the
  * mean is the exact sum (unbiased). Bytes: 4 2 scalers + ceil(4/4) codes of
  * the other's block + ceil(4 x 3 bits / 8) sums of mine = 11 each way. */
 typedef struct { const char *codec; int steps; double mean[8]; float first[8]; uint64_t sent; } tern_case_t;
@@ -861,14 +861,14 @@ static int tern_rank(comm_t *c, void *arg) {
 
 static void test_terngrad_shared_scalers(void) {
   static const double exact[8] = {0.5, 0, 0.25, 0, 2, 4, -0.5, 2};
-  tern_case_t e = {"terngrad", 4000, {0}, {0}, 0};
+  tern_case_t e = {"terngrad", 1000, {0}, {0}, 0};
   CHECK_OK(comm_local_run(2, NULL, tern_rank, &e));
   CHECK(e.first[3] == 0 && e.first[5] == 4);
   CHECK(e.sent == 11);
   for (int i = 0; i < 8; i++) {
-    double s = i < 4 ? 1 : 4, sd = s * 2 / sqrt(4000.0); /* two draws of at most s each */
+    double s = i < 4 ? 1 : 4, sd = s * 2 / sqrt(1000.0); /* two draws of at most s each */
     if (fabs(e.mean[i] - exact[i]) > 4 * sd)
-      fprintf(stderr, "  value %d: mean %g over 4000 steps, exact %g\n", i, e.mean[i], exact[i]);
+      fprintf(stderr, "  value %d: mean %g over 1000 steps, exact %g\n", i, e.mean[i], exact[i]);
     CHECK(fabs(e.mean[i] - exact[i]) <= 4 * sd);
   }
   /* the formula beside the hand count, and on 3..4 ranks (the levels of
