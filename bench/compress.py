@@ -10,7 +10,9 @@ same run (src/compress/, --compress).
             sent (the transport's counts, the run's totals of rank 0);
             PowerSGD sends its first 100 steps dense, as its authors'
             reference implementation does by default; TernGrad clips at
-            2.5 standard deviations, as its paper does; onebit+shared is
+            2.5 standard deviations, as its paper does (terngrad:2.5: a
+            scaler a tensor, shared by the workers, as the paper;
+            terngrad-chunked:2.5: a scale a 512 values, not shared); onebit+shared is
             1-bit SGD with --momentum-correction shared (1-bit Adam's
             compressed momentum step, the owner's error fed back);
             encode + decode seconds against the training seconds.
@@ -23,7 +25,7 @@ usage: bench/compress.py [accuracy|speed|all] [--models mlp,lenet] [--codecs a,b
 import argparse, json, os, subprocess, sys, tempfile, time
 
 DTRAIN = os.environ.get("DTRAIN", "build/dtrain")
-CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad:2.5", "onebit", "onebit+shared", "powersgd:2",
+CODECS = ["none", "fp16", "int8", "qsgd:7", "terngrad:2.5", "terngrad-chunked:2.5", "onebit", "onebit+shared", "powersgd:2",
           "topk:0.001", "dgc:0.001"]
 EPOCHS = {"mlp": 5, "lenet": 3}
 

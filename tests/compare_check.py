@@ -90,6 +90,9 @@ def figures(runs):
     waits = [sum(e["wait_sec"] for e in epochs(r) if "wait_sec" in e) for r in ok
              if any("wait_sec" in e for e in epochs(r))]
     f["wait_sec"] = mean(waits)
+    bubbles = [sum(e["bubble_sec"] for e in epochs(r) if "bubble_sec" in e) for r in ok
+               if any("bubble_sec" in e for e in epochs(r))]
+    f["bubble_sec"] = mean(bubbles)
     f["ok"] = len(ok)
     f["runs"] = len(runs)
     return f
@@ -97,7 +100,8 @@ def figures(runs):
 
 KEYS = ["final_acc", "samples_per_sec", "bytes_sent", "bytes_per_step", "total_sec", "train_sec",
         "compute_sec", "comm_sec", "comm_exposed_sec", "eval_sec", "other_sec",
-        "comm_hidden_frac", "time_to_target", "staleness_mean", "wait_sec", "reached", "ok", "runs"]
+        "comm_hidden_frac", "time_to_target", "staleness_mean", "wait_sec", "bubble_sec", "reached", "ok",
+        "runs"]
 bad = []
 for p in rep["presets"]:
     f = figures([r for r in rep["runs"] if r["preset"] == p["name"]])
@@ -264,11 +268,14 @@ def clauses(p):
     if p["comm_sec"] > 0 and p["train_sec"] > 0:
         waits = p["wait_sec"] is not None
         wait = p["wait_sec"] / p["train_sec"] if waits else 0
-        exposed = p["comm_exposed_sec"] / p["train_sec"] - wait
+        bubble = p["bubble_sec"] / p["train_sec"] if p["bubble_sec"] is not None else 0
+        exposed = p["comm_exposed_sec"] / p["train_sec"] - wait - bubble
         if p["comm_hidden_frac"] is not None and p["comm_hidden_frac"] >= 0.5:
             c.append(("hidden", p["comm_hidden_frac"], "communication %.0f%% hidden" % (100 * p["comm_hidden_frac"])))
         if wait >= 0.1:
             c.append(("waiting", wait, "waited for slower ranks %.0f%% of training time" % (100 * wait)))
+        if bubble >= 0.1:
+            c.append(("bubble", bubble, "pipeline bubble %.0f%% of training time" % (100 * bubble)))
         if exposed >= 0.2:
             c.append(("exposed", exposed, "exposed communication%s %.0f%% of training time"
                       % ("" if waits else " and waiting", 100 * exposed)))
@@ -300,9 +307,12 @@ def borderline(p):
         kinds.add("hidden")
     if p["comm_sec"] and p["train_sec"]:
         wait = p["wait_sec"] / p["train_sec"] if p["wait_sec"] is not None else 0
+        bubble = p["bubble_sec"] / p["train_sec"] if p["bubble_sec"] is not None else 0
         if near(wait, 0.1):
             kinds.add("waiting")
-        if near(p["comm_exposed_sec"] / p["train_sec"] - wait, 0.2):
+        if near(bubble, 0.1):
+            kinds.add("bubble")
+        if near(p["comm_exposed_sec"] / p["train_sec"] - wait - bubble, 0.2):
             kinds.add("exposed")
     most = extreme("bytes_per_step", -1)
     if most and p["bytes_per_step"] and near(most["bytes_per_step"] / p["bytes_per_step"], 1.5):

@@ -241,6 +241,7 @@ described bytes_described_compress_qsgd_2 2 --compress qsgd:4
 described bytes_described_compress_qsgd_3_ring 3 --compress qsgd:127 --exchange allreduce:ring
 described bytes_described_compress_terngrad_2 2 --compress terngrad
 described bytes_described_compress_terngrad_clip_4_ring 4 --compress terngrad:2.5 --exchange allreduce:ring
+described bytes_described_compress_terngrad_chunked_3_ring 3 --compress terngrad-chunked --exchange allreduce:ring
 described bytes_described_compress_topk_2 2 --compress topk:0.01
 described bytes_described_compress_topk_3_ring 3 --compress topk:0.01 --exchange allreduce:ring
 described bytes_described_compress_topk_no_feedback_2 2 --compress topk:0.01 --error-feedback off

@@ -17,6 +17,26 @@ check compare_table_on_stdout sh -c "grep -q '^horovod ' '$TMP/table' && grep -q
 $PY tests/compare_check.py "$out" compare
 check compare_trace_per_run $PY tests/trace_check.py "$out/runs/gosgd-seed2.trace.json" steps 1:3
 
+# ---- pipelines: the stages' idle waits are the bubble, their own part of the
+# time split and their own clause, not exposed communication (distbelief-mp:
+# one micro-batch, so each of its 2 stages idles about half the step)
+bout=$TMP/cmp-bubble
+$DTRAIN compare --presets distbelief-mp,gpipe --data synthetic --workers 2 --max-steps 8 \
+  --out "$bout" >/dev/null 2>"$TMP/log"
+check compare_pipeline_bubble_labelled $PY -c "
+import json
+r = json.load(open('$bout/report.json'))
+p = {x['name']: x for x in r['presets']}
+d = p['distbelief-mp']
+assert d['bubble_sec'] > 0 and d['bubble_sec'] <= d['comm_exposed_sec'], d
+kinds = {v['kind']: v['value'] for v in d['verdict']}
+assert 'bubble' in kinds and kinds['bubble'] >= 0.1, d['verdict']
+exposed = d['comm_exposed_sec'] - d['bubble_sec']
+assert 'exposed' not in kinds or abs(kinds['exposed'] - exposed / d['train_sec']) < 1e-6, d['verdict']
+assert 'pipeline bubble' in open('$bout/report.html').read()
+"
+$PY tests/compare_check.py "$bout" compare_bubble
+
 # ---- a preset that fails at run time: shown with its error, the others run
 printf 'dense units=10\n' >"$TMP/one.model"
 fout=$TMP/cmp-fail

@@ -214,6 +214,33 @@ if '$part' == 'macs': assert f == [0, 2, 3], f   # the second convolution alone:
 else: assert all(t > 0 for t in prof), prof"
 done
 
+# the measured partition follows the times, not the multiply-adds: a chain
+# whose dropouts (a random draw a value; counted as one operation a value)
+# take most of the time, and whose dense layer (most of the multiply-adds)
+# little. By multiply-adds the cut is before the dense layer (8); by time
+# it falls among the dropouts. The split reported must be the best of the
+# reported layer times over every cut (a chain: every cut is valid), and
+# not the multiply-adds' one.
+printf 'conv2d filters=16 kernel=3 pad=1\n' >"$TMP/skew.model"
+printf 'batchnorm\ndropout rate=0.1\n%.0s' 1 2 3 >>"$TMP/skew.model"
+printf 'flatten\ndense units=32\ndense units=10\n' >>"$TMP/skew.model"
+for part in balanced macs; do
+  rm -f "$TMP/skew_$part.jsonl"
+  "$DTRAIN" train --data "$SMALL" --model "$TMP/skew.model" --lr 0.05 --seed 3 --quiet --max-steps 2 \
+    --epochs 1 --batch 32 --workers 2 --pp 2 --micro-batches 2 --partition $part \
+    --metrics "$TMP/skew_$part.jsonl" >"$TMP/out" 2>&1 || fail "pipe_partition_skew_$part" "$(tail -c 300 "$TMP/out")"
+done
+check pipe_partition_balanced_follows_measured_times $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/skew_balanced.jsonl') if '\"epoch\"' in l][0]
+m = [json.loads(l) for l in open('$TMP/skew_macs.jsonl') if '\"epoch\"' in l][0]
+t, cut, macs_cut = e['layer_profiled_sec'], e['stage_first_layer'][1], m['stage_first_layer'][1]
+cost = lambda c: max(sum(t[:c]), sum(t[c:]))
+best = min(cost(c) for c in range(1, len(t)))
+print('measured cut', cut, 'multiply-adds cut', macs_cut, 'layer seconds', t)
+assert macs_cut == 8, macs_cut
+assert cost(cut) <= best * (1 + 1e-6) and cut != macs_cut, (cut, cost(cut), best)"
+
 # the progress line shows the training loss, which only the last stage has
 # (the line printed at the epoch's last step, so no --quiet and no --max-steps)
 "$DTRAIN" train --data "$SMALL" --lr 0.05 --momentum 0.9 --seed 3 --batch 64 --epochs 1 \

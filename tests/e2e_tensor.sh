@@ -186,7 +186,13 @@ expect_error tensor_zero 2 "option --tp" -- "$DTRAIN" train $BASE --tp 0
 expect_error tensor_decentral 2 "option --tp 2: tensor parallelism runs with --optimization central" -- \
   "$DTRAIN" train $BASE --workers 2 --tp 2 --preset local-sgd
 expect_error tensor_lars 2 "options --tp 2 and --optimizer lars" -- "$DTRAIN" train $BASE --workers 2 --tp 2 --optimizer lars
-expect_error tensor_pp_balanced_partition 2 "use --partition macs" -- "$DTRAIN" train $BASE --workers 4 --tp 2 --pp 2
+# --partition balanced under --tp: each slice's rank 0 times its blocks and tp
+# rank 0's times go to its group, so every slice cuts alike; a cut changes
+# no bit
+"$DTRAIN" train $BASE --workers 4 --pp 2 --tp 2 --micro-batches 2 --partition macs --checkpoint "$TMP/pp_macs.st" >/dev/null 2>&1
+"$DTRAIN" train $BASE --workers 4 --pp 2 --tp 2 --micro-batches 2 --checkpoint "$TMP/pp_balanced.st" >"$TMP/out" 2>&1 ||
+  fail tensor_pp2_tp2_balanced_trains "$(tail -c 300 "$TMP/out")"
+check tensor_pp2_tp2_balanced_equals_macs_bitwise cmp -s "$TMP/pp_macs.st" "$TMP/pp_balanced.st"
 if have_mpi; then
   $MPIRUN -np 3 "$DTRAIN" train $BASE --comm mpi --tp 2 >/dev/null 2>"$TMP/np.err"
   check mpi_tensor_np_not_multiple grep -q "mpirun -np 3 and --tp 2: .* -np must be a multiple of 2" "$TMP/np.err"

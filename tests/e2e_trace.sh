@@ -3,7 +3,8 @@
 # (tests/trace_check.py checks each file): slices with rank, start and
 # duration; communication beside compute with overlap on and after it with
 # overlap off; --trace-steps; the parameter-server and decentralized
-# tracks; under mpi one file with each rank's events in order. Bad input:
+# tracks; a pipeline's sends, receives and bubble, tensor parallelism's sums;
+# under mpi one file with each rank's events in order. Bad input:
 # one line each.
 . tests/lib.sh
 RUN="--data synthetic --workers 2 --max-steps 6 --quiet"
@@ -25,6 +26,17 @@ ev = json.load(open('$TMP/ps.json'))['traceEvents']
 servers = {e['pid'] for e in ev if e.get('name') == 'server update'}
 assert servers == {2, 3}, servers
 "
+# pipelines: every stage's sends and receives (M of each a step, bytes
+# matching across the link) and its idle slices on the bubble track; a
+# tensor-parallel run: each of its sums, alike on every rank
+$DTRAIN train $RUN --pp 2 --micro-batches 4 --trace "$TMP/pipe2.json" >/dev/null 2>&1
+check trace_pipeline_sends_receives_bubble $TC "$TMP/pipe2.json" pipeline 2 4
+$DTRAIN train --data synthetic --max-steps 4 --quiet --workers 3 --pp 3 --micro-batches 4 \
+  --pipe-schedule 1f1b --trace "$TMP/pipe3.json" >/dev/null 2>&1
+check trace_pipeline_3_stages_1f1b $TC "$TMP/pipe3.json" pipeline 3 4
+check trace_pipeline_tracks $TC "$TMP/pipe3.json" tracks compute,communication,steps
+$DTRAIN train $RUN --tp 2 --trace "$TMP/tp.json" >/dev/null 2>&1
+check trace_tensor_parallel_sums $TC "$TMP/tp.json" tp-sums
 $DTRAIN train $RUN --preset gosgd --trace "$TMP/gossip.json" >/dev/null 2>&1
 check trace_decentral $TC "$TMP/gossip.json" tracks compute,waiting,steps
 check trace_rewrites_own sh -c "$DTRAIN train $RUN --trace '$TMP/steps.json' >/dev/null"

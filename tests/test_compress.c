@@ -443,7 +443,7 @@ static void test_exchange_sums_and_bytes(void) {
         amax = fmaxf(amax, (float)fabs(exact[i]));
       }
       /* fp16: half the ring's bytes: sum_{j != r} 2 b_j + (P - 1) 2 b_r */
-      static const char *dense[] = {"fp16", "bf16", "int8", "onebit", "qsgd:64", "terngrad"};
+      static const char *dense[] = {"fp16", "bf16", "int8", "onebit", "qsgd:64", "terngrad-chunked"};
       for (size_t d = 0; d < sizeof dense / sizeof *dense; d++) {
         exchange_case_t e = run_exchange(dense[d], n, P, 0);
         codec_spec_t s = spec(dense[d]);
@@ -770,6 +770,118 @@ static void test_dgc_warmup(void) {
   }
 }
 
+/* DGC's rule by hand, through the real exchange (compressor_new with
+ * dgc:0.25, so one value of four is sent a step): rank 0's gradient is
+ * (2, 1.5, 0, 0) every step, rank 1's (0, 0, 2, 1.5), momentum 0.5. On
+ * each rank u = m u + g; v += u; the larger |v| is sent; v = 0 there and,
+ * with factor masking, u = 0 there too. Rank 0, masked:
+ *   step 0: u = (2, 1.5)       v = (2, 1.5)     send v0 = 2     u = (0, 1.5)
+ *   step 1: u = (2, 2.25)      v = (2, 3.75)    send v1 = 3.75  u = (2, 0)
+ *   step 2: u = (3, 1.5)       v = (5, 1.5)     send v0 = 5
+ * unmasked, step 2 sends v0 = 6.5 (u0 = 3.5 went on); without momentum
+ * correction step 1 sends v1 = 3. Rank 1 the same in positions 2, 3, and
+ * the exchange's sum is the two. */
+typedef struct { float momentum; float got[3][4]; } dgc_rule_case_t;
+
+static int dgc_rule_rank(comm_t *c, void *arg) {
+  dgc_rule_case_t *e = arg;
+  int r = comm_rank(c);
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  compress_config_t cc = {.codec = spec("dgc:0.25"), .error_feedback = 1, .momentum = e->momentum,
+                          .seed = 1, .algo = ALLREDUCE_RING};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&cc, 4, r, comm_size(c), &cx));
+  for (int step = 0; step < 3; step++) {
+    float g[4] = {0, 0, 0, 0};
+    g[2 * r] = 2, g[2 * r + 1] = 1.5f;
+    RCHECK_OK(compressor_allreduce(cx, ctx, g, 0, 4, step, 0, NULL, 0));
+    if (r == 0) memcpy(e->got[step], g, sizeof g);
+  }
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+static void test_dgc_rule_by_hand(void) {
+  static const float masked[3][4] = {{2, 0, 2, 0}, {0, 3.75f, 0, 3.75f}, {5, 0, 5, 0}};
+  dgc_rule_case_t e = {.momentum = 0.5f};
+  CHECK_OK(comm_local_run(2, NULL, dgc_rule_rank, &e));
+  for (int s = 0; s < 3; s++)
+    for (int i = 0; i < 4; i++) {
+      if (e.got[s][i] != masked[s][i])
+        fprintf(stderr, "  step %d value %d: %g, by hand %g\n", s, i, e.got[s][i], masked[s][i]);
+      CHECK(e.got[s][i] == masked[s][i]);
+    }
+  /* momentum 0 (no correction): plain error feedback, step 1 sends 2 + 1.5 */
+  dgc_rule_case_t plain = {.momentum = 0};
+  CHECK_OK(comm_local_run(2, NULL, dgc_rule_rank, &plain));
+  CHECK(plain.got[1][1] == 3.0f && plain.got[1][3] == 3.0f && plain.got[2][0] == 4.0f);
+}
+
+/* TernGrad's scalers shared (the paper's eq. 4): 2 ranks, a bucket of two
+ * tensors, W (2 x 2) and b (4). Rank 0's W has magnitudes up to 1, rank
+ * 1's up to 0.5: the shared scaler is 1; b's are 2 and 4: it is 4. Every
+ * value of the sum is then k s (k an integer in [-2, 2]) with s its
+ * tensor's shared scaler, which ranks ternarizing with their own scalers
+ * would not give (0.5 + 1); a value at s is sent with certainty and 0 never:
+ * W[0] = 1 + (-0.5 or 0)... by hand where nothing is drawn: position 3 is
+ * 0 on both ranks; b[1] = 0 + 4 on rank 1 = 4 exactly. Over 1000 steps the
+ * mean is the exact sum (unbiased). Bytes: 4 2 scalers + ceil(4/4) codes of
+ * the other's block + ceil(4 x 3 bits / 8) sums of mine = 11 each way. */
+typedef struct { const char *codec; int steps; double mean[8]; float first[8]; uint64_t sent; } tern_case_t;
+
+static int tern_rank(comm_t *c, void *arg) {
+  tern_case_t *e = arg;
+  int r = comm_rank(c);
+  static const float g[2][8] = {{1, -0.5f, 0.25f, 0, 2, 0, 0.5f, -1}, {-0.5f, 0.5f, 0, 0, 0, 4, -1, 3}};
+  const compress_matrix_t mats[2] = {{0, 2, 2}, {4, 1, 4}};
+  coll_ctx_t *ctx;
+  compressor_t *cx;
+  compress_config_t cc = {.codec = spec(e->codec), .seed = 9, .algo = ALLREDUCE_RING};
+  RCHECK_OK(coll_ctx_new(c, &ctx));
+  RCHECK_OK(compressor_new(&cc, 8, r, comm_size(c), &cx));
+  for (int step = 0; step < e->steps; step++) {
+    float buf[8];
+    memcpy(buf, g[r], sizeof buf);
+    comm_bytes_t b0 = comm_bytes(c);
+    RCHECK_OK(compressor_allreduce(cx, ctx, buf, 0, 8, step, 0, mats, 2));
+    if (r != 0) continue;
+    if (step == 0) e->sent = comm_bytes(c).sent - b0.sent, memcpy(e->first, buf, sizeof buf);
+    for (int i = 0; i < 8; i++) {
+      float s = i < 4 ? 1.0f : 4.0f, k = buf[i] / s;
+      RCHECK(k == floorf(k) && fabsf(k) <= 2);
+      e->mean[i] += buf[i] / e->steps;
+    }
+  }
+  compressor_free(cx);
+  coll_ctx_free(ctx);
+  return 0;
+}
+
+static void test_terngrad_shared_scalers(void) {
+  static const double exact[8] = {0.5, 0, 0.25, 0, 2, 4, -0.5, 2};
+  tern_case_t e = {"terngrad", 1000, {0}, {0}, 0};
+  CHECK_OK(comm_local_run(2, NULL, tern_rank, &e));
+  CHECK(e.first[3] == 0 && e.first[5] == 4);
+  CHECK(e.sent == 11);
+  for (int i = 0; i < 8; i++) {
+    double s = i < 4 ? 1 : 4, sd = s * 2 / sqrt(1000.0); /* two draws of at most s each */
+    if (fabs(e.mean[i] - exact[i]) > 4 * sd)
+      fprintf(stderr, "  value %d: mean %g over 1000 steps, exact %g\n", i, e.mean[i], exact[i]);
+    CHECK(fabs(e.mean[i] - exact[i]) <= 4 * sd);
+  }
+  /* the formula beside the hand count, and on 3..4 ranks (the levels of
+   * 2P + 1: 3 bits for P = 2, 3 and 4 bits for P = 4) */
+  const compress_matrix_t mats[2] = {{0, 2, 2}, {4, 1, 4}};
+  compress_config_t cc = {.codec = spec("terngrad"), .algo = ALLREDUCE_RING};
+  compress_bytes_t b;
+  CHECK_OK(compress_exchange_bytes(&cc, 0, 2, 0, 8, 0, mats, 2, &b));
+  CHECK(b.sent == 11 && b.received == 11 && b.exact);
+  CHECK_OK(compress_exchange_bytes(&cc, 0, 4, 0, 8, 0, mats, 2, &b));
+  CHECK(b.sent == 3 * 8 + 3 * 1 + 3 * 1 && b.received == 3 * 8 + 3 * 1 + 3 * 1);
+}
+
 /* compress_exchange_bytes (what a step's description says) against the
  * transport's count, sent and received, on every rank: each codec on 1..4
  * ranks over a bucket of values of no tensor, W1 (16 x 100), b1 (16), W2
@@ -832,8 +944,8 @@ static void check_formula(const char *codec, compress_config_t cc, int64_t step)
 
 static void test_exchange_bytes_formula(void) {
   static const char *codecs[] = {"fp32", "fp16", "fp16:sr", "bf16", "int8", "int8:sr", "onebit",
-                                 "qsgd:4", "qsgd:127", "terngrad", "terngrad:2.5", "topk:0.01",
-                                 "topk:0.5", "randomk:0.05", "dgc:0.01", "powersgd:2",
+                                 "qsgd:4", "qsgd:127", "terngrad", "terngrad:2.5", "terngrad-chunked",
+                                 "terngrad-chunked:2.5", "topk:0.01", "topk:0.5", "randomk:0.05", "dgc:0.01", "powersgd:2",
                                  "threshold:0.5", "threshold:1e-4", "threshold:100", "strom:0.5",
                                  "strom:1e-4"};
   for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++)
@@ -1111,6 +1223,8 @@ int main(void) {
   RUN(test_sparse_selects_per_tensor);
   RUN(test_powersgd_exchange);
   RUN(test_dgc_warmup);
+  RUN(test_dgc_rule_by_hand);
+  RUN(test_terngrad_shared_scalers);
   RUN(test_exchange_bytes_formula);
   RUN(test_malformed_message_on_the_wire);
   RUN(test_error_feedback_matters);

@@ -11,6 +11,14 @@
   MODE tracks T,T,...  valid, and every rank that trains has slices on each track
   MODE counters   valid, and each rank's "bytes in flight" counter rises above 0
                   and ends at 0
+  MODE pipeline P M  valid, a pipeline of P stages, one replica (rank s = stage s),
+                  M micro-batches: in every traced step each stage sends and
+                  receives M activations and M gradients (the first stage no
+                  activation in, the last none out), each send's bytes the
+                  matching receive's on the neighbour; some stage idles on
+                  the "bubble" track
+  MODE tp-sums    valid, every rank has "tensor-parallel sum" slices, and in
+                  each step the same number and bytes as every other rank
 Exit 0 when the check holds, 1 (with the reason on stdout) when not."""
 import json
 import sys
@@ -106,5 +114,37 @@ elif mode == "counters":
         v = [c["args"]["bytes"] for c in counters if c["pid"] == pid]
         if max(v) <= 0 or v[-1] != 0:
             die(f"rank {pid}: bytes in flight {v[:6]} ... {v[-3:]}")
+elif mode == "pipeline":
+    P, M = int(sys.argv[3]), int(sys.argv[4])
+    steps = sorted({s["args"]["step"] for s in slices if s["cat"] == "steps"})
+    if not steps:
+        die("no steps")
+
+    def sizes(rank, name, step):
+        return [a["args"]["bytes"] for a in asyncs
+                if a["pid"] == rank and a["name"] == name and a["args"]["step"] == step]
+    for k in steps:
+        for s in range(P):
+            for name, there in (("send activation", s < P - 1), ("recv activation", s > 0),
+                                ("send gradient", s > 0), ("recv gradient", s < P - 1)):
+                got = sizes(s, name, k)
+                if len(got) != (M if there else 0):
+                    die(f"step {k}, stage {s}: {len(got)} '{name}', expected {M if there else 0}")
+            if s < P - 1 and sorted(sizes(s, "send activation", k)) != sorted(sizes(s + 1, "recv activation", k)):
+                die(f"step {k}: stage {s}'s activations sent differ from stage {s + 1}'s received")
+            if s > 0 and sorted(sizes(s, "send gradient", k)) != sorted(sizes(s - 1, "recv gradient", k)):
+                die(f"step {k}: stage {s}'s gradients sent differ from stage {s - 1}'s received")
+    if not any(s["cat"] == "bubble" and s["name"] == "bubble" for s in slices):
+        die("no bubble slice")
+elif mode == "tp-sums":
+    sums = [a for a in asyncs if a["name"] == "tensor-parallel sum"]
+    ranks = sorted({s["pid"] for s in slices if s["cat"] == "steps"})
+    seen = {}
+    for r in ranks:
+        seen[r] = sorted((a["args"]["step"], a["args"]["bytes"]) for a in sums if a["pid"] == r)
+        if not seen[r] or min(b for _, b in seen[r]) <= 0:
+            die(f"rank {r}: no tensor-parallel sum with bytes")
+    if len({tuple(v) for v in seen.values()}) != 1:
+        die("the ranks' tensor-parallel sums differ")
 elif mode != "valid":
     die(f"unknown mode {mode}")

@@ -27,20 +27,24 @@ typedef enum {
   CODEC_INT8,       /* 8-bit integers, one fp32 scale per message */
   CODEC_ONEBIT,     /* 1-bit SGD: sign, with the means of each sign's values */
   CODEC_QSGD,       /* QSGD with S levels: stochastic, unbiased, plain bit packing */
-  CODEC_TERNGRAD,   /* TernGrad: {-1, 0, 1} x max|g|, stochastic, unbiased (or clipped at C sigma) */
+  CODEC_TERNGRAD,   /* TernGrad: {-1, 0, 1} x max|g|, stochastic, unbiased (or clipped at C sigma);
+                     * in the allreduce exchange a scaler a tensor, shared by the ranks */
   CODEC_TOPK,       /* the fraction R of largest magnitudes (Aji & Heafield) */
   CODEC_RANDOMK,    /* a random fraction R (not rescaled: biased, with memory) */
   CODEC_THRESHOLD,  /* every value with |g| >= T (Strom) */
   CODEC_DGC,        /* top-k + momentum correction, clipping, masking, warm-up */
   CODEC_POWERSGD,   /* rank-R approximation of each weight matrix */
   CODEC_STROM,      /* every value with |g| >= T sent as +-T: index and sign in 32 bits (Strom) */
+  CODEC_TERNGRAD_CHUNKED, /* TernGrad with a scale a 512 values, not shared (CODEC_TERNGRAD's
+                           * encoding where one sender encodes alone) */
   CODEC_COUNT
 } codec_kind_t;
 
 typedef struct {
   codec_kind_t kind;
   double param;     /* qsgd: levels S; topk, randomk, dgc: ratio R; threshold: T;
-                     * terngrad: the clip C in standard deviations (0: none);
+                     * terngrad, terngrad-chunked: the clip C in standard deviations
+                     * (0: none);
                      * powersgd: rank R */
   int stochastic;   /* fp16, bf16, int8 with ":sr": unbiased stochastic rounding */
   size_t group;     /* onebit: how many consecutive values share a pair of means (0: 512);
@@ -48,7 +52,7 @@ typedef struct {
 } codec_spec_t;
 
 /* "none", "fp32", "fp16[:sr]", "bf16[:sr]", "int8[:sr]", "onebit", "qsgd:S",
- * "terngrad[:C]", "topk:R", "randomk:R", "threshold:T", "strom:T", "dgc:R", "powersgd:R".
+ * "terngrad[:C]", "terngrad-chunked[:C]", "topk:R", "randomk:R", "threshold:T", "strom:T", "dgc:R", "powersgd:R".
  * A bad value is one line naming --compress and what it expects. */
 int codec_parse(const char *text, codec_spec_t *out);
 /* The spec as codec_parse reads it ("topk:0.001"). */

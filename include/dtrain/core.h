@@ -52,6 +52,7 @@ void dt_sleep_until(double t);     /* monotonic deadline */
 typedef struct dt_trace dt_trace_t;
 extern _Thread_local dt_trace_t *dt_trace;
 enum { TRACE_COMPUTE = 1, TRACE_COMM, TRACE_WAIT, TRACE_PS, TRACE_OPTIM, TRACE_EVAL, TRACE_STEP,
+       TRACE_BUBBLE,   /* a pipeline stage idle, waiting for its neighbour's unit */
        TRACE_TRACKS };
 /* Records steps [from, to) (--trace-steps); at most cap events. */
 dt_trace_t *trace_new(int rank, double origin, long long from, long long to, size_t cap);

@@ -32,6 +32,9 @@ static const struct {
     {"qsgd", CODEC_QSGD, &codec_qsgd_ops, "qsgd:S", 1, 1, 32767, 0, 1, "qsgd:S with S levels, an integer in [1, 32767]"},
     {"terngrad", CODEC_TERNGRAD, &codec_terngrad_ops, "terngrad[:C]", 3, 0, 1000, 1, 0,
      "terngrad, or terngrad:C clipping at C standard deviations, 0 < C <= 1000 (the paper's 2.5)"},
+    {"terngrad-chunked", CODEC_TERNGRAD_CHUNKED, &codec_terngrad_ops, "terngrad-chunked[:C]", 3, 0,
+     1000, 1, 0, "terngrad-chunked, or terngrad-chunked:C clipping at C standard deviations, "
+     "0 < C <= 1000"},
     {"topk", CODEC_TOPK, &codec_topk_ops, "topk:R", 1, 0, 1, 1, 0, "topk:R with a ratio R in (0, 1]"},
     {"randomk", CODEC_RANDOMK, &codec_randomk_ops, "randomk:R", 1, 0, 1, 1, 0, "randomk:R with a ratio R in (0, 1]"},
     {"threshold", CODEC_THRESHOLD, &codec_threshold_ops, "threshold:T", 1, 0, 1e30, 1, 0, "threshold:T with T > 0"},
@@ -97,12 +100,13 @@ static const codec_ops_t *ops_of(const codec_spec_t *s) {
 int codec_biased(const codec_spec_t *s) {
   if (s->kind == CODEC_NONE || s->kind == CODEC_FP32) return 0;
   if (s->kind == CODEC_POWERSGD) return 1;
-  if (s->kind == CODEC_TERNGRAD) return s->param > 0; /* clipped: biased past C sigma */
+  if (s->kind == CODEC_TERNGRAD || s->kind == CODEC_TERNGRAD_CHUNKED)
+    return s->param > 0; /* clipped: biased past C sigma */
   return ops_of(s)->biased && !s->stochastic;
 }
 
 int codec_default_feedback(const codec_spec_t *s) {
-  return codec_biased(s) && s->kind != CODEC_TERNGRAD;
+  return codec_biased(s) && s->kind != CODEC_TERNGRAD && s->kind != CODEC_TERNGRAD_CHUNKED;
 }
 
 int codec_sparse(const codec_spec_t *s) {

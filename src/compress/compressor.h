@@ -8,7 +8,8 @@
 /* Tags of the compressed exchanges: in the collectives' range (coll.h),
  * past the tags coll/ uses. */
 enum { TAG_COMPRESS_SCATTER = COLL_TAG_BASE + 256, TAG_COMPRESS_GATHER, TAG_COMPRESS_SIZE,
-       TAG_SFB_ROWS, TAG_SFB_DY, TAG_SFB_X, TAG_MIRROR_UP, TAG_MIRROR_DOWN };
+       TAG_SFB_ROWS, TAG_SFB_DY, TAG_SFB_X, TAG_MIRROR_UP, TAG_MIRROR_DOWN,
+       TAG_TERN_SCALERS };
 
 struct compressor {
   compress_config_t cfg;
@@ -67,6 +68,16 @@ typedef struct { size_t lo, hi; } range_t;
 /* c->factors: room for n floats (powersgd's factors, the sparse
  * exchange's packed bucket). */
 int compressor_grow_factors(compressor_t *c, size_t n);
+
+/* c->send, recv, out and gather: `need` bytes each. */
+int compressor_grow_buffers(compressor_t *c, size_t need);
+
+/* terngrad_shared.c: TernGrad with its scalers shared (the paper's form),
+ * and the bytes its exchange sends and receives on `rank` of P. */
+int terngrad_allreduce(compressor_t *c, comm_t *comm, float *buf, size_t off, size_t len,
+                       int64_t step, int stream, const compress_matrix_t *mats, int nmats);
+void terngrad_shared_bytes(int rank, int P, size_t off, size_t len, const compress_matrix_t *mats,
+                           int nmats, size_t *sent, size_t *received);
 
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats);

@@ -6,7 +6,7 @@
  * the codec compresses packed first, the small ones that some codecs
  * leave dense after them, summed by the configured allreduce.
  *
- * Dense encodings (fp16, bf16, int8, onebit, qsgd, terngrad): scatter-
+ * Dense encodings (fp16, bf16, int8, onebit, qsgd, terngrad-chunked): scatter-
  * reduce then allgather, as 1-bit SGD's implementation in CNTK does. The
  * packed values are cut into P blocks (coll_block, moved back to the
  * start of a 1-bit column); rank r encodes block j of its contribution
@@ -38,6 +38,9 @@
  * the buffer goes by dense allreduce instead; all ranks know every size,
  * so all switch together.
  *
+ * TernGrad with its scalers shared (terngrad, the paper's form) has an
+ * exchange of its own, terngrad_shared.c.
+ *
  * compress_exchange_bytes (at the end) follows the same branches with the
  * same helpers (the layout, the blocks, codec_bytes, the break-even
  * switch, powersgd_counts): the bytes a step's description gives. */
@@ -58,6 +61,8 @@ static int grow(compressor_t *c, size_t need) {
   c->cap = need;
   return 0;
 }
+
+int compressor_grow_buffers(compressor_t *c, size_t need) { return grow(c, need); }
 
 int compressor_new(const compress_config_t *cfg, size_t n, int rank, int nranks,
                    compressor_t **out) {
@@ -634,6 +639,8 @@ static int codec_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t 
     return allreduce(ctx, c->cfg.algo, buf, len);
   if (c->nranks == 1) return 0; /* nothing to exchange, nothing to compress */
   comm_t *comm = coll_ctx_comm(ctx);
+  if (s.kind == CODEC_TERNGRAD) /* the paper's: scalers shared (terngrad_shared.c) */
+    return terngrad_allreduce(c, comm, buf, off, len, step, stream, mats, nmats);
   if (codec_sparse(&s))
     return sparse_exchange(c, comm, ctx, s, buf, off, len, step, stream, mats, nmats);
   return dense_exchange(c, comm, ctx, buf, off, len, step, stream, mats, nmats);
@@ -745,6 +752,12 @@ int compress_exchange_bytes(const compress_config_t *c, int rank, int nranks, si
     out->pattern = "allreduce of factors";
     DT_TRY(allreduce_part(c, rank, nranks, first, out));
     return allreduce_part(c, rank, nranks, second, out);
+  }
+  if (s.kind == CODEC_TERNGRAD) {
+    out->pattern = "scalers, scatter-reduce+allgather";
+    terngrad_shared_bytes(rank, nranks, off, len, mats, nmats, &out->sent, &out->received);
+    out->sent_min = out->sent, out->received_min = out->received;
+    return 0;
   }
   slot_t slots[2 * nmats + 1];
   layout_t L = {.slot = slots};

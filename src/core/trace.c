@@ -36,7 +36,8 @@ struct dt_trace {
 };
 
 static const char *const TRACK_NAMES[] = {"", "compute", "communication", "waiting",
-                                          "parameter server", "optimizer", "evaluation", "steps"};
+                                          "parameter server", "optimizer", "evaluation", "steps",
+                                          "bubble"};
 
 dt_trace_t *trace_new(int rank, double origin, long long from, long long to, size_t cap) {
   dt_trace_t *t = calloc(1, sizeof *t);

@@ -19,6 +19,7 @@ typedef struct {
   double epoch, step, train_loss, test_loss, test_acc, samples_per_sec, epoch_sec, eval_sec;
   double compute_sec, comm_sec, comm_exposed_sec, bytes_sent, bytes_sent_per_step;
   double wait_sec;              /* NAN where the schedule does not measure it */
+  double bubble_sec;            /* a pipeline's idle waiting for its neighbours; NAN: none */
   double staleness_mean;        /* NAN where the schedule has none */
 } epoch_line_t;
 
@@ -68,6 +69,7 @@ typedef struct {
   double samples_per_sec, bytes_sent, bytes_per_step, total_sec;
   double train_sec, compute_sec, comm_sec, comm_exposed_sec, eval_sec, other_sec;
   double wait_sec;              /* of comm_exposed_sec, waiting for slower ranks; NAN: not measured */
+  double bubble_sec;            /* of comm_exposed_sec, a pipeline's bubble; NAN: no pipeline */
   double comm_hidden_frac;      /* (comm - exposed) / comm; NAN without communication */
   double staleness_mean;        /* NAN where the schedule has none */
   verdict_clause_t verdict[VERDICT_CLAUSES_MAX];

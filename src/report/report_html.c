@@ -133,15 +133,17 @@ static void charts(const report_t *rep, strbuf_t *sb, svg_series_t *s, double *t
     s[i] = (svg_series_t){rep->presets[i].name, i, NULL, &one[i], 1};
   }
   svg_bar_chart(sb, "samples_per_sec", "Throughput", "samples/s", s, n);
-  static const char *const PARTS[] = {"compute", "exposed comm", "waiting for peers", "evaluation", "other"};
+  static const char *const PARTS[] = {"compute", "exposed comm", "waiting for peers", "pipeline bubble",
+                                      "evaluation", "other"};
   for (int i = 0; i < n; i++) {
     const preset_summary_t *p = &rep->presets[i];
-    double *y = split + 5 * i, wait = isfinite(p->wait_sec) ? p->wait_sec : 0;
-    y[0] = p->compute_sec, y[1] = p->comm_exposed_sec - wait, y[2] = wait, y[3] = p->eval_sec;
-    y[4] = p->other_sec;
-    s[i] = (svg_series_t){p->name, i, NULL, y, 5};
+    double *y = split + 6 * i, wait = isfinite(p->wait_sec) ? p->wait_sec : 0;
+    double bubble = isfinite(p->bubble_sec) ? p->bubble_sec : 0;
+    y[0] = p->compute_sec, y[1] = p->comm_exposed_sec - wait - bubble, y[2] = wait, y[3] = bubble;
+    y[4] = p->eval_sec, y[5] = p->other_sec;
+    s[i] = (svg_series_t){p->name, i, NULL, y, 6};
   }
-  svg_stacked_chart(sb, "time_split", "Where the time went (rank 0)", "s", s, n, PARTS, 5);
+  svg_stacked_chart(sb, "time_split", "Where the time went (rank 0)", "s", s, n, PARTS, 6);
   for (int i = 0; i < n; i++) {
     one[i] = rep->presets[i].bytes_per_step;
     s[i] = (svg_series_t){rep->presets[i].name, i, NULL, &one[i], 1};

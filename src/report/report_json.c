@@ -44,6 +44,7 @@ static void preset_json(strbuf_t *sb, const preset_summary_t *p) {
   key_num(sb, "eval_sec", p->eval_sec, 1);
   key_num(sb, "other_sec", p->other_sec, 1);
   key_num(sb, "wait_sec", p->wait_sec, 1);
+  key_num(sb, "bubble_sec", p->bubble_sec, 1);
   key_num(sb, "comm_hidden_frac", p->comm_hidden_frac, 1);
   key_num(sb, "staleness_mean", p->staleness_mean, 1);
   sb_puts(sb, ",\"series\":{");

@@ -41,7 +41,7 @@ static epoch_line_t epoch_from(const char *l) {
       .bytes_sent = json_line_number(l, "bytes_sent"),
       .bytes_sent_per_step = json_line_number(l, "bytes_sent_per_step"),
       .staleness_mean = json_line_number(l, "staleness_mean"),
-      .wait_sec = json_line_number(l, "wait_sec")};
+      .wait_sec = json_line_number(l, "wait_sec"), .bubble_sec = json_line_number(l, "bubble_sec")};
 }
 
 static void read_line(run_log_t *r, const char *l) {

@@ -35,14 +35,19 @@ static double mean_staleness(const run_log_t *r) {
   return n ? s / n : NAN;
 }
 
-/* The epochs' waiting, NAN when no epoch measured it. */
-static double sum_wait(const run_log_t *r) {
+/* The epochs' waiting (or a pipeline's bubble: field), NAN when no epoch
+ * has it. */
+static double sum_present(const run_log_t *r, size_t field) {
   double s = 0;
   int n = 0;
-  for (int e = 0; e < r->nepochs; e++)
-    if (isfinite(r->epochs[e].wait_sec)) s += r->epochs[e].wait_sec, n++;
+  for (int e = 0; e < r->nepochs; e++) {
+    double v = *(const double *)((const char *)&r->epochs[e] + field);
+    if (isfinite(v)) s += v, n++;
+  }
   return n ? s : NAN;
 }
+static double sum_wait(const run_log_t *r) { return sum_present(r, offsetof(epoch_line_t, wait_sec)); }
+static double sum_bubble(const run_log_t *r) { return sum_present(r, offsetof(epoch_line_t, bubble_sec)); }
 
 static int alloc_curves(preset_summary_t *p, int n) {
   double **c[] = {&p->wall_sec, &p->samples, &p->test_acc, &p->train_loss, &p->step};
@@ -83,8 +88,8 @@ static int curves(preset_summary_t *p, const run_log_t **runs, int n) {
 /* The totals: the mean over the runs that ended well. */
 static void totals(preset_summary_t *p, const run_log_t **runs, int n, double target) {
   double acc = 0, ttt = 0, sps = 0, bytes = 0, bps = 0, total = 0, train = 0, compute = 0,
-         comm = 0, exposed = 0, eval = 0, stale = 0, wait = 0;
-  int nstale = 0, nwait = 0;
+         comm = 0, exposed = 0, eval = 0, stale = 0, wait = 0, bubble = 0;
+  int nstale = 0, nwait = 0, nbubble = 0;
   for (int i = 0; i < n; i++) {
     const run_log_t *r = runs[i];
     if (!r->ok) continue;
@@ -100,6 +105,8 @@ static void totals(preset_summary_t *p, const run_log_t **runs, int n, double ta
     eval += SUM(r, eval_sec);
     double wt = sum_wait(r);
     if (isfinite(wt)) wait += wt, nwait++;
+    double bu = sum_bubble(r);
+    if (isfinite(bu)) bubble += bu, nbubble++;
     double t = run_time_to(r, target);
     if (isfinite(t)) ttt += t, p->reached++;
     double st = mean_staleness(r);
@@ -122,6 +129,7 @@ static void totals(preset_summary_t *p, const run_log_t **runs, int n, double ta
   p->comm_hidden_frac = k && comm > 0 ? fmax(0, (comm - exposed) / comm) : nan;
   p->staleness_mean = nstale ? stale / nstale : nan;
   p->wait_sec = nwait ? wait / nwait : nan;
+  p->bubble_sec = nbubble ? bubble / nbubble : nan;
 }
 
 int report_summarize(report_t *rep, const char *const *presets, int npresets) {

@@ -154,7 +154,7 @@ void svg_bar_chart(strbuf_t *sb, const char *id, const char *title, const char *
 
 void svg_stacked_chart(strbuf_t *sb, const char *id, const char *title, const char *unit,
                        const svg_series_t *s, int ns, const char *const *parts, int nparts) {
-  static const char *const PART_COLORS[] = {"#4e79a7", "#e15759", "#b07aa1", "#f28e2b", "#bab0ac"};
+  static const char *const PART_COLORS[] = {"#4e79a7", "#e15759", "#b07aa1", "#edc948", "#f28e2b", "#bab0ac"};
   double max = 0;
   for (int i = 0; i < ns; i++) {
     double t = 0;
@@ -175,7 +175,7 @@ void svg_stacked_chart(strbuf_t *sb, const char *id, const char *title, const ch
       double v = isfinite(s[i].y[k]) ? s[i].y[k] : 0, w = v / max * (right - left);
       total += v;
       sb_printf(sb, "<rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"18\" fill=\"%s\"><title>%s: "
-                    "%.3g %s</title></rect>", x, y, w, PART_COLORS[k % 5], parts[k], v, unit);
+                    "%.3g %s</title></rect>", x, y, w, PART_COLORS[k % 6], parts[k], v, unit);
       x += w;
     }
     sb_printf(sb, "<text class=\"tick\" x=\"%.1f\" y=\"%.0f\">%.3g %s</text></g>", x + 4, y + 15, total, unit);
@@ -184,7 +184,7 @@ void svg_stacked_chart(strbuf_t *sb, const char *id, const char *title, const ch
   for (int k = 0; k < nparts; k++) {
     sb_printf(sb, "<rect x=\"%.0f\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
                   "<text class=\"tick\" x=\"%.0f\" y=\"%d\">%s</text>",
-              lx, h - 20, PART_COLORS[k % 5], lx + 14, h - 11, parts[k]);
+              lx, h - 20, PART_COLORS[k % 6], lx + 14, h - 11, parts[k]);
     lx += 14 + 6.4 * (double)strlen(parts[k]) + 12;
   }
   sb_puts(sb, "</svg></figure>\n");

@@ -67,11 +67,14 @@ static void comm_clauses(preset_summary_t *p) {
   if (!(p->comm_sec > 0) || !(p->train_sec > 0)) return;
   int waits = isfinite(p->wait_sec);
   double wait = waits ? p->wait_sec / p->train_sec : 0;
-  double exposed = p->comm_exposed_sec / p->train_sec - wait;
+  double bubble = isfinite(p->bubble_sec) ? p->bubble_sec / p->train_sec : 0;
+  double exposed = p->comm_exposed_sec / p->train_sec - wait - bubble;
   if (p->comm_hidden_frac >= 0.5)
     add(p, "hidden", p->comm_hidden_frac, "communication %.0f%% hidden", 100 * p->comm_hidden_frac);
   if (wait >= 0.1)
     add(p, "waiting", wait, "waited for slower ranks %.0f%% of training time", 100 * wait);
+  if (bubble >= 0.1) /* a pipeline's idle stages: the schedule's, not the link's */
+    add(p, "bubble", bubble, "pipeline bubble %.0f%% of training time", 100 * bubble);
   if (exposed >= 0.2)
     add(p, "exposed", exposed, "exposed communication%s %.0f%% of training time",
         waits ? "" : " and waiting", 100 * exposed);

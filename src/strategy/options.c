@@ -262,7 +262,9 @@ static const option_t OPTIONS[] = {
              "ps pushes, local SGD, EASGD, TreeEASGD, GoSGD, D-PSGD)\n"
              "[none]: fp32, fp16[:sr], bf16[:sr], int8[:sr] (:sr =\n"
              "stochastic rounding), onebit, qsgd:S (S levels), terngrad,\n"
-             "terngrad:C (clipped at C sigma), topk:R, randomk:R\n"
+             "terngrad:C (clipped at C sigma; a scaler a tensor, shared\n"
+             "by the ranks: the paper's), terngrad-chunked[:C] (a scale a\n"
+             "512 values, not shared), topk:R, randomk:R\n"
              "(fraction R of the values), threshold:T (each |x| >= T sent\n"
              "exact), strom:T (those sent as +-T, 4 bytes each: Strom 2015),\n"
              "dgc:R (Deep Gradient Compression), powersgd:R (rank R)"},

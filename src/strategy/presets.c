@@ -143,8 +143,9 @@ static const preset_t PRESETS[] = {
     {"qsgd", "central / sync / allreduce: QSGD, 7 levels (4 bits a value), buckets of 512",
      "Alistarh et al. 2017, QSGD: Communication-Efficient SGD via Gradient Quantization and Encoding",
      "--optimization central --schedule sync --exchange allreduce:ring --compress qsgd:7"},
-    {"terngrad", "central / sync / allreduce: ternary gradients {-s, 0, s}, s clipped at 2.5 "
-                 "standard deviations (the paper's gradient clipping)",
+    {"terngrad", "central / sync / allreduce: ternary gradients {-s, 0, s}, s a tensor's, "
+                 "shared by the workers (their max) and clipped at 2.5 standard deviations "
+                 "(the paper's scaler sharing and gradient clipping)",
      "Wen et al. 2017, TernGrad: Ternary Gradients to Reduce Communication in Distributed Deep Learning",
      "--optimization central --schedule sync --exchange allreduce:ring --compress terngrad:2.5"},
     {"dgc", "central / sync / allgather of the top 0.1% (momentum correction, factor masking; "

@@ -130,10 +130,14 @@ static double per_step(uint64_t bytes, int64_t steps) {
   return steps > 0 ? (double)bytes / (double)steps : 0;
 }
 
-/* ",\"wait_sec\":X" where the schedule measured it, else "". */
+/* ",\"wait_sec\":X" where the schedule measured it, and a pipeline's
+ * ",\"bubble_sec\":X" (both parts of comm_exposed_sec), else "". */
 static const char *wait_json(const epoch_report_t *r, char *buf, size_t cap) {
-  if (r->timers.wait >= 0) snprintf(buf, cap, ",\"wait_sec\":%.4f", r->timers.wait);
-  else buf[0] = 0;
+  int n = 0;
+  buf[0] = 0;
+  if (r->timers.wait >= 0) n = snprintf(buf, cap, ",\"wait_sec\":%.4f", r->timers.wait);
+  if (r->timers.bubble > 0 && n >= 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, ",\"bubble_sec\":%.4f", r->timers.bubble);
   return buf;
 }
 
@@ -207,7 +211,7 @@ static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
 }
 
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
-  char wait[48], layers[2048];
+  char wait[96], layers[2048];
   if (w->cfg->checkpoint[0]) DT_TRY(worker_gather_compressor(w)); /* every rank, first */
   if (per_rank_lines(w) && comm_rank(w->world) != 0) DT_TRY(send_rank_costs(w, r));
   if (w->rank != 0) return 0;

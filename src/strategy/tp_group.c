@@ -37,7 +37,10 @@ static void link_charge(tp_link_t *l, coll_ctx_t *coll, link_clock_t c) {
 
 int tensor_link_sum(tp_link_t *l, coll_ctx_t *coll, allreduce_algo_t algo, float *buf, size_t count) {
   link_clock_t c = link_clock(coll);
+  double t0 = dt_trace ? dt_now() : 0;
   int rc = allreduce(coll, algo, buf, count);
+  if (dt_trace) trace_async(dt_trace, TRACE_COMM, "tensor-parallel sum", (long long)(count * sizeof *buf),
+                            t0, dt_now());
   link_charge(l, coll, c);
   return rc;
 }
@@ -50,7 +53,10 @@ static int link_allreduce(tp_link_t *l, float *buf, size_t count) {
 static int link_allgather(tp_link_t *l, float *buf, size_t count) {
   tensor_par_t *t = l->ctx;
   link_clock_t c = link_clock(t->coll);
+  double t0 = dt_trace ? dt_now() : 0;
   int rc = allgather_ring(t->coll, buf, count);
+  if (dt_trace) trace_async(dt_trace, TRACE_COMM, "tensor-parallel allgather",
+                            (long long)(count * sizeof *buf), t0, dt_now());
   link_charge(l, t->coll, c);
   return rc;
 }

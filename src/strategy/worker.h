@@ -15,6 +15,10 @@ typedef struct {
    * schedules, measured at the epoch's end by worker_epoch_figures; -1:
    * not measured) */
   double wait;
+  /* of comm_exposed, the time a pipeline stage sat idle waiting for its
+   * neighbours' units (the bubble: its receives' waits less the link's
+   * time for their bytes); 0 outside pipelines */
+  double bubble;
   /* payload bytes this rank sent and received while training in this
    * epoch (comm_bytes; evaluation's exchanges are not included) */
   uint64_t bytes_sent, bytes_received;

@@ -9,12 +9,16 @@
 #include <string.h>
 
 #include "strategy/pipe/engine.h"
+#include "strategy/tp_group.h"
 
 /* ---- setup ------------------------------------------------------------------- */
 
 /* --partition balanced: rank 0 times every layer (forward + backward of a
  * micro-batch) and every rank splits by its times, so all agree. The
- * split changes no result: a stage boundary passes activations exactly. */
+ * split changes no result: a stage boundary passes activations exactly.
+ * Under --tp each tp slice's rank 0 times its own blocks; the slices must
+ * cut alike (a split layer's ranks sum together), so tp rank 0's times
+ * then go to its whole group: every rank splits by world rank 0's. */
 static int measure_layers(pipe_engine_t *e) {
   worker_t *w = e->w;
   model_t *m = w->model;
@@ -25,6 +29,7 @@ static int measure_layers(pipe_engine_t *e) {
     rc = pipe_profile_layers(m, w->cfg->batch / e->M, w->cfg->seed, e->layer_sec);
   for (int i = 0; rc == 0 && w->rank == 0 && i < n; i++) t[i] = (float)e->layer_sec[i];
   if (rc == 0 && comm_size(w->comm) > 1) rc = broadcast_tree(w->coll, 0, t, (size_t)n);
+  if (rc == 0 && w->tp && tensor_size(w->tp) > 1) rc = broadcast_tree(tensor_coll(w->tp), 0, t, (size_t)n);
   for (int i = 0; rc == 0 && i < n; i++) e->layer_sec[i] = t[i];
   free(t);
   return rc;
@@ -112,8 +117,9 @@ static int plan_buffers(pipe_engine_t *e, int micro) {
   e->slot_n = calloc((size_t)e->slots, sizeof *e->slot_n);
   e->mb_off = calloc((size_t)e->M, sizeof *e->mb_off);
   e->mb_len = calloc((size_t)e->M, sizeof *e->mb_len);
-  /* the report's fields: a few names, then a number for each chunk and six for each rank */
-  e->extra_cap = 512 + 24 * ((size_t)e->G + 6 * (size_t)e->P);
+  /* the report's fields: a few names, then a number for each chunk, six for each rank
+   * and, measured, one for each layer */
+  e->extra_cap = 512 + 24 * ((size_t)e->G + 6 * (size_t)e->P) + 20 * (size_t)e->w->model->nlayers;
   e->extra = calloc(e->extra_cap, 1);
   if (!e->sends || !e->labels || !e->slot_n || !e->mb_off || !e->mb_len || !e->extra)
     return dt_error("out of memory");
@@ -189,19 +195,35 @@ static int slice_step(pipe_engine_t *e, int64_t k) {
 static int slot_of(const pipe_engine_t *e, int unit) { return unit % e->slots; }
 static int micro_of(const pipe_engine_t *e, int unit) { return unit % e->M; }
 
-static int recv_timed(pipe_engine_t *e, int src, int tag, void *buf, size_t bytes) {
+/* A blocking receive of a unit's activation or gradient. Its wait is
+ * exposed communication, and of it the bubble is what the link's time for
+ * the bytes (the alpha-beta model of the pipe's link, comm_link_time) does
+ * not explain: the stage idle until its neighbour had the unit. The trace
+ * shows the bubble on its own track, then the receive with its bytes. */
+static int recv_timed(pipe_engine_t *e, int src, int tag, void *buf, size_t bytes, const char *what) {
   double t0 = dt_now();
   int rc = comm_recv(e->pipe, src, tag, buf, bytes);
-  double dt = dt_now() - t0;
+  double t1 = dt_now(), dt = t1 - t0;
+  double link = comm_link_time(e->pipe->link_latency, e->pipe->link_bandwidth, 1, (double)bytes);
+  double bubble = dt > link ? dt - link : 0;
   e->idle += dt;
   e->w->timers.comm += dt;
   e->w->timers.comm_exposed += dt;
+  e->w->timers.bubble += bubble;
+  if (dt_trace) {
+    if (bubble > 0) trace_slice(dt_trace, TRACE_BUBBLE, "bubble", tag, t0, t0 + bubble);
+    trace_async(dt_trace, TRACE_COMM, what, (long long)bytes, t0 + bubble, t1);
+  }
   return rc;
 }
 
-static int send_async(pipe_engine_t *e, int dst, int tag, const void *buf, size_t bytes) {
+static int send_async(pipe_engine_t *e, int dst, int tag, const void *buf, size_t bytes,
+                      const char *what) {
   if (e->nsends >= e->max_sends) return dt_error("pipeline: more than %d sends in a step", e->max_sends);
-  return comm_isend(e->pipe, dst, tag, buf, bytes, &e->sends[e->nsends++]);
+  double t0 = dt_trace ? dt_now() : 0;
+  int rc = comm_isend(e->pipe, dst, tag, buf, bytes, &e->sends[e->nsends++]);
+  if (dt_trace) trace_async(dt_trace, TRACE_COMM, what, (long long)bytes, t0, dt_now());
+  return rc;
 }
 
 int pipe_wait_sends(pipe_engine_t *e) {
@@ -209,6 +231,7 @@ int pipe_wait_sends(pipe_engine_t *e) {
   int rc = comm_waitall(e->pipe, e->nsends, e->sends);
   e->nsends = 0;
   e->idle += dt_now() - t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_WAIT, "wait for sends", 0, t0, dt_now());
   return rc;
 }
 
@@ -266,7 +289,7 @@ static int exec_recv_act(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return recv_timed(e, neighbour(e, -1), TAG_PIPE_ACT0 + g - 1, stage_input(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->in_size * sizeof(float));
+                    unit_samples(e, mb) * st->in_size * sizeof(float), "recv activation");
 }
 
 /* Forward of unit mb through chunk v; the last chunk adds its loss to the epoch's. */
@@ -302,14 +325,14 @@ static int exec_send_act(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return send_async(e, neighbour(e, 1), TAG_PIPE_ACT0 + g, stage_output(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->out_size * sizeof(float));
+                    unit_samples(e, mb) * st->out_size * sizeof(float), "send activation");
 }
 
 static int exec_recv_grad(pipe_engine_t *e, int v, int mb) {
   stage_t *st = e->chunk[v].st;
   int g = v * e->P + e->s;
   return recv_timed(e, neighbour(e, 1), TAG_PIPE_GRAD0 + g, stage_output_grad(st, slot_of(e, mb)),
-                    unit_samples(e, mb) * st->out_size * sizeof(float));
+                    unit_samples(e, mb) * st->out_size * sizeof(float), "recv gradient");
 }
 
 /* Backward of unit mb through chunk v, summing into its gradients after
@@ -334,7 +357,7 @@ static int exec_backward(pipe_engine_t *e, int v, int mb) {
 static int exec_send_grad(pipe_engine_t *e, int v, int mb) {
   int g = v * e->P + e->s;
   return send_async(e, neighbour(e, -1), TAG_PIPE_GRAD0 + g - 1, dx_of(e, v, mb),
-                    unit_samples(e, mb) * e->chunk[v].st->in_size * sizeof(float));
+                    unit_samples(e, mb) * e->chunk[v].st->in_size * sizeof(float), "send gradient");
 }
 
 static int exec_reduce(pipe_engine_t *e, int v, int mb) { return e->ops->reduce(e); }

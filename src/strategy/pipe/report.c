@@ -98,6 +98,11 @@ static void extra_json(pipe_engine_t *e, const float *figs, double *v) {
     put_array(e, &n, a ? "stage_params" : "stage_profiled_sec", v, a ? 0 : 6);
   }
   put(e, &n, ",\"bubble_fraction\":%.4f", busy + idle > 0 ? idle / (busy + idle) : 0);
+  if (!e->w->cfg->pipe.partition[0]) { /* --partition balanced: each layer's measured seconds */
+    put(e, &n, ",\"layer_profiled_sec\":[");
+    for (int i = 0; i < m->nlayers; i++) put(e, &n, "%s%.9g", i ? "," : "", e->layer_sec[i]);
+    put(e, &n, "]");
+  }
 }
 
 int pipe_evaluate(void *engine, epoch_report_t *r) {

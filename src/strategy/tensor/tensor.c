@@ -37,11 +37,6 @@ int tensor_check(const train_config_t *c) {
   if (c->optim.kind == OPTIM_LARS)
     return dt_error("options %s and --optimizer lars do not combine: LARS scales by the "
                     "norm of a whole tensor, a rank holds a block (use sgd, adam or rmsprop)", opt);
-  if (c->pipe.stages > 1 && !c->pipe.partition[0])
-    return dt_error("options %s and --pp %d: --partition balanced times the layers on each "
-                    "tensor-parallel rank apart, and the ranks could cut the model differently; "
-                    "use --partition macs or a list of first layers (e.g. --partition 0,3)",
-                    opt, c->pipe.stages);
   return c->comm == COMM_MPI ? 0 : tensor_check_world(c);
 }
 
