@@ -825,23 +825,46 @@ static int sparse_bytes(const compress_config_t *c, const layout_t *L, const cod
   return allreduce_part(c, rank, P, len - L->nq, b);
 }
 
-/* The merging collectives' bytes are the union's: bounded by the pairs a
- * rank holds, [kmin, kmax] of nq (sparse_cost.c's formulas are monotone
- * in the counts). A set of ranks holds at least kmin of a range of len
- * (no fewer than kmin less what lies outside it) and at most g kmax. */
-typedef struct { size_t kmin, kmax, nq; } pair_bounds_t;
+/* The merging collectives' bytes are the union's: bounded tensor by
+ * tensor by the pairs a rank selects of each, [kmin, kmax] (sparse_cost.c's
+ * formulas are monotone in the counts). In a range, a set of g ranks holds
+ * of tensor t at least kmin_t less what of t lies outside the range, and
+ * at most g kmax_t or what of t lies inside. */
+typedef struct {
+  const layout_t *L;
+  const codec_spec_t *s;
+  int fixed;
+} pair_bounds_t;
 
-static size_t union_least(void *arg, uint64_t ranks, size_t lo, size_t hi) {
-  const pair_bounds_t *a = arg;
-  size_t outside = a->nq - (hi - lo);
-  (void)ranks;
-  return a->kmin > outside ? a->kmin - outside : 0;
+static void tensor_pairs(const pair_bounds_t *a, const slot_t *t, size_t *kmin, size_t *kmax) {
+  if (!a->fixed) {
+    *kmin = 0, *kmax = t->len;
+    return;
+  }
+  *kmin = *kmax = (codec_bytes(a->s, t->len) - 4) / 8;
 }
 
-static size_t union_most(void *arg, uint64_t ranks, size_t lo, size_t hi) {
+static size_t union_bound(void *arg, uint64_t ranks, size_t lo, size_t hi, int most) {
   const pair_bounds_t *a = arg;
-  size_t most = (size_t)__builtin_popcountll(ranks) * a->kmax;
-  return most < hi - lo ? most : hi - lo;
+  size_t u = 0, g = (size_t)__builtin_popcountll(ranks);
+  for (int i = 0; i < a->L->n; i++) {
+    const slot_t *t = &a->L->slot[i];
+    if (t->small) continue;
+    size_t tlo = t->packed > lo ? t->packed : lo;
+    size_t thi = t->packed + t->len < hi ? t->packed + t->len : hi;
+    size_t in = thi > tlo ? thi - tlo : 0, kmin, kmax;
+    tensor_pairs(a, t, &kmin, &kmax);
+    if (most) u += g * kmax < in ? g * kmax : in;
+    else u += kmin > t->len - in ? kmin - (t->len - in) : 0;
+  }
+  return u;
+}
+
+static size_t union_least(void *arg, uint64_t ranks, size_t lo, size_t hi) {
+  return union_bound(arg, ranks, lo, hi, 0);
+}
+static size_t union_most(void *arg, uint64_t ranks, size_t lo, size_t hi) {
+  return union_bound(arg, ranks, lo, hi, 1);
 }
 
 /* acc widened to take x in (first: acc is x). */
@@ -860,12 +883,13 @@ static void widen(compress_bytes_t *acc, const compress_bytes_t *x, int first) {
  * doubling). */
 static compress_bytes_t merge_bytes(const int *deg, int nd, int rank, int P, pair_bounds_t *pb) {
   compress_bytes_t b = {0};
+  size_t nq = pb->L->nq;
   if (deg) {
-    sparse_butterfly_bytes(deg, nd, P, rank, pb->nq, union_least, pb, &b.sent_min, &b.received_min);
-    sparse_butterfly_bytes(deg, nd, P, rank, pb->nq, union_most, pb, &b.sent, &b.received);
+    sparse_butterfly_bytes(deg, nd, P, rank, nq, union_least, pb, &b.sent_min, &b.received_min);
+    sparse_butterfly_bytes(deg, nd, P, rank, nq, union_most, pb, &b.sent, &b.received);
   } else {
-    sparse_rd_bytes(P, rank, pb->nq, union_least, pb, &b.sent_min, &b.received_min);
-    sparse_rd_bytes(P, rank, pb->nq, union_most, pb, &b.sent, &b.received);
+    sparse_rd_bytes(P, rank, nq, union_least, pb, &b.sent_min, &b.received_min);
+    sparse_rd_bytes(P, rank, nq, union_most, pb, &b.sent, &b.received);
   }
   return b;
 }
@@ -879,7 +903,7 @@ static int merging_bytes(const compress_config_t *c, const layout_t *L, const co
                          int rank, int P, size_t len, compress_bytes_t *b) {
   sparse_coll_t a = c->sparse;
   size_t fixed = message_fixed(L, s), sizes = 0;
-  pair_bounds_t pb = {fixed ? (size_t)fixed_pairs(L, fixed) : 0, fixed ? (size_t)fixed_pairs(L, fixed) : L->nq, L->nq};
+  pair_bounds_t pb = {L, s, fixed != 0};
   compress_bytes_t acc = {0}, x;
   int first = 1;
   if (!fixed && a != SPARSE_COLL_SPARCML_RD && a != SPARSE_COLL_SPARCML_SPLIT)
