@@ -9,8 +9,9 @@
  *                    dense encodings by a scatter-reduce that decodes and
  *                    sums in fp32, then an allgather of the re-encoded
  *                    sums; sparse ones by an allgather, dense again past
- *                    the break-even density; powersgd.c: two allreduces of
- *                    low-rank factors).
+ *                    the break-even density, or by SparCML's or Kylix's
+ *                    merging sparse allreduce (sparse_*.c); powersgd.c:
+ *                    two allreduces of low-rank factors).
  * Sits above coll/ (it runs collectives) and below strategy/ (the gradient
  * reducer of data parallelism calls it, one bucket at a time). */
 #ifndef DTRAIN_COMPRESS_H
@@ -61,7 +62,8 @@ int codec_biased(const codec_spec_t *s);
  * that a memory carries forward (the paper has none; with one lenet fell to
  * 45.77% in 3 epochs, against 89.36% without). */
 int codec_default_feedback(const codec_spec_t *s);
-/* Sparse: a variable set of (index, value) pairs, carried by allgather. */
+/* Sparse: a variable set of (index, value) pairs, carried by allgather
+ * or a merging sparse allreduce (--sparse-collective). */
 int codec_sparse(const codec_spec_t *s);
 /* Whether the exchange sends a bucket's small tensors (vectors, tensors of
  * at most 1024 values) by the plain allreduce instead: the sparse codecs

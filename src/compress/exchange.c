@@ -25,9 +25,12 @@
  * moves the same bytes in 2 (P - 1) steps but quantizes a partial sum
  * P - 1 times; this quantizes twice.)
  *
- * Sparse encodings (topk, randomk, threshold, dgc) cannot be summed as
- * they are: each rank sends its encoding to every other (allgather,
- * SparCML's sparse allreduce), and every rank decodes all P in rank order.
+ * Sparse encodings (topk, randomk, threshold, strom, dgc) cannot be
+ * summed as they are. By default (--sparse-collective allgather) each
+ * rank sends its encoding to every other, and every rank decodes all P in
+ * rank order: an allgather, every rank receiving (P - 1) k pairs; the
+ * merging collectives (SparCML's, Kylix's: sparse_coll.h, at the end of
+ * this file) send unions instead.
  * A rank's message is one encoding a tensor (selection per tensor, as DGC
  * and, without layer normalization, Aji & Heafield select). Bytes sent by
  * rank r: (P - 1) E_r, where E = sum over tensors of 4 + 8k, + the
@@ -36,7 +39,12 @@
  * rank receiving most would receive passes the dense ring's
  * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
  * the buffer goes by dense allreduce instead; all ranks know every size,
- * so all switch together.
+ * so all switch together. (That switch is decided once, before sending;
+ * SparCML's own switches in the middle of its reduction: sparse_coll.h.)
+ * Under --sparse-collective sparcml|sparcml:rd|sparcml:split|kylix|auto
+ * each rank's pairs (its encodings' indices, by packed position, and
+ * their decoded values) go to that collective instead, which sums them
+ * into the packed buffer; the small tensors still go by the allreduce.
  *
  * compress_exchange_bytes (at the end) follows the same branches with the
  * same helpers (the layout, the blocks, codec_bytes, the break-even

@@ -12,9 +12,9 @@
  * 8u)):
  *     sum_{j != r} msg(k_{r,j}, |R_j|) + (P - 1) msg(|U_r|, |R_r|),
  * received: sum_{j != r} msg(k_{j,r}, |R_r|) + sum_{j != r} msg(|U_j|, |R_j|).
- * Evenly spread, sparse: (P - 1)/P 8 (k + U), against the allgather's
- * (P - 1) 8 k: fewer bytes once U < (P - 1) k, i.e. on every overlap and
- * past 2 ranks even with disjoint sets.
+ * Evenly spread, sparse: (P - 1)/P 8 (k + U) + 16 (P - 1), against the
+ * allgather's (P - 1) 8 k: fewer bytes once U < (P - 1) k, that is unless
+ * the sets are nearly disjoint (U = P k), and then dense ranges cap it.
  * Sum order: rank order, as the allgather's: the same bits as it. */
 #include "compress/sparse_coll.h"
 
