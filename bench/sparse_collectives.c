@@ -8,11 +8,12 @@
  * link), densities 0.1%, 1%, 10% and overlaps of the ranks' index sets of
  * none, half and 90%: one compressor_allreduce of N values with topk:R
  * (error feedback off; every rank's values built so that its top-k is its
- * constructed set), under each --sparse-collective. Each time is the
- * slowest rank's, the median of REPS calls; the allgather's is the
- * yardstick of the same run, and each other algorithm's is printed as a
- * ratio to it (below 1: faster), with what auto picked and the bytes rank
- * 0 sent. The time leaves out the encoding (top-k's selection, the same
+ * constructed set), under each --sparse-collective, one after the other
+ * in each of REPS rounds. A call's time is its slowest rank's; the
+ * allgather's (the median over rounds) is the yardstick of the same run,
+ * and each other algorithm is printed as the median over rounds of its
+ * ratio to the allgather's call of the same round (below 1: faster), with
+ * what auto picked and the bytes rank 0 sent. The time leaves out the encoding (top-k's selection, the same
  * for every algorithm), which on a shared machine is most of a call and
  * most of its noise. One JSON line per configuration follows the table. */
 #include <stdio.h>
@@ -25,7 +26,7 @@
 #include "dtrain/core.h"
 #include "compress/sparse_coll.h"
 
-#define REPS 5
+#define REPS 7
 #define NALG 5
 static const sparse_coll_t algs[NALG] = {SPARSE_COLL_ALLGATHER, SPARSE_COLL_SPARCML_RD,
                                          SPARSE_COLL_SPARCML_SPLIT, SPARSE_COLL_KYLIX,
@@ -34,10 +35,9 @@ static const sparse_coll_t algs[NALG] = {SPARSE_COLL_ALLGATHER, SPARSE_COLL_SPAR
 typedef struct {
   size_t n, k;
   double overlap;
-  sparse_coll_t alg;
   float *pristine;        /* [P][n] */
-  double times[REPS][64];
-  uint64_t sent0;
+  double times[REPS][NALG][64];
+  uint64_t sent0[NALG];
 } bench_t;
 
 /* Rank r's values: its set (c common indices, k - c its own) at 1 + a
@@ -59,36 +59,39 @@ static void build(bench_t *b, int P) {
   }
 }
 
+/* Each rep runs the algorithms one after the other, so that a rep's
+ * ratios compare calls made under the same load. */
 static int bench_rank(comm_t *c, void *arg) {
   bench_t *b = arg;
-  int r = comm_rank(c), P = comm_size(c);
+  int r = comm_rank(c), P = comm_size(c), rc = 0;
   coll_ctx_t *ctx;
-  compressor_t *cx;
-  compress_config_t cc = {.algo = ALLREDUCE_RING, .sparse = b->alg, .seed = 1};
-  cc.codec = (codec_spec_t){.kind = CODEC_TOPK, .param = (double)b->k / (double)b->n};
+  compressor_t *cx[NALG] = {0};
   DT_TRY(coll_ctx_new(c, &ctx));
-  DT_TRY(compressor_new(&cc, b->n, r, P, &cx));
-  float *buf = dt_alloc_floats(b->n);
-  if (!buf) return -1;
-  int rc = 0;
-  compress_stats_t st;
-  for (int rep = -1; rep < REPS && rc == 0; rep++) { /* rep -1: buffers grown, not timed */
-    memcpy(buf, b->pristine + (size_t)r * b->n, b->n * sizeof *buf);
-    if ((rc = comm_barrier(c)) != 0) break;
-    compressor_take_stats(cx, &st);
-    comm_bytes_t b0 = comm_bytes(c);
-    double t0 = dt_now();
-    rc = compressor_allreduce(cx, ctx, buf, 0, b->n, rep, 0, NULL, 0);
-    double t = dt_now() - t0;
-    compressor_take_stats(cx, &st);
-    if (rep < 0) continue;
-    b->times[rep][r] = t - st.encode_sec; /* the top-k selection is every algorithm's alike */
-    if (r == 0) b->sent0 = comm_bytes(c).sent - b0.sent;
+  for (int a = 0; a < NALG && rc == 0; a++) {
+    compress_config_t cc = {.algo = ALLREDUCE_RING, .sparse = algs[a], .seed = 1};
+    cc.codec = (codec_spec_t){.kind = CODEC_TOPK, .param = (double)b->k / (double)b->n};
+    rc = compressor_new(&cc, b->n, r, P, &cx[a]);
   }
+  float *buf = dt_alloc_floats(b->n);
+  compress_stats_t st;
+  for (int rep = -1; rep < REPS && rc == 0 && buf; rep++) /* rep -1: buffers grown, not timed */
+    for (int a = 0; a < NALG && rc == 0; a++) {
+      memcpy(buf, b->pristine + (size_t)r * b->n, b->n * sizeof *buf);
+      if ((rc = comm_barrier(c)) != 0) break;
+      compressor_take_stats(cx[a], &st);
+      comm_bytes_t b0 = comm_bytes(c);
+      double t0 = dt_now();
+      rc = compressor_allreduce(cx[a], ctx, buf, 0, b->n, rep, 0, NULL, 0);
+      double t = dt_now() - t0;
+      compressor_take_stats(cx[a], &st);
+      if (rep < 0) continue;
+      b->times[rep][a][r] = t - st.encode_sec; /* top-k's selection is every algorithm's alike */
+      if (r == 0) b->sent0[a] = comm_bytes(c).sent - b0.sent;
+    }
   dt_free(buf);
-  compressor_free(cx);
+  for (int a = 0; a < NALG; a++) compressor_free(cx[a]);
   coll_ctx_free(ctx);
-  return rc;
+  return buf ? rc : -1;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -96,15 +99,21 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The median over reps of the slowest rank's time. */
-static double median_time(const bench_t *b, int P) {
-  double t[REPS];
-  for (int rep = 0; rep < REPS; rep++) {
-    t[rep] = 0;
-    for (int r = 0; r < P; r++) t[rep] = b->times[rep][r] > t[rep] ? b->times[rep][r] : t[rep];
-  }
-  qsort(t, REPS, sizeof *t, cmp_double);
-  return t[REPS / 2];
+/* A call's time: its slowest rank's. */
+static double call_time(const bench_t *b, int rep, int a, int P) {
+  double t = 0;
+  for (int r = 0; r < P; r++) t = b->times[rep][a][r] > t ? b->times[rep][a][r] : t;
+  return t;
+}
+
+/* The median over reps of algorithm a's time (den < 0), or of its ratio
+ * to algorithm den's in the same rep. */
+static double median(const bench_t *b, int a, int den, int P) {
+  double v[REPS];
+  for (int rep = 0; rep < REPS; rep++)
+    v[rep] = call_time(b, rep, a, P) / (den < 0 ? 1 : call_time(b, rep, den, P));
+  qsort(v, REPS, sizeof *v, cmp_double);
+  return v[REPS / 2];
 }
 
 int main(int argc, char **argv) {
@@ -131,16 +140,14 @@ int main(int argc, char **argv) {
         b->n = n, b->k = codec_keep(densities[di], n), b->overlap = overlaps[oi];
         b->pristine = malloc((size_t)P * n * sizeof(float));
         build(b, P);
-        double t[NALG];
-        uint64_t sent[NALG];
-        for (int a = 0; a < NALG; a++) {
-          b->alg = algs[a];
-          if (comm_local_run(P, &net, bench_rank, b) != 0) {
-            fprintf(stderr, "sparse_collectives: %s\n", dt_errmsg());
-            return 1;
-          }
-          t[a] = median_time(b, P), sent[a] = b->sent0;
+        if (comm_local_run(P, &net, bench_rank, b) != 0) {
+          fprintf(stderr, "sparse_collectives: %s\n", dt_errmsg());
+          return 1;
         }
+        double t[NALG];   /* t[0]: the allgather's time; t[a]: a's ratio to it */
+        uint64_t *sent = b->sent0;
+        t[0] = median(b, 0, -1, P);
+        for (int a = 1; a < NALG; a++) t[a] = median(b, a, 0, P);
         /* what auto took, by its rule on the link coll_ctx reads (the
          * transport's defaults where --net sets none); checked against
          * the bytes it sent */
@@ -150,9 +157,9 @@ int main(int argc, char **argv) {
         for (int a = 0; a < NALG - 1; a++)
           if (algs[a] == p && sent[a] != sent[NALG - 1]) picked = "? (bytes differ)";
         char autocol[64];
-        snprintf(autocol, sizeof autocol, "%.2fx (%s)", t[4] / t[0], picked);
+        snprintf(autocol, sizeof autocol, "%.2fx (%s)", t[4], picked);
         printf("%-3d %-8g %-8g %12.2f %10.2fx %10.2fx %10.2fx %-24s %llu %llu %llu %llu\n", P,
-               densities[di], overlaps[oi], t[0] * 1e3, t[1] / t[0], t[2] / t[0], t[3] / t[0],
+               densities[di], overlaps[oi], t[0] * 1e3, t[1], t[2], t[3],
                autocol, (unsigned long long)sent[0], (unsigned long long)sent[1],
                (unsigned long long)sent[2], (unsigned long long)sent[3]);
         jl += (size_t)snprintf(json + jl, sizeof json - jl > 0 ? sizeof json - jl : 0,
@@ -160,7 +167,7 @@ int main(int argc, char **argv) {
                                "\"rd_ratio\":%.3f,\"split_ratio\":%.3f,\"kylix_ratio\":%.3f,"
                                "\"auto_ratio\":%.3f,\"auto_picked\":\"%s\"}\n",
                                P, densities[di], overlaps[oi], t[0], t[1] / t[0], t[2] / t[0],
-                               t[3] / t[0], t[4] / t[0], picked);
+                               t[3] / t[0], t[4], picked);
         if (jl >= sizeof json) jl = sizeof json - 1;
         free(b->pristine);
       }
