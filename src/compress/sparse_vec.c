@@ -172,7 +172,7 @@ int sv_exchange(sparse_ws_t *w, comm_t *c, int split, int nout, const int *out_p
   for (int j = 0; j < nin; j++) {
     size_t len = in_range[j].hi - in_range[j].lo;
     uint64_t h = w->heads_in[j];
-    if (h != SV_DENSE && (h > len || 2 * h > len))
+    if (h != SV_DENSE && h > len / 2)
       return dt_error("rank %d: sparse allreduce: rank %d announces %llu pairs for a range of "
                       "%zu values (at most %zu go sparse)", comm_rank(c), in_peer[j],
                       (unsigned long long)h, len, len / 2);
