@@ -166,8 +166,7 @@ int main(int argc, char **argv) {
                                "{\"P\":%d,\"density\":%g,\"overlap\":%g,\"allgather_sec\":%.6f,"
                                "\"rd_ratio\":%.3f,\"split_ratio\":%.3f,\"kylix_ratio\":%.3f,"
                                "\"auto_ratio\":%.3f,\"auto_picked\":\"%s\"}\n",
-                               P, densities[di], overlaps[oi], t[0], t[1] / t[0], t[2] / t[0],
-                               t[3] / t[0], t[4], picked);
+                               P, densities[di], overlaps[oi], t[0], t[1], t[2], t[3], t[4], picked);
         if (jl >= sizeof json) jl = sizeof json - 1;
         free(b->pristine);
       }
