@@ -261,6 +261,11 @@ described bytes_described_compress_warmup_int8_2 2 --compress int8 --compress-wa
 described bytes_described_compress_warmup_powersgd_3 3 --compress powersgd:2 --compress-warmup-steps 3 --exchange allreduce:ring
 described bytes_described_compress_warmup_dgc_ramp_3 3 --compress dgc:0.01 --compress-warmup-steps 8 --exchange allreduce:ring
 described bytes_described_compress_warmup_shared_momentum_3 3 --compress fp16 --momentum 0.9 --momentum-correction shared --compress-warmup-steps 5 --exchange allreduce:ring
+# --sparse-collective: the merging collectives' bytes depend on how the
+# ranks' index sets overlap: within the description's bounds (the pairs
+# each tensor's selection takes, from all ranks alike to none shared)
+described bytes_described_sparse_sparcml_rd_3 3 --compress topk:0.01 --exchange allreduce:ring --sparse-collective sparcml:rd
+described bytes_described_sparse_kylix_threshold_4 4 --compress threshold:0.01 --exchange allreduce:ring --sparse-collective kylix
 described bytes_described_sufficient_factors_2 2 --sufficient-factors on
 described bytes_described_sufficient_factors_3_ring 3 --sufficient-factors on --exchange allreduce:ring
 described bytes_described_sufficient_factors_4_tree 4 --sufficient-factors on --exchange allreduce:tree --overlap off

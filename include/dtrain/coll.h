@@ -44,6 +44,8 @@ void coll_ctx_set_group_size(coll_ctx_t *ctx, int ranks_per_group);
  * the same on every rank, or ranks would pick different algorithms. The
  * default is the communicator's estimate (c->link_latency, c->link_bandwidth). */
 void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth);
+/* The link those decisions read (the sparse collectives' auto too). */
+void coll_ctx_link(const coll_ctx_t *ctx, double *latency, double *bandwidth);
 /* Pipelining: messages are cut into segments of this many bytes (rounded
  * to floats; 0 = the transport's default: whole blocks on local, where the
  * receiver reads the sender's buffer, 1 MiB on mpi). Same on every rank. */

@@ -9,8 +9,9 @@
  *                    dense encodings by a scatter-reduce that decodes and
  *                    sums in fp32, then an allgather of the re-encoded
  *                    sums; sparse ones by an allgather, dense again past
- *                    the break-even density; powersgd.c: two allreduces of
- *                    low-rank factors).
+ *                    the break-even density, or by SparCML's or Kylix's
+ *                    merging sparse allreduce (sparse_*.c); powersgd.c:
+ *                    two allreduces of low-rank factors).
  * Sits above coll/ (it runs collectives) and below strategy/ (the gradient
  * reducer of data parallelism calls it, one bucket at a time). */
 #ifndef DTRAIN_COMPRESS_H
@@ -65,7 +66,8 @@ int codec_biased(const codec_spec_t *s);
  * that a memory carries forward (the paper has none; with one lenet fell to
  * 45.77% in 3 epochs, against 89.36% without). */
 int codec_default_feedback(const codec_spec_t *s);
-/* Sparse: a variable set of (index, value) pairs, carried by allgather. */
+/* Sparse: a variable set of (index, value) pairs, carried by allgather
+ * or a merging sparse allreduce (--sparse-collective). */
 int codec_sparse(const codec_spec_t *s);
 /* Whether the exchange sends a bucket's small tensors (vectors, tensors of
  * at most 1024 values) by the plain allreduce instead: the sparse codecs
@@ -161,6 +163,24 @@ int mirror_tree_broadcast(mirror_tree_t *t, comm_t *c, float *x, int64_t round);
  * over the ranks, in place, the same bits on every rank and both
  * transports (sums in rank order). */
 typedef struct compressor compressor_t;
+/* Which collective sums a sparse codec's pairs (--sparse-collective;
+ * src/compress/sparse_coll.h): every encoding to every rank (allgather,
+ * the default), SparCML's sparse allreduce by recursive doubling or by
+ * its split allgather (sparcml: the cheaper by its cost), Kylix's
+ * butterfly, or the cheapest of them by the alpha-beta cost (auto). */
+typedef enum {
+  SPARSE_COLL_ALLGATHER = 0,
+  SPARSE_COLL_SPARCML,
+  SPARSE_COLL_SPARCML_RD,
+  SPARSE_COLL_SPARCML_SPLIT,
+  SPARSE_COLL_KYLIX,
+  SPARSE_COLL_AUTO,
+  SPARSE_COLL_COUNT
+} sparse_coll_t;
+/* "allgather", "sparcml", "sparcml:rd", "sparcml:split", "kylix", "auto";
+ * a bad name is one line naming --sparse-collective and the choices. */
+int sparse_coll_parse(const char *text, sparse_coll_t *out);
+const char *sparse_coll_name(sparse_coll_t a);
 typedef struct {
   codec_spec_t codec;
   int error_feedback;       /* the memory (biased codecs only) */
@@ -172,6 +192,7 @@ typedef struct {
   int64_t warmup_steps;     /* DGC: steps over which the density falls to R */
   uint64_t seed;
   allreduce_algo_t algo;    /* the dense collective (fallbacks, powersgd's factors) */
+  sparse_coll_t sparse;     /* the sparse codecs' collective */
 } compress_config_t;
 /* n: the length of the buffers summed (the gradient arena); their offsets
  * in it index the memory. */

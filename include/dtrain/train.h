@@ -44,6 +44,7 @@ typedef struct {
   int64_t warmup_steps;         /* dense steps first; DGC: its sparsity warm-up */
   double dgc_clip;              /* DGC: local gradient clipping norm (0 = off) */
   int sufficient_factors;       /* dense layers' gradients as their factors where fewer bytes */
+  int sparse_collective;        /* sparse_coll_t: what sums a sparse codec's pairs [allgather] */
 } compression_config_t;
 
 /* Pipeline parallelism (src/strategy/pipe/): workers = dp x stages x tp. */

@@ -69,6 +69,10 @@ void coll_ctx_set_link(coll_ctx_t *ctx, double latency, double bandwidth) {
   if (bandwidth > 0) ctx->bandwidth = bandwidth;
 }
 
+void coll_ctx_link(const coll_ctx_t *ctx, double *latency, double *bandwidth) {
+  *latency = ctx->latency, *bandwidth = ctx->bandwidth;
+}
+
 /* On local the receiver reads the sender's buffer directly, so a whole
  * block is one message; elsewhere segments let the reduction of one
  * overlap the transfer of the next and keep the scratch in cache. */

@@ -4,6 +4,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/compress.h"
+#include "compress/sparse_coll.h"
 
 /* Tags of the compressed exchanges: in the collectives' range (coll.h),
  * past the tags coll/ uses. */
@@ -33,6 +34,11 @@ struct compressor {
   float *server_e;          /* and the error of this rank's re-encoded blocks of the sum
                              * (by arena offset + packed position), fed back */
   compress_stats_t stats;
+  /* the sparse collectives (sparse_coll.h): their scratch, and this
+   * rank's pairs (indices into the packed buffer; values in scratch) */
+  sparse_ws_t sw;
+  uint32_t *pair_idx;
+  size_t pair_cap;
 };
 
 /* The receives and sends of one exchange step, posted into reqs; one

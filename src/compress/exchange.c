@@ -25,9 +25,12 @@
  * moves the same bytes in 2 (P - 1) steps but quantizes a partial sum
  * P - 1 times; this quantizes twice.)
  *
- * Sparse encodings (topk, randomk, threshold, dgc) cannot be summed as
- * they are: each rank sends its encoding to every other (allgather,
- * SparCML's sparse allreduce), and every rank decodes all P in rank order.
+ * Sparse encodings (topk, randomk, threshold, strom, dgc) cannot be
+ * summed as they are. By default (--sparse-collective allgather) each
+ * rank sends its encoding to every other, and every rank decodes all P in
+ * rank order: an allgather, every rank receiving (P - 1) k pairs; the
+ * merging collectives (SparCML's, Kylix's: sparse_coll.h, at the end of
+ * this file) send unions instead.
  * A rank's message is one encoding a tensor (selection per tensor, as DGC
  * and, without layer normalization, Aji & Heafield select). Bytes sent by
  * rank r: (P - 1) E_r, where E = sum over tensors of 4 + 8k, + the
@@ -36,7 +39,12 @@
  * rank receiving most would receive passes the dense ring's
  * 2 (P - 1)/P 4n (the break-even density), every rank decodes its own and
  * the buffer goes by dense allreduce instead; all ranks know every size,
- * so all switch together.
+ * so all switch together. (That switch is decided once, before sending;
+ * SparCML's own switches in the middle of its reduction: sparse_coll.h.)
+ * Under --sparse-collective sparcml|sparcml:rd|sparcml:split|kylix|auto
+ * each rank's pairs (its encodings' indices, by packed position, and
+ * their decoded values) go to that collective instead, which sums them
+ * into the packed buffer; the small tensors still go by the allreduce.
  *
  * TernGrad with its scalers shared (terngrad, the paper's form) has an
  * exchange of its own, terngrad_shared.c.
@@ -92,6 +100,8 @@ void compressor_free(compressor_t *c) {
   dt_free(c->tmp), dt_free(c->scratch);
   dt_free(c->send), dt_free(c->recv), dt_free(c->out), dt_free(c->gather);
   dt_free(c->q), dt_free(c->q_ready), dt_free(c->factors), dt_free(c->shared_m), dt_free(c->server_e);
+  sparse_ws_free(&c->sw);
+  dt_free(c->pair_idx);
   free(c->sizes), free(c->reqs), free(c);
 }
 
@@ -559,29 +569,39 @@ static int decode_tensors(compressor_t *c, const codec_spec_t *s, const layout_t
   return 0;
 }
 
+/* Every rank's message size into c->sizes: the codec's when fixed, else
+ * (threshold, strom) sent first, 8 bytes to every peer, and checked. */
+static int exchange_sizes(compressor_t *c, comm_t *comm, const codec_spec_t *s, const layout_t *L,
+                          size_t mine) {
+  int P = c->nranks, r = c->rank;
+  size_t cap = message_max(L, s), fixed = message_fixed(L, s);
+  posted_t p = {comm, c->reqs, 0};
+  for (int i = 0; i < P; i++) c->sizes[i] = fixed ? fixed : mine;
+  if (fixed) return 0;
+  uint64_t m = mine;
+  for (int i = 0; i < P; i++)
+    if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_SIZE, &c->sizes[i], sizeof c->sizes[i]));
+  for (int j = 0; j < P; j++)
+    if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SIZE, &m, sizeof m));
+  DT_TRY(wait_posted(&p));
+  for (int i = 0; i < P; i++)
+    if (c->sizes[i] > cap)
+      return dt_error("rank %d: compressed allreduce: rank %d announces a %llu-byte message, "
+                      "more than a sparse encoding of %zu values takes", r, i,
+                      (unsigned long long)c->sizes[i], L->nq);
+  return 0;
+}
+
 /* The allgather of this rank's message (c->send, `mine` bytes) of the
  * packed x[0..nq), decoded and summed into x in rank order. Returns 1 when
  * past the break-even density instead (x is then this rank's decoded
  * encoding, for the caller's dense allreduce), 0 when summed, -1 on error. */
 static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, const layout_t *L,
-                         size_t mine, float *x) {
+                         size_t mine, float *x, int sizes_known) {
   int P = c->nranks, r = c->rank;
-  size_t ns = L->nq, cap = message_max(L, s), fixed = message_fixed(L, s);
+  size_t ns = L->nq;
   posted_t p = {comm, c->reqs, 0};
-  for (int i = 0; i < P; i++) c->sizes[i] = fixed ? fixed : mine;
-  if (!fixed) { /* threshold: the sizes first */
-    uint64_t m = mine;
-    for (int i = 0; i < P; i++)
-      if (i != r) DT_TRY(post_recv(&p, i, TAG_COMPRESS_SIZE, &c->sizes[i], sizeof c->sizes[i]));
-    for (int j = 0; j < P; j++)
-      if (j != r) DT_TRY(post_send(&p, j, TAG_COMPRESS_SIZE, &m, sizeof m));
-    DT_TRY(wait_posted(&p));
-  }
-  for (int i = 0; i < P; i++)
-    if (c->sizes[i] > cap)
-      return dt_error("rank %d: compressed allreduce: rank %d announces a %llu-byte message, "
-                      "more than a sparse encoding of %zu values takes", r, i,
-                      (unsigned long long)c->sizes[i], ns);
+  if (!sizes_known) DT_TRY(exchange_sizes(c, comm, s, L, mine));
   memset(x, 0, ns * sizeof *x);
   if (past_break_even(c->sizes, P, ns)) {
     c->stats.dense_fallbacks++;
@@ -602,6 +622,85 @@ static int gather_sparse(compressor_t *c, comm_t *comm, const codec_spec_t *s, c
   return 0;
 }
 
+/* ---- sparse encodings: SparCML, Kylix (sparse_coll.h) ---------------------- */
+
+/* The pairs this rank's message holds, by packed index, into c->pair_idx
+ * and c->scratch: each tensor's indices read from its encoding (the
+ * sparse codecs' u32 count, then one u32 a value whose low 31 bits are
+ * the index: codec_sparse.c's pairs, codec_strom.c's signed words), the
+ * values from its decoding, c->tmp[0..nq). */
+static size_t own_pairs(compressor_t *c, const codec_spec_t *s, const layout_t *L, size_t mine) {
+  const uint8_t *in = c->send;
+  size_t b = 0, k = 0;
+  for (int i = 0; i < L->n; i++) {
+    const slot_t *t = &L->slot[i];
+    if (t->small) continue;
+    size_t m = codec_message_bytes(s, in + b, mine - b, t->len);
+    uint32_t count, w;
+    memcpy(&count, in + b, 4);
+    for (uint32_t j = 0; j < count; j++) {
+      memcpy(&w, in + b + 4 + 4 * (size_t)j, 4);
+      size_t g = t->packed + (w & 0x7fffffffu);
+      c->pair_idx[k] = (uint32_t)g, c->scratch[k++] = c->tmp[g];
+    }
+    b += m;
+  }
+  return k;
+}
+
+/* The pairs a fixed-size message holds: its bytes less a count a tensor, 8 a pair. */
+static double fixed_pairs(const layout_t *L, size_t fixed) {
+  int tensors = 0;
+  for (int i = 0; i < L->n; i++) tensors += !L->slot[i].small;
+  return ((double)fixed - 4.0 * tensors) / 8.0;
+}
+
+/* The collective --sparse-collective names, or the one its costs pick
+ * (sparcml, auto: for a size that depends on the values, after every
+ * rank's size is known, so that all pick alike). */
+static sparse_coll_t which_sparse(compressor_t *c, comm_t *comm, coll_ctx_t *ctx,
+                                  const codec_spec_t *s, const layout_t *L, size_t mine,
+                                  int *deg, int *nd, int *sizes_known) {
+  int P = c->nranks;
+  sparse_coll_t a = c->cfg.sparse;
+  size_t fixed = message_fixed(L, s), enc = fixed;
+  double K = fixed ? fixed_pairs(L, fixed) : 0, lat, bw;
+  coll_ctx_link(ctx, &lat, &bw);
+  if (!fixed && (a == SPARSE_COLL_SPARCML || a == SPARSE_COLL_AUTO || a == SPARSE_COLL_KYLIX)) {
+    if (exchange_sizes(c, comm, s, L, mine) != 0) return SPARSE_COLL_COUNT;
+    *sizes_known = 1;
+    double total = 0;
+    for (int i = 0; i < P; i++) total += (double)c->sizes[i];
+    enc = (size_t)(total / P);
+    K = fixed_pairs(L, enc);
+  }
+  *nd = sparse_kylix_degrees(P, L->nq, K, lat, bw, deg);
+  return sparse_pick(a, P, L->nq, K, enc, fixed != 0, lat, bw);
+}
+
+/* x[0..nq) = the sum of every rank's pairs, by the collective chosen;
+ * c->tmp[0..nq) holds this rank's message decoded. Returns 1 when it
+ * was the allgather's to do, 0 when summed, -1 on error. */
+static int reduce_sparse(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, const codec_spec_t *s,
+                         const layout_t *L, size_t mine, float *x, int *sizes_known) {
+  int deg[SPARSE_MAX_LAYERS], nd = 1;
+  if (c->nranks > SPARSE_MAX_RANKS) return 1;
+  sparse_coll_t a = which_sparse(c, comm, ctx, s, L, mine, deg, &nd, sizes_known);
+  if (a == SPARSE_COLL_COUNT) return -1;
+  if (a == SPARSE_COLL_ALLGATHER) return 1;
+  if (c->pair_cap < L->nq + 1) {
+    dt_free(c->pair_idx);
+    if (!(c->pair_idx = dt_alloc((L->nq + 1) * sizeof *c->pair_idx))) return -1;
+    c->pair_cap = L->nq + 1;
+  }
+  size_t k = own_pairs(c, s, L, mine);
+  uint32_t *i = c->pair_idx;
+  float *v = c->scratch;
+  if (a == SPARSE_COLL_SPARCML_RD) return sparse_sparcml_rd(&c->sw, comm, i, v, k, L->nq, x);
+  if (a == SPARSE_COLL_SPARCML_SPLIT) return sparse_sparcml_split(&c->sw, comm, i, v, k, L->nq, x);
+  return sparse_kylix(&c->sw, comm, deg, nd, i, v, k, L->nq, x);
+}
+
 /* The bucket packed (c->factors); its compressed tensors encoded, their
  * error remembered, allgathered; the small tensors (and the rest past
  * break-even) by the allreduce. */
@@ -617,12 +716,14 @@ static int sparse_exchange(compressor_t *c, comm_t *comm, coll_ctx_t *ctx, codec
   float *x = c->factors;
   pack(&L, contribution(c, buf, off, len), x, 1);
   size_t mine = L.nq ? encode_tensors(c, &s, &L, x, message_seed(c, stream, step, 0), c->send) : 0;
-  if (c->mem.residual) {
+  int merging = c->cfg.sparse != SPARSE_COLL_ALLGATHER && L.nq;
+  if (c->mem.residual || merging) {
     memset(c->tmp, 0, L.nq * sizeof *c->tmp);
     if (L.nq) DT_TRY(decode_tensors(c, &s, &L, c->send, mine, c->tmp, c->rank));
   }
   remember(c, &L, off, len);
-  int past = L.nq ? gather_sparse(c, comm, &s, &L, mine, x) : 0;
+  int known = 0, past = merging ? reduce_sparse(c, comm, ctx, &s, &L, mine, x, &known) : 1;
+  if (past == 1) past = L.nq ? gather_sparse(c, comm, &s, &L, mine, x, known) : 0;
   if (past < 0) return -1;
   size_t from = past ? 0 : L.nq;
   if (len > from) DT_TRY(allreduce(ctx, c->cfg.algo, x + from, len - from));
@@ -739,6 +840,114 @@ static int sparse_bytes(const compress_config_t *c, const layout_t *L, const cod
   return allreduce_part(c, rank, P, len - L->nq, b);
 }
 
+/* The merging collectives' bytes are the union's: bounded tensor by
+ * tensor by the pairs a rank selects of each, [kmin, kmax] (sparse_cost.c's
+ * formulas are monotone in the counts). In a range, a set of g ranks holds
+ * of tensor t at least kmin_t less what of t lies outside the range, and
+ * at most g kmax_t or what of t lies inside. */
+typedef struct {
+  const layout_t *L;
+  const codec_spec_t *s;
+  int fixed;
+} pair_bounds_t;
+
+static void tensor_pairs(const pair_bounds_t *a, const slot_t *t, size_t *kmin, size_t *kmax) {
+  if (!a->fixed) {
+    *kmin = 0, *kmax = t->len;
+    return;
+  }
+  *kmin = *kmax = (codec_bytes(a->s, t->len) - 4) / 8;
+}
+
+static size_t union_bound(void *arg, uint64_t ranks, size_t lo, size_t hi, int most) {
+  const pair_bounds_t *a = arg;
+  size_t u = 0, g = (size_t)__builtin_popcountll(ranks);
+  for (int i = 0; i < a->L->n; i++) {
+    const slot_t *t = &a->L->slot[i];
+    if (t->small) continue;
+    size_t tlo = t->packed > lo ? t->packed : lo;
+    size_t thi = t->packed + t->len < hi ? t->packed + t->len : hi;
+    size_t in = thi > tlo ? thi - tlo : 0, kmin, kmax;
+    tensor_pairs(a, t, &kmin, &kmax);
+    if (most) u += g * kmax < in ? g * kmax : in;
+    else u += kmin > t->len - in ? kmin - (t->len - in) : 0;
+  }
+  return u;
+}
+
+static size_t union_least(void *arg, uint64_t ranks, size_t lo, size_t hi) {
+  return union_bound(arg, ranks, lo, hi, 0);
+}
+static size_t union_most(void *arg, uint64_t ranks, size_t lo, size_t hi) {
+  return union_bound(arg, ranks, lo, hi, 1);
+}
+
+/* acc widened to take x in (first: acc is x). */
+static void widen(compress_bytes_t *acc, const compress_bytes_t *x, int first) {
+  if (first) {
+    *acc = *x;
+    return;
+  }
+  if (x->sent > acc->sent) acc->sent = x->sent;
+  if (x->received > acc->received) acc->received = x->received;
+  if (x->sent_min < acc->sent_min) acc->sent_min = x->sent_min;
+  if (x->received_min < acc->received_min) acc->received_min = x->received_min;
+}
+
+/* One merging algorithm's bytes between the bounds (deg NULL: recursive
+ * doubling). */
+static compress_bytes_t merge_bytes(const int *deg, int nd, int rank, int P, pair_bounds_t *pb) {
+  compress_bytes_t b = {0};
+  size_t nq = pb->L->nq;
+  if (deg) {
+    sparse_butterfly_bytes(deg, nd, P, rank, nq, union_least, pb, &b.sent_min, &b.received_min);
+    sparse_butterfly_bytes(deg, nd, P, rank, nq, union_most, pb, &b.sent, &b.received);
+  } else {
+    sparse_rd_bytes(P, rank, nq, union_least, pb, &b.sent_min, &b.received_min);
+    sparse_rd_bytes(P, rank, nq, union_most, pb, &b.sent, &b.received);
+  }
+  return b;
+}
+
+/* --sparse-collective other than the allgather: each algorithm it may run
+ * (sparcml: two; kylix: every factorization, its degrees being picked by
+ * the link; auto: all and the allgather) between its bounds, the widest;
+ * the sizes first where they decide (a variable size and a choice); the
+ * small tensors' allreduce. */
+static int merging_bytes(const compress_config_t *c, const layout_t *L, const codec_spec_t *s,
+                         int rank, int P, size_t len, compress_bytes_t *b) {
+  sparse_coll_t a = c->sparse;
+  size_t fixed = message_fixed(L, s), sizes = 0;
+  pair_bounds_t pb = {L, s, fixed != 0};
+  compress_bytes_t acc = {0}, x;
+  int first = 1;
+  if (!fixed && a != SPARSE_COLL_SPARCML_RD && a != SPARSE_COLL_SPARCML_SPLIT)
+    sizes = (size_t)(P - 1) * sizeof(uint64_t);
+  if (a == SPARSE_COLL_AUTO) {
+    x = (compress_bytes_t){.exact = 1};
+    DT_TRY(sparse_bytes(c, L, s, rank, P, len, &x));
+    size_t small_s, small_r;
+    DT_TRY(coll_allreduce_bytes(c->algo, P, rank, len - L->nq, &small_s, &small_r));
+    x.sent -= small_s + (fixed ? 0 : sizes), x.sent_min -= small_s + (fixed ? 0 : sizes);
+    x.received -= small_r + (fixed ? 0 : sizes), x.received_min -= small_r + (fixed ? 0 : sizes);
+    widen(&acc, &x, first), first = 0;
+  }
+  if (a == SPARSE_COLL_SPARCML_RD || a == SPARSE_COLL_SPARCML || a == SPARSE_COLL_AUTO)
+    x = merge_bytes(NULL, 0, rank, P, &pb), widen(&acc, &x, first), first = 0;
+  if (a == SPARSE_COLL_SPARCML_SPLIT || a == SPARSE_COLL_SPARCML || a == SPARSE_COLL_AUTO)
+    x = merge_bytes(&P, 1, rank, P, &pb), widen(&acc, &x, first), first = 0;
+  if (a == SPARSE_COLL_KYLIX || a == SPARSE_COLL_AUTO) {
+    int lists[64][SPARSE_MAX_LAYERS], nlen[64], nl = sparse_degree_lists(P, lists, nlen, 64);
+    for (int i = 0; i < nl; i++)
+      x = merge_bytes(lists[i], nlen[i], rank, P, &pb), widen(&acc, &x, first), first = 0;
+  }
+  b->pattern = sparse_coll_name(a);
+  b->sent += acc.sent + sizes, b->received += acc.received + sizes;
+  b->sent_min += acc.sent_min + sizes, b->received_min += acc.received_min + sizes;
+  b->exact = acc.sent == acc.sent_min && acc.received == acc.received_min;
+  return allreduce_part(c, rank, P, len - L->nq, b);
+}
+
 int compress_exchange_bytes(const compress_config_t *c, int rank, int nranks, size_t off,
                             size_t len, int64_t step, const compress_matrix_t *mats, int nmats,
                             compress_bytes_t *out) {
@@ -764,6 +973,8 @@ int compress_exchange_bytes(const compress_config_t *c, int rank, int nranks, si
   plan_layout(&s, mats, nmats, off, len, &L);
   if (codec_sparse(&s)) {
     out->pattern = "allgather";
+    if (c->sparse != SPARSE_COLL_ALLGATHER && L.nq && nranks <= SPARSE_MAX_RANKS)
+      return merging_bytes(c, &L, &s, rank, nranks, len, out);
     return sparse_bytes(c, &L, &s, rank, nranks, len, out);
   }
   out->pattern = "scatter-reduce+allgather";

@@ -79,6 +79,10 @@ static int compresses(const train_config_t *c) { return c->compression.codec.kin
 static int compresses_ps(const train_config_t *c) {
   return compresses(c) && c->exchange == EXCHANGE_PS;
 }
+/* A sparse codec's pairs summed by a collective (--sparse-collective). */
+static int sparse_allreduce(const train_config_t *c) {
+  return is_sync_dp(c) && compresses(c) && codec_sparse(&c->compression.codec);
+}
 /* Whether gradients or models go on a wire (not one shared arena). */
 static int on_a_wire(const train_config_t *c) { return c->exchange != EXCHANGE_SHARED; }
 static int is_local(const train_config_t *c) { return c->comm == COMM_LOCAL; }
@@ -136,6 +140,7 @@ static int set_schedule(void *c, const char *val, void *st);
 static int set_exchange(void *c, const char *val, void *st);
 static int set_bucket_mb(void *c, const char *val, void *st);
 static int set_compress(void *c, const char *val, void *st);
+static int set_sparse_collective(void *c, const char *val, void *st);
 static int set_pipe_schedule(void *c, const char *val, void *st);
 static int set_partition(void *c, const char *val, void *st);
 static int set_net(void *c, const char *val, void *st);
@@ -285,6 +290,14 @@ static const option_t OPTIONS[] = {
              "to 1 - R over them instead [0]"},
     {FLT("dgc-clip", compression.dgc_clip, 1e-9, 1e9), compresses, "--compress dgc:R", AX_STRATEGY,
      .help = "NORM\tdgc: clip each rank's gradient to NORM / sqrt(workers) [off]"},
+    {FUNC("sparse-collective", set_sparse_collective), sparse_allreduce, "--schedule sync --exchange allreduce:ALGO --compress topk:R, randomk:R, threshold:T, strom:T or dgc:R", AX_STRATEGY,
+     .help = "NAME\tthe collective that sums a sparse codec's pairs [allgather]:\n"
+             "allgather (every rank's pairs to every rank), sparcml:rd\n"
+             "(SparCML's recursive doubling, pairs merged at each stage,\n"
+             "dense past the break-even), sparcml:split (its split\n"
+             "allgather), sparcml (the cheaper of the two), kylix (Kylix's\n"
+             "butterfly, index then value), auto (the cheapest by the\n"
+             "alpha-beta cost with the expected union of the sets)"},
     {ONOFF("sufficient-factors", compression.sufficient_factors), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO", AX_STRATEGY,
      .help = "on|off\tsync allreduce: each dense layer's gradient sent as its\n"
              "factors (the layer's inputs and output errors) where they are\n"
@@ -639,6 +652,13 @@ static int set_bucket_mb(void *c, const char *val, void *st) {
 
 static int set_compress(void *c, const char *val, void *st) {
   return codec_parse(val, &((train_config_t *)c)->compression.codec);
+}
+
+static int set_sparse_collective(void *c, const char *val, void *st) {
+  sparse_coll_t a;
+  if (sparse_coll_parse(val, &a) != 0) return -1;
+  ((train_config_t *)c)->compression.sparse_collective = (int)a;
+  return 0;
 }
 
 static int set_pipe_schedule(void *cv, const char *val, void *st) {

@@ -253,7 +253,8 @@ compress_config_t worker_compress_config(const train_config_t *cfg) {
                              .momentum = mc ? cfg->optim.momentum : 0,
                              .shared_momentum = mc == MC_SHARED, .clip = cfg->compression.dgc_clip,
                              .warmup_steps = cfg->compression.warmup_steps, .seed = cfg->seed,
-                             .algo = cfg->algo};
+                             .algo = cfg->algo,
+                             .sparse = (sparse_coll_t)cfg->compression.sparse_collective};
 }
 
 int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out) {
