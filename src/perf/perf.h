@@ -1,0 +1,120 @@
+/* perf: the performance model (issue 33). A step is the strategy's own
+ * description (describe_step, strategy/step.h), timed by a simulator in
+ * FlexFlow's manner: compute tasks on each rank's cores, messages on each
+ * rank's links, collectives when their ranks have all arrived, run in the
+ * order they become ready. What a task costs comes from measurements on
+ * this machine (compute.c: each layer's forward and backward at the sizes
+ * the step runs; profile.c: the transport's alpha and beta) and from the
+ * network a run is given (cluster.c: --net, --straggler as train takes
+ * them). One concept per file: compute, profile, cluster, simulate,
+ * memory, predict. */
+#ifndef DTRAIN_PERF_PERF_H
+#define DTRAIN_PERF_PERF_H
+
+#include <stdio.h>
+
+#include "dtrain/optim.h"
+#include "dtrain/train.h"
+#include "strategy/step.h"
+
+/* ---- compute.c: what a layer and an update cost on this machine -------- */
+
+#define PERF_MAX_SIZES 32 /* distinct sample counts measured (micro-batch sizes) */
+
+typedef struct {
+  int nlayers, nsizes;
+  int size[PERF_MAX_SIZES];  /* the sample counts measured, ascending */
+  double *fwd, *bwd;         /* [nsizes * nlayers] seconds a pass of one layer */
+  double update_sec;         /* the optimizer's seconds per parameter */
+  double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
+} perf_compute_t;
+
+/* Times every layer of m (built for at least the largest size) forward and
+ * backward on each of the `nsizes` sample counts, the optimizer `oc` per
+ * parameter, and summing and copying per float: the median of a few runs
+ * after a warm-up. The model's parameters and buffers are left as found. */
+int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
+                         perf_compute_t *out);
+void perf_compute_free(perf_compute_t *p);
+/* Layer i's seconds for `samples` (backward or forward): the measured size,
+ * or linear between the two nearest (proportional past the ends). */
+double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
+
+/* ---- profile.c: the transport's own costs, calibrated or assumed ------- */
+
+typedef struct {
+  double alpha;              /* seconds a message costs the transport itself */
+  double beta;               /* bytes per second it moves (copies, sums) */
+} perf_link_t;
+
+typedef struct {
+  perf_link_t local, local_oversubscribed, mpi;
+  int calibrated;            /* measured here (a profile), or the transports' own estimates */
+  char cpu[128], gemm[128];  /* what the profile was taken with */
+} perf_profile_t;
+
+/* The transports' own estimates (local.c's link_estimate) where no
+ * profile is given. */
+void perf_profile_default(perf_profile_t *p);
+/* Reads a calibration profile (JSON, perf_profile_write's) from the text
+ * [s, s + len) read from `source`: a malformed one is one line naming the
+ * key or the offset. */
+int perf_profile_parse(const char *s, size_t len, const char *source, perf_profile_t *p);
+/* perf_profile_parse of a file; then, unless force, a profile taken on
+ * another CPU or with other kernels is refused, naming both. */
+int perf_profile_load(const char *path, int force, perf_profile_t *p);
+/* The profile as JSON (the format string first, then the CPU, kernels,
+ * library versions, then each transport's alpha and beta). */
+int perf_profile_write(const perf_profile_t *p, FILE *out);
+/* This machine: the CPU's model name and the kernels in use. */
+void perf_machine(char *cpu, size_t cpu_cap, char *gemm, size_t gemm_cap);
+
+/* ---- cluster.c: the ranks, their links and speeds --------------------- */
+
+typedef struct {
+  int nranks, cores;
+  int *host;                 /* each rank's host (0 with one) */
+  double *latency, *bandwidth;  /* each rank's link to the other hosts (bandwidth 0: unlimited) */
+  double intra_latency, intra_bandwidth; /* between two ranks of one host, with hosts > 1 */
+  int multihost, shared_link;
+  double *slowdown;          /* compute slow-down per rank (--straggler) */
+  perf_link_t own;           /* the transport's own cost, added to every message */
+} perf_cluster_t;
+
+/* The cluster a `dtrain train` run with cfg would see on this machine:
+ * cfg->net's hosts and links, --straggler, this machine's cores, and the
+ * transport's own costs from the profile. */
+int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
+                             perf_cluster_t *out);
+void perf_cluster_free(perf_cluster_t *c);
+
+/* ---- simulate.c: the step as a task graph, run in readiness order ------ */
+
+typedef struct {
+  double step_sec;           /* the last task's end */
+  double compute_sec;        /* rank 0's compute (layers and updates, its slow-down included) */
+  double comm_sec;           /* rank 0's communication tasks' durations */
+} perf_sim_t;
+
+/* Simulates one steady-state step of d. shared_update: the update reads
+ * every rank's gradient block and writes every rank's parameters (shared
+ * memory's synchronous step). */
+int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                  int shared_update, perf_sim_t *out);
+
+/* ---- memory.c: the memory a rank holds --------------------------------- */
+
+/* Bytes rank 0 holds for training: parameters, gradients, buffers, the
+ * optimizer's state, its activations for the batch. */
+double perf_memory_bytes(const train_config_t *cfg, const model_t *m);
+
+/* ---- predict.c: one configuration's step, predicted ------------------- */
+
+/* `dtrain plan --predict`: the step `dtrain train` with cfg would run
+ * (describe_step), simulated with compute measured here and the network
+ * of cfg, as one JSON line on out: {"event":"plan","step_sec",
+ * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}.
+ * prof: the transport's costs (perf_profile_default without a profile). */
+int perf_predict(train_config_t *cfg, const perf_profile_t *prof, FILE *out);
+
+#endif
