@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
   perf_link_t local, local_oversubscribed, mpi;
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
+  int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
   char cpu[128], gemm[128];  /* what the profile was taken with */
 } perf_profile_t;
 
@@ -66,6 +67,14 @@ int perf_profile_load(const char *path, int force, perf_profile_t *p);
 /* The profile as JSON (the format string first, then the CPU, kernels,
  * library versions, then each transport's alpha and beta). */
 int perf_profile_write(const perf_profile_t *p, FILE *out);
+/* calibrate.c: the transports' alpha and beta measured here (the ring
+ * allreduce from 4 KiB to 64 MiB, to 1 MiB with quick; a fit line each on
+ * log): local over 2 ranks and over twice the cores. The mpi row is left
+ * at its estimate: perf_calibrate_mpi measures it under mpirun (is_root:
+ * this process is rank 0, which holds the fit). */
+int perf_calibrate(int quick, perf_profile_t *out, FILE *log);
+int perf_calibrate_mpi(int *argc, char ***argv, int quick, perf_link_t *out, int *is_root,
+                       FILE *log);
 /* This machine: the CPU's model name and the kernels in use. */
 void perf_machine(char *cpu, size_t cpu_cap, char *gemm, size_t gemm_cap);
 

@@ -117,8 +117,13 @@ static int read_member(reader_t *r, perf_profile_t *p, int *seen, const char *st
   else if (!strcmp(key, "local_oversubscribed"))
     DT_TRY(read_link(r, key, &p->local_oversubscribed, &seen[4], start));
   else if (!strcmp(key, "mpi")) DT_TRY(read_link(r, key, &p->mpi, &seen[5], start));
-  else return dt_error("%s: unknown key \"%s\" (expected format, cpu, gemm, local, "
-                       "local_oversubscribed, mpi)", r->source, key);
+  else if (!strcmp(key, "mpi_measured")) {
+    double v;
+    DT_TRY(read_number(r, key, &v, start));
+    if (v != 0 && v != 1) return dt_error("%s: key \"mpi_measured\" is %g (expected 0 or 1)", r->source, v);
+    p->mpi_measured = v == 1;
+  } else return dt_error("%s: unknown key \"%s\" (expected format, cpu, gemm, local, "
+                         "local_oversubscribed, mpi, mpi_measured)", r->source, key);
   return 0;
 }
 
@@ -154,7 +159,7 @@ int perf_profile_write(const perf_profile_t *p, FILE *out) {
   fprintf(out, "{\"format\":\"%s\",\"cpu\":\"%s\",\"gemm\":\"%s\"", PROFILE_FORMAT, p->cpu, p->gemm);
   for (int k = 0; k < 3; k++)
     fprintf(out, ",\n \"%s\":{\"alpha\":%.6g,\"beta\":%.6g}", names[k], l[k]->alpha, l[k]->beta);
-  fputs("}\n", out);
+  fprintf(out, ",\n \"mpi_measured\":%d}\n", p->mpi_measured);
   return ferror(out) ? dt_error("writing the profile: write error") : 0;
 }
 
