@@ -25,7 +25,8 @@ static const char *PLAN_HELP =
     "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
     "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
-    "on mpi as well, and writes them with this CPU and kernels to --out.\n"
+    "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
+    "JSON line on stdout (its points and largest relative error).\n"
     "\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
     "                   own estimates); one taken on another CPU or with other kernels\n"
@@ -113,12 +114,12 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
   perf_profile_t prof;
   perf_link_t mpi;
   int root = 1;
-  if (o->mpi && perf_calibrate_mpi(&argc, &argv, o->quick, &mpi, &root, stderr) != 0) {
+  if (o->mpi && perf_calibrate_mpi(&argc, &argv, o->quick, &mpi, &root, stdout) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }
   if (!root) return 0;
-  if (perf_calibrate(o->quick, &prof, stderr) != 0) {
+  if (perf_calibrate(o->quick, &prof, stdout) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }
