@@ -114,8 +114,9 @@ int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_clu
 /* ---- memory.c: the memory a rank holds --------------------------------- */
 
 /* Bytes rank 0 holds for training: parameters, gradients, buffers, the
- * optimizer's state, its activations for the batch. */
-double perf_memory_bytes(const train_config_t *cfg, const model_t *m);
+ * optimizer's state, its activations for the batch, its batch's inputs
+ * and the epoch's order of the ntrain samples. */
+double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntrain);
 
 /* ---- predict.c: one configuration's step, predicted ------------------- */
 

@@ -96,7 +96,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, FILE *out) {
   if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);
   int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
   if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
-  if (rc == 0) rc = emit(cfg, s, &d, &sim, prof, ntrain, perf_memory_bytes(cfg, m), out);
+  if (rc == 0) rc = emit(cfg, s, &d, &sim, prof, ntrain, perf_memory_bytes(cfg, m, ntrain), out);
   perf_cluster_free(&cl);
   perf_compute_free(&pc);
   step_desc_free(&d);
