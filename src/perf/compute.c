@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/compress.h"
 #include "perf/perf.h"
 
 #define REPS 5 /* timed runs after one warm-up; the median is kept */
@@ -138,4 +139,31 @@ double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward)
   double a = t[(size_t)(hi - 1) * p->nlayers + i], b = t[(size_t)hi * p->nlayers + i];
   double x = (double)(samples - p->size[hi - 1]) / (p->size[hi] - p->size[hi - 1]);
   return a + x * (b - a);
+}
+
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p) {
+  p->codec_sec = 0;
+  if (spec->kind == CODEC_NONE || spec->kind == CODEC_POWERSGD || n == 0) return 0;
+  float *g = dt_alloc_floats(n), *acc = dt_alloc_floats(n), *scratch = dt_alloc_floats(n);
+  void *msg = dt_alloc(codec_max_bytes(spec, n) + 64);
+  ef_memory_t ef = {0};
+  int rc = g && acc && scratch && msg ? 0 : dt_error("out of memory");
+  if (rc == 0 && feedback) rc = ef_init(&ef, n, 0, 0);
+  rng_t rng;
+  rng_seed(&rng, 0x5eed);
+  if (rc == 0) fill(g, n, &rng);
+  double t[REPS];
+  for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    kern_zero(n, acc);
+    double t0 = dt_now();
+    if (feedback) ef_compensate(&ef, g, 0, n);
+    size_t bytes = codec_encode(spec, feedback ? ef.residual : g, n, (uint64_t)rep, msg, scratch);
+    rc = codec_decode_add(spec, msg, bytes, n, acc);
+    if (feedback && rc == 0) ef_update(&ef, acc, 0, n);
+    if (rep > 0) t[rep - 1] = dt_now() - t0;
+  }
+  if (rc == 0) p->codec_sec = median(t, REPS) / (double)n;
+  if (feedback) ef_free(&ef);
+  dt_free(g), dt_free(acc), dt_free(scratch), dt_free(msg);
+  return rc;
 }

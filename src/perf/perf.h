@@ -27,6 +27,8 @@ typedef struct {
   double *fwd, *bwd;         /* [nsizes * nlayers] seconds a pass of one layer */
   double update_sec;         /* the optimizer's seconds per parameter */
   double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
+  double codec_sec;          /* --compress: seconds per value to encode and decode (with error
+                              * feedback where the run keeps it); 0 without a codec measured */
 } perf_compute_t;
 
 /* Times every layer of m (built for at least the largest size) forward and
@@ -35,6 +37,11 @@ typedef struct {
  * after a warm-up. The model's parameters and buffers are left as found. */
 int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
                          perf_compute_t *out);
+/* The codec's encode and decode per value (codec_encode, codec_decode_add
+ * on n values of a gradient-like buffer; error feedback's two passes where
+ * feedback is on) into p->codec_sec. A codec without a per-value encoder
+ * here (powersgd: a matrix's factors) is left at 0. */
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p);
 void perf_compute_free(perf_compute_t *p);
 /* Layer i's seconds for `samples` (backward or forward): the measured size,
  * or linear between the two nearest (proportional past the ends). */
@@ -87,15 +94,23 @@ typedef struct {
   double intra_latency, intra_bandwidth; /* between two ranks of one host, with hosts > 1 */
   int multihost, shared_link;
   double *slowdown;          /* compute slow-down per rank (--straggler) */
+  double background;         /* threads of other processes running on the cores (measured
+                              * when the plan is made: a shared machine) */
   perf_link_t own;           /* the transport's own cost, added to every message */
 } perf_cluster_t;
 
 /* The cluster a `dtrain train` run with cfg would see on this machine:
- * cfg->net's hosts and links, --straggler, this machine's cores, and the
+ * cfg->net's hosts and links, --straggler, this machine's cores and the
+ * load other processes put on them now (perf_background_load), and the
  * transport's own costs from the profile. */
 int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
                              perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
+/* The other processes' threads running on this machine's cores, measured:
+ * a thread that wants a core for `seconds` gets cpu / wall of one, and
+ * under the kernel's fair share that is cores / (others + 1). 0 on an
+ * idle machine (a share above 0.9). */
+double perf_background_load(double seconds, int cores);
 
 /* ---- simulate.c: the step as a task graph, run in readiness order ------ */
 

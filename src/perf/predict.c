@@ -54,7 +54,7 @@ static int replicas(const train_config_t *cfg) {
 
 static int emit(const train_config_t *cfg, const strategy_t *s, const step_desc_t *d,
                 const perf_sim_t *sim, const perf_profile_t *prof, size_t ntrain, double memory,
-                FILE *out) {
+                double background, FILE *out) {
   int dp = replicas(cfg);
   int64_t steps = train_steps_per_epoch(cfg, ntrain, dp);
   if (cfg->max_steps > 0 && cfg->max_steps < steps) steps = cfg->max_steps;
@@ -66,12 +66,12 @@ static int emit(const train_config_t *cfg, const strategy_t *s, const step_desc_
           "\"samples_per_sec\":%.6g,\"epoch_sec\":%.6g,\"steps_per_epoch\":%lld,"
           "\"bytes_sent_per_step\":%.17g,\"bytes_received_per_step\":%.17g,\"exact\":%s,"
           "\"memory_bytes\":%.17g,\"compute_sec\":%.6g,\"comm_sec\":%.6g,\"emulated\":%s,"
-          "\"profile\":\"%s\"}\n",
+          "\"profile\":\"%s\",\"background_load\":%.3g}\n",
           s->name, d->nranks, sim->step_sec, sim->step_sec > 0 ? global / sim->step_sec : 0,
           sim->step_sec * (double)steps, (long long)steps, b.sent, b.received,
           step_exact(d) && !b.expected ? "true" : "false", memory, sim->compute_sec, sim->comm_sec,
           cfg->comm == COMM_LOCAL && comm_net_emulated(&cfg->net, d->nranks) ? "true" : "false",
-          prof->calibrated ? "calibrated" : "estimated");
+          prof->calibrated ? "calibrated" : "estimated", background);
   return ferror(out) ? dt_error("writing the plan: write error") : 0;
 }
 
@@ -93,10 +93,13 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, FILE *out) {
   perf_sim_t sim;
   kern_set_threads(cfg->threads);
   rc = perf_compute_measure(m, &cfg->optim, sizes, step_sizes(&d, sizes), &pc);
+  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
+    rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
   if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);
   int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
   if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
-  if (rc == 0) rc = emit(cfg, s, &d, &sim, prof, ntrain, perf_memory_bytes(cfg, m, ntrain), out);
+  if (rc == 0) rc = emit(cfg, s, &d, &sim, prof, ntrain, perf_memory_bytes(cfg, m, ntrain),
+                       cl.background, out);
   perf_cluster_free(&cl);
   perf_compute_free(&pc);
   step_desc_free(&d);

@@ -5,9 +5,10 @@
  * ready. What each costs:
  *
  * - compute (a layer's pass, an update): its measured seconds of a core.
- *   The ranks share the machine's cores: while n compute tasks run on c
- *   cores each advances at min(1, c / n) (the kernel shares a core among
- *   threads), and a straggler then sleeps (slowdown - 1) times the task's
+ *   The ranks share the machine's cores, with the other processes' b
+ *   running threads (cluster.c): while n compute tasks run on c cores each
+ *   advances at min(1, c / (n + b)) (the kernel's fair share), and a
+ *   straggler then sleeps (slowdown - 1) times the task's
  *   time, as comm_compute_delay does, without holding a core;
  * - a message: it holds its sender's link for bytes / bandwidth from when
  *   the link is free (one message at a time, the emulator's rule), arrives
@@ -17,7 +18,8 @@
  *   and lasts its algorithm's alpha-beta time (coll_allreduce_cost: the
  *   messages and bytes in sequence), with the link the ranks share;
  * - the transport's own cost (alpha per message, beta per byte: copying,
- *   summing) on top of every message's link time.
+ *   summing) on top of every message's link time; a compressed exchange
+ *   adds its codec's encode and decode of its values (compute.c).
  *
  * Ranks are matched by order: the k-th collective of a pattern and group
  * size on one rank meets the k-th on the others; the k-th message from a
@@ -47,6 +49,7 @@ typedef struct {
 typedef struct {
   const step_desc_t *d;
   const perf_cluster_t *cl;
+  const perf_compute_t *pc;
   node_t *n;
   inst_t *inst;
   int *succ, *succ_at;        /* CSR successors */
@@ -96,6 +99,7 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
   const perf_link_t *own = &s->cl->own;
   double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
   int P = t->group, over = s->cl->nranks > s->cl->cores;
+  double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
@@ -103,14 +107,14 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
     double m, b, mc, bc;
     coll_allreduce_cost(algo, P, 1, 0, &m, &b);
     coll_allreduce_cost(algo, P, 1, over, &mc, &bc);
-    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb;
+    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
   if (t->count && (!strcmp(t->pattern, "broadcast") || !strcmp(t->pattern, "reduce"))) {
     m = ceil_lg(P);
     bytes = m * (double)t->count * sizeof(float);
   }
-  return m * (lat + own->alpha) + bytes * pb;
+  return m * (lat + own->alpha) + bytes * pb + codec;
 }
 
 static void pend_at(sim_t *s, int i, double t) {
@@ -207,7 +211,8 @@ static void cpu_done(sim_t *s, int i) {
 /* Advances to the next end: of a compute task at the cores' shared rate,
  * or of a task whose end is fixed. */
 static int advance(sim_t *s) {
-  double rate = s->nrun > s->cl->cores ? (double)s->cl->cores / s->nrun : 1;
+  double want = s->nrun + s->cl->background; /* the other processes' threads share the cores */
+  double rate = s->nrun && want > s->cl->cores ? (double)s->cl->cores / want : 1;
   double t = INFINITY;
   for (int k = 0; k < s->nrun; k++)
     if (s->now + s->rem[k] / rate < t) t = s->now + s->rem[k] / rate;
@@ -419,7 +424,7 @@ int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_clu
   if (cl->nranks < d->nranks)
     return dt_error("perf: the cluster has %d ranks, the step %d", cl->nranks, d->nranks);
   size_t N = (size_t)d->ntasks + 1, R = (size_t)d->nranks;
-  sim_t s = {.d = d, .cl = cl};
+  sim_t s = {.d = d, .cl = cl, .pc = pc};
   s.n = calloc(N, sizeof *s.n);
   s.run = calloc(N, sizeof *s.run), s.rem = calloc(N, sizeof *s.rem);
   s.pend = calloc(N, sizeof *s.pend);

@@ -168,7 +168,8 @@ int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, con
                                    .group = group, .sent = (double)x.sent,
                                    .received = (double)x.received, .every = every,
                                    .thread = thread, .after = after, .from = from, .until = until,
-                                   .bounded = !x.exact, .sent_min = (double)x.sent_min,
+                                   .coded = b->len, .bounded = !x.exact,
+                                   .sent_min = (double)x.sent_min,
                                    .received_min = (double)x.received_min});
 }
 
