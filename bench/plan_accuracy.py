@@ -18,13 +18,16 @@ on `local` under emulated 100 Mbit/s, 1 Gbit/s and 10 Gbit/s links, and
 over more than 2 ranks (picked at run time, not described), asynchronous
 PS (its pool of batches is an expectation).
 
+DTRAIN (the environment) names the binary (default build/dtrain): a copy
+keeps a rebuild from pulling it away mid-run.
+
 usage: bench/plan_accuracy.py [--steps 12] [--nets 100Mbit,1Gbit,10Gbit]
                               [--only SUBSTRING] [--mpi] [--profile FILE]
                               [--json FILE]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DTRAIN = os.path.join(ROOT, "build", "dtrain")
+DTRAIN = os.environ.get("DTRAIN", os.path.join(ROOT, "build", "dtrain"))
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca",
           "btl_vader_single_copy_mechanism", "none"]
 

@@ -11,6 +11,7 @@
 
 static const char *PLAN_HELP =
     "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
@@ -23,6 +24,12 @@ static const char *PLAN_HELP =
     "--straggler slowing its rank. bytes_sent_per_step is rank 0's, as a run's metrics\n"
     "count it. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
+    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree;\n"
+    "shared memory; ps:1, ps:2; local SGD; D-PSGD; GPipe and 1F1B at 4 and 8 micro-batches;\n"
+    "tensor; pipeline x tensor) appended to the train options, predicted, and ranked by\n"
+    "samples/s; a candidate the options refuse, or the model does not cover, says why;\n"
+    "one over --memory-per-rank MB says by how much. --json FILE: a line a candidate.\n"
+    "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
     "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
     "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
@@ -34,7 +41,7 @@ static const char *PLAN_HELP =
 
 typedef struct {
   int predict, calibrate, quick, force, mpi;
-  const char *profile, *out;
+  const char *profile, *out, *json, *memory;
 } plan_opts_t;
 
 /* An option's value: the next argument or after '='. */
@@ -67,6 +74,10 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
       if (value_of(*argc, argv, &i, "--profile", &o->profile) != 0) return -1;
     } else if (is_opt(argv[i], "--out")) {
       if (value_of(*argc, argv, &i, "--out", &o->out) != 0) return -1;
+    } else if (is_opt(argv[i], "--json")) {
+      if (value_of(*argc, argv, &i, "--json", &o->json) != 0) return -1;
+    } else if (is_opt(argv[i], "--memory-per-rank")) {
+      if (value_of(*argc, argv, &i, "--memory-per-rank", &o->memory) != 0) return -1;
     } else {
       if (!strcmp(argv[i], "--comm=mpi") || (!strcmp(argv[i], "--comm") && i + 1 < *argc &&
                                              !strcmp(argv[i + 1], "mpi")))
@@ -75,9 +86,19 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
     }
   }
   *argc = n;
-  if (o->predict == o->calibrate) {
-    fprintf(stderr, "dtrain plan: give --predict [train options] or --calibrate --out FILE "
-                    "(dtrain plan --help)\n");
+  if (o->predict && o->calibrate) {
+    fprintf(stderr, "dtrain plan: give --predict [train options] or --calibrate --out FILE, "
+                    "not both (dtrain plan --help)\n");
+    return -1;
+  }
+  if (!o->predict && !o->calibrate && n == 1) {
+    fprintf(stderr, "dtrain plan: give --predict [train options], --calibrate --out FILE, or "
+                    "train options to search over (dtrain plan --help)\n");
+    return -1;
+  }
+  if ((o->json || o->memory) && (o->predict || o->calibrate)) {
+    fprintf(stderr, "dtrain plan: --%s is the search's option (without --predict or "
+                    "--calibrate)\n", o->json ? "json" : "memory-per-rank");
     return -1;
   }
   if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile)) {
@@ -134,6 +155,29 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
   return 0;
 }
 
+/* The search: the candidates ranked on the user's options. */
+static int search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof) {
+  size_t mem = 0;
+  if (o->memory && parse_megabytes("memory-per-rank", o->memory, &mem) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  FILE *json = NULL;
+  if (o->json && (file_check_output(o->json, "\"event\":\"plan\"") != 0 ||
+                  !(json = file_open_output(o->json, 0)))) {
+    fprintf(stderr, "dtrain plan: --json %s: %s\n", o->json, dt_errmsg());
+    return 2;
+  }
+  kern_set_threads(1);
+  int rc = perf_search(argc, argv, prof, (double)mem, json, stdout);
+  if (json) fclose(json);
+  if (rc != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -149,13 +193,16 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
+  if (!o.predict) return search(argc, argv, &o, &prof);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;
   if (train_options_parse(argc, argv, &cfg) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
-  if (perf_predict(&cfg, &prof, stdout) != 0) {
+  perf_plan_t plan;
+  if (perf_predict(&cfg, &prof, NULL, &plan) != 0 || perf_plan_json(&plan, stdout) != 0 ||
+      fputc('\n', stdout) == EOF) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }

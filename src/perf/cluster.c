@@ -4,8 +4,8 @@
  * transport itself adds to every message. From a run's own options
  * (--net, --straggler, --comm), so that a plan and a run of one command
  * line see the same network: the emulator's model (comm/net.c, local.c). */
+#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "perf/perf.h"
@@ -44,7 +44,7 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   out->shared_link = out->multihost && net->shared_link;
   out->intra_latency = out->multihost ? net->intra_latency : 0;
   out->intra_bandwidth = out->multihost ? net->intra_bandwidth : 0;
-  out->background = perf_background_load(0.2, out->cores);
+  out->background = perf_background_load(out->cores);
   if (cfg->comm == COMM_MPI) out->own = prof->mpi;
   else out->own = nranks > out->cores ? prof->local_oversubscribed : prof->local;
   return 0;
@@ -55,19 +55,13 @@ void perf_cluster_free(perf_cluster_t *c) {
   *c = (perf_cluster_t){0};
 }
 
-static double thread_cpu(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-double perf_background_load(double seconds, int cores) {
-  double w0 = dt_now(), c0 = thread_cpu();
-  volatile double x = 0;
-  while (dt_now() - w0 < seconds)
-    for (int k = 0; k < 10000; k++) x += k; /* wants its core the whole time */
-  double share = (thread_cpu() - c0) / (dt_now() - w0);
-  if (share > 0.9) return 0;
-  if (share < 0.01) share = 0.01;
-  return cores / share - 1;
+double perf_background_load(int cores) {
+  FILE *f = fopen("/proc/loadavg", "r");
+  double load = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%lf", &load) != 1) load = 0;
+  fclose(f);
+  load -= 1; /* this process, measuring its layers */
+  if (load < 0) load = 0;
+  return load > 64.0 * cores ? 64.0 * cores : load;
 }

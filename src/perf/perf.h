@@ -33,7 +33,7 @@ typedef struct {
 
 /* Times every layer of m (built for at least the largest size) forward and
  * backward on each of the `nsizes` sample counts, the optimizer `oc` per
- * parameter, and summing and copying per float: the median of a few runs
+ * parameter, and summing and copying per float: the least of a few runs
  * after a warm-up. The model's parameters and buffers are left as found. */
 int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
                          perf_compute_t *out);
@@ -106,11 +106,11 @@ typedef struct {
 int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
                              perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
-/* The other processes' threads running on this machine's cores, measured:
- * a thread that wants a core for `seconds` gets cpu / wall of one, and
- * under the kernel's fair share that is cores / (others + 1). 0 on an
- * idle machine (a share above 0.9). */
-double perf_background_load(double seconds, int cores);
+/* The other processes' threads running on this machine's cores: the
+ * kernel's one-minute load average less this process (a moment's spin
+ * measured as much, but a run lasts longer than a moment), capped. A
+ * thread of a run then gets cores / (ranks running + this) of a core. */
+double perf_background_load(int cores);
 
 /* ---- simulate.c: the step as a task graph, run in readiness order ------ */
 
@@ -135,11 +135,50 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
 
 /* ---- predict.c: one configuration's step, predicted ------------------- */
 
+/* One configuration's figures, as a run's metrics carry them (rank 0's
+ * bytes a step, the step's and an epoch's seconds, samples a second over
+ * every replica) and the model's: memory a rank, rank 0's compute and
+ * communication, the machine's other load. */
+typedef struct {
+  const char *strategy;      /* the descriptor's name (static) */
+  int ranks, exact, emulated, calibrated;
+  double step_sec, samples_per_sec, epoch_sec;
+  int64_t steps_per_epoch;
+  double bytes_sent, bytes_received, memory_bytes, compute_sec, comm_sec, background;
+} perf_plan_t;
+
+/* What predictions of one model on one data set share (the search's):
+ * the layers' times at the sizes measured so far, and the data set's
+ * shapes (read once: loading it is most of a prediction's time). */
+typedef struct {
+  perf_compute_t compute;
+  int have_data;
+  char data[256];
+  int c, h, w, nclasses;
+  size_t ntrain;
+} perf_cache_t;
+void perf_cache_free(perf_cache_t *c);
+
 /* `dtrain plan --predict`: the step `dtrain train` with cfg would run
  * (describe_step), simulated with compute measured here and the network
- * of cfg, as one JSON line on out: {"event":"plan","step_sec",
- * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}.
- * prof: the transport's costs (perf_profile_default without a profile). */
-int perf_predict(train_config_t *cfg, const perf_profile_t *prof, FILE *out);
+ * of cfg. prof: the transport's costs (perf_profile_default without a
+ * profile). cache (or NULL): what earlier predictions of the same model,
+ * optimizer and data set measured, used where it covers this step and
+ * grown otherwise. */
+int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *cache,
+                 perf_plan_t *out);
+/* The plan as one JSON object (no newline): {"event":"plan","step_sec",
+ * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}. */
+int perf_plan_json(const perf_plan_t *p, FILE *out);
+
+/* ---- search.c: the strategies for a model and workers, ranked -------- */
+
+/* Each candidate of the search's table appended to the train options
+ * argv[0..argc) (argv[0] is not read), predicted; a table ranked by
+ * samples a second on out (and each row as a JSON line on json, if
+ * given). Fails, after the table, when no candidate could be predicted or
+ * none fits memory_per_rank bytes (0: no limit). */
+int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
+                FILE *json, FILE *out);
 
 #endif
