@@ -108,7 +108,7 @@ expect_error plan_profile_unknown_key 2 'unknown key "mpy"' -- $PLAN --workers 2
 echo "not a profile" >"$TMP/notmine.txt"
 expect_error plan_calibrate_keeps_others_file 2 "notmine.txt" -- $DTRAIN plan --calibrate --quick --out "$TMP/notmine.txt"
 check plan_calibrate_left_it grep -q "not a profile" "$TMP/notmine.txt"
-expect_error plan_needs_a_mode 2 "give --predict" -- $DTRAIN plan --workers 2
+expect_error plan_needs_a_mode 2 "give --predict" -- $DTRAIN plan
 
 # memory NAME OPTIONS...: memory_bytes against a rank's share of the peak
 # resident memory, as (peak at 4 workers - peak at 2) / 2 (local: ranks are
@@ -128,3 +128,16 @@ if [ -x /usr/bin/time ]; then
   memory plan_memory_mlp_batch512 --exchange allreduce:ring --batch 512
   memory plan_memory_adam_state --exchange allreduce:ring --optimizer adam
 fi
+
+# The search: every candidate predicted or refused with its reason, ranked;
+# with a memory per rank nothing fits, each row says by how much and the
+# command exits 2 with one line naming the constraint.
+expect_error plan_search_nothing_fits 2 "no candidate fits --memory-per-rank 1.0 MiB" -- \
+  $DTRAIN plan $BASE --workers 2 --memory-per-rank 1 --json "$TMP/search.jsonl"
+check plan_search_rows_say_by_how_much grep -q "does not fit: .* MiB over the memory per rank" "$TMP/out"
+check plan_search_ranked $PY -c "
+import json, sys
+rows = [json.loads(l) for l in open('$TMP/search.jsonl')]
+ok = [r for r in rows if r['predicted']]
+sps = [r['plan']['samples_per_sec'] for r in ok]
+sys.exit(not (len(rows) == 13 and len(ok) >= 10 and sps == sorted(sps, reverse=True)))"
