@@ -97,6 +97,39 @@ static void test_eager_message(void) {
   step_desc_free(&d);
 }
 
+/* A parameter server (rank 2) and two workers: each pulls (a 100-byte
+ * request, the model's 1e6 bytes back), computes, pushes (1e6 bytes, a
+ * 100-byte reply). The server answers whichever request comes, and its
+ * one link sends the two pulls one after the other. */
+static void test_server_exchanges(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  bwd[0] = 0;
+  hand_cluster(&cl, 3, 3, 0, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  for (int w = 0; w < 2; w++) {
+    int p = step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "pull", .peer = 2, .group = 2,
+                                       .sent = 100, .received = 1e6, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, 2, -1, .pattern = "pull", .peer = w, .group = 2,
+                               .sent = 1e6, .received = 100, .thread = THREAD_COMM, .after = -1});
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, w, 0, 10, 8, .peer = -1, .after = p});
+    step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "push", .peer = 2, .group = 2,
+                               .sent = 1e6, .received = 100, .after = f});
+    step_add(&d, (step_task_t){TASK_COMM, 2, -1, .pattern = "push", .peer = w, .group = 2,
+                               .sent = 100, .received = 1e6, .thread = THREAD_COMM, .after = -1});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  /* worker 1: its request (1e-4 s), the server's link busy with worker 0's
+   * pull (1 s) then its own (1 s), its forward, its push (1 s), the reply */
+  CHECK_NEAR(sim.step_sec, 1e-4 + 1 + 1 + F + 1 + 1e-4, 1e-9);
+  step_desc_free(&d);
+}
+
 /* A pipeline's step on a model of `layers` equal layers, every layer F
  * forward and B backward, free links: the instruction lists the engine
  * runs (strategy_describe), simulated. */
@@ -166,6 +199,7 @@ static void test_profile_reader(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_server_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_profile_reader);
   TEST_MAIN_END();

@@ -21,6 +21,13 @@
  *   summing) on top of every message's link time; a compressed exchange
  *   adds its codec's encode and decode of its values (compute.c).
  *
+ * - a request and its reply (a parameter server's push and pull: both
+ *   sides send): when both sides have reached it, the requester's message
+ *   (the side on its compute thread) goes on its link, then the reply on
+ *   the other's; a server's side of it (on its communication thread,
+ *   after nothing) waits for no earlier request, as the server answers
+ *   whichever comes, and its link serializes its replies.
+ *
  * Ranks are matched by order: the k-th collective of a pattern and group
  * size on one rank meets the k-th on the others; the k-th message from a
  * to b meets the k-th from b's side. A task that runs once every `every`
@@ -32,13 +39,14 @@
 #include "dtrain/coll.h"
 #include "perf/perf.h"
 
-enum { N_NOW, N_CPU, N_COLL, N_SEND, N_RECV, N_PAIR };
+enum { N_NOW, N_CPU, N_COLL, N_SEND, N_RECV, N_PAIR, N_EXCHANGE };
 
 typedef struct {
   int kind, rank, deps, inst; /* inst: the collective, or the matched task of a message */
   double work;                /* N_CPU: seconds of a core; others: their own duration */
   double ready, start, end, arrival;
   int done, parked, issued;   /* issued: a send's message is on its link */
+  int waiting;                /* N_EXCHANGE: ready, its partner not yet */
 } node_t;
 
 typedef struct {
@@ -163,6 +171,34 @@ static void start_send(sim_t *s, int i) {
   }
 }
 
+/* One message of an exchange from rank a to b, of `bytes`, from `t` on:
+ * its arrival (a's link's turn, the transport's own cost, the latency). */
+static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, double *sent_at) {
+  double lat, pb;
+  link_of(s, a, b, &lat, &pb);
+  double *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
+  double start = *lf > t ? *lf : t;
+  *lf = start + bytes * pb;
+  const perf_link_t *own = &s->cl->own;
+  *sent_at = *lf + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
+  return *sent_at + lat;
+}
+
+/* Both sides of an exchange are ready: the request, then the reply. */
+static void start_exchange(sim_t *s, int i, int j) {
+  const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
+  int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
+                ? i : j;
+  int rep = req == i ? j : i;
+  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  double sent;
+  double arrived = exchange_leg(s, tq->rank, tp->rank, tq->sent * share(tq), s->now, &sent);
+  double replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(tp), arrived, &sent);
+  s->n[rep].start = s->n[req].start = s->now;
+  pend_at(s, rep, sent);
+  pend_at(s, req, replied);
+}
+
 static void make_ready(sim_t *s, int i) {
   node_t *n = &s->n[i];
   n->ready = n->start = s->now;
@@ -177,6 +213,12 @@ static void make_ready(sim_t *s, int i) {
     return;
   }
   case N_SEND: start_send(s, i); return;
+  case N_EXCHANGE:
+    if (s->n[n->inst].waiting) {
+      s->n[n->inst].waiting = 0;
+      start_exchange(s, i, n->inst);
+    } else n->waiting = 1;
+    return;
   case N_RECV: {
     node_t *snd = n->inst >= 0 ? &s->n[n->inst] : NULL;
     if (snd && !snd->issued) {
@@ -314,6 +356,27 @@ static int match_collectives(sim_t *s) {
   return 0;
 }
 
+/* The k-th exchange of a with b meets the k-th of b with a. */
+static void match_exchanges(sim_t *s) {
+  const step_desc_t *d = s->d;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (s->n[i].kind != N_PAIR || s->n[i].inst >= 0 || t->rank > t->peer) continue;
+    int k = 0;
+    for (int j = 0; j < i; j++)
+      if (s->n[j].kind == N_PAIR && d->task[j].rank == t->rank && d->task[j].peer == t->peer) k++;
+    for (int j = 0; j < d->ntasks; j++) {
+      const step_task_t *u = &d->task[j];
+      if (s->n[j].kind != N_PAIR || u->rank != t->peer || u->peer != t->rank) continue;
+      if (k-- == 0) {
+        s->n[i].inst = j, s->n[j].inst = i;
+        s->n[i].kind = s->n[j].kind = N_EXCHANGE;
+        break;
+      }
+    }
+  }
+}
+
 /* The k-th message from a to b meets the k-th receive at b from a. */
 static void match_messages(sim_t *s) {
   const step_desc_t *d = s->d;
@@ -382,6 +445,8 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
     pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
+    if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
+      pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
     *prev = i;
     for (int q = 0; q < 2; q++)
       if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
@@ -396,7 +461,7 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
       if (pred[2 * i + q] >= 0) s->succ[count[pred[2 * i + q]]++] = i;
   free(last), free(count), free(pred);
   if (rc == 0) rc = match_collectives(s);
-  if (rc == 0) match_messages(s);
+  if (rc == 0) match_messages(s), match_exchanges(s);
   for (int i = 0; rc == 0 && i < N; i++) /* a message with no partner takes its own time */
     if ((s->n[i].kind == N_SEND || s->n[i].kind == N_RECV) && s->n[i].inst < 0)
       s->n[i].kind = N_PAIR, s->n[i].work = lone_message_sec(s, &d->task[i]);
