@@ -44,7 +44,7 @@ LDFLAGS += $(filter -fsanitize=%,$(OPT))
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/nn/*.c src/optim/*.c src/data/*.c \
              src/comm/*.c src/coll/*.c src/compress/*.c src/strategy/*.c src/report/*.c \
-             src/strategy/*/*.c))
+             src/strategy/*/*.c src/perf/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

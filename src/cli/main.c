@@ -14,6 +14,7 @@ static void usage(FILE *f) {
         "  presets   list the named systems and the taxonomy axes they set\n"
         "  compare   run several presets on one task, write a report (dtrain compare --help)\n"
         "  describe  the step a configuration runs, as data: bytes per rank, tasks\n"
+        "  plan      the performance model: a configuration's step predicted (dtrain plan --help)\n"
         "\n"
         "Run 'dtrain COMMAND --help' for the options of a command.\n",
         f);
@@ -29,12 +30,13 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) cli_settle_kernels(argv);
+  if (!strcmp(cmd, "train") || !strcmp(cmd, "bench") || !strcmp(cmd, "plan")) cli_settle_kernels(argv);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "presets")) return cmd_presets(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
   if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
-  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets, compare or describe)\n", cmd);
+  if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets, compare, describe or plan)\n", cmd);
   return 2;
 }

@@ -142,7 +142,7 @@ int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int 
   return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "allreduce",
                                    .algo = allreduce_algo_name((allreduce_algo_t)algo),
                                    .peer = -1, .group = group, .sent = (double)sent,
-                                   .received = (double)received, .every = every,
+                                   .received = (double)received, .count = count, .every = every,
                                    .thread = thread, .after = after});
 }
 
@@ -152,7 +152,8 @@ int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, siz
   coll_tree_bytes(reduce, group, root, rank, count, &sent, &received);
   return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = reduce ? "reduce" : "broadcast",
                                    .algo = "tree", .peer = -1, .group = group, .sent = (double)sent,
-                                   .received = (double)received, .every = every, .thread = thread,
+                                   .received = (double)received, .count = count, .every = every,
+                                   .thread = thread,
                                    .after = after});
 }
 
@@ -167,7 +168,8 @@ int step_add_compressed(step_desc_t *d, int rank, int group_rank, int group, con
                                    .group = group, .sent = (double)x.sent,
                                    .received = (double)x.received, .every = every,
                                    .thread = thread, .after = after, .from = from, .until = until,
-                                   .bounded = !x.exact, .sent_min = (double)x.sent_min,
+                                   .coded = b->len, .bounded = !x.exact,
+                                   .sent_min = (double)x.sent_min,
                                    .received_min = (double)x.received_min});
 }
 
@@ -179,7 +181,8 @@ int step_add_ring_half(step_desc_t *d, int rank, int group_rank, int group, int 
   return step_add(d, (step_task_t){TASK_COMM, rank, -1,
                                    .pattern = gather ? "allgather" : "reduce_scatter",
                                    .algo = "ring", .peer = -1, .group = group, .sent = (double)sent,
-                                   .received = (double)received, .thread = thread, .after = after});
+                                   .received = (double)received, .count = count, .thread = thread,
+                                   .after = after});
 }
 
 static const char *kind_name(step_task_kind_t k) {

@@ -36,6 +36,10 @@ typedef struct {
   int peer;               /* comm: the other rank of a message (-1: a collective) */
   int group;              /* comm: the ranks of the collective (2 for a message) */
   double sent, received;  /* comm: this rank's bytes on the wire */
+  size_t count;           /* comm: a collective's floats (its S / 4; 0: not a collective of
+                           * step.c's), what the performance model times it by */
+  size_t coded;           /* comm: the values a compressed exchange encodes (0: none), what
+                           * the performance model charges the codec's time for */
   int every;              /* runs once every this many steps (1: every step) */
   step_thread_t thread;
   int after;              /* the task it waits for (-1: the step's start); with

@@ -1,0 +1,210 @@
+/* dtrain plan: the performance model (src/perf/). --predict [train
+ * options]: the step `dtrain train` with the same options would run,
+ * predicted, as one JSON line; --calibrate --out FILE: the transports'
+ * costs measured here, as a profile --predict takes (--profile FILE). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "perf/perf.h"
+
+static const char *PLAN_HELP =
+    "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
+    "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
+    "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
+    "\n"
+    "--predict prints one JSON line for exactly what 'dtrain train' with the same options\n"
+    "would run: {\"event\":\"plan\",\"step_sec\":..,\"samples_per_sec\":..,\"epoch_sec\":..,\n"
+    "\"bytes_sent_per_step\":..,\"memory_bytes\":..}. The step is the strategy's own\n"
+    "description (dtrain describe), simulated as a task graph: each layer's forward and\n"
+    "backward timed here at the sizes the step runs, the ranks sharing this machine's\n"
+    "cores, messages and collectives on the links of --net (the emulator's model),\n"
+    "--straggler slowing its rank. bytes_sent_per_step is rank 0's, as a run's metrics\n"
+    "count it. Nothing is trained; the data set is read for its shapes.\n"
+    "\n"
+    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree;\n"
+    "shared memory; ps:1, ps:2; local SGD; D-PSGD; GPipe and 1F1B at 4 and 8 micro-batches;\n"
+    "tensor; pipeline x tensor) appended to the train options, predicted, and ranked by\n"
+    "samples/s; a candidate the options refuse, or the model does not cover, says why;\n"
+    "one over --memory-per-rank MB says by how much. --json FILE: a line a candidate.\n"
+    "\n"
+    "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
+    "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
+    "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
+    "JSON line on stdout (its points and largest relative error).\n"
+    "\n"
+    "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
+    "                   own estimates); one taken on another CPU or with other kernels\n"
+    "                   is refused (exit 2) unless --force\n";
+
+typedef struct {
+  int predict, calibrate, quick, force, mpi;
+  const char *profile, *out, *json, *memory;
+} plan_opts_t;
+
+/* An option's value: the next argument or after '='. */
+static int value_of(int argc, char **argv, int *i, const char *name, const char **out) {
+  size_t n = strlen(name);
+  if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=') *out = argv[*i] + n + 1;
+  else if (*i + 1 < argc) *out = argv[++*i];
+  else *out = "";
+  if (!**out) {
+    fprintf(stderr, "dtrain plan: option %s needs a file (%s FILE)\n", name, name);
+    return -1;
+  }
+  return 0;
+}
+
+static int is_opt(const char *arg, const char *name) {
+  size_t n = strlen(name);
+  return !strncmp(arg, name, n) && (arg[n] == 0 || arg[n] == '=');
+}
+
+/* Takes plan's own options out of argv (in place); the rest are train's. */
+static int plan_args(int *argc, char **argv, plan_opts_t *o) {
+  int n = 1;
+  for (int i = 1; i < *argc; i++) {
+    if (!strcmp(argv[i], "--predict")) o->predict = 1;
+    else if (!strcmp(argv[i], "--calibrate")) o->calibrate = 1;
+    else if (!strcmp(argv[i], "--quick")) o->quick = 1;
+    else if (!strcmp(argv[i], "--force")) o->force = 1;
+    else if (is_opt(argv[i], "--profile")) {
+      if (value_of(*argc, argv, &i, "--profile", &o->profile) != 0) return -1;
+    } else if (is_opt(argv[i], "--out")) {
+      if (value_of(*argc, argv, &i, "--out", &o->out) != 0) return -1;
+    } else if (is_opt(argv[i], "--json")) {
+      if (value_of(*argc, argv, &i, "--json", &o->json) != 0) return -1;
+    } else if (is_opt(argv[i], "--memory-per-rank")) {
+      if (value_of(*argc, argv, &i, "--memory-per-rank", &o->memory) != 0) return -1;
+    } else {
+      if (!strcmp(argv[i], "--comm=mpi") || (!strcmp(argv[i], "--comm") && i + 1 < *argc &&
+                                             !strcmp(argv[i + 1], "mpi")))
+        o->mpi = 1;
+      argv[n++] = argv[i];
+    }
+  }
+  *argc = n;
+  if (o->predict && o->calibrate) {
+    fprintf(stderr, "dtrain plan: give --predict [train options] or --calibrate --out FILE, "
+                    "not both (dtrain plan --help)\n");
+    return -1;
+  }
+  if (!o->predict && !o->calibrate && n == 1) {
+    fprintf(stderr, "dtrain plan: give --predict [train options], --calibrate --out FILE, or "
+                    "train options to search over (dtrain plan --help)\n");
+    return -1;
+  }
+  if ((o->json || o->memory) && (o->predict || o->calibrate)) {
+    fprintf(stderr, "dtrain plan: --%s is the search's option (without --predict or "
+                    "--calibrate)\n", o->json ? "json" : "memory-per-rank");
+    return -1;
+  }
+  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile)) {
+    fprintf(stderr, "dtrain plan: --calibrate takes --out FILE, --quick and (under mpirun) "
+                    "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
+    return -1;
+  }
+  if (o->predict && (o->out || o->quick)) {
+    fprintf(stderr, "dtrain plan: --%s is --calibrate's option (--predict prints its line)\n",
+            o->out ? "out" : "quick");
+    return -1;
+  }
+  return 0;
+}
+
+static int write_profile(const char *path, const perf_profile_t *p) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return dt_error("out of memory");
+  int rc = perf_profile_write(p, f);
+  fclose(f);
+  if (rc == 0) rc = file_write_atomic(path, buf, len);
+  free(buf);
+  return rc;
+}
+
+static int calibrate(int argc, char **argv, const plan_opts_t *o) {
+  if (file_check_output(o->out, "dtrain-profile") != 0 || file_check_writable_dir(o->out) != 0) {
+    fprintf(stderr, "dtrain plan: --out %s: %s\n", o->out, dt_errmsg());
+    return 2;
+  }
+  kern_set_threads(1);
+  perf_profile_t prof;
+  perf_link_t mpi;
+  int root = 1;
+  if (o->mpi && perf_calibrate_mpi(&argc, &argv, o->quick, &mpi, &root, stdout) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 1;
+  }
+  if (!root) return 0;
+  if (perf_calibrate(o->quick, &prof, stdout) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 1;
+  }
+  if (o->mpi) prof.mpi = mpi, prof.mpi_measured = 1;
+  if (write_profile(o->out, &prof) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 1;
+  }
+  if (!o->mpi)
+    fprintf(stderr, "dtrain plan: the profile's mpi row is an estimate (mpi_measured 0); "
+                    "mpirun -np 2 dtrain plan --calibrate --comm mpi --out FILE measures it\n");
+  return 0;
+}
+
+/* The search: the candidates ranked on the user's options. */
+static int search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof) {
+  size_t mem = 0;
+  if (o->memory && parse_megabytes("memory-per-rank", o->memory, &mem) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  FILE *json = NULL;
+  if (o->json && (file_check_output(o->json, "\"event\":\"plan\"") != 0 ||
+                  !(json = file_open_output(o->json, 0)))) {
+    fprintf(stderr, "dtrain plan: --json %s: %s\n", o->json, dt_errmsg());
+    return 2;
+  }
+  kern_set_threads(1);
+  int rc = perf_search(argc, argv, prof, (double)mem, json, stdout);
+  if (json) fclose(json);
+  if (rc != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  return 0;
+}
+
+int cmd_plan(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(PLAN_HELP, stdout);
+      return 0;
+    }
+  plan_opts_t o = {0};
+  if (plan_args(&argc, argv, &o) != 0) return 2;
+  if (o.calibrate) return calibrate(argc, argv, &o);
+  perf_profile_t prof;
+  perf_profile_default(&prof);
+  if (o.profile && perf_profile_load(o.profile, o.force, &prof) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  if (!o.predict) return search(argc, argv, &o, &prof);
+  kern_set_threads(1); /* before any BLAS call, as train */
+  train_config_t cfg;
+  if (train_options_parse(argc, argv, &cfg) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  perf_plan_t plan;
+  if (perf_predict(&cfg, &prof, NULL, &plan) != 0 || perf_plan_json(&plan, stdout) != 0 ||
+      fputc('\n', stdout) == EOF) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 1;
+  }
+  return 0;
+}

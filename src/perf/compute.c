@@ -1,0 +1,173 @@
+/* What compute costs on this machine, measured at the sizes a step runs
+ * (the per-layer way of the issue: each layer's forward and backward at
+ * the batch and micro-batch sizes the plan needs, rather than a FLOP
+ * count). A layer is timed as a one-layer stage (nn/stage.c), the loop a
+ * pipeline and the whole model run, so the loss is in the last layer's
+ * forward as it is in a step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/compress.h"
+#include "perf/perf.h"
+
+/* Timed runs after one warm-up; the least is kept: the work's own cost,
+ * with no other thread's time in it. What other processes take of the
+ * cores is the simulator's part (cluster.c's background load), so it is
+ * not counted twice. */
+#define REPS 5
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double least(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[0];
+}
+
+static void fill(float *x, size_t n, rng_t *rng) {
+  for (size_t k = 0; k < n; k++) x[k] = rng_uniform(rng) - 0.5f;
+}
+
+/* Layer i on n samples: forward (its loss where it ends the model), then
+ * backward from a small output gradient; the least of each. */
+static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double *bwd) {
+  stage_t *st;
+  DT_TRY(stage_new(m, i, i, 1, n, &st));
+  float *dx = dt_alloc_floats((size_t)n * st->in_size + 1);
+  int32_t *labels = calloc((size_t)n, sizeof *labels);
+  int rc = dx && labels ? 0 : dt_error("out of memory");
+  if (rc == 0) fill(stage_input(st, 0), (size_t)n * st->in_size, rng);
+  double f[REPS], b[REPS];
+  for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    double t0 = dt_now();
+    rc = stage_forward(st, 0, stage_input(st, 0), n, 1, rng, NULL);
+    if (rc == 0 && st->ends_model) rc = stage_loss(st, 0, labels, n, NULL, NULL);
+    double t1 = dt_now();
+    if (rc == 0 && !st->ends_model) {
+      float *dy = stage_output_grad(st, 0);
+      for (size_t k = 0; k < (size_t)n * st->out_size; k++) dy[k] = 1e-3f;
+    }
+    double t2 = dt_now();
+    if (rc == 0) rc = stage_backward(st, 0, NULL, i > 0 ? dx : NULL, 0, NULL, NULL);
+    double t3 = dt_now();
+    if (rep > 0) f[rep - 1] = t1 - t0, b[rep - 1] = t3 - t2;
+  }
+  if (rc == 0) *fwd = least(f, REPS), *bwd = least(b, REPS);
+  dt_free(dx);
+  free(labels);
+  stage_free(st);
+  return rc;
+}
+
+/* Seconds per element of an update over n parameters, of summing two
+ * arrays of n floats into a third, and of copying n floats. */
+static int time_memory_ops(const optim_config_t *oc, size_t n, perf_compute_t *p) {
+  float *a = dt_alloc_floats(n), *b = dt_alloc_floats(n), *c = dt_alloc_floats(n);
+  optimizer_t *o = NULL;
+  int rc = a && b && c ? optim_new(oc, n, &o) : dt_error("out of memory");
+  double u[REPS], s[REPS], k[REPS];
+  if (rc == 0) {
+    kern_zero(n, a), kern_zero(n, b), kern_zero(n, c);
+    optim_segment_t seg = {0, n};
+    for (int rep = 0; rep <= REPS; rep++) {
+      const float *x[2] = {a, b};
+      double t0 = dt_now();
+      optim_step(o, a, b, &seg, 1, 1e-6f);
+      double t1 = dt_now();
+      kern_sum(n, 2, x, c);
+      double t2 = dt_now();
+      kern_copy(n, c, b);
+      double t3 = dt_now();
+      if (rep > 0) u[rep - 1] = t1 - t0, s[rep - 1] = t2 - t1, k[rep - 1] = t3 - t2;
+    }
+    p->update_sec = least(u, REPS) / (double)n;
+    p->sum_sec = least(s, REPS) / (double)n;
+    p->copy_sec = least(k, REPS) / (double)n;
+  }
+  if (o) optim_free(o);
+  dt_free(a), dt_free(b), dt_free(c);
+  return rc;
+}
+
+int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
+                         perf_compute_t *out) {
+  *out = (perf_compute_t){.nlayers = m->nlayers};
+  if (nsizes < 1 || nsizes > PERF_MAX_SIZES)
+    return dt_error("perf: %d sample sizes to measure (1 to %d)", nsizes, PERF_MAX_SIZES);
+  for (int k = 0; k < nsizes; k++) { /* ascending, each once */
+    int v = sizes[k], j = out->nsizes;
+    for (int q = 0; q < out->nsizes; q++)
+      if (out->size[q] == v) j = -1;
+    if (j < 0 || v < 1) continue;
+    while (j > 0 && out->size[j - 1] > v) out->size[j] = out->size[j - 1], j--;
+    out->size[j] = v;
+    out->nsizes++;
+  }
+  size_t cells = (size_t)out->nsizes * (size_t)m->nlayers;
+  out->fwd = calloc(cells + 1, sizeof *out->fwd);
+  out->bwd = calloc(cells + 1, sizeof *out->bwd);
+  float *keep = dt_alloc_floats(m->nbuffers + 1); /* training forwards move batch-norm statistics */
+  int rc = out->fwd && out->bwd && keep ? 0 : dt_error("out of memory");
+  if (rc == 0) memcpy(keep, m->buffers, m->nbuffers * sizeof(float));
+  rng_t rng;
+  rng_seed(&rng, 0x9e1f);
+  for (int s = 0; rc == 0 && s < out->nsizes; s++)
+    for (int i = 0; rc == 0 && i < m->nlayers; i++) {
+      size_t at = (size_t)s * (size_t)m->nlayers + (size_t)i;
+      rc = time_layer(m, i, out->size[s], &rng, &out->fwd[at], &out->bwd[at]);
+    }
+  if (rc == 0) memcpy(m->buffers, keep, m->nbuffers * sizeof(float));
+  dt_free(keep);
+  if (rc == 0) rc = time_memory_ops(oc, m->nparams > 4096 ? m->nparams : 4096, out);
+  if (rc != 0) perf_compute_free(out);
+  return rc;
+}
+
+void perf_compute_free(perf_compute_t *p) {
+  free(p->fwd), free(p->bwd);
+  p->fwd = p->bwd = NULL;
+}
+
+double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward) {
+  if (i < 0 || i >= p->nlayers || p->nsizes == 0) return 0;
+  const double *t = backward ? p->bwd : p->fwd;
+  int hi = 0;
+  while (hi < p->nsizes && p->size[hi] < samples) hi++;
+  if (hi < p->nsizes && p->size[hi] == samples) return t[(size_t)hi * p->nlayers + i];
+  if (hi == 0 || hi == p->nsizes) { /* past an end: in proportion to the nearest */
+    int k = hi == 0 ? 0 : p->nsizes - 1;
+    return t[(size_t)k * p->nlayers + i] * samples / p->size[k];
+  }
+  double a = t[(size_t)(hi - 1) * p->nlayers + i], b = t[(size_t)hi * p->nlayers + i];
+  double x = (double)(samples - p->size[hi - 1]) / (p->size[hi] - p->size[hi - 1]);
+  return a + x * (b - a);
+}
+
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p) {
+  p->codec_sec = 0;
+  if (spec->kind == CODEC_NONE || spec->kind == CODEC_POWERSGD || n == 0) return 0;
+  float *g = dt_alloc_floats(n), *acc = dt_alloc_floats(n), *scratch = dt_alloc_floats(n);
+  void *msg = dt_alloc(codec_max_bytes(spec, n) + 64);
+  ef_memory_t ef = {0};
+  int rc = g && acc && scratch && msg ? 0 : dt_error("out of memory");
+  if (rc == 0 && feedback) rc = ef_init(&ef, n, 0, 0);
+  rng_t rng;
+  rng_seed(&rng, 0x5eed);
+  if (rc == 0) fill(g, n, &rng);
+  double t[REPS];
+  for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    kern_zero(n, acc);
+    double t0 = dt_now();
+    if (feedback) ef_compensate(&ef, g, 0, n);
+    size_t bytes = codec_encode(spec, feedback ? ef.residual : g, n, (uint64_t)rep, msg, scratch);
+    rc = codec_decode_add(spec, msg, bytes, n, acc);
+    if (feedback && rc == 0) ef_update(&ef, acc, 0, n);
+    if (rep > 0) t[rep - 1] = dt_now() - t0;
+  }
+  if (rc == 0) p->codec_sec = least(t, REPS) / (double)n;
+  if (feedback) ef_free(&ef);
+  dt_free(g), dt_free(acc), dt_free(scratch), dt_free(msg);
+  return rc;
+}

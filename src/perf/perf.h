@@ -1,0 +1,184 @@
+/* perf: the performance model (issue 33). A step is the strategy's own
+ * description (describe_step, strategy/step.h), timed by a simulator in
+ * FlexFlow's manner: compute tasks on each rank's cores, messages on each
+ * rank's links, collectives when their ranks have all arrived, run in the
+ * order they become ready. What a task costs comes from measurements on
+ * this machine (compute.c: each layer's forward and backward at the sizes
+ * the step runs; profile.c: the transport's alpha and beta) and from the
+ * network a run is given (cluster.c: --net, --straggler as train takes
+ * them). One concept per file: compute, profile, cluster, simulate,
+ * memory, predict. */
+#ifndef DTRAIN_PERF_PERF_H
+#define DTRAIN_PERF_PERF_H
+
+#include <stdio.h>
+
+#include "dtrain/optim.h"
+#include "dtrain/train.h"
+#include "strategy/step.h"
+
+/* ---- compute.c: what a layer and an update cost on this machine -------- */
+
+#define PERF_MAX_SIZES 32 /* distinct sample counts measured (micro-batch sizes) */
+
+typedef struct {
+  int nlayers, nsizes;
+  int size[PERF_MAX_SIZES];  /* the sample counts measured, ascending */
+  double *fwd, *bwd;         /* [nsizes * nlayers] seconds a pass of one layer */
+  double update_sec;         /* the optimizer's seconds per parameter */
+  double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
+  double codec_sec;          /* --compress: seconds per value to encode and decode (with error
+                              * feedback where the run keeps it); 0 without a codec measured */
+} perf_compute_t;
+
+/* Times every layer of m (built for at least the largest size) forward and
+ * backward on each of the `nsizes` sample counts, the optimizer `oc` per
+ * parameter, and summing and copying per float: the least of a few runs
+ * after a warm-up. The model's parameters and buffers are left as found. */
+int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
+                         perf_compute_t *out);
+/* The codec's encode and decode per value (codec_encode, codec_decode_add
+ * on n values of a gradient-like buffer; error feedback's two passes where
+ * feedback is on) into p->codec_sec. A codec without a per-value encoder
+ * here (powersgd: a matrix's factors) is left at 0. */
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p);
+void perf_compute_free(perf_compute_t *p);
+/* Layer i's seconds for `samples` (backward or forward): the measured size,
+ * or linear between the two nearest (proportional past the ends). */
+double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
+
+/* ---- profile.c: the transport's own costs, calibrated or assumed ------- */
+
+typedef struct {
+  double alpha;              /* seconds a message costs the transport itself */
+  double beta;               /* bytes per second it moves (copies, sums) */
+} perf_link_t;
+
+typedef struct {
+  perf_link_t local, local_oversubscribed, mpi;
+  int calibrated;            /* measured here (a profile), or the transports' own estimates */
+  int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
+  char cpu[128], gemm[128];  /* what the profile was taken with */
+} perf_profile_t;
+
+/* The transports' own estimates (local.c's link_estimate) where no
+ * profile is given. */
+void perf_profile_default(perf_profile_t *p);
+/* Reads a calibration profile (JSON, perf_profile_write's) from the text
+ * [s, s + len) read from `source`: a malformed one is one line naming the
+ * key or the offset. */
+int perf_profile_parse(const char *s, size_t len, const char *source, perf_profile_t *p);
+/* perf_profile_parse of a file; then, unless force, a profile taken on
+ * another CPU or with other kernels is refused, naming both. */
+int perf_profile_load(const char *path, int force, perf_profile_t *p);
+/* The profile as JSON (the format string first, then the CPU, kernels,
+ * library versions, then each transport's alpha and beta). */
+int perf_profile_write(const perf_profile_t *p, FILE *out);
+/* calibrate.c: the transports' alpha and beta measured here (the ring
+ * allreduce from 4 KiB to 64 MiB, to 1 MiB with quick; a fit line each on
+ * log): local over 2 ranks and over twice the cores. The mpi row is left
+ * at its estimate: perf_calibrate_mpi measures it under mpirun (is_root:
+ * this process is rank 0, which holds the fit). */
+int perf_calibrate(int quick, perf_profile_t *out, FILE *log);
+int perf_calibrate_mpi(int *argc, char ***argv, int quick, perf_link_t *out, int *is_root,
+                       FILE *log);
+/* This machine: the CPU's model name and the kernels in use. */
+void perf_machine(char *cpu, size_t cpu_cap, char *gemm, size_t gemm_cap);
+
+/* ---- cluster.c: the ranks, their links and speeds --------------------- */
+
+typedef struct {
+  int nranks, cores;
+  int *host;                 /* each rank's host (0 with one) */
+  double *latency, *bandwidth;  /* each rank's link to the other hosts (bandwidth 0: unlimited) */
+  double intra_latency, intra_bandwidth; /* between two ranks of one host, with hosts > 1 */
+  int multihost, shared_link;
+  double *slowdown;          /* compute slow-down per rank (--straggler) */
+  double background;         /* threads of other processes running on the cores (measured
+                              * when the plan is made: a shared machine) */
+  perf_link_t own;           /* the transport's own cost, added to every message */
+} perf_cluster_t;
+
+/* The cluster a `dtrain train` run with cfg would see on this machine:
+ * cfg->net's hosts and links, --straggler, this machine's cores and the
+ * load other processes put on them now (perf_background_load), and the
+ * transport's own costs from the profile. */
+int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
+                             perf_cluster_t *out);
+void perf_cluster_free(perf_cluster_t *c);
+/* The other processes' threads running on this machine's cores: the
+ * kernel's one-minute load average less this process (a moment's spin
+ * measured as much, but a run lasts longer than a moment), capped. A
+ * thread of a run then gets cores / (ranks running + this) of a core. */
+double perf_background_load(int cores);
+
+/* ---- simulate.c: the step as a task graph, run in readiness order ------ */
+
+typedef struct {
+  double step_sec;           /* the last task's end */
+  double compute_sec;        /* rank 0's compute (layers and updates, its slow-down included) */
+  double comm_sec;           /* rank 0's communication tasks' durations */
+} perf_sim_t;
+
+/* Simulates one steady-state step of d. shared_update: the update reads
+ * every rank's gradient block and writes every rank's parameters (shared
+ * memory's synchronous step). */
+int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                  int shared_update, perf_sim_t *out);
+
+/* ---- memory.c: the memory a rank holds --------------------------------- */
+
+/* Bytes rank 0 holds for training: parameters, gradients, buffers, the
+ * optimizer's state, its activations for the batch, its batch's inputs
+ * and the epoch's order of the ntrain samples. */
+double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntrain);
+
+/* ---- predict.c: one configuration's step, predicted ------------------- */
+
+/* One configuration's figures, as a run's metrics carry them (rank 0's
+ * bytes a step, the step's and an epoch's seconds, samples a second over
+ * every replica) and the model's: memory a rank, rank 0's compute and
+ * communication, the machine's other load. */
+typedef struct {
+  const char *strategy;      /* the descriptor's name (static) */
+  int ranks, exact, emulated, calibrated;
+  double step_sec, samples_per_sec, epoch_sec;
+  int64_t steps_per_epoch;
+  double bytes_sent, bytes_received, memory_bytes, compute_sec, comm_sec, background;
+} perf_plan_t;
+
+/* What predictions of one model on one data set share (the search's):
+ * the layers' times at the sizes measured so far, and the data set's
+ * shapes (read once: loading it is most of a prediction's time). */
+typedef struct {
+  perf_compute_t compute;
+  int have_data;
+  char data[256];
+  int c, h, w, nclasses;
+  size_t ntrain;
+} perf_cache_t;
+void perf_cache_free(perf_cache_t *c);
+
+/* `dtrain plan --predict`: the step `dtrain train` with cfg would run
+ * (describe_step), simulated with compute measured here and the network
+ * of cfg. prof: the transport's costs (perf_profile_default without a
+ * profile). cache (or NULL): what earlier predictions of the same model,
+ * optimizer and data set measured, used where it covers this step and
+ * grown otherwise. */
+int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *cache,
+                 perf_plan_t *out);
+/* The plan as one JSON object (no newline): {"event":"plan","step_sec",
+ * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}. */
+int perf_plan_json(const perf_plan_t *p, FILE *out);
+
+/* ---- search.c: the strategies for a model and workers, ranked -------- */
+
+/* Each candidate of the search's table appended to the train options
+ * argv[0..argc) (argv[0] is not read), predicted; a table ranked by
+ * samples a second on out (and each row as a JSON line on json, if
+ * given). Fails, after the table, when no candidate could be predicted or
+ * none fits memory_per_rank bytes (0: no limit). */
+int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
+                FILE *json, FILE *out);
+
+#endif

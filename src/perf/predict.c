@@ -1,0 +1,182 @@
+/* One configuration predicted: the model built as a worker builds it, the
+ * strategy's step described (describe_step), each layer timed here at the
+ * sample counts the step runs, the step simulated on the run's network,
+ * and the figures a run's metrics carry, for the same command line. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf/perf.h"
+#include "strategy/strategy.h"
+#include "strategy/worker.h"
+
+/* The distinct sample counts of the step's compute tasks (micro-batches). */
+static int step_sizes(const step_desc_t *d, int *sizes) {
+  int n = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if ((t->kind != TASK_FORWARD && t->kind != TASK_BACKWARD) || t->samples < 1) continue;
+    int seen = 0;
+    for (int k = 0; k < n; k++) seen |= sizes[k] == t->samples;
+    if (!seen && n < PERF_MAX_SIZES) sizes[n++] = t->samples;
+  }
+  return n;
+}
+
+/* The data set's shapes: the cache's, or read (and kept in the cache). */
+static int data_shapes(const train_config_t *cfg, perf_cache_t *cache, perf_cache_t *out) {
+  if (cache && cache->have_data && !strcmp(cache->data, cfg->data)) {
+    *out = *cache;
+    return 0;
+  }
+  dataset_t data, test;
+  DT_TRY(dataset_load(cfg->data, 1, cfg->seed, &data));
+  if (dataset_load(cfg->data, 0, cfg->seed, &test) != 0) {
+    dataset_free(&data);
+    return -1;
+  }
+  out->nclasses = test.nclasses > data.nclasses ? test.nclasses : data.nclasses; /* as train_run */
+  out->c = data.c, out->h = data.h, out->w = data.w, out->ntrain = data.n;
+  out->have_data = 1;
+  snprintf(out->data, sizeof out->data, "%s", cfg->data);
+  dataset_free(&test);
+  dataset_free(&data);
+  if (cache) {
+    perf_compute_t keep = cache->compute;
+    *cache = *out;
+    cache->compute = keep;
+  }
+  return 0;
+}
+
+static int build_model(const train_config_t *cfg, perf_cache_t *cache, size_t *ntrain,
+                       model_t **m) {
+  perf_cache_t shapes = {0};
+  *m = NULL;
+  DT_TRY(data_shapes(cfg, cache, &shapes));
+  *ntrain = shapes.ntrain;
+  model_spec_t spec;
+  int rc = model_spec_load(cfg->model, &spec);
+  if (rc == 0) {
+    shape_t in = {shapes.c, shapes.h, shapes.w};
+    rc = model_build(&spec, in, shapes.nclasses, cfg->batch, m);
+    model_spec_free(&spec);
+  }
+  if (rc == 0) model_init_params(*m, cfg->seed);
+  return rc;
+}
+
+void perf_cache_free(perf_cache_t *c) {
+  perf_compute_free(&c->compute);
+  *c = (perf_cache_t){0};
+}
+
+/* The data-parallel replicas: what a step's samples are counted over. */
+static int replicas(const train_config_t *cfg) {
+  int pp = cfg->pipe.stages > 1 ? cfg->pipe.stages : 1;
+  int tp = cfg->tensor.ranks > 1 ? cfg->tensor.ranks : 1;
+  int dp = cfg->workers / (pp * tp);
+  return dp > 0 ? dp : 1;
+}
+
+/* The figures of a step simulated: what a run's metrics carry. */
+static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step_desc_t *d,
+                      const perf_sim_t *sim, size_t ntrain, perf_plan_t *p) {
+  int dp = replicas(cfg);
+  int64_t steps = train_steps_per_epoch(cfg, ntrain, dp);
+  if (cfg->max_steps > 0 && cfg->max_steps < steps) steps = cfg->max_steps;
+  step_bytes_t b;
+  step_rank_bytes(d, 0, &b);
+  p->strategy = s->name;
+  p->ranks = d->nranks;
+  p->step_sec = sim->step_sec;
+  p->samples_per_sec = sim->step_sec > 0 ? (double)cfg->batch * dp / sim->step_sec : 0;
+  p->steps_per_epoch = steps;
+  p->epoch_sec = sim->step_sec * (double)steps;
+  p->bytes_sent = b.sent, p->bytes_received = b.received;
+  p->exact = step_exact(d) && !b.expected;
+  p->compute_sec = sim->compute_sec, p->comm_sec = sim->comm_sec;
+  p->emulated = cfg->comm == COMM_LOCAL && comm_net_emulated(&cfg->net, d->nranks);
+}
+
+int perf_plan_json(const perf_plan_t *p, FILE *out) {
+  fprintf(out,
+          "{\"event\":\"plan\",\"strategy\":\"%s\",\"ranks\":%d,\"step_sec\":%.6g,"
+          "\"samples_per_sec\":%.6g,\"epoch_sec\":%.6g,\"steps_per_epoch\":%lld,"
+          "\"bytes_sent_per_step\":%.17g,\"bytes_received_per_step\":%.17g,\"exact\":%s,"
+          "\"memory_bytes\":%.17g,\"compute_sec\":%.6g,\"comm_sec\":%.6g,\"emulated\":%s,"
+          "\"profile\":\"%s\",\"background_load\":%.3g}",
+          p->strategy, p->ranks, p->step_sec, p->samples_per_sec, p->epoch_sec,
+          (long long)p->steps_per_epoch, p->bytes_sent, p->bytes_received,
+          p->exact ? "true" : "false", p->memory_bytes, p->compute_sec, p->comm_sec,
+          p->emulated ? "true" : "false", p->calibrated ? "calibrated" : "estimated",
+          p->background);
+  return ferror(out) ? dt_error("writing the plan: write error") : 0;
+}
+
+/* Whether c holds a measurement of every size of sizes[0..n) for m. */
+static int covers(const perf_compute_t *c, const model_t *m, const int *sizes, int n) {
+  if (!c || c->nlayers != m->nlayers || !c->fwd) return 0;
+  for (int k = 0; k < n; k++) {
+    int found = 0;
+    for (int q = 0; q < c->nsizes; q++) found |= c->size[q] == sizes[k];
+    if (!found) return 0;
+  }
+  return 1;
+}
+
+/* The layers' times: the cache's where it has them all, else measured
+ * (with the cache's sizes too, so that it keeps growing) into the cache. */
+static int layer_times(model_t *m, const optim_config_t *oc, const int *sizes, int n,
+                       perf_compute_t *cache, perf_compute_t *out) {
+  if (covers(cache, m, sizes, n)) {
+    *out = *cache;
+    return 0;
+  }
+  int all[2 * PERF_MAX_SIZES], na = 0;
+  for (int k = 0; k < n; k++) all[na++] = sizes[k];
+  for (int q = 0; cache && cache->nlayers == m->nlayers && q < cache->nsizes && na < PERF_MAX_SIZES; q++)
+    all[na++] = cache->size[q];
+  DT_TRY(perf_compute_measure(m, oc, all, na, out));
+  if (cache) {
+    perf_compute_free(cache);
+    *cache = *out;
+  }
+  return 0;
+}
+
+int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *cache,
+                 perf_plan_t *out) {
+  *out = (perf_plan_t){.calibrated = prof->calibrated};
+  if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return -1;
+  const strategy_t *s = strategy_select(cfg);
+  if (!s) return -1;
+  size_t ntrain = 0;
+  model_t *m;
+  DT_TRY(build_model(cfg, cache, &ntrain, &m));
+  step_desc_t d;
+  int rc = strategy_describe(cfg, m, &d), sizes[PERF_MAX_SIZES];
+  if (rc != 0) {
+    model_free(m);
+    return -1;
+  }
+  perf_compute_t pc = {0};
+  perf_cluster_t cl = {0};
+  perf_sim_t sim;
+  kern_set_threads(cfg->threads);
+  rc = layer_times(m, &cfg->optim, sizes, step_sizes(&d, sizes), cache ? &cache->compute : NULL, &pc);
+  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
+    rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
+  if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);
+  int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
+  if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
+  if (rc == 0) {
+    fill_plan(cfg, s, &d, &sim, ntrain, out);
+    out->memory_bytes = perf_memory_bytes(cfg, m, ntrain);
+    out->background = cl.background;
+  }
+  perf_cluster_free(&cl);
+  if (!cache) perf_compute_free(&pc); /* else the cache holds it */
+  step_desc_free(&d);
+  model_free(m);
+  return rc;
+}

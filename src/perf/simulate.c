@@ -1,0 +1,507 @@
+/* The step simulator, in the manner of FlexFlow's: the step's tasks
+ * (describe_step) are the nodes of a graph whose edges are each task's
+ * `after` and the previous task on its rank's thread; a task starts when
+ * both have ended, and the simulation takes them in the order they become
+ * ready. What each costs:
+ *
+ * - compute (a layer's pass, an update): its measured seconds of a core.
+ *   The ranks share the machine's cores, with the other processes' b
+ *   running threads (cluster.c): while n compute tasks run on c cores each
+ *   advances at min(1, c / (n + b)) (the kernel's fair share), and a
+ *   straggler then sleeps (slowdown - 1) times the task's
+ *   time, as comm_compute_delay does, without holding a core;
+ * - a message: it holds its sender's link for bytes / bandwidth from when
+ *   the link is free (one message at a time, the emulator's rule), arrives
+ *   latency later, and the receive ends at the later of its own readiness
+ *   and the arrival (sends are eager, as isend is);
+ * - a collective: it starts when every rank taking part has reached it
+ *   and lasts its algorithm's alpha-beta time (coll_allreduce_cost: the
+ *   messages and bytes in sequence), with the link the ranks share;
+ * - the transport's own cost (alpha per message, beta per byte: copying,
+ *   summing) on top of every message's link time; a compressed exchange
+ *   adds its codec's encode and decode of its values (compute.c).
+ *
+ * - a request and its reply (a parameter server's push and pull: both
+ *   sides send): when both sides have reached it, the requester's message
+ *   (the side on its compute thread) goes on its link, then the reply on
+ *   the other's; a server's side of it (on its communication thread,
+ *   after nothing) waits for no earlier request, as the server answers
+ *   whichever comes, and its link serializes its replies.
+ *
+ * Ranks are matched by order: the k-th collective of a pattern and group
+ * size on one rank meets the k-th on the others; the k-th message from a
+ * to b meets the k-th from b's side. A task that runs once every `every`
+ * steps, or with a chance, counts its expected share of a step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/coll.h"
+#include "perf/perf.h"
+
+enum { N_NOW, N_CPU, N_COLL, N_SEND, N_RECV, N_PAIR, N_EXCHANGE };
+
+typedef struct {
+  int kind, rank, deps, inst; /* inst: the collective, or the matched task of a message */
+  double work;                /* N_CPU: seconds of a core; others: their own duration */
+  double ready, start, end, arrival;
+  int done, parked, issued;   /* issued: a send's message is on its link */
+  int waiting;                /* N_EXCHANGE: ready, its partner not yet */
+} node_t;
+
+typedef struct {
+  int members, arrived;
+  double ready, dur;
+} inst_t;
+
+typedef struct {
+  const step_desc_t *d;
+  const perf_cluster_t *cl;
+  const perf_compute_t *pc;
+  node_t *n;
+  inst_t *inst;
+  int *succ, *succ_at;        /* CSR successors */
+  int *run;                   /* the compute tasks on the cores */
+  double *rem;
+  int nrun;
+  int *pend;                  /* tasks whose end time is fixed, not yet reached */
+  int npend;
+  double *link_free;          /* [rank * 2 + intra] */
+  double *host_out, *host_in; /* link=shared: a host's one link each way */
+  double now;
+  int ndone;
+} sim_t;
+
+static int active(const step_task_t *t) { return !t->per_epoch && !t->until; }
+
+static double share(const step_task_t *t) { return t->chance / t->every; }
+
+static int is_collective(const step_task_t *t) {
+  return (t->kind == TASK_COMM && t->peer < 0 && t->group > 1) ||
+         (t->kind == TASK_SYNC && t->group > 1);
+}
+
+static int ceil_lg(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return l;
+}
+
+static int cross_host(const sim_t *s, int a, int b) {
+  return s->cl->multihost && s->cl->host[a] != s->cl->host[b];
+}
+
+/* The link from rank a to rank b: latency, seconds per byte. */
+static void link_of(const sim_t *s, int a, int b, double *lat, double *per_byte) {
+  const perf_cluster_t *cl = s->cl;
+  int intra = cl->multihost && !cross_host(s, a, b);
+  double bw = intra ? cl->intra_bandwidth : cl->bandwidth[a];
+  *lat = intra ? cl->intra_latency : cl->latency[a];
+  *per_byte = bw > 0 ? 1.0 / bw : 0;
+}
+
+/* A collective's seconds on the link (lat, per_byte) with the transport's
+ * own cost: messages in sequence on the link, and (oversubscribed) the
+ * turns they take on the shared cores. */
+static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
+  const perf_link_t *own = &s->cl->own;
+  double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
+  int P = t->group, over = s->cl->nranks > s->cl->cores;
+  double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
+  if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
+  allreduce_algo_t algo;
+  if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
+      allreduce_algo_parse(t->algo, &algo) == 0) {
+    double m, b, mc, bc;
+    coll_allreduce_cost(algo, P, 1, 0, &m, &b);
+    coll_allreduce_cost(algo, P, 1, over, &mc, &bc);
+    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
+  }
+  double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
+  if (t->count && (!strcmp(t->pattern, "broadcast") || !strcmp(t->pattern, "reduce"))) {
+    m = ceil_lg(P);
+    bytes = m * (double)t->count * sizeof(float);
+  }
+  return m * (lat + own->alpha) + bytes * pb + codec;
+}
+
+static void pend_at(sim_t *s, int i, double t) {
+  s->n[i].end = t;
+  s->pend[s->npend++] = i;
+}
+
+/* The collective's members have all arrived: each ends after the longest. */
+static void start_collective(sim_t *s, int k) {
+  inst_t *c = &s->inst[k];
+  for (int i = 0; i < s->d->ntasks; i++)
+    if (s->n[i].kind == N_COLL && s->n[i].inst == k) {
+      s->n[i].start = c->ready;
+      pend_at(s, i, c->ready + c->dur);
+    }
+}
+
+/* An eager send on a's link to b: the link's turn, its arrival. */
+static void start_send(sim_t *s, int i) {
+  node_t *n = &s->n[i];
+  const step_task_t *t = &s->d->task[i];
+  int a = t->rank, b = t->peer;
+  double lat, pb;
+  link_of(s, a, b, &lat, &pb);
+  double bytes = t->sent * share(t), len = bytes * pb;
+  double start = s->now, *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
+  if (s->cl->shared_link && cross_host(s, a, b)) {
+    double *out = &s->host_out[s->cl->host[a]], *in = &s->host_in[s->cl->host[b]];
+    if (*out > start) start = *out;
+    if (*in > start) start = *in;
+    *out = *in = start + len;
+  } else {
+    if (*lf > start) start = *lf;
+    *lf = start + len;
+  }
+  const perf_link_t *own = &s->cl->own;
+  double finish = start + len + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
+  n->start = s->now;
+  n->issued = 1;
+  n->arrival = finish + lat;
+  pend_at(s, i, finish);
+  int r = n->inst;
+  if (r >= 0 && s->n[r].parked) {
+    s->n[r].parked = 0;
+    pend_at(s, r, s->n[r].ready > n->arrival ? s->n[r].ready : n->arrival);
+  }
+}
+
+/* One message of an exchange from rank a to b, of `bytes`, from `t` on:
+ * its arrival (a's link's turn, the transport's own cost, the latency). */
+static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, double *sent_at) {
+  double lat, pb;
+  link_of(s, a, b, &lat, &pb);
+  double *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
+  double start = *lf > t ? *lf : t;
+  *lf = start + bytes * pb;
+  const perf_link_t *own = &s->cl->own;
+  *sent_at = *lf + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
+  return *sent_at + lat;
+}
+
+/* Both sides of an exchange are ready: the request, then the reply. */
+static void start_exchange(sim_t *s, int i, int j) {
+  const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
+  int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
+                ? i : j;
+  int rep = req == i ? j : i;
+  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  double sent;
+  double arrived = exchange_leg(s, tq->rank, tp->rank, tq->sent * share(tq), s->now, &sent);
+  double replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(tp), arrived, &sent);
+  s->n[rep].start = s->n[req].start = s->now;
+  pend_at(s, rep, sent);
+  pend_at(s, req, replied);
+}
+
+static void make_ready(sim_t *s, int i) {
+  node_t *n = &s->n[i];
+  n->ready = n->start = s->now;
+  switch (n->kind) {
+  case N_CPU:
+    s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
+    return;
+  case N_COLL: {
+    inst_t *c = &s->inst[n->inst];
+    if (s->now > c->ready) c->ready = s->now;
+    if (++c->arrived == c->members) start_collective(s, n->inst);
+    return;
+  }
+  case N_SEND: start_send(s, i); return;
+  case N_EXCHANGE:
+    if (s->n[n->inst].waiting) {
+      s->n[n->inst].waiting = 0;
+      start_exchange(s, i, n->inst);
+    } else n->waiting = 1;
+    return;
+  case N_RECV: {
+    node_t *snd = n->inst >= 0 ? &s->n[n->inst] : NULL;
+    if (snd && !snd->issued) {
+      n->parked = 1; /* its message is not sent yet */
+      return;
+    }
+    double at = snd ? snd->arrival : s->now + n->work;
+    pend_at(s, i, at > s->now ? at : s->now);
+    return;
+  }
+  default: pend_at(s, i, s->now + n->work); return;
+  }
+}
+
+static void finish(sim_t *s, int i) {
+  node_t *n = &s->n[i];
+  n->done = 1;
+  if (n->end < s->now) n->end = s->now;
+  s->ndone++;
+  for (int k = s->succ_at[i]; k < s->succ_at[i + 1]; k++)
+    if (--s->n[s->succ[k]].deps == 0) make_ready(s, s->succ[k]);
+}
+
+/* A compute task has had its core time: a straggler sleeps the rest. */
+static void cpu_done(sim_t *s, int i) {
+  node_t *n = &s->n[i];
+  double slow = s->cl->slowdown[n->rank];
+  if (slow > 1) pend_at(s, i, s->now + (slow - 1) * (s->now - n->start));
+  else finish(s, i);
+}
+
+/* Advances to the next end: of a compute task at the cores' shared rate,
+ * or of a task whose end is fixed. */
+static int advance(sim_t *s) {
+  double want = s->nrun + s->cl->background; /* the other processes' threads share the cores */
+  double rate = s->nrun && want > s->cl->cores ? (double)s->cl->cores / want : 1;
+  double t = INFINITY;
+  for (int k = 0; k < s->nrun; k++)
+    if (s->now + s->rem[k] / rate < t) t = s->now + s->rem[k] / rate;
+  for (int k = 0; k < s->npend; k++)
+    if (s->n[s->pend[k]].end < t) t = s->n[s->pend[k]].end;
+  if (t == INFINITY) return dt_error("perf: the step's tasks wait for each other (a task graph "
+                                     "with a cycle, or a message no rank sends)");
+  for (int k = 0; k < s->nrun; k++) s->rem[k] -= (t - s->now) * rate;
+  s->now = t;
+  for (int k = 0; k < s->nrun;) /* ended compute tasks leave the cores */
+    if (s->rem[k] <= 1e-12) {
+      int i = s->run[k];
+      s->run[k] = s->run[--s->nrun], s->rem[k] = s->rem[s->nrun];
+      cpu_done(s, i);
+    } else k++;
+  for (int k = 0; k < s->npend;)
+    if (s->n[s->pend[k]].end <= s->now) {
+      int i = s->pend[k];
+      s->pend[k] = s->pend[--s->npend];
+      finish(s, i);
+    } else k++;
+  return 0;
+}
+
+/* ---- building the graph ------------------------------------------------ */
+
+typedef struct {
+  const char *pattern;
+  int group, kind, k, task, rank;
+} coll_key_t;
+
+static int key_cmp(const void *a, const void *b) {
+  const coll_key_t *x = a, *y = b;
+  int c = strcmp(x->pattern, y->pattern);
+  if (c) return c;
+  if (x->group != y->group) return x->group - y->group;
+  if (x->kind != y->kind) return x->kind - y->kind;
+  if (x->k != y->k) return x->k - y->k;
+  return x->rank - y->rank;
+}
+
+/* The k-th collective of a (pattern, group) on each rank: one instance. */
+static int match_collectives(sim_t *s) {
+  const step_desc_t *d = s->d;
+  coll_key_t *keys = calloc((size_t)d->ntasks + 1, sizeof *keys);
+  s->inst = calloc((size_t)d->ntasks + 1, sizeof *s->inst);
+  if (!keys || !s->inst) {
+    free(keys);
+    return dt_error("out of memory");
+  }
+  int nk = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (s->n[i].kind != N_COLL) continue;
+    int k = 0; /* earlier ones of its kind on its rank */
+    for (int j = 0; j < nk; j++)
+      if (keys[j].rank == t->rank && keys[j].group == t->group && keys[j].kind == (int)t->kind &&
+          !strcmp(keys[j].pattern, t->pattern ? t->pattern : "sync"))
+        k++;
+    keys[nk++] = (coll_key_t){t->pattern ? t->pattern : "sync", t->group, (int)t->kind, k, i, t->rank};
+  }
+  qsort(keys, (size_t)nk, sizeof *keys, key_cmp);
+  int ninst = -1;
+  for (int j = 0; j < nk; j++) {
+    if (j == 0 || key_cmp(&(coll_key_t){keys[j].pattern, keys[j].group, keys[j].kind, keys[j].k, 0, 0},
+                          &(coll_key_t){keys[j - 1].pattern, keys[j - 1].group, keys[j - 1].kind,
+                                   keys[j - 1].k, 0, 0}))
+      ninst++;
+    s->n[keys[j].task].inst = ninst;
+    s->inst[ninst].members++;
+  }
+  /* each instance's link: within a host unless its ranks span hosts */
+  for (int c = 0; c <= ninst; c++) {
+    int first = -1, spans = 0;
+    double lat = 0, pb = 0;
+    for (int j = 0; j < nk; j++) {
+      if (s->n[keys[j].task].inst != c) continue;
+      int r = keys[j].rank;
+      if (first < 0) first = r;
+      else if (cross_host(s, first, r)) spans = 1;
+    }
+    for (int j = 0; j < nk; j++) {
+      if (s->n[keys[j].task].inst != c) continue;
+      int r = keys[j].rank;
+      double l, b;
+      if (spans || !s->cl->multihost) l = s->cl->latency[r], b = s->cl->bandwidth[r];
+      else l = s->cl->intra_latency, b = s->cl->intra_bandwidth;
+      if (l > lat) lat = l;
+      if (b > 0 && 1.0 / b > pb) pb = 1.0 / b;
+    }
+    for (int j = 0; j < nk; j++) {
+      if (s->n[keys[j].task].inst != c) continue;
+      const step_task_t *t = &d->task[keys[j].task];
+      double sec = coll_sec(s, t, lat, pb) * share(t);
+      if (sec > s->inst[c].dur) s->inst[c].dur = sec;
+    }
+  }
+  free(keys);
+  return 0;
+}
+
+/* The k-th exchange of a with b meets the k-th of b with a. */
+static void match_exchanges(sim_t *s) {
+  const step_desc_t *d = s->d;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (s->n[i].kind != N_PAIR || s->n[i].inst >= 0 || t->rank > t->peer) continue;
+    int k = 0;
+    for (int j = 0; j < i; j++)
+      if (s->n[j].kind == N_PAIR && d->task[j].rank == t->rank && d->task[j].peer == t->peer) k++;
+    for (int j = 0; j < d->ntasks; j++) {
+      const step_task_t *u = &d->task[j];
+      if (s->n[j].kind != N_PAIR || u->rank != t->peer || u->peer != t->rank) continue;
+      if (k-- == 0) {
+        s->n[i].inst = j, s->n[j].inst = i;
+        s->n[i].kind = s->n[j].kind = N_EXCHANGE;
+        break;
+      }
+    }
+  }
+}
+
+/* The k-th message from a to b meets the k-th receive at b from a. */
+static void match_messages(sim_t *s) {
+  const step_desc_t *d = s->d;
+  for (int i = 0; i < d->ntasks; i++) {
+    if (s->n[i].kind != N_SEND) continue;
+    const step_task_t *t = &d->task[i];
+    int k = 0;
+    for (int j = 0; j < i; j++)
+      if (s->n[j].kind == N_SEND && d->task[j].rank == t->rank && d->task[j].peer == t->peer) k++;
+    for (int j = 0; j < d->ntasks; j++) {
+      const step_task_t *u = &d->task[j];
+      if (s->n[j].kind != N_RECV || u->rank != t->peer || u->peer != t->rank) continue;
+      if (k-- == 0) {
+        s->n[i].inst = j, s->n[j].inst = i;
+        break;
+      }
+    }
+  }
+}
+
+/* A message task's own seconds where it has no partner: both ways on its link. */
+static double lone_message_sec(const sim_t *s, const step_task_t *t) {
+  double lat, pb;
+  link_of(s, t->rank, t->peer, &lat, &pb);
+  const perf_link_t *own = &s->cl->own;
+  double bytes = t->sent > t->received ? t->sent : t->received;
+  return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(t);
+}
+
+static double cpu_work(const step_task_t *t, const perf_compute_t *pc, int nranks,
+                       int shared_update) {
+  switch (t->kind) {
+  case TASK_FORWARD:
+  case TASK_BACKWARD: return perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+  case TASK_UPDATE:
+    if (shared_update) /* its block of every rank's gradients summed, pushed to every rank */
+      return (double)t->params * (pc->update_sec + nranks * (pc->sum_sec + pc->copy_sec));
+    return (double)t->params * pc->update_sec;
+  default: return (double)t->params * 2 * pc->copy_sec; /* a local mix of models */
+  }
+}
+
+static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
+  const step_desc_t *d = s->d;
+  int N = d->ntasks, R = d->nranks;
+  int *last = malloc((size_t)R * 2 * sizeof *last), *count = calloc((size_t)N + 1, sizeof *count);
+  int *pred = malloc((size_t)N * 2 * sizeof *pred + 1);
+  if (!last || !count || !pred) {
+    free(last), free(count), free(pred);
+    return dt_error("out of memory");
+  }
+  for (int k = 0; k < R * 2; k++) last[k] = -1;
+  for (int i = 0; i < N; i++) {
+    const step_task_t *t = &d->task[i];
+    node_t *n = &s->n[i];
+    n->rank = t->rank, n->inst = -1;
+    if (!active(t)) n->kind = N_NOW;
+    else if (t->kind != TASK_COMM && t->kind != TASK_SYNC) n->kind = N_CPU;
+    else if (is_collective(t)) n->kind = N_COLL;
+    else if (t->kind == TASK_COMM && t->peer >= 0 && t->sent > 0 && t->received == 0) n->kind = N_SEND;
+    else if (t->kind == TASK_COMM && t->peer >= 0 && t->received > 0 && t->sent == 0) n->kind = N_RECV;
+    else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
+    else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
+    if (n->kind == N_CPU) n->work = cpu_work(t, pc, R, shared_update) * share(t);
+    if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
+    int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
+    pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
+    pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
+    if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
+      pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
+    *prev = i;
+    for (int q = 0; q < 2; q++)
+      if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
+  }
+  s->succ_at = calloc((size_t)N + 2, sizeof *s->succ_at);
+  s->succ = calloc((size_t)N * 2 + 1, sizeof *s->succ);
+  int rc = s->succ_at && s->succ ? 0 : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < N; i++) s->succ_at[i + 1] = s->succ_at[i] + count[i];
+  for (int i = 0; rc == 0 && i < N; i++) count[i] = s->succ_at[i];
+  for (int i = 0; rc == 0 && i < N; i++)
+    for (int q = 0; q < 2; q++)
+      if (pred[2 * i + q] >= 0) s->succ[count[pred[2 * i + q]]++] = i;
+  free(last), free(count), free(pred);
+  if (rc == 0) rc = match_collectives(s);
+  if (rc == 0) match_messages(s), match_exchanges(s);
+  for (int i = 0; rc == 0 && i < N; i++) /* a message with no partner takes its own time */
+    if ((s->n[i].kind == N_SEND || s->n[i].kind == N_RECV) && s->n[i].inst < 0)
+      s->n[i].kind = N_PAIR, s->n[i].work = lone_message_sec(s, &d->task[i]);
+  return rc;
+}
+
+static void sim_free(sim_t *s) {
+  free(s->n), free(s->inst), free(s->succ), free(s->succ_at), free(s->run), free(s->rem);
+  free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in);
+}
+
+static void summarize(const sim_t *s, perf_sim_t *out) {
+  *out = (perf_sim_t){0};
+  for (int i = 0; i < s->d->ntasks; i++) {
+    const node_t *n = &s->n[i];
+    if (n->end > out->step_sec) out->step_sec = n->end;
+    if (n->rank != 0) continue;
+    if (n->kind == N_CPU) out->compute_sec += n->end - n->start;
+    else if (n->kind != N_NOW) out->comm_sec += n->end - n->start;
+  }
+}
+
+int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                  int shared_update, perf_sim_t *out) {
+  if (cl->nranks < d->nranks)
+    return dt_error("perf: the cluster has %d ranks, the step %d", cl->nranks, d->nranks);
+  size_t N = (size_t)d->ntasks + 1, R = (size_t)d->nranks;
+  sim_t s = {.d = d, .cl = cl, .pc = pc};
+  s.n = calloc(N, sizeof *s.n);
+  s.run = calloc(N, sizeof *s.run), s.rem = calloc(N, sizeof *s.rem);
+  s.pend = calloc(N, sizeof *s.pend);
+  s.link_free = calloc(R * 2, sizeof *s.link_free);
+  s.host_out = calloc(R, sizeof *s.host_out), s.host_in = calloc(R, sizeof *s.host_in);
+  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in
+               ? build(&s, pc, shared_update)
+               : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < d->ntasks; i++)
+    if (s.n[i].deps == 0) make_ready(&s, i);
+  while (rc == 0 && s.ndone < d->ntasks) rc = advance(&s);
+  if (rc == 0) summarize(&s, out);
+  sim_free(&s);
+  return rc;
+}

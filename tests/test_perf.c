@@ -1,0 +1,206 @@
+/* The performance model (src/perf/): the simulator against the formulas
+ * it must reproduce exactly when its inputs are set by hand -- the ring's
+ * alpha-beta time, a straggler's sleep, cores shared by more ranks than
+ * they hold, an eager message, and the pipelines' bubbles (GPipe and 1F1B:
+ * (M + P - 1)(f + b); interleaved 1F1B: (V M + P - 1)(f + b) with f and b
+ * a chunk's) from the same instruction lists the engine runs -- and the
+ * profile's reader. */
+#include "dtrain/coll.h"
+#include "perf/perf.h"
+#include "strategy/strategy.h"
+#include "test.h"
+
+#define F 1e-3 /* a layer's forward, seconds */
+#define B 2e-3 /* its backward */
+
+/* Every layer F forward and B backward at `samples`; no update cost. */
+static void hand_compute(perf_compute_t *pc, int nlayers, int samples, double *fwd, double *bwd) {
+  *pc = (perf_compute_t){.nlayers = nlayers, .nsizes = 1, .fwd = fwd, .bwd = bwd};
+  pc->size[0] = samples;
+  for (int i = 0; i < nlayers; i++) fwd[i] = F, bwd[i] = B;
+}
+
+/* n ranks on `cores` cores, links of latency lat and bandwidth bw, no
+ * transport cost of its own, nothing else running. */
+static void hand_cluster(perf_cluster_t *cl, int n, int cores, double lat, double bw,
+                         int *host, double *l, double *b, double *slow) {
+  *cl = (perf_cluster_t){.nranks = n, .cores = cores, .host = host, .latency = l,
+                         .bandwidth = b, .slowdown = slow};
+  for (int r = 0; r < n; r++) host[r] = 0, l[r] = lat, b[r] = bw, slow[r] = 1;
+}
+
+/* Each rank: layer 0 forward, backward, a ring allreduce of `count`
+ * floats after it, the update. */
+static void ring_step(step_desc_t *d, int P, size_t count) {
+  step_desc_init(d, P);
+  for (int r = 0; r < P; r++) {
+    int f = step_add(d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    int b = step_add(d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = f});
+    int a = step_add_allreduce(d, r, r, P, ALLREDUCE_RING, count, b, THREAD_COMPUTE, 1);
+    step_add(d, (step_task_t){TASK_UPDATE, r, -1, 10, 8, .peer = -1, .after = a});
+  }
+}
+
+static void test_ring_alpha_beta(void) {
+  int P = 4, host[4];
+  double fwd[1], bwd[1], l[4], bw[4], slow[4];
+  size_t count = 250000; /* 1 MB */
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, 4, 50e-6, 125e6, host, l, bw, slow);
+  step_desc_t d;
+  ring_step(&d, P, count);
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  /* 2 (P - 1) messages, 2 (P - 1) / P x S in sequence */
+  double ring = 2.0 * (P - 1) * 50e-6 + 2.0 * (P - 1) / P * 4.0 * count / 125e6;
+  CHECK_NEAR(sim.step_sec, F + B + ring, 1e-12);
+  CHECK_NEAR(ring, coll_allreduce_time(ALLREDUCE_RING, P, 4 * count, 1, 0, 50e-6, 125e6), 1e-12);
+  /* a straggler at 3x: every rank waits for its compute at the allreduce */
+  slow[2] = 3;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 3 * (F + B) + ring, 1e-12);
+  /* 4 ranks on 2 cores: the compute takes twice as long */
+  slow[2] = 1;
+  cl.cores = 2;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2 * (F + B) + ring, 1e-12);
+  /* and with 2 threads of other processes on them: 4 / 6 of a core each */
+  cl.background = 2;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 3 * (F + B) + ring, 1e-12);
+  step_desc_free(&d);
+}
+
+static void test_eager_message(void) {
+  int host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 2, 2, 1e-3, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  /* rank 0 sends 1000 bytes at once; rank 1 computes, then receives */
+  step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "send", .peer = 1, .group = 2,
+                             .sent = 1000, .after = -1});
+  int f = step_add(&d, (step_task_t){TASK_FORWARD, 1, 0, 10, 8, .peer = -1, .after = -1});
+  step_add(&d, (step_task_t){TASK_COMM, 1, -1, .pattern = "recv", .peer = 0, .group = 2,
+                             .received = 1000, .after = f});
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 1000 / 1e6 + 1e-3, 1e-12); /* arrives after the forward ends */
+  fwd[0] = 5e-3;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 5e-3, 1e-12); /* already there when the receive starts */
+  step_desc_free(&d);
+}
+
+/* A parameter server (rank 2) and two workers: each pulls (a 100-byte
+ * request, the model's 1e6 bytes back), computes, pushes (1e6 bytes, a
+ * 100-byte reply). The server answers whichever request comes, and its
+ * one link sends the two pulls one after the other. */
+static void test_server_exchanges(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  bwd[0] = 0;
+  hand_cluster(&cl, 3, 3, 0, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  for (int w = 0; w < 2; w++) {
+    int p = step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "pull", .peer = 2, .group = 2,
+                                       .sent = 100, .received = 1e6, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, 2, -1, .pattern = "pull", .peer = w, .group = 2,
+                               .sent = 1e6, .received = 100, .thread = THREAD_COMM, .after = -1});
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, w, 0, 10, 8, .peer = -1, .after = p});
+    step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "push", .peer = 2, .group = 2,
+                               .sent = 1e6, .received = 100, .after = f});
+    step_add(&d, (step_task_t){TASK_COMM, 2, -1, .pattern = "push", .peer = w, .group = 2,
+                               .sent = 100, .received = 1e6, .thread = THREAD_COMM, .after = -1});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  /* worker 1: its request (1e-4 s), the server's link busy with worker 0's
+   * pull (1 s) then its own (1 s), its forward, its push (1 s), the reply */
+  CHECK_NEAR(sim.step_sec, 1e-4 + 1 + 1 + F + 1 + 1e-4, 1e-9);
+  step_desc_free(&d);
+}
+
+/* A pipeline's step on a model of `layers` equal layers, every layer F
+ * forward and B backward, free links: the instruction lists the engine
+ * runs (strategy_describe), simulated. */
+static double pipeline_step(const char *schedule, int layers, const char *partition) {
+  char sched[64], part[64];
+  snprintf(sched, sizeof sched, "%s", schedule);
+  snprintf(part, sizeof part, "%s", partition);
+  char *argv[] = {"train", "--data", "synthetic", "--workers", "2", "--pp", "2",
+                  "--micro-batches", "4", "--batch", "16", "--partition", part,
+                  "--pipe-schedule", sched, NULL};
+  train_config_t cfg;
+  double step = -1;
+  if (train_options_parse(15, argv, &cfg) != 0) {
+    fprintf(stderr, "  %s\n", dt_errmsg());
+    return -1;
+  }
+  model_spec_t spec;
+  char text[256] = "";
+  for (int i = 0; i + 1 < layers; i++) strcat(text, "dense units=8\nrelu\n");
+  strcat(text, "dense units=4\n");
+  if (model_spec_parse(text, "test", &spec) != 0) return -1;
+  model_t *m = NULL;
+  shape_t in = {1, 1, 16};
+  int rc = model_build(&spec, in, 4, 16, &m);
+  model_spec_free(&spec);
+  step_desc_t d;
+  if (rc == 0 && (rc = strategy_describe(&cfg, m, &d)) == 0) {
+    int host[2];
+    double fwd[8], bwd[8], l[2], bw[2], slow[2];
+    perf_compute_t pc;
+    perf_cluster_t cl;
+    hand_compute(&pc, m->nlayers, 4, fwd, bwd);
+    hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+    perf_sim_t sim;
+    if (perf_simulate(&d, &pc, &cl, 0, &sim) == 0) step = sim.step_sec;
+    step_desc_free(&d);
+  }
+  if (rc != 0) fprintf(stderr, "  %s\n", dt_errmsg());
+  if (m) model_free(m);
+  return step;
+}
+
+static void test_pipeline_bubbles(void) {
+  int P = 2, M = 4, V = 2;
+  CHECK_NEAR(pipeline_step("gpipe", 2, "0,1"), (M + P - 1) * (F + B), 1e-12);
+  CHECK_NEAR(pipeline_step("1f1b", 2, "0,1"), (M + P - 1) * (F + B), 1e-12);
+  CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
+}
+
+static void test_profile_reader(void) {
+  perf_profile_t p;
+  const char *good = "{\"format\":\"dtrain-profile 1\",\"cpu\":\"c\",\"gemm\":\"g\","
+                     "\"local\":{\"alpha\":1e-6,\"beta\":1e9},"
+                     "\"local_oversubscribed\":{\"alpha\":2e-6,\"beta\":1e9},"
+                     "\"mpi\":{\"alpha\":3e-6,\"beta\":2e9},\"mpi_measured\":1}";
+  CHECK_OK(perf_profile_parse(good, strlen(good), "p", &p));
+  CHECK(p.calibrated && p.mpi_measured && p.mpi.alpha == 3e-6 && p.mpi.beta == 2e9);
+  const char *no_mpi = "{\"format\":\"dtrain-profile 1\",\"cpu\":\"c\",\"gemm\":\"g\","
+                       "\"local\":{\"alpha\":1e-6,\"beta\":1e9},"
+                       "\"local_oversubscribed\":{\"alpha\":2e-6,\"beta\":1e9}}";
+  CHECK_FAILS_WITH(perf_profile_parse(no_mpi, strlen(no_mpi), "p", &p), "key \"mpi\" is missing");
+  const char *neg = "{\"format\":\"dtrain-profile 1\",\"local\":{\"alpha\":-1,\"beta\":1}}";
+  CHECK_FAILS_WITH(perf_profile_parse(neg, strlen(neg), "p", &p), "key \"local.alpha\"");
+  CHECK_FAILS_WITH(perf_profile_parse(good, 40, "p", &p), "does not end");
+}
+
+int main(void) {
+  RUN(test_ring_alpha_beta);
+  RUN(test_eager_message);
+  RUN(test_server_exchanges);
+  RUN(test_pipeline_bubbles);
+  RUN(test_profile_reader);
+  TEST_MAIN_END();
+}
