@@ -15,8 +15,8 @@ typedef struct {
 
 static int load_data(run_t *r) {
   if (r->loaded) return 0;
-  if (dataset_load(r->cfg->data, 1, r->cfg->seed, &r->train) != 0) return -1;
-  if (dataset_load(r->cfg->data, 0, r->cfg->seed, &r->test) != 0) return -1;
+  if (dataset_load_seq(r->cfg->data, 1, r->cfg->seed, r->cfg->seq_len, &r->train) != 0) return -1;
+  if (dataset_load_seq(r->cfg->data, 0, r->cfg->seed, r->cfg->seq_len, &r->test) != 0) return -1;
   if (r->train.c != r->test.c || r->train.h != r->test.h || r->train.w != r->test.w)
     return dt_error("--data %s: train and test images differ in shape", r->cfg->data);
   if (r->test.nclasses > r->train.nclasses) r->train.nclasses = r->test.nclasses;

@@ -15,7 +15,7 @@ static int time_layer(model_t *m, int i, int micro, rng_t *rng, double *sec) {
   stage_t *st;
   DT_TRY(stage_new(m, i, i, 1, micro, &st));
   float *dx = dt_alloc_floats((size_t)micro * st->in_size + 1);
-  int32_t *labels = calloc((size_t)micro, sizeof *labels);
+  int32_t *labels = calloc((size_t)micro * (size_t)m->positions, sizeof *labels);
   int rc = dx && labels ? 0 : dt_error("out of memory");
   float *x = stage_input(st, 0);
   for (size_t k = 0; rc == 0 && k < (size_t)micro * st->in_size; k++) x[k] = rng_uniform(rng) - 0.5f;
