@@ -8,6 +8,7 @@
 # divide the width, a residual add of two shapes) is one line, exit 2.
 . tests/lib.sh
 Q="--quiet"
+"$DTRAIN" train --data synthetic --max-steps 1 $Q --checkpoint "$TMP/mlp.st" >/dev/null
 TEXT="$TMP/cookie.txt"
 head -c 60000 /usr/share/games/fortunes/cookie >"$TEXT"
 cat >"$TMP/small.model" <<'MODEL'
@@ -40,7 +41,7 @@ lines = [json.loads(l) for l in open('$1') if '\"epoch\"' in l and '\"event\":\"
 print(lines[$2]['$3'])"; }
 
 # ---- one worker learns: validation loss falls, in nats and bits ----------
-"$DTRAIN" train $RUN --batch 16 --epochs 2 --metrics "$TMP/one.jsonl" >/dev/null 2>"$TMP/one.err"
+"$DTRAIN" train $RUN --batch 16 --epochs 2 --metrics "$TMP/one.jsonl" --checkpoint "$TMP/one.st" >/dev/null 2>"$TMP/one.err"
 check one_worker_runs grep -q '"event":"done"' "$TMP/one.jsonl"
 check validation_loss_falls $PY -c "
 import json, math
@@ -50,6 +51,18 @@ print('  validation nats/token', a, '->', b, ' bits/byte', e[1]['test_bits_per_b
 assert b < a < math.log(256) - 1, (a, b)
 assert abs(e[1]['test_bits_per_byte'] - b / math.log(2)) < 1e-5
 assert abs(e[1]['test_nats_per_token'] - b) < 1e-9 and e[1]['tokens_per_sec'] > 0"
+
+# ---- dtrain sample: the prompt and N bytes after it; temperature 0 is the argmax
+"$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --temperature 0 >"$TMP/s1.txt"
+"$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --temperature 0 --seed 9 >"$TMP/s2.txt"
+"$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --seed 5 >"$TMP/s3.txt"
+check sample_prompt_then_tokens $PY -c "
+b = open('$TMP/s1.txt', 'rb').read(); c = open('$TMP/s3.txt', 'rb').read()
+print('  sample:', b[:44])
+assert b.startswith(b'The ') and len(b) == 4 + 40 + 1 and c.startswith(b'The ') and len(c) == 45"
+check sample_greedy_ignores_seed cmp -s "$TMP/s1.txt" "$TMP/s2.txt"
+expect_error sample_needs_checkpoint 2 "--checkpoint FILE is required" -- "$DTRAIN" sample --prompt x --tokens 3
+expect_error sample_not_a_sequence_model 2 "no position table" -- "$DTRAIN" sample --checkpoint "$TMP/mlp.st" --prompt x --tokens 3
 
 # ---- data parallelism on the same model: 2 x 8 follows 1 x 16 -----------
 S="--max-steps 12 --epochs 1"
