@@ -74,6 +74,17 @@ if have_mpi; then
   check dp_mpi_same_bits_as_local cmp -s "$TMP/w2.st" "$TMP/wm.st"
 fi
 
+# ---- pipelines by blocks (the residual stream crosses a cut): an untied
+# head, since a tied one reads the first stage's table (refused) -----------
+sed 's/lmhead vocab=256 tie=tok/lmhead vocab=256/' "$TMP/small.model" >"$TMP/untied.model"
+U="--model $TMP/untied.model --batch 16 $S"
+"$DTRAIN" train $RUN $U --checkpoint "$TMP/u1.st" >/dev/null
+"$DTRAIN" train $RUN $U --workers 2 --pp 2 --micro-batches 4 --pipe-schedule 1f1b --checkpoint "$TMP/u2.st" >/dev/null
+check pp2_1f1b_follows_one_worker close "$TMP/u1.st" "$TMP/u2.st" 1e-5
+"$DTRAIN" train $RUN $U --workers 4 --pp 4 --micro-batches 4 --checkpoint "$TMP/u4.st" >/dev/null
+check pp4_gpipe_follows_one_worker close "$TMP/u1.st" "$TMP/u4.st" 1e-5
+expect_error pp_tied_head_refused 2 "the model has 1 layer that can start a stage (at most --pp 1)" -- "$DTRAIN" train $RUN --workers 2 --pp 2
+
 # ---- --clip-grad-norm: a bound above the norm changes no bit, a small one does
 "$DTRAIN" train $RUN --batch 16 $S --clip-grad-norm 1e9 --checkpoint "$TMP/c_big.st" >/dev/null
 "$DTRAIN" train $RUN --batch 16 $S --clip-grad-norm 0.05 --checkpoint "$TMP/c_small.st" >/dev/null
