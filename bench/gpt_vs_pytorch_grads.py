@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The PyTorch oracle for dtrain's GPT: the same weights, loaded from
+"""The PyTorch oracle for dtrain's GPT and LSTM (--model lstm: against
+torch.nn.LSTM itself): the same weights, loaded from
 dtrain's safetensors checkpoint into a PyTorch 1.13 model of the same shape
 (written here from torch.nn, an implementation no one here wrote), give the
 same loss and gradients on the same batch.
@@ -16,7 +17,7 @@ same loss and gradients on the same batch.
 Passes when the loss and every tensor's gradient agree to REL (1e-5)
 relative: |dtrain - torch|_max / |torch|_max per tensor.
 
-usage: bench/gpt_vs_pytorch_grads.py [--model gpt] [--batch 4] [--seq-len 128]
+usage: bench/gpt_vs_pytorch_grads.py [--model gpt|lstm] [--batch 4] [--seq-len 128]
 Run from the repository root after `make`."""
 import argparse, json, math, os, struct, subprocess, sys, tempfile
 
@@ -80,6 +81,28 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()  # the head tied to the token table
 
 
+class LSTMLM(nn.Module):
+    """The builtin lstm: embedding, torch.nn.LSTM itself (batch_first), head."""
+    def __init__(self, V, C, H, L):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.lstm = nn.LSTM(C, H, num_layers=L, batch_first=True)
+        self.head = nn.Linear(H, V, bias=False)
+
+    def forward(self, idx):
+        return self.head(self.lstm(self.wte(idx))[0])
+
+
+def lstm_mapping(L):
+    """PyTorch name -> dtrain name for the builtin lstm (line 0 embedding,
+    1 lstm, 2 lmhead): torch.nn.LSTM's own tensor names under layers.1."""
+    m = {"wte.weight": "layers.0.weight", "head.weight": "layers.2.weight"}
+    for k in range(L):
+        for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            m[f"lstm.{p}_l{k}"] = f"layers.1.{p}_l{k}"
+    return m
+
+
 def mapping(L):
     """PyTorch name -> dtrain name for the builtin gpt layout (one layer a
     model-file line: 0 embedding, 1 posembed, 8 lines a block, then the
@@ -117,13 +140,16 @@ def main():
         weights, _ = read_safetensors(ckpt)
         dgrads, meta = read_safetensors(grads)
         data = open(text, "rb").read()
-    L = sum(1 for k in weights if k.startswith("layers.") and k.endswith(".qkv.weight"))
     V, C = weights["layers.0.weight"].shape
-    P = weights["layers.1.weight"].shape[0]
-    H = 4
     torch.set_default_dtype(torch.float64)
-    model = GPT(V, P, C, H, L)
-    names = mapping(L)
+    if "layers.1.weight_ih_l0" in weights:  # lstm
+        L = sum(1 for k in weights if k.startswith("layers.1.weight_ih_l"))
+        H = weights["layers.1.weight_hh_l0"].shape[1]
+        model, names, what = LSTMLM(V, C, H, L), lstm_mapping(L), f"lstm ({L} layers of {H}"
+    else:
+        L = sum(1 for k in weights if k.startswith("layers.") and k.endswith(".qkv.weight"))
+        P, H = weights["layers.1.weight"].shape[0], 4
+        model, names, what = GPT(V, P, C, H, L), mapping(L), f"gpt ({L} blocks, {C} wide, {H} heads"
     with torch.no_grad():
         for tname, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[names[tname]].astype(np.float64)))
@@ -134,7 +160,7 @@ def main():
     loss.backward()
     dl = float(meta["loss"])
     worst = abs(dl - loss.item()) / abs(loss.item())
-    print(f"gpt ({L} blocks, {C} wide, {H} heads, T {T}, batch {B}; dtrain: {out.strip()})")
+    print(f"{what}, T {T}, batch {B}; dtrain: {out.strip()})")
     print(f"  loss: dtrain {dl:.9f}  pytorch {loss.item():.9f}  rel {worst:.2e}")
     ok = worst <= REL
     for tname, p in model.named_parameters():

@@ -52,6 +52,15 @@ assert b < a < math.log(256) - 1, (a, b)
 assert abs(e[1]['test_bits_per_byte'] - b / math.log(2)) < 1e-5
 assert abs(e[1]['test_nats_per_token'] - b) < 1e-9 and e[1]['tokens_per_sec'] > 0"
 
+# ---- an LSTM (torch.nn.LSTM's layout; 2 layers) learns the same text ------
+printf 'embedding vocab=256 units=32\nlstm units=48 layers=2\nlmhead vocab=256\n' >"$TMP/lstm.model"
+"$DTRAIN" train $RUN --model "$TMP/lstm.model" --batch 16 --lr 1e-2 --metrics "$TMP/lstm.jsonl" >/dev/null
+check lstm_learns $PY -c "
+import json, math
+e = [json.loads(l) for l in open('$TMP/lstm.jsonl') if '\"event\":\"epoch\"' in l]
+print('  lstm validation nats/token', e[0]['test_loss'])
+assert e[0]['test_loss'] < math.log(256) - 1.5"
+
 # ---- dtrain sample: the prompt and N bytes after it; temperature 0 is the argmax
 "$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --temperature 0 >"$TMP/s1.txt"
 "$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --temperature 0 --seed 9 >"$TMP/s2.txt"

@@ -492,6 +492,11 @@ static void test_sequence_layer_gradients(void) {
   check_layer("attention 5x6, 3 heads", s, seq, 2, 1, 1e-2, 0, 67);
   s.heads = 1;
   check_layer("attention 1x6, 1 head", s, (shape_t){6, 1, 1}, 2, 1, 1e-2, 0, 68);
+  s = seq_spec(LAYER_LSTM);
+  s.units = 3, s.num_layers = 1;
+  check_layer("lstm 5x4 -> 5x3", s, (shape_t){4, 1, 5}, 2, 1, 1e-2, 0, 69);
+  s.num_layers = 3; /* backpropagation through time and through the stack */
+  check_layer("lstm 6x4 -> 6x3, 3 layers", s, (shape_t){4, 1, 6}, 3, 1, 1e-2, 0, 70);
 }
 
 /* Causality: changing position t's input changes no output before t. */

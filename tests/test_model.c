@@ -250,6 +250,19 @@ static void test_sequence_model_sizes_and_refusals(void) {
                    "builtin:gpt:3: posembed: sequences of 200 tokens are longer than the position table "
                    "(positions=128): use --seq-len 128 or less");
   model_spec_free(&s);
+  /* gpt-deep: 8 blocks of 789,760 + tables 98,304 + norm 512; lstm: embedding 65,536, two
+   * layers of 4·256·(256 + 256) + 2·1024 = 526,336, head 65,536 (torch.nn.LSTM's count) */
+  const char *names[2] = {"gpt-deep", "lstm"};
+  const size_t counts[2] = {6416896, 1183744};
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(model_spec_builtin(names[k], &s));
+    CHECK_OK(model_build(&s, (shape_t){1, 1, 128}, 256, 2, &m));
+    model_spec_free(&s);
+    if (m) CHECK(m->nparams == counts[k]);
+    if (m && k == 1) CHECK(!strcmp(m->tensors[3].name, "layers.1.bias_ih_l0") && m->ntensors == 10);
+    model_free(m);
+    m = NULL;
+  }
   CHECK_OK(model_spec_parse("embedding vocab=5 units=6\nattention heads=4\nlmhead vocab=5\n", "f.model", &s));
   CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 3}, 5, 2, &m), "f.model:2: attention: heads=4 does not divide the width 6");
   model_spec_free(&s);

@@ -40,6 +40,7 @@ typedef enum {
   LAYER_ADD,         /* residual add of two inputs of one shape */
   LAYER_LINEAR,      /* position-wise dense: [n·T, in] -> [n·T, units], weight [units, in] */
   LAYER_LMHEAD,      /* logits [n, T, vocab] = x · Wᵀ, W its own or the embedding's (tied) */
+  LAYER_LSTM,        /* torch.nn.LSTM (batch_first): layers stacked, every h_t out */
   LAYER_KIND_COUNT
 } layer_kind_t;
 
@@ -121,6 +122,7 @@ typedef struct {
   int index;                  /* position in the model file: tensors are layers.<index>.* */
   int input2;                 /* add: the second input's node (with=NAME); -1 = model input */
   int heads;                  /* attention: heads (dividing the width) */
+  int num_layers;             /* lstm: layers stacked (layers=N) */
   int vocab;                  /* embedding, lmhead: tokens */
   int positions;              /* posembed: rows of the table (the longest sequence) */
   int tie;                    /* lmhead: 1 + the node of the embedding whose table it reads

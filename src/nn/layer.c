@@ -18,7 +18,7 @@ extern const layer_ops_t layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_flatten_ops, layer_relu_ops, layer_tanh_ops,
     layer_sigmoid_ops, layer_dropout_ops, layer_batchnorm_ops, layer_allgather_ops,
     layer_embedding_ops, layer_posembed_ops, layer_layernorm_ops, layer_gelu_ops,
-    layer_attention_ops, layer_add_ops, layer_linear_ops, layer_lmhead_ops;
+    layer_attention_ops, layer_add_ops, layer_linear_ops, layer_lmhead_ops, layer_lstm_ops;
 
 static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_DENSE] = &layer_dense_ops,         [LAYER_CONV2D] = &layer_conv2d_ops,
@@ -31,6 +31,7 @@ static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_LAYERNORM] = &layer_layernorm_ops, [LAYER_GELU] = &layer_gelu_ops,
     [LAYER_ATTENTION] = &layer_attention_ops, [LAYER_ADD] = &layer_add_ops,
     [LAYER_LINEAR] = &layer_linear_ops,       [LAYER_LMHEAD] = &layer_lmhead_ops,
+    [LAYER_LSTM] = &layer_lstm_ops,
 };
 
 /* Inserted by tensor parallelism's planner, never written in a model file. */

@@ -116,6 +116,21 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
       m->ntensors += 4;
       return 1;
     }
+    case LAYER_LSTM: {
+      size_t p = off, H = (size_t)o, H4 = 4 * H;
+      for (int k = 0; k < l->spec.num_layers; k++) {
+        int in = k == 0 ? c : o, wi[2] = {(int)H4, in}, wh[2] = {(int)H4, o}, b[1] = {(int)H4};
+        char name[4][24];
+        snprintf(name[0], 24, "weight_ih_l%d", k), snprintf(name[1], 24, "weight_hh_l%d", k);
+        snprintf(name[2], 24, "bias_ih_l%d", k), snprintf(name[3], 24, "bias_hh_l%d", k);
+        add_tensor(t++, l, i, name[0], p, 2, wi, whole_block(H4 * in)), p += H4 * in;
+        add_tensor(t++, l, i, name[1], p, 2, wh, whole_block(H4 * H)), p += H4 * H;
+        add_tensor(t++, l, i, name[2], p, 1, b, whole_block(H4)), p += H4;
+        add_tensor(t++, l, i, name[3], p, 1, b, whole_block(H4)), p += H4;
+      }
+      m->ntensors += 4 * l->spec.num_layers;
+      return 1;
+    }
     case LAYER_LINEAR: {
       int wd[2] = {o, c}, bd[1] = {o};
       add_tensor(t, l, i, "weight", off, 2, wd, whole_block(l->nweight));
@@ -131,7 +146,10 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
  * the one-worker shapes, and the block of them this rank holds (a layer
  * split by tensor parallelism holds rows or columns of its weight). */
 static int describe_tensors(model_t *m) {
-  m->tensors = calloc((size_t)m->nlayers * 4 + 1, sizeof *m->tensors);
+  size_t cap = 1;
+  for (int i = 0; i < m->nlayers; i++)
+    cap += m->layers[i].spec.kind == LAYER_LSTM ? 4 * (size_t)m->layers[i].spec.num_layers : 4;
+  m->tensors = calloc(cap, sizeof *m->tensors);
   m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
   if (!m->tensors || !m->buf_tensors) return dt_error("out of memory");
   for (int i = 0; i < m->nlayers; i++) {

@@ -59,11 +59,11 @@ enum {
   K_UNITS = 1 << 0, K_FILTERS = 1 << 1, K_KERNEL = 1 << 2, K_STRIDE = 1 << 3, K_PAD = 1 << 4,
   K_RATE = 1 << 5, K_EPS = 1 << 6, K_MOMENTUM = 1 << 7, K_NAME = 1 << 8, K_INPUT = 1 << 9,
   K_SPLIT = 1 << 10, K_HEADS = 1 << 11, K_VOCAB = 1 << 12, K_POSITIONS = 1 << 13,
-  K_WITH = 1 << 14, K_TIE = 1 << 15
+  K_WITH = 1 << 14, K_TIE = 1 << 15, K_LAYERS = 1 << 16
 };
 static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",   "rate",
                                         "eps",   "momentum", "name",  "input",  "split",
-                                        "heads", "vocab", "positions", "with", "tie"};
+                                        "heads", "vocab", "positions", "with", "tie", "layers"};
 /* split=VALUE, indexed by file_split_t (UNSET has none). */
 static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
@@ -90,6 +90,7 @@ static int kind_keys(layer_kind_t kind) {
     case LAYER_ADD: return all | K_WITH;
     case LAYER_LINEAR: return all | K_UNITS;
     case LAYER_LMHEAD: return all | K_VOCAB | K_TIE;
+    case LAYER_LSTM: return all | K_UNITS | K_LAYERS;
     default: return all;
   }
 }
@@ -139,7 +140,7 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     return dt_error("%s:%d: key '%s' given twice: keep one", src, line, key);
   *seen |= 1 << k;
   int bit = 1 << k;
-  if (bit & (K_UNITS | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_HEADS | K_VOCAB | K_POSITIONS)) {
+  if (bit & (K_UNITS | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_HEADS | K_VOCAB | K_POSITIONS | K_LAYERS)) {
     long lo = bit == K_PAD ? 0 : 1, iv = 0;
     int rc = whole_number(val, lo, MAX_INT_KEY, &iv);
     if (rc != 0)
@@ -152,6 +153,7 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     else if (bit == K_HEADS) l->heads = (int)iv;
     else if (bit == K_VOCAB) l->vocab = (int)iv;
     else if (bit == K_POSITIONS) l->positions = (int)iv;
+    else if (bit == K_LAYERS) l->num_layers = (int)iv;
     else l->pad = (int)iv;
     return 0;
   }
@@ -247,6 +249,7 @@ static int check_required(layer_spec_t *l, const model_spec_t *spec) {
                      : l->kind == LAYER_ADD && l->input2 < 0                    ? "with=NAME (the residual stream)"
                      : l->kind == LAYER_LINEAR && l->units <= 0                 ? "units=N"
                      : l->kind == LAYER_LMHEAD && l->vocab <= 0                 ? "vocab=V"
+                     : l->kind == LAYER_LSTM && l->units <= 0                   ? "units=H"
                                                                                 : NULL;
   if (need) return dt_error("%s:%d: %s needs %s", spec->source, l->line, kind, need);
   return 0;
@@ -268,6 +271,7 @@ static int parse_layer(model_spec_t *spec, int line, const char *word, char *sav
   l->index = spec->nlayers;
   l->input = spec->nlayers - 1;
   l->input2 = -1;
+  l->num_layers = 1;
   int seen = 0;
   for (char *kv = strtok_r(NULL, " \t\r", &save); kv; kv = strtok_r(NULL, " \t\r", &save)) {
     char *eq = strchr(kv, '=');
@@ -339,7 +343,17 @@ static int gpt_text(int blocks, char *buf, size_t cap) {
   return len < cap ? 0 : dt_error("gpt: the model text is too long");
 }
 
+/* lstm: a byte-level LSTM language model (Karpathy's char-rnn shape):
+ * embedding 256 -> 2 stacked LSTM layers of 256 -> head; 1,183,744
+ * parameters. */
+static const char *BUILTIN_LSTM =
+    "# lstm: bytes, 2 layers of 256\n"
+    "embedding vocab=256 units=256\n"
+    "lstm units=256 layers=2\n"
+    "lmhead vocab=256\n";
+
 int model_spec_builtin(const char *name, model_spec_t *spec) {
+  if (!strcmp(name, "lstm")) return model_spec_parse(BUILTIN_LSTM, "builtin:lstm", spec);
   if (!strcmp(name, "gpt") || !strcmp(name, "gpt-deep")) {
     char text[8192], source[32];
     DT_TRY(gpt_text(strcmp(name, "gpt") ? 8 : 4, text, sizeof text));
@@ -349,7 +363,7 @@ int model_spec_builtin(const char *name, model_spec_t *spec) {
   if (!strcmp(name, "mlp")) return model_spec_parse(BUILTIN_MLP, "builtin:mlp", spec);
   if (!strcmp(name, "lenet")) return model_spec_parse(BUILTIN_LENET, "builtin:lenet", spec);
   if (!strcmp(name, "deep")) return model_spec_parse(BUILTIN_DEEP, "builtin:deep", spec);
-  return dt_error("unknown builtin model '%s' (expected mlp, lenet, deep, gpt, gpt-deep or a model file)", name);
+  return dt_error("unknown builtin model '%s' (expected mlp, lenet, deep, gpt, gpt-deep, lstm or a model file)", name);
 }
 
 int model_spec_load(const char *name_or_path, model_spec_t *spec) {
