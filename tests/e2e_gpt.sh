@@ -94,6 +94,24 @@ check pp2_1f1b_follows_one_worker close "$TMP/u1.st" "$TMP/u2.st" 1e-5
 check pp4_gpipe_follows_one_worker close "$TMP/u1.st" "$TMP/u4.st" 1e-5
 expect_error pp_tied_head_refused 2 "the model has 1 layer that can start a stage (at most --pp 1)" -- "$DTRAIN" train $RUN --workers 2 --pp 2
 
+# ---- describe_step's bytes are the transport's on the new model ----------
+"$DTRAIN" describe $RUN --batch 8 --workers 2 --exchange allreduce:ring >"$TMP/desc.json"
+"$DTRAIN" train $RUN --batch 8 --workers 2 --exchange allreduce:ring --max-steps 3 --metrics "$TMP/bytes.jsonl" >/dev/null
+check described_bytes_are_counted $PY -c "
+import json
+d = json.load(open('$TMP/desc.json'))['bytes_per_step'][0]['sent']
+e = [json.loads(l) for l in open('$TMP/bytes.jsonl') if '\"event\":\"epoch\"' in l][0]
+assert d == e['bytes_sent_per_step'] > 0, (d, e['bytes_sent_per_step'])"
+
+# ---- resume: one epoch, then the second from the checkpoint (AdamW's
+# state in it) = two epochs straight, bit for bit ---------------------------
+head -c 12000 "$TEXT" >"$TMP/small.txt"
+R2="$RUN --data text:$TMP/small.txt --batch 16"
+"$DTRAIN" train $R2 --epochs 2 --checkpoint "$TMP/r2.st" >/dev/null
+"$DTRAIN" train $R2 --epochs 1 --checkpoint "$TMP/r1.st" >/dev/null
+"$DTRAIN" train $R2 --epochs 2 --resume "$TMP/r1.st" --checkpoint "$TMP/r1.st" >/dev/null
+check resume_bit_exact cmp -s "$TMP/r2.st" "$TMP/r1.st"
+
 # ---- --clip-grad-norm: a bound above the norm changes no bit, a small one does
 "$DTRAIN" train $RUN --batch 16 $S --clip-grad-norm 1e9 --checkpoint "$TMP/c_big.st" >/dev/null
 "$DTRAIN" train $RUN --batch 16 $S --clip-grad-norm 0.05 --checkpoint "$TMP/c_small.st" >/dev/null

@@ -92,6 +92,12 @@ static block_t weight_block(const layer_t *l) {
 /* The sequence layers' tensors (docs/MODEL_FORMAT.md maps them to
  * PyTorch's): tables and matrices 2-D, norms and biases 1-D. Returns 0
  * for a kind described by describe_tensors itself. */
+/* A whole [rows, cols] matrix as one block (what a checkpoint's shape
+ * check reads: dims[0] x mid x full_cols floats). */
+static block_t matrix_block(int rows, int cols) {
+  return (block_t){0, (size_t)rows, 1, 0, (size_t)cols, (size_t)cols};
+}
+
 static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
   int c = l->in_shape.c, o = l->out_shape.c;
   size_t off = l->param_off;
@@ -102,16 +108,16 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
     case LAYER_LMHEAD: {
       int rows = l->spec.kind == LAYER_POSEMBED ? l->spec.positions : l->spec.vocab;
       int d[2] = {rows, l->spec.kind == LAYER_LMHEAD ? c : o};
-      add_tensor(t, l, i, "weight", off, 2, d, whole_block(l->nweight));
+      add_tensor(t, l, i, "weight", off, 2, d, matrix_block(d[0], d[1]));
       m->ntensors += 1;
       return 1;
     }
     case LAYER_ATTENTION: {
       int qw[2] = {3 * c, c}, qb[1] = {3 * c}, pw[2] = {c, c}, pb[1] = {c};
       size_t q = (size_t)3 * c * c;
-      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, whole_block(q));
+      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, matrix_block(3 * c, c));
       add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, whole_block((size_t)3 * c));
-      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * c, 2, pw, whole_block((size_t)c * c));
+      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * c, 2, pw, matrix_block(c, c));
       add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * c + (size_t)c * c, 1, pb, whole_block((size_t)c));
       m->ntensors += 4;
       return 1;
@@ -123,8 +129,8 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
         char name[4][24];
         snprintf(name[0], 24, "weight_ih_l%d", k), snprintf(name[1], 24, "weight_hh_l%d", k);
         snprintf(name[2], 24, "bias_ih_l%d", k), snprintf(name[3], 24, "bias_hh_l%d", k);
-        add_tensor(t++, l, i, name[0], p, 2, wi, whole_block(H4 * in)), p += H4 * in;
-        add_tensor(t++, l, i, name[1], p, 2, wh, whole_block(H4 * H)), p += H4 * H;
+        add_tensor(t++, l, i, name[0], p, 2, wi, matrix_block((int)H4, in)), p += H4 * in;
+        add_tensor(t++, l, i, name[1], p, 2, wh, matrix_block((int)H4, o)), p += H4 * H;
         add_tensor(t++, l, i, name[2], p, 1, b, whole_block(H4)), p += H4;
         add_tensor(t++, l, i, name[3], p, 1, b, whole_block(H4)), p += H4;
       }
@@ -133,7 +139,7 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
     }
     case LAYER_LINEAR: {
       int wd[2] = {o, c}, bd[1] = {o};
-      add_tensor(t, l, i, "weight", off, 2, wd, whole_block(l->nweight));
+      add_tensor(t, l, i, "weight", off, 2, wd, matrix_block(o, c));
       add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, whole_block((size_t)o));
       m->ntensors += 2;
       return 1;
