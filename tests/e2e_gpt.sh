@@ -8,9 +8,10 @@
 # divide the width, a residual add of two shapes) is one line, exit 2.
 . tests/lib.sh
 Q="--quiet"
-"$DTRAIN" train --data synthetic --max-steps 1 $Q --checkpoint "$TMP/mlp.st" >/dev/null
+make_small_fashion "$TMP/fm" 256 64
+"$DTRAIN" train --data "$TMP/fm" --max-steps 1 $Q --checkpoint "$TMP/mlp.st" >/dev/null
 TEXT="$TMP/cookie.txt"
-head -c 60000 /usr/share/games/fortunes/cookie >"$TEXT"
+head -c 40000 /usr/share/games/fortunes/cookie >"$TEXT"
 cat >"$TMP/small.model" <<'MODEL'
 # a GPT of width 32: 2 blocks of 2 heads over 32 positions, head tied
 embedding vocab=256 units=32 name=tok
@@ -54,12 +55,13 @@ assert abs(e[1]['test_nats_per_token'] - b) < 1e-9 and e[1]['tokens_per_sec'] > 
 
 # ---- an LSTM (torch.nn.LSTM's layout; 2 layers) learns the same text ------
 printf 'embedding vocab=256 units=32\nlstm units=48 layers=2\nlmhead vocab=256\n' >"$TMP/lstm.model"
-"$DTRAIN" train $RUN --model "$TMP/lstm.model" --batch 16 --lr 1e-2 --metrics "$TMP/lstm.jsonl" >/dev/null
+"$DTRAIN" train $RUN --model "$TMP/lstm.model" --batch 16 --lr 1e-2 --metrics "$TMP/lstm.jsonl" --checkpoint "$TMP/lstm.st" >/dev/null
 check lstm_learns $PY -c "
 import json, math
 e = [json.loads(l) for l in open('$TMP/lstm.jsonl') if '\"event\":\"epoch\"' in l]
 print('  lstm validation nats/token', e[0]['test_loss'])
 assert e[0]['test_loss'] < math.log(256) - 1.5"
+check lstm_samples sh -c "'$DTRAIN' sample --checkpoint '$TMP/lstm.st' --prompt 'A ' --tokens 20 --temperature 0 | grep -q '^A '"
 
 # ---- dtrain sample: the prompt and N bytes after it; temperature 0 is the argmax
 "$DTRAIN" sample --checkpoint "$TMP/one.st" --prompt "The " --tokens 40 --temperature 0 >"$TMP/s1.txt"
@@ -71,7 +73,7 @@ print('  sample:', b[:44])
 assert b.startswith(b'The ') and len(b) == 4 + 40 + 1 and c.startswith(b'The ') and len(c) == 45"
 check sample_greedy_ignores_seed cmp -s "$TMP/s1.txt" "$TMP/s2.txt"
 expect_error sample_needs_checkpoint 2 "--checkpoint FILE is required" -- "$DTRAIN" sample --prompt x --tokens 3
-expect_error sample_not_a_sequence_model 2 "no position table" -- "$DTRAIN" sample --checkpoint "$TMP/mlp.st" --prompt x --tokens 3
+expect_error sample_not_a_sequence_model 2 "model mlp is not a sequence model (its last layer is dense, not lmhead)" -- "$DTRAIN" sample --checkpoint "$TMP/mlp.st" --prompt x --tokens 3
 
 # ---- data parallelism on the same model: 2 x 8 follows 1 x 16 -----------
 S="--max-steps 12 --epochs 1"
