@@ -6,7 +6,7 @@
 #   scripts/install-deps.sh --bench  also PyTorch, the yardstick of bench/
 set -e
 PKGS="build-essential pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist
-      libopenmpi-dev openmpi-bin python3 python3-numpy chromium libdnnl-dev iproute2"
+      libopenmpi-dev openmpi-bin python3 python3-numpy chromium libdnnl-dev iproute2 fortunes"
 [ "$1" = "--bench" ] && PKGS="$PKGS python3-torch time"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

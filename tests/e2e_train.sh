@@ -15,7 +15,7 @@ check presets_list sh -c "$DTRAIN presets | grep -q pytorch-ddp"
 expect_error unknown_option 2 "unknown option --bogus" -- "$DTRAIN" train --bogus 3
 expect_error negative_lr 2 "option --lr: -0.1 is negative" -- "$DTRAIN" train --lr -0.1
 expect_error bad_epochs 2 "option --epochs" -- "$DTRAIN" train --epochs zero
-expect_error unknown_optimizer 2 "unknown optimizer 'adamw'" -- "$DTRAIN" train --optimizer adamw
+expect_error unknown_optimizer 2 "unknown optimizer 'adamax'" -- "$DTRAIN" train --optimizer adamax
 expect_error unknown_command 2 "unknown command 'trian'" -- "$DTRAIN" trian
 mkdir -p "$TMP/trunc" && cp "$SMALL"/* "$TMP/trunc/"
 head -c 5000 "$SMALL/train-images-idx3-ubyte" >"$TMP/trunc/train-images-idx3-ubyte"

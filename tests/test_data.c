@@ -510,6 +510,69 @@ static void test_gather(void) {
   dataset_free(&d);
 }
 
+/* ---- text as bytes ------------------------------------------------------------ */
+
+/* 101 bytes in windows of 4: 25 windows (the last target is byte 100), the
+ * last 2 (10%) held out; a window's labels are its bytes shifted by one. */
+static void test_text_windows_and_split(void) {
+  uint8_t b[101];
+  for (int i = 0; i < 101; i++) b[i] = (uint8_t)(i * 37 + 5);
+  const char *path = write_file("book.txt", b, sizeof b, 0, SIZE_MAX);
+  char spec[600];
+  snprintf(spec, sizeof spec, "text:%s", path);
+  CHECK(data_is_text(spec) && data_is_text("fortunes") && !data_is_text("synthetic"));
+  dataset_t tr, va;
+  CHECK_OK(dataset_load_seq(spec, 1, 1, 4, &tr));
+  CHECK_OK(dataset_load_seq(spec, 0, 1, 4, &va));
+  CHECK(tr.n == 23 && va.n == 2 && tr.dim == 4 && tr.w == 4 && tr.c == 1 && tr.h == 1);
+  CHECK(tr.nclasses == 256 && dataset_ylen(&tr) == 4);
+  uint32_t order[2] = {22, 0};
+  float x[8];
+  int32_t y[8];
+  data_gather(&tr, order, 2, x, y);
+  for (int t = 0; t < 4; t++) {
+    CHECK(x[t] == (float)b[22 * 4 + t] && y[t] == b[22 * 4 + t + 1]);
+    CHECK(x[4 + t] == (float)b[t] && y[4 + t] == b[t + 1]);
+  }
+  uint32_t last = 1;
+  data_gather(&va, &last, 1, x, y); /* validation window 1 = window 24: bytes 96..100 */
+  for (int t = 0; t < 4; t++) CHECK(x[t] == (float)b[96 + t] && y[t] == b[97 + t]);
+  dataset_free(&tr);
+  dataset_free(&va);
+}
+
+/* An empty or too short file: one line saying how long it must be. */
+static void test_text_too_short(void) {
+  uint8_t b[40] = {0};
+  const char *empty = write_file("empty.txt", b, 0, 0, SIZE_MAX);
+  const char *short_file = write_file("short.txt", b, 40, 0, SIZE_MAX);
+  char spec[600];
+  dataset_t d;
+  snprintf(spec, sizeof spec, "text:%s", empty);
+  CHECK_FAILS_WITH(dataset_load_seq(spec, 1, 1, 8, &d), "0 bytes make 0 windows of --seq-len 8");
+  snprintf(spec, sizeof spec, "text:%s", short_file);
+  CHECK_FAILS_WITH(dataset_load_seq(spec, 1, 1, 8, &d), "at least 81 bytes) or a smaller --seq-len");
+  CHECK_OK(dataset_load_seq(spec, 1, 1, 3, &d)); /* 13 windows of 3: 1 held out */
+  CHECK(d.n == 12);
+  dataset_free(&d);
+  CHECK_FAILS_WITH(dataset_load_seq("text:", 1, 1, 8, &d), "the path is empty");
+  snprintf(spec, sizeof spec, "text:%s/none.txt", tmpdir);
+  CHECK_FAILS_WITH(dataset_load_seq(spec, 1, 1, 8, &d), "cannot open it");
+}
+
+/* The default corpus: the Debian package's 43 plain files, 2,576,674
+ * bytes (not the .dat indexes, not the .u8 links). */
+static void test_fortunes_corpus(void) {
+  dataset_t tr, va;
+  CHECK_OK(dataset_load_seq("fortunes", 1, 1, 128, &tr));
+  CHECK_OK(dataset_load_seq("fortunes", 0, 1, 128, &va));
+  CHECK(tr.text_len == 2576674);
+  size_t windows = (2576674 - 1) / 128;
+  CHECK(va.n == windows / 10 && tr.n + va.n == windows);
+  dataset_free(&tr);
+  dataset_free(&va);
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   return remove(path);
 }
@@ -539,6 +602,9 @@ int main(void) {
   RUN(test_epoch_order);
   RUN(test_shards_partition);
   RUN(test_gather);
+  RUN(test_text_windows_and_split);
+  RUN(test_text_too_short);
+  RUN(test_fortunes_corpus);
   nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
   TEST_MAIN_END();
 }

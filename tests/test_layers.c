@@ -216,8 +216,14 @@ static gerr_t check_layer(const char *what, layer_spec_t spec, shape_t in, int n
   }
   rng_t rng;
   rng_seed(&rng, seed + 1);
-  /* Non-trivial gamma/beta for batchnorm (init gives 1 and 0). */
-  if (spec.kind == LAYER_BATCHNORM) fill_uniform(t.params, t.l.param_len, 0.5f, 1.5f, &rng);
+  /* Non-trivial gamma/beta for batchnorm (init gives 1 and 0); parameters
+   * of the sequence layers away from their small initial values, so that
+   * every gradient is large enough to compare. */
+  if (spec.kind == LAYER_BATCHNORM || spec.kind == LAYER_LAYERNORM)
+    fill_uniform(t.params, t.l.param_len, 0.5f, 1.5f, &rng);
+  if (spec.kind == LAYER_ATTENTION || spec.kind == LAYER_LINEAR || spec.kind == LAYER_LMHEAD ||
+      spec.kind == LAYER_POSEMBED)
+    fill_uniform(t.params, t.l.param_len, -0.7f, 0.7f, &rng);
   float *x = dt_alloc_floats(in_len(&t, n));
   fill_uniform(x, in_len(&t, n), -1, 1, &rng);
   e = grad_check(&t, x, n, train, seed + 2, eps, kink);
@@ -456,6 +462,170 @@ static void test_activations(void) {
   t.l.ops->forward(&t.l, x, 1, 1, NULL);
   CHECK(t.l.out[0] == 0.0f && t.l.out[3] == 1.0f && kern_all_finite(4, t.l.out));
   tl_free(&t);
+}
+
+/* ---- sequence layers (batch x T x features) ------------------------------ */
+
+static layer_spec_t seq_spec(layer_kind_t kind) {
+  layer_spec_t s = spec_of(kind);
+  s.input2 = -1;
+  return s;
+}
+
+static void test_sequence_layer_gradients(void) {
+  shape_t seq = {6, 1, 5}; /* 5 positions of 6 features */
+  check_layer("layernorm 5x6", seq_spec(LAYER_LAYERNORM), seq, 3, 1, 1e-2, 0, 61);
+  check_layer("gelu 5x6", seq_spec(LAYER_GELU), seq, 3, 1, 1e-2, 0, 62);
+  layer_spec_t s = seq_spec(LAYER_LINEAR);
+  s.units = 7;
+  check_layer("linear 5x6 -> 5x7", s, seq, 3, 1, 1e-2, 0, 63);
+  s = seq_spec(LAYER_POSEMBED);
+  s.positions = 8; /* rows 5..7 unused: their gradient must be 0 */
+  check_layer("posembed 5x6 (table 8)", s, seq, 3, 1, 1e-2, 0, 64);
+  s = seq_spec(LAYER_LMHEAD);
+  s.vocab = 9;
+  check_layer("lmhead 5x6 -> 5x9", s, seq, 3, 1, 1e-2, 0, 65);
+  s = seq_spec(LAYER_ATTENTION);
+  s.heads = 2;
+  check_layer("attention 5x6, 2 heads", s, seq, 3, 1, 1e-2, 0, 66);
+  s.heads = 3;
+  check_layer("attention 5x6, 3 heads", s, seq, 2, 1, 1e-2, 0, 67);
+  s.heads = 1;
+  check_layer("attention 1x6, 1 head", s, (shape_t){6, 1, 1}, 2, 1, 1e-2, 0, 68);
+  s = seq_spec(LAYER_LSTM);
+  s.units = 3, s.num_layers = 1;
+  check_layer("lstm 5x4 -> 5x3", s, (shape_t){4, 1, 5}, 2, 1, 1e-2, 0, 69);
+  s.num_layers = 3; /* backpropagation through time and through the stack */
+  check_layer("lstm 6x4 -> 6x3, 3 layers", s, (shape_t){4, 1, 6}, 3, 1, 1e-2, 0, 70);
+}
+
+/* Causality: changing position t's input changes no output before t. */
+static void test_attention_is_causal(void) {
+  layer_spec_t s = seq_spec(LAYER_ATTENTION);
+  s.heads = 2;
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, s, (shape_t){4, 1, 6}, 1, 5));
+  rng_t rng;
+  rng_seed(&rng, 6);
+  float x[24], y[24];
+  fill_uniform(x, 24, -1, 1, &rng);
+  t.l.ops->forward(&t.l, x, 1, 1, NULL);
+  memcpy(y, t.l.out, sizeof y);
+  x[3 * 4 + 1] += 0.5f; /* position 3 */
+  t.l.ops->forward(&t.l, x, 1, 1, NULL);
+  for (int i = 0; i < 24; i++) CHECK(i < 12 ? t.l.out[i] == y[i] : 1);
+  int moved = 0;
+  for (int i = 12; i < 24; i++) moved |= t.l.out[i] != y[i];
+  CHECK(moved);
+  tl_free(&t);
+}
+
+/* The token table's gradient against finite differences (token ids have
+ * none: their gradient, where asked for, is zero), a repeated token's
+ * rows summed, and a tied table added to, not overwritten. */
+static void test_embedding_gradients(void) {
+  layer_spec_t s = seq_spec(LAYER_EMBEDDING);
+  s.vocab = 5, s.units = 3;
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, s, (shape_t){1, 1, 4}, 2, 71));
+  float x[8] = {0, 4, 2, 4, 1, 1, 3, 0}, dx[8];
+  size_t ny = out_len(&t, 2), np = t.l.param_len;
+  float *r = dt_alloc_floats(ny), *dw = dt_alloc_floats(np);
+  rng_t rng;
+  rng_seed(&rng, 72);
+  fill_uniform(r, ny, -1, 1, &rng);
+  objective_t o = {&t, x, 2, 1, rng, r, NULL};
+  objective(&o, NULL);
+  memcpy(t.l.dout, r, ny * sizeof(float));
+  for (size_t i = 0; i < np; i++) t.grads[i] = 1e3f;
+  t.l.ops->backward(&t.l, x, dx, 2);
+  memcpy(dw, t.grads, np * sizeof(float));
+  for (int i = 0; i < 8; i++) CHECK(dx[i] == 0.0f);
+  double err = 0;
+  for (size_t i = 0; i < np; i++) {
+    double g;
+    numeric(&o, &t.params[i], 1e-2, &g);
+    err = fmax(err, rel_err(dw[i], g));
+  }
+  fprintf(stderr, "  %-34s max rel err  dw %.1e\n", "embedding 4 tokens of 5 -> 4x3", err);
+  CHECK(err <= TOL);
+  CHECK(fabsf(dw[1 * 3 + 0] - (r[4 * 3 + 0] + r[5 * 3 + 0])) < 1e-6f); /* token 1 twice */
+  t.l.tied = 1; /* a head wrote the table's gradient first: added to */
+  for (size_t i = 0; i < np; i++) t.grads[i] = 1.0f;
+  t.l.ops->backward(&t.l, x, NULL, 2);
+  for (size_t i = 0; i < np; i++) CHECK(fabsf(t.grads[i] - (1.0f + dw[i])) < 1e-5f);
+  dt_free(r);
+  dt_free(dw);
+  tl_free(&t);
+}
+
+/* add: out = x + x2, and both inputs' gradients are dout, written or
+ * added (dx_add, dx2_add: a node read by two layers). */
+static void test_add_and_gradient_sums(void) {
+  layer_spec_t s = seq_spec(LAYER_ADD);
+  tlayer_t t;
+  t.l.in2_shape = (shape_t){0, 0, 0};
+  CHECK_OK(tl_setup(&t, s, (shape_t){2, 1, 3}, 1) == 0 ? -1 : 0); /* shapes differ: refused */
+  CHECK(strstr(dt_errmsg(), "add: its inputs differ in shape") != NULL);
+  memset(&t, 0, sizeof t);
+  t.l.spec = s, t.l.ops = layer_ops_for(LAYER_ADD);
+  t.l.in_shape = t.l.in2_shape = (shape_t){2, 1, 3};
+  CHECK_OK(t.l.ops->setup(&t.l, 1));
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {10, 20, 30, 40, 50, 60}, out[6], dout[6] = {1, 1, 2, 2, 3, 3};
+  float dx[6] = {0}, dx2[6] = {5, 5, 5, 5, 5, 5};
+  t.l.out = out, t.l.dout = dout, t.l.x2 = b, t.l.dx2 = dx2;
+  t.l.ops->forward(&t.l, a, 1, 1, NULL);
+  for (int i = 0; i < 6; i++) CHECK(out[i] == a[i] + b[i]);
+  t.l.dx2_add = 1;
+  t.l.ops->backward(&t.l, a, dx, 1);
+  for (int i = 0; i < 6; i++) CHECK(dx[i] == dout[i] && dx2[i] == 5 + dout[i]);
+
+  /* a layer norm told to add its input gradient adds exactly what it writes */
+  tlayer_t n;
+  CHECK_OK(tl_make(&n, seq_spec(LAYER_LAYERNORM), (shape_t){4, 1, 3}, 2, 81));
+  float x[24], g1[24], g2[24];
+  rng_t rng;
+  rng_seed(&rng, 82);
+  fill_uniform(x, 24, -1, 1, &rng);
+  n.l.ops->forward(&n.l, x, 2, 1, NULL);
+  fill_uniform(n.l.dout, 24, -1, 1, &rng);
+  n.l.ops->backward(&n.l, x, g1, 2);
+  for (int i = 0; i < 24; i++) g2[i] = 0.25f;
+  n.l.dx_add = 1;
+  n.l.ops->backward(&n.l, x, g2, 2);
+  for (int i = 0; i < 24; i++) CHECK(fabsf(g2[i] - (0.25f + g1[i])) < 1e-6f);
+  tl_free(&n);
+}
+
+static void test_sequence_setup_errors(void) {
+  tlayer_t t;
+  layer_spec_t s = seq_spec(LAYER_ATTENTION);
+  s.heads = 3;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){8, 1, 4}, 2), "heads=3 does not divide the width 8");
+  s = seq_spec(LAYER_POSEMBED);
+  s.positions = 4;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){8, 1, 6}, 2),
+                   "sequences of 6 tokens are longer than the position table (positions=4)");
+  s = seq_spec(LAYER_EMBEDDING);
+  s.vocab = 10, s.units = 4;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){3, 1, 6}, 2), "embedding: reads token ids");
+  s = seq_spec(LAYER_LINEAR);
+  s.units = 3;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){3, 2, 6}, 2), "linear: expects a sequence");
+}
+
+/* Per position: the mean over positions of the plain softmax
+ * cross-entropy, and its gradient averaged over all denom·T tokens. */
+static void test_softmax_xent_per_position(void) {
+  float z[2 * 3 * 4], g1[24], g2[24];
+  int32_t y[6] = {0, 3, 2, 1, 1, 0};
+  rng_t rng;
+  rng_seed(&rng, 91);
+  fill_uniform(z, 24, -2, 2, &rng);
+  double whole = softmax_xent(z, y, 6, 4, 6, NULL, g1, NULL);
+  double seq = softmax_xent_seq(z, y, 2, 3, 4, 2, NULL, g2, NULL);
+  CHECK(fabs(seq - whole / 3) < 1e-9);
+  for (int i = 0; i < 24; i++) CHECK(g1[i] == g2[i]);
 }
 
 /* ---- dropout -------------------------------------------------------------- */
@@ -1004,6 +1174,7 @@ static void run_on_reference_path(void) {
   test_run("test_conv_gradients_reference", test_conv_gradients);
   test_run("test_batchnorm_gradients_reference", test_batchnorm_gradients);
   test_run("test_softmax_xent_reference", test_softmax_xent);
+  test_run("test_sequence_layer_gradients_reference", test_sequence_layer_gradients);
   kern_use_reference(0);
 }
 
@@ -1021,6 +1192,7 @@ static void run_on_onednn_path(void) {
   test_run("test_conv_gradients_onednn", test_conv_gradients);
   test_run("test_batchnorm_gradients_onednn", test_batchnorm_gradients);
   test_run("test_softmax_xent_onednn", test_softmax_xent);
+  test_run("test_sequence_layer_gradients_onednn", test_sequence_layer_gradients);
   kern_set_gemm_lib(GEMM_OPENBLAS);
 }
 
@@ -1047,6 +1219,12 @@ int main(void) {
   RUN(test_batchnorm_gradients);
   RUN(test_batchnorm_values);
   RUN(test_softmax_xent);
+  RUN(test_sequence_layer_gradients);
+  RUN(test_attention_is_causal);
+  RUN(test_embedding_gradients);
+  RUN(test_add_and_gradient_sums);
+  RUN(test_sequence_setup_errors);
+  RUN(test_softmax_xent_per_position);
   run_on_reference_path();
   run_on_onednn_path();
   TEST_MAIN_END();

@@ -184,6 +184,100 @@ static void test_model_gradient(void) {
   small_net_close(&s);
 }
 
+/* A tiny GPT in the model file format: token and position embeddings,
+ * two pre-norm blocks (attention and MLP, each with a residual add whose
+ * second input is read by a layer norm too), a final norm and the head
+ * tied to the token table. */
+static const char *TINY_GPT =
+    "embedding vocab=7 units=8 name=tok\nposembed positions=6 name=x0\n"
+    "layernorm\nattention heads=2\nadd with=x0 name=a0\n"
+    "layernorm\nlinear units=12\ngelu\nlinear units=8\nadd with=a0 name=x1\n"
+    "layernorm\nattention heads=2\nadd with=x1 name=a1\n"
+    "layernorm\nlinear units=12\ngelu\nlinear units=8\nadd with=a1 name=x2\n"
+    "layernorm\nlmhead vocab=7 tie=tok\n";
+
+/* Finite differences of the per-token loss through the whole sequence
+ * model: every parameter, the tied table (read by the head and the
+ * embedding) and the residual stream's summed gradients included. */
+static void test_sequence_model_gradient(void) {
+  enum { N = 2, T = 5 };
+  model_t *m = build(TINY_GPT, (shape_t){1, 1, T}, 7, N);
+  CHECK(m != NULL);
+  if (!m) return;
+  CHECK(m->positions == T && m->ntensors == 2 + 2 * (2 + 4 + 2 + 2 + 2) + 2);
+  model_init_params(m, 3);
+  rng_t r;
+  rng_seed(&r, 4);
+  for (size_t i = 0; i < m->nparams; i++) m->params[i] += 0.3f * rng_normal(&r); /* beyond init */
+  float x[N * T];
+  int32_t y[N * T];
+  for (int i = 0; i < N * T; i++) x[i] = (float)rng_below(&r, 7), y[i] = (int32_t)rng_below(&r, 7);
+  batch_loss(m, x, y, N);
+  model_backward(m, x, N, NULL, NULL);
+  float *analytic = dt_alloc_floats(m->nparams);
+  memcpy(analytic, m->grads, m->nparams * sizeof(float));
+  double worst = 0;
+  for (size_t i = 0; i < m->nparams; i++) {
+    float keep = m->params[i], h = 1e-2f;
+    m->params[i] = keep + h;
+    double lp = batch_loss(m, x, y, N);
+    m->params[i] = keep - h;
+    double lm = batch_loss(m, x, y, N);
+    m->params[i] = keep;
+    double numeric = (lp - lm) / (2 * h) / N, err = fabs(numeric - analytic[i]) / (fabs(numeric) + 1e-2);
+    if (err > worst) worst = err;
+    if (err > 2e-2) printf("  param %zu: numeric %g analytic %g\n", i, numeric, analytic[i]);
+  }
+  printf("  sequence model gradient check (%zu parameters): worst relative error %.2e\n", m->nparams, worst);
+  CHECK(worst < 2e-2);
+  dt_free(analytic);
+  model_free(m);
+}
+
+/* gpt's stated size, and the refusals that need the model's shapes. */
+static void test_sequence_model_sizes_and_refusals(void) {
+  model_spec_t s;
+  model_t *m = NULL;
+  CHECK_OK(model_spec_builtin("gpt", &s));
+  CHECK_OK(model_build(&s, (shape_t){1, 1, 128}, 256, 2, &m));
+  model_spec_free(&s);
+  /* 4 blocks x (2 norms 1024 + qkv 197376 + proj 65792 + mlp 525568) + tables 98304 + norm 512 */
+  if (m) CHECK(m->nparams == 3257856 && m->positions == 128);
+  model_free(m);
+  m = NULL;
+  CHECK_OK(model_spec_builtin("gpt", &s));
+  CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 200}, 256, 2, &m),
+                   "builtin:gpt:3: posembed: sequences of 200 tokens are longer than the position table "
+                   "(positions=128): use --seq-len 128 or less");
+  model_spec_free(&s);
+  /* gpt-deep: 8 blocks of 789,760 + tables 98,304 + norm 512; lstm: embedding 65,536, two
+   * layers of 4·256·(256 + 256) + 2·1024 = 526,336, head 65,536 (torch.nn.LSTM's count) */
+  const char *names[2] = {"gpt-deep", "lstm"};
+  const size_t counts[2] = {6416896, 1183744};
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(model_spec_builtin(names[k], &s));
+    CHECK_OK(model_build(&s, (shape_t){1, 1, 128}, 256, 2, &m));
+    model_spec_free(&s);
+    if (m) CHECK(m->nparams == counts[k]);
+    if (m && k == 1) CHECK(!strcmp(m->tensors[3].name, "layers.1.bias_ih_l0") && m->ntensors == 10);
+    model_free(m);
+    m = NULL;
+  }
+  CHECK_OK(model_spec_parse("embedding vocab=5 units=6\nattention heads=4\nlmhead vocab=5\n", "f.model", &s));
+  CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 3}, 5, 2, &m), "f.model:2: attention: heads=4 does not divide the width 6");
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("embedding vocab=5 units=6 name=e\nlinear units=4\nadd with=e\nlmhead vocab=5\n", "f.model", &s));
+  CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 3}, 5, 2, &m), "f.model:3: add: its inputs differ in shape");
+  model_spec_free(&s);
+  CHECK_FAILS_WITH(model_spec_parse("embedding vocab=5 units=6\nadd\n", "f.model", &s), "f.model:2: add needs with=NAME");
+  CHECK_OK(model_spec_parse("embedding vocab=5 units=6 name=e\nlmhead vocab=6 tie=e\n", "f.model", &s));
+  CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 3}, 6, 2, &m), "f.model:2: lmhead tie=: the embedding (line 1) is 5x6");
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("embedding vocab=5 units=6\nlmhead vocab=5\n", "f.model", &s));
+  CHECK_FAILS_WITH(model_build(&s, (shape_t){1, 1, 3}, 7, 2, &m), "lmhead predicts 5 tokens but the data has 7");
+  model_spec_free(&s);
+}
+
 /* With a ready callback, a layer's parameter gradients leave before its
  * input gradient is computed (data parallelism starts sending them), and
  * the gradients are the same bits as without one. */
@@ -409,6 +503,8 @@ int main(void) {
   RUN(test_parse_errors);
   RUN(test_parse_refuses_sloppy_input);
   RUN(test_model_gradient);
+  RUN(test_sequence_model_gradient);
+  RUN(test_sequence_model_sizes_and_refusals);
   RUN(test_ready_before_input_gradient);
   RUN(test_seeded_init);
   RUN(test_model_file_gzip_refused);

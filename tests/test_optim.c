@@ -310,6 +310,39 @@ static void test_matches_pytorch(void) {
   check_torch(OPTIM_RMSPROP, 0, 0, 0.01f, rmsprop);
 }
 
+/* torch.optim.AdamW (1.13), lr 0.01, 3 steps of G: decoupled weight decay
+ * 0.1 on every element, and with element 1 exempt (a norm or a bias) it
+ * follows weight decay 0 there and 0.1 elsewhere. */
+static void test_adamw_matches_pytorch(void) {
+  static const float decayed[N] = {0.479279667f, -0.993510425f, 1.97484028f};
+  static const float plain[N] = {0.480755508f, -0.996491015f, 1.98080552f};
+  optim_config_t cfg;
+  optim_config_default(OPTIM_ADAMW, &cfg);
+  CHECK(fabsf(cfg.weight_decay - 0.01f) < 1e-9f); /* PyTorch's default */
+  cfg.weight_decay = 0.1f;
+  float w[N];
+  optimizer_t *o = run_rule(&cfg, 0.01f, w);
+  for (int i = 0; i < N; i++) CHECK_NEAR(w[i], decayed[i], 4e-7);
+  CHECK(o && o->nstate == 2 && strcmp(optim_state_name(o, 1), "exp_avg_sq") == 0);
+  optim_free(o);
+  CHECK_OK(optim_new(&cfg, N, &o));
+  optim_segment_t exempt = {1, 1}, seg = {0, N};
+  CHECK_OK(optim_set_no_decay(o, &exempt, 1));
+  for (int i = 0; i < N; i++) w[i] = (float)W0[i];
+  for (int s = 0; s < STEPS; s++) {
+    float g[N];
+    for (int i = 0; i < N; i++) g[i] = (float)G[s][i];
+    optim_step(o, w, g, &seg, 1, 0.01f);
+  }
+  CHECK_NEAR(w[0], decayed[0], 4e-7);
+  CHECK_NEAR(w[1], plain[1], 4e-7);
+  CHECK_NEAR(w[2], decayed[2], 4e-7);
+  optim_free(o);
+  optim_kind_t k;
+  CHECK_OK(optim_kind_parse("adamw", &k));
+  CHECK(k == OPTIM_ADAMW);
+}
+
 /* ---- segments and state layout -------------------------------------------- */
 
 /* Stepping [0,2) then [2,4) in separate calls equals stepping [0,4) in
@@ -388,8 +421,8 @@ static void test_parse_and_config_errors(void) {
   optim_kind_t k;
   CHECK_OK(optim_kind_parse("rmsprop", &k));
   CHECK(k == OPTIM_RMSPROP && strcmp(optim_kind_name(k), "rmsprop") == 0);
-  CHECK_FAILS_WITH(optim_kind_parse("adamw", &k),
-                   "unknown optimizer 'adamw' (expected sgd, adam, rmsprop, lars)");
+  CHECK_FAILS_WITH(optim_kind_parse("adamax", &k),
+                   "unknown optimizer 'adamax' (expected sgd, adam, adamw, rmsprop, lars)");
   lr_kind_t l;
   CHECK_OK(lr_kind_parse("cosine", &l));
   CHECK(l == LR_COSINE && strcmp(lr_kind_name(l), "cosine") == 0);
@@ -459,6 +492,7 @@ int main(void) {
   RUN(test_lars_trust_ratio);
   RUN(test_lars_per_segment);
   RUN(test_matches_pytorch);
+  RUN(test_adamw_matches_pytorch);
   RUN(test_segments_index_state);
   RUN(test_parts_same_bits);
   RUN(test_parse_and_config_errors);

@@ -20,8 +20,16 @@ typedef struct {
   float scale, shift;       /* x = pixel * scale + shift (set by dataset_normalize) */
   float *x;                 /* [n, dim] float samples when pixels == NULL */
   int32_t *y;               /* [n] */
+  /* Text (src/data/text.c): the bytes of the whole text, shared by the
+   * splits' windows; window i of this split starts at byte
+   * (text_first + i)·dim. NULL: not text. */
+  uint8_t *text;
+  size_t text_len, text_first;
+  size_t ylen;              /* labels per sample: 1 (0 reads as 1), or T for text */
   char source[256];         /* where it came from, for messages */
 } dataset_t;
+
+#define FORTUNES_DIR "/usr/share/games/fortunes"
 
 /* Fashion-MNIST (and MNIST) mean and std of the pixel values / 255. */
 #define FASHION_MNIST_MEAN 0.2860f
@@ -47,6 +55,18 @@ int dataset_synthetic_split(size_t n, int c, int h, int w, int nclasses, uint64_
                             int train, dataset_t *out);
 /* For pixel data sets scale/shift so that x = (pixel/255 - mean)/std;
  * for float data normalises x in place. */
+/* Whether --data names text: "fortunes" (the Debian package's files in
+ * FORTUNES_DIR) or "text:PATH" (any file, read as bytes). */
+int data_is_text(const char *spec);
+/* The train (train != 0: the first 90% of the windows) or validation
+ * split (the last 10%) of the text as windows of seq_len bytes, each with
+ * its seq_len next bytes as labels (ylen = seq_len, 256 classes). An empty
+ * or too short file is refused with one line saying how long it must be. */
+int dataset_load_text(const char *spec, int seq_len, int train, dataset_t *out);
+/* dataset_load, or dataset_load_text where spec names text. */
+int dataset_load_seq(const char *spec, int train, uint64_t seed, int seq_len, dataset_t *out);
+/* Labels per sample (ylen, at least 1). */
+static inline size_t dataset_ylen(const dataset_t *d) { return d->ylen ? d->ylen : 1; }
 void dataset_normalize(dataset_t *d, float mean, float std);
 void dataset_free(dataset_t *d);
 
@@ -57,7 +77,10 @@ void data_epoch_order(uint64_t seed, int64_t epoch, uint32_t *order, size_t n);
  * (sizes differ by at most one). */
 void data_shard(size_t n, int r, int parts, size_t *off, size_t *len);
 /* Copies the samples order[0..count) into x [count, dim] (normalised:
- * pixel * scale + shift, or the float samples) and y [count]. x NULL:
+ * pixel * scale + shift, or the float samples; text: the byte values) and
+ * y [count, ylen]. x NULL:
  * the labels only (a pipeline's last stage, whose input arrives). */
 void data_gather(const dataset_t *d, const uint32_t *order, size_t count, float *x, int32_t *y);
+/* text.c: window w of a text split into x [dim] (may be NULL) and y [dim]. */
+void text_gather(const dataset_t *d, size_t w, float *x, int32_t *y);
 #endif

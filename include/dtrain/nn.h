@@ -29,6 +29,18 @@ typedef enum {
   LAYER_DROPOUT,
   LAYER_BATCHNORM,
   LAYER_ALLGATHER,   /* tensor parallelism's gather of channel shards (inserted, not written) */
+  /* sequence models: a sample is T positions of c features, shape {c, 1, T}
+   * (NHWC: [T, c] contiguous), so that batch x sequence x features is
+   * [n, T, c] and a position-wise product is one GEMM over n·T rows */
+  LAYER_EMBEDDING,   /* token ids [n, T] (floats holding integers) -> rows of a [vocab, units] table */
+  LAYER_POSEMBED,    /* + a learned [positions, c] table, row t at position t */
+  LAYER_LAYERNORM,   /* per position over c features; weight, bias [c] */
+  LAYER_GELU,        /* tanh form (GPT-2's, PyTorch's approximate='tanh') */
+  LAYER_ATTENTION,   /* causal multi-head self-attention: fused QKV, softmax, projection */
+  LAYER_ADD,         /* residual add of two inputs of one shape */
+  LAYER_LINEAR,      /* position-wise dense: [n·T, in] -> [n·T, units], weight [units, in] */
+  LAYER_LMHEAD,      /* logits [n, T, vocab] = x · Wᵀ, W its own or the embedding's (tied) */
+  LAYER_LSTM,        /* torch.nn.LSTM (batch_first): layers stacked, every h_t out */
   LAYER_KIND_COUNT
 } layer_kind_t;
 
@@ -108,6 +120,13 @@ typedef struct {
   int input;                  /* index of the node feeding this one; -1 = model input */
   int line;                   /* line in the model file (for messages) */
   int index;                  /* position in the model file: tensors are layers.<index>.* */
+  int input2;                 /* add: the second input's node (with=NAME); -1 = model input */
+  int heads;                  /* attention: heads (dividing the width) */
+  int num_layers;             /* lstm: layers stacked (layers=N) */
+  int vocab;                  /* embedding, lmhead: tokens */
+  int positions;              /* posembed: rows of the table (the longest sequence) */
+  int tie;                    /* lmhead: 1 + the node of the embedding whose table it reads
+                               * (tie=NAME, weight tying); 0: a table of its own */
   split_t split;              /* tensor parallelism: set by the planner */
   file_split_t file_split;    /* the file's split= key, which the planner follows */
 } layer_spec_t;
@@ -180,10 +199,24 @@ struct layer {
   uint64_t rng_skip;               /* dropout: draws of the stream to pass before the next
                                     * training forward's mask (a pipeline micro-batch takes
                                     * its place in one worker's stream); 0: none */
+  /* A graph, not only a chain: add's second input (x2, read in forward)
+   * and where its gradient goes (dx2), set by the model before each call.
+   * A node read by two layers gets its gradient from both: the later
+   * reader (first in backward) writes it, the earlier adds to it (dx_add
+   * for the input, dx2_add for the second input), as layers that support
+   * it (the sequence layers, layer_kind_adds_dx) do. */
+  const float *x2;
+  float *dx2;
+  shape_t in2_shape;
+  int dx_add, dx2_add;
+  int tied;                        /* embedding: an lmhead reads its table and writes its
+                                    * gradient first, so backward adds to dw */
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);
 const char *layer_kind_name(layer_kind_t kind);
+/* Whether the kind's backward honours dx_add (and add's dx2_add). */
+int layer_kind_adds_dx(layer_kind_t kind);
 int layer_kind_parse(const char *name, layer_kind_t *out);
 
 /* A named tensor inside an arena (a parameter or a buffer). dims is the
@@ -229,6 +262,8 @@ typedef struct {
   layer_t *layers;
   shape_t input;
   int nclasses;
+  int positions;            /* predictions a sample: T for a sequence model (the last layer
+                             * gives [T, nclasses]), else 1 */
   int max_batch;
   size_t nparams, nbuffers;
   float *params, *grads, *buffers;
@@ -268,7 +303,11 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
 /* Softmax cross-entropy of the last forward's logits: returns the summed
  * loss over the n samples, and writes d(loss_sum / denom)/d(logits) into the
  * last layer's dout. denom is the number of samples the gradient is
- * averaged over (n for one worker; the global batch for data parallelism). */
+ * averaged over (n for one worker; the global batch for data parallelism).
+ * A sequence model (positions T > 1) predicts every position: labels are
+ * [n, T], a sample's loss is the mean over its T positions (nats per
+ * token), the gradient the mean over the denom·T tokens, and *correct the
+ * correct predictions / T (rounded down). */
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct);
 /* A rank with no sample in a step, under synchronized batch norm: the
  * group's sums with nothing added, in the order a forward and a backward
@@ -401,6 +440,10 @@ int model_split_costs(const model_t *m, int P, const double *cost, int *first);
 
 /* Softmax cross-entropy on its own (used by model_loss and its test):
  * logits [n,k] -> probs, returns summed loss; dlogits = (p - onehot)/denom. */
+/* The same over a sequence model's [n, positions] predictions: returns the
+ * summed per-sample means (model_loss's convention); dlogits may be NULL. */
+double softmax_xent_seq(const float *logits, const int32_t *labels, int n, int positions, int k,
+                        int denom, float *probs, float *dlogits, int *correct);
 double softmax_xent(const float *logits, const int32_t *labels, int n, int k, int denom,
                     float *probs, float *dlogits, int *correct);
 #endif

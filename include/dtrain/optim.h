@@ -2,20 +2,21 @@
  * arenas of the same layout as the parameters, so a parameter-server shard
  * or a pipeline stage steps a range of them with the same code.
  * Update rules follow PyTorch's torch.optim exactly (weight decay as L2
- * added to the gradient), so results can be compared with it. */
+ * added to the gradient; AdamW's decoupled, w *= 1 - lr·wd first), so
+ * results can be compared with it. */
 #ifndef DTRAIN_OPTIM_H
 #define DTRAIN_OPTIM_H
 
 #include "dtrain/core.h"
 
-typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_RMSPROP, OPTIM_LARS, OPTIM_KIND_COUNT } optim_kind_t;
+typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_RMSPROP, OPTIM_LARS, OPTIM_ADAMW, OPTIM_KIND_COUNT } optim_kind_t;
 
 typedef struct {
   optim_kind_t kind;
   float momentum;       /* sgd, rmsprop, lars */
   int nesterov;         /* sgd */
   float weight_decay;
-  float beta1, beta2;   /* adam (0.9, 0.999) */
+  float beta1, beta2;   /* adam, adamw (0.9, 0.999) */
   float alpha;          /* rmsprop smoothing (0.99) */
   float eps;            /* adam 1e-8, rmsprop 1e-8 */
   float trust;          /* lars trust coefficient eta (0.001) */
@@ -36,6 +37,10 @@ typedef struct {
   float *state[2];          /* sgd/lars: velocity; adam: m, v; rmsprop: square avg, momentum buf */
   float *state_own[2];      /* the optimizer's arenas; state may point elsewhere */
   int64_t steps;            /* steps taken (Adam's bias correction) */
+  /* AdamW: ranges of the arena its weight decay skips (norms, biases),
+   * sorted by offset; none: it decays everything */
+  optim_segment_t *no_decay;
+  int nno_decay;
 } optimizer_t;
 
 int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out);
@@ -44,7 +49,10 @@ void optim_free(optimizer_t *o);
  * ranks sharing memory step one copy), or back in the optimizer's own
  * arenas with NULL. */
 void optim_use_state(optimizer_t *o, float *arena);
-const char *optim_state_name(const optimizer_t *o, int i);   /* "momentum_buffer", "exp_avg", ... */
+const char *optim_state_name(const optimizer_t *o, int i);
+/* AdamW's exemptions from weight decay: the ranges (sorted by offset, not
+ * overlapping) are copied; the other rules ignore them. */
+int optim_set_no_decay(optimizer_t *o, const optim_segment_t *ranges, int n);   /* "momentum_buffer", "exp_avg", ... */
 
 /* One step over the given segments of params/grads (offsets index the
  * whole arena, and so the state). Increments o->steps once per call. */

@@ -116,6 +116,9 @@ typedef struct {
   /* what to train */
   char model[256], data[256];
   int epochs, batch;            /* batch per worker */
+  int seq_len;                  /* --seq-len: tokens per sample of text data [128] */
+  double clip_grad_norm;        /* --clip-grad-norm: the summed gradient's global L2 norm
+                                 * is scaled down to at most this before a step (0 = off) */
   uint64_t seed;
   int threads;                  /* BLAS threads per worker */
   int bf16;                     /* --precision bf16: products in bfloat16 (kern_set_bf16) */

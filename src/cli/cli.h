@@ -10,6 +10,7 @@ int cmd_presets(int argc, char **argv);
 int cmd_compare(int argc, char **argv);         /* src/cli/compare.c */
 int cmd_describe(int argc, char **argv);        /* src/cli/describe.c */
 int cmd_plan(int argc, char **argv);            /* src/cli/plan.c */
+int cmd_sample(int argc, char **argv);          /* src/cli/sample.c */
 
 #include <stdio.h>
 /* Before a command runs: the best OpenBLAS kernels for this CPU (may start

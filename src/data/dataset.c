@@ -71,6 +71,11 @@ int dataset_load(const char *spec, int train, uint64_t seed, dataset_t *out) {
   return load_idx_folder(spec, train, NULL, out);
 }
 
+int dataset_load_seq(const char *spec, int train, uint64_t seed, int seq_len, dataset_t *out) {
+  if (data_is_text(spec)) return dataset_load_text(spec, seq_len, train, out);
+  return dataset_load(spec, train, seed, out);
+}
+
 void dataset_normalize(dataset_t *d, float mean, float std) {
   const float inv = 1.0f / std;
   if (d->pixels) { /* applied by data_gather: x = pixel/255 scaled */
@@ -84,7 +89,9 @@ void dataset_normalize(dataset_t *d, float mean, float std) {
 
 void dataset_free(dataset_t *d) {
   free(d->pixels);
+  free(d->text);
   d->pixels = NULL;
+  d->text = NULL;
   dt_free(d->x);
   dt_free(d->y);
   d->x = NULL;

@@ -35,6 +35,10 @@ static void gather_pixels(const uint8_t *restrict px, size_t dim, float scale, f
 
 void data_gather(const dataset_t *d, const uint32_t *order, size_t count, float *x, int32_t *y) {
   const size_t dim = d->dim;
+  if (d->text) {
+    for (size_t i = 0; i < count; i++) text_gather(d, order[i], x ? x + i * dim : NULL, y + i * dim);
+    return;
+  }
   for (size_t i = 0; i < count; i++) {
     size_t src = (size_t)order[i] * dim;
     if (!x) {

@@ -16,7 +16,9 @@
  * but this table should reach them. */
 extern const layer_ops_t layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_flatten_ops, layer_relu_ops, layer_tanh_ops,
-    layer_sigmoid_ops, layer_dropout_ops, layer_batchnorm_ops, layer_allgather_ops;
+    layer_sigmoid_ops, layer_dropout_ops, layer_batchnorm_ops, layer_allgather_ops,
+    layer_embedding_ops, layer_posembed_ops, layer_layernorm_ops, layer_gelu_ops,
+    layer_attention_ops, layer_add_ops, layer_linear_ops, layer_lmhead_ops, layer_lstm_ops;
 
 static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_DENSE] = &layer_dense_ops,         [LAYER_CONV2D] = &layer_conv2d_ops,
@@ -25,6 +27,11 @@ static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_TANH] = &layer_tanh_ops,           [LAYER_SIGMOID] = &layer_sigmoid_ops,
     [LAYER_DROPOUT] = &layer_dropout_ops,     [LAYER_BATCHNORM] = &layer_batchnorm_ops,
     [LAYER_ALLGATHER] = &layer_allgather_ops,
+    [LAYER_EMBEDDING] = &layer_embedding_ops, [LAYER_POSEMBED] = &layer_posembed_ops,
+    [LAYER_LAYERNORM] = &layer_layernorm_ops, [LAYER_GELU] = &layer_gelu_ops,
+    [LAYER_ATTENTION] = &layer_attention_ops, [LAYER_ADD] = &layer_add_ops,
+    [LAYER_LINEAR] = &layer_linear_ops,       [LAYER_LMHEAD] = &layer_lmhead_ops,
+    [LAYER_LSTM] = &layer_lstm_ops,
 };
 
 /* Inserted by tensor parallelism's planner, never written in a model file. */
@@ -38,13 +45,15 @@ const char *layer_kind_name(layer_kind_t kind) {
   return (unsigned)kind < LAYER_KIND_COUNT ? kinds[kind]->name : "unknown";
 }
 
+int layer_kind_adds_dx(layer_kind_t kind) { return kind >= LAYER_EMBEDDING && kind < LAYER_KIND_COUNT; }
+
 int layer_kind_parse(const char *name, layer_kind_t *out) {
   for (int k = 0; k < LAYER_KIND_COUNT; k++)
     if (writable(k) && strcmp(name, kinds[k]->name) == 0) {
       *out = (layer_kind_t)k;
       return 0;
     }
-  char list[256] = "";
+  char list[512] = "";
   for (int k = 0; k < LAYER_KIND_COUNT; k++) {
     if (!writable(k)) continue;
     strcat(list, k ? ", " : "");

@@ -32,6 +32,8 @@ static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *c
     }
     ls[k] = *s;
     ls[k].input = s->input < 0 ? -1 : newidx[s->input];
+    if (s->kind == LAYER_ADD) ls[k].input2 = s->input2 < 0 ? -1 : newidx[s->input2];
+    if (s->kind == LAYER_LMHEAD && s->tie) ls[k].tie = 1 + newidx[s->tie - 1];
     newidx[i] = k++;
   }
   free(newidx);
@@ -87,16 +89,79 @@ static block_t weight_block(const layer_t *l) {
                    (size_t)l->in_full};
 }
 
+/* The sequence layers' tensors (docs/MODEL_FORMAT.md maps them to
+ * PyTorch's): tables and matrices 2-D, norms and biases 1-D. Returns 0
+ * for a kind described by describe_tensors itself. */
+/* A whole [rows, cols] matrix as one block (what a checkpoint's shape
+ * check reads: dims[0] x mid x full_cols floats). */
+static block_t matrix_block(int rows, int cols) {
+  return (block_t){0, (size_t)rows, 1, 0, (size_t)cols, (size_t)cols};
+}
+
+static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
+  int c = l->in_shape.c, o = l->out_shape.c;
+  size_t off = l->param_off;
+  tensor_info_t *t = m->tensors + m->ntensors;
+  switch (l->spec.kind) {
+    case LAYER_EMBEDDING:
+    case LAYER_POSEMBED:
+    case LAYER_LMHEAD: {
+      int rows = l->spec.kind == LAYER_POSEMBED ? l->spec.positions : l->spec.vocab;
+      int d[2] = {rows, l->spec.kind == LAYER_LMHEAD ? c : o};
+      add_tensor(t, l, i, "weight", off, 2, d, matrix_block(d[0], d[1]));
+      m->ntensors += 1;
+      return 1;
+    }
+    case LAYER_ATTENTION: {
+      int qw[2] = {3 * c, c}, qb[1] = {3 * c}, pw[2] = {c, c}, pb[1] = {c};
+      size_t q = (size_t)3 * c * c;
+      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, matrix_block(3 * c, c));
+      add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, whole_block((size_t)3 * c));
+      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * c, 2, pw, matrix_block(c, c));
+      add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * c + (size_t)c * c, 1, pb, whole_block((size_t)c));
+      m->ntensors += 4;
+      return 1;
+    }
+    case LAYER_LSTM: {
+      size_t p = off, H = (size_t)o, H4 = 4 * H;
+      for (int k = 0; k < l->spec.num_layers; k++) {
+        int in = k == 0 ? c : o, wi[2] = {(int)H4, in}, wh[2] = {(int)H4, o}, b[1] = {(int)H4};
+        char name[4][24];
+        snprintf(name[0], 24, "weight_ih_l%d", k), snprintf(name[1], 24, "weight_hh_l%d", k);
+        snprintf(name[2], 24, "bias_ih_l%d", k), snprintf(name[3], 24, "bias_hh_l%d", k);
+        add_tensor(t++, l, i, name[0], p, 2, wi, matrix_block((int)H4, in)), p += H4 * in;
+        add_tensor(t++, l, i, name[1], p, 2, wh, matrix_block((int)H4, o)), p += H4 * H;
+        add_tensor(t++, l, i, name[2], p, 1, b, whole_block(H4)), p += H4;
+        add_tensor(t++, l, i, name[3], p, 1, b, whole_block(H4)), p += H4;
+      }
+      m->ntensors += 4 * l->spec.num_layers;
+      return 1;
+    }
+    case LAYER_LINEAR: {
+      int wd[2] = {o, c}, bd[1] = {o};
+      add_tensor(t, l, i, "weight", off, 2, wd, matrix_block(o, c));
+      add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, whole_block((size_t)o));
+      m->ntensors += 2;
+      return 1;
+    }
+    default: return 0;
+  }
+}
+
 /* Names and shapes of the parameter and buffer tensors, PyTorch style:
  * the one-worker shapes, and the block of them this rank holds (a layer
  * split by tensor parallelism holds rows or columns of its weight). */
 static int describe_tensors(model_t *m) {
-  m->tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->tensors);
+  size_t cap = 1;
+  for (int i = 0; i < m->nlayers; i++)
+    cap += m->layers[i].spec.kind == LAYER_LSTM ? 4 * (size_t)m->layers[i].spec.num_layers : 4;
+  m->tensors = calloc(cap, sizeof *m->tensors);
   m->buf_tensors = calloc((size_t)m->nlayers * 2 + 1, sizeof *m->buf_tensors);
   if (!m->tensors || !m->buf_tensors) return dt_error("out of memory");
   for (int i = 0; i < m->nlayers; i++) {
     const layer_t *l = &m->layers[i];
     if (l->param_len == 0) continue;
+    if (describe_sequence_tensors(m, l, i)) continue;
     int wd[4], nd = 1;
     size_t nb = l->param_len - l->nweight;
     block_t wb = whole_block(l->nweight), bb = whole_block(nb);
@@ -184,6 +249,62 @@ static int set_shard(layer_t *l) {
   return 0;
 }
 
+/* add's second input: an earlier node of the same shape (checked once
+ * both are set up, in add's setup through x2's shape). */
+static int check_second_input(model_t *m, layer_t *l, int i, const char *source) {
+  if (l->spec.kind != LAYER_ADD) return 0;
+  int j = l->spec.input2;
+  if (j >= i || j < 0)
+    return dt_error("%s:%d: add: with= must name an earlier layer (the residual stream)", source,
+                    l->spec.line);
+  l->x2 = NULL;
+  l->in2_shape = m->layers[j].out_shape;
+  return 0;
+}
+
+/* lmhead tie=NAME: the embedding's table [vocab, width] as its weight,
+ * no parameters of its own; the embedding's backward then adds to the
+ * gradient the head wrote. */
+static int tie_head(model_t *m, layer_t *l, const char *source) {
+  layer_t *e = &m->layers[l->spec.tie - 1];
+  if (e->spec.kind != LAYER_EMBEDDING)
+    return dt_error("%s:%d: lmhead tie= names line %d, a %s: it must name an embedding", source,
+                    l->spec.line, e->spec.line, layer_kind_name(e->spec.kind));
+  if (e->spec.vocab != l->spec.vocab || e->out_shape.c != l->in_shape.c)
+    return dt_error("%s:%d: lmhead tie=: the embedding (line %d) is %dx%d but the head needs "
+                    "%dx%d: give both the same vocab and width", source, l->spec.line,
+                    e->spec.line, e->spec.vocab, e->out_shape.c, l->spec.vocab, l->in_shape.c);
+  l->param_len = l->nweight = 0;
+  e->tied = 1;
+  return 0;
+}
+
+/* A node read by two layers (the residual stream: a layer norm and an
+ * add) gets its gradient from both: in backward the later reader writes
+ * it and the earlier adds to it, which the earlier must support. */
+static int plan_gradient_sums(model_t *m, const char *source) {
+  char *written = calloc((size_t)m->nlayers + 1, 1);
+  if (!written) return dt_error("out of memory");
+  int rc = 0;
+  for (int i = m->nlayers - 1; i >= 0 && rc == 0; i--) {
+    layer_t *l = &m->layers[i];
+    int ins[2] = {l->spec.input, l->spec.kind == LAYER_ADD ? l->spec.input2 : -2};
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      int p = ins[k];
+      if (p < -1) continue;
+      if (!written[p + 1]) { written[p + 1] = 1; continue; }
+      if (!layer_kind_adds_dx(l->spec.kind))
+        rc = dt_error("%s:%d: %s reads a node a later layer reads too, and cannot add its "
+                      "gradient to the later one's: read it through a layernorm or add", source,
+                      l->spec.line, layer_kind_name(l->spec.kind));
+      if (k == 0) l->dx_add = 1;
+      else l->dx2_add = 1;
+    }
+  }
+  free(written);
+  return rc;
+}
+
 static int setup_layers(model_t *m, const char *source) {
   size_t poff = 0, boff = 0;
   for (int i = 0; i < m->nlayers; i++) {
@@ -194,6 +315,7 @@ static int setup_layers(model_t *m, const char *source) {
         return dt_error("%s:%d: two layers read the same input; branching with several "
                         "consumers is not supported yet", source, l->spec.line);
     l->ops = layer_ops_for(l->spec.kind);
+    if (check_second_input(m, l, i, source) != 0) return -1;
     const layer_t *src = l->spec.input < 0 ? NULL : &m->layers[l->spec.input];
     l->in_shape = src ? src->out_shape : m->input;
     l->in_full = src ? src->out_full : m->input.c;
@@ -204,6 +326,7 @@ static int setup_layers(model_t *m, const char *source) {
     if (l->ops->setup(l, m->max_batch) != 0)
       return dt_error_prefix("%s:%d: ", source, l->spec.line);
     if (set_shard(l) != 0) return dt_error_prefix("%s:%d: ", source, l->spec.line);
+    if (l->spec.kind == LAYER_LMHEAD && l->spec.tie) DT_TRY(tie_head(m, l, source));
     l->param_off = poff;
     l->buf_off = boff;
     poff += l->param_len;
@@ -211,8 +334,15 @@ static int setup_layers(model_t *m, const char *source) {
   }
   m->nparams = poff;
   m->nbuffers = boff;
+  DT_TRY(plan_gradient_sums(m, source));
   const layer_t *last = &m->layers[m->nlayers - 1];
-  if (shape_size(last->out_shape) != (size_t)m->nclasses)
+  m->positions = 1;
+  if (last->spec.kind == LAYER_LMHEAD) { /* a prediction at every position */
+    if (last->out_shape.c != m->nclasses)
+      return dt_error("%s:%d: lmhead predicts %d tokens but the data has %d (set vocab=%d)", source,
+                      last->spec.line, last->out_shape.c, m->nclasses, m->nclasses);
+    m->positions = last->out_shape.h * last->out_shape.w;
+  } else if (shape_size(last->out_shape) != (size_t)m->nclasses)
     return dt_error("%s:%d: the last layer gives %zu outputs but the data has %d classes", source,
                     last->spec.line, shape_size(last->out_shape), m->nclasses);
   return 0;
@@ -221,13 +351,13 @@ static int setup_layers(model_t *m, const char *source) {
 /* One allocation for every layer's out, dout and scratch. */
 static int allocate_activations(model_t *m) {
   layer_range_t r = whole(m);
-  size_t total =
-      (size_t)m->max_batch * (size_t)m->nclasses + layer_range_act_floats(&r, m->max_batch);
+  size_t probs = (size_t)m->max_batch * (size_t)m->nclasses * (size_t)m->positions;
+  size_t total = probs + layer_range_act_floats(&r, m->max_batch);
   float *p = dt_alloc_floats(total);
   if (!p) return -1;
   m->act_arena = p;
   m->probs = p;
-  p += (size_t)m->max_batch * m->nclasses;
+  p += probs;
   layer_range_assign(&r, m->max_batch, p);
   return 0;
 }
@@ -241,6 +371,13 @@ static void assign_views(model_t *m) {
     l->db = l->dw + l->nweight;
     l->running_mean = l->buf_len ? m->buffers + l->buf_off : NULL;
     l->running_var = l->buf_len ? m->buffers + l->buf_off + l->buf_len / 2 : NULL;
+  }
+  for (int i = 0; i < m->nlayers; i++) { /* a tied head reads and writes the embedding's table */
+    layer_t *l = &m->layers[i];
+    if (l->spec.kind == LAYER_LMHEAD && l->spec.tie) {
+      l->w = m->layers[l->spec.tie - 1].w;
+      l->dw = m->layers[l->spec.tie - 1].dw;
+    }
   }
 }
 
@@ -342,6 +479,11 @@ static const float *layer_input(const layer_range_t *r, const layer_t *l, const 
   return l->spec.input < r->first ? x : r->layers[l->spec.input].out;
 }
 
+/* add's second input, as layer_input reads the first. */
+static const float *layer_input2(const layer_range_t *r, const layer_t *l, const float *x) {
+  return l->spec.input2 < r->first ? x : r->layers[l->spec.input2].out;
+}
+
 void layer_range_forward(const layer_range_t *r, const float *x, int n, int train, rng_t *rng,
                          param_wait_fn wait, void *ctx) {
   for (int i = r->first; i <= r->last; i++) {
@@ -352,6 +494,7 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
       continue;
     }
     if (wait && l->param_len) wait(ctx, i);
+    if (l->spec.kind == LAYER_ADD) l->x2 = layer_input2(r, l, x);
     layer_meter_t mt = meter_start(l);
     l->ops->forward(l, layer_input(r, l, x), n, train, rng);
     double t1 = meter_stop(r, l, &mt);
@@ -373,6 +516,8 @@ void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int
     layer_t *l = &r->layers[i];
     if (layer_range_is_alias(r, i)) continue;
     float *ldx = input_gradient(r->layers, r->first, l, dx);
+    if (l->spec.kind == LAYER_ADD)
+      l->dx2 = l->spec.input2 < r->first ? dx : r->layers[l->spec.input2].dout;
     int early = ready && l->param_len && ldx && l->ops->backward_input;
     layer_meter_t mt = meter_start(l);
     l->ops->backward(l, layer_input(r, l, x), early ? NULL : ldx, n);
@@ -401,7 +546,8 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
 
 double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct) {
   layer_t *last = &m->layers[m->nlayers - 1];
-  return softmax_xent(last->out, labels, n, m->nclasses, denom, m->probs, last->dout, correct);
+  return softmax_xent_seq(last->out, labels, n, m->positions, m->nclasses, denom, m->probs,
+                          last->dout, correct);
 }
 
 const float *model_layer_input(const model_t *m, int i, const float *x) {

@@ -58,10 +58,12 @@ static void spec_defaults(layer_spec_t *l, layer_kind_t kind) {
 enum {
   K_UNITS = 1 << 0, K_FILTERS = 1 << 1, K_KERNEL = 1 << 2, K_STRIDE = 1 << 3, K_PAD = 1 << 4,
   K_RATE = 1 << 5, K_EPS = 1 << 6, K_MOMENTUM = 1 << 7, K_NAME = 1 << 8, K_INPUT = 1 << 9,
-  K_SPLIT = 1 << 10
+  K_SPLIT = 1 << 10, K_HEADS = 1 << 11, K_VOCAB = 1 << 12, K_POSITIONS = 1 << 13,
+  K_WITH = 1 << 14, K_TIE = 1 << 15, K_LAYERS = 1 << 16
 };
 static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", "pad",   "rate",
-                                        "eps",   "momentum", "name",  "input",  "split"};
+                                        "eps",   "momentum", "name",  "input",  "split",
+                                        "heads", "vocab", "positions", "with", "tie", "layers"};
 /* split=VALUE, indexed by file_split_t (UNSET has none). */
 static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
@@ -81,6 +83,14 @@ static int kind_keys(layer_kind_t kind) {
     case LAYER_AVGPOOL: return all | K_KERNEL | K_STRIDE;
     case LAYER_DROPOUT: return all | K_RATE;
     case LAYER_BATCHNORM: return all | K_EPS | K_MOMENTUM;
+    case LAYER_EMBEDDING: return all | K_VOCAB | K_UNITS;
+    case LAYER_POSEMBED: return all | K_POSITIONS;
+    case LAYER_LAYERNORM: return all | K_EPS;
+    case LAYER_ATTENTION: return all | K_HEADS;
+    case LAYER_ADD: return all | K_WITH;
+    case LAYER_LINEAR: return all | K_UNITS;
+    case LAYER_LMHEAD: return all | K_VOCAB | K_TIE;
+    case LAYER_LSTM: return all | K_UNITS | K_LAYERS;
     default: return all;
   }
 }
@@ -130,7 +140,7 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     return dt_error("%s:%d: key '%s' given twice: keep one", src, line, key);
   *seen |= 1 << k;
   int bit = 1 << k;
-  if (bit & (K_UNITS | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD)) {
+  if (bit & (K_UNITS | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_HEADS | K_VOCAB | K_POSITIONS | K_LAYERS)) {
     long lo = bit == K_PAD ? 0 : 1, iv = 0;
     int rc = whole_number(val, lo, MAX_INT_KEY, &iv);
     if (rc != 0)
@@ -140,6 +150,10 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     else if (bit == K_FILTERS) l->filters = (int)iv;
     else if (bit == K_KERNEL) l->kernel = (int)iv;
     else if (bit == K_STRIDE) l->stride = (int)iv;
+    else if (bit == K_HEADS) l->heads = (int)iv;
+    else if (bit == K_VOCAB) l->vocab = (int)iv;
+    else if (bit == K_POSITIONS) l->positions = (int)iv;
+    else if (bit == K_LAYERS) l->num_layers = (int)iv;
     else l->pad = (int)iv;
     return 0;
   }
@@ -177,9 +191,11 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     strcpy(l->name, val);
     return 0;
   }
-  for (int i = 0; i < spec->nlayers; i++) /* K_INPUT */
+  for (int i = 0; i < spec->nlayers; i++) /* K_INPUT, K_WITH, K_TIE: a node by name */
     if (!strcmp(spec->layers[i].name, val)) {
-      l->input = i;
+      if (bit == K_WITH) l->input2 = i;
+      else if (bit == K_TIE) l->tie = i + 1;
+      else l->input = i;
       return 0;
     }
   return dt_error("%s:%d: input=%s: no earlier layer is named '%s' (give one name=%s)", src, line,
@@ -227,6 +243,15 @@ static int check_required(layer_spec_t *l, const model_spec_t *spec) {
   if ((l->kind == LAYER_MAXPOOL || l->kind == LAYER_AVGPOOL) && l->kernel <= 0)
     return dt_error("%s:%d: %s needs kernel=K", spec->source, l->line, kind);
   if (l->stride == 0) l->stride = l->kind == LAYER_CONV2D ? 1 : l->kernel;
+  const char *need = l->kind == LAYER_EMBEDDING && (l->vocab <= 0 || l->units <= 0) ? "vocab=V and units=C"
+                     : l->kind == LAYER_POSEMBED && l->positions <= 0           ? "positions=P"
+                     : l->kind == LAYER_ATTENTION && l->heads <= 0              ? "heads=H"
+                     : l->kind == LAYER_ADD && l->input2 < 0                    ? "with=NAME (the residual stream)"
+                     : l->kind == LAYER_LINEAR && l->units <= 0                 ? "units=N"
+                     : l->kind == LAYER_LMHEAD && l->vocab <= 0                 ? "vocab=V"
+                     : l->kind == LAYER_LSTM && l->units <= 0                   ? "units=H"
+                                                                                : NULL;
+  if (need) return dt_error("%s:%d: %s needs %s", spec->source, l->line, kind, need);
   return 0;
 }
 
@@ -245,6 +270,8 @@ static int parse_layer(model_spec_t *spec, int line, const char *word, char *sav
   l->line = line;
   l->index = spec->nlayers;
   l->input = spec->nlayers - 1;
+  l->input2 = -1;
+  l->num_layers = 1;
   int seen = 0;
   for (char *kv = strtok_r(NULL, " \t\r", &save); kv; kv = strtok_r(NULL, " \t\r", &save)) {
     char *eq = strchr(kv, '=');
@@ -297,11 +324,46 @@ int model_spec_parse(const char *text, const char *source, model_spec_t *spec) {
   return rc;
 }
 
+/* gpt: GPT-2's shape on bytes (Radford et al. 2019; nanoGPT's layout),
+ * `blocks` blocks of width 256 and 4 heads over 128 positions, an MLP of
+ * 4 x the width, pre-norm residual blocks, the head tied to the token
+ * embedding. gpt: 4 blocks, 3,257,856 parameters; gpt-deep: 8, 6,416,896. */
+static int gpt_text(int blocks, char *buf, size_t cap) {
+  const int C = 256, H = 4, T = 128, V = 256;
+  size_t len = (size_t)snprintf(buf, cap,
+                                "# gpt: %d blocks, %d heads, width %d, %d positions, bytes\n"
+                                "embedding vocab=%d units=%d name=tok\n"
+                                "posembed positions=%d name=x0\n", blocks, H, C, T, V, C, T);
+  for (int b = 0; b < blocks && len < cap; b++)
+    len += (size_t)snprintf(buf + len, cap - len,
+                            "layernorm\nattention heads=%d\nadd with=x%d name=a%d\n"
+                            "layernorm\nlinear units=%d\ngelu\nlinear units=%d\n"
+                            "add with=a%d name=x%d\n", H, b, b, 4 * C, C, b, b + 1);
+  if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "layernorm\nlmhead vocab=%d tie=tok\n", V);
+  return len < cap ? 0 : dt_error("gpt: the model text is too long");
+}
+
+/* lstm: a byte-level LSTM language model (Karpathy's char-rnn shape):
+ * embedding 256 -> 2 stacked LSTM layers of 256 -> head; 1,183,744
+ * parameters. */
+static const char *BUILTIN_LSTM =
+    "# lstm: bytes, 2 layers of 256\n"
+    "embedding vocab=256 units=256\n"
+    "lstm units=256 layers=2\n"
+    "lmhead vocab=256\n";
+
 int model_spec_builtin(const char *name, model_spec_t *spec) {
+  if (!strcmp(name, "lstm")) return model_spec_parse(BUILTIN_LSTM, "builtin:lstm", spec);
+  if (!strcmp(name, "gpt") || !strcmp(name, "gpt-deep")) {
+    char text[8192], source[32];
+    DT_TRY(gpt_text(strcmp(name, "gpt") ? 8 : 4, text, sizeof text));
+    snprintf(source, sizeof source, "builtin:%s", name);
+    return model_spec_parse(text, source, spec);
+  }
   if (!strcmp(name, "mlp")) return model_spec_parse(BUILTIN_MLP, "builtin:mlp", spec);
   if (!strcmp(name, "lenet")) return model_spec_parse(BUILTIN_LENET, "builtin:lenet", spec);
   if (!strcmp(name, "deep")) return model_spec_parse(BUILTIN_DEEP, "builtin:deep", spec);
-  return dt_error("unknown builtin model '%s' (expected mlp, lenet, deep or a model file)", name);
+  return dt_error("unknown builtin model '%s' (expected mlp, lenet, deep, gpt, gpt-deep, lstm or a model file)", name);
 }
 
 int model_spec_load(const char *name_or_path, model_spec_t *spec) {

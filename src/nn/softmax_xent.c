@@ -54,3 +54,13 @@ double softmax_xent(const float *logits, const int32_t *labels, int n, int k, in
   if (correct) *correct = hits;
   return total;
 }
+
+double softmax_xent_seq(const float *logits, const int32_t *labels, int n, int positions, int k,
+                        int denom, float *probs, float *dlogits, int *correct) {
+  if (positions <= 1) return softmax_xent(logits, labels, n, k, denom, probs, dlogits, correct);
+  int hits = 0;
+  double total = softmax_xent(logits, labels, n * positions, k, denom * positions, probs, dlogits,
+                              &hits);
+  if (correct) *correct = hits / positions;
+  return total / positions;
+}

@@ -24,8 +24,12 @@ struct stage_mb {
  * before c - 1, or the model input), or -1 when the cut is valid. */
 static int crossing_reader(const model_t *m, int c) {
   if (c <= 0 || c >= m->nlayers) return -1;
-  for (int j = c; j < m->nlayers; j++)
-    if (m->layers[j].spec.input < c - 1) return j;
+  for (int j = c; j < m->nlayers; j++) {
+    const layer_spec_t *s = &m->layers[j].spec;
+    if (s->input < c - 1) return j;
+    if (s->kind == LAYER_ADD && s->input2 < c - 1) return j;
+    if (s->kind == LAYER_LMHEAD && s->tie && s->tie - 1 < c) return j; /* the table is before */
+  }
   return -1;
 }
 
@@ -155,14 +159,14 @@ int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, s
   layer_range_t r = range_of(s, &s->mb[0]);
   size_t per_mb = layer_range_act_floats(&r, micro_batch) + (size_t)micro_batch * s->in_size;
   size_t total = per_mb * (size_t)max_micro + gmax;
-  if (s->ends_model) total += (size_t)micro_batch * (size_t)m->nclasses;
+  if (s->ends_model) total += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   float *p = s->arena = dt_alloc_floats(total);
   if (!p) {
     stage_free(s);
     return -1;
   }
   s->gacc = p, p += gmax;
-  if (s->ends_model) s->probs = p, p += (size_t)micro_batch * (size_t)m->nclasses;
+  if (s->ends_model) s->probs = p, p += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   for (int k = 0; k < max_micro; k++) {
     stage_mb_t *b = &s->mb[k];
     b->in = p, p += (size_t)micro_batch * s->in_size;
@@ -221,7 +225,7 @@ int stage_loss(stage_t *s, int mb, const int32_t *labels, int denom, double *los
   if (!b->n) return dt_error("stage_loss: micro-batch %d has no forward in flight", mb);
   if (denom < 1) return dt_error("stage_loss: denom must be >= 1 (got %d)", denom);
   layer_t *last = &b->layers[s->last];
-  double loss = softmax_xent(last->out, labels, b->n, s->model->nclasses, denom, s->probs,
+  double loss = softmax_xent_seq(last->out, labels, b->n, s->model->positions, s->model->nclasses, denom, s->probs,
                              last->dout, correct);
   if (loss_sum) *loss_sum = loss;
   b->has_loss = 1;

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[OPTIM_KIND_COUNT] = {"sgd", "adam", "rmsprop", "lars"};
+static const char *const kind_names[OPTIM_KIND_COUNT] = {"sgd", "adam", "rmsprop", "lars", "adamw"};
 
 const char *optim_kind_name(optim_kind_t kind) { return name_of(kind, kind_names, OPTIM_KIND_COUNT); }
 
 int optim_kind_parse(const char *name, optim_kind_t *out) {
   int k = name_index(name, kind_names, OPTIM_KIND_COUNT);
   if (k >= 0) return *out = (optim_kind_t)k, 0;
-  return dt_error("unknown optimizer '%s' (expected sgd, adam, rmsprop, lars)", name ? name : "");
+  return dt_error("unknown optimizer '%s' (expected sgd, adam, adamw, rmsprop, lars)", name ? name : "");
 }
 
 /* PyTorch's defaults, except LARS (not in torch.optim), which takes the
@@ -29,6 +29,7 @@ void optim_config_default(optim_kind_t kind, optim_config_t *cfg) {
   cfg->eps = 1e-8f;
   cfg->trust = 0.001f;
   if (kind == OPTIM_LARS) cfg->momentum = 0.9f;
+  if (kind == OPTIM_ADAMW) cfg->weight_decay = 0.01f; /* torch.optim.AdamW's */
 }
 
 /* lo <= v < hi (or <= hi when hi_inclusive), and finite. */
@@ -43,23 +44,24 @@ static int check_range(const optim_config_t *cfg, const char *field, float v, do
 
 static int config_check(const optim_config_t *c) {
   if (c->kind < 0 || c->kind >= OPTIM_KIND_COUNT)
-    return dt_error("optimizer: unknown kind %d (expected sgd, adam, rmsprop, lars)", (int)c->kind);
+    return dt_error("optimizer: unknown kind %d (expected sgd, adam, adamw, rmsprop, lars)", (int)c->kind);
   DT_TRY(check_range(c, "weight_decay", c->weight_decay, 0, INFINITY, 1));
   /* sgd's may be negative (asynchronous training: --implicit-momentum) */
   if (c->kind == OPTIM_SGD && !(isfinite(c->momentum) && c->momentum > -1 && c->momentum < 1))
     return dt_error("optimizer sgd: momentum = %g is out of range (expected -1 < momentum < 1)",
                     (double)c->momentum);
-  if (c->kind != OPTIM_ADAM && c->kind != OPTIM_SGD)
+  int adam = c->kind == OPTIM_ADAM || c->kind == OPTIM_ADAMW;
+  if (!adam && c->kind != OPTIM_SGD)
     DT_TRY(check_range(c, "momentum", c->momentum, 0, 1, 0));
   if (c->nesterov && (c->kind != OPTIM_SGD || c->momentum <= 0))
     return dt_error("optimizer %s: nesterov needs sgd with momentum > 0",
                     optim_kind_name(c->kind));
-  if (c->kind == OPTIM_ADAM) {
+  if (adam) {
     DT_TRY(check_range(c, "beta1", c->beta1, 0, 1, 0));
     DT_TRY(check_range(c, "beta2", c->beta2, 0, 1, 0));
   }
   if (c->kind == OPTIM_RMSPROP) DT_TRY(check_range(c, "alpha", c->alpha, 0, 1, 0));
-  if (c->kind == OPTIM_ADAM || c->kind == OPTIM_RMSPROP)
+  if (adam || c->kind == OPTIM_RMSPROP)
     DT_TRY(check_range(c, "eps", c->eps, 0, INFINITY, 1));
   if (c->kind == OPTIM_LARS) DT_TRY(check_range(c, "trust", c->trust, 0, INFINITY, 1));
   return 0;
@@ -71,6 +73,7 @@ static int state_count(const optim_config_t *c) {
   switch (c->kind) {
   case OPTIM_SGD: return c->momentum != 0 ? 1 : 0;
   case OPTIM_ADAM: return 2;
+  case OPTIM_ADAMW: return 2;
   case OPTIM_RMSPROP: return c->momentum > 0 ? 2 : 1;
   case OPTIM_LARS: return 1;
   default: return 0;
@@ -97,6 +100,7 @@ int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
 void optim_free(optimizer_t *o) {
   if (!o) return;
   for (int i = 0; i < 2; i++) dt_free(o->state_own[i]);
+  free(o->no_decay);
   free(o);
 }
 
@@ -107,7 +111,8 @@ void optim_use_state(optimizer_t *o, float *arena) {
 const char *optim_state_name(const optimizer_t *o, int i) {
   if (!o || i < 0 || i >= o->nstate) return NULL;
   switch (o->cfg.kind) {
-  case OPTIM_ADAM: return i == 0 ? "exp_avg" : "exp_avg_sq";
+  case OPTIM_ADAM:
+  case OPTIM_ADAMW: return i == 0 ? "exp_avg" : "exp_avg_sq";
   case OPTIM_RMSPROP: return i == 0 ? "square_avg" : "momentum_buffer";
   default: return "momentum_buffer";
   }
@@ -155,6 +160,62 @@ static void adam_segment(const optim_config_t *c, int64_t t, size_t n, float *re
     float denom = sqrtf(v[i]) / bc2_sqrt + eps;
     w[i] -= step_size * m[i] / denom;
   }
+}
+
+/* torch.optim.AdamW (1.13, _single_tensor_adamw): the decay first and
+ * apart from the gradient, w *= 1 - lr·wd, then Adam's step on g alone.
+ * wd is 0 on the ranges the optimizer exempts. */
+static void adamw_run(const optim_config_t *c, int64_t t, float wd, size_t n, float *restrict w,
+                      const float *restrict g, float *restrict m, float *restrict v, float lr) {
+  const float b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+  const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2, keep = 1.0f - lr * wd;
+  const double bc1 = 1.0 - pow((double)b1, (double)t), bc2 = 1.0 - pow((double)b2, (double)t);
+  const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+  for (size_t i = 0; i < n; i++) {
+    w[i] *= keep;
+    m[i] = m[i] * b1 + one_b1 * g[i];
+    v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
+    float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+    w[i] -= step_size * m[i] / denom;
+  }
+}
+
+/* [p, end) cut where the exemptions begin and end: the end of the run
+ * from p with one decay, and whether that run is exempt. */
+static size_t decay_run(const optimizer_t *o, size_t p, size_t end, int *exempt) {
+  *exempt = 0;
+  for (int i = 0; i < o->nno_decay; i++) {
+    size_t lo = o->no_decay[i].off, hi = lo + o->no_decay[i].len;
+    if (p >= lo && p < hi) {
+      *exempt = 1;
+      return hi < end ? hi : end;
+    }
+    if (lo > p) return lo < end ? lo : end;
+  }
+  return end;
+}
+
+static void adamw_segment(const optimizer_t *o, size_t off, size_t len, float *params,
+                          const float *grads, float *m, float *v, float lr) {
+  for (size_t p = off, end = off + len; p < end;) {
+    int exempt;
+    size_t q = decay_run(o, p, end, &exempt);
+    adamw_run(&o->cfg, o->steps, exempt ? 0.0f : o->cfg.weight_decay, q - p, params + p,
+              grads + p, m + p, v + p, lr);
+    p = q;
+  }
+}
+
+int optim_set_no_decay(optimizer_t *o, const optim_segment_t *ranges, int n) {
+  free(o->no_decay);
+  o->no_decay = NULL;
+  o->nno_decay = 0;
+  if (n <= 0) return 0;
+  o->no_decay = malloc((size_t)n * sizeof *ranges);
+  if (!o->no_decay) return dt_error("optimizer: out of memory");
+  memcpy(o->no_decay, ranges, (size_t)n * sizeof *ranges);
+  o->nno_decay = n;
+  return 0;
 }
 
 static void rmsprop_segment(const optim_config_t *c, size_t n, float *restrict w,
@@ -216,6 +277,9 @@ void optim_step_segments(optimizer_t *o, float *params, const float *grads,
     case OPTIM_ADAM: adam_segment(c, o->steps, len, w, g, s0, s1, lr); break;
     case OPTIM_RMSPROP: rmsprop_segment(c, len, w, g, s0, s1, lr); break;
     case OPTIM_LARS: lars_segment(c, len, w, g, s0, lr); break;
+    case OPTIM_ADAMW:
+      adamw_segment(o, off, len, params, grads, o->state[0], o->state[1], lr);
+      break;
     default: break;
     }
   }

@@ -13,6 +13,7 @@ void train_config_default(train_config_t *c) {
   strcpy(c->data, "fashion-mnist");
   c->epochs = 1;
   c->batch = 64;
+  c->seq_len = 128;
   c->seed = 1;
   c->threads = 1;
   optim_config_default(OPTIM_SGD, &c->optim);

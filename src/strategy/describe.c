@@ -9,8 +9,8 @@ int train_describe_step(train_config_t *cfg, FILE *out) {
   const strategy_t *s = strategy_select(cfg);
   if (!s) return -1;
   dataset_t data, test;
-  if (dataset_load(cfg->data, 1, cfg->seed, &data) != 0) return -1;
-  if (dataset_load(cfg->data, 0, cfg->seed, &test) != 0) {
+  if (dataset_load_seq(cfg->data, 1, cfg->seed, cfg->seq_len, &data) != 0) return -1;
+  if (dataset_load_seq(cfg->data, 0, cfg->seed, cfg->seq_len, &test) != 0) {
     dataset_free(&data);
     return -1;
   }

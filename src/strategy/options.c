@@ -86,10 +86,22 @@ static int sparse_allreduce(const train_config_t *c) {
 /* Whether gradients or models go on a wire (not one shared arena). */
 static int on_a_wire(const train_config_t *c) { return c->exchange != EXCHANGE_SHARED; }
 static int is_local(const train_config_t *c) { return c->comm == COMM_LOCAL; }
-static int uses_momentum(const train_config_t *c) { return c->optim.kind != OPTIM_ADAM; }
-static int is_adam(const train_config_t *c) { return c->optim.kind == OPTIM_ADAM; }
+static int uses_momentum(const train_config_t *c) {
+  return c->optim.kind != OPTIM_ADAM && c->optim.kind != OPTIM_ADAMW;
+}
+static int is_adam(const train_config_t *c) {
+  return c->optim.kind == OPTIM_ADAM || c->optim.kind == OPTIM_ADAMW;
+}
 static int uses_eps(const train_config_t *c) {
-  return c->optim.kind == OPTIM_ADAM || c->optim.kind == OPTIM_RMSPROP;
+  return is_adam(c) || c->optim.kind == OPTIM_RMSPROP;
+}
+static int is_text(const train_config_t *c) { return data_is_text(c->data); }
+/* Clipping by the global norm needs the whole summed gradient on every
+ * rank before the step: synchronous allreduce with the update after the
+ * sum (not deferred into the next forward, not sharded), one tp rank. */
+static int clips_globally(const train_config_t *c) {
+  return is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
+         c->tensor.ranks <= 1 && !c->tensor.conv_data;
 }
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
@@ -159,7 +171,12 @@ static const option_t OPTIONS[] = {
      .section = "what to train",
      .help = "mlp|lenet|FILE\tbuilt-in model or a model file (docs/MODEL_FORMAT.md) [mlp]"},
     {PATH("data", data), NULL, NULL, AX_STRATEGY,
-     .help = "fashion-mnist|synthetic|DIR\tdata set [fashion-mnist]"},
+     .help = "fashion-mnist|synthetic|DIR|fortunes|text:FILE\tdata set; text: any file\n"
+             "as bytes (vocabulary 256) in windows of --seq-len, the last\n"
+             "10% held out for validation; fortunes: the Debian package's\n"
+             "43 plain files [fashion-mnist]"},
+    {INT("seq-len", seq_len, 1, 1 << 20), is_text, "--data text:FILE or fortunes", AX_STRATEGY,
+     .help = "T\ttext: tokens a sample (its targets are the next T bytes) [128]"},
     {INT("epochs", epochs, 1, 1000000), NULL, NULL, AX_STRATEGY,
      .help = "N\tepochs in total (with --resume: up to N) [1]"},
     {INT("batch", batch, 1, 1 << 20), NULL, NULL, AX_STRATEGY,
@@ -185,7 +202,8 @@ static const option_t OPTIONS[] = {
              "diverged, keeping the last good checkpoint [1e4]"},
     {FUNC("optimizer", set_optimizer), NULL, NULL, AX_STRATEGY,
      .section = "optimizer",
-     .help = "sgd|adam|rmsprop|lars\t[sgd]"},
+     .help = "sgd|adam|adamw|rmsprop|lars\tadamw: decoupled weight decay (default\n"
+             "0.01), not applied to 1-D tensors (norms, biases) [sgd]"},
     {FUNC("lr", set_lr), NULL, NULL, AX_STRATEGY,
      .help = "X\tbase learning rate [0.05]"},
     {FLT("momentum", optim.momentum, 0, 0.9999), uses_momentum, "--optimizer sgd, rmsprop or lars", AX_OPTIMIZER,
@@ -193,7 +211,12 @@ static const option_t OPTIONS[] = {
     {FLAG("nesterov", optim.nesterov, 1), is_sgd, "--optimizer sgd", AX_OPTIMIZER,
      .help = "\tNesterov momentum (sgd)"},
     {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY,
-     .help = "X\tL2 weight decay [0]"},
+     .help = "X\tL2 weight decay; adamw: decoupled [0; adamw 0.01]"},
+    {FLT("clip-grad-norm", clip_grad_norm, 1e-12, 1e30), clips_globally,
+     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer, no --tp, no pipeline)",
+     AX_STRATEGY,
+     .help = "X\tscale the summed gradient to a global L2 norm of at most X\n"
+             "before each step (as torch.nn.utils.clip_grad_norm_) [off]"},
     {FLT("beta1", optim.beta1, 0, 0.99999), is_adam, "--optimizer adam", AX_OPTIMIZER,
      .help = "X --beta2 X --eps X\tAdam / RMSProp constants"},
     {FLT("beta2", optim.beta2, 0, 0.99999999), is_adam, "--optimizer adam", AX_OPTIMIZER, NULL, NULL},

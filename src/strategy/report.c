@@ -226,9 +226,18 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   const char *emu = w->comm && w->comm->emulated ? " (emulated network)" : "";
   char tp_json[32] = ""; /* tensor parallelism: workers counts the ranks of one slice */
   if (w->tp) snprintf(tp_json, sizeof tp_json, ",\"tp\":%d", tensor_size(w->tp));
-  printf("epoch %d/%d: train loss %.4f, test loss %.4f, test acc %.2f%%, %.0f samples/s, "
+  char text_json[160] = "", text_line[64] = ""; /* text: a sample's loss is nats per token */
+  if (w->train->text) {
+    double tokens = r->samples_per_sec * (double)w->model->positions;
+    snprintf(text_json, sizeof text_json,
+             ",\"test_nats_per_token\":%.6f,\"test_bits_per_byte\":%.6f,\"tokens_per_sec\":%.1f",
+             r->test_loss, r->test_loss / log(2.0), tokens);
+    snprintf(text_line, sizeof text_line, " (%.4f bits/byte), %.0f tokens/s", r->test_loss / log(2.0),
+             tokens);
+  }
+  printf("epoch %d/%d: train loss %.4f, test loss %.4f%s, test acc %.2f%%, %.0f samples/s, "
          "%.2f s%s\n",
-         r->epoch + 1, w->cfg->epochs, r->train_loss, r->test_loss, 100 * r->test_acc,
+         r->epoch + 1, w->cfg->epochs, r->train_loss, r->test_loss, text_line, 100 * r->test_acc,
          r->samples_per_sec, r->epoch_sec, emu);
   fflush(stdout);
   if (w->metrics &&
@@ -239,7 +248,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
             "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s%s%s%s}\n",
+            "%s%s%s%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
@@ -248,7 +257,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
             wait_json(r, wait, sizeof wait),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
-            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json,
+            r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json, text_json,
             layers_json(w->model, r->timers.layers, layers, sizeof layers)) != 0)
     return -1;
   if (per_rank_lines(w) && write_rank_lines(w, r) != 0) return -1;

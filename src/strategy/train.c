@@ -15,8 +15,8 @@ typedef struct {
 
 static int load_data(run_t *r) {
   if (r->loaded) return 0;
-  if (dataset_load(r->cfg->data, 1, r->cfg->seed, &r->train) != 0) return -1;
-  if (dataset_load(r->cfg->data, 0, r->cfg->seed, &r->test) != 0) return -1;
+  if (dataset_load_seq(r->cfg->data, 1, r->cfg->seed, r->cfg->seq_len, &r->train) != 0) return -1;
+  if (dataset_load_seq(r->cfg->data, 0, r->cfg->seed, r->cfg->seq_len, &r->test) != 0) return -1;
   if (r->train.c != r->test.c || r->train.h != r->test.h || r->train.w != r->test.w)
     return dt_error("--data %s: train and test images differ in shape", r->cfg->data);
   if (r->test.nclasses > r->train.nclasses) r->train.nclasses = r->test.nclasses;
@@ -95,7 +95,9 @@ static int build_net(const train_config_t *cfg, comm_net_t *net, double **slowdo
  * the machine's memory. A refusal here is a usage error. */
 static int check_before_ranks(train_config_t *cfg, run_t *r) {
   if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return TRAIN_REFUSED;
-  if (load_data(r) != 0) return -1; /* under mpi: this process's copy, before MPI starts */
+  /* under mpi: this process's copy, before MPI starts; a text file that
+   * is missing or too short to cut is the user's to fix (exit 2) */
+  if (load_data(r) != 0) return data_is_text(cfg->data) ? TRAIN_REFUSED : -1;
   return train_check_model(cfg, &r->train) != 0 ? TRAIN_REFUSED : 0;
 }
 

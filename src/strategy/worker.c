@@ -45,7 +45,15 @@ static int build_optimizer(worker_t *w) {
   if (!w->segs) return dt_error("out of memory");
   for (int i = 0; i < m->ntensors; i++) w->segs[i] = (optim_segment_t){m->tensors[i].off, m->tensors[i].len};
   w->nsegs = m->ntensors;
-  return 0;
+  /* AdamW decays matrices and tables, not norms and biases (1-D tensors) */
+  optim_segment_t *keep = calloc((size_t)m->ntensors + 1, sizeof *keep);
+  if (!keep) return dt_error("out of memory");
+  int nkeep = 0;
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].ndim < 2) keep[nkeep++] = w->segs[i];
+  int rc = optim_set_no_decay(w->opt, keep, nkeep);
+  free(keep);
+  return rc;
 }
 
 /* Steps per epoch under synchronous data parallelism: the global batch is
@@ -98,7 +106,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
   if (build_model(w) != 0 || build_optimizer(w) != 0) return -1;
   worker_plan_steps(w, w->nranks);
   w->x = dt_alloc_floats((size_t)worker_max_batch(cfg) * train->dim);
-  w->y = dt_alloc((size_t)worker_max_batch(cfg) * sizeof(int32_t));
+  w->y = dt_alloc((size_t)worker_max_batch(cfg) * dataset_ylen(train) * sizeof(int32_t));
   w->order = dt_alloc(train->n * sizeof(uint32_t));
   w->eval_idx = dt_alloc((size_t)cfg->batch * sizeof(uint32_t));
   w->rank_compute = calloc((size_t)(comm ? comm_size(comm) : 1), sizeof(float));
@@ -269,7 +277,21 @@ void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nseg
   worker_update_part(w, segs, nsegs, worker_begin_update(w));
 }
 
+/* --clip-grad-norm: the summed gradient (the same on every data-parallel
+ * rank, so the same scale on each) scaled to a global L2 norm of at most
+ * the bound, as torch.nn.utils.clip_grad_norm_ does (its 1e-6 included). */
+static void clip_gradients(worker_t *w) {
+  double bound = w->cfg->clip_grad_norm;
+  if (bound <= 0) return;
+  model_t *m = w->model;
+  double norm = sqrt(kern_sumsq(m->nparams, m->grads));
+  double coef = bound / (norm + 1e-6);
+  w->last_grad_norm = norm;
+  if (coef < 1.0) kern_scale(m->nparams, (float)coef, m->grads);
+}
+
 float worker_begin_update(worker_t *w) {
+  clip_gradients(w);
   float lr = (float)lr_at(&w->sched, w->step);
   optim_begin_step(w->opt);
   w->step++;
@@ -296,7 +318,8 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
     data_gather(w->test, w->eval_idx, cnt, w->x, w->y);
     model_forward(m, w->x, (int)cnt, 0, NULL);
     int c = 0;
-    *loss_sum += softmax_xent(last->out, w->y, (int)cnt, m->nclasses, (int)cnt, m->probs, NULL, &c);
+    *loss_sum += softmax_xent_seq(last->out, w->y, (int)cnt, m->positions, m->nclasses, (int)cnt,
+                                  m->probs, NULL, &c);
     *correct += c;
   }
 }

@@ -58,6 +58,7 @@ typedef struct worker {
   double epoch_loss_sum;        /* summed over this rank's samples */
   int64_t epoch_samples, epoch_correct;
   double step_compute;          /* seconds of the last worker_compute_gradient */
+  double last_grad_norm;        /* --clip-grad-norm: the last step's norm before clipping */
   balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
   double run_start;
   uint64_t run_bytes_sent, run_bytes_received;  /* the epochs' bytes_sent/_received summed */

@@ -113,7 +113,7 @@ static int plan_compression(pipe_engine_t *e) {
 static int plan_buffers(pipe_engine_t *e, int micro) {
   e->max_sends = 2 * e->V * e->slots;
   e->sends = calloc((size_t)e->max_sends, sizeof *e->sends);
-  e->labels = calloc((size_t)e->slots * micro, sizeof *e->labels);
+  e->labels = calloc((size_t)e->slots * micro * dataset_ylen(e->w->train), sizeof *e->labels);
   e->slot_n = calloc((size_t)e->slots, sizeof *e->slot_n);
   e->mb_off = calloc((size_t)e->M, sizeof *e->mb_off);
   e->mb_len = calloc((size_t)e->M, sizeof *e->mb_len);
@@ -281,7 +281,7 @@ static int exec_load(pipe_engine_t *e, int v, int mb) {
   int slot = slot_of(e, mb);
   size_t n = unit_samples(e, mb);
   if (n) data_gather(e->w->train, e->w->order + e->begin + e->mb_off[micro_of(e, mb)], n,
-                     stage_input(st, slot), e->labels + (size_t)slot * st->micro_batch);
+                     stage_input(st, slot), e->labels + (size_t)slot * st->micro_batch * dataset_ylen(e->w->train));
   return 0;
 }
 
@@ -305,7 +305,7 @@ static int exec_forward(pipe_engine_t *e, int v, int mb) {
   place_dropout(e, st, micro_of(e, mb), n, &rng);
   DT_TRY(stage_forward(st, slot, stage_input(st, slot), n, 1, &rng, NULL));
   if (st->ends_model) {
-    int32_t *labels = e->labels + (size_t)slot * st->micro_batch;
+    int32_t *labels = e->labels + (size_t)slot * st->micro_batch * dataset_ylen(w->train);
     if (g > 0) /* the first chunk (P = 1) has the labels from its LOAD */
       data_gather(w->train, w->order + e->begin + e->mb_off[micro_of(e, mb)], (size_t)n, NULL, labels);
     double loss;

@@ -8,14 +8,14 @@
 
 #include "strategy/pipe/pipe.h"
 
-/* One layer as a one-layer stage: the best of `reps` timed passes after a
- * warm-up one. The layer's gradients are overwritten (the first training
+/* Layers [i, last] as a stage: the best of `reps` timed passes after a
+ * warm-up one. The layers' gradients are overwritten (the first training
  * step writes them again). */
-static int time_layer(model_t *m, int i, int micro, rng_t *rng, double *sec) {
+static int time_layers(model_t *m, int i, int last, int micro, rng_t *rng, double *sec) {
   stage_t *st;
-  DT_TRY(stage_new(m, i, i, 1, micro, &st));
+  DT_TRY(stage_new(m, i, last, 1, micro, &st));
   float *dx = dt_alloc_floats((size_t)micro * st->in_size + 1);
-  int32_t *labels = calloc((size_t)micro, sizeof *labels);
+  int32_t *labels = calloc((size_t)micro * (size_t)m->positions, sizeof *labels);
   int rc = dx && labels ? 0 : dt_error("out of memory");
   float *x = stage_input(st, 0);
   for (size_t k = 0; rc == 0 && k < (size_t)micro * st->in_size; k++) x[k] = rng_uniform(rng) - 0.5f;
@@ -45,8 +45,20 @@ int pipe_profile_layers(model_t *m, int micro, uint64_t seed, double *sec) {
   memcpy(keep, m->buffers, m->nbuffers * sizeof(float));
   rng_t rng;
   rng_seed(&rng, rng_derive(seed, 0x9f0f, 0));
-  int rc = 0;
-  for (int i = 0; rc == 0 && i < m->nlayers; i++) rc = time_layer(m, i, micro, &rng, &sec[i]);
+  /* Each layer on its own where a stage may start at every layer (a
+   * chain); in a graph (residual adds) the layers between two valid cuts
+   * are timed together, their time on the first of them, which is all
+   * the partitioner reads: it cuts at valid cuts only. */
+  int *cuts = malloc((size_t)m->nlayers * sizeof *cuts);
+  if (!cuts) return dt_free(keep), dt_error("out of memory");
+  int ncuts = model_stage_cuts(m, cuts), rc = 0;
+  for (int k = 0, i = 0; rc == 0 && i < m->nlayers; k++) {
+    int last = k < ncuts ? cuts[k] - 1 : m->nlayers - 1;
+    rc = time_layers(m, i, last, micro, &rng, &sec[i]);
+    for (int j = i + 1; j <= last; j++) sec[j] = 0;
+    i = last + 1;
+  }
+  free(cuts);
   memcpy(m->buffers, keep, m->nbuffers * sizeof(float));
   dt_free(keep);
   return rc;

@@ -1,0 +1,44 @@
+/* GELU in its tanh form (GPT-2's; PyTorch's nn.GELU(approximate='tanh')):
+ *   y = ½x(1 + tanh(u)),  u = √(2/π)(x + 0.044715x³)
+ *   dy/dx = ½(1 + tanh u) + ½x(1 − tanh²u)·√(2/π)(1 + 3·0.044715x²).
+ * Backward reads x (the input), not the output. */
+#include <math.h>
+
+#include "seq.h"
+
+#define GELU_K 0.7978845608028654f /* √(2/π) */
+#define GELU_A 0.044715f
+
+static int gelu_setup(layer_t *l, int max_batch) {
+  (void)max_batch;
+  if (shape_size(l->in_shape) == 0) return dt_error("gelu: empty input shape");
+  l->out_shape = l->in_shape;
+  l->nweight = l->param_len = l->buf_len = l->scratch_len = 0;
+  return 0;
+}
+
+static void gelu_init(layer_t *l, rng_t *rng) { (void)l, (void)rng; }
+
+static void gelu_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
+  (void)train, (void)rng;
+  size_t len = (size_t)n * shape_size(l->in_shape);
+  float *restrict o = l->out;
+  for (size_t i = 0; i < len; i++) {
+    float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
+    o[i] = 0.5f * v * (1.0f + tanhf(u));
+  }
+}
+
+static void gelu_backward(layer_t *l, const float *x, float *dx, int n) {
+  if (!dx) return;
+  size_t len = (size_t)n * shape_size(l->in_shape);
+  const float *restrict d = l->dout;
+  for (size_t i = 0; i < len; i++) {
+    float v = x[i], u = GELU_K * (v + GELU_A * v * v * v), t = tanhf(u);
+    float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
+    dx[i] = l->dx_add ? dx[i] + g * d[i] : g * d[i];
+  }
+}
+
+const layer_ops_t layer_gelu_ops = {"gelu", gelu_setup, gelu_init, gelu_forward, gelu_backward,
+                                    NULL, NULL};
