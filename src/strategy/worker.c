@@ -145,7 +145,17 @@ void worker_free(worker_t *w) {
   memset(w, 0, sizeof *w);
 }
 
+/* A resumed mid-epoch checkpoint: its epoch starts where the checkpoint
+ * stands, its steps the rest of the order in this run's global batch; the
+ * epochs after it are whole again. */
+static void plan_epoch_offset(worker_t *w, int epoch) {
+  if (!w->resume_samples) return;
+  w->epoch_offset = epoch == w->first_epoch ? w->resume_samples : 0;
+  w->steps_per_epoch = train_steps_per_epoch(w->cfg, w->train->n - w->epoch_offset, w->nranks);
+}
+
 void worker_begin_epoch(worker_t *w, int epoch) {
+  plan_epoch_offset(w, epoch);
   memset(&w->timers, 0, sizeof w->timers);
   memset(w->model->cost, 0, sizeof w->model->cost);
   w->epoch_loss_sum = 0;
@@ -155,7 +165,7 @@ void worker_begin_epoch(worker_t *w, int epoch) {
 }
 
 void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
-  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
+  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = w->epoch_offset + (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   size_t off, len;
   if (w->balance) balance_split(w->balance, in_step, w->rank, &off, &len);
@@ -163,6 +173,17 @@ void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, siz
   *begin = start + off;
   *count = len;
   *global = in_step;
+}
+
+size_t worker_epoch_samples_done(const worker_t *w, int64_t k) {
+  size_t done = w->epoch_offset + (size_t)(k + 1) * (size_t)w->cfg->batch * (size_t)w->nranks;
+  return done < w->train->n ? done : w->train->n;
+}
+
+int worker_step_checkpoint_due(const worker_t *w, int64_t k, int64_t steps) {
+  const train_config_t *cfg = w->cfg;
+  return cfg->checkpoint_every && steps % cfg->checkpoint_every == 0 &&
+         k + 1 < w->steps_per_epoch && !(cfg->max_steps && steps >= cfg->max_steps);
 }
 
 /* hooks->wait, timed: the seconds inside it, and of those the seconds it
