@@ -14,6 +14,8 @@ static void usage(FILE *f) {
         "  presets   list the named systems and the taxonomy axes they set\n"
         "  compare   run several presets on one task, write a report (dtrain compare --help)\n"
         "  describe  the step a configuration runs, as data: bytes per rank, tasks\n"
+        "  launch    run train and restart it from its checkpoint when a rank is lost\n"
+        "            (elastic; dtrain launch --help)\n"
         "\n"
         "Run 'dtrain COMMAND --help' for the options of a command.\n",
         f);
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "presets")) return cmd_presets(argc - 1, argv + 1);
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 1, argv + 1);
   if (!strcmp(cmd, "describe")) return cmd_describe(argc - 1, argv + 1);
-  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets, compare or describe)\n", cmd);
+  if (!strcmp(cmd, "launch")) return cmd_launch(argc - 1, argv + 1);
+  fprintf(stderr, "dtrain: unknown command '%s' (expected train, bench, presets, compare, describe or launch)\n", cmd);
   return 2;
 }

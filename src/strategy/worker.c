@@ -231,6 +231,9 @@ int worker_interrupted(const worker_t *w) {
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             const step_hooks_t *hooks) {
   if (dt_interrupted()) return worker_interrupted(w);
+  if (dt_rank_signalled())
+    return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
+                    (long long)w->step);
   double t0 = dt_now();
   model_t *m = w->model;
   w->step_compute = 0;
