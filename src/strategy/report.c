@@ -219,7 +219,7 @@ static size_t report_samples(const worker_t *w, const epoch_report_t *r) {
  * progress a restart loses can be read from the metrics. */
 static int checkpoint_line(worker_t *w, int epoch, size_t samples, double sec) {
   if (!w->cfg->checkpoint_every) return 0;
-  return metrics_line(w, "{\"event\":\"checkpoint\",\"epoch\":%d,\"epoch_samples\":%zu,"
+  return metrics_line(w, "{\"event\":\"checkpoint\",\"epochs_done\":%d,\"epoch_samples\":%zu,"
                       "\"step\":%lld,\"workers\":%d,\"write_sec\":%.4f}\n",
                       samples ? epoch : epoch + 1, samples, (long long)w->step, w->nranks, sec);
 }
