@@ -7,8 +7,9 @@ checkpoint at step >= STEP written after RESTARTS restart records.
 
 local: the rank is a thread of launch's child (named dtrain-rankR, the
 first such thread: the coll thread it starts takes its name too): SIGUSR1
-to that thread alone (tgkill). mpi: the rank is a process under mpirun
-(OMPI_COMM_WORLD_RANK=R in its environment): SIGKILL. Prints the step of
+to that thread alone (tgkill). mpi: the rank is the process with
+OMPI_COMM_WORLD_RANK=R in its environment and METRICS on its command line:
+SIGKILL. Prints the step of
 the checkpoint it waited for; exits 1 if none came within 60 s."""
 import ctypes, json, os, signal, sys, time
 
@@ -66,12 +67,16 @@ def kill_local():
 
 
 def kill_mpi():
-    for p in descendants(int(launch)):
+    # every process: on the namespace cluster the ranks are the children of
+    # daemons the rsh agent started, not launch's; the metrics path on
+    # their command line makes them this run's
+    for p in (int(q) for q in os.listdir("/proc") if q.isdigit()):
         try:
             env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
         except OSError:
             continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and metrics.encode() in cmd:
             os.kill(p, signal.SIGKILL)
             return True
     return False

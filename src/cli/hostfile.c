@@ -37,8 +37,24 @@ static int parse_line(const char *path, int lineno, char *line, launch_host_t *h
   return 1;
 }
 
+/* Whether $DTRAIN_KNOWN_HOSTS (names separated by spaces) lists it: hosts
+ * that mpirun's rsh agent reaches without the resolver (the namespace
+ * cluster's, docs/CLUSTER.md). */
+static int host_listed(const char *name) {
+  const char *list = getenv("DTRAIN_KNOWN_HOSTS");
+  size_t n = strlen(name);
+  for (const char *p = list; p && *p;) {
+    p += strspn(p, " \t");
+    size_t len = strcspn(p, " \t");
+    if (len == n && !strncmp(p, name, n)) return 1;
+    p += len;
+  }
+  return 0;
+}
+
 /* Whether the resolver knows the host (what mpirun will ask it). */
 static int host_known(const char *name, char *why, size_t cap) {
+  if (host_listed(name)) return 1;
   struct addrinfo *ai = NULL, hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
   int rc = getaddrinfo(name, NULL, &hints, &ai);
   if (ai) freeaddrinfo(ai);
@@ -53,15 +69,15 @@ int hostfile_read(const char *path, launch_host_t *hosts, int cap, int *n, int s
   int lineno = 0, rc = 0;
   *n = 0;
   while (rc == 0 && fgets(line, sizeof line, f)) {
-    launch_host_t h;
+    launch_host_t h = {0};
     int got = parse_line(path, ++lineno, line, &h);
     if (got < 0) rc = -1;
     if (got <= 0) continue;
     char why[128];
     if (!host_known(h.name, why, sizeof why)) {
       if (skip_unknown) continue; /* a restart: a host not yet known is not yet there */
-      rc = dt_error("--hostfile %s line %d: unknown host '%s' (%s): fix the name or add it to "
-                    "/etc/hosts", path, lineno, h.name, why);
+      rc = dt_error("--hostfile %s line %d: unknown host '%s' (%s): fix the name, or add it to "
+                    "/etc/hosts or $DTRAIN_KNOWN_HOSTS", path, lineno, h.name, why);
       break;
     }
     if (*n == cap) {

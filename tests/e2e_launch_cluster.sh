@@ -1,0 +1,54 @@
+#!/bin/sh
+# dtrain launch on the namespace cluster (scripts/cluster.sh): 2 hosts x 2
+# ranks over real TCP, a rank of host 1 killed (kill -9) at a random
+# checkpoint; launch drops host 1 and restarts on host 0's 2 ranks: exit
+# 0, one restart naming the host, the weights of a run resumed by hand on
+# 2 workers, bit for bit; nothing left running, no namespace left. Needs
+# root (CI runs as root); skipped otherwise, and under TSan (no mpi).
+. tests/lib.sh
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 ||
+  ! have_mpi; then
+  echo "SKIP e2e_launch_cluster.sh: needs root, ip, unshare and mpirun"
+  exit 0
+fi
+if ! ip netns add "dtprobe$$" 2>"$TMP/probe"; then
+  echo "SKIP e2e_launch_cluster.sh: this machine cannot make a network namespace ($(head -c 200 "$TMP/probe"))"
+  exit 0
+fi
+ip netns del "dtprobe$$"
+CL="scripts/cluster.sh"
+NAME="el$(($$ % 10000))"
+cleanup() { $CL down "$NAME" >/dev/null 2>&1; rm -rf "$TMP"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 256
+EVERY=8
+RUN="--data $SMALL --batch 16 --seed 3 --quiet --exchange allreduce:ring --epochs 2"
+check launch_cluster_up "$CL" up "$NAME" 2
+printf '%s slots=2\n%s slots=2\n' "$NAME-h0" "$NAME-h1" >"$TMP/hosts"
+at=$($PY -c "import random; print(random.randrange($EVERY, 40))")
+DTRAIN_MPIRUN="$CL mpirun $NAME" DTRAIN_KNOWN_HOSTS="$NAME-h0 $NAME-h1" \
+  "$DTRAIN" launch --np 4 --min-np 2 --max-restarts 1 --checkpoint-every $EVERY --hostfile "$TMP/hosts" -- \
+  $RUN --comm mpi --checkpoint "$TMP/c.st" --metrics "$TMP/c.jsonl" >/dev/null 2>"$TMP/c.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/c.jsonl" mpi 2 "$at" >/dev/null || fail launch_cluster_kill "no checkpoint at step $at within 60 s"
+wait $lp
+check launch_cluster_exit_0 [ $? -eq 0 ]
+check launch_cluster_drops_host $PY -c "
+import json
+recs = [json.loads(l) for l in open('$TMP/c.jsonl')]
+r = [d for d in recs if d['event'] == 'restart']
+assert len(r) == 1 and r[0]['lost_host'] == '$NAME-h1' and r[0]['workers'] == 2 and r[0]['was_workers'] == 4, r
+assert recs[-1]['event'] == 'done' and recs[-1]['epochs'] == 2 and recs[-1]['workers'] == 2, recs[-1]
+open('$TMP/resumed', 'w').write(str(r[0]['resumed_step']))"
+check launch_cluster_one_line grep -q "^dtrain launch: rank 2 and host $NAME-h1 lost (SIGKILL); restart 1 of 1 on 2 ranks (was 4)" "$TMP/c.err"
+s=$(cat "$TMP/resumed" 2>/dev/null || echo 0)
+"$DTRAIN" train $RUN --workers 4 --checkpoint-every $EVERY --max-steps "$s" --checkpoint "$TMP/h4.st" >/dev/null
+"$DTRAIN" train $RUN --workers 2 --checkpoint-every $EVERY --resume "$TMP/h4.st" --checkpoint "$TMP/h2.st" >/dev/null
+check launch_cluster_equals_resumed_by_hand_bitwise cmp -s "$TMP/c.st" "$TMP/h2.st"
+check launch_cluster_nothing_left sh -c "[ -z \"\$(ip netns pids dc-$NAME-h0; ip netns pids dc-$NAME-h1)\" ]"
+$CL down "$NAME"
+check launch_cluster_down_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$NAME-'"
