@@ -18,8 +18,9 @@ typedef struct {
   int status;                   /* waitpid's */
   int lost_rank;                /* -1: no rank named */
   long long lost_step;          /* the step it stopped at; -1: not known (a killed process) */
-  char lost_signal[16];         /* "SIGKILL", "SIGUSR1", ... */
-  char lost_host[128];          /* mpi: the node the rank ran on; "" under local */
+  char lost_signal[24];         /* "SIGKILL", "SIGUSR1", "host unreachable", ... */
+  char lost_host[128];          /* mpi: the node the rank ran on, or the host lost with all its
+                                   ranks (lost_rank -1); "" under local */
 } child_end_t;
 /* Runs argv with its stderr passed through ours, read for a lost rank;
  * a SIGINT/SIGTERM that launch takes is passed on. */

@@ -306,9 +306,20 @@ static int refresh_hosts(launch_t *l) {
   return hostfile_write(l->live_hostfile, l->hosts, l->nhosts);
 }
 
+/* A host lost with all its ranks (its daemon unreachable): marked dead. */
+static int host_lost(launch_t *l, const child_end_t *end, char *what, size_t cap) {
+  int before = live_slots(l), placed = before < l->world ? before : l->world;
+  for (int i = 0; i < l->nhosts; i++)
+    if (!l->hosts[i].dead && !strcmp(l->hosts[i].name, end->lost_host)) l->hosts[i].dead = 1;
+  int after = live_slots(l), now = after < l->world ? after : l->world;
+  snprintf(what, cap, "host %s", end->lost_host);
+  return placed - now;
+}
+
 /* How many ranks the loss took: the rank, or under a hostfile its host's
  * (which is marked dead); `what` names it. */
 static int ranks_lost(launch_t *l, const child_end_t *end, char *what, size_t cap) {
+  if (end->lost_rank < 0 && end->lost_host[0] && l->o.hostfile) return host_lost(l, end, what, cap);
   if (end->lost_rank < 0) {
     snprintf(what, cap, "the whole run (%s)", WIFSIGNALED(end->status) ? "killed by a signal" : "ended");
     return 0;
@@ -339,7 +350,7 @@ static int ranks_lost(launch_t *l, const child_end_t *end, char *what, size_t ca
 static int plan_restart(launch_t *l, const child_end_t *end, restart_t *r, char *what, size_t cap) {
   int lost = ranks_lost(l, end, what, cap);
   int world = l->world - lost;
-  if (l->o.hostfile && end->lost_rank >= 0) {
+  if (l->o.hostfile && (end->lost_rank >= 0 || end->lost_host[0])) {
     if (refresh_hosts(l) != 0) return -1;
     int slots = live_slots(l);
     world = slots < l->o.np ? slots : (int)l->o.np; /* new hosts may bring it back up */
@@ -373,10 +384,10 @@ static int run_launch(launch_t *l, char *exe) {
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
     if (dt_interrupted()) return dt_error("interrupted by %s: not restarted", dt_signal_name(dt_interrupted()));
     if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return TRAIN_REFUSED;
-    if (end.lost_rank < 0 && !WIFSIGNALED(st))
+    if (end.lost_rank < 0 && !(end.lost_host[0] && l->o.hostfile) && !WIFSIGNALED(st))
       return dt_error("the run failed (exit %d) without losing a rank: not restarted (a restart "
                       "would meet the same failure)", WEXITSTATUS(st));
-    if (WIFSIGNALED(st) && end.lost_rank < 0)
+    if (WIFSIGNALED(st) && end.lost_rank < 0 && !end.lost_host[0])
       snprintf(end.lost_signal, sizeof end.lost_signal, "%s",
                WTERMSIG(st) == 9 ? "SIGKILL" : WTERMSIG(st) == 15 ? "SIGTERM" : "a signal");
     restart_t r;

@@ -4,7 +4,10 @@
  *   local: "rank 2: ... stopped by SIGUSR1 at step 134: this rank is lost"
  *          (a rank's thread signalled, src/core/interrupt.c);
  *   mpi:   Open MPI's "mpirun noticed that process rank 2 with PID 77 on
- *          node h1 exited on signal 9 (Killed)." (a rank's process killed).
+ *          node h1 exited on signal 9 (Killed)." (a rank's process killed),
+ *          or its "Remote daemon: [[J,0],K] on node h1" after "ORTE has
+ *          lost communication with a remote daemon" (a host cut off: all
+ *          its ranks).
  * Everything else in the lines is the child's own business. */
 #include <errno.h>
 #include <poll.h>
@@ -54,9 +57,22 @@ static int parse_mpi_loss(const char *line, child_end_t *end) {
   return 1;
 }
 
+/* Open MPI's line for a host whose daemon it lost (a link cut, the host
+ * gone): "  Remote daemon: [[13130,0],2] on node el-h1". No rank named:
+ * every rank of that host is lost. */
+static int parse_mpi_host_loss(const char *line, child_end_t *end) {
+  const char *p = strstr(line, "Remote daemon:");
+  const char *on = p ? strstr(p, " on node ") : NULL;
+  char host[128];
+  if (!on || sscanf(on, " on node %127s", host) != 1) return 0;
+  snprintf(end->lost_host, sizeof end->lost_host, "%s", host);
+  snprintf(end->lost_signal, sizeof end->lost_signal, "host unreachable");
+  return 1;
+}
+
 static void read_line(const char *line, child_end_t *end) {
-  if (end->lost_rank >= 0) return; /* the first loss named is the cause; the rest its fallout */
-  if (!parse_local_loss(line, end)) parse_mpi_loss(line, end);
+  if (end->lost_rank >= 0 || end->lost_host[0]) return; /* the first loss named is the cause */
+  if (!parse_local_loss(line, end) && !parse_mpi_loss(line, end)) parse_mpi_host_loss(line, end);
 }
 
 /* Passes what the pipe holds to stderr, a whole line at a time, each read
