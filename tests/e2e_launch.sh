@@ -12,7 +12,7 @@
 . tests/lib.sh
 
 SMALL="$TMP/small"
-make_small_fashion "$SMALL" 2048 256
+make_small_fashion "$SMALL" 1024 256
 EVERY=8
 E=3
 # the ring, named: --exchange's default differs between local and mpi
@@ -27,8 +27,9 @@ check checkpoint_every_resume_bit_exact cmp -s "$TMP/straight.st" "$TMP/resumed.
 check checkpoint_every_records $PY -c "
 import json
 c = [json.loads(l) for l in open('$TMP/half.jsonl') if '\"checkpoint\"' in l]
-# steps 8 and 16 mid-epoch, then the --max-steps stop at 20: 1280 samples into epoch 1 (of 2048)
-assert [(d['step'], d['epochs_done'], d['epoch_samples']) for d in c] == [(8, 0, 512), (16, 0, 1024), (20, 0, 1280)], c"
+# 16 steps an epoch: step 8 mid-epoch, 16 the epoch's end, then the
+# --max-steps stop at 20, 256 samples into the second epoch
+assert [(d['step'], d['epochs_done'], d['epoch_samples']) for d in c] == [(8, 0, 512), (16, 1, 0), (20, 1, 256)], c"
 # without it the mid-epoch stop is not a place to resume from exactly: the
 # option is what makes the difference
 "$DTRAIN" train $RUN --workers 4 --max-steps 20 --checkpoint "$TMP/old.st" >/dev/null
@@ -71,7 +72,7 @@ open('$TMP/$tag.resumed', 'w').write(str(r['resumed_step']))"
   "$DTRAIN" train $RUN --workers 3 --checkpoint-every $EVERY --resume "$TMP/$tag.h4" --checkpoint "$TMP/$tag.h3" >/dev/null
   check "${tag}_equals_resumed_by_hand_bitwise" cmp -s "$TMP/$tag.st" "$TMP/$tag.h3"
 }
-random_step() { $PY -c "import random; print(random.randrange($EVERY, 56))"; }
+random_step() { $PY -c "import random; print(random.randrange($EVERY, 25))"; }
 elastic_case local launch_local "$(random_step)"
 if have_mpi; then
   elastic_case mpi launch_mpi "$(random_step)"
@@ -82,6 +83,20 @@ if [ -n "$DTRAIN_LAUNCH_LONG" ]; then
     have_mpi && elastic_case mpi "long_mpi_$k" "$(random_step)"
   done
 fi
+
+# ---- the whole child killed: no rank named, restarted on as many ---------------
+"$DTRAIN" launch --np 4 --max-restarts 1 --checkpoint-every $EVERY -- \
+  $RUN --checkpoint "$TMP/whole.st" --metrics "$TMP/whole.jsonl" >/dev/null 2>"$TMP/whole.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/whole.jsonl" child 0 "$(random_step)" >/dev/null
+wait $lp
+check launch_whole_child_killed_exit_0 [ $? -eq 0 ]
+check launch_whole_child_killed_restarts_on_4 $PY -c "
+import json
+r = [json.loads(l) for l in open('$TMP/whole.jsonl') if '\"restart\"' in l]
+assert len(r) == 1 and r[0]['lost_rank'] is None and r[0]['signal'] == 'SIGKILL' and r[0]['workers'] == 4, r"
+# the same 4 ranks from the checkpoint: the run that was never stopped, bit for bit
+check launch_whole_child_killed_equals_straight_run cmp -s "$TMP/whole.st" "$TMP/straight.st"
 
 # ---- a second loss below --min-np ----------------------------------------------
 "$DTRAIN" launch --np 4 --min-np 3 --max-restarts 5 --checkpoint-every $EVERY -- \

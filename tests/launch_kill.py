@@ -3,13 +3,14 @@
 that `dtrain launch` (pid LAUNCH) watches, once the run's metrics show a
 checkpoint at step >= STEP written after RESTARTS restart records.
 
-  launch_kill.py LAUNCH METRICS local|mpi RANK STEP [RESTARTS]
+  launch_kill.py LAUNCH METRICS local|mpi|child RANK STEP [RESTARTS]
 
 local: the rank is a thread of launch's child (named dtrain-rankR, the
 first such thread: the coll thread it starts takes its name too): SIGUSR1
 to that thread alone (tgkill). mpi: the rank is the process with
 OMPI_COMM_WORLD_RANK=R in its environment and METRICS on its command line:
-SIGKILL. Prints the step of
+SIGKILL. child: launch's child itself (every rank of a local run), SIGKILL
+(RANK unused). Prints the step of
 the checkpoint it waited for; exits 1 if none came within 60 s."""
 import ctypes, json, os, signal, sys, time
 
@@ -57,10 +58,23 @@ def descendants(pid):
     return out
 
 
+def rank_threads(p):
+    out = []
+    try:
+        for t in os.listdir(f"/proc/{p}/task"):
+            try:
+                if open(f"/proc/{p}/task/{t}/comm").read().strip() == f"dtrain-rank{rank}":
+                    out.append(int(t))
+            except OSError:
+                pass  # a thread that ended
+    except OSError:
+        pass  # a process that ended
+    return sorted(out)
+
+
 def kill_local():
     for p in descendants(int(launch)):
-        tids = sorted(int(t) for t in os.listdir(f"/proc/{p}/task")
-                      if open(f"/proc/{p}/task/{t}/comm").read().strip() == f"dtrain-rank{rank}")
+        tids = rank_threads(p)
         if tids:
             return ctypes.CDLL(None, use_errno=True).tgkill(p, tids[0], signal.SIGUSR1) == 0
     return False
@@ -77,15 +91,29 @@ def kill_mpi():
         except OSError:
             continue
         if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and metrics.encode() in cmd:
-            os.kill(p, signal.SIGKILL)
-            return True
+            try:
+                os.kill(p, signal.SIGKILL)
+                return True
+            except OSError:
+                return False
     return False
 
 
+def kill_child():
+    kids = children(int(launch))
+    for p in kids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            return False
+    return bool(kids)
+
+
+kill = {"local": kill_local, "mpi": kill_mpi, "child": kill_child}[mode]
 deadline = time.time() + 60
 while time.time() < deadline:
     s = seen()
-    if s >= step and (kill_local() if mode == "local" else kill_mpi()):
+    if s >= step and kill():
         print(s)
         sys.exit(0)
     time.sleep(0.002)
