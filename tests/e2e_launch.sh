@@ -113,6 +113,11 @@ check launch_below_min_np_says_so sh -c "tail -n 1 '$TMP/twice.err' | grep -q '^
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
 expect_error launch_unknown_host 2 "hostfile .*hosts line 2: unknown host 'no-such-host.invalid'" -- \
   "$DTRAIN" launch --np 4 --hostfile "$TMP/hosts" -- $RUN --comm mpi --checkpoint "$TMP/bad.st"
+printf 'localhost slots=0\n' >"$TMP/hosts0"
+expect_error launch_hostfile_bad_slots 2 "hosts0 line 1: 'slots=0': slots must be a number from 1 to 4096" -- \
+  "$DTRAIN" launch --np 4 --hostfile "$TMP/hosts0" -- $RUN --comm mpi --checkpoint "$TMP/bad.st"
+expect_error launch_hostfile_needs_mpi 2 "hostfile: needs --comm mpi" -- \
+  "$DTRAIN" launch --np 4 --hostfile "$TMP/hosts" -- $RUN --checkpoint "$TMP/bad.st"
 expect_error launch_min_np_above_np 2 "min-np 5 is above --np 4" -- \
   "$DTRAIN" launch --np 4 --min-np 5 -- $RUN --checkpoint "$TMP/bad.st"
 expect_error launch_every_without_checkpoint 2 "checkpoint-every 8: needs --checkpoint FILE" -- \
