@@ -221,8 +221,9 @@ static void empty_step(worker_t *w, const step_hooks_t *hooks) {
 int worker_interrupted(const worker_t *w) {
   const train_config_t *cfg = w->cfg;
   const char *kept = !cfg->checkpoint[0] ? "; nothing saved (no --checkpoint)"
-                     : access(cfg->checkpoint, F_OK) == 0 ? "; the checkpoint holds the last finished epoch"
-                                                         : "; no epoch had finished: no checkpoint written";
+                     : access(cfg->checkpoint, F_OK) != 0 ? "; no epoch had finished: no checkpoint written"
+                     : cfg->checkpoint_every ? "; the checkpoint holds the last --checkpoint-every step"
+                                             : "; the checkpoint holds the last finished epoch";
   return dt_error("interrupted by %s at step %lld%s%s", dt_signal_name(dt_interrupted()),
                   (long long)w->step, kept,
                   cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
