@@ -10,6 +10,9 @@
 #   scripts/cluster.sh run NAME RANKS_PER_HOST -- COMMAND...   (mpirun on it)
 #   scripts/cluster.sh exec NAME HOST COMMAND...   (a command on host 0..K-1)
 #   scripts/cluster.sh down NAME
+#   scripts/cluster.sh mpirun NAME MPIRUN-ARGS...   (mpirun with the cluster's
+#       settings, the ranks and hosts yours: -np N --hostfile F, hosts
+#       named NAME-hK; what dtrain launch runs as $DTRAIN_MPIRUN)
 #   scripts/cluster.sh with NAME HOSTS [up options] -- COMMAND...
 #       up, COMMAND (with $CLUSTER_RUN set to "scripts/cluster.sh run NAME"),
 #       down: always, on failure and on Ctrl-C too
@@ -160,6 +163,20 @@ exec_on() { # NAME HOST COMMAND...
   exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
+# mpirun in the launcher's namespace with the cluster's transport settings.
+cluster_mpirun() { # NAME MPIRUN-ARGS...
+  name=$1
+  shift
+  [ -e "$STATE/$name" ] || die "no cluster '$name' (scripts/cluster.sh up $name HOSTS)"
+  subnet=$(cat "$STATE/$name/subnet")
+  exec ip netns exec "dc-$name-l" mpirun --allow-run-as-root \
+    --mca plm_rsh_agent "$SELF agent-$name" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl tcp,self,vader --mca btl_tcp_if_include "$subnet.0/24" \
+    --mca oob_tcp_if_include "$subnet.0/24" --mca btl_vader_single_copy_mechanism none \
+    --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 \
+    -x ASAN_OPTIONS=detect_leaks=0 "$@"
+}
+
 run() { # NAME RANKS_PER_HOST -- COMMAND...
   name=$1 per=$2
   shift 2
@@ -204,6 +221,7 @@ exec) [ $# -ge 3 ] || die "usage: exec NAME HOST COMMAND..."; n=$1 h=$2; shift 2
 run) [ $# -ge 3 ] || die "usage: run NAME RANKS_PER_HOST -- COMMAND..."; run "$@" ;;
 with) [ $# -ge 4 ] || die "usage: with NAME HOSTS [--bandwidth RATE] -- COMMAND..."; with "$@" ;;
 list) ls "$STATE" 2>/dev/null || true ;;
+mpirun) [ $# -ge 2 ] || die "usage: mpirun NAME MPIRUN-ARGS..."; check_name "$1"; cluster_mpirun "$@" ;;
 agent-*) h=$1; shift; exec_on "${cmd#agent-}" "$h" agent "$@" ;;
 -h | --help | help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" ;;
 *) die "unknown command '$cmd' (up, run, exec, down, with, list; --help)" ;;

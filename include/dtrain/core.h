@@ -38,6 +38,11 @@ float *dt_dup_floats(const float *x, size_t n); /* a new copy of x[0..n) */
 void dt_catch_interrupts(void);
 int dt_interrupted(void);
 const char *dt_signal_name(int signo);
+/* SIGUSR1 to one rank's thread: that rank alone stops at its next step, a
+ * lost rank (dtrain launch's fault); dt_rank_signalled: the signal this
+ * thread took, or 0. */
+void dt_catch_rank_signal(void);
+int dt_rank_signalled(void);
 
 /* ---- time ---------------------------------------------------------------- */
 double dt_now(void);               /* monotonic seconds */

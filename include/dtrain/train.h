@@ -163,6 +163,7 @@ typedef struct {
   long long trace_from, trace_to;  /* --trace-steps A:B: global steps [A, B) */
   int progress;                 /* live progress line on stderr */
   int64_t max_steps;            /* stop after this many steps in total (0 = no limit; for tests and benches) */
+  int64_t checkpoint_every;     /* --checkpoint-every STEPS: a checkpoint each STEPS global steps (0 = epochs only) */
   double time_budget;           /* --time-budget SEC: end at the first epoch end past SEC (0 = none) */
   double max_loss;              /* a mean train or test loss above this is divergence [1e4] */
 } train_config_t;
@@ -170,6 +171,12 @@ typedef struct {
 /* The axes a strategy is selected by (its descriptor's matches). */
 static inline int train_axes(const train_config_t *c, optimization_t o, exchange_t e, schedule_t s) {
   return c->optimization == o && c->exchange == e && c->schedule == s;
+}
+/* Synchronous data parallelism over allreduce, no pipeline: the runs that
+ * checkpoint and resume mid-epoch (--checkpoint-every, dtrain launch). */
+static inline int train_sync_data_parallel(const train_config_t *c) {
+  return train_axes(c, OPTIMIZATION_CENTRAL, EXCHANGE_ALLREDUCE, SCHEDULE_SYNC) &&
+         !(c->pipe.stages > 1 || c->pipe.micro_batches > 1);
 }
 /* A pipeline: stages (--pp) or micro-batches (--micro-batches). */
 static inline int train_pipelined(const train_config_t *c) { return c->pipe.stages > 1 || c->pipe.micro_batches > 1; }

@@ -50,6 +50,7 @@ int cmd_train(int argc, char **argv) {
     return 2;
   }
   dt_catch_interrupts();
+  dt_catch_rank_signal();
   int rc = train_run(&cfg, &argc, &argv);
   if (rc != 0) {
     fprintf(stderr, "dtrain train: %s\n", dt_errmsg());

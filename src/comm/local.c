@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1103,6 +1104,9 @@ static void *rank_main(void *p) {
   rank_run_t *rr = p;
   world_t *w = rr->w;
   int me = rr->comm->rank;
+  char name[16]; /* the thread's name: what finds a rank's thread in /proc (dtrain launch's tests) */
+  snprintf(name, sizeof name, "dtrain-rank%d", me);
+  pthread_setname_np(pthread_self(), name);
   dt_error_clear();
   if (rr->fn(rr->comm, rr->arg) != 0) record_failure(w, me);
   rank_cleanup(w, me);

@@ -39,8 +39,28 @@ void dt_catch_interrupts(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
+/* SIGUSR1 sent to one rank's thread (tgkill; under local its thread is
+ * named dtrain-rankR) stops that rank alone, at its next step, as a lost
+ * rank: the fault dtrain launch restarts from. A flag of the thread that
+ * took the signal; a thread that is no rank's ignores it. */
+static _Thread_local volatile sig_atomic_t rank_signal;
+
+static void on_rank_signal(int signo) { rank_signal = signo; }
+
+void dt_catch_rank_signal(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_rank_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+int dt_rank_signalled(void) { return rank_signal; }
+
 int dt_interrupted(void) { return atomic_load_explicit(&caught, memory_order_relaxed); }
 
 const char *dt_signal_name(int signo) {
-  return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
+  return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : signo == SIGUSR1 ? "SIGUSR1"
+                                                                                  : "a signal";
 }

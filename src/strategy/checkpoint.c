@@ -8,7 +8,13 @@
  * Under tensor parallelism the group's blocks are gathered on its rank 0
  * into the whole model first (tensor_gather), so the file holds the same
  * tensors, names and shapes as one worker's; a resumed rank copies its
- * block out of each whole tensor, so a run may resume on another --tp. */
+ * block out of each whole tensor, so a run may resume on another --tp.
+ *
+ * A checkpoint written mid-epoch (--checkpoint-every) says how many of the
+ * epoch's samples are done ("epoch_samples", beside "epoch": the epochs
+ * finished): the epoch's order is a function of (seed, epoch), so a resumed
+ * run takes the rest of that order from there, in steps of its own global
+ * batch, on any number of workers. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -43,8 +49,10 @@ static void meta(st_meta_t *m, int *n, const char *key, const char *fmt, ...) {
   (*n)++;
 }
 
-/* The file for model m (the whole model) and its optimizer state. */
-static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, int epoch) {
+/* The file for model m (the whole model) and its optimizer state, after
+ * `epochs` finished epochs and `samples` samples of the next. */
+static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, int epochs,
+                            size_t samples) {
   int cap = m->ntensors * (2 + w->opt->nstate) + m->nbuf_tensors + 1 +
             checkpoint_compressor_count(w), nt = 0, nm = 0;
   st_tensor_t *t = calloc((size_t)cap, sizeof *t);
@@ -74,10 +82,11 @@ static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, 
     b->len = (size_t)w->nranks;
     b->data = speeds;
   }
-  st_meta_t md[10];
+  st_meta_t md[12];
   nt += checkpoint_compressor_entries(w, &t[nt], md, &nm);
   meta(md, &nm, "format", CHECKPOINT_FORMAT);
-  meta(md, &nm, "epoch", "%d", epoch + 1);
+  meta(md, &nm, "epoch", "%d", epochs);
+  if (samples) meta(md, &nm, "epoch_samples", "%zu", samples);
   meta(md, &nm, "step", "%" PRId64, w->step);
   meta(md, &nm, "seed", "%" PRIu64, w->cfg->seed);
   meta(md, &nm, "optimizer", "%s", optim_kind_name(w->cfg->optim.kind));
@@ -90,8 +99,11 @@ static int write_checkpoint(worker_t *w, const model_t *m, float *const *state, 
   return 0;
 }
 
-int worker_save_checkpoint(worker_t *w, int epoch) {
-  if (!w->tp) return write_checkpoint(w, w->model, w->opt->state, epoch);
+int worker_save_checkpoint(worker_t *w, int epoch) { return worker_save_checkpoint_at(w, epoch, 0); }
+
+int worker_save_checkpoint_at(worker_t *w, int epoch, size_t samples) {
+  int epochs = samples ? epoch : epoch + 1;
+  if (!w->tp) return write_checkpoint(w, w->model, w->opt->state, epochs, samples);
   model_t *full;
   float **state;
   DT_TRY(tensor_gather(w->tp, w, &full, &state));
@@ -100,7 +112,7 @@ int worker_save_checkpoint(worker_t *w, int epoch) {
   if (!kern_all_finite(full->nparams, full->params))
     rc = dt_error("epoch %d: the parameters of another tensor-parallel rank hold NaN or "
                   "infinity: training diverged; no checkpoint written (lower --lr)", epoch + 1);
-  if (rc == 0) rc = write_checkpoint(w, full, state, epoch);
+  if (rc == 0) rc = write_checkpoint(w, full, state, epochs, samples);
   tensor_gather_free(full, state, w->opt->nstate);
   return rc;
 }
@@ -149,6 +161,22 @@ static int restore_balance(worker_t *w, const safetensors_t *st) {
   return balance_set_speeds(w->balance, t->data, where);
 }
 
+/* "epoch_samples": where in its epoch a mid-epoch checkpoint stands (0:
+ * at an epoch's start). Only synchronous data parallelism steps through
+ * an epoch by worker_step_slice from there. */
+static int restore_epoch_samples(worker_t *w, const safetensors_t *st) {
+  long long samples = 0;
+  if (!safetensors_meta(st, "epoch_samples")) return 0;
+  if (safetensors_meta_int(st, "epoch_samples", 1, (long long)w->train->n - 1, &samples) != 0)
+    return -1;
+  if (!train_sync_data_parallel(w->cfg))
+    return dt_error("--resume %s: written mid-epoch (--checkpoint-every, %lld samples into the "
+                    "epoch); only synchronous data parallelism (--exchange allreduce:ALGO "
+                    "--schedule sync, no --pp) resumes mid-epoch", st->path, samples);
+  w->resume_samples = (size_t)samples;
+  return 0;
+}
+
 int worker_load_checkpoint(worker_t *w, const char *path) {
   safetensors_t st;
   if (safetensors_read(path, &st) != 0) return dt_error_prefix("--resume: ");
@@ -180,6 +208,7 @@ int worker_load_checkpoint(worker_t *w, const char *path) {
       if (restore_tensor(&st, prefix, &m->tensors[i], w->opt->state[s]) != 0) goto done;
   }
   if (restore_balance(w, &st) != 0) goto done;
+  if (restore_epoch_samples(w, &st) != 0) goto done;
   rc = worker_resume_at(w, path, epoch, step);
 done:
   safetensors_free(&st);

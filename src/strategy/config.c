@@ -414,6 +414,9 @@ int train_config_check(const train_config_t *c) {
                     cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)
                         ? "dtrain was built without oneDNN (libdnnl-dev)"
                         : "this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16)");
+  if (c->checkpoint_every && !c->checkpoint[0])
+    return dt_error("option --checkpoint-every %lld: needs --checkpoint FILE (where the checkpoints "
+                    "are written)", (long long)c->checkpoint_every);
   if (strategy_check_families(c) != 0) return -1;
   if (shard_check(c) != 0) return -1;
   if (owt_check(c) != 0) return -1;

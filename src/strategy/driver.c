@@ -25,6 +25,11 @@ static int run_steps(worker_t *w, const driver_ops_t *ops, void *st, int epoch, 
     if (dt_trace) trace_slice(dt_trace, TRACE_STEP, "step", k, t0, dt_now());
     if (rc != DRIVE_NEXT) break;
     if (!ops->open_ended) worker_progress(w, epoch, k, w->steps_per_epoch);
+    if (!ops->open_ended && worker_step_checkpoint_due(w, k, w->step) &&
+        worker_checkpoint_step(w, epoch, k) != 0) {
+      rc = -1;
+      break;
+    }
   }
   *taken = k;
   return rc;
@@ -45,7 +50,7 @@ static void count_bytes(worker_t *w, comm_bytes_t b0) {
 /* What the driver knows of an epoch before the strategy's evaluation:
  * its timing and, for steps of the global batch, its throughput. */
 static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken, double train_sec) {
-  size_t samples = taken >= w->steps_per_epoch ? w->train->n
+  size_t samples = taken >= w->steps_per_epoch ? w->train->n - w->epoch_offset
                                                : (size_t)taken * w->cfg->batch * w->nranks;
   *r = (epoch_report_t){.epoch = epoch, .steps = taken, .epoch_sec = train_sec, .timers = w->timers};
   r->timers.wait = -1; /* not measured, unless the evaluation does (worker_epoch_figures) */

@@ -466,6 +466,11 @@ static const option_t OPTIONS[] = {
      .help = "FILE.jsonl\tone JSON object per epoch and a final 'done' line"},
     {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY,
      .help = "FILE\tsafetensors checkpoint, written atomically after every epoch"},
+    {INT("checkpoint-every", checkpoint_every, 1, 1L << 50), is_sync_dp,
+     "synchronous data parallelism (--exchange allreduce:ALGO --schedule sync, no --pp)", AX_STRATEGY,
+     .help = "STEPS\t--checkpoint also every STEPS global steps, mid-epoch: a\n"
+             "resume (on any number of workers) continues at that step,\n"
+             "the same samples in the same order (dtrain launch) [off]"},
     {PATH("resume", resume), NULL, NULL, AX_STRATEGY,
      .help = "FILE\tcontinue from a checkpoint up to --epochs"},
     {FLAG("quiet", progress, 0), NULL, NULL, AX_STRATEGY,

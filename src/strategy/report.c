@@ -210,6 +210,39 @@ static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
   return 0;
 }
 
+/* The samples of the epoch a checkpoint after r stands at: 0 for a whole
+ * epoch; with --checkpoint-every, a run stopped mid-epoch (--max-steps)
+ * is kept where it stopped, so that it resumes there. */
+static size_t report_samples(const worker_t *w, const epoch_report_t *r) {
+  if (!w->cfg->checkpoint_every || r->steps <= 0 || r->steps >= w->steps_per_epoch) return 0;
+  size_t done = worker_epoch_samples_done(w, r->steps - 1);
+  return done < w->train->n ? done : 0;
+}
+
+/* --checkpoint-every: a line for each checkpoint written, so that the
+ * progress a restart loses can be read from the metrics. */
+static int checkpoint_line(worker_t *w, int epoch, size_t samples, double sec) {
+  if (!w->cfg->checkpoint_every) return 0;
+  return metrics_line(w, "{\"event\":\"checkpoint\",\"epochs_done\":%d,\"epoch_samples\":%zu,"
+                      "\"step\":%lld,\"workers\":%d,\"write_sec\":%.4f}\n",
+                      samples ? epoch : epoch + 1, samples, (long long)w->step, w->nranks, sec);
+}
+
+int worker_checkpoint_step(worker_t *w, int epoch, int64_t k) {
+  DT_TRY(worker_gather_compressor(w)); /* every rank, first */
+  if (w->rank != 0) return 0;
+  size_t samples = worker_epoch_samples_done(w, k);
+  if (!worker_reports(w)) return worker_save_checkpoint_at(w, epoch, samples); /* its blocks */
+  const model_t *m = w->model;
+  if (!kern_all_finite(m->nparams, m->params) || !kern_all_finite(m->nbuffers, m->buffers))
+    return dt_error("step %lld: the parameters hold NaN or infinity: training diverged; no "
+                    "checkpoint written (lower --lr)", (long long)w->step);
+  DT_TRY(check_optimizer_finite(w, epoch));
+  double t0 = dt_now();
+  DT_TRY(worker_save_checkpoint_at(w, epoch, samples));
+  return checkpoint_line(w, epoch, samples, dt_now() - t0);
+}
+
 int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   char wait[96], layers[2048];
   if (w->cfg->checkpoint[0]) DT_TRY(worker_gather_compressor(w)); /* every rank, first */
@@ -218,7 +251,7 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   if (!worker_reports(w)) { /* the group's others: their blocks for the checkpoint */
     if (!w->cfg->checkpoint[0]) return 0;
     DT_TRY(check_diverged(w, r)); /* the same losses as rank 0: stop where it stops */
-    return worker_save_checkpoint(w, r->epoch);
+    return worker_save_checkpoint_at(w, r->epoch, report_samples(w, r));
   }
   end_progress_line(w);
   DT_TRY(check_diverged(w, r));
@@ -261,8 +294,11 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             layers_json(w->model, r->timers.layers, layers, sizeof layers)) != 0)
     return -1;
   if (per_rank_lines(w) && write_rank_lines(w, r) != 0) return -1;
-  if (w->cfg->checkpoint[0] && worker_save_checkpoint(w, r->epoch) != 0) return -1;
-  return 0;
+  if (!w->cfg->checkpoint[0]) return 0;
+  size_t samples = report_samples(w, r);
+  double t0 = dt_now();
+  DT_TRY(worker_save_checkpoint_at(w, r->epoch, samples));
+  return checkpoint_line(w, r->epoch, samples, dt_now() - t0);
 }
 
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec) {

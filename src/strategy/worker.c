@@ -153,7 +153,17 @@ void worker_free(worker_t *w) {
   memset(w, 0, sizeof *w);
 }
 
+/* A resumed mid-epoch checkpoint: its epoch starts where the checkpoint
+ * stands, its steps the rest of the order in this run's global batch; the
+ * epochs after it are whole again. */
+static void plan_epoch_offset(worker_t *w, int epoch) {
+  if (!w->resume_samples) return;
+  w->epoch_offset = epoch == w->first_epoch ? w->resume_samples : 0;
+  w->steps_per_epoch = train_steps_per_epoch(w->cfg, w->train->n - w->epoch_offset, w->nranks);
+}
+
 void worker_begin_epoch(worker_t *w, int epoch) {
+  plan_epoch_offset(w, epoch);
   memset(&w->timers, 0, sizeof w->timers);
   memset(w->model->cost, 0, sizeof w->model->cost);
   w->epoch_loss_sum = 0;
@@ -163,7 +173,7 @@ void worker_begin_epoch(worker_t *w, int epoch) {
 }
 
 void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, size_t *global) {
-  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = (size_t)k * gb;
+  size_t gb = (size_t)w->cfg->batch * (size_t)w->nranks, start = w->epoch_offset + (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   size_t off, len;
   if (w->balance) balance_split(w->balance, in_step, w->rank, &off, &len);
@@ -171,6 +181,17 @@ void worker_step_slice(worker_t *w, int64_t k, size_t *begin, size_t *count, siz
   *begin = start + off;
   *count = len;
   *global = in_step;
+}
+
+size_t worker_epoch_samples_done(const worker_t *w, int64_t k) {
+  size_t done = w->epoch_offset + (size_t)(k + 1) * (size_t)w->cfg->batch * (size_t)w->nranks;
+  return done < w->train->n ? done : w->train->n;
+}
+
+int worker_step_checkpoint_due(const worker_t *w, int64_t k, int64_t steps) {
+  const train_config_t *cfg = w->cfg;
+  return cfg->checkpoint_every && steps % cfg->checkpoint_every == 0 &&
+         k + 1 < w->steps_per_epoch && !(cfg->max_steps && steps >= cfg->max_steps);
 }
 
 /* hooks->wait, timed: the seconds inside it, and of those the seconds it
@@ -208,8 +229,9 @@ static void empty_step(worker_t *w, const step_hooks_t *hooks) {
 int worker_interrupted(const worker_t *w) {
   const train_config_t *cfg = w->cfg;
   const char *kept = !cfg->checkpoint[0] ? "; nothing saved (no --checkpoint)"
-                     : access(cfg->checkpoint, F_OK) == 0 ? "; the checkpoint holds the last finished epoch"
-                                                         : "; no epoch had finished: no checkpoint written";
+                     : access(cfg->checkpoint, F_OK) != 0 ? "; no epoch had finished: no checkpoint written"
+                     : cfg->checkpoint_every ? "; the checkpoint holds the last --checkpoint-every step"
+                                             : "; the checkpoint holds the last finished epoch";
   return dt_error("interrupted by %s at step %lld%s%s", dt_signal_name(dt_interrupted()),
                   (long long)w->step, kept,
                   cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
@@ -218,6 +240,9 @@ int worker_interrupted(const worker_t *w) {
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
                             const step_hooks_t *hooks) {
   if (dt_interrupted()) return worker_interrupted(w);
+  if (dt_rank_signalled())
+    return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
+                    (long long)w->step);
   double t0 = dt_now();
   model_t *m = w->model;
   w->step_compute = 0;

@@ -53,6 +53,9 @@ typedef struct worker {
   int64_t step;                 /* global steps done */
   int first_epoch;              /* 0, or the epoch after the resumed one */
   int64_t first_step;           /* 0, or the resumed checkpoint's step (a run can stop mid-epoch) */
+  size_t resume_samples;        /* a mid-epoch checkpoint's samples done in first_epoch, else 0 */
+  size_t epoch_offset;          /* samples of this epoch done before its step 0 (resume_samples
+                                   in the resumed epoch, else 0); steps_per_epoch counts the rest */
   FILE *metrics;                /* rank 0 only */
   step_timers_t timers;
   double epoch_loss_sum;        /* summed over this rank's samples */
@@ -166,6 +169,18 @@ int worker_step_diverged(worker_t *w, double loss);
 int worker_interrupted(const worker_t *w);
 int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
+/* The same mid-epoch: `samples` of epoch `epoch` done (0: the epoch is). */
+int worker_save_checkpoint_at(worker_t *w, int epoch, size_t samples);
+/* --checkpoint-every: the samples of the epoch done once its step k is,
+ * and whether a checkpoint follows step k once `steps` global steps are
+ * taken (every STEPS steps, but not at the epoch's end or the --max-steps
+ * stop, which the epoch's report checkpoints). */
+size_t worker_epoch_samples_done(const worker_t *w, int64_t k);
+int worker_step_checkpoint_due(const worker_t *w, int64_t k, int64_t steps);
+/* The mid-epoch checkpoint after step k, on every rank (a collective where
+ * the checkpoint gathers: the compressor's state, a tp group's blocks):
+ * rank 0 checks the values and writes, with a "checkpoint" metrics line. */
+int worker_checkpoint_step(worker_t *w, int epoch, int64_t k);
 int worker_load_checkpoint(worker_t *w, const char *path);
 /* --checkpoint keeps cx's state (compressor_state: the error-feedback
  * memory, DGC's velocity, PowerSGD's Q) for every rank of w->comm: it is

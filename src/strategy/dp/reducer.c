@@ -251,10 +251,11 @@ static int exchange_gradients(reducer_t *s, double backward_end) {
 
 /* Whether step k is the last of its epoch or of the run, where `steps`
  * counts the steps taken once its update is applied: evaluation and a
- * checkpoint follow it. */
+ * checkpoint follow it (or a --checkpoint-every checkpoint alone). */
 static int ends_epoch(const worker_t *w, int64_t k, int64_t steps) {
   const train_config_t *cfg = w->cfg;
-  return k == w->steps_per_epoch - 1 || (cfg->max_steps && steps >= cfg->max_steps);
+  return k == w->steps_per_epoch - 1 || (cfg->max_steps && steps >= cfg->max_steps) ||
+         worker_step_checkpoint_due(w, k, steps);
 }
 
 /* Every bucket of `arena` (parameters or optimizer state) from the ranks

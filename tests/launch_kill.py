@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""The fault for tests/e2e_launch.sh: a real signal to one rank of a run
+that `dtrain launch` (pid LAUNCH) watches, once the run's metrics show a
+checkpoint at step >= STEP written after RESTARTS restart records.
+
+  launch_kill.py LAUNCH METRICS local|mpi|child RANK STEP [RESTARTS]
+
+local: the rank is a thread of launch's child (named dtrain-rankR, the
+first such thread: the coll thread it starts takes its name too): SIGUSR1
+to that thread alone (tgkill). mpi: the rank is the process with
+OMPI_COMM_WORLD_RANK=R in its environment and METRICS on its command line:
+SIGKILL. child: launch's child itself (every rank of a local run), SIGKILL
+(RANK unused). Prints the step of
+the checkpoint it waited for; exits 1 if none came within 60 s."""
+import ctypes, json, os, signal, sys, time
+
+launch, metrics, mode, rank, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+restarts = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+
+
+def seen():
+    """The step of the last checkpoint after `restarts` restarts, or -1."""
+    try:
+        lines = open(metrics).read().splitlines()
+    except OSError:
+        return -1
+    got, best = 0, -1
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if d.get("event") == "restart":
+            got += 1
+        elif d.get("event") == "checkpoint" and got >= restarts:
+            best = d["step"]
+    return best
+
+
+def children(pid):
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        for c in children(todo.pop()):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def rank_threads(p):
+    out = []
+    try:
+        for t in os.listdir(f"/proc/{p}/task"):
+            try:
+                if open(f"/proc/{p}/task/{t}/comm").read().strip() == f"dtrain-rank{rank}":
+                    out.append(int(t))
+            except OSError:
+                pass  # a thread that ended
+    except OSError:
+        pass  # a process that ended
+    return sorted(out)
+
+
+def kill_local():
+    for p in descendants(int(launch)):
+        tids = rank_threads(p)
+        if tids:
+            return ctypes.CDLL(None, use_errno=True).tgkill(p, tids[0], signal.SIGUSR1) == 0
+    return False
+
+
+def kill_mpi():
+    # every process: on the namespace cluster the ranks are the children of
+    # daemons the rsh agent started, not launch's; the metrics path on
+    # their command line makes them this run's
+    for p in (int(q) for q in os.listdir("/proc") if q.isdigit()):
+        try:
+            env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and metrics.encode() in cmd:
+            try:
+                os.kill(p, signal.SIGKILL)
+                return True
+            except OSError:
+                return False
+    return False
+
+
+def kill_child():
+    kids = children(int(launch))
+    for p in kids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            return False
+    return bool(kids)
+
+
+kill = {"local": kill_local, "mpi": kill_mpi, "child": kill_child}[mode]
+deadline = time.time() + 60
+while time.time() < deadline:
+    s = seen()
+    if s >= step and kill():
+        print(s)
+        sys.exit(0)
+    time.sleep(0.002)
+sys.exit(1)
