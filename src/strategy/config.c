@@ -39,6 +39,8 @@ void train_config_default(train_config_t *c) {
   c->pipe.stages = c->pipe.micro_batches = c->pipe.chunks = 1;
   c->tensor.ranks = 1;
   c->ps.drop_stale = -1;
+  c->ps.replicas = 1;
+  c->ps.kill_server = -1;
   c->ps.epoch_fraction = 1;
   c->decentral.tau = 1;
   c->decentral.extrapolation = -1;
