@@ -401,22 +401,34 @@ static int poll_notice(ps_client_t *c) {
 }
 
 /* Whether every message of the part is through: 1 yes, 0 not yet. A
- * request that fails (its server is gone) is withdrawn: the part then
- * waits for the notice and its resend. */
+ * message that fails (its server is gone: a send withdrawn, a peer that
+ * has ended) loses the part: it then waits for the notice and its resend. */
 static int part_through(ps_client_t *c, ps_part_t *p) {
   comm_req_t **reqs[] = {&p->send_req, &p->send_data, &p->recv_reply, &p->recv_values};
-  int through = 1;
-  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0] && p->server >= 0; i++) {
     int done = 1;
-    if (!*reqs[i]) continue;
-    if (comm_test(c->world, *reqs[i], &done) != 0) {
-      comm_cancel(c->world, *reqs[i]);
-      *reqs[i] = NULL;
+    if (*reqs[i] && comm_test(c->world, *reqs[i], &done) == 0 && !done) return 0;
+    comm_req_t *r = *reqs[i];
+    *reqs[i] = NULL;
+    if (r && comm_wait(c->world, r) != 0) {
+      dt_log(DT_LOG_DEBUG, "worker %d: %s of shard %d: %s", c->worker, op_name(p->req.op), p->shard,
+             dt_errmsg());
       p->server = -1; /* lost: only a resend completes it */
     }
-    if (!done) through = 0;
   }
-  return through && p->server >= 0;
+  if (p->server < 0) part_cancel(c, p);
+  return p->server >= 0;
+}
+
+/* The part's answer, once through: a rejection fails the wait. */
+static int part_answer(const ps_part_t *p) {
+  if (p->reply.magic != PS_MAGIC)
+    return dt_error("server rank %d answered %s with a bad reply (magic 0x%08x)", p->server,
+                    op_name(p->req.op), p->reply.magic);
+  if (p->reply.status != 0)
+    return dt_error("server rank %d rejected %s: %.*s", p->server, op_name(p->req.op),
+                    (int)sizeof p->reply.error - 1, p->reply.error);
+  return 0;
 }
 
 /* The same request to the shard's server now: the backup of a dead one. */
@@ -439,7 +451,7 @@ static int part_wait_failover(ps_client_t *c, ps_part_t *p) {
     DT_TRY(poll_notice(c));
     int want = c->first_server + (c->dead[k] ? (k + 1) % K : k);
     if (p->server != want && c->dead[k]) DT_TRY(part_resend(c, p));
-    if (part_through(c, p)) return part_wait(c, p);
+    if (part_through(c, p)) return part_answer(p);
     if (dt_now() > deadline)
       return dt_error("server rank %d: no answer to %s of shard %d within %g s (--comm-timeout)",
                       c->first_server + k, op_name(p->req.op), k, c->timeout);
