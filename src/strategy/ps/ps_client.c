@@ -468,7 +468,12 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   for (int i = 0; i < h->nparts; i++) {
     ps_part_t *p = &h->parts[i];
     int failover = c->dead && p->shard >= 0;
-    if (rc == 0 && (failover ? part_wait_failover(c, p) : part_wait(c, p)) != 0) rc = -1;
+    if (rc == 0 && (failover ? part_wait_failover(c, p) : part_wait(c, p)) != 0) {
+      rc = -1;
+      if (!failover && p->shard >= 0) /* the one copy of the shard is out of reach */
+        dt_error_prefix("server %d (rank %d), the shard's only copy (--ps-replicas 1): ",
+                        p->server - c->first_server, p->server);
+    }
     part_cancel(c, p); /* after a failure: withdraw what is left */
     if (rc == 0 && p->pull != PULL_PLAIN && finish_held_pull(c, p) != 0) rc = -1;
     if (rc == 0 && p->req.op == PS_OP_PULL) {
