@@ -257,6 +257,8 @@ static int server_died(ps_server_t *s, int j, const char *why) {
   else tell(s, heir, PS_OP_TAKEOVER, j);
   if (prev == 0) ps_chain_lost_backup(s);
   else tell(s, prev, PS_OP_LOST_BACKUP, j);
+  for (int w = 0; w < s->N; w++) /* they waited on the dead server: a fresh lease */
+    s->workers[w].coord.last_heard = dt_now();
   int32_t dead = j;
   for (int w = 0; w < s->nranks; w++)
     if (comm_send(s->world, w, PS_TAG_FAILOVER, &dead, sizeof dead) != 0)
