@@ -55,6 +55,31 @@ for s in ssp:2 async; do
   else fail "replicas_${s}_kill_loses_nothing" "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
 done
 
+# ---- replication's bytes: describe_step's, as the transport counts them ------------
+# Per push, the primary of shard k sends its backup the request and the
+# shard's values and gets a request back (the acknowledgement): T steps of
+# 3 workers' pushes, each server as primary of its shard and backup of the
+# other's, against what the server's transport counted for those messages.
+R="--data $SMALL --workers 3 --exchange ps:2 --batch 16 --epochs 1 --max-steps 10 --seed 3 --quiet --ps-replicas 2"
+if "$DTRAIN" describe $R >"$TMP/step.json" 2>"$TMP/err" && "$DTRAIN" train $R >/dev/null 2>"$TMP/run.err" &&
+   $PY - "$TMP/step.json" "$TMP/run.err" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+tasks = [t for t in d["tasks"] if t.get("pattern") == "replicate"]
+req = min(t["sent"] for t in tasks)
+assert len(tasks) == 3 * 2 * 2, len(tasks)   # workers x shards x (forward, ack)
+counted = {int(k): int(b) for k, b in re.findall(r"ps: server (\d+): replication sent (\d+) bytes", open(sys.argv[2]).read())}
+assert sorted(counted) == [0, 1], counted
+for k in (0, 1):
+    described = 10 * sum(t["sent"] for t in tasks if t["rank"] == 3 + k)
+    assert counted[k] == described, (k, counted[k], described)
+    fwd = [t for t in tasks if t["rank"] == 3 + k and t["sent"] > req]
+    assert all(t["received"] == req and t["peer"] == 3 + (k + 1) % 2 for t in fwd), fwd
+print("ok", counted)
+PYEOF
+then pass "replicas_bytes_described($(cat "$TMP/check.out"))"
+else fail replicas_bytes_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+
 # ---- without replicas a dead server stops the run, saying which ------------------
 "$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "server 1 (rank 5), the shard's only copy (--ps-replicas 1)" "$TMP/err"; then

@@ -129,6 +129,7 @@ static int forward(ps_server_t *s, int w, const ps_req_t *req) {
   ws->chain.fwd.op = PS_OP_REPL;
   ws->chain.fwd.flags &= ~PS_PUSH_GATHERED;
   ws->chain.waiting = 1;
+  comm_bytes_t before = comm_bytes(s->world); /* the transport's count of the forward */
   if (comm_isend(s->world, s->repl.backup_rank, PS_TAG_REQ, &ws->chain.fwd, PS_REQ_BYTES,
                  &ws->chain.req_send) != 0 ||
       comm_isend(s->world, s->repl.backup_rank, PS_TAG_DATA, ws->chain.buf,
@@ -136,6 +137,7 @@ static int forward(ps_server_t *s, int w, const ps_req_t *req) {
     dt_log(DT_LOG_WARN, "server %d: forwarding a push to its backup: %s", s->index, dt_errmsg());
     ps_chain_lost_backup(s); /* acknowledges it */
   }
+  s->repl.bytes_sent += comm_bytes(s->world).sent - before.sent;
   return 0;
 }
 
@@ -158,7 +160,10 @@ static void ack_primary(ps_server_t *b, int w, const ps_req_t *req) {
   ps_worker_state_t *ws = &b->workers[w];
   ws->chain.fwd = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_REPL_ACK, .worker = w,
                              .clock = req->clock, .epoch = req->epoch};
-  if (send_small(b, b->repl.primary_rank, &ws->chain.fwd, &ws->chain.req_send) != 0)
+  comm_bytes_t before = comm_bytes(b->world);
+  int rc = send_small(b, b->repl.primary_rank, &ws->chain.fwd, &ws->chain.req_send);
+  b->repl.bytes_sent += comm_bytes(b->world).sent - before.sent;
+  if (rc != 0)
     dt_log(DT_LOG_DEBUG, "backup of shard %d: acknowledging to rank %d: %s", b->index,
            b->repl.primary_rank, dt_errmsg());
 }
@@ -292,8 +297,9 @@ int ps_chain_watch(ps_server_t *s) {
 void ps_chain_report(const ps_server_t *s) {
   if (s->cfg->ps.replicas < 2) return;
   const ps_server_t *b = s->repl.hosted;
-  dt_log(DT_LOG_INFO, "ps: server %d: shard %d applied %lld updates (%lld pushes, %lld duplicates); "
-         "shard %d %s applied %lld updates (%lld pushes, %lld duplicates)", s->index, s->index,
+  dt_log(DT_LOG_INFO, "ps: server %d: replication sent %llu bytes; shard %d applied %lld updates "
+         "(%lld pushes, %lld duplicates); shard %d %s applied %lld updates (%lld pushes, %lld "
+         "duplicates)", s->index, (unsigned long long)(s->repl.bytes_sent + b->repl.bytes_sent), s->index,
          (long long)s->version, (long long)s->repl.received, (long long)s->repl.duplicates,
          b->index, b->repl.is_backup ? "(backup)" : "(taken over)", (long long)b->version,
          (long long)b->repl.received, (long long)b->repl.duplicates);

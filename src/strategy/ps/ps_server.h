@@ -163,6 +163,7 @@ struct ps_server {
     int data_from;           /* world rank the push's values come from (-1: the worker) */
     int stored;              /* the push being handled was received (forward it) */
     int64_t received, duplicates, kill_count;
+    uint64_t bytes_sent;     /* forwards and acknowledgements, as the transport counted them */
     uint8_t *server_dead;    /* the coordinator: [K] servers found dead */
     double *server_heard;    /* the coordinator: [K] when each last answered a ping */
     double next_ping;
