@@ -225,6 +225,10 @@ void comm_fail(comm_t *c) {
   if (c->ops->fail) c->ops->fail(c);
 }
 
+void comm_forget(comm_t *c, int rank) {
+  if (c->ops->forget && rank >= 0 && rank < c->size) c->ops->forget(c, rank);
+}
+
 void comm_compute_delay(comm_t *c, double seconds) {
   if (c->slowdown <= 1 || seconds <= 0) return;
   double end = dt_now() + (c->slowdown - 1) * seconds;

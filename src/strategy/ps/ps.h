@@ -119,6 +119,7 @@ typedef enum {
   PS_OP_PONG,     /* server to coordinator: alive */
   PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, its shard is now yours */
   PS_OP_LOST_BACKUP, /* coordinator to a primary: your backup, server `clock`, is dead */
+  PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
   PS_OP_COUNT
 } ps_op_t;
 
@@ -235,6 +236,9 @@ int64_t ps_client_version(const ps_client_t *c, int server);
  * clock, so the backup takes a push it already holds only once. timeout:
  * how long a part may go unanswered (--comm-timeout). */
 int ps_client_set_failover(ps_client_t *c, double timeout);
+/* Takes the coordinator's notices that have come (a worker's last look,
+ * before the run ends). */
+int ps_client_notices(ps_client_t *c);
 /* Pushes acknowledged (every part answered), parts sent again. */
 void ps_client_chain_counts(const ps_client_t *c, int64_t *acked, int64_t *resent);
 /* sync/ssp: the clock of the parameters last pulled whole, the least over

@@ -338,7 +338,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup"};
+                                "takeover", "lost-backup", "server-gone"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -371,12 +371,16 @@ static int part_wait(ps_client_t *c, ps_part_t *p) {
 
 /* ---- failover (--ps-replicas 2) ---------------------------------------------- */
 
+static int poll_notice(ps_client_t *c);
+
 int ps_client_set_failover(ps_client_t *c, double timeout) {
   c->timeout = timeout;
   if (!(c->dead = calloc((size_t)c->map->nservers, 1))) return dt_error("out of memory");
   return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
                     &c->notice_req);
 }
+
+int ps_client_notices(ps_client_t *c) { return c->notice_req ? poll_notice(c) : 0; }
 
 void ps_client_chain_counts(const ps_client_t *c, int64_t *acked, int64_t *resent) {
   *acked = c->acked;
@@ -393,6 +397,7 @@ static int poll_notice(ps_client_t *c) {
   int k = c->notice - (c->first_server - c->map->first_server);
   if (k >= 0 && k < c->map->nservers && !c->dead[k]) {
     c->dead[k] = 1;
+    comm_forget(c->world, c->first_server + k);
     dt_log(DT_LOG_WARN, "worker %d: server %d is dead; its shard is served by server %d now",
            c->worker, k, (k + 1) % c->map->nservers);
   }

@@ -44,6 +44,7 @@
 
 #define PING_EVERY 0.25   /* seconds between the coordinator's pings */
 #define SERVER_LEASE 2.0  /* seconds without an answer: the server is dead */
+#define REPL_DATA_WAIT 3.0 /* seconds a forward's values may take after its request */
 
 int ps_chain_setup(ps_server_t *s, ps_server_t *b) {
   int K = s->K, first = s->nranks; /* world rank of server 0 */
@@ -187,11 +188,32 @@ void ps_chain_take_over(ps_server_t *b, const char *why) {
          "version %lld", b->rank, b->index, b->repl.primary_rank, why, (long long)b->version);
 }
 
+int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes) {
+  comm_req_t *r;
+  DT_TRY(comm_irecv(b->world, b->repl.data_from, PS_TAG_DATA, dst, bytes, &r));
+  double deadline = dt_now() + REPL_DATA_WAIT, pause = 0;
+  for (int done = 0;;) {
+    if (comm_test(b->world, r, &done) != 0 || done) return comm_wait(b->world, r);
+    if (dt_now() > deadline) {
+      comm_cancel(b->world, r);
+      return dt_error("the forward's values did not come within %g s (its primary has died?)",
+                      REPL_DATA_WAIT);
+    }
+    pause = pause < 200e-6 ? pause * 2 + 5e-6 : 200e-6;
+    dt_sleep_until(dt_now() + pause);
+  }
+}
+
 /* A forwarded push, replayed on the hosted backup copy through its rule
  * as the primary did; the values come from the primary. */
 static int replay(ps_server_t *s, int src, const ps_req_t *req) {
   ps_server_t *b = s->repl.hosted;
   int w = req->worker, from = ps_server_rank_of(s, src);
+  if (b && !b->repl.is_backup && from == b->repl.primary_rank) {
+    dt_log(DT_LOG_INFO, "server %d: a forward from its dead primary (rank %d) after the takeover: "
+           "ignored (the worker sends it again)", s->index, from);
+    return 0;
+  }
   if (!b || !b->repl.is_backup || from != b->repl.primary_rank || w < 0 || w >= b->N) {
     dt_log(DT_LOG_ERROR, "server %d: a forwarded push from rank %d it does not back up; ignored",
            s->index, from);
@@ -239,10 +261,13 @@ int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_PONG:
     if (s->repl.server_heard && src - s->N < s->K) s->repl.server_heard[src - s->N] = dt_now();
     return 0;
-  case PS_OP_TAKEOVER: ps_chain_take_over(s->repl.hosted, "the coordinator says so"); return 0;
-  case PS_OP_LOST_BACKUP: ps_chain_lost_backup(s); return 0;
+  case PS_OP_TAKEOVER: ps_chain_take_over(s->repl.hosted, "the coordinator says so"); break;
+  case PS_OP_LOST_BACKUP: ps_chain_lost_backup(s); break;
+  case PS_OP_SERVER_GONE: break;
   default: return ps_server_reject(s, src, req, "unknown operation %d", req->op);
   }
+  if (req->clock >= 0 && req->clock < s->K) comm_forget(s->world, s->nranks + (int)req->clock);
+  return 0;
 }
 
 /* Server j is dead: its backup takes its shard, the shard it backed up
@@ -262,6 +287,9 @@ static int server_died(ps_server_t *s, int j, const char *why) {
   else tell(s, heir, PS_OP_TAKEOVER, j);
   if (prev == 0) ps_chain_lost_backup(s);
   else tell(s, prev, PS_OP_LOST_BACKUP, j);
+  for (int k = 1; k < K; k++) /* every rank left must know, for the run's end (comm_forget) */
+    if (k != heir && k != prev && !s->repl.server_dead[k]) tell(s, k, PS_OP_SERVER_GONE, j);
+  comm_forget(s->world, s->nranks + j);
   for (int w = 0; w < s->N; w++) /* they waited on the dead server: a fresh lease */
     s->workers[w].coord.last_heard = dt_now();
   int32_t dead = j;

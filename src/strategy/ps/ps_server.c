@@ -283,6 +283,8 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compression.codec, s->encoded, req->encoded, req->nvalues, dst);
+  } else if (s->repl.data_from >= 0) { /* a forward: its primary may die sending it */
+    rc = ps_chain_recv_values(s, dst, ps_values_bytes(req->nvalues));
   } else {
     rc = comm_recv(s->world, from, PS_TAG_DATA, dst, ps_values_bytes(req->nvalues));
   }
@@ -392,7 +394,7 @@ static void progress(ps_server_t *s) {
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup"};
+                                "takeover", "lost-backup", "server-gone"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 

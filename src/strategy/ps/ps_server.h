@@ -239,6 +239,11 @@ int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req);
  * backup (the worker's ack then waits), or, replaying, acknowledged to
  * the primary. 1: handled here; 0: acknowledge the worker as usual. */
 int ps_chain_ack(ps_server_t *s, int src, const ps_req_t *req);
+/* A forward's values from the primary, waited for at most REPL_DATA_WAIT:
+ * a primary killed between the request and its values (a large message
+ * needs the sender alive under mpi) must not hold this server for the
+ * whole --comm-timeout. */
+int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes);
 /* The backup instance becomes the shard's primary (why: for the log). */
 void ps_chain_take_over(ps_server_t *b, const char *why);
 /* The backup of s's shard is dead: the waiting acks go now. */

@@ -704,6 +704,7 @@ int strategy_ps_worker(worker_t *w) {
   }
   if (rc >= 0 && w->cfg->ps.replicas > 1) { /* what the servers applied is checked against this */
     int64_t acked, resent;
+    if (ps_client_notices(p.client) != 0) rc = -1; /* a death it has not waited on: the end must know */
     ps_client_chain_counts(p.client, &acked, &resent);
     dt_log(DT_LOG_INFO, "ps: worker %d: %lld pushes acknowledged, %lld parts sent again", w->rank,
            (long long)acked, (long long)resent);
