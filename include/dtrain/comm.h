@@ -294,6 +294,9 @@ void comm_fail(comm_t *c);
  * the timeout) instead of MPI's barrier of all. Every surviving rank must
  * have been told. On local a rank's end is seen by the transport itself. */
 void comm_forget(comm_t *c, int rank);
+/* Whether rank `rank` of c has ended its run, as the transport knows it:
+ * on local, its thread has returned; under mpi never known (0). */
+int comm_gone(comm_t *c, int rank);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 
 /* local: run fn(comm, arg) on `size` threads, one per rank, and join.

@@ -21,8 +21,9 @@
  * backup knows each worker's clock.
  *
  * A death. The coordinator (server 0) pings the other servers every
- * PING_EVERY; a server that cannot be sent to (local: its thread has
- * ended) or has not answered for SERVER_LEASE is dead. Its shard's backup
+ * PING_EVERY; a server whose rank the transport knows has ended (local:
+ * its thread), that cannot be sent to, or that has not answered for
+ * SERVER_LEASE (mpi: a killed process) is dead. Its shard's backup
  * takes over (PS_OP_TAKEOVER) and the shard whose backup it was goes on
  * with its primary alone (PS_OP_LOST_BACKUP: the acks waiting for that
  * backup go at once). Every worker is told (PS_TAG_FAILOVER) and sends
@@ -311,7 +312,9 @@ int ps_chain_watch(ps_server_t *s) {
     int done = 1;
     if (*slot && comm_test(s->world, *slot, &done) != 0) done = 0;
     s->repl.ping = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_PING, .worker = -1};
-    if (done && send_small(s, s->nranks + k, &s->repl.ping, slot) != 0) {
+    if (comm_gone(s->world, s->nranks + k)) {
+      DT_TRY(server_died(s, k, "its rank has ended"));
+    } else if (done && send_small(s, s->nranks + k, &s->repl.ping, slot) != 0) {
       snprintf(why, sizeof why, "a ping could not be sent: %s", dt_errmsg());
       DT_TRY(server_died(s, k, why));
     } else if (now - s->repl.server_heard[k] > SERVER_LEASE) {
