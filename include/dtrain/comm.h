@@ -134,6 +134,7 @@ typedef struct {
   int (*aborted)(comm_t *c);        /* another rank has failed (local; NULL elsewhere) */
   void (*stall_enter)(comm_t *c, const char *op, size_t bytes);     /* may be NULL */
   void (*fail)(comm_t *c);          /* this rank has failed (local; NULL elsewhere) */
+  void (*forget)(comm_t *c, int rank); /* rank is dead, the run goes on (mpi; NULL elsewhere) */
   int reduce_zero_copy;      /* irecv_reduce adds straight from the sender's buffer */
 } comm_ops_t;
 
@@ -287,6 +288,15 @@ int comm_shared_free(comm_t *c, void *ptr);
  * waits stop now. A strategy calls it before a comm_shared_free that would
  * otherwise wait for peers that wait on this rank (until their timeout). */
 void comm_fail(comm_t *c);
+/* Rank `rank` of c has died and the run goes on without it (replicated
+ * parameter servers): under mpi the end of the run then waits for the
+ * ranks left only (a barrier of point-to-point messages among them, with
+ * the timeout) instead of MPI's barrier of all. Every surviving rank must
+ * have been told. On local a rank's end is seen by the transport itself. */
+void comm_forget(comm_t *c, int rank);
+/* Whether rank `rank` of c has ended its run, as the transport knows it:
+ * on local, its thread has returned; under mpi never known (0). */
+int comm_gone(comm_t *c, int rank);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 
 /* local: run fn(comm, arg) on `size` threads, one per rank, and join.

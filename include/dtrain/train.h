@@ -86,6 +86,9 @@ typedef struct {
                                  * (else ESSP's eager refresh every clock) */
   size_t credit_bytes;          /* PRIORITY / TICTAC: bytes in flight each way at most
                                  * (ByteScheduler's credit) */
+  int replicas;                 /* --ps-replicas: copies of each shard, chain replicated [1] */
+  int kill_server;              /* --kill-server index=K,at-push=P: server K stops abruptly (-1: none) */
+  int64_t kill_server_at;       /* ... on receiving its P-th push */
 } ps_config_t;
 
 /* Decentralized optimization (src/strategy/decentral/). */

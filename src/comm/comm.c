@@ -225,6 +225,14 @@ void comm_fail(comm_t *c) {
   if (c->ops->fail) c->ops->fail(c);
 }
 
+int comm_gone(comm_t *c, int rank) {
+  return c->ops->gone && rank >= 0 && rank < c->size ? c->ops->gone(c, rank) : 0;
+}
+
+void comm_forget(comm_t *c, int rank) {
+  if (c->ops->forget && rank >= 0 && rank < c->size) c->ops->forget(c, rank);
+}
+
 void comm_compute_delay(comm_t *c, double seconds) {
   if (c->slowdown <= 1 || seconds <= 0) return;
   double end = dt_now() + (c->slowdown - 1) * seconds;

@@ -425,6 +425,47 @@ static void m_free(comm_t *c) {
   free(c);
 }
 
+/* Ranks of MPI_COMM_WORLD found dead while the run went on (comm_forget;
+ * one run per process). */
+static unsigned char *forgotten;
+static int nforgotten;
+
+static void m_forget(comm_t *c, int rank) {
+  int world = 0, n = 0, r = comm_world_rank(c, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  if (!forgotten && !(forgotten = calloc((size_t)n, 1))) return;
+  if (r < 0 || r >= n || r == world || forgotten[r]) return;
+  forgotten[r] = 1;
+  nforgotten++;
+}
+
+/* The end of a run some rank of which has died: each rank left sends
+ * every other one a byte and waits for theirs, within the timeout. */
+#define TAG_SURVIVORS ((1 << 20) - 2)
+static int survivors_barrier(double timeout) {
+  int n = 0, me = 0, k = 0, done = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Request *reqs = malloc(2 * (size_t)n * sizeof *reqs);
+  char *in = calloc((size_t)n, 1), out = 1;
+  if (!reqs || !in) return dt_error("out of memory");
+  for (int r = 0; r < n; r++) {
+    if (r == me || forgotten[r]) continue;
+    MPI_Irecv(&in[r], 1, MPI_CHAR, r, TAG_SURVIVORS, MPI_COMM_WORLD, &reqs[k++]);
+    MPI_Isend(&out, 1, MPI_CHAR, r, TAG_SURVIVORS, MPI_COMM_WORLD, &reqs[k++]);
+  }
+  double deadline = dt_now() + timeout;
+  while (!done && dt_now() < deadline) {
+    if (MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+    if (!done) sched_yield();
+  }
+  /* left pending when it failed: the job is being torn down */
+  if (done) free(reqs), free(in);
+  return done ? 0 : dt_error("barrier of the ranks left (%d found dead): timed out after %g s",
+                             nforgotten, timeout);
+}
+
 static const comm_ops_t mpi_ops = {
     .name = "mpi",
     .isend = m_isend,
@@ -438,6 +479,7 @@ static const comm_ops_t mpi_ops = {
     .irecv_reduce = m_irecv_reduce,
     .wait_src = m_wait_src,
     .cancel = m_cancel,
+    .forget = m_forget,
     .reduce_zero_copy = 0,
 };
 
@@ -562,14 +604,17 @@ int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn
     fail_job(rank, "", dt_errmsg());
   }
   /* MPI_Finalize waits for every rank with no timeout: a rank that is
-   * stopped or dead would keep the job alive after training ended. */
-  if (m_barrier(c) != 0) {
+   * stopped or dead would keep the job alive after training ended. A rank
+   * the run went on without (comm_forget) is left out. */
+  double timeout = ((mcomm_t *)c->impl)->timeout;
+  if (nforgotten ? survivors_barrier(timeout) != 0 : m_barrier(c) != 0) {
     fail_job(rank, "at the end of the run: ", dt_errmsg());
   }
   comm_counters_free(c);
   m_free(c);
   free_all_reqs();
   MPI_Finalize();
+  free(forgotten);
   return 0;
 }
 

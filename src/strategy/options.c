@@ -160,6 +160,7 @@ static int set_straggler(void *c, const char *val, void *st);
 static int set_epoch_fraction(void *c, const char *val, void *st);
 static int set_dc_asgd(void *c, const char *val, void *st);
 static int set_kill(void *c, const char *val, void *st);
+static int set_kill_server(void *c, const char *val, void *st);
 static int set_alpha_decay(void *c, const char *val, void *st);
 static int set_tau_up(void *c, const char *val, void *st);
 static int set_tau_down(void *c, const char *val, void *st);
@@ -428,6 +429,14 @@ static const option_t OPTIONS[] = {
              "momentum taken out, negative for large N (Mitliagkas) [off]"},
     {FUNC("kill", set_kill), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "rank=R,at-step=S\tstop worker R at step S (fault injection, local)"},
+    {INT("ps-replicas", ps.replicas, 1, 1 << 20), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "R\tcopies of each server shard, chain replicated: a push is\n"
+             "acknowledged once the shard's primary and its backup (the\n"
+             "next server) hold it; when a server dies its backup takes\n"
+             "over (1 or 2, at most K; sync, ssp:S, async) [1]"},
+    {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "index=K,at-push=P\tserver K (1..K-1) stops abruptly at its P-th push\n"
+             "(fault injection: a thread's end on local, SIGKILL on mpi)"},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "DIR\tone checkpoint file per server shard plus a manifest"},
     {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,
@@ -527,6 +536,22 @@ static int set_kill(void *cv, const char *val, void *st) {
   DT_TRY(parse_int("kill at-step", v[1], 0, 1L << 50, &s));
   c->kill_rank = (int)r;
   c->kill_step = s;
+  return 0;
+}
+
+/* "index=1,at-push=40" */
+static int set_kill_server(void *cv, const char *val, void *st) {
+  train_config_t *c = cv;
+  static const char *const keys[] = {"index", "at-push"};
+  const char *v[2];
+  char buf[128];
+  long k, p;
+  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 2, v));
+  if (!v[0] || !v[1]) return dt_error("option --kill-server: needs index=K,at-push=P (both)");
+  DT_TRY(parse_int("kill-server index", v[0], 0, MAX_WORKERS - 1, &k));
+  DT_TRY(parse_int("kill-server at-push", v[1], 1, 1L << 50, &p));
+  c->ps.kill_server = (int)k;
+  c->ps.kill_server_at = p;
   return 0;
 }
 

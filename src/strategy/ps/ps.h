@@ -96,6 +96,7 @@ int ps_server_slice(int k, int K, int T);
 #define PS_TAG_BASE 0x60000
 #define PS_TAG_REQ (PS_TAG_BASE)
 #define PS_TAG_DATA (PS_TAG_BASE + 1)
+#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: an int32, the dead server */
 #define PS_TAG_REPLY (PS_TAG_BASE + 16)
 #define PS_MAX_INFLIGHT 256
 #define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
@@ -111,6 +112,14 @@ typedef enum {
   PS_OP_FLUSH,    /* coordinator to servers: epoch `epoch` closed after `clock` pushes */
   PS_OP_DEAD,     /* coordinator to servers: worker `clock` stopped (epoch 1: is back) */
   PS_OP_STOP,     /* coordinator to servers: every worker has finished */
+  /* chain replication (--ps-replicas 2, ps_replica.c) */
+  PS_OP_REPL,     /* primary to backup: worker `worker`'s push to replay; its values follow */
+  PS_OP_REPL_ACK, /* backup to primary: worker `worker`'s push of clock `clock` is held here */
+  PS_OP_PING,     /* coordinator to servers: are you alive? */
+  PS_OP_PONG,     /* server to coordinator: alive */
+  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, its shard is now yours */
+  PS_OP_LOST_BACKUP, /* coordinator to a primary: your backup, server `clock`, is dead */
+  PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
   PS_OP_COUNT
 } ps_op_t;
 
@@ -220,6 +229,18 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
  * returns at once). 1: yes, 0: not yet, -1: failed. */
 int ps_test(ps_client_t *c, int ts);
 int64_t ps_client_version(const ps_client_t *c, int server);
+/* --ps-replicas 2: a shard whose primary dies is served by its backup,
+ * the next server. The client listens for the coordinator's notices
+ * (PS_TAG_FAILOVER) while it waits on a shard's answer, and sends again
+ * to the backup what the dead server did not answer: same request, same
+ * clock, so the backup takes a push it already holds only once. timeout:
+ * how long a part may go unanswered (--comm-timeout). */
+int ps_client_set_failover(ps_client_t *c, double timeout);
+/* Takes the coordinator's notices that have come (a worker's last look,
+ * before the run ends). */
+int ps_client_notices(ps_client_t *c);
+/* Pushes acknowledged (every part answered), parts sent again. */
+void ps_client_chain_counts(const ps_client_t *c, int64_t *acked, int64_t *resent);
 /* sync/ssp: the clock of the parameters last pulled whole, the least over
  * the shards (ps_reply_t.clock); 0 before the first pull. */
 int64_t ps_client_clock(const ps_client_t *c);

@@ -25,6 +25,8 @@ typedef struct {
   void *recv_into;            /* where the reply's values land */
   float *dest;                /* a pull of the held copy (PULL_*): the caller's values */
   int pull;                   /* PULL_PLAIN, PULL_DENSE, PULL_ENCODED */
+  int64_t ts;                 /* its request's timestamp (a resend keeps it) */
+  const void *push_vals;      /* a push's values, kept for a resend */
 } ps_part_t;
 
 /* --compress-pulls: how a part's pull of the parameters comes. DENSE: the
@@ -56,6 +58,13 @@ struct ps_client {
    * per shard whether the copy has been pulled whole yet */
   float *held;
   uint8_t *has_held;
+  /* --ps-replicas 2: servers found dead (their shards served by the next),
+   * the coordinator's notice being received, the wait's limit; counts */
+  uint8_t *dead;
+  int32_t notice;
+  comm_req_t *notice_req;
+  double timeout;
+  int64_t acked, resent;
 };
 
 int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out) {
@@ -96,6 +105,8 @@ void ps_client_free(ps_client_t *c) {
     for (int j = 0; h->parts && j < c->map->nservers; j++) dt_free(h->parts[j].enc);
     free(h->parts);
   }
+  if (c->notice_req) comm_cancel(c->world, c->notice_req);
+  free(c->dead);
   ef_free(&c->mem);
   dt_free(c->scratch), dt_free(c->decoded), dt_free(c->held);
   free(c->has_held);
@@ -218,6 +229,8 @@ static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push
   p->req.magic = PS_MAGIC;
   p->req.worker = c->worker;
   p->req.reply_tag = tag;
+  p->ts = ts;
+  p->push_vals = push_vals;
   DT_TRY(comm_irecv(w, p->server, tag, &p->reply, PS_REPLY_BYTES, &p->recv_reply));
   if (p->recv_into)
     DT_TRY(comm_irecv(w, p->server, tag + 1, p->recv_into, p->nbytes, &p->recv_values));
@@ -256,7 +269,7 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     ps_part_t *p = &h->parts[h->nparts];
     part_reset(p);
     if (tmpl) p->req = *tmpl;
-    p->server = c->first_server + k;
+    p->server = c->first_server + (c->dead && c->dead[k] ? (k + 1) % m->nservers : k);
     p->shard = k;
     p->nbytes = ps_values_bytes(hi - lo);
     p->req.op = op;
@@ -324,7 +337,8 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
-                                "dead", "stop"};
+                                "dead", "stop", "repl", "repl-ack", "ping", "pong",
+                                "takeover", "lost-backup", "server-gone"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -355,6 +369,102 @@ static int part_wait(ps_client_t *c, ps_part_t *p) {
   return 0;
 }
 
+/* ---- failover (--ps-replicas 2) ---------------------------------------------- */
+
+static int poll_notice(ps_client_t *c);
+
+int ps_client_set_failover(ps_client_t *c, double timeout) {
+  c->timeout = timeout;
+  if (!(c->dead = calloc((size_t)c->map->nservers, 1))) return dt_error("out of memory");
+  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
+                    &c->notice_req);
+}
+
+int ps_client_notices(ps_client_t *c) { return c->notice_req ? poll_notice(c) : 0; }
+
+void ps_client_chain_counts(const ps_client_t *c, int64_t *acked, int64_t *resent) {
+  *acked = c->acked;
+  *resent = c->resent;
+}
+
+/* The coordinator's word that a server is dead, if it has come. */
+static int poll_notice(ps_client_t *c) {
+  int done = 0;
+  if (comm_test(c->world, c->notice_req, &done) != 0 || !done) return 0;
+  comm_req_t *r = c->notice_req;
+  c->notice_req = NULL;
+  DT_TRY(comm_wait(c->world, r));
+  int k = c->notice - (c->first_server - c->map->first_server);
+  if (k >= 0 && k < c->map->nservers && !c->dead[k]) {
+    c->dead[k] = 1;
+    comm_forget(c->world, c->first_server + k);
+    dt_log(DT_LOG_WARN, "worker %d: server %d is dead; its shard is served by server %d now",
+           c->worker, k, (k + 1) % c->map->nservers);
+  }
+  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
+                    &c->notice_req);
+}
+
+/* Whether every message of the part is through: 1 yes, 0 not yet. A
+ * message that fails (its server is gone: a send withdrawn, a peer that
+ * has ended) loses the part: it then waits for the notice and its resend. */
+static int part_through(ps_client_t *c, ps_part_t *p) {
+  comm_req_t **reqs[] = {&p->send_req, &p->send_data, &p->recv_reply, &p->recv_values};
+  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0] && p->server >= 0; i++) {
+    int done = 1;
+    if (*reqs[i] && comm_test(c->world, *reqs[i], &done) == 0 && !done) return 0;
+    comm_req_t *r = *reqs[i];
+    *reqs[i] = NULL;
+    if (r && comm_wait(c->world, r) != 0) {
+      dt_log(DT_LOG_DEBUG, "worker %d: %s of shard %d: %s", c->worker, op_name(p->req.op), p->shard,
+             dt_errmsg());
+      p->server = -1; /* lost: only a resend completes it */
+    }
+  }
+  if (p->server < 0) part_cancel(c, p);
+  return p->server >= 0;
+}
+
+/* The part's answer, once through: a rejection fails the wait. */
+static int part_answer(const ps_part_t *p) {
+  if (p->reply.magic != PS_MAGIC)
+    return dt_error("server rank %d answered %s with a bad reply (magic 0x%08x)", p->server,
+                    op_name(p->req.op), p->reply.magic);
+  if (p->reply.status != 0)
+    return dt_error("server rank %d rejected %s: %.*s", p->server, op_name(p->req.op),
+                    (int)sizeof p->reply.error - 1, p->reply.error);
+  return 0;
+}
+
+/* The same request to the shard's server now: the backup of a dead one. */
+static int part_resend(ps_client_t *c, ps_part_t *p) {
+  int K = c->map->nservers, k = p->shard;
+  part_cancel(c, p);
+  p->server = c->first_server + (c->dead[k] ? (k + 1) % K : k);
+  c->resent++;
+  dt_log(DT_LOG_INFO, "worker %d: %s of shard %d sent again, to server rank %d", c->worker,
+         op_name(p->req.op), k, p->server);
+  return part_start(c, p, p->ts, p->push_vals);
+}
+
+/* A shard's part, waited for while watching for the coordinator's notice
+ * that its server is dead (then it goes again, to the backup). */
+static int part_wait_failover(ps_client_t *c, ps_part_t *p) {
+  double deadline = dt_now() + c->timeout, pause = 0;
+  int K = c->map->nservers, k = p->shard;
+  for (;;) {
+    DT_TRY(poll_notice(c));
+    int want = c->first_server + (c->dead[k] ? (k + 1) % K : k);
+    if (p->server != want && c->dead[k]) DT_TRY(part_resend(c, p));
+    if (part_through(c, p)) return part_answer(p);
+    if (dt_now() > deadline)
+      return dt_error("server rank %d: no answer to %s of shard %d within %g s (--comm-timeout)",
+                      c->first_server + k, op_name(p->req.op), k, c->timeout);
+    pause = pause < 200e-6 ? pause * 2 + 5e-6 : 200e-6;
+    dt_sleep_until(dt_now() + pause);
+  }
+}
+
 int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   ps_handle_t *h = &c->slots[ts % PS_MAX_INFLIGHT];
   if (ts < 0 || !h->used) return dt_error("parameter-server client: no request %d in flight", ts);
@@ -362,7 +472,13 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   int rc = 0;
   for (int i = 0; i < h->nparts; i++) {
     ps_part_t *p = &h->parts[i];
-    if (rc == 0 && part_wait(c, p) != 0) rc = -1;
+    int failover = c->dead && p->shard >= 0;
+    if (rc == 0 && (failover ? part_wait_failover(c, p) : part_wait(c, p)) != 0) {
+      rc = -1;
+      if (!failover && p->shard >= 0) /* the one copy of the shard is out of reach */
+        dt_error_prefix("server %d (rank %d), the shard's only copy (--ps-replicas 1): ",
+                        p->server - c->first_server, p->server);
+    }
     part_cancel(c, p); /* after a failure: withdraw what is left */
     if (rc == 0 && p->pull != PULL_PLAIN && finish_held_pull(c, p) != 0) rc = -1;
     if (rc == 0 && p->req.op == PS_OP_PULL) {
@@ -371,6 +487,7 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
     }
   }
   if (rc == 0 && reply && h->nparts) *reply = h->parts[0].reply;
+  if (rc == 0 && h->nparts && h->parts[0].req.op == PS_OP_PUSH) c->acked++;
   if (dt_trace && h->nparts) {
     size_t bytes = 0;
     for (int i = 0; i < h->nparts; i++) bytes += h->parts[i].nbytes;

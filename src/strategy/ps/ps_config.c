@@ -103,8 +103,46 @@ static int check_comm_order(const train_config_t *c) {
   return 0;
 }
 
+/* --ps-replicas and --kill-server (ps_replica.c): a shard on a primary and
+ * its backup. What the backup could not replay as the primary applied it
+ * is refused, with why. K may be unknown yet (ps:n under mpi): then
+ * ps_check_world checks again. */
+static int check_replicas(const train_config_t *c, int workers_known) {
+  if (c->exchange != EXCHANGE_PS) return 0;
+  int K = c->ps.servers > 0 ? c->ps.servers : workers_known ? c->workers : 0;
+  int R = c->ps.replicas;
+  if (R > 2)
+    return dt_error("option --ps-replicas %d: a shard has a primary and one backup (chain of "
+                    "two): use --ps-replicas 2", R);
+  if (K > 0 && R > K)
+    return dt_error("option --ps-replicas %d: above the %d server%s of --exchange ps:%d (each copy "
+                    "of a shard lives on its own server): use ps:%d or more", R, K, K == 1 ? "" : "s",
+                    K, R);
+  if (c->ps.kill_server == 0)
+    return dt_error("option --kill-server index=0: server 0 is the coordinator, which is not "
+                    "replicated; stop a server 1..%d", K > 1 ? K - 1 : 1);
+  if (K > 0 && c->ps.kill_server >= K)
+    return dt_error("option --kill-server index=%d: --exchange ps:%d has servers 0..%d", c->ps.kill_server,
+                    K, K - 1);
+  if (R < 2) return 0;
+  if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
+    return dt_error("option --ps-replicas %d: not with --schedule %s (its servers keep per-worker "
+                    "state the backup does not replay); use sync, ssp:S or async", R,
+                    schedule_name(c->schedule));
+  const char *other = c->comm_order != COLL_ORDER_FIFO          ? "--comm-order priority|tictac (pushes in parts)"
+                      : c->compression.codec.kind != CODEC_NONE ? "--compress (encoded pushes)"
+                      : c->ps.dc_asgd > 0                        ? "--dc-asgd (it corrects against per-worker snapshots)"
+                      : c->ps.drop_stale >= 0                    ? "--drop-stale"
+                      : c->tensor.ranks > 1                      ? "--tp"
+                      : c->checkpoint_dir[0]                     ? "--checkpoint-dir (use --checkpoint FILE)"
+                                                                 : NULL;
+  if (other) return dt_error("option --ps-replicas %d: not with %s", R, other);
+  return 0;
+}
+
 int ps_check(const train_config_t *c) {
   DT_TRY(check_comm_order(c));
+  DT_TRY(check_replicas(c, c->comm == COMM_LOCAL));
   if (c->exchange == EXCHANGE_SHARED && c->comm != COMM_LOCAL)
     return dt_error("option --exchange shared needs shared memory: use --comm local (ranks of "
                     "--comm mpi are separate processes; --exchange allreduce works on both)");
@@ -161,5 +199,6 @@ int ps_check_tp(const train_config_t *c) {
 }
 
 int ps_check_world(const train_config_t *c) {
+  if (c->exchange == EXCHANGE_PS) DT_TRY(check_replicas(c, 1));
   return c->exchange == EXCHANGE_PS ? check_schedule(c, 1) : 0;
 }

@@ -19,7 +19,14 @@
  * count a worker's): expected bytes, per batch drawn. The calls around an
  * epoch's close (a NEXT that waits, worker 0's acknowledgement, a pull
  * after the wait, a last push of a partial --push-every sum) are not
- * described. */
+ * described.
+ *
+ * --ps-replicas 2 (ps_replica.c): every push a primary takes goes on to
+ * its shard's backup, the next server, as the push's request and values
+ * (PS_OP_REPL), and the backup answers with a request (PS_OP_REPL_ACK):
+ * per push, server k sends REQ + its shard's values and receives REQ.
+ * The coordinator's pings are by the clock, not by the step, and a
+ * failover's resends happen once: neither is in a step. */
 #include <stdlib.h>
 
 #include "strategy/ps/ps.h"
@@ -79,6 +86,21 @@ static int describe_worker(ps_desc_t *d, int w) {
   return prev == STEP_FAILED ? STEP_FAILED : add_transfer(d, PS_OP_PUSH, w, push);
 }
 
+/* A worker's push, on from server k (its shard's primary) to the backup,
+ * and the backup's acknowledgement back. */
+static int add_replication(ps_desc_t *d, int k) {
+  ps_range_t r = d->map.shards[k];
+  int primary = d->N + k, backup = d->N + (k + 1) % d->K;
+  step_task_t t = {.kind = TASK_COMM, .layer = -1, .pattern = "replicate", .group = 2,
+                   .thread = THREAD_COMM, .after = -1};
+  if (ps_pool_schedule(d->c)) t.expected = 1, t.every = d->c->ps.push_every;
+  size_t req = PS_REQ_BYTES, vals = ps_values_bytes(r.end - r.begin);
+  t.rank = primary, t.peer = backup, t.sent = (double)(req + vals), t.received = (double)req;
+  if (step_add(d->out, t) == STEP_FAILED) return STEP_FAILED;
+  t.rank = backup, t.peer = primary, t.sent = (double)req, t.received = (double)(req + vals);
+  return step_add(d->out, t);
+}
+
 /* Server k's update of its shard: once a clock (sync, ssp; backup:B's
  * first N - B pushes), or once a push (async, value:V). */
 static int describe_update(ps_desc_t *d, int k) {
@@ -99,6 +121,9 @@ int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out
   int rc = 0;
   for (int w = 0; w < d.N && rc == 0; w++)
     if (describe_worker(&d, w) == STEP_FAILED) rc = -1;
+  for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
+    for (int k = 0; k < d.K && rc == 0; k++)
+      if (add_replication(&d, k) == STEP_FAILED) rc = -1;
   for (int k = 0; k < d.K && rc == 0; k++)
     if (describe_update(&d, k) == STEP_FAILED) rc = -1;
   ps_shard_free(&d.map);

@@ -14,6 +14,7 @@
  * state) point into the shard, so an update first waits for those still
  * in flight. */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "strategy/ps/ps_server.h"
 
 #define MAX_RECV_FAILURES 8 /* in a row: the transport itself is failing */
+#define KILLED 2            /* serve's return: --kill-server stopped this server */
 
 struct ps_deferred {
   int src;
@@ -52,6 +54,8 @@ static int rank_of(const ps_server_t *s, int id) {
   if (id < 0) return -1 - id;
   return id < s->N ? id * s->T + s->slice : s->nranks + (id - s->N);
 }
+
+int ps_server_rank_of(const ps_server_t *s, int id) { return rank_of(s, id); }
 
 /* ---- replies ------------------------------------------------------------------ */
 
@@ -105,6 +109,7 @@ static int reply_tag_ok(int tag) {
  * in, or NULL when it could not be sent (logged: the worker may be gone). */
 static ps_out_t *send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep,
                             const void *vals, size_t nbytes) {
+  if (s->repl.replaying) return NULL; /* a forwarded push: the primary answers the worker */
   if (!reply_tag_ok(req->reply_tag)) {
     dt_log(DT_LOG_ERROR, "server %d: cannot answer rank %d: reply tag %d is not a "
            "parameter-server reply tag", s->index, src, req->reply_tag);
@@ -148,7 +153,12 @@ int ps_server_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply
   return 0;
 }
 
+int ps_server_send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep) {
+  return send_reply(s, src, req, rep, NULL, 0) ? 0 : -1;
+}
+
 int ps_server_ack(ps_server_t *s, int src, const ps_req_t *req) {
+  if (ps_chain_ack(s, src, req)) return 0;
   ps_reply_t rep = ps_server_header(s, req->epoch);
   return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
 }
@@ -192,7 +202,7 @@ static void drain_push(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->op != PS_OP_PUSH || (req->flags & PS_PUSH_GATHERED) || src < 0 || src >= s->N || req->nvalues == 0 || req->nvalues > s->len)
     return;
   if (req->encoded > s->encoded_cap) return;
-  int from = rank_of(s, src);
+  int from = s->repl.data_from >= 0 ? s->repl.data_from : rank_of(s, src);
   int rc = req->encoded ? comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded)
                         : comm_recv(s->world, from, PS_TAG_DATA, s->drain, ps_values_bytes(req->nvalues));
   if (rc != 0)
@@ -245,7 +255,7 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
   for (int k = 1; k < s->K; k++)
-    if (comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
+    if (!(s->repl.server_dead && s->repl.server_dead[k]) && comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
       dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
 }
 
@@ -255,14 +265,17 @@ void ps_server_stop_all(ps_server_t *s) {
   s->stop = 1;
 }
 
-void ps_server_set_dead(ps_server_t *s, int w, int dead) { s->workers[w].dead = dead; }
+void ps_server_set_dead(ps_server_t *s, int w, int dead) {
+  s->workers[w].dead = dead;
+  if (s->repl.hosted) s->repl.hosted->workers[w].dead = dead;
+}
 
 /* ---- pushes and the shard ------------------------------------------------------- */
 
 /* Receives a push's values into dst. 1: stored; 0: lost (logged). */
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
-  int rc, from = rank_of(s, src);
+  int rc, from = s->repl.data_from >= 0 ? s->repl.data_from : rank_of(s, src);
   if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
     memcpy(dst, s->workers[src].part.buf, s->len * sizeof(float));
     rc = 0;
@@ -270,6 +283,8 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
     if (rc == 0) memset(dst, 0, req->nvalues * sizeof(float));
     if (rc == 0) rc = codec_decode_add(&s->cfg->compression.codec, s->encoded, req->encoded, req->nvalues, dst);
+  } else if (s->repl.data_from >= 0) { /* a forward: its primary may die sending it */
+    rc = ps_chain_recv_values(s, dst, ps_values_bytes(req->nvalues));
   } else {
     rc = comm_recv(s->world, from, PS_TAG_DATA, dst, ps_values_bytes(req->nvalues));
   }
@@ -279,6 +294,9 @@ static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
     return 0;
   }
   ps_worker_state_t *ws = &s->workers[src];
+  ws->chain.seen = req->clock; /* a resent copy of it is a duplicate from now on */
+  s->repl.stored = 1;
+  s->repl.received++;
   ws->push.version = req->version;
   ws->push.batch = req->clock;
   ws->push.epoch = req->epoch;
@@ -353,6 +371,7 @@ void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes) {
   if (!s->rule->pool) return;
   s->epoch.flush = epoch;
   s->epoch.flush_pushes = pushes;
+  if (s->repl.hosted) ps_server_flush(s->repl.hosted, epoch, pushes); /* every shard's pushes are the epoch's */
 }
 
 /* An epoch closes here once this server has every push of it: the rule
@@ -374,7 +393,8 @@ static void progress(ps_server_t *s) {
 
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
-                                "dead", "stop"};
+                                "dead", "stop", "repl", "repl-ack", "ping", "pong",
+                                "takeover", "lost-backup", "server-gone"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -510,8 +530,41 @@ static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
   return 0;
 }
 
+/* The instance of this rank a worker's request is for: its own shard, or
+ * the hosted backup copy's (a worker sends there only once the shard's
+ * primary is dead, so such a request makes the backup take over, should
+ * the coordinator's word not have come yet). */
+static ps_server_t *instance_for(ps_server_t *s, const ps_req_t *req) {
+  ps_server_t *b = s->repl.hosted;
+  if (!b || (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) || req->begin < b->r.begin ||
+      req->begin >= b->r.end)
+    return s;
+  if (b->repl.is_backup) ps_chain_take_over(b, "a worker sends its requests here");
+  return b;
+}
+
+/* A push whose clock this server has already taken (a worker sending
+ * again what a dead server did not answer): drained and acknowledged,
+ * not applied twice. */
+static int is_duplicate(ps_server_t *s, int src, const ps_req_t *req) {
+  if (s->cfg->ps.replicas < 2 || req->op != PS_OP_PUSH || req->clock > s->workers[src].chain.seen) return 0;
+  dt_log(DT_LOG_INFO, "server %d: worker %d's push of clock %lld again: held already, not applied "
+         "twice", s->index, src, (long long)req->clock);
+  s->repl.duplicates++;
+  drain_push(s, src, req);
+  ps_reply_t rep = ps_server_header(s, req->epoch);
+  ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+  return 1;
+}
+
+/* --kill-server: this server has taken its P-th push. */
+static int kill_due(ps_server_t *s, const ps_req_t *req) {
+  return req->op == PS_OP_PUSH && s->cfg->ps.kill_server == s->index &&
+         ++s->repl.kill_count == s->cfg->ps.kill_server_at;
+}
+
 /* Checks who is asking and what, then hands it on. Returns -1 only when
- * the server cannot go on. */
+ * the server cannot go on, KILLED when --kill-server says it dies now. */
 static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->magic != PS_MAGIC)
     return ps_server_reject(s, src, req, "bad magic 0x%08x (not a parameter-server request)",
@@ -520,6 +573,9 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
     return ps_server_reject(s, src, req, "unknown operation %d", req->op);
   if (req->op == PS_OP_FLUSH || req->op == PS_OP_DEAD || req->op == PS_OP_STOP)
     return handle_control(s, src, req);
+  if (req->op >= PS_OP_REPL) return ps_chain_handle(s, src, req);
+  if (kill_due(s, req)) return KILLED;
+  if (src >= 0 && src < s->N && req->worker == src) s = instance_for(s, req);
   if (src < 0 || src >= s->N)
     return ps_server_reject(s, src, req, "rank %d is not a worker of this server (workers are "
                             "ranks 0..%d%s)", rank_of(s, src), s->nranks - 1,
@@ -530,6 +586,8 @@ static int handle(ps_server_t *s, int src, const ps_req_t *req) {
   switch (req->op) {
   case PS_OP_PUSH:
     if (check_range(s, src, req) != 0) return 0;
+    if (is_duplicate(s, src, req)) return 0;
+    s->repl.stored = 0;
     if (s->rule->pool && push_is_late(s, req)) return drop_late_push(s, src, req);
     if (req->flags & PS_PUSH_PART) return gather_part(s, src, req);
     return s->rule->push(s, src, req);
@@ -572,6 +630,20 @@ static progress_mark_t mark(const ps_server_t *s) {
   return (progress_mark_t){s->version, s->epoch.flush, s->epoch.flushed, s->ndeferred, s->stop};
 }
 
+/* The hosted backup copy: what its rule holds is applied as the
+ * primary's was; once it has taken over, its deferred pulls answered. */
+static int advance_hosted(ps_server_t *s) {
+  ps_server_t *b = s->repl.hosted;
+  if (!b) return 0;
+  for (;;) {
+    progress_mark_t before = mark(b);
+    progress(b);
+    if (answer_deferred(b) != 0) return -1;
+    progress_mark_t after = mark(b);
+    if (!memcmp(&before, &after, sizeof before)) return 0;
+  }
+}
+
 /* Applies what is ready, closes epochs, answers what has become
  * answerable, until nothing moves (one answer can enable another update:
  * a pull moves the value bound's slowest snapshot). */
@@ -581,7 +653,7 @@ static int advance(ps_server_t *s) {
     progress(s);
     if (s->coord && ps_coord_check(s) != 0) return -1;
     progress(s);
-    if (answer_deferred(s) != 0) return -1;
+    if (answer_deferred(s) != 0 || advance_hosted(s) != 0) return -1;
     progress_mark_t after = mark(s);
     if (!memcmp(&before, &after, sizeof before)) return 0;
   }
@@ -626,8 +698,11 @@ static int serve(ps_server_t *s) {
     }
     failures = 0;
     ps_req_t req = s->in;
-    if (handle(s, src, &req) != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
+    rc = handle(s, src, &req);
+    if (rc == KILLED) return KILLED;
+    if (rc != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
     sweep_outbox(s);
+    if (s->repl.hosted) sweep_outbox(s->repl.hosted);
   }
   return 0;
 }
@@ -681,8 +756,12 @@ static int setup_workers(ps_server_t *s) {
   return 0;
 }
 
+/* Instance `index` (a shard) on this rank: the rank's own shard, or under
+ * --ps-replicas 2 the backup copy of the shard before it. */
 static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int nworkers,
-                 const dataset_t *train) {
+                 const dataset_t *train, int index) {
+  s->repl.data_from = -1;
+  s->repl.backup_rank = -1;
   s->world = world;
   s->cfg = cfg;
   s->nranks = nworkers;
@@ -690,8 +769,8 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   s->N = nworkers / s->T;
   s->K = ps_nservers(cfg, nworkers);
   s->rank = comm_rank(world);
-  s->index = s->rank - nworkers;
-  if (s->index < 0 || s->index >= s->K)
+  s->index = index;
+  if (s->rank - nworkers < 0 || s->rank - nworkers >= s->K)
     return dt_error("rank %d is not a parameter server (servers are ranks %d..%d)", s->rank,
                     nworkers, nworkers + s->K - 1);
   int per_slice = s->K / s->T;
@@ -730,12 +809,15 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   DT_TRY(setup_workers(s));
   s->rule = rule_of(cfg);
   if (s->rule->init) DT_TRY(s->rule->init(s));
-  if (s->index == 0) DT_TRY(ps_coord_init(s, &s->coord));
+  for (int w = 0; w < s->N; w++) s->workers[w].chain.seen = -1;
+  if (s->index == 0 && s->rank == nworkers) DT_TRY(ps_coord_init(s, &s->coord));
   return 0;
 }
 
 static void teardown(ps_server_t *s) {
+  if (!s->world) return; /* never set up */
   if (s->in_req) comm_cancel(s->world, s->in_req);
+  ps_chain_teardown(s);
   for (int i = 0; s->out && i < s->cap_out; i++)
     if (s->out[i].used) out_done(s, &s->out[i], 1);
   ps_coord_free(s->coord);
@@ -746,6 +828,7 @@ static void teardown(ps_server_t *s) {
     dt_free(s->workers[w].part.buf);
     dt_free(s->workers[w].snapshot);
     dt_free(s->workers[w].pull_enc);
+    dt_free(s->workers[w].chain.buf);
   }
   dt_free(s->mirror_scratch);
   free(s->workers);
@@ -760,11 +843,42 @@ static void teardown(ps_server_t *s) {
   model_free(s->model);
 }
 
+static void withdraw_outbox(ps_server_t *s) {
+  for (int i = 0; s->out && i < s->cap_out; i++) {
+    ps_out_t *o = &s->out[i];
+    if (o->hdr_req) comm_cancel(s->world, o->hdr_req);
+    if (o->val_req) comm_cancel(s->world, o->val_req);
+    o->hdr_req = o->val_req = NULL;
+    o->used = 0;
+  }
+}
+
+/* --kill-server: the server stops as a crash would stop it. Under mpi
+ * the process is killed (SIGKILL: nothing runs after it); on local the
+ * rank's thread ends at once: nothing is answered, said or waited for,
+ * what it had posted is withdrawn (as the transport does for a rank that
+ * ends), and its memory is freed only so that leak checkers stay quiet. */
+static int die(ps_server_t *s, ps_server_t *b) {
+  dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly at its push %lld (--kill-server)",
+         s->index, s->rank, (long long)s->repl.kill_count);
+  if (s->cfg->comm == COMM_MPI) raise(SIGKILL);
+  withdraw_outbox(s);
+  if (b) withdraw_outbox(b);
+  return 0;
+}
+
 int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train) {
-  ps_server_t s;
+  ps_server_t s, b;
   memset(&s, 0, sizeof s);
-  int rc = setup(&s, world, cfg, nworkers, train);
+  memset(&b, 0, sizeof b);
+  int K = ps_nservers(cfg, nworkers), me = comm_rank(world) - nworkers;
+  int rc = setup(&s, world, cfg, nworkers, train, me);
+  if (rc == 0 && cfg->ps.replicas > 1) rc = setup(&b, world, cfg, nworkers, train, (me + K - 1) % K);
+  if (rc == 0) rc = ps_chain_setup(&s, cfg->ps.replicas > 1 ? &b : NULL);
   if (rc == 0) rc = serve(&s);
+  if (rc == KILLED) rc = die(&s, cfg->ps.replicas > 1 ? &b : NULL);
+  else if (rc == 0) ps_chain_report(&s);
+  teardown(&b);
   teardown(&s);
   return rc;
 }

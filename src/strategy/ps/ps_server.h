@@ -53,6 +53,17 @@ typedef struct {
     int64_t clock;           /* sync/ssp: pushes received, the next push's clock */
     int64_t queued;          /* value: arrival number of the held push (-1: none) */
   } push;
+  /* ps_replica.c (--ps-replicas 2): the last push taken from the worker
+   * (its clock: a resent push at or below it is a duplicate), and the
+   * worker's acknowledgement while it waits for the backup */
+  struct {
+    int64_t seen;            /* clock of the last push received (-1: none) */
+    int waiting;             /* its ack waits for the backup's REPL_ACK */
+    ps_req_t req;            /* that push, as the worker sent it */
+    ps_req_t fwd;            /* ... as forwarded */
+    float *buf;              /* [len] its values, as forwarded */
+    comm_req_t *req_send, *data_send;
+  } chain;
   /* ps_coord.c (server 0 only) */
   struct {
     double last_heard, interval; /* the lease */
@@ -138,6 +149,28 @@ struct ps_server {
   uint8_t *encoded;          /* --compress: a push's encoding, decoded from here */
   size_t encoded_cap;
   float *mirror_scratch;     /* --compress-pulls: 2 len floats (mirror_encode's) */
+  /* ps_replica.c: chain replication. Shard k's primary is server k, its
+   * backup server k + 1 (mod K), so a server rank runs two instances: its
+   * own shard, and `hosted`, the backup copy of the shard before it,
+   * which replays the pushes its primary forwards and takes over when
+   * that primary dies. */
+  struct {
+    ps_server_t *hosted;     /* the rank's primary: its backup instance (NULL: none) */
+    int is_backup;           /* this instance is a backup copy, not serving workers */
+    int backup_rank;         /* a primary: its backup's world rank (-1: none, or lost) */
+    int primary_rank;        /* a backup: its primary's world rank */
+    int replaying;           /* a forwarded push is being handled: acks go to the primary */
+    int data_from;           /* world rank the push's values come from (-1: the worker) */
+    int stored;              /* the push being handled was received (forward it) */
+    int64_t received, duplicates, kill_count;
+    uint64_t bytes_sent;     /* forwards and acknowledgements, as the transport counted them */
+    uint8_t *server_dead;    /* the coordinator: [K] servers found dead */
+    double *server_heard;    /* the coordinator: [K] when each last answered a ping */
+    double next_ping;
+    comm_req_t **ping_req;   /* the coordinator: [K] its ping in flight to each */
+    comm_req_t *pong_req;    /* a server: its answer in flight */
+    ps_req_t ping, pong;
+  } repl;
   ps_req_t in;               /* the request being received */
   comm_req_t *in_req;
   int stop;
@@ -195,6 +228,33 @@ void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock
 void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes);
 void ps_server_set_dead(ps_server_t *s, int w, int dead);
 void ps_server_stop_all(ps_server_t *s);
+
+/* ---- ps_replica.c: chain replication ------------------------------------------------ */
+int ps_chain_setup(ps_server_t *s, ps_server_t *hosted);
+void ps_chain_teardown(ps_server_t *s);
+/* The rank's chain requests (REPL, REPL_ACK, PING, PONG, TAKEOVER,
+ * LOST_BACKUP); src: the server's source id. */
+int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req);
+/* A push this instance has stored is acknowledged: forwarded to the
+ * backup (the worker's ack then waits), or, replaying, acknowledged to
+ * the primary. 1: handled here; 0: acknowledge the worker as usual. */
+int ps_chain_ack(ps_server_t *s, int src, const ps_req_t *req);
+/* A forward's values from the primary, waited for at most REPL_DATA_WAIT:
+ * a primary killed between the request and its values (a large message
+ * needs the sender alive under mpi) must not hold this server for the
+ * whole --comm-timeout. */
+int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes);
+/* The backup instance becomes the shard's primary (why: for the log). */
+void ps_chain_take_over(ps_server_t *b, const char *why);
+/* The backup of s's shard is dead: the waiting acks go now. */
+void ps_chain_lost_backup(ps_server_t *s);
+/* The coordinator: pings the servers, and when one has died hands its
+ * shard to its backup and tells the workers. -1: the run cannot go on. */
+int ps_chain_watch(ps_server_t *s);
+void ps_chain_report(const ps_server_t *s);
+/* ps_server.c, for ps_replica.c */
+int ps_server_send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep);
+int ps_server_rank_of(const ps_server_t *s, int id);
 
 /* ---- ps_coord.c: server 0's other role ------------------------------------------ */
 int ps_coord_init(ps_server_t *s, ps_coord_t **out);

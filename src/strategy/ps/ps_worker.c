@@ -643,6 +643,8 @@ static int psw_init(psw_t *p, worker_t *w) {
   DT_TRY(plan_keys(p));
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
   if (cfg->comm_order != COLL_ORDER_FIFO) DT_TRY(ps_prio_new(p->client, w->model, cfg, &p->prio));
+  if (cfg->ps.replicas > 1) /* a dead server's shard goes on at its backup (ps_replica.c) */
+    DT_TRY(ps_client_set_failover(p->client, cfg->net.timeout > 0 ? cfg->net.timeout : 300));
   if (cfg->compression.codec.kind != CODEC_NONE) {
     compress_config_t cc = {.codec = cfg->compression.codec, .seed = cfg->seed,
                             .error_feedback = train_error_feedback(cfg)};
@@ -699,6 +701,13 @@ int strategy_ps_worker(worker_t *w) {
   if (rc == 0 && p.leader) { /* a stopped worker (rc 1) just vanishes, like a crashed one */
     ps_req_t bye = {.op = PS_OP_BYE};
     rc = wait_ok(&p, ps_call(p.client, 0, &bye, NULL, 0), NULL);
+  }
+  if (rc >= 0 && w->cfg->ps.replicas > 1) { /* what the servers applied is checked against this */
+    int64_t acked, resent;
+    if (ps_client_notices(p.client) != 0) rc = -1; /* a death it has not waited on: the end must know */
+    ps_client_chain_counts(p.client, &acked, &resent);
+    dt_log(DT_LOG_INFO, "ps: worker %d: %lld pushes acknowledged, %lld parts sent again", w->rank,
+           (long long)acked, (long long)resent);
   }
   psw_free(&p);
   return rc < 0 ? -1 : 0;

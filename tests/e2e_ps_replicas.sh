@@ -1,0 +1,111 @@
+#!/bin/sh
+# Replicated parameter servers (--ps-replicas 2, src/strategy/ps/ps_replica.c):
+# a server killed mid-epoch (--kill-server: its thread ends abruptly on
+# local) loses no acknowledged push and applies none twice, under sync,
+# ssp:S and async, and the run finishes; sync's weights equal an
+# undisturbed run's bit for bit; without replicas the run stops naming the
+# lost server; bad input is one line, exit 2. Each server and worker logs
+# what it applied and what was acknowledged ("ps: ..." lines), which the
+# checks add up; on mpi the server's process is killed (SIGKILL).
+. tests/lib.sh
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 2048 512
+BASE="--data $SMALL --workers 4 --exchange ps:2 --epochs 2 --batch 32 --seed 3 --quiet --comm-timeout 30"
+KILL="--ps-replicas 2 --kill-server index=1,at-push=37"
+
+# Every acknowledged push applied once: per shard, the updates its
+# surviving copy applied against the pushes the workers saw acknowledged
+# (sync, ssp: a step takes a clock's N pushes, or one push when ahead;
+# async: one push an update, so the numbers are equal).
+cat >"$TMP/counts.py" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read()
+sched = sys.argv[2]
+acked = sum(int(n) for n in re.findall(r"ps: worker \d+: (\d+) pushes acknowledged", text))
+resent = sum(int(n) for n in re.findall(r"(\d+) parts sent again", text))
+shards = {}
+for m in re.finditer(r"shard (\d+)(?: \((backup|taken over)\))? applied (\d+) updates \((\d+) pushes, (\d+) duplicates\)", text):
+    k, role, upd, pushes, dup = int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5])
+    if role == "backup": continue          # a copy that never served: not the shard's
+    shards[k] = (upd, pushes, dup)
+assert sorted(shards) == [0, 1], shards
+assert "(taken over)" in text, "server 1's shard was not taken over"
+assert resent > 0, "no part was sent again"
+for k, (upd, pushes, dup) in shards.items():
+    assert pushes == acked, (k, pushes, acked)   # every acknowledged push held once
+    if sched == "async": assert upd == acked, (k, upd, acked)
+    if sched == "sync": assert upd * 4 == acked, (k, upd, acked)
+print("ok acked=%d resent=%d shards=%s" % (acked, resent, shards))
+PYEOF
+
+# ---- sync: the killed run equals the undisturbed one, bit for bit -------------------
+"$DTRAIN" train $BASE --checkpoint "$TMP/sync.st" >/dev/null 2>"$TMP/err0"
+if "$DTRAIN" train $BASE $KILL --checkpoint "$TMP/sync_kill.st" >/dev/null 2>"$TMP/err" &&
+   $PY "$TMP/counts.py" "$TMP/err" sync >"$TMP/check.out" 2>&1 && cmp -s "$TMP/sync.st" "$TMP/sync_kill.st"; then
+  pass "replicas_sync_kill_loses_nothing_bitwise($(cat "$TMP/check.out"))"
+else fail replicas_sync_kill_loses_nothing_bitwise "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
+
+# ---- ssp:2 and async: every acknowledged push applied once -------------------------
+for s in ssp:2 async; do
+  if "$DTRAIN" train $BASE $KILL --schedule $s --metrics "$TMP/m.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q '"event":"done"' "$TMP/m.jsonl" &&
+     $PY "$TMP/counts.py" "$TMP/err" "${s%%:*}" >"$TMP/check.out" 2>&1; then
+    pass "replicas_${s}_kill_loses_nothing($(cat "$TMP/check.out"))"
+  else fail "replicas_${s}_kill_loses_nothing" "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
+done
+
+# ---- mpi: kill -9 of a server process -------------------------------------------
+# --kill-server raises SIGKILL in the server's process (nothing of it runs
+# after). mpirun tears a job down when a process dies, and with
+# --mca orte_abort_on_non_zero_status 0 it never ends; --enable-recovery
+# keeps the others running and ends the job when they have finished
+# (Open MPI 4.1). The ranks left end with a barrier of their own
+# (comm_forget), as MPI's barrier would wait for the dead one.
+if have_mpi; then
+  if $MPIRUN --enable-recovery -np 6 "$DTRAIN" train --comm mpi $BASE $KILL --schedule async \
+       --metrics "$TMP/mpi.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q '"event":"done"' "$TMP/mpi.jsonl" && $PY "$TMP/counts.py" "$TMP/err" async >"$TMP/check.out" 2>&1; then
+    pass "replicas_mpi_kill9_async_loses_nothing($(cat "$TMP/check.out"))"
+  else fail replicas_mpi_kill9_async_loses_nothing "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+fi
+
+# ---- replication's bytes: describe_step's, as the transport counts them ------------
+# Per push, the primary of shard k sends its backup the request and the
+# shard's values and gets a request back (the acknowledgement): T steps of
+# 3 workers' pushes, each server as primary of its shard and backup of the
+# other's, against what the server's transport counted for those messages.
+R="--data $SMALL --workers 3 --exchange ps:2 --batch 16 --epochs 1 --max-steps 10 --seed 3 --quiet --ps-replicas 2"
+if "$DTRAIN" describe $R >"$TMP/step.json" 2>"$TMP/err" && "$DTRAIN" train $R >/dev/null 2>"$TMP/run.err" &&
+   $PY - "$TMP/step.json" "$TMP/run.err" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+tasks = [t for t in d["tasks"] if t.get("pattern") == "replicate"]
+req = min(t["sent"] for t in tasks)
+assert len(tasks) == 3 * 2 * 2, len(tasks)   # workers x shards x (forward, ack)
+counted = {int(k): int(b) for k, b in re.findall(r"ps: server (\d+): replication sent (\d+) bytes", open(sys.argv[2]).read())}
+assert sorted(counted) == [0, 1], counted
+for k in (0, 1):
+    described = 10 * sum(t["sent"] for t in tasks if t["rank"] == 3 + k)
+    assert counted[k] == described, (k, counted[k], described)
+    fwd = [t for t in tasks if t["rank"] == 3 + k and t["sent"] > req]
+    assert all(t["received"] == req and t["peer"] == 3 + (k + 1) % 2 for t in fwd), fwd
+print("ok", counted)
+PYEOF
+then pass "replicas_bytes_described($(cat "$TMP/check.out"))"
+else fail replicas_bytes_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+
+# ---- without replicas a dead server stops the run, saying which ------------------
+"$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?
+if [ "$rc" = 1 ] && grep -q "server 1 (rank 5), the shard's only copy (--ps-replicas 1)" "$TMP/err"; then
+  pass replicas_1_kill_stops_with_reason
+else fail replicas_1_kill_stops_with_reason "exit $rc: $(tail -c 400 "$TMP/err")"; fi
+
+# ---- bad input: one line, exit 2 -------------------------------------------------------
+expect_error replicas_need_ps 2 "option --ps-replicas: not used with" -- "$DTRAIN" train --data "$SMALL" --workers 4 --ps-replicas 2
+expect_error replicas_above_servers 2 "above the 1 server of --exchange ps:1" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:1 --ps-replicas 2
+expect_error replicas_chain_of_two 2 "a shard has a primary and one backup" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:4 --ps-replicas 3
+expect_error replicas_not_backup_schedule 2 "not with --schedule backup" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --ps-replicas 2 --schedule backup:1
+expect_error replicas_not_compress 2 "not with --compress" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --ps-replicas 2 --compress int8
+expect_error kill_server_not_coordinator 2 "server 0 is the coordinator" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=0,at-push=3
+expect_error kill_server_exists 2 "has servers 0..1" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=2,at-push=3
+expect_error kill_server_needs_both 2 "needs index=K,at-push=P" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=1
