@@ -51,7 +51,7 @@ typedef struct {
   float *val[3];
   uint8_t *in, *stage;        /* 8 (cap + 64) bytes each */
   uint64_t heads_out[SPARSE_MAX_RANKS], heads_in[SPARSE_MAX_RANKS];
-  void *reqs[4 * SPARSE_MAX_RANKS];
+  void *reqs[5 * SPARSE_MAX_RANKS];   /* receives [0, 2 P), sends [2 P, 5 P) */
 } sparse_ws_t;
 
 int sparse_ws_grow(sparse_ws_t *w, size_t n);
