@@ -10,7 +10,9 @@
  *   - each rank's bytes sent and received equal the algorithm's formula
  *     (sparse_cost.c), its union counts taken from the sets;
  *   - the dense switch happens mid-reduction where the union passes half
- *     of n, and the result is the same bits as a run that never switches.
+ *     of n (bytes and sum checked, the same bits run to run);
+ *   - a count past the break-even, or an index outside its range, on the
+ *     wire is refused naming the peer.
  * Then the exchange (compressor_allreduce with top-k) under each
  * --sparse-collective: the allgather's sum, and the bytes inside the
  * bounds compress_exchange_bytes gives a step's description. */
