@@ -10,7 +10,9 @@
  *   - each rank's bytes sent and received equal the algorithm's formula
  *     (sparse_cost.c), its union counts taken from the sets;
  *   - the dense switch happens mid-reduction where the union passes half
- *     of n, and the result is the same bits as a run that never switches.
+ *     of n (bytes and sum checked, the same bits run to run);
+ *   - a count past the break-even, or an index outside its range, on the
+ *     wire is refused naming the peer.
  * Then the exchange (compressor_allreduce with top-k) under each
  * --sparse-collective: the allgather's sum, and the bytes inside the
  * bounds compress_exchange_bytes gives a step's description. */
@@ -238,8 +240,6 @@ static int liar_rank(comm_t *c, void *arg) {
   if (comm_rank(c) == 1) {
     uint64_t lie = 15; /* 15 pairs of a 16-value range: past the break-even */
     rc = comm_send(c, 0, TAG_SPARSE_COUNT, &lie, sizeof lie);
-    uint64_t dummy;
-    if (rc == 0) rc = comm_recv(c, 0, TAG_SPARSE_COUNT, &dummy, sizeof dummy);
     sparse_ws_free(&w);
     return rc;
   }
@@ -250,7 +250,35 @@ static int liar_rank(comm_t *c, void *arg) {
   return 0;
 }
 
-static void test_malformed_count_refused(void) { CHECK_OK(comm_local_run(2, NULL, liar_rank, NULL)); }
+/* A pair whose index lies outside the range is refused naming the peer. */
+static int bad_index_rank(comm_t *c, void *arg) {
+  (void)arg;
+  sparse_ws_t w = {0};
+  float out[16];
+  uint32_t idx[1] = {3};
+  float val[1] = {1};
+  int rc;
+  if (comm_rank(c) == 1) {
+    uint64_t one = 1;
+    uint8_t pair[8];
+    uint32_t i = 99;
+    float v = 1;
+    memcpy(pair, &i, 4), memcpy(pair + 4, &v, 4);
+    rc = comm_send(c, 0, TAG_SPARSE_COUNT, &one, sizeof one);
+    if (rc == 0) rc = comm_send(c, 0, TAG_SPARSE_PAIRS, pair, sizeof pair);
+    return rc;
+  }
+  dt_error_clear();
+  rc = sparse_sparcml_rd(&w, c, idx, val, 1, 16, out);
+  sparse_ws_free(&w);
+  RCHECK(rc != 0 && strstr(dt_errmsg(), "message from rank 1: index 99"));
+  return 0;
+}
+
+static void test_malformed_messages_refused(void) {
+  CHECK_OK(comm_local_run(2, NULL, liar_rank, NULL));
+  CHECK_OK(comm_local_run(2, NULL, bad_index_rank, NULL));
+}
 
 /* ---- through the exchange ------------------------------------------------- */
 
@@ -368,7 +396,7 @@ int main(void) {
   RUN(test_sums_and_bytes);
   RUN(test_closed_forms);
   RUN(test_dense_switch_mid_reduction);
-  RUN(test_malformed_count_refused);
+  RUN(test_malformed_messages_refused);
   RUN(test_names_and_pick);
   RUN(test_exchange);
   TEST_MAIN_END();

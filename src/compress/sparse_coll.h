@@ -12,8 +12,9 @@
  *   auto           the cheapest of the four (sparse_pick.c)
  *
  * On the wire (sparse_vec.c) a vector of a range of len values goes as a
- * count message (8 bytes: the pairs it holds, or SV_DENSE) and then its
- * payload: 8u bytes of pairs (u32 indices, then f32 values), or, past
+ * count message (8 bytes: the pairs it holds, or SV_DENSE) and its
+ * payload, sent together (the receiver posts the payload's receive once
+ * the count is in: an exchange is one round): 8u bytes of pairs (u32 indices, then f32 values), or, past
  * SparCML's break-even (2u > len: the pairs would take more than the
  * dense values), 4 len bytes of dense values. A vector that went dense
  * stays dense (the switch happens once, mid-reduction). Bytes of one
@@ -51,7 +52,7 @@ typedef struct {
   float *val[3];
   uint8_t *in, *stage;        /* 8 (cap + 64) bytes each */
   uint64_t heads_out[SPARSE_MAX_RANKS], heads_in[SPARSE_MAX_RANKS];
-  void *reqs[4 * SPARSE_MAX_RANKS];
+  void *reqs[5 * SPARSE_MAX_RANKS];   /* receives [0, 2 P), sends [2 P, 5 P) */
 } sparse_ws_t;
 
 int sparse_ws_grow(sparse_ws_t *w, size_t n);

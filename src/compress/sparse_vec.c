@@ -160,15 +160,19 @@ static int post_in(posted_t *p, sparse_ws_t *w, size_t *used, int split, int pee
 int sv_exchange(sparse_ws_t *w, comm_t *c, int split, int nout, const int *out_peer,
                 const svec_t *v_out, int nin, const int *in_peer, const svec_t *in_range,
                 svec_t *v_in) {
-  posted_t p = {c, (comm_req_t **)w->reqs, 0};
+  /* the sends (counts and payloads) all at once; the receives of the
+   * payloads once their counts are in: one round, not two */
+  comm_req_t **reqs = (comm_req_t **)w->reqs;
+  posted_t in = {c, reqs, 0}, out = {c, reqs + 2 * SPARSE_MAX_RANKS, 0};
   for (int j = 0; j < nin; j++)
-    DT_TRY(post_recv(&p, in_peer[j], TAG_SPARSE_COUNT, &w->heads_in[j], sizeof(uint64_t)));
+    DT_TRY(post_recv(&in, in_peer[j], TAG_SPARSE_COUNT, &w->heads_in[j], sizeof(uint64_t)));
+  size_t used = 0, staged = 0;
   for (int i = 0; i < nout; i++) {
     w->heads_out[i] = sv_wire_dense(&v_out[i]) ? SV_DENSE : v_out[i].k;
-    DT_TRY(post_send(&p, out_peer[i], TAG_SPARSE_COUNT, &w->heads_out[i], sizeof(uint64_t)));
+    DT_TRY(post_send(&out, out_peer[i], TAG_SPARSE_COUNT, &w->heads_out[i], sizeof(uint64_t)));
+    DT_TRY(post_out(&out, w, &staged, split, out_peer[i], &v_out[i]));
   }
-  DT_TRY(wait_posted(&p));
-  size_t used = 0, staged = 0;
+  DT_TRY(wait_posted(&in));
   for (int j = 0; j < nin; j++) {
     size_t len = in_range[j].hi - in_range[j].lo;
     uint64_t h = w->heads_in[j];
@@ -177,11 +181,10 @@ int sv_exchange(sparse_ws_t *w, comm_t *c, int split, int nout, const int *out_p
                       "%zu values (at most %zu go sparse)", comm_rank(c), in_peer[j],
                       (unsigned long long)h, len, len / 2);
     v_in[j] = (svec_t){.lo = in_range[j].lo, .hi = in_range[j].hi};
-    DT_TRY(post_in(&p, w, &used, split, in_peer[j], h, &v_in[j]));
+    DT_TRY(post_in(&in, w, &used, split, in_peer[j], h, &v_in[j]));
   }
-  for (int i = 0; i < nout; i++) DT_TRY(post_out(&p, w, &staged, split, out_peer[i], &v_out[i]));
-  DT_TRY(wait_posted(&p));
-  for (int j = 0; j < nin; j++)
+  DT_TRY(wait_posted(&in));
+  for (int j = 0; j < nin; j++) /* a malformed message named before our sends are waited */
     if (!v_in[j].dense) DT_TRY(check_pairs(c, in_peer[j], &v_in[j]));
-  return 0;
+  return wait_posted(&out);
 }
