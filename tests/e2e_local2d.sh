@@ -21,16 +21,36 @@ BASE="--data $SMALL --model $MODEL --lr 0.05 --momentum 0.9 --seed 3 --quiet --b
 "$DTRAIN" train $BASE --checkpoint "$TMP/one.st" >/dev/null 2>&1 || fail local2d_reference_run
 for T in 2 3; do
   "$DTRAIN" train $BASE --workers $T --tp $T --checkpoint "$TMP/tp$T.st" >"$TMP/out" 2>&1 || fail "local2d_tp${T}_runs" "$(head -c 300 "$TMP/out")"
-  check "local2d_rows_${T}_ranks_equal_one_worker" close "$TMP/one.st" "$TMP/tp$T.st" 1e-6
+  echo "local2d_rows_${T}_ranks_equal_one_worker $TMP/tp$T.st" >>"$TMP/same"
   if have_mpi; then
     $MPIRUN -np $T "$DTRAIN" train $BASE --comm mpi --tp $T --checkpoint "$TMP/mpi$T.st" >"$TMP/out" 2>&1 || fail "local2d_mpi_tp${T}_runs" "$(head -c 300 "$TMP/out")"
-    check "local2d_rows_${T}_ranks_mpi_equal_one_worker" close "$TMP/one.st" "$TMP/mpi$T.st" 1e-6
+    echo "local2d_rows_${T}_ranks_mpi_equal_one_worker $TMP/mpi$T.st" >>"$TMP/same"
   fi
 done
 
 # The preset: the spatial split on this model, the layer split on mlp.
 "$DTRAIN" train $BASE --preset distbelief-mp --checkpoint "$TMP/preset.st" --metrics "$TMP/preset.jsonl" >"$TMP/out" 2>&1 || fail local2d_preset_runs "$(head -c 300 "$TMP/out")"
-check local2d_preset_distbelief_mp_equals_one_worker close "$TMP/one.st" "$TMP/preset.st" 1e-6
+echo "local2d_preset_distbelief_mp_equals_one_worker $TMP/preset.st" >>"$TMP/same"
+# each run's weights against one worker's (ckpt_diff.py's rule), in one python
+$PY - "$TMP/one.st" "$TMP/same" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]], dtype="<f4")
+            for k, v in h.items() if not k.startswith("optimizer.")}
+one = load(sys.argv[1])
+for line in open(sys.argv[2]):
+    name, path = line.split()
+    try:
+        other = load(path)
+        d = max(float(np.abs(one[k] - other[k]).max()) for k in one) if other.keys() == one.keys() else 1e9
+    except OSError:
+        d = 1e9
+    print(f"PASS {name}" if d <= 1e-6 else f"FAIL {name}: max abs difference {d:.3g} (tolerance 1e-6)")
+PYEOF
 check local2d_preset_distbelief_mp_splits_rows grep -q '"tp_rank":1' "$TMP/preset.jsonl"
 "$DTRAIN" describe $BASE --preset distbelief-mp --model mlp --partition macs >"$TMP/mlp.json" 2>"$TMP/err"
 check local2d_preset_distbelief_mp_keeps_layers_on_mlp grep -q '"strategy":"pipeline parallelism"' "$TMP/mlp.json"
@@ -81,10 +101,8 @@ for t in range(T):
 assert ok
 PYEOF
 }
-for T in 2 3; do
-  bytes_check $T local
-  have_mpi && bytes_check $T mpi
-done
+# (under mpi, tests/e2e_bytes.sh checks describe_step against the count)
+for T in 2 3; do bytes_check $T local; done
 
 # Bad input: one line naming the layer, exit 2.
 expect_error local2d_more_ranks_than_rows 2 "12 output rows cannot be split over 13 tensor-parallel ranks" -- \
