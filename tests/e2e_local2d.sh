@@ -28,6 +28,12 @@ for T in 2 3; do
   fi
 done
 
+# A one-worker checkpoint resumed onto bands of rows: each rank takes its rows' weights.
+R24=$(echo "$BASE" | sed 's/--epochs 1 --max-steps 16/--epochs 2 --max-steps 24/')
+"$DTRAIN" train $R24 --resume "$TMP/one.st" --checkpoint "$TMP/one24.st" >/dev/null 2>&1 || fail local2d_resume_reference
+"$DTRAIN" train $R24 --workers 3 --tp 3 --resume "$TMP/one.st" --checkpoint "$TMP/tp3_24.st" >"$TMP/out" 2>&1 || fail local2d_resume_tp3_runs "$(head -c 300 "$TMP/out")"
+check local2d_resume_onto_tp3_equals_one_worker close "$TMP/one24.st" "$TMP/tp3_24.st" 1e-6
+
 # The preset: the spatial split on this model, the layer split on mlp.
 "$DTRAIN" train $BASE --preset distbelief-mp --checkpoint "$TMP/preset.st" --metrics "$TMP/preset.jsonl" >"$TMP/out" 2>&1 || fail local2d_preset_runs "$(head -c 300 "$TMP/out")"
 echo "local2d_preset_distbelief_mp_equals_one_worker $TMP/preset.st" >>"$TMP/same"
