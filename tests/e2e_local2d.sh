@@ -28,6 +28,13 @@ for T in 2 3; do
   fi
 done
 
+# Three banded layers with padding and a stride (halos of 1-2 rows, bands of 7, then
+# 4, 4, 3, 3 rows), tanh and relu between, over 4 ranks.
+printf 'local2d filters=3 kernel=3 pad=1 split=rows\ntanh\nlocal2d filters=4 kernel=4 stride=2 pad=1 split=rows\nrelu\nlocal2d filters=2 kernel=3 pad=2 split=rows\ndense units=10\n' >"$TMP/pads.model"
+"$DTRAIN" train $BASE --model "$TMP/pads.model" --checkpoint "$TMP/pads1.st" >/dev/null 2>&1 || fail local2d_pads_reference
+"$DTRAIN" train $BASE --model "$TMP/pads.model" --workers 4 --tp 4 --checkpoint "$TMP/pads4.st" >"$TMP/out" 2>&1 || fail local2d_pads_tp4_runs "$(head -c 300 "$TMP/out")"
+check local2d_pad_stride_4_ranks_equal_one_worker close "$TMP/pads1.st" "$TMP/pads4.st" 1e-6
+
 # A one-worker checkpoint resumed onto bands of rows: each rank takes its rows' weights.
 R24=$(echo "$BASE" | sed 's/--epochs 1 --max-steps 16/--epochs 2 --max-steps 24/')
 "$DTRAIN" train $R24 --resume "$TMP/one.st" --checkpoint "$TMP/one24.st" >/dev/null 2>&1 || fail local2d_resume_reference
