@@ -126,6 +126,8 @@ expect_error local2d_kernel_larger_than_input 2 "kernel 29 larger than the padde
 printf 'local2d filters=2 kernel=2 stride=2 split=rows\nlocal2d filters=2 kernel=7 split=rows\nflatten\ndense units=10\n' >"$TMP/thin.model"
 expect_error local2d_halo_past_the_neighbours 2 "too thin for kernel 7" -- \
   "$DTRAIN" train $BASE --model "$TMP/thin.model" --workers 7 --tp 7
+expect_error local2d_rows_under_ps 2 "split=rows does not combine with --exchange ps:K" -- \
+  "$DTRAIN" train $BASE --workers 2 --tp 2 --exchange ps:2 --schedule sync
 printf 'dense units=10 split=rows\n' >"$TMP/dense.model"
 expect_error local2d_split_rows_on_dense 2 "split=rows splits a local2d" -- \
   "$DTRAIN" train $BASE --model "$TMP/dense.model" --workers 2 --tp 2

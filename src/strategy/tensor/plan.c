@@ -233,6 +233,10 @@ int tensor_check_spec(const train_config_t *c, model_spec_t *spec) {
   int tp = c->tensor.conv_data ? c->workers : c->tensor.ranks; /* tensor_group_size */
   /* under mpi the one weird trick's group is -np, known once the ranks start */
   int known = !(c->tensor.conv_data && c->comm == COMM_MPI);
+  int rows = tensor_file_split_line(spec, FILE_SPLIT_ROWS);
+  if (rows && tp > 1 && c->exchange == EXCHANGE_PS)
+    return dt_error("%s:%d: split=rows does not combine with --exchange ps:K (the servers hold "
+                    "no band of rows; use --exchange allreduce:ring, or split=none)", spec->source, rows);
   if (known && (tp > 1 || file_split)) DT_TRY(tensor_plan_for(c, spec, tp > 1 ? tp : 1));
   if (c->sync_bn) DT_TRY(sync_bn_check_model(spec));
   return 0;
