@@ -41,6 +41,11 @@ R24=$(echo "$BASE" | sed 's/--epochs 1 --max-steps 16/--epochs 2 --max-steps 24/
 "$DTRAIN" train $R24 --workers 3 --tp 3 --resume "$TMP/one.st" --checkpoint "$TMP/tp3_24.st" >"$TMP/out" 2>&1 || fail local2d_resume_tp3_runs "$(head -c 300 "$TMP/out")"
 check local2d_resume_onto_tp3_equals_one_worker close "$TMP/one24.st" "$TMP/tp3_24.st" 1e-6
 
+# Pipeline stages of banded layers: pp 2 x tp 2, cut between the two local2d layers
+# (a stage sends its band to the next stage's rank of the same band).
+"$DTRAIN" train $BASE --workers 4 --tp 2 --pp 2 --partition 0,1 --micro-batches 2 --checkpoint "$TMP/pp.st" >"$TMP/out" 2>&1 || fail local2d_pp2_tp2_runs "$(head -c 300 "$TMP/out")"
+echo "local2d_pp2_tp2_cut_between_bands_equals_one_worker $TMP/pp.st" >>"$TMP/same"
+
 # The preset: the spatial split on this model, the layer split on mlp.
 "$DTRAIN" train $BASE --preset distbelief-mp --checkpoint "$TMP/preset.st" --metrics "$TMP/preset.jsonl" >"$TMP/out" 2>&1 || fail local2d_preset_runs "$(head -c 300 "$TMP/out")"
 echo "local2d_preset_distbelief_mp_equals_one_worker $TMP/preset.st" >>"$TMP/same"
