@@ -122,6 +122,13 @@ PYEOF
 # (under mpi, tests/e2e_bytes.sh checks describe_step against the count)
 for T in 2 3; do bytes_check $T local; done
 
+# The timeline shows each rank's halo exchanges as communication slices.
+"$DTRAIN" train $BASE --workers 2 --tp 2 --max-steps 2 --trace "$TMP/trace.json" >/dev/null 2>&1
+check local2d_trace_halo_slices $PY -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+sys.exit(0 if {e["pid"] for e in ev if e.get("name") == "halo"} == {0, 1} else 1)' "$TMP/trace.json"
+
 # Bad input: one line naming the layer, exit 2.
 expect_error local2d_more_ranks_than_rows 2 "12 output rows cannot be split over 13 tensor-parallel ranks" -- \
   "$DTRAIN" train $BASE --workers 13 --tp 13

@@ -71,6 +71,11 @@ static int link_exchange(tp_link_t *l, const tp_msg_t *msgs, int n) {
   if (rc != 0) posted--;
   if (posted > 0 && comm_waitall(t->group, posted, req) != 0) rc = -1;
   link_charge(l, t->coll, c);
+  if (dt_trace) { /* a communication slice as the collectives' (its bytes sent) */
+    long long bytes = 0;
+    for (int i = 0; i < n; i++) bytes += msgs[i].send ? (long long)(msgs[i].count * sizeof(float)) : 0;
+    trace_async(dt_trace, TRACE_COMM, "halo", bytes, c.t0, dt_now());
+  }
   return rc;
 }
 
