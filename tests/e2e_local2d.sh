@@ -35,6 +35,13 @@ printf 'local2d filters=3 kernel=3 pad=1 split=rows\ntanh\nlocal2d filters=4 ker
 "$DTRAIN" train $BASE --model "$TMP/pads.model" --workers 4 --tp 4 --checkpoint "$TMP/pads4.st" >"$TMP/out" 2>&1 || fail local2d_pads_tp4_runs "$(head -c 300 "$TMP/out")"
 check local2d_pad_stride_4_ranks_equal_one_worker close "$TMP/pads1.st" "$TMP/pads4.st" 1e-6
 
+# A split layer after a whole one (a conv2d): its input gradient, partial on each rank,
+# summed over the group.
+printf 'conv2d filters=3 kernel=3\nrelu\nlocal2d filters=4 kernel=3 stride=2 split=rows\nrelu\ndense units=10\n' >"$TMP/after.model"
+"$DTRAIN" train $BASE --model "$TMP/after.model" --checkpoint "$TMP/after1.st" >/dev/null 2>&1 || fail local2d_after_reference
+"$DTRAIN" train $BASE --model "$TMP/after.model" --workers 3 --tp 3 --checkpoint "$TMP/after3.st" >"$TMP/out" 2>&1 || fail local2d_after_tp3_runs "$(head -c 300 "$TMP/out")"
+check local2d_after_whole_conv_3_ranks_equal_one_worker close "$TMP/after1.st" "$TMP/after3.st" 1e-6
+
 # A one-worker checkpoint resumed onto bands of rows: each rank takes its rows' weights.
 R24=$(echo "$BASE" | sed 's/--epochs 1 --max-steps 16/--epochs 2 --max-steps 24/')
 "$DTRAIN" train $R24 --resume "$TMP/one.st" --checkpoint "$TMP/one24.st" >/dev/null 2>&1 || fail local2d_resume_reference
