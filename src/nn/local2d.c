@@ -171,19 +171,31 @@ static void local_init(layer_t *l, rng_t *rng) {
   layer_uniform_block(rng, bound, (size_t)g.OH, 1, brow, (size_t)g.oy0, (size_t)g.noy, 0, brow, l->b);
 }
 
-/* Rows [r0, r0 + rows) of n samples between src (holding rows [s0, s0 +
- * sh) a sample) and the packed dst [n, rows, W, C]; back != 0 copies the
- * other way, add != 0 adds instead of copying. */
-static void move_rows(const lgeom_t *g, float *packed, float *src, int s0, int sh, int r0, int rows,
-                      int n, int back, int add) {
+/* Rows [r0, r0 + rows) of n samples from src (holding rows [s0, s0 + sh)
+ * of each sample) into dst (rows [d0, d0 + dh)), added when add. A packed
+ * halo buffer [n, rows, w, c] is the window of its own rows. */
+static void copy_rows(const lgeom_t *g, float *dst, int d0, int dh, const float *src, int s0, int sh,
+                      int r0, int rows, int n, int add) {
   size_t rl = row_len(g), len = (size_t)rows * rl;
-  for (int b = 0; b < n; b++) {
-    float *p = packed + (size_t)b * len, *q = src + ((size_t)b * sh + (r0 - s0)) * rl;
-    if (!back) memcpy(p, q, len * sizeof *p);
-    else if (add)
-      for (size_t i = 0; i < len; i++) q[i] += p[i];
-    else memcpy(q, p, len * sizeof *p);
+  for (int b = 0; rows > 0 && b < n; b++) {
+    float *d = dst + ((size_t)b * dh + (r0 - d0)) * rl;
+    const float *q = src + ((size_t)b * sh + (r0 - s0)) * rl;
+    if (add)
+      for (size_t i = 0; i < len; i++) d[i] += q[i];
+    else
+      memcpy(d, q, len * sizeof *d);
   }
+}
+
+/* Where halo i's two buffers lie past the columns and the input rows:
+ * what this rank's band gives (nsend rows a sample), then what it takes
+ * (nrecv rows). */
+static void halo_buffers(const lgeom_t *g, const halo_t *h, int i, int n, float *base, float **give,
+                         float **take) {
+  size_t rl = (size_t)n * row_len(g);
+  for (int k = 0; k < i; k++) base += rl * (h[k].nsend + h[k].nrecv);
+  *give = base;
+  *take = base + rl * h[i].nsend;
 }
 
 /* One column row per output position of this rank's band, from x holding
@@ -237,19 +249,17 @@ static void col2im(const lgeom_t *g, const float *cols, int x0, int xh, int n, f
 }
 
 /* The halos' messages: forward sends the band's rows and takes the
- * neighbours'; backward sends the gradients of the rows it took. Each
- * halo's buffer is [what the band gives | what it takes]. */
-static int halo_msgs(const layer_t *l, const lgeom_t *g, int n, int backward, float *buf,
+ * neighbours'; backward sends the gradients of the rows it took and takes
+ * those of the rows it gave. */
+static int halo_msgs(const lgeom_t *g, const halo_t *h, int nh, int n, int backward, float *base,
                      tp_msg_t *msgs) {
-  halo_t h[2];
-  int nh = halos(l, g, h), m = 0;
-  size_t rl = row_len(g);
+  int m = 0;
+  size_t rl = (size_t)n * row_len(g);
   for (int i = 0; i < nh; i++) {
-    float *give = buf, *take = buf + (size_t)n * h[i].nsend * rl;
-    size_t ngive = (size_t)n * h[i].nsend * rl, ntake = (size_t)n * h[i].nrecv * rl;
-    if (ngive) msgs[m++] = (tp_msg_t){h[i].peer, !backward, give, ngive};
-    if (ntake) msgs[m++] = (tp_msg_t){h[i].peer, backward, take, ntake};
-    buf += ngive + ntake;
+    float *give, *take;
+    halo_buffers(g, h, i, n, base, &give, &take);
+    if (h[i].nsend) msgs[m++] = (tp_msg_t){h[i].peer, !backward, give, rl * h[i].nsend};
+    if (h[i].nrecv) msgs[m++] = (tp_msg_t){h[i].peer, backward, take, rl * h[i].nrecv};
   }
   return m;
 }
@@ -275,35 +285,34 @@ static int local_sums(const layer_t *l, int n, int backward, int has_dx, layer_s
   return nh;
 }
 
+/* The rows [r0, r1) of a banded input: the band's own, and the halos the
+ * neighbours send; returns where they lie (n x (r1 - r0) rows). */
+static float *assemble_rows(layer_t *l, const lgeom_t *g, const float *x, int n) {
+  float *ext = l->scratch + cols_len(g, n), *base = ext + ext_len(l, g, n), *give, *take;
+  int eh = g->r1 - g->r0, own0 = g->r0 > g->x0 ? g->r0 : g->x0;
+  int own1 = g->r1 < g->x0 + g->xh ? g->r1 : g->x0 + g->xh;
+  halo_t h[2];
+  tp_msg_t msgs[4];
+  int nh = halos(l, g, h), m = halo_msgs(g, h, nh, n, 0, base, msgs);
+  for (int i = 0; i < nh; i++) { /* what the neighbours read of this band */
+    halo_buffers(g, h, i, n, base, &give, &take);
+    copy_rows(g, give, h[i].send0, h[i].nsend, x, g->x0, g->xh, h[i].send0, h[i].nsend, n, 0);
+  }
+  tp_exchange(l->tp, msgs, m);
+  copy_rows(g, ext, g->r0, eh, x, g->x0, g->xh, own0, own1 - own0, n, 0);
+  for (int i = 0; i < nh; i++) {
+    halo_buffers(g, h, i, n, base, &give, &take);
+    copy_rows(g, ext, g->r0, eh, take, h[i].recv0, h[i].nrecv, h[i].recv0, h[i].nrecv, n, 0);
+  }
+  return ext;
+}
+
 static void local_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   lgeom_t g = geom_of(l);
-  float *cols = l->scratch, *ext = cols + cols_len(&g, n);
+  float *cols = l->scratch;
   const float *src = x;
   int s0 = g.x0, sh = g.xh;
-  if (banded(l)) { /* the rows [r0, r1) assembled: the band's own, the halos' */
-    float *buf = ext + ext_len(l, &g, n);
-    tp_msg_t msgs[4];
-    halo_t h[2];
-    int nh = halos(l, &g, h), m = halo_msgs(l, &g, n, 0, buf, msgs);
-    for (int i = 0; i < nh; i++) { /* what the neighbours read of this band */
-      move_rows(&g, buf, (float *)x, g.x0, g.xh, h[i].send0, h[i].nsend, n, 0, 0);
-      buf += (size_t)n * (h[i].nsend + h[i].nrecv) * row_len(&g);
-    }
-    tp_exchange(l->tp, msgs, m);
-    int own0 = g.r0 > g.x0 ? g.r0 : g.x0, own1 = g.r1 < g.x0 + g.xh ? g.r1 : g.x0 + g.xh;
-    float *tmp = ext; /* own rows: copied sample by sample into place */
-    for (int b = 0; b < n && own1 > own0; b++)
-      memcpy(tmp + ((size_t)b * (g.r1 - g.r0) + (own0 - g.r0)) * row_len(&g),
-             x + ((size_t)b * g.xh + (own0 - g.x0)) * row_len(&g),
-             (size_t)(own1 - own0) * row_len(&g) * sizeof(float));
-    buf = ext + ext_len(l, &g, n);
-    for (int i = 0; i < nh; i++) {
-      float *take = buf + (size_t)n * h[i].nsend * row_len(&g);
-      move_rows(&g, take, ext, g.r0, g.r1 - g.r0, h[i].recv0, h[i].nrecv, n, 1, 0);
-      buf += (size_t)n * (h[i].nsend + h[i].nrecv) * row_len(&g);
-    }
-    src = ext, s0 = g.r0, sh = g.r1 - g.r0;
-  }
+  if (banded(l)) src = assemble_rows(l, &g, x, n), s0 = g.r0, sh = g.r1 - g.r0;
   im2col(&g, src, s0, sh, n, cols);
   int P = g.noy * g.OW;
   for (int p = 0; p < P; p++) /* one GEMM per position over the batch */
@@ -339,29 +348,23 @@ static void local_backward_input(layer_t *l, float *dx, int n) {
     if (local_sums(l, n, 1, 1, &sum)) tp_allreduce(l->tp, dx, sum.count);
     return;
   }
-  int eh = g.r1 - g.r0;
+  int eh = g.r1 - g.r0, own0 = g.r0 > g.x0 ? g.r0 : g.x0;
+  int own1 = g.r1 < g.x0 + g.xh ? g.r1 : g.x0 + g.xh;
   kern_zero((size_t)n * eh * row_len(&g), ext);
   col2im(&g, cols, g.r0, eh, n, ext);
-  int own0 = g.r0 > g.x0 ? g.r0 : g.x0, own1 = g.r1 < g.x0 + g.xh ? g.r1 : g.x0 + g.xh;
-  for (int b = 0; b < n && own1 > own0; b++)
-    memcpy(dx + ((size_t)b * g.xh + (own0 - g.x0)) * row_len(&g),
-           ext + ((size_t)b * eh + (own0 - g.r0)) * row_len(&g),
-           (size_t)(own1 - own0) * row_len(&g) * sizeof(float));
-  float *buf = ext + ext_len(l, &g, n);
-  tp_msg_t msgs[4];
+  copy_rows(&g, dx, g.x0, g.xh, ext, g.r0, eh, own0, own1 - own0, n, 0);
+  float *base = ext + ext_len(l, &g, n), *give, *take;
   halo_t h[2];
-  int nh = halos(l, &g, h), m = halo_msgs(l, &g, n, 1, buf, msgs);
-  float *at = buf;
+  tp_msg_t msgs[4];
+  int nh = halos(l, &g, h), m = halo_msgs(&g, h, nh, n, 1, base, msgs);
   for (int i = 0; i < nh; i++) { /* the gradients of the rows taken, to their owner */
-    float *take = at + (size_t)n * h[i].nsend * row_len(&g);
-    move_rows(&g, take, ext, g.r0, eh, h[i].recv0, h[i].nrecv, n, 0, 0);
-    at += (size_t)n * (h[i].nsend + h[i].nrecv) * row_len(&g);
+    halo_buffers(&g, h, i, n, base, &give, &take);
+    copy_rows(&g, take, h[i].recv0, h[i].nrecv, ext, g.r0, eh, h[i].recv0, h[i].nrecv, n, 0);
   }
   tp_exchange(l->tp, msgs, m);
-  at = buf;
   for (int i = 0; i < nh; i++) { /* and the neighbours' for the rows given, added */
-    move_rows(&g, at, dx, g.x0, g.xh, h[i].send0, h[i].nsend, n, 1, 1);
-    at += (size_t)n * (h[i].nsend + h[i].nrecv) * row_len(&g);
+    halo_buffers(&g, h, i, n, base, &give, &take);
+    copy_rows(&g, dx, g.x0, g.xh, give, h[i].send0, h[i].nsend, h[i].send0, h[i].nsend, n, 1);
   }
 }
 
