@@ -6,6 +6,8 @@
  * batch with no transposes. Weights:
  *   dense   weight [out, in] (as PyTorch), bias [out]
  *   conv2d  weight [out_c, kh, kw, in_c], bias [out_c]
+ *   local2d weight [out_h, out_w, out_c, kh·kw·in_c], bias [out_h, out_w, out_c]
+ *           (locally connected: a filter bank per output position)
  *   batchnorm gamma [c], beta [c]; running mean/var live in the buffer arena
  * Gradients are written (not accumulated) by backward, so no zeroing pass
  * is needed between steps. */
@@ -418,7 +420,7 @@ float *stage_output_grad(stage_t *s, int mb);
  * returns their number. */
 int model_stage_cuts(const model_t *m, int *cuts);
 /* Splits the model into P stages at valid cuts, balanced by a cost per
- * sample: multiply-adds of dense (weights) and conv2d (weights × output
+ * sample: multiply-adds of dense and local2d (weights) and conv2d (weights × output
  * pixels) layers, output size for the others. The largest stage cost is
  * the smallest possible (among equal splits, each cut from the last back
  * as early as it can be). first[p] = the first
