@@ -350,6 +350,8 @@ described bytes_described_tp3_mlp_ring 3 --tp 3 --exchange allreduce:ring
 described bytes_described_tp2_lenet 2 --model lenet --tp 2
 described bytes_described_tp3_lenet_tree 3 --model lenet --tp 3 --exchange allreduce:tree
 described bytes_described_dp2_tp2 4 --tp 2 --exchange allreduce:ring
+described bytes_described_local2d_rows_tp3 3 --model models/distbelief-local.model --tp 3 --exchange allreduce:ring  # halos + the bands' gather (e2e_local2d.sh: the formula)
+described bytes_described_local2d_rows_dp2_tp2 4 --model models/distbelief-local.model --tp 2 --exchange allreduce:ring
 printf 'conv2d filters=5 kernel=3 split=channels\nrelu\nmaxpool kernel=2\nflatten\ndense units=10\n' >"$TMP/channels.model"
 described bytes_described_tp3_channels_allgather 3 --model "$TMP/channels.model" --tp 3 --exchange allreduce:ring
 described bytes_described_pp2_tp2 4 --pp 2 --tp 2 --micro-batches 2 --partition macs

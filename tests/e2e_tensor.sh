@@ -360,7 +360,7 @@ expect_error owt_model_file_and_tp_conv 2 "option --tp-conv data: .*owt.txt says
 expect_error owt_model_file_with_pipeline 2 "option --pp 2: .*owt.txt:1 says split=data" -- \
   "$DTRAIN" train $BASE --model "$TMP/owt.txt" --workers 4 --tp 2 --pp 2 --partition macs
 printf 'dense units=64 split=across\ndense units=10\n' >"$TMP/badsplit.txt"
-expect_error tensor_model_file_bad_split 2 "badsplit.txt:1: split=across: expected none, column, row, data or channels (conv2d)" -- \
+expect_error tensor_model_file_bad_split 2 "badsplit.txt:1: split=across: expected none, column, row, data, channels (conv2d) or rows (local2d)" -- \
   "$DTRAIN" train $BASE --model "$TMP/badsplit.txt"
 
 # one convolution split by output channels (split=channels): its shard

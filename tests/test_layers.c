@@ -378,6 +378,96 @@ static void test_conv_gradients(void) {
   }
 }
 
+/* ---- local2d -------------------------------------------------------------- */
+
+/* Direct locally connected layer, NHWC, weight [oh][ow][f][k][k][c], bias
+ * [oh][ow][f], zero padding: a conv whose filters are those of the
+ * output position. */
+static void local_naive(const tlayer_t *t, const float *x, int n, float *y) {
+  const layer_t *l = &t->l;
+  int H = l->in_shape.h, W = l->in_shape.w, C = l->in_shape.c;
+  int OH = l->out_shape.h, OW = l->out_shape.w, F = l->out_shape.c;
+  int k = l->spec.kernel, s = l->spec.stride, p = l->spec.pad;
+  for (int b = 0; b < n; b++)
+    for (int oy = 0; oy < OH; oy++)
+      for (int ox = 0; ox < OW; ox++)
+        for (int f = 0; f < F; f++) {
+          size_t pos = ((size_t)oy * OW + ox) * F + f;
+          double acc = l->b[pos];
+          for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) {
+              int iy = oy * s - p + ky, ix = ox * s - p + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int c = 0; c < C; c++)
+                acc += (double)l->w[((pos * k + ky) * k + kx) * C + c] *
+                       x[((b * H + iy) * W + ix) * C + c];
+            }
+          if (l->spec.act == ACT_RELU && acc < 0) acc = 0;
+          y[((size_t)(b * OH + oy) * OW + ox) * F + f] = (float)acc;
+        }
+}
+
+static const conv_case_t local_cases[] = {
+    {5, 5, 2, 3, 3, 1, 0, 0, 3, 3}, {5, 5, 2, 3, 3, 1, 1, 1, 5, 5}, {6, 4, 3, 2, 2, 2, 1, 0, 4, 3},
+    {5, 5, 2, 3, 3, 2, 1, 1, 3, 3}, {4, 5, 3, 4, 1, 1, 0, 0, 4, 5},
+};
+
+static layer_spec_t local_spec(const conv_case_t *c) {
+  layer_spec_t s = conv_spec(c);
+  s.kind = LAYER_LOCAL2D;
+  return s;
+}
+
+static void test_local2d_forward_matches_direct(void) {
+  for (size_t i = 0; i < sizeof local_cases / sizeof *local_cases; i++) {
+    const conv_case_t *c = &local_cases[i];
+    tlayer_t t;
+    int n = 3;
+    if (tl_make(&t, local_spec(c), (shape_t){c->c, c->h, c->w}, n, 400 + i) != 0) {
+      CHECK(0);
+      continue;
+    }
+    CHECK(t.l.out_shape.h == c->oh && t.l.out_shape.w == c->ow && t.l.out_shape.c == c->filters);
+    /* unshared: a weight and a bias a position */
+    CHECK(t.l.nweight == (size_t)c->oh * c->ow * c->filters * c->k * c->k * c->c);
+    CHECK(t.l.param_len == t.l.nweight + (size_t)c->oh * c->ow * c->filters);
+    rng_t rng;
+    rng_seed(&rng, 500 + i);
+    float *x = dt_alloc_floats(in_len(&t, n)), *y = dt_alloc_floats(out_len(&t, n));
+    fill_uniform(x, in_len(&t, n), -1, 1, &rng);
+    t.l.ops->forward(&t.l, x, n, 1, NULL);
+    local_naive(&t, x, n, y);
+    float worst = 0;
+    for (size_t j = 0; j < out_len(&t, n); j++) worst = fmaxf(worst, fabsf(y[j] - t.l.out[j]));
+    if (worst > 1e-5f) fprintf(stderr, "  local2d case %zu: max |direct - layer| %g\n", i, worst);
+    CHECK(worst <= 1e-5f);
+    dt_free(x);
+    dt_free(y);
+    tl_free(&t);
+  }
+}
+
+static void test_local2d_gradients(void) {
+  for (size_t i = 0; i < sizeof local_cases / sizeof *local_cases; i++) {
+    const conv_case_t *c = &local_cases[i];
+    char what[80];
+    snprintf(what, sizeof what, "local2d %dx%dx%d f%d k%d s%d p%d%s", c->h, c->w, c->c, c->filters,
+             c->k, c->s, c->p, c->relu ? " relu" : "");
+    check_layer(what, local_spec(c), (shape_t){c->c, c->h, c->w}, 2, 1, 1e-2, c->relu, 600 + i);
+  }
+}
+
+/* PyTorch's Conv2d of the same fan-in: U(±1/√(k·k·c)) for weights and biases. */
+static void test_local2d_init_bound(void) {
+  const conv_case_t c = {6, 6, 4, 5, 3, 1, 0, 0, 4, 4};
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, local_spec(&c), (shape_t){c.c, c.h, c.w}, 1, 7));
+  float bound = 1.0f / sqrtf(3 * 3 * 4), lo = 0, hi = 0;
+  for (size_t i = 0; i < t.l.param_len; i++) lo = fminf(lo, t.params[i]), hi = fmaxf(hi, t.params[i]);
+  CHECK(lo >= -bound && hi <= bound && lo < -0.9f * bound && hi > 0.9f * bound);
+  tl_free(&t);
+}
+
 /* ---- pools ---------------------------------------------------------------- */
 
 /* Maxpool inputs must have no near-ties (a finite difference across a tie
@@ -787,6 +877,14 @@ static void test_setup_errors(void) {
   s.stride = 0;
   CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 8, 8}, 2), "stride must be > 0");
 
+  s = spec_of(LAYER_LOCAL2D);
+  s.filters = 2;
+  s.kernel = 5;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 3, 4}, 2),
+                   "local2d: kernel 5 larger than the padded input 3x4");
+  s.split = SPLIT_ROWS;
+  CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){1, 8, 8}, 2), "split=rows but given no group");
+
   s = spec_of(LAYER_DENSE);
   CHECK_FAILS_WITH(tl_setup(&t, s, (shape_t){10, 1, 1}, 2), "dense: units must be > 0");
 
@@ -830,8 +928,8 @@ static void test_kind_table(void) {
     layer_kind_t back;
     const layer_ops_t *ops = layer_ops_for((layer_kind_t)k);
     CHECK(ops && ops->setup && ops->init && ops->forward && ops->backward);
-    if (k == LAYER_ALLGATHER) { /* tensor parallelism's planner inserts it; no file names it */
-      CHECK_FAILS_WITH(layer_kind_parse(layer_kind_name((layer_kind_t)k), &back), "unknown layer kind 'allgather'");
+    if (k == LAYER_ALLGATHER || k == LAYER_ROWGATHER) { /* the planner inserts them; no file names them */
+      CHECK_FAILS_WITH(layer_kind_parse(layer_kind_name((layer_kind_t)k), &back), "unknown layer kind");
       continue;
     }
     CHECK_OK(layer_kind_parse(layer_kind_name((layer_kind_t)k), &back));
@@ -1172,6 +1270,7 @@ static void run_on_reference_path(void) {
   test_run("test_dense_gradients_reference", test_dense_gradients);
   test_run("test_conv_forward_matches_direct_reference", test_conv_forward_matches_direct);
   test_run("test_conv_gradients_reference", test_conv_gradients);
+  test_run("test_local2d_gradients_reference", test_local2d_gradients);
   test_run("test_batchnorm_gradients_reference", test_batchnorm_gradients);
   test_run("test_softmax_xent_reference", test_softmax_xent);
   test_run("test_sequence_layer_gradients_reference", test_sequence_layer_gradients);
@@ -1211,6 +1310,9 @@ int main(void) {
   RUN(test_dense_gradients);
   RUN(test_conv_forward_matches_direct);
   RUN(test_conv_gradients);
+  RUN(test_local2d_forward_matches_direct);
+  RUN(test_local2d_gradients);
+  RUN(test_local2d_init_bound);
   RUN(test_maxpool);
   RUN(test_avgpool);
   RUN(test_flatten);

@@ -95,7 +95,7 @@ static void test_plan_from_file(void) {
     model_spec_free(&s);
   }
   CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=diagonal\n", "p", &s),
-                   "p:1: split=diagonal: expected none, column, row, data or channels (conv2d)");
+                   "p:1: split=diagonal: expected none, column, row, data, channels (conv2d) or rows (local2d)");
   CHECK_FAILS_WITH(model_spec_parse("dense units=8 split=channels\n", "p", &s),
                    "p:1: split=channels splits a conv2d (use split=column)");
   /* split=channels: the shard runs through relu and pooling, an allgather before the flatten */
@@ -111,6 +111,26 @@ static void test_plan_from_file(void) {
   CHECK_OK(model_spec_parse("conv2d filters=3 kernel=3 split=channels\ndense units=3\n", "ch", &s));
   CHECK_FAILS_WITH(tensor_plan_file(&s, 4), "ch:1: conv2d split=channels has 3 filters, too few to split over --tp 4");
   model_spec_free(&s);
+  /* split=rows: the bands run through relu and a second split local2d, a rowgather before the
+   * first layer that is neither; under the planner (no split= keys) every local2d splits so */
+  CHECK_OK(model_spec_parse("local2d filters=2 kernel=3 split=rows\nrelu\nlocal2d filters=2 kernel=3 "
+                            "split=rows\ntanh\nlocal2d filters=2 kernel=1\ndense units=3\n", "rows", &s));
+  CHECK_OK(tensor_plan_file(&s, 1));
+  CHECK(s.nlayers == 6 && s.layers[0].split == SPLIT_NONE); /* one rank: nothing to gather */
+  CHECK_OK(tensor_plan_file(&s, 3));
+  CHECK(s.nlayers == 7 && s.layers[0].split == SPLIT_ROWS && s.layers[2].split == SPLIT_ROWS &&
+        s.layers[4].kind == LAYER_ROWGATHER && s.layers[4].input == 3 && s.layers[5].input == 4 &&
+        s.layers[5].split == SPLIT_NONE && s.layers[5].index == 4);
+  model_spec_free(&s);
+  CHECK_OK(model_spec_parse("local2d filters=2 kernel=3\nrelu\ndense units=3\n", "auto", &s));
+  CHECK_OK(tensor_plan(&s, 2, NULL));
+  CHECK(s.nlayers == 4 && s.layers[0].split == SPLIT_ROWS && s.layers[2].kind == LAYER_ROWGATHER);
+  model_spec_free(&s);
+  CHECK_FAILS_WITH(model_spec_parse("conv2d filters=2 kernel=3 split=rows\n", "p", &s),
+                   "p:1: split=rows splits a local2d (a conv2d takes none, column, row or data)");
+  CHECK_FAILS_WITH(model_spec_parse("local2d filters=2 kernel=3 split=column\n", "p", &s),
+                   "p:1: split=column: a local2d splits by rows (split=rows or split=none)");
+  CHECK_FAILS_WITH(model_spec_parse("rowgather\n", "p", &s), "unknown layer kind 'rowgather'");
   CHECK_FAILS_WITH(model_spec_parse("allgather\n", "p", &s), "unknown layer kind 'allgather'");
   CHECK_FAILS_WITH(model_spec_parse("dense units=8\nrelu split=column\n", "p", &s),
                    "p:2: relu takes no key 'split'");

@@ -6,6 +6,8 @@
  * batch with no transposes. Weights:
  *   dense   weight [out, in] (as PyTorch), bias [out]
  *   conv2d  weight [out_c, kh, kw, in_c], bias [out_c]
+ *   local2d weight [out_h, out_w, out_c, kh·kw·in_c], bias [out_h, out_w, out_c]
+ *           (locally connected: a filter bank per output position)
  *   batchnorm gamma [c], beta [c]; running mean/var live in the buffer arena
  * Gradients are written (not accumulated) by backward, so no zeroing pass
  * is needed between steps. */
@@ -41,6 +43,8 @@ typedef enum {
   LAYER_LINEAR,      /* position-wise dense: [n·T, in] -> [n·T, units], weight [units, in] */
   LAYER_LMHEAD,      /* logits [n, T, vocab] = x · Wᵀ, W its own or the embedding's (tied) */
   LAYER_LSTM,        /* torch.nn.LSTM (batch_first): layers stacked, every h_t out */
+  LAYER_LOCAL2D,     /* locally connected: a convolution whose filters differ at every position */
+  LAYER_ROWGATHER,   /* the bands of split=rows local2d layers gathered whole (inserted) */
   LAYER_KIND_COUNT
 } layer_kind_t;
 
@@ -60,7 +64,12 @@ typedef enum { ACT_NONE = 0, ACT_RELU } fused_act_t;
  * ("g": allreduce forward, identity backward). Element-wise layers between
  * a COLUMN and a ROW layer run on the shard. NONE: the layer is whole on
  * every rank (replicated; its gradients come out the same on every rank). */
-typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
+typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW,
+  /* local2d (DistBelief's spatial partition): rank t holds a band of the
+   * output rows and the filters of those positions; the input rows its
+   * windows reach beyond its own band come from the neighbours (a halo,
+   * tp_link_t.exchange), their gradients go back in backward */
+  SPLIT_ROWS } split_t;
 
 /* What a model file's split= key asks of a dense or conv2d layer under
  * tensor parallelism (docs/MODEL_FORMAT.md; the planner in
@@ -70,8 +79,17 @@ typedef enum { SPLIT_NONE = 0, SPLIT_COLUMN, SPLIT_ROW } split_t;
  * CHANNELS, below. */
 typedef enum {
   FILE_SPLIT_UNSET = 0, FILE_SPLIT_NONE, FILE_SPLIT_COLUMN, FILE_SPLIT_ROW, FILE_SPLIT_DATA,
-  FILE_SPLIT_CHANNELS /* conv2d: COLUMN, its shard allgathered where a layer needs every channel */
+  FILE_SPLIT_CHANNELS, /* conv2d: COLUMN, its shard allgathered where a layer needs every channel */
+  FILE_SPLIT_ROWS      /* local2d: SPLIT_ROWS, the bands gathered where a layer needs every row */
 } file_split_t;
+
+/* One point-to-point message of a halo exchange (tp_link_t.exchange):
+ * count floats sent to (send 1) or received from (send 0) tp rank peer. */
+typedef struct {
+  int peer, send;
+  float *buf;
+  size_t count;
+} tp_msg_t;
 
 /* A group of ranks a layer sums over: the tensor-parallel group of a split
  * layer, or the data-parallel group of a synchronized batch norm. Its
@@ -86,6 +104,9 @@ struct tp_link {
   /* in place: rank r's block r (count / size floats, count a multiple of
    * size) to every rank; NULL where no layer gathers (batch norm's) */
   int (*allgather)(tp_link_t *t, float *buf, size_t count);
+  /* point to point: every message posted at once, then all waited for
+   * (a halo exchange with the neighbours); NULL where no layer exchanges */
+  int (*exchange)(tp_link_t *t, const tp_msg_t *msgs, int n);
   void *ctx;
   int failed;
   /* What the sums have cost so far, added by the owner's allreduce: the
@@ -98,6 +119,8 @@ struct tp_link {
 void tp_allreduce(tp_link_t *t, float *buf, size_t count);
 /* t->allgather likewise. */
 void tp_allgather(tp_link_t *t, float *buf, size_t count);
+/* t->exchange likewise. */
+void tp_exchange(tp_link_t *t, const tp_msg_t *msgs, int n);
 /* Block `i` of `count` split into `parts`: the first count % parts blocks
  * hold one more (the same blocks as coll_block). */
 void tp_block(int count, int parts, int i, int *off, int *len);
@@ -143,6 +166,10 @@ typedef struct {
   int bn;      /* 1: over the batch norm's group, 0: over the tensor-parallel group */
   int gather;  /* 1: an allgather, 0: an allreduce */
   size_t count;
+  /* halo 1: not a collective but a message each way with tp rank peer of
+   * the group: count floats sent to it, received floats from it */
+  int halo, peer;
+  size_t received;
 } layer_sum_t;
 enum { LAYER_MAX_SUMS = 2 };
 
@@ -189,6 +216,11 @@ struct layer {
    * one-worker model and where this rank's shard of them begins; in_shape
    * and out_shape are the shard's. Unsplit: full == c, off == 0. */
   int in_full, in_off, out_full, out_off;
+  /* The same for rows (split=rows local2d layers): the height of the input
+   * and output in the one-worker model and where this rank's band of rows
+   * begins; in_shape.h and out_shape.h are the band's. Unsplit: hfull == h,
+   * hoff == 0. */
+  int in_hfull, in_hoff, out_hfull, out_hoff;
   tp_link_t *tp;                   /* the group (NULL: no tensor parallelism) */
   tp_link_t *bn_sync;              /* batchnorm: statistics over this group (NULL: local) */
   int tp_partial_dx;               /* COLUMN: leave the input gradient partial, the caller
@@ -427,7 +459,7 @@ float *stage_output_grad(stage_t *s, int mb);
  * returns their number. */
 int model_stage_cuts(const model_t *m, int *cuts);
 /* Splits the model into P stages at valid cuts, balanced by a cost per
- * sample: multiply-adds of dense (weights) and conv2d (weights × output
+ * sample: multiply-adds of dense and local2d (weights) and conv2d (weights × output
  * pixels) layers, output size for the others. The largest stage cost is
  * the smallest possible (among equal splits, each cut from the last back
  * as early as it can be). first[p] = the first

@@ -1,6 +1,7 @@
 /* The layer kinds: one table maps a kind to its name and its operations.
  * Each kind's operations live in a file of its own (dense.c, conv2d.c,
- * pool.c, activation.c, flatten.c, dropout.c, batchnorm.c, allgather.c).
+ * pool.c, activation.c, flatten.c, dropout.c, batchnorm.c, allgather.c,
+ * local2d.c, rowgather.c).
  *
  * State kept between forward and backward: backward uses what the most
  * recent forward of the same layer left in l->scratch (im2col columns,
@@ -18,7 +19,8 @@ extern const layer_ops_t layer_dense_ops, layer_conv2d_ops, layer_maxpool_ops,
     layer_avgpool_ops, layer_flatten_ops, layer_relu_ops, layer_tanh_ops,
     layer_sigmoid_ops, layer_dropout_ops, layer_batchnorm_ops, layer_allgather_ops,
     layer_embedding_ops, layer_posembed_ops, layer_layernorm_ops, layer_gelu_ops,
-    layer_attention_ops, layer_add_ops, layer_linear_ops, layer_lmhead_ops, layer_lstm_ops;
+    layer_attention_ops, layer_add_ops, layer_linear_ops, layer_lmhead_ops, layer_lstm_ops,
+    layer_local2d_ops, layer_rowgather_ops;
 
 static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_DENSE] = &layer_dense_ops,         [LAYER_CONV2D] = &layer_conv2d_ops,
@@ -32,10 +34,12 @@ static const layer_ops_t *const kinds[LAYER_KIND_COUNT] = {
     [LAYER_ATTENTION] = &layer_attention_ops, [LAYER_ADD] = &layer_add_ops,
     [LAYER_LINEAR] = &layer_linear_ops,       [LAYER_LMHEAD] = &layer_lmhead_ops,
     [LAYER_LSTM] = &layer_lstm_ops,
+    [LAYER_LOCAL2D] = &layer_local2d_ops,
+    [LAYER_ROWGATHER] = &layer_rowgather_ops,
 };
 
 /* Inserted by tensor parallelism's planner, never written in a model file. */
-static int writable(int k) { return k != LAYER_ALLGATHER; }
+static int writable(int k) { return k != LAYER_ALLGATHER && k != LAYER_ROWGATHER; }
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind) {
   return (unsigned)kind < LAYER_KIND_COUNT ? kinds[kind] : NULL;
@@ -70,6 +74,11 @@ void tp_allreduce(tp_link_t *t, float *buf, size_t count) {
 void tp_allgather(tp_link_t *t, float *buf, size_t count) {
   if (!t || t->failed) return;
   if (t->allgather(t, buf, count) != 0) t->failed = 1;
+}
+
+void tp_exchange(tp_link_t *t, const tp_msg_t *msgs, int n) {
+  if (!t || t->failed || n == 0) return;
+  if (t->exchange(t, msgs, n) != 0) t->failed = 1;
 }
 
 void layer_uniform_block(rng_t *rng, float bound, size_t rows, size_t mid, size_t cols, size_t r0,

@@ -24,7 +24,8 @@ static int fuse_activations(const model_spec_t *spec, layer_spec_t **out, int *c
   for (int i = 0; i < n; i++) {
     const layer_spec_t *s = &spec->layers[i];
     if (s->kind == LAYER_RELU && k > 0 && s->input == i - 1 && consumers[i - 1] == 1 &&
-        (ls[k - 1].kind == LAYER_DENSE || ls[k - 1].kind == LAYER_CONV2D) &&
+        (ls[k - 1].kind == LAYER_DENSE || ls[k - 1].kind == LAYER_CONV2D ||
+         ls[k - 1].kind == LAYER_LOCAL2D) &&
         ls[k - 1].act == ACT_NONE) {
       ls[k - 1].act = ACT_RELU;
       newidx[i] = k - 1;
@@ -173,12 +174,23 @@ static int describe_tensors(model_t *m) {
         else wd[0] = l->out_full, wd[1] = wd[2] = l->spec.kernel, wd[3] = l->in_full, nd = 4;
         bb = (block_t){(size_t)l->out_off, nb, 1, 0, 1, 1};
         break;
+      case LAYER_LOCAL2D: /* [out_h, out_w, filters, k·k·in_c]; a split layer holds rows */
+        wd[0] = l->out_hfull, wd[1] = l->out_shape.w, wd[2] = l->out_shape.c, nd = 4;
+        wd[3] = l->spec.kernel * l->spec.kernel * l->in_shape.c;
+        wb = (block_t){(size_t)l->out_hoff, (size_t)l->out_shape.h, 1, 0, l->nweight / l->out_shape.h,
+                       l->nweight / l->out_shape.h};
+        bb = (block_t){(size_t)l->out_hoff, (size_t)l->out_shape.h, 1, 0, nb / l->out_shape.h,
+                       nb / l->out_shape.h};
+        break;
       default:
         wd[0] = (int)l->nweight;
     }
     add_tensor(&m->tensors[m->ntensors++], l, i, "weight", l->param_off, nd, wd, wb);
-    int bd[1] = {l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D ? l->out_full : (int)nb};
-    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, 1, bd, bb);
+    int bd[3] = {l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D ? l->out_full : (int)nb};
+    int bnd = 1;
+    if (l->spec.kind == LAYER_LOCAL2D) /* [out_h, out_w, filters] */
+      bd[0] = l->out_hfull, bd[1] = l->out_shape.w, bd[2] = l->out_shape.c, bnd = 3;
+    if (nb) add_tensor(&m->tensors[m->ntensors++], l, i, "bias", l->param_off + l->nweight, bnd, bd, bb);
     if (l->buf_len) {
       int cd[1] = {(int)(l->buf_len / 2)};
       add_tensor(&m->buf_tensors[m->nbuf_tensors++], l, i, "running_mean", l->buf_off, 1, cd,
@@ -239,6 +251,14 @@ float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
  * channels of a split input would mix shards: refused. */
 static int set_shard(layer_t *l) {
   int split_in = l->in_full != l->in_shape.c;
+  layer_kind_t k = l->spec.kind;
+  if (l->in_hfull != l->in_shape.h && k != LAYER_LOCAL2D && k != LAYER_ROWGATHER &&
+      k != LAYER_RELU && k != LAYER_TANH && k != LAYER_SIGMOID)
+    return dt_error("%s cannot read a band of rows (%d of %d) of a split=rows local2d layer: only "
+                    "local2d, relu, tanh and sigmoid run on a band", layer_kind_name(k),
+                    l->in_shape.h, l->in_hfull);
+  if (k != LAYER_LOCAL2D && k != LAYER_ROWGATHER && l->out_shape.h != l->in_shape.h)
+    l->out_hfull = l->out_shape.h, l->out_hoff = 0; /* a new height: whole */
   if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER)
     return 0; /* set their own */
   if (l->out_shape.c == l->in_shape.c) return 0;
@@ -321,6 +341,9 @@ static int setup_layers(model_t *m, const char *source) {
     l->in_full = src ? src->out_full : m->input.c;
     l->in_off = src ? src->out_off : 0;
     l->out_full = l->in_full, l->out_off = l->in_off; /* dense and conv2d set their own */
+    l->in_hfull = src ? src->out_hfull : m->input.h;
+    l->in_hoff = src ? src->out_hoff : 0;
+    l->out_hfull = l->in_hfull, l->out_hoff = l->in_hoff; /* local2d, rowgather set their own */
     l->tp = m->tp;
     l->bn_sync = m->bn_sync;
     if (l->ops->setup(l, m->max_batch) != 0)
@@ -449,7 +472,8 @@ typedef struct {
  * batch norm's). */
 static const tp_link_t *layer_link(const layer_t *l) {
   if (l->spec.kind == LAYER_BATCHNORM) return l->bn_sync;
-  return l->spec.split != SPLIT_NONE || l->spec.kind == LAYER_ALLGATHER ? l->tp : NULL;
+  return l->spec.split != SPLIT_NONE || l->spec.kind == LAYER_ALLGATHER ||
+                 l->spec.kind == LAYER_ROWGATHER ? l->tp : NULL;
 }
 
 static layer_meter_t meter_start(const layer_t *l) {

@@ -65,7 +65,7 @@ static const char *const KEY_NAMES[] = {"units", "filters", "kernel", "stride", 
                                         "eps",   "momentum", "name",  "input",  "split",
                                         "heads", "vocab", "positions", "with", "tie", "layers"};
 /* split=VALUE, indexed by file_split_t (UNSET has none). */
-static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels"};
+static const char *const SPLIT_NAMES[] = {"", "none", "column", "row", "data", "channels", "rows"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* Integer keys take 0 (pad) or 1 (the others) up to this. */
@@ -78,7 +78,8 @@ static int kind_keys(layer_kind_t kind) {
   int all = K_NAME | K_INPUT;
   switch (kind) {
     case LAYER_DENSE: return all | K_UNITS | K_SPLIT;
-    case LAYER_CONV2D: return all | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_SPLIT;
+    case LAYER_CONV2D:
+    case LAYER_LOCAL2D: return all | K_FILTERS | K_KERNEL | K_STRIDE | K_PAD | K_SPLIT;
     case LAYER_MAXPOOL:
     case LAYER_AVGPOOL: return all | K_KERNEL | K_STRIDE;
     case LAYER_DROPOUT: return all | K_RATE;
@@ -170,14 +171,21 @@ static int apply_key(layer_spec_t *l, const model_spec_t *spec, int line, const 
     return 0;
   }
   if (bit == K_SPLIT) {
-    for (int v = FILE_SPLIT_NONE; v <= FILE_SPLIT_CHANNELS; v++)
+    for (int v = FILE_SPLIT_NONE; v <= FILE_SPLIT_ROWS; v++)
       if (!strcmp(val, SPLIT_NAMES[v])) {
         if (v == FILE_SPLIT_CHANNELS && l->kind != LAYER_CONV2D)
           return dt_error("%s:%d: split=channels splits a conv2d (use split=column)", src, line);
+        if (v == FILE_SPLIT_ROWS && l->kind != LAYER_LOCAL2D)
+          return dt_error("%s:%d: split=rows splits a local2d (a %s takes none, column, row or "
+                          "data)", src, line, kind);
+        if (l->kind == LAYER_LOCAL2D && v != FILE_SPLIT_ROWS && v != FILE_SPLIT_NONE)
+          return dt_error("%s:%d: split=%s: a local2d splits by rows (split=rows or split=none)",
+                          src, line, val);
         l->file_split = (file_split_t)v;
         return 0;
       }
-    return dt_error("%s:%d: split=%s: expected none, column, row, data or channels (conv2d)", src,
+    return dt_error("%s:%d: split=%s: expected none, column, row, data, channels (conv2d) or "
+                    "rows (local2d)", src,
                     line, val);
   }
   if (bit == K_NAME) {
@@ -238,11 +246,11 @@ static int check_required(layer_spec_t *l, const model_spec_t *spec) {
   const char *kind = layer_kind_name(l->kind);
   if (l->kind == LAYER_DENSE && l->units <= 0)
     return dt_error("%s:%d: %s needs units=N", spec->source, l->line, kind);
-  if (l->kind == LAYER_CONV2D && (l->filters <= 0 || l->kernel <= 0))
+  if ((l->kind == LAYER_CONV2D || l->kind == LAYER_LOCAL2D) && (l->filters <= 0 || l->kernel <= 0))
     return dt_error("%s:%d: %s needs filters=N and kernel=K", spec->source, l->line, kind);
   if ((l->kind == LAYER_MAXPOOL || l->kind == LAYER_AVGPOOL) && l->kernel <= 0)
     return dt_error("%s:%d: %s needs kernel=K", spec->source, l->line, kind);
-  if (l->stride == 0) l->stride = l->kind == LAYER_CONV2D ? 1 : l->kernel;
+  if (l->stride == 0) l->stride = l->kind == LAYER_CONV2D || l->kind == LAYER_LOCAL2D ? 1 : l->kernel;
   const char *need = l->kind == LAYER_EMBEDDING && (l->vocab <= 0 || l->units <= 0) ? "vocab=V and units=C"
                      : l->kind == LAYER_POSEMBED && l->positions <= 0           ? "positions=P"
                      : l->kind == LAYER_ATTENTION && l->heads <= 0              ? "heads=H"

@@ -73,11 +73,11 @@ static int check_cut(const model_t *m, int c, int first, int last) {
                   first, last, at, reader, source, cuts);
 }
 
-/* Dense and conv2d layers add their gradients in place (a GEMM with
- * beta = 1 into the model's gradient); the others write into the
+/* Dense, conv2d and local2d layers add their gradients in place (a GEMM
+ * with beta = 1 into the model's gradient); the others write into the
  * accumulator, which layer_done then adds. */
 static int adds_in_place(const layer_t *l) {
-  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D;
+  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_LOCAL2D;
 }
 
 /* The views into the model's arenas, taken afresh each call; dw/db into
@@ -297,11 +297,12 @@ float *stage_output_grad(stage_t *s, int mb) {
   return b ? b->layers[s->last].dout : NULL;
 }
 
-/* Multiply-adds per sample for dense and conv2d, the output size for the
+/* Multiply-adds per sample for dense, local2d and conv2d, the output size for the
  * rest: a rough cost of a layer's forward (backward is about twice). */
 static double layer_cost(const layer_t *l) {
   switch (l->spec.kind) {
-    case LAYER_DENSE: return (double)l->nweight;
+    case LAYER_DENSE:
+    case LAYER_LOCAL2D: return (double)l->nweight; /* each weight once a sample */
     case LAYER_CONV2D: return (double)l->nweight * l->out_shape.h * l->out_shape.w;
     default: return (double)shape_size(l->out_shape);
   }

@@ -185,7 +185,10 @@ static const preset_t PRESETS[] = {
      "PipeDream-Flush); Harlap et al. 2018, PipeDream (1F1B)",
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 8 --pipe-schedule 1f1b"},
-    {"distbelief-mp", "central / sync / model parallelism by layers: pp 2, one micro-batch",
+    {"distbelief-mp", "central / sync / model parallelism by layers: pp 2, one micro-batch; on a model "
+                      "whose local2d layers say split=rows, those layers cut into bands of rows over "
+                      "the 2 ranks instead (tp 2: halos between bands, the bands gathered before the "
+                      "dense layers)",
      "Dean et al. 2012, Large Scale Distributed Deep Networks (DistBelief's model parallelism)",
      "--optimization central --schedule sync --exchange allreduce:ring --workers 2 --pp 2 "
      "--micro-batches 1"},

@@ -53,6 +53,7 @@ int tensor_check_spec(const train_config_t *cfg, model_spec_t *spec);
 int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp);
 int tensor_file_split_line(const model_spec_t *spec, file_split_t which);
 int pipe_check_model(const train_config_t *cfg, const model_t *m);
+int tensor_check_model(const train_config_t *cfg, const model_t *m);
 
 int strategy_prepare(train_config_t *cfg) { return tensor_model_options(cfg); }
 
@@ -67,5 +68,6 @@ int strategy_plan_model(const train_config_t *cfg, model_spec_t *spec, int tp) {
 }
 
 int strategy_check_model(const train_config_t *cfg, const model_t *m) {
-  return pipe_check_model(cfg, m);
+  DT_TRY(pipe_check_model(cfg, m));
+  return tensor_check_model(cfg, m);
 }

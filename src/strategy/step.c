@@ -87,6 +87,12 @@ int step_exact(const step_desc_t *d) {
 static int add_layer_sum(step_desc_t *d, int rank, const step_groups_t *g, layer_sum_t s,
                          int after) {
   const step_group_t *grp = s.bn ? &g->bn : &g->tp;
+  if (s.halo) /* a message each way with a neighbour; tp ranks are adjacent world ranks */
+    return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "halo",
+                                     .peer = rank - grp->rank + s.peer, .group = 2,
+                                     .sent = (double)s.count * sizeof(float),
+                                     .received = (double)s.received * sizeof(float),
+                                     .after = after});
   if (s.gather)
     return step_add_ring_half(d, rank, grp->rank, grp->size, 1, s.count, after, THREAD_COMPUTE);
   return step_add_allreduce(d, rank, grp->rank, grp->size, grp->algo, s.count, after,

@@ -7,7 +7,7 @@
 #include "strategy/grid.h"
 #include "strategy/tp_group.h"
 
-enum { TAG_TP_GATHER = 5601 };
+enum { TAG_TP_GATHER = 5601, TAG_TP_HALO = 5602 };
 
 struct tensor_par {
   tp_link_t link;
@@ -61,6 +61,30 @@ static int link_allgather(tp_link_t *l, float *buf, size_t count) {
   return rc;
 }
 
+/* A halo exchange (split=rows local2d layers): every message posted, then
+ * all waited for, so neighbours that send to each other cannot deadlock. */
+static int link_exchange(tp_link_t *l, const tp_msg_t *msgs, int n) {
+  tensor_par_t *t = l->ctx;
+  comm_req_t *req[8];
+  if (n > 8) return dt_error("halo exchange: %d messages (at most 8)", n);
+  link_clock_t c = link_clock(t->coll);
+  int rc = 0, posted = 0;
+  for (int i = 0; i < n && rc == 0; i++, posted++) {
+    size_t len = msgs[i].count * sizeof(float);
+    rc = msgs[i].send ? comm_isend(t->group, msgs[i].peer, TAG_TP_HALO, msgs[i].buf, len, &req[i])
+                      : comm_irecv(t->group, msgs[i].peer, TAG_TP_HALO, msgs[i].buf, len, &req[i]);
+  }
+  if (rc != 0) posted--;
+  if (posted > 0 && comm_waitall(t->group, posted, req) != 0) rc = -1;
+  link_charge(l, t->coll, c);
+  if (dt_trace) { /* a communication slice as the collectives' (its bytes sent) */
+    long long bytes = 0;
+    for (int i = 0; i < n; i++) bytes += msgs[i].send ? (long long)(msgs[i].count * sizeof(float)) : 0;
+    trace_async(dt_trace, TRACE_COMM, "halo", bytes, c.t0, dt_now());
+  }
+  return rc;
+}
+
 int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   tensor_par_t *t = calloc(1, sizeof *t);
   if (!t) return dt_error("out of memory");
@@ -77,7 +101,8 @@ int tensor_new(comm_t *world, const train_config_t *cfg, tensor_par_t **out) {
   DT_TRY(coll_ctx_new(t->group, &t->coll));
   t->algo = cfg->algo;
   t->link = (tp_link_t){.rank = comm_rank(t->group), .size = comm_size(t->group),
-                        .allreduce = link_allreduce, .allgather = link_allgather, .ctx = t};
+                        .allreduce = link_allreduce, .allgather = link_allgather,
+                        .exchange = link_exchange, .ctx = t};
   return 0;
 }
 

@@ -27,12 +27,19 @@ static const char *width_unit(const layer_spec_t *l) {
   return width(l) == 1 ? "filter" : "filters";
 }
 
+static int split_rows(model_spec_t *spec, int i, int file);
+
 static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   int col = -1, n = 0;
   for (int i = 0; i < spec->nlayers; i++) {
     layer_spec_t *l = &spec->layers[i];
     l->split = SPLIT_NONE;
     int chained = l->input == i - 1;
+    if (l->kind == LAYER_LOCAL2D && !dense_only) { /* DistBelief's bands of rows */
+      if (tp > 1 && (i = split_rows(spec, i, 0)) < 0) return -1;
+      n++, col = -1;
+      continue;
+    }
     if (l->kind == LAYER_DENSE || (l->kind == LAYER_CONV2D && !dense_only)) {
       if (col >= 0 && chained && spec->layers[col].kind == l->kind) {
         const layer_spec_t *c = &spec->layers[col];
@@ -55,8 +62,9 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   if (n == 0 && tp > 1)
     return dt_error("option --tp %d: %s has no pair of layers to split (tensor parallelism "
                     "splits a dense layer followed, through relu, tanh, sigmoid or dropout only, "
-                    "by another, and likewise two conv2d layers, pooling allowed between; "
-                    "batchnorm and flatten layers are not split): use --tp 1", tp, spec->source);
+                    "by another, and likewise two conv2d layers, pooling allowed between, and "
+                    "local2d layers by rows; batchnorm and flatten layers are not split): use "
+                    "--tp 1", tp, spec->source);
   return 0;
 }
 
@@ -72,6 +80,9 @@ int tensor_plan_for(const train_config_t *cfg, model_spec_t *spec, int tp) {
 /* ---- the model file's own choice: split= on its dense and conv2d layers ------- */
 
 static int splittable(const layer_spec_t *l) { return l->kind == LAYER_DENSE || l->kind == LAYER_CONV2D; }
+
+/* Layers that run on a band of rows as on the whole image. */
+static int keeps_band(layer_kind_t k) { return k == LAYER_RELU || k == LAYER_TANH || k == LAYER_SIGMOID; }
 
 int tensor_file_split_line(const model_spec_t *spec, file_split_t which) {
   for (int i = 0; i < spec->nlayers; i++) {
@@ -120,10 +131,11 @@ static int check_data_front(const model_spec_t *spec, int first_col) {
   return 0;
 }
 
-/* An allgather layer at position `at` of the spec, reading layer at - 1
- * (the last layer of a split=channels convolution's shard); every reader
- * of that layer reads the gathered whole instead. */
-static int insert_allgather(model_spec_t *spec, int at) {
+/* An allgather (or rowgather) layer at position `at` of the spec, reading
+ * layer at - 1 (the last layer of a split=channels convolution's shard, or
+ * of split=rows local2d layers' bands); every reader of that layer reads
+ * the gathered whole instead. */
+static int insert_gather(model_spec_t *spec, int at, layer_kind_t kind) {
   layer_spec_t *more = realloc(spec->layers, ((size_t)spec->nlayers + 1) * sizeof *more);
   if (!more) return dt_error("out of memory");
   spec->layers = more;
@@ -133,8 +145,26 @@ static int insert_allgather(model_spec_t *spec, int at) {
     more[i].input = more[i].input == at - 1 ? at : more[i].input >= at ? more[i].input + 1 : more[i].input;
   layer_spec_t *g = &more[at];
   const layer_spec_t *from = &more[at - 1];
-  *g = (layer_spec_t){.kind = LAYER_ALLGATHER, .input = at - 1, .line = from->line, .index = from->index};
+  *g = (layer_spec_t){.kind = kind, .input = at - 1, .line = from->line, .index = from->index};
   return 0;
+}
+
+static int insert_allgather(model_spec_t *spec, int at) { return insert_gather(spec, at, LAYER_ALLGATHER); }
+
+/* A split=rows local2d at i (file: as the model file says; else, the
+ * planner's choice, every local2d): it and the local2d layers that follow
+ * it through relu, tanh and sigmoid run on bands of rows (the halos between
+ * them), and a rowgather follows the last of them. Returns the index of
+ * the rowgather, or -1 on error. */
+static int split_rows(model_spec_t *spec, int i, int file) {
+  int end = i;
+  while (end < spec->nlayers && (end == i || spec->layers[end].input == end - 1)) {
+    layer_spec_t *l = &spec->layers[end];
+    if (l->kind == LAYER_LOCAL2D && (!file || l->file_split == FILE_SPLIT_ROWS)) l->split = SPLIT_ROWS;
+    else if (!keeps_band(l->kind)) break;
+    end++;
+  }
+  return insert_gather(spec, end, LAYER_ROWGATHER) == 0 ? end : -1;
 }
 
 /* A split=channels convolution at i: split by filters, and the layers
@@ -170,6 +200,10 @@ int tensor_plan_file(model_spec_t *spec, int tp) {
                       "tanh, sigmoid, dropout%s only (give one split=column, or this one "
                       "split=none)", spec->source, l->line, layer_kind_name(l->kind),
                       layer_kind_name(l->kind), l->kind == LAYER_CONV2D ? " or pooling" : "");
+    if (l->file_split == FILE_SPLIT_ROWS) {
+      if (tp > 1 && (i = split_rows(spec, i, 1)) < 0) return -1;
+      continue;
+    }
     if (l->file_split != FILE_SPLIT_COLUMN && l->file_split != FILE_SPLIT_CHANNELS) continue;
     if (width(l) < tp)
       return dt_error("%s:%d: %s split=%s has %d %s, too few to split over --tp %d (use --tp "
@@ -199,6 +233,10 @@ int tensor_check_spec(const train_config_t *c, model_spec_t *spec) {
   int tp = c->tensor.conv_data ? c->workers : c->tensor.ranks; /* tensor_group_size */
   /* under mpi the one weird trick's group is -np, known once the ranks start */
   int known = !(c->tensor.conv_data && c->comm == COMM_MPI);
+  int rows = tensor_file_split_line(spec, FILE_SPLIT_ROWS);
+  if (rows && tp > 1 && c->exchange == EXCHANGE_PS)
+    return dt_error("%s:%d: split=rows does not combine with --exchange ps:K (the servers hold "
+                    "no band of rows; use --exchange allreduce:ring, or split=none)", spec->source, rows);
   if (known && (tp > 1 || file_split)) DT_TRY(tensor_plan_for(c, spec, tp > 1 ? tp : 1));
   if (c->sync_bn) DT_TRY(sync_bn_check_model(spec));
   return 0;

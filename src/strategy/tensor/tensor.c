@@ -49,7 +49,23 @@ static int owt_scheme_resolve(train_config_t *c) {
                   "split=data in the model file); drop it", 'a' + (int)c->tensor.owt_scheme);
 }
 
+/* The distbelief-mp preset is DistBelief's model parallelism: on a model
+ * file whose local2d layers say split=rows (DistBelief's locally connected
+ * layers, cut into bands of rows), its pp ranks split those layers by rows
+ * instead (--tp = the preset's --pp, one stage), so that only the halos
+ * cross machines; on any other model it stays the layer split (pp stages). */
+static int distbelief_rows(train_config_t *c) {
+  if (strcmp(c->preset, "distbelief-mp") || c->tensor.ranks > 1 || c->pipe.stages <= 1) return 0;
+  model_spec_t spec;
+  DT_TRY(model_spec_load(c->model, &spec));
+  int rows = tensor_file_split_line(&spec, FILE_SPLIT_ROWS);
+  model_spec_free(&spec);
+  if (rows) c->tensor.ranks = c->pipe.stages, c->pipe.stages = 1, c->pipe.micro_batches = 1;
+  return 0;
+}
+
 static int model_file_options(train_config_t *c) {
+  DT_TRY(distbelief_rows(c));
   if (c->tensor.ranks <= 1 && !c->tensor.conv_data) return 0; /* split= applies to tensor-parallel runs only */
   model_spec_t spec;
   DT_TRY(model_spec_load(c->model, &spec));
@@ -98,3 +114,17 @@ int tensor_check_world(const train_config_t *c) {
                   c->pipe.stages > 1 ? " and --pp" : "", per, per);
 }
 
+
+/* Before any rank starts: a model with local2d layers built as each tp
+ * rank of the group builds it, so that a band the split cannot make (more
+ * ranks than output rows, windows that reach past the neighbours' bands)
+ * is a usage error naming the layer, not a failure inside the ranks. */
+int tensor_check_model(const train_config_t *c, const model_t *m) {
+  int T = c->tensor.conv_data ? 1 : c->tensor.ranks, local = 0;
+  for (int i = 0; i < m->nlayers; i++) local |= m->layers[i].spec.kind == LAYER_LOCAL2D;
+  if (T <= 1 || !local) return 0;
+  tensor_desc_t *d = NULL;
+  int rc = tensor_desc_new(c, m, T, 1, &d);
+  tensor_desc_free(d);
+  return rc;
+}

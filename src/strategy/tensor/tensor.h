@@ -53,6 +53,9 @@ int tensor_model_options(train_config_t *c);
 int tensor_check(const train_config_t *c);
 int tensor_check_world(const train_config_t *c);
 int tensor_check_spec(const train_config_t *c, model_spec_t *spec);
+/* The model (one worker's, unsplit) as each tp rank would build it, where
+ * it has local2d layers (their bands of rows). */
+int tensor_check_model(const train_config_t *c, const model_t *m);
 
 /* ---- a step's description (describe.c) --------------------------------------- */
 /* The models the ranks of cfg's run build, one per tensor-parallel
