@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fault for tests/e2e_launch.sh: a real signal to one rank of a run
 that `dtrain launch` (pid LAUNCH) watches, once the run's metrics show a
-checkpoint at step >= STEP written after RESTARTS restart records.
+mid-epoch checkpoint at step >= STEP written after RESTARTS restart records.
 
   launch_kill.py LAUNCH METRICS local|mpi|child RANK STEP [RESTARTS]
 
@@ -19,7 +19,8 @@ restarts = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 
 
 def seen():
-    """The step of the last checkpoint after `restarts` restarts, or -1."""
+    """The step of the last mid-epoch checkpoint after `restarts` restarts,
+    or -1 (the kill lands soon after one: a restart from mid-epoch)."""
     try:
         lines = open(metrics).read().splitlines()
     except OSError:
@@ -32,7 +33,7 @@ def seen():
             continue  # a line being written
         if d.get("event") == "restart":
             got += 1
-        elif d.get("event") == "checkpoint" and got >= restarts:
+        elif d.get("event") == "checkpoint" and d.get("epoch_samples") and got >= restarts:
             best = d["step"]
     return best
 
