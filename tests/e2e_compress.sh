@@ -23,7 +23,7 @@ done
 DENSE=$(field "$TMP/dense.jsonl" bytes_sent_per_step)
 
 # every codec: deterministic, local = mpi bit for bit (3 ranks: uneven blocks)
-for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad terngrad:2.5 terngrad-chunked terngrad-chunked:2.5 topk:0.01 randomk:0.01 threshold:0.01 strom:0.01 dgc:0.001 powersgd:2; do
+for c in fp16 bf16 int8 int8:sr fp16:sr onebit qsgd:7 terngrad terngrad:2.5 terngrad-chunked topk:0.01 randomk:0.01 threshold:0.01 strom:0.01 dgc:0.001 powersgd:2; do
   tag=$(echo $c | tr ':.' '__')
   "$DTRAIN" train $BASE --workers 3 --compress $c --checkpoint "$TMP/$tag.a" >"$TMP/out" 2>&1 || fail "compress_${tag}_trains" "$(tail -c 300 "$TMP/out")"
   "$DTRAIN" train $BASE --workers 3 --compress $c --overlap off --checkpoint "$TMP/$tag.b" >/dev/null 2>&1
