@@ -97,6 +97,36 @@ static void test_eager_message(void) {
   step_desc_free(&d);
 }
 
+/* A binomial broadcast, then a reduce, of S bytes over P ranks from root
+ * 1, free of latency: the broadcast's root sends to its children one
+ * after the other, the reduce's children send at once. */
+static double tree_step(int P, double S, double bw) {
+  int host[8];
+  double fwd[1], bwd[1], l[8], b[8], slow[8];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, P, 0, bw, host, l, b, slow);
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    int x = step_add_tree(&d, r, 0, P, 1, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
+    step_add_tree(&d, r, 1, P, 1, (size_t)(S / 4), x, THREAD_COMPUTE, 1);
+  }
+  perf_sim_t sim;
+  double t = perf_simulate(&d, &pc, &cl, 0, &sim) == 0 ? sim.step_sec : -1;
+  step_desc_free(&d);
+  return t;
+}
+
+static void test_tree_collectives(void) {
+  double S = 1e6, bw = 1e8, T = S / bw;
+  CHECK_NEAR(tree_step(4, S, bw), 2 * T + 2 * T, 1e-12); /* depth 2 both ways */
+  CHECK_NEAR(tree_step(3, S, bw), 2 * T + T, 1e-12);     /* the root's 2 sends; 2 leaves at once */
+  CHECK_NEAR(tree_step(8, S, bw), 3 * T + 3 * T, 1e-12);
+  CHECK_NEAR(tree_step(5, S, bw), 3 * T + 2 * T, 1e-12); /* root: 3 sends; reduce depth 2 */
+}
+
 /* A parameter server (rank 2) and two workers: each pulls (a 100-byte
  * request, the model's 1e6 bytes back), computes, pushes (1e6 bytes, a
  * 100-byte reply). The server answers whichever request comes, and its
@@ -199,6 +229,7 @@ static void test_profile_reader(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_tree_collectives);
   RUN(test_server_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_profile_reader);

@@ -16,7 +16,10 @@
  *   and the arrival (sends are eager, as isend is);
  * - a collective: it starts when every rank taking part has reached it
  *   and lasts its algorithm's alpha-beta time (coll_allreduce_cost: the
- *   messages and bytes in sequence), with the link the ranks share;
+ *   messages and bytes in sequence), with the link the ranks share; a
+ *   binomial tree's (broadcast, reduce, the tree allreduce) as its sends
+ *   go, rank by rank (a parent's children one after the other on its
+ *   link, a reduce's children each on its own);
  * - the transport's own cost (alpha per message, beta per byte: copying,
  *   summing) on top of every message's link time; a compressed exchange
  *   adds its codec's encode and decode of its values (compute.c).
@@ -100,6 +103,39 @@ static void link_of(const sim_t *s, int a, int b, double *lat, double *per_byte)
   *per_byte = bw > 0 ? 1.0 / bw : 0;
 }
 
+static int low_bit(int v, int P) { return v == 0 ? P : (v & -v); }
+
+/* A binomial broadcast of `bytes` over P ranks, as broadcast_tree.c sends
+ * (a rank's children largest offset first, one after the other on its
+ * link): when the last rank has it. */
+static double tree_broadcast_sec(int P, double bytes, double lat, double pb) {
+  double *at = calloc((size_t)P, sizeof *at), last = 0;
+  if (!at) return 0;
+  for (int vr = 1; vr < P; vr++) {
+    int m = low_bit(vr, P), parent = vr - m, turn = 0;
+    for (int k = 1; k < low_bit(parent, P); k *= 2) turn += k > m && parent + k < P; /* before it */
+    at[vr] = at[parent] + (turn + 1) * bytes * pb + lat;
+    if (at[vr] > last) last = at[vr];
+  }
+  free(at);
+  return last;
+}
+
+/* A binomial reduce: a rank sends to its parent once its children's
+ * sums are in, each child on its own link: when the root has them all. */
+static double tree_reduce_sec(int P, double bytes, double lat, double pb) {
+  double *ready = calloc((size_t)P, sizeof *ready), root = 0;
+  if (!ready) return 0;
+  for (int vr = P - 1; vr >= 1; vr--) { /* children have the larger numbers */
+    int parent = vr - low_bit(vr, P);
+    double arrive = ready[vr] + bytes * pb + lat;
+    if (arrive > ready[parent]) ready[parent] = arrive;
+  }
+  root = ready[0];
+  free(ready);
+  return root;
+}
+
 /* A collective's seconds on the link (lat, per_byte) with the transport's
  * own cost: messages in sequence on the link, and (oversubscribed) the
  * turns they take on the shared cores. */
@@ -110,6 +146,12 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
   double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
+  double S = (double)t->count * sizeof(float);
+  int tree = t->count && t->algo && !strcmp(t->algo, "tree");
+  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "allreduce"))
+    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
       allreduce_algo_parse(t->algo, &algo) == 0) {
     double m, b, mc, bc;
@@ -118,10 +160,6 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
     return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
-  if (t->count && (!strcmp(t->pattern, "broadcast") || !strcmp(t->pattern, "reduce"))) {
-    m = ceil_lg(P);
-    bytes = m * (double)t->count * sizeof(float);
-  }
   return m * (lat + own->alpha) + bytes * pb + codec;
 }
 
