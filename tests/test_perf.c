@@ -160,6 +160,31 @@ static void test_server_exchanges(void) {
   step_desc_free(&d);
 }
 
+/* D-PSGD's step on 3 ranks: after its forward, each rank exchanges its
+ * model (S bytes) with both ring neighbours at once; its two sends share
+ * its link. */
+static void test_neighbour_exchanges(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3], S = 1e6;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 3, 3, 0, 1e8, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  for (int r = 0; r < 3; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    for (int k = 0; k < 2; k++) /* the neighbours in opposite orders on adjacent ranks */
+      step_add(&d, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv",
+                                 .peer = (r + (k == r % 2 ? 1 : 2)) % 3, .group = 2, .sent = S,
+                                 .received = S, .after = f});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + 2 * S / 1e8, 1e-12);
+  step_desc_free(&d);
+}
+
 /* A pipeline's step on a model of `layers` equal layers, every layer F
  * forward and B backward, free links: the instruction lists the engine
  * runs (strategy_describe), simulated. */
@@ -231,6 +256,7 @@ int main(void) {
   RUN(test_eager_message);
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
+  RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_profile_reader);
   TEST_MAIN_END();

@@ -24,12 +24,15 @@
  *   summing) on top of every message's link time; a compressed exchange
  *   adds its codec's encode and decode of its values (compute.c).
  *
- * - a request and its reply (a parameter server's push and pull: both
- *   sides send): when both sides have reached it, the requester's message
- *   (the side on its compute thread) goes on its link, then the reply on
- *   the other's; a server's side of it (on its communication thread,
+ * - an exchange (both sides send): when both sides have reached it; two
+ *   computing ranks' sendrecv (D-PSGD's) both ways at once; a request and
+ *   its reply (a parameter server's push and pull) the requester's message
+ *   (the side on its compute thread) on its link, then the reply on the
+ *   other's; a server's side of it (on its communication thread,
  *   after nothing) waits for no earlier request, as the server answers
- *   whichever comes, and its link serializes its replies.
+ *   whichever comes, and its link serializes its replies; exchanges that
+ *   wait for one task are under way together (D-PSGD's with both ring
+ *   neighbours), their sends one after the other on the rank's link.
  *
  * Ranks are matched by order: the k-th collective of a pattern and group
  * size on one rank meets the k-th on the others; the k-th message from a
@@ -222,9 +225,19 @@ static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, doubl
   return *sent_at + lat;
 }
 
-/* Both sides of an exchange are ready: the request, then the reply. */
+/* Both sides of an exchange are ready: two computing ranks' sendrecv goes
+ * both ways at once; else the request, then the reply. */
 static void start_exchange(sim_t *s, int i, int j) {
   const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
+  if (ti->thread == THREAD_COMPUTE && tj->thread == THREAD_COMPUTE) { /* a sendrecv: both at once */
+    double si, sj;
+    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(ti), s->now, &si);
+    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(tj), s->now, &sj);
+    s->n[i].start = s->n[j].start = s->now;
+    pend_at(s, i, si > aj ? si : aj);
+    pend_at(s, j, sj > ai ? sj : ai);
+    return;
+  }
   int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
                 ? i : j;
   int rep = req == i ? j : i;
@@ -485,6 +498,9 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
     if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
       pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
+    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR && t->after >= 0 &&
+        d->task[*prev].after == t->after)
+      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours) */
     *prev = i;
     for (int q = 0; q < 2; q++)
       if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
