@@ -461,7 +461,12 @@ static double cpu_work(const step_task_t *t, const perf_compute_t *pc, int nrank
                        int shared_update) {
   switch (t->kind) {
   case TASK_FORWARD:
-  case TASK_BACKWARD: return perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+  case TASK_BACKWARD: {
+    double sec = perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+    size_t whole = pc->params && t->layer >= 0 && t->layer < pc->nlayers ? pc->params[t->layer] : 0;
+    /* a tensor-parallel rank's block of the layer: its share of the products */
+    return whole > 0 && t->params < whole ? sec * (double)t->params / (double)whole : sec;
+  }
   case TASK_UPDATE:
     if (shared_update) /* its block of every rank's gradients summed, pushed to every rank */
       return (double)t->params * (pc->update_sec + nranks * (pc->sum_sec + pc->copy_sec));
