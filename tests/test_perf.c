@@ -97,6 +97,36 @@ static void test_eager_message(void) {
   step_desc_free(&d);
 }
 
+/* A binomial broadcast, then a reduce, of S bytes over P ranks from root
+ * 1, free of latency: the broadcast's root sends to its children one
+ * after the other, the reduce's children send at once. */
+static double tree_step(int P, double S, double bw) {
+  int host[8];
+  double fwd[1], bwd[1], l[8], b[8], slow[8];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, P, 0, bw, host, l, b, slow);
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    int x = step_add_tree(&d, r, 0, P, 1, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
+    step_add_tree(&d, r, 1, P, 1, (size_t)(S / 4), x, THREAD_COMPUTE, 1);
+  }
+  perf_sim_t sim;
+  double t = perf_simulate(&d, &pc, &cl, 0, &sim) == 0 ? sim.step_sec : -1;
+  step_desc_free(&d);
+  return t;
+}
+
+static void test_tree_collectives(void) {
+  double S = 1e6, bw = 1e8, T = S / bw;
+  CHECK_NEAR(tree_step(4, S, bw), 2 * T + 2 * T, 1e-12); /* depth 2 both ways */
+  CHECK_NEAR(tree_step(3, S, bw), 2 * T + T, 1e-12);     /* the root's 2 sends; 2 leaves at once */
+  CHECK_NEAR(tree_step(8, S, bw), 3 * T + 3 * T, 1e-12);
+  CHECK_NEAR(tree_step(5, S, bw), 3 * T + 2 * T, 1e-12); /* root: 3 sends; reduce depth 2 */
+}
+
 /* A parameter server (rank 2) and two workers: each pulls (a 100-byte
  * request, the model's 1e6 bytes back), computes, pushes (1e6 bytes, a
  * 100-byte reply). The server answers whichever request comes, and its
@@ -127,6 +157,31 @@ static void test_server_exchanges(void) {
   /* worker 1: its request (1e-4 s), the server's link busy with worker 0's
    * pull (1 s) then its own (1 s), its forward, its push (1 s), the reply */
   CHECK_NEAR(sim.step_sec, 1e-4 + 1 + 1 + F + 1 + 1e-4, 1e-9);
+  step_desc_free(&d);
+}
+
+/* D-PSGD's step on 3 ranks: after its forward, each rank exchanges its
+ * model (S bytes) with both ring neighbours at once; its two sends share
+ * its link. */
+static void test_neighbour_exchanges(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3], S = 1e6;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 3, 3, 0, 1e8, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  for (int r = 0; r < 3; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    for (int k = 0; k < 2; k++) /* the neighbours in opposite orders on adjacent ranks */
+      step_add(&d, (step_task_t){TASK_COMM, r, -1, .pattern = "sendrecv",
+                                 .peer = (r + (k == r % 2 ? 1 : 2)) % 3, .group = 2, .sent = S,
+                                 .received = S, .after = f});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + 2 * S / 1e8, 1e-12);
   step_desc_free(&d);
 }
 
@@ -199,7 +254,9 @@ static void test_profile_reader(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_tree_collectives);
   RUN(test_server_exchanges);
+  RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_profile_reader);
   TEST_MAIN_END();

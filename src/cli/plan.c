@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dtrain/opt.h"
 #include "perf/perf.h"
 
 static const char *PLAN_HELP =
@@ -41,49 +42,52 @@ static const char *PLAN_HELP =
 
 typedef struct {
   int predict, calibrate, quick, force, mpi;
-  const char *profile, *out, *json, *memory;
+  const char *profile, *out, *json;
+  size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
 } plan_opts_t;
 
-/* An option's value: the next argument or after '='. */
-static int value_of(int argc, char **argv, int *i, const char *name, const char **out) {
-  size_t n = strlen(name);
-  if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=') *out = argv[*i] + n + 1;
-  else if (*i + 1 < argc) *out = argv[++*i];
-  else *out = "";
-  if (!**out) {
-    fprintf(stderr, "dtrain plan: option %s needs a file (%s FILE)\n", name, name);
-    return -1;
-  }
-  return 0;
+static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
+static int set_out(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->out = v, 0; }
+static int set_json(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->json = v, 0; }
+static int set_memory(void *o, const char *v, void *ctx) {
+  return parse_megabytes("memory-per-rank", v, &((plan_opts_t *)o)->memory);
 }
 
-static int is_opt(const char *arg, const char *name) {
-  size_t n = strlen(name);
-  return !strncmp(arg, name, n) && (arg[n] == 0 || arg[n] == '=');
-}
+/* plan's own options (dtrain/opt.h: worded as every command's); the
+ * others go on to train's parser. */
+#define O plan_opts_t
+static const opt_t OWN[] = {
+    {"predict", OPT_FLAG, OPT_FIELD(O, predict), 1, 1, 0, NULL, NULL, NULL},
+    {"calibrate", OPT_FLAG, OPT_FIELD(O, calibrate), 1, 1, 0, NULL, NULL, NULL},
+    {"quick", OPT_FLAG, OPT_FIELD(O, quick), 1, 1, 0, NULL, NULL, NULL},
+    {"force", OPT_FLAG, OPT_FIELD(O, force), 1, 1, 0, NULL, NULL, NULL},
+    {"profile", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_profile},
+    {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
+    {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
+    {"memory-per-rank", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_memory},
+};
+#undef O
+static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
+                                      "dtrain plan"};
 
 /* Takes plan's own options out of argv (in place); the rest are train's. */
 static int plan_args(int *argc, char **argv, plan_opts_t *o) {
   int n = 1;
   for (int i = 1; i < *argc; i++) {
-    if (!strcmp(argv[i], "--predict")) o->predict = 1;
-    else if (!strcmp(argv[i], "--calibrate")) o->calibrate = 1;
-    else if (!strcmp(argv[i], "--quick")) o->quick = 1;
-    else if (!strcmp(argv[i], "--force")) o->force = 1;
-    else if (is_opt(argv[i], "--profile")) {
-      if (value_of(*argc, argv, &i, "--profile", &o->profile) != 0) return -1;
-    } else if (is_opt(argv[i], "--out")) {
-      if (value_of(*argc, argv, &i, "--out", &o->out) != 0) return -1;
-    } else if (is_opt(argv[i], "--json")) {
-      if (value_of(*argc, argv, &i, "--json", &o->json) != 0) return -1;
-    } else if (is_opt(argv[i], "--memory-per-rank")) {
-      if (value_of(*argc, argv, &i, "--memory-per-rank", &o->memory) != 0) return -1;
-    } else {
-      if (!strcmp(argv[i], "--comm=mpi") || (!strcmp(argv[i], "--comm") && i + 1 < *argc &&
-                                             !strcmp(argv[i + 1], "mpi")))
-        o->mpi = 1;
-      argv[n++] = argv[i];
+    const char *a = argv[i], *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+    int id = strncmp(a, "--", 2) == 0 && a[2] ? opt_find(&OWN_TABLE, a + 2, len) : -1;
+    if (id >= 0) {
+      const char *v;
+      if (opt_next(&OWN_TABLE, *argc, argv, &i, &id, &v) != 0 || opt_set(&OWN[id], o, v, NULL) != 0) {
+        fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+        return -1;
+      }
+      continue;
     }
+    if (!strcmp(a, "--comm=mpi") || (!strcmp(a, "--comm") && i + 1 < *argc && !strcmp(argv[i + 1], "mpi")))
+      o->mpi = 1;
+    argv[n++] = argv[i];
   }
   *argc = n;
   if (o->predict && o->calibrate) {
@@ -157,11 +161,7 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
 
 /* The search: the candidates ranked on the user's options. */
 static int search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof) {
-  size_t mem = 0;
-  if (o->memory && parse_megabytes("memory-per-rank", o->memory, &mem) != 0) {
-    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
-    return 2;
-  }
+  size_t mem = o->memory;
   FILE *json = NULL;
   if (o->json && (file_check_output(o->json, "\"event\":\"plan\"") != 0 ||
                   !(json = file_open_output(o->json, 0)))) {

@@ -108,8 +108,10 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
   size_t cells = (size_t)out->nsizes * (size_t)m->nlayers;
   out->fwd = calloc(cells + 1, sizeof *out->fwd);
   out->bwd = calloc(cells + 1, sizeof *out->bwd);
+  out->params = calloc((size_t)m->nlayers + 1, sizeof *out->params);
   float *keep = dt_alloc_floats(m->nbuffers + 1); /* training forwards move batch-norm statistics */
-  int rc = out->fwd && out->bwd && keep ? 0 : dt_error("out of memory");
+  int rc = out->fwd && out->bwd && out->params && keep ? 0 : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < m->nlayers; i++) out->params[i] = m->layers[i].param_len;
   if (rc == 0) memcpy(keep, m->buffers, m->nbuffers * sizeof(float));
   rng_t rng;
   rng_seed(&rng, 0x9e1f);
@@ -126,8 +128,9 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
 }
 
 void perf_compute_free(perf_compute_t *p) {
-  free(p->fwd), free(p->bwd);
+  free(p->fwd), free(p->bwd), free(p->params);
   p->fwd = p->bwd = NULL;
+  p->params = NULL;
 }
 
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward) {

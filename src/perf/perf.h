@@ -25,6 +25,7 @@ typedef struct {
   int nlayers, nsizes;
   int size[PERF_MAX_SIZES];  /* the sample counts measured, ascending */
   double *fwd, *bwd;         /* [nsizes * nlayers] seconds a pass of one layer */
+  size_t *params;            /* [nlayers] each layer's parameters in the model measured */
   double update_sec;         /* the optimizer's seconds per parameter */
   double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
   double codec_sec;          /* --compress: seconds per value to encode and decode (with error
@@ -44,7 +45,9 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
 int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p);
 void perf_compute_free(perf_compute_t *p);
 /* Layer i's seconds for `samples` (backward or forward): the measured size,
- * or linear between the two nearest (proportional past the ends). */
+ * or linear between the two nearest (proportional past the ends). A task
+ * of a layer with fewer parameters than the one measured (a tensor-parallel
+ * rank's block) takes its share of the time (simulate.c). */
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
 
 /* ---- profile.c: the transport's own costs, calibrated or assumed ------- */

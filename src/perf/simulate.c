@@ -16,17 +16,23 @@
  *   and the arrival (sends are eager, as isend is);
  * - a collective: it starts when every rank taking part has reached it
  *   and lasts its algorithm's alpha-beta time (coll_allreduce_cost: the
- *   messages and bytes in sequence), with the link the ranks share;
+ *   messages and bytes in sequence), with the link the ranks share; a
+ *   binomial tree's (broadcast, reduce, the tree allreduce) as its sends
+ *   go, rank by rank (a parent's children one after the other on its
+ *   link, a reduce's children each on its own);
  * - the transport's own cost (alpha per message, beta per byte: copying,
  *   summing) on top of every message's link time; a compressed exchange
  *   adds its codec's encode and decode of its values (compute.c).
  *
- * - a request and its reply (a parameter server's push and pull: both
- *   sides send): when both sides have reached it, the requester's message
- *   (the side on its compute thread) goes on its link, then the reply on
- *   the other's; a server's side of it (on its communication thread,
+ * - an exchange (both sides send): when both sides have reached it; two
+ *   computing ranks' sendrecv (D-PSGD's) both ways at once; a request and
+ *   its reply (a parameter server's push and pull) the requester's message
+ *   (the side on its compute thread) on its link, then the reply on the
+ *   other's; a server's side of it (on its communication thread,
  *   after nothing) waits for no earlier request, as the server answers
- *   whichever comes, and its link serializes its replies.
+ *   whichever comes, and its link serializes its replies; exchanges that
+ *   wait for one task are under way together (D-PSGD's with both ring
+ *   neighbours), their sends one after the other on the rank's link.
  *
  * Ranks are matched by order: the k-th collective of a pattern and group
  * size on one rank meets the k-th on the others; the k-th message from a
@@ -100,6 +106,39 @@ static void link_of(const sim_t *s, int a, int b, double *lat, double *per_byte)
   *per_byte = bw > 0 ? 1.0 / bw : 0;
 }
 
+static int low_bit(int v, int P) { return v == 0 ? P : (v & -v); }
+
+/* A binomial broadcast of `bytes` over P ranks, as broadcast_tree.c sends
+ * (a rank's children largest offset first, one after the other on its
+ * link): when the last rank has it. */
+static double tree_broadcast_sec(int P, double bytes, double lat, double pb) {
+  double *at = calloc((size_t)P, sizeof *at), last = 0;
+  if (!at) return 0;
+  for (int vr = 1; vr < P; vr++) {
+    int m = low_bit(vr, P), parent = vr - m, turn = 0;
+    for (int k = 1; k < low_bit(parent, P); k *= 2) turn += k > m && parent + k < P; /* before it */
+    at[vr] = at[parent] + (turn + 1) * bytes * pb + lat;
+    if (at[vr] > last) last = at[vr];
+  }
+  free(at);
+  return last;
+}
+
+/* A binomial reduce: a rank sends to its parent once its children's
+ * sums are in, each child on its own link: when the root has them all. */
+static double tree_reduce_sec(int P, double bytes, double lat, double pb) {
+  double *ready = calloc((size_t)P, sizeof *ready), root = 0;
+  if (!ready) return 0;
+  for (int vr = P - 1; vr >= 1; vr--) { /* children have the larger numbers */
+    int parent = vr - low_bit(vr, P);
+    double arrive = ready[vr] + bytes * pb + lat;
+    if (arrive > ready[parent]) ready[parent] = arrive;
+  }
+  root = ready[0];
+  free(ready);
+  return root;
+}
+
 /* A collective's seconds on the link (lat, per_byte) with the transport's
  * own cost: messages in sequence on the link, and (oversubscribed) the
  * turns they take on the shared cores. */
@@ -110,6 +149,12 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
   double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
+  double S = (double)t->count * sizeof(float);
+  int tree = t->count && t->algo && !strcmp(t->algo, "tree");
+  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "allreduce"))
+    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
       allreduce_algo_parse(t->algo, &algo) == 0) {
     double m, b, mc, bc;
@@ -118,10 +163,6 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
     return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
-  if (t->count && (!strcmp(t->pattern, "broadcast") || !strcmp(t->pattern, "reduce"))) {
-    m = ceil_lg(P);
-    bytes = m * (double)t->count * sizeof(float);
-  }
   return m * (lat + own->alpha) + bytes * pb + codec;
 }
 
@@ -184,9 +225,19 @@ static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, doubl
   return *sent_at + lat;
 }
 
-/* Both sides of an exchange are ready: the request, then the reply. */
+/* Both sides of an exchange are ready: two computing ranks' sendrecv goes
+ * both ways at once; else the request, then the reply. */
 static void start_exchange(sim_t *s, int i, int j) {
   const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
+  if (ti->thread == THREAD_COMPUTE && tj->thread == THREAD_COMPUTE) { /* a sendrecv: both at once */
+    double si, sj;
+    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(ti), s->now, &si);
+    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(tj), s->now, &sj);
+    s->n[i].start = s->n[j].start = s->now;
+    pend_at(s, i, si > aj ? si : aj);
+    pend_at(s, j, sj > ai ? sj : ai);
+    return;
+  }
   int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
                 ? i : j;
   int rep = req == i ? j : i;
@@ -410,7 +461,12 @@ static double cpu_work(const step_task_t *t, const perf_compute_t *pc, int nrank
                        int shared_update) {
   switch (t->kind) {
   case TASK_FORWARD:
-  case TASK_BACKWARD: return perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+  case TASK_BACKWARD: {
+    double sec = perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+    size_t whole = pc->params && t->layer >= 0 && t->layer < pc->nlayers ? pc->params[t->layer] : 0;
+    /* a tensor-parallel rank's block of the layer: its share of the products */
+    return whole > 0 && t->params < whole ? sec * (double)t->params / (double)whole : sec;
+  }
   case TASK_UPDATE:
     if (shared_update) /* its block of every rank's gradients summed, pushed to every rank */
       return (double)t->params * (pc->update_sec + nranks * (pc->sum_sec + pc->copy_sec));
@@ -447,6 +503,9 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
     if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
       pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
+    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR && t->after >= 0 &&
+        d->task[*prev].after == t->after)
+      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours) */
     *prev = i;
     for (int q = 0; q < 2; q++)
       if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
