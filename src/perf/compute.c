@@ -61,6 +61,53 @@ static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double 
   return rc;
 }
 
+/* Every layer its own stage: a chain (no residual add, no tied head). */
+static int layer_by_layer(const model_t *m) {
+  int *cuts = malloc(((size_t)m->nlayers + 1) * sizeof *cuts);
+  int n = cuts ? model_stage_cuts(m, cuts) : -1;
+  free(cuts);
+  return n == m->nlayers - 1;
+}
+
+/* A graph model (a transformer: residual adds, a tied head) has layers
+ * no stage can hold alone: the whole model is timed on n samples (at most
+ * its batch, scaled linearly past it) and the time shared among its layers
+ * by each one's weights or outputs, whichever is more (stage.c's measure
+ * of a layer's work). fwd and bwd: the model's nlayers cells of this size. */
+static int time_whole(model_t *m, int n, rng_t *rng, double *fwd, double *bwd) {
+  int k = n < m->max_batch ? n : m->max_batch;
+  size_t in = shape_size(m->input), per = m->positions > 0 ? (size_t)m->positions : 1;
+  float *x = dt_alloc_floats((size_t)k * in + 1);
+  int32_t *labels = calloc((size_t)k * per + 1, sizeof *labels);
+  int rc = x && labels ? 0 : dt_error("out of memory");
+  for (size_t q = 0; rc == 0 && q < (size_t)k * in; q++) x[q] = (float)(rng_next(rng) % 7); /* valid token ids too */
+  double f[REPS], b[REPS];
+  for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    double t0 = dt_now();
+    model_forward(m, x, k, 1, rng);
+    model_loss(m, labels, k, k, NULL);
+    double t1 = dt_now();
+    model_backward(m, x, k, NULL, NULL);
+    double t2 = dt_now();
+    if (rep > 0) f[rep - 1] = t1 - t0, b[rep - 1] = t2 - t1;
+  }
+  double work = 0, scale = (double)n / (double)k;
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    double w = (double)shape_size(l->out_shape);
+    work += (double)l->param_len > w ? (double)l->param_len : w;
+  }
+  for (int i = 0; rc == 0 && i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    double w = (double)shape_size(l->out_shape);
+    double share = ((double)l->param_len > w ? (double)l->param_len : w) / (work > 0 ? work : 1);
+    fwd[i] = least(f, REPS) * scale * share, bwd[i] = least(b, REPS) * scale * share;
+  }
+  dt_free(x);
+  free(labels);
+  return rc;
+}
+
 /* Seconds per element of an update over n parameters, of summing two
  * arrays of n floats into a third, and of copying n floats. */
 static int time_memory_ops(const optim_config_t *oc, size_t n, perf_compute_t *p) {
@@ -115,9 +162,14 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
   if (rc == 0) memcpy(keep, m->buffers, m->nbuffers * sizeof(float));
   rng_t rng;
   rng_seed(&rng, 0x9e1f);
+  int graph = !layer_by_layer(m);
   for (int s = 0; rc == 0 && s < out->nsizes; s++)
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
       size_t at = (size_t)s * (size_t)m->nlayers + (size_t)i;
+      if (graph) {
+        rc = i == 0 ? time_whole(m, out->size[s], &rng, out->fwd + at, out->bwd + at) : 0;
+        continue;
+      }
       rc = time_layer(m, i, out->size[s], &rng, &out->fwd[at], &out->bwd[at]);
     }
   if (rc == 0) memcpy(m->buffers, keep, m->nbuffers * sizeof(float));

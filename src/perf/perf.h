@@ -157,6 +157,7 @@ typedef struct {
   perf_compute_t compute;
   int have_data;
   char data[256];
+  int seq_len;               /* text data: its windows' length (the shapes depend on it) */
   int c, h, w, nclasses;
   size_t ntrain;
 } perf_cache_t;

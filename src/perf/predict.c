@@ -24,19 +24,19 @@ static int step_sizes(const step_desc_t *d, int *sizes) {
 
 /* The data set's shapes: the cache's, or read (and kept in the cache). */
 static int data_shapes(const train_config_t *cfg, perf_cache_t *cache, perf_cache_t *out) {
-  if (cache && cache->have_data && !strcmp(cache->data, cfg->data)) {
+  if (cache && cache->have_data && !strcmp(cache->data, cfg->data) && cache->seq_len == cfg->seq_len) {
     *out = *cache;
     return 0;
   }
   dataset_t data, test;
-  DT_TRY(dataset_load(cfg->data, 1, cfg->seed, &data));
-  if (dataset_load(cfg->data, 0, cfg->seed, &test) != 0) {
+  DT_TRY(dataset_load_seq(cfg->data, 1, cfg->seed, cfg->seq_len, &data));
+  if (dataset_load_seq(cfg->data, 0, cfg->seed, cfg->seq_len, &test) != 0) {
     dataset_free(&data);
     return -1;
   }
   out->nclasses = test.nclasses > data.nclasses ? test.nclasses : data.nclasses; /* as train_run */
   out->c = data.c, out->h = data.h, out->w = data.w, out->ntrain = data.n;
-  out->have_data = 1;
+  out->have_data = 1, out->seq_len = cfg->seq_len;
   snprintf(out->data, sizeof out->data, "%s", cfg->data);
   dataset_free(&test);
   dataset_free(&data);
