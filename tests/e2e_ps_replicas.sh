@@ -21,6 +21,7 @@ cat >"$TMP/counts.py" <<'PYEOF'
 import re, sys
 text = open(sys.argv[1]).read()
 sched = sys.argv[2]
+K = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 acked = sum(int(n) for n in re.findall(r"ps: worker \d+: (\d+) pushes acknowledged", text))
 resent = sum(int(n) for n in re.findall(r"(\d+) parts sent again", text))
 shards = {}
@@ -28,7 +29,7 @@ for m in re.finditer(r"shard (\d+)(?: \((backup|taken over)\))? applied (\d+) up
     k, role, upd, pushes, dup = int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5])
     if role == "backup": continue          # a copy that never served: not the shard's
     shards[k] = (upd, pushes, dup)
-assert sorted(shards) == [0, 1], shards
+assert sorted(shards) == list(range(K)), shards
 assert "(taken over)" in text, "server 1's shard was not taken over"
 assert resent > 0, "no part was sent again"
 for k, (upd, pushes, dup) in shards.items():
@@ -93,6 +94,14 @@ print("ok", counted)
 PYEOF
 then pass "replicas_bytes_described($(cat "$TMP/check.out"))"
 else fail replicas_bytes_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+
+# ---- three servers: the dead one's backup is another server than the coordinator ---
+# server 1 dies: server 2 takes its shard over (told by the coordinator),
+# server 0's shard goes on without its backup
+if "$DTRAIN" train $BASE --exchange ps:3 $KILL --schedule async >/dev/null 2>"$TMP/err" &&
+   grep -q "server rank 6 takes over shard 1" "$TMP/err" && $PY "$TMP/counts.py" "$TMP/err" async 3 >"$TMP/check.out" 2>&1; then
+  pass "replicas_3_servers_kill_loses_nothing($(cat "$TMP/check.out"))"
+else fail replicas_3_servers_kill_loses_nothing "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
 
 # ---- without replicas a dead server stops the run, saying which ------------------
 "$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?
