@@ -77,8 +77,8 @@ if [ -n "$MPI_KILL" ]; then
 fi
 
 # ---- mpi: kill -9 from outside, mid-run -------------------------------------------
-# The server's process (world rank 5: the child of this mpirun whose
-# OMPI_COMM_WORLD_RANK is 5) is killed by the shell once the first epoch
+# The server's process (world rank 5: the child of this run's mpirun
+# whose OMPI_COMM_WORLD_RANK is 5) is killed by the shell once the first epoch
 # is reported.
 if [ -n "$MPI_KILL" ]; then
   timeout 180 $MPIRUN --enable-recovery -np 6 "$DTRAIN" train --comm mpi $BASE --epochs 4 --ps-replicas 2 --schedule async \
@@ -86,7 +86,8 @@ if [ -n "$MPI_KILL" ]; then
   victim=
   for i in $(seq 200); do
     if grep -q '"event":"epoch"' "$TMP/ext.jsonl" 2>/dev/null; then
-      for pid in $(pgrep -P "$mp" 2>/dev/null); do # mpirun's own children only
+      kids=$(pgrep -P "$mp" 2>/dev/null) # timeout's child mpirun, and its children
+      for pid in $kids $(for k in $kids; do pgrep -P "$k"; done); do
         tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=5 && victim=$pid
       done
       break
