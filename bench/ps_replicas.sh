@@ -11,18 +11,21 @@
 #    --ps-replicas 2 against --ps-replicas 1, sync and async, STEPS steps,
 #    interleaved ROUNDS times; the median round of each is kept.
 #
-#   sh bench/ps_replicas.sh      (EPOCHS=5 KILL_AT=1400 STEPS=300 ROUNDS=3)
+#   sh bench/ps_replicas.sh      (EPOCHS=5 KILL_AT=1400 STEPS=300 ROUNDS=3
+#                                 PARTS="accuracy cost")
 DTRAIN=${DTRAIN:-build/dtrain}
 PY=/usr/bin/python3
 EPOCHS=${EPOCHS:-5}
 KILL_AT=${KILL_AT:-1400}
 STEPS=${STEPS:-300}
 ROUNDS=${ROUNDS:-3}
+PARTS=${PARTS:-accuracy cost}
 export OPENBLAS_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 ACC="--model mlp --workers 4 --exchange ps:2 --schedule async --epochs $EPOCHS --seed 1 --quiet --ps-replicas 2"
 
+case " $PARTS " in *" accuracy "*)
 echo "# accuracy: $DTRAIN train $ACC [--kill-server index=1,at-push=$KILL_AT]"
 "$DTRAIN" train $ACC --metrics "$TMP/calm.jsonl" >/dev/null 2>"$TMP/calm.err" ||
   { echo "undisturbed run failed: $(tail -1 "$TMP/calm.err")"; exit 1; }
@@ -47,7 +50,9 @@ print(json.dumps({"bench": "ps_replicas_accuracy", "undisturbed": calm["test_acc
                   "points": round(diff, 2), "acked": acked, "applied": applied, "duplicates": dup}))
 assert all(a == acked for a in applied), (acked, applied)
 PYEOF
+;; esac
 
+case " $PARTS " in *" cost "*) ;; *) exit 0 ;; esac
 COST="--model mlp --workers 4 --exchange ps:2 --max-steps $STEPS --epochs 1 --seed 1 --quiet"
 echo "# cost: $DTRAIN train $COST --schedule S --ps-replicas R   (median of $ROUNDS interleaved rounds)"
 printf "%-8s %16s %16s %10s\n" schedule "R=1 samples/s" "R=2 samples/s" "R=2 / R=1"

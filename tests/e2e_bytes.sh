@@ -297,6 +297,9 @@ described bytes_described_ps2_sync_2 2 --exchange ps:2
 described bytes_described_ps2_sync_3 3 --exchange ps:2
 described bytes_described_psn_sync_3 3 --exchange ps:n
 described bytes_described_ps2_ssp_2_eager 3 --exchange ps:2 --schedule ssp:2
+# --ps-replicas 2: a worker's bytes are unchanged (the servers forward;
+# their replication bytes are checked in e2e_ps_replicas.sh)
+described bytes_described_ps2_replicas_3 3 --exchange ps:2 --ps-replicas 2
 
 # counted NAME NP SENT_FIELD RECEIVED_FIELD near|atmost OPTIONS...: a description
 # whose rank 0 bytes are expected (a coin, timing): the bytes equal the runs

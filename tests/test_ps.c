@@ -107,6 +107,7 @@ typedef struct {
   int64_t drop_stale;    /* --drop-stale S given as S + 1 (0, the default here: off) */
   float momentum;        /* sgd momentum [0] */
   int implicit_momentum; /* --implicit-momentum on */
+  int replicas;          /* --ps-replicas [1] */
   int (*fn)(comm_t *c, ps_rank_t *w);
 } world_spec_t;
 
@@ -184,6 +185,7 @@ static int run_world(world_spec_t spec) {
   t.cfg.optim.momentum = spec.momentum;
   t.cfg.ps.drop_stale = spec.drop_stale - 1;
   t.cfg.ps.implicit_momentum = spec.implicit_momentum;
+  t.cfg.ps.replicas = spec.replicas ? spec.replicas : 1;
   int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
   if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
   dataset_free(&t.data);
@@ -552,6 +554,46 @@ static int all_shifted(const ps_rank_t *w, const float *buf, size_t n, double sh
       return 0;
     }
   return 1;
+}
+
+/* ---- --ps-replicas 2: duplicates taken once, the backup the primary's copy --------- */
+
+/* async, 1 worker, 2 servers, each shard's backup on the other server,
+ * lr 0.1: the push of clock 5 (all 1) is applied; the same push again
+ * (a resend) and an older clock are acknowledged and not applied; clock 6
+ * is: the worker pulls w0 - 0.2. Then shard 0's keys asked of server 1,
+ * its backup (which a worker does only once shard 0's primary is dead:
+ * the backup takes over), are w0 - 0.2 too: the backup replayed both
+ * pushes the primary applied, and neither duplicate. */
+static int push_at_clock(ps_rank_t *w, int64_t clock, float value) {
+  ps_req_t tmpl = {.nbatches = 1, .clock = clock};
+  for (size_t i = 0; i < w->P; i++) w->g[i] = value;
+  return ps_wait(w->cl, ps_push(w->cl, 0, w->P, w->g, &tmpl), NULL);
+}
+
+static int worker_replicated(comm_t *c, ps_rank_t *w) {
+  ps_req_t none = {0};
+  RCHECK_OK(push_at_clock(w, 5, 1));
+  RCHECK_OK(push_at_clock(w, 5, 1));
+  RCHECK_OK(push_at_clock(w, 3, 1));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+  RCHECK(all_shifted(w, w->buf, w->P, -0.1));
+  RCHECK_OK(push_at_clock(w, 6, 1));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, w->P, 0, w->buf, &none), NULL));
+  RCHECK(all_shifted(w, w->buf, w->P, -0.2));
+  ps_range_t r0 = w->map.shards[0];
+  ps_req_t pull = base_req(PS_OP_PULL, 0, r0.begin, r0.end - r0.begin);
+  ps_reply_t rep;
+  memset(w->buf, 0, w->P * sizeof(float));
+  RCHECK_OK(raw_call(c, 2, &pull, NULL, 0, &rep, w->buf + r0.begin, (r0.end - r0.begin) * sizeof(float)));
+  RCHECK(rep.version == 2);
+  RCHECK(all_shifted(w, w->buf + r0.begin, r0.end - r0.begin, -0.2));
+  return 0;
+}
+
+static void test_replicas_take_a_resent_push_once(void) {
+  CHECK_OK(run_world((world_spec_t){.workers = 1, .servers = 2, .schedule = SCHEDULE_ASYNC,
+                                    .replicas = 2, .fn = worker_replicated}));
 }
 
 /* ---- negative momentum: asynchrony's implicit momentum taken out ------------------ */
@@ -1030,6 +1072,7 @@ int main(void) {
   RUN(test_server_rejects_bad_input_and_keeps_serving);
   RUN(test_push_pull_across_two_servers);
   RUN(test_push_in_parts_is_one_push);
+  RUN(test_replicas_take_a_resent_push_once);
   RUN(test_transfer_order_by_hand);
   RUN(test_held_request_does_not_block_the_client);
   RUN(test_backup_drops_the_late_gradient);
