@@ -35,7 +35,9 @@ done
 for s in ${E2E:-tests/e2e_*.sh}; do # E2E=none: the unit tests alone (e2e_build.sh's check of this runner)
   [ -f "$s" ] || continue
   echo "== $s"
+  t0=$(date +%s)
   sh "$s" 2>&1 | tee -a "$log" # its checks print its PASS and FAIL lines
+  echo "== $s took $(($(date +%s) - t0)) s" # where CI's time goes
 done
 passed=$(grep -c '^PASS ' "$log")
 failed=$(grep -c '^FAIL ' "$log")
