@@ -160,7 +160,7 @@ stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   name=$1; cont=0; [ "$2" != "--" ] && { cont=$2; shift; }; shift 2
   t0=$(date +%s)
   rm -f "$TMP/stop.jsonl"
-  $MPIRUN -np 4 "$DTRAIN" train --comm mpi --data synthetic --quiet --epochs 20 --comm-timeout 2 --metrics "$TMP/stop.jsonl" "$@" >"$TMP/out" 2>"$TMP/err" &
+  $MPIRUN -np 4 "$DTRAIN" train --comm mpi --quiet --comm-timeout 2 --metrics "$TMP/stop.jsonl" "$@" >"$TMP/out" 2>"$TMP/err" &
   mp=$!
   # mid-run: once the first epoch is reported (the data is loaded before
   # MPI starts, and a rank stopped inside MPI_Init stops its peers there,
@@ -186,11 +186,14 @@ if have_mpi; then
              "ps_async --exchange ps:1 --schedule async" "local_sgd --preset local-sgd" \
              "gosgd --preset gosgd" "ad_psgd --preset ad-psgd"; do
     set -- $fam; name=$1; shift
-    stop_one_rank "stopped_rank_ends_mpi_$name" -- "$@"
+    # tiny epochs without end: the first is reported at once, and the run
+    # cannot finish before the stop
+    stop_one_rank "stopped_rank_ends_mpi_$name" -- --data "$TINY" --epochs 100000 "$@"
   done
   # a worker that stalls past the timeout and comes back: the job still ends
-  # (it used to finish training and then never exit)
-  stop_one_rank stalled_worker_back_ends_mpi_ps_async 4 -- --exchange ps:1 --schedule async --epochs 2
+  # (it used to finish training and then never exit); long epochs, so that
+  # the stall falls inside the second
+  stop_one_rank stalled_worker_back_ends_mpi_ps_async 4 -- --data synthetic --exchange ps:1 --schedule async --epochs 2
 fi
 
 # ---- SIGINT and SIGTERM: one line, what is kept, nothing half-written -------
