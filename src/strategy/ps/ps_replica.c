@@ -184,7 +184,7 @@ int ps_chain_ack(ps_server_t *s, int src, const ps_req_t *req) {
 
 void ps_chain_take_over(ps_server_t *b, const char *why) {
   if (!b || !b->repl.is_backup) return;
-  b->repl.is_backup = 0;
+  b->repl.is_backup = 0, b->repl.took_over = 1;
   dt_log(DT_LOG_WARN, "server rank %d takes over shard %d from its dead primary (rank %d; %s) at "
          "version %lld", b->rank, b->index, b->repl.primary_rank, why, (long long)b->version);
 }

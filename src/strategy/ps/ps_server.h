@@ -157,6 +157,7 @@ struct ps_server {
   struct {
     ps_server_t *hosted;     /* the rank's primary: its backup instance (NULL: none) */
     int is_backup;           /* this instance is a backup copy, not serving workers */
+    int took_over;           /* a backup that became the primary: its dead primary's last pushes come again */
     int backup_rank;         /* a primary: its backup's world rank (-1: none, or lost) */
     int primary_rank;        /* a backup: its primary's world rank */
     int replaying;           /* a forwarded push is being handled: acks go to the primary */
