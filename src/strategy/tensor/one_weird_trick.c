@@ -145,9 +145,6 @@ static int setup(owt_t *o, worker_t *w) {
   }
   DT_TRY(stage_new(m, o->cut, m->nlayers - 1, 1, K * b, &o->fc));
   o->feat = o->fc->in_size;
-  o->stride = (size_t)K * b * o->feat; /* the largest any pass exchanges */
-  o->all = dt_alloc_floats((size_t)o->S * o->stride);
-  o->grad = dt_alloc_floats((size_t)o->S * o->stride);
   o->dmine = dt_alloc_floats((size_t)b * o->feat);
   o->dfc = dt_alloc_floats((size_t)K * b * o->feat);
   o->labels = calloc((size_t)K * b, sizeof *o->labels);
@@ -157,9 +154,14 @@ static int setup(owt_t *o, worker_t *w) {
   o->pass = calloc((size_t)o->S, sizeof *o->pass);
   o->xt = calloc((size_t)o->S, sizeof *o->xt);
   o->gt = calloc((size_t)o->S, sizeof *o->gt);
-  if (!o->all || !o->grad || !o->dmine || !o->dfc || !o->labels || !o->pass_labels || !o->off || !o->cnt ||
+  if (!o->dmine || !o->dfc || !o->labels || !o->pass_labels || !o->off || !o->cnt ||
       !o->pass || !o->xt || !o->gt)
     return dt_error("out of memory");
+  for (int i = 0; i < K; i++) o->cnt[i] = (size_t)b; /* a full step: the largest pass, the first */
+  o->stride = pass_of(o->scheme, K, o->cnt, 0, o->feat).count; /* a pass's exchange, not K·b each */
+  o->all = dt_alloc_floats((size_t)o->S * o->stride);
+  o->grad = dt_alloc_floats((size_t)o->S * o->stride);
+  if (!o->all || !o->grad) return dt_error("out of memory");
   while (o->nfront < w->nsegs && w->segs[o->nfront].off < o->conv_params) o->nfront++;
   if (o->S > 1) { /* the exchanges run beside the split layers' own sums */
     DT_TRY(comm_split(coll_ctx_comm(o->group), 0, o->me, &o->xcomm));
