@@ -69,7 +69,8 @@ typedef struct {
    * pushes the batch's statistics with its first part) */
   ps_req_t *tmpl;
   double loss0;
-  int64_t n0, c0;
+  int64_t n0;
+  double c0;
   int figures_in;
   int cached;                 /* --ps-refresh lazy: the parameters held come from a pull */
   /* --push-every > 1: gradients summed since the last push */
@@ -367,12 +368,12 @@ static int evaluate_model(psw_t *p, epoch_report_t *r) {
   p->report_step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
   DT_TRY(save_state(p, r->epoch, p->report_step));
   double eval_t0 = dt_now(), test_loss;
-  int64_t test_correct;
+  double test_correct;
   worker_evaluate(w, 0, w->test->n, &test_loss, &test_correct);
   const ps_epoch_stats_t *ep = &p->ep;
   r->eval_sec = dt_now() - eval_t0;
   r->test_loss = test_loss / (double)w->test->n;
-  r->test_acc = (double)test_correct / (double)w->test->n;
+  r->test_acc = test_correct / (double)w->test->n;
   r->train_loss = ep->samples > 0 ? ep->loss_sum / ep->samples : 0;
   r->train_acc = ep->samples > 0 ? ep->correct / ep->samples : 0;
   r->samples_per_sec = r->epoch_sec > 0 ? ep->samples / r->epoch_sec : 0;
