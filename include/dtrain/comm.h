@@ -78,9 +78,9 @@ typedef struct {
   int hosts;
   int host_ranks[COMM_NET_MAX_HOST_LIST];
   double intra_latency, intra_bandwidth;
-  /* local, hosts > 1 (link=shared): a host's ranks share one link to the
-   * other hosts each way, as the ranks of a real machine share its NIC;
-   * else (link=own) each rank has a link of its own (every rank its own
+  /* local, hosts > 1 (link=shared, the default): a host's ranks share one
+   * link to the other hosts each way, as the ranks of a real machine share
+   * its NIC; link=own: each rank has a link of its own (every rank its own
    * machine's worth of bandwidth). */
   int shared_link;
 } comm_net_t;

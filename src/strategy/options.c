@@ -339,7 +339,7 @@ static const option_t OPTIONS[] = {
              "default: not delayed; a link per rank).\n"
              "link=shared|own\twith hosts: a host's ranks share one link to\n"
              "the other hosts each way, as a machine's NIC, or each rank has\n"
-             "its own (own: every rank a machine's bandwidth) [own].\n"
+             "its own (own: every rank a machine's bandwidth) [shared].\n"
              "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
              "           bandwidth=1Gbit,latency=50us"},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
