@@ -79,11 +79,18 @@ static int build_rank_model(const train_config_t *cfg, const dataset_t *train, i
 }
 
 int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int T, model_t **out) {
+  return ps_keys_table_factors(cfg, train, t, T, out, NULL);
+}
+
+int ps_keys_table_factors(const train_config_t *cfg, const dataset_t *train, int t, int T,
+                          model_t **out, ps_factor_plan_t *fp) {
   model_t *m;
+  if (fp) memset(fp, 0, sizeof *fp);
   DT_TRY(build_rank_model(cfg, train, t, T, &m));
   ps_keys_t k;
   model_t *tab = calloc(1, sizeof *tab);
   int rc = tab ? ps_keys_plan(m, t, T, &k) : dt_error("out of memory");
+  if (rc == 0 && fp && cfg->ps.push_factors) rc = ps_factor_plan(m, &k, fp);
   if (rc == 0) {
     tab->tensors = calloc((size_t)m->ntensors + 1, sizeof *tab->tensors);
     tab->params = dt_alloc_floats(k.nkeys);
