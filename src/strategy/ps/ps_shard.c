@@ -71,6 +71,8 @@ int ps_shard_plan_keep(const model_t *m, int nservers, int whole_tensors, const 
       /* leave at least one key for each server still to come */
       size_t hi = P - (size_t)(nservers - k - 1) + 1;
       end = keep_whole(choose_cut(m, ideal, prev, hi, tol, whole_tensors), prev, hi, keep, nkeep);
+      /* a kept span ran past the ideal cut: the next boundary after it */
+      if (end <= prev && nkeep) end = keep_whole(nearest_boundary(m, prev, prev, hi), prev, hi, keep, nkeep);
     }
     if (end <= prev || keep_whole(end, 0, P + 1, keep, nkeep) != end) {
       ps_shard_free(out);
