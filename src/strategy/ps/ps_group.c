@@ -9,7 +9,14 @@
  * whole arena (nothing to pack); a rank t > 0 packs its blocks before a
  * push and unpacks after a pull, and takes the replicated tensors from
  * rank 0 of its group (ps_worker.c), so every parameter of the one-worker
- * model lives on one server and is pushed once per replica. */
+ * model lives on one server and is pushed once per replica.
+ *
+ * The seeds (the Chinese notes sec. 6) say Project Adam splits each layer
+ * by neurons across a replica's machines (the paper's vertical
+ * partitioning). Followed for the dense layers: a column layer's block is
+ * output neurons, a row layer's input neurons. Not for the convolutions,
+ * which stay whole on every rank here (tp rank 0 holds their keys); the
+ * paper splits them by feature maps too. docs/FEATURES.md says so. */
 #include <stdlib.h>
 #include <string.h>
 
