@@ -206,7 +206,8 @@ typedef struct {
   uint64_t begin, count; /* key range */
   uint64_t nvalues;      /* PUSH: floats that follow */
   uint64_t encoded;      /* PUSH under --compress: the bytes of their encoding that follow
-                          * instead (0: nvalues plain floats) */
+                          * instead (0: nvalues plain floats); with PS_PUSH_FACTORS the
+                          * bytes of the sufficient factors that follow */
   int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version */
   int64_t version;       /* PUSH: this shard's version the gradient was computed on */
   int64_t epoch;
