@@ -1,19 +1,22 @@
 /* A server's update applied by several threads (--ps-server-threads T;
- * Project Adam, Chilimbi et al. 2014, sec. 3.3: a parameter server's
- * shard is updated by several threads without locks). The shard is cut
- * once into T slices, each a list of the optimizer's segments: thread i
- * writes only slice i of the parameters and the optimizer state, so no
- * write needs a lock and the step is the one thread's step bit for bit
- * (every optimizer but LARS is element by element; LARS, whose trust
- * ratio is per tensor, is cut at whole segments). The server's thread
- * takes slice 0; T - 1 helpers, started once, wait at a barrier for each
- * update and meet at a second one when their slices are written.
+ * issue 36's reading of Project Adam, Chilimbi et al. 2014: updates
+ * applied by several threads without locks). The shard is cut once into
+ * T slices, each a list of the optimizer's segments: thread i writes only
+ * slice i of the parameters and the optimizer state, so no write needs a
+ * lock and the step is the one thread's step bit for bit (every optimizer
+ * but LARS is element by element; LARS, whose trust ratio is per tensor,
+ * is cut at whole segments). The server's thread takes slice 0; T - 1
+ * helpers, started once, wait at a barrier for each update and meet at a
+ * second one when their slices are written.
  *
- * The paper's threads apply different workers' updates to one shard at
- * once, Hogwild-style, the writes racing. Here an update's slices are
- * disjoint and the updates go one after another in the server's order:
- * the same lock-free writes, without the races (so async runs stay what
- * the rule makes them, and ThreadSanitizer has nothing to report). */
+ * The paper's lock-free threads, as far as the text we checked (and the
+ * seeds) describe them, are on the model training machines: threads on
+ * different images updating one weight copy, Hogwild-style, the writes
+ * racing (strategy/dp/hogwild.c here). In the server, this file splits
+ * one update into disjoint slices instead of applying different updates
+ * at once: the same lock-free writes without the races, so async runs
+ * stay what the rule makes them and ThreadSanitizer has nothing to
+ * report. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
