@@ -1,6 +1,7 @@
 /* Project Adam's pushes of the fully connected layers (Chilimbi et al.
- * 2014, sec. 3.3: "the parameter servers ... compute the weight updates
- * from the activation and error gradient vectors"): under --ps-push
+ * 2014; the taxonomy's table: gradient computation for fully connected
+ * layers moved into the parameter servers; the Chinese notes: activations
+ * and errors sent instead of the parameters): under --ps-push
  * factors a worker sends, for each dense layer, its rows of error terms
  * dY (n x out, after the fused ReLU's mask) and of inputs X (n x in), and
  * the server holding the layer computes dW = dY^T X and db = the column
