@@ -108,6 +108,7 @@ typedef struct {
   float momentum;        /* sgd momentum [0] */
   int implicit_momentum; /* --implicit-momentum on */
   int replicas;          /* --ps-replicas [1] */
+  int push_factors;      /* --ps-push factors */
   int (*fn)(comm_t *c, ps_rank_t *w);
 } world_spec_t;
 
@@ -186,6 +187,7 @@ static int run_world(world_spec_t spec) {
   t.cfg.ps.drop_stale = spec.drop_stale - 1;
   t.cfg.ps.implicit_momentum = spec.implicit_momentum;
   t.cfg.ps.replicas = spec.replicas ? spec.replicas : 1;
+  t.cfg.ps.push_factors = spec.push_factors;
   int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
   if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
   dataset_free(&t.data);
@@ -253,6 +255,11 @@ static int bad_requests(comm_t *c, const model_t *m, float *buf) {
   q.which = 3;
   RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
   RCHECK(strstr(rep.error, "optimizer keeps 0 state"));
+  /* sufficient factors to a server that runs without --ps-push factors */
+  q = base_req(PS_OP_PUSH, 0, 0, P);
+  q.nvalues = P, q.encoded = 64, q.flags = PS_PUSH_FACTORS;
+  RCHECK(raw_call(c, 2, &q, buf, 64, &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "without --ps-push factors"));
   /* a request of the wrong size: the transport refuses it, the server logs it */
   char junk[10] = {0};
   dt_error_clear();
@@ -1170,6 +1177,53 @@ static void test_server_threads_step_is_one_threads(void) {
   CHECK(none == NULL);
 }
 
+/* --ps-push factors through a real server: a payload of the wrong size is
+ * rejected once received (the server goes on); a batch's factors make the
+ * step of its gradient (w - lr g, plain SGD). */
+static int worker_factors(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  model_t *m = w->m;
+  float x[64];
+  int32_t y = 3;
+  rng_t rng;
+  rng_seed(&rng, 2);
+  for (int i = 0; i < 64; i++) x[i] = (float)i / 64.0f;
+  model_forward(m, x, 1, 1, &rng);
+  int correct;
+  model_loss(m, &y, 1, 1, &correct);
+  model_backward(m, x, 1, NULL, NULL);
+  ps_keys_t k;
+  ps_factor_plan_t fp;
+  RCHECK_OK(ps_keys_plan(m, 0, 1, &k));
+  RCHECK_OK(ps_factor_plan(m, &k, &fp));
+  size_t bytes = ps_factor_bytes(&fp, 0, P, 1);
+  void *pay = dt_alloc(bytes);
+  RCHECK(ps_factor_pack(&fp, m, x, 1, m->grads, 0, P, pay) == bytes);
+  ps_req_t q = base_req(PS_OP_PUSH, 0, 0, P);
+  ps_reply_t rep;
+  q.nvalues = P, q.encoded = bytes - 4, q.flags = PS_PUSH_FACTORS, q.nbatches = 1;
+  RCHECK(raw_call(c, 1, &q, pay, bytes - 4, &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "expected"));
+  const void *parts[1] = {pay};
+  size_t sizes[1] = {bytes};
+  ps_req_t tmpl = {.nbatches = 1};
+  RCHECK_OK(ps_wait(w->cl, ps_push_factors(w->cl, parts, sizes, m->grads, &tmpl), NULL));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+  model_init_params(m, 5); /* the initial parameters (backprop left them as they were) */
+  RCHECK(sgd_step_is(w->buf, m->params, 0.1f, m->grads, 1, P));
+  RCHECK(ps_client_version(w->cl, 0) == 1);
+  dt_free(pay);
+  ps_factor_plan_free(&fp);
+  ps_keys_free(&k);
+  return 0;
+}
+
+static void test_factored_push_through_a_server(void) {
+  kern_set_threads(1);
+  CHECK_OK(run_world((world_spec_t){.workers = 1, .servers = 1, .schedule = SCHEDULE_ASYNC,
+                                    .push_factors = 1, .fn = worker_factors}));
+}
+
 int main(void) {
   dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
   RUN(test_shard_plan_balanced_and_contiguous);
@@ -1196,5 +1250,6 @@ int main(void) {
   RUN(test_sync_bytes_every_rank_as_described);
   RUN(test_factors_expand_to_the_gradient);
   RUN(test_server_threads_step_is_one_threads);
+  RUN(test_factored_push_through_a_server);
   TEST_MAIN_END();
 }

@@ -272,14 +272,27 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) {
 
 /* ---- pushes and the shard ------------------------------------------------------- */
 
+/* A push whose values were received and found malformed: rejected
+ * (nothing left to drain), and lost. */
+static int reject_received(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_reply_t rep = {.status = -1};
+  snprintf(rep.error, sizeof rep.error, "%s", dt_errmsg());
+  dt_log(DT_LOG_ERROR, "server %d (rank %d): rejected a push from rank %d: %s", s->index, s->rank,
+         rank_of(s, src), rep.error);
+  s->rejected++;
+  ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+  return 0;
+}
+
 /* Receives a push's values into dst. 1: stored; 0: lost (logged). */
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
   int rc, from = s->repl.data_from >= 0 ? s->repl.data_from : rank_of(s, src);
   if (req->flags & PS_PUSH_FACTORS) { /* --ps-push factors: the gradient computed here */
     rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
-    if (rc == 0) rc = ps_factor_expand(&s->fplan, s->r.begin, s->r.end, (size_t)s->cfg->batch,
-                                       s->encoded, req->encoded, dst);
+    if (rc == 0 && ps_factor_expand(&s->fplan, s->r.begin, s->r.end, (size_t)s->cfg->batch,
+                                    s->encoded, req->encoded, dst) != 0)
+      return reject_received(s, src, req);
   } else if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
     memcpy(dst, s->workers[src].part.buf, s->len * sizeof(float));
     rc = 0;
