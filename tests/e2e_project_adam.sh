@@ -53,6 +53,11 @@ for n in 1 2 3 4; do
   run $SYNC --workers $n --exchange ps:2 --ps-push factors --checkpoint "$TMP/f$n.st"
   check adam_factors_equal_gradients_${n}_workers cmp -s "$TMP/g$n.st" "$TMP/f$n.st"
 done
+# a whole epoch whose last step is short (1024 = 14 x 72 + 16: rows split unevenly)
+SHORT="--data $SMALL --lr 0.05 --seed 3 --quiet --batch 24 --epochs 1 --workers 3 --exchange ps:2 --schedule sync"
+run $SHORT --checkpoint "$TMP/short_g.st"
+run $SHORT --ps-push factors --checkpoint "$TMP/short_f.st"
+check adam_factors_short_last_step_equal_gradients cmp -s "$TMP/short_g.st" "$TMP/short_f.st"
 run $SYNC --workers 4 --tp 2 --exchange ps:2 --ps-push factors --checkpoint "$TMP/f_tp.st"
 check adam_factors_tp2_equal_gradients cmp -s "$TMP/ps_r2.st" "$TMP/f_tp.st"
 run $LENET --workers 4 --tp 2 --exchange ps:4 --checkpoint "$TMP/lenet_g.st"
