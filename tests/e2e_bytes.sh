@@ -324,6 +324,12 @@ described bytes_described_ps2_ssp_2_eager 3 --exchange ps:2 --schedule ssp:2
 # --ps-replicas 2: a worker's bytes are unchanged (the servers forward;
 # their replication bytes are checked in e2e_ps_replicas.sh)
 described bytes_described_ps2_replicas_3 3 --exchange ps:2 --ps-replicas 2
+# --ps-push factors: each shard's part is its dense layers' factors (16
+# rows) and the rest's gradient (ps_describe.c); lenet's convolutions as
+# gradients; server threads change no byte
+described bytes_described_ps2_factors_2 2 --exchange ps:2 --ps-push factors
+described bytes_described_ps3_factors_lenet_3 3 --exchange ps:3 --ps-push factors --model lenet
+described bytes_described_ps2_factors_threads_3 3 --exchange ps:2 --ps-push factors --ps-server-threads 2
 
 # counted NAME NP SENT_FIELD RECEIVED_FIELD near|atmost OPTIONS...: a description
 # whose rank 0 bytes are expected (a coin, timing): the bytes equal the runs
