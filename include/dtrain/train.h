@@ -89,6 +89,8 @@ typedef struct {
   int replicas;                 /* --ps-replicas: copies of each shard, chain replicated [1] */
   int kill_server;              /* --kill-server index=K,at-push=P: server K stops abruptly (-1: none) */
   int64_t kill_server_at;       /* ... on receiving its P-th push */
+  int kill_server2;             /* ... index2=J,at-push2=Q: then server J too (-1: none) */
+  int64_t kill_server2_at;
 } ps_config_t;
 
 /* Decentralized optimization (src/strategy/decentral/). */

@@ -96,7 +96,8 @@ int ps_server_slice(int k, int K, int T);
 #define PS_TAG_BASE 0x60000
 #define PS_TAG_REQ (PS_TAG_BASE)
 #define PS_TAG_DATA (PS_TAG_BASE + 1)
-#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: an int32, the dead server */
+#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: int32s, the dead server
+                                          * then each shard's server now (1 + K) */
 #define PS_TAG_REPLY (PS_TAG_BASE + 16)
 #define PS_MAX_INFLIGHT 256
 #define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
@@ -117,9 +118,13 @@ typedef enum {
   PS_OP_REPL_ACK, /* backup to primary: worker `worker`'s push of clock `clock` is held here */
   PS_OP_PING,     /* coordinator to servers: are you alive? */
   PS_OP_PONG,     /* server to coordinator: alive */
-  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, its shard is now yours */
-  PS_OP_LOST_BACKUP, /* coordinator to a primary: your backup, server `clock`, is dead */
+  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, shard `epoch` is now
+                   * yours, its new backup server `version` (-1: none) */
+  PS_OP_LOST_BACKUP, /* coordinator to a primary: shard `epoch`'s backup, server `clock`, is
+                      * dead; its new backup is server `version` (-1: none) */
   PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
+  PS_OP_COPY,     /* primary to a new backup: shard `epoch`'s whole state, `encoded` bytes, follows */
+  PS_OP_COPY_ACK, /* new backup to primary: shard `epoch`'s copy is in place */
   PS_OP_COUNT
 } ps_op_t;
 

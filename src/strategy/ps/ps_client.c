@@ -14,6 +14,7 @@
 
 typedef struct {
   int server;                 /* world rank */
+  int target;                 /* the rank it was last sent to (server is -1 once lost) */
   int shard;                  /* index into the map, or -1 (ps_call) */
   size_t nbytes;              /* values sent (push) or expected (pull, stats) */
   ps_req_t req;
@@ -58,10 +59,12 @@ struct ps_client {
    * per shard whether the copy has been pulled whole yet */
   float *held;
   uint8_t *has_held;
-  /* --ps-replicas 2: servers found dead (their shards served by the next),
-   * the coordinator's notice being received, the wait's limit; counts */
+  /* --ps-replicas 2: servers found dead, the server that serves each
+   * shard now (the coordinator says), its notice being received (the dead
+   * server, then each shard's server), the wait's limit; counts */
   uint8_t *dead;
-  int32_t notice;
+  int *owner;
+  int32_t *notice;
   comm_req_t *notice_req;
   double timeout;
   int64_t acked, resent;
@@ -107,6 +110,8 @@ void ps_client_free(ps_client_t *c) {
   }
   if (c->notice_req) comm_cancel(c->world, c->notice_req);
   free(c->dead);
+  free(c->owner);
+  free(c->notice);
   ef_free(&c->mem);
   dt_free(c->scratch), dt_free(c->decoded), dt_free(c->held);
   free(c->has_held);
@@ -269,7 +274,7 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     ps_part_t *p = &h->parts[h->nparts];
     part_reset(p);
     if (tmpl) p->req = *tmpl;
-    p->server = c->first_server + (c->dead && c->dead[k] ? (k + 1) % m->nservers : k);
+    p->server = p->target = c->first_server + (c->owner ? c->owner[k] : k);
     p->shard = k;
     p->nbytes = ps_values_bytes(hi - lo);
     p->req.op = op;
@@ -323,7 +328,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
   ps_part_t *p = &h->parts[h->nparts++];
   part_reset(p);
   p->req = *req;
-  p->server = c->first_server + server;
+  p->server = p->target = c->first_server + server;
   p->shard = -1;
   p->nbytes = extra_len;
   p->recv_into = extra;
@@ -338,7 +343,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -374,10 +379,15 @@ static int part_wait(ps_client_t *c, ps_part_t *p) {
 static int poll_notice(ps_client_t *c);
 
 int ps_client_set_failover(ps_client_t *c, double timeout) {
+  int K = c->map->nservers;
   c->timeout = timeout;
-  if (!(c->dead = calloc((size_t)c->map->nservers, 1))) return dt_error("out of memory");
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
-                    &c->notice_req);
+  c->dead = calloc((size_t)K, 1);
+  c->owner = malloc((size_t)K * sizeof *c->owner);
+  c->notice = malloc((size_t)(1 + K) * sizeof *c->notice);
+  if (!c->dead || !c->owner || !c->notice) return dt_error("out of memory");
+  for (int k = 0; k < K; k++) c->owner[k] = k;
+  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, c->notice,
+                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req);
 }
 
 int ps_client_notices(ps_client_t *c) { return c->notice_req ? poll_notice(c) : 0; }
@@ -394,15 +404,20 @@ static int poll_notice(ps_client_t *c) {
   comm_req_t *r = c->notice_req;
   c->notice_req = NULL;
   DT_TRY(comm_wait(c->world, r));
-  int k = c->notice - (c->first_server - c->map->first_server);
-  if (k >= 0 && k < c->map->nservers && !c->dead[k]) {
-    c->dead[k] = 1;
-    comm_forget(c->world, c->first_server + k);
-    dt_log(DT_LOG_WARN, "worker %d: server %d is dead; its shard is served by server %d now",
-           c->worker, k, (k + 1) % c->map->nservers);
+  int K = c->map->nservers, j = c->notice[0] - (c->first_server - c->map->first_server);
+  if (j >= 0 && j < K && !c->dead[j]) {
+    c->dead[j] = 1;
+    comm_forget(c->world, c->first_server + j);
+    for (int k = 0; k < K; k++) {
+      int o = c->notice[1 + k];
+      if (o < 0 || o >= K || o == c->owner[k]) continue;
+      c->owner[k] = o;
+      dt_log(DT_LOG_WARN, "worker %d: server %d is dead; shard %d is served by server %d now",
+             c->worker, j, k, o);
+    }
   }
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
-                    &c->notice_req);
+  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, c->notice,
+                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req);
 }
 
 /* Whether every message of the part is through: 1 yes, 0 not yet. A
@@ -438,9 +453,9 @@ static int part_answer(const ps_part_t *p) {
 
 /* The same request to the shard's server now: the backup of a dead one. */
 static int part_resend(ps_client_t *c, ps_part_t *p) {
-  int K = c->map->nservers, k = p->shard;
+  int k = p->shard;
   part_cancel(c, p);
-  p->server = c->first_server + (c->dead[k] ? (k + 1) % K : k);
+  p->server = p->target = c->first_server + c->owner[k];
   c->resent++;
   dt_log(DT_LOG_INFO, "worker %d: %s of shard %d sent again, to server rank %d", c->worker,
          op_name(p->req.op), k, p->server);
@@ -451,11 +466,10 @@ static int part_resend(ps_client_t *c, ps_part_t *p) {
  * that its server is dead (then it goes again, to the backup). */
 static int part_wait_failover(ps_client_t *c, ps_part_t *p) {
   double deadline = dt_now() + c->timeout, pause = 0;
-  int K = c->map->nservers, k = p->shard;
+  int k = p->shard;
   for (;;) {
     DT_TRY(poll_notice(c));
-    int want = c->first_server + (c->dead[k] ? (k + 1) % K : k);
-    if (p->server != want && c->dead[k]) DT_TRY(part_resend(c, p));
+    if (p->target != c->first_server + c->owner[k]) DT_TRY(part_resend(c, p)); /* it has moved */
     if (part_through(c, p)) return part_answer(p);
     if (dt_now() > deadline)
       return dt_error("server rank %d: no answer to %s of shard %d within %g s (--comm-timeout)",

@@ -266,8 +266,7 @@ void ps_server_stop_all(ps_server_t *s) {
 }
 
 void ps_server_set_dead(ps_server_t *s, int w, int dead) {
-  s->workers[w].dead = dead;
-  if (s->repl.hosted) s->repl.hosted->workers[w].dead = dead;
+  for (int i = 0; i < ps_chain_ninstances(s); i++) ps_chain_instance(s, i)->workers[w].dead = dead;
 }
 
 /* ---- pushes and the shard ------------------------------------------------------- */
@@ -371,7 +370,8 @@ void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes) {
   if (!s->rule->pool) return;
   s->epoch.flush = epoch;
   s->epoch.flush_pushes = pushes;
-  if (s->repl.hosted) ps_server_flush(s->repl.hosted, epoch, pushes); /* every shard's pushes are the epoch's */
+  for (int i = 0; i < s->repl.nhosted; i++) /* every shard's pushes are the epoch's */
+    ps_server_flush(s->repl.hosted[i], epoch, pushes);
 }
 
 /* An epoch closes here once this server has every push of it: the rule
@@ -394,7 +394,7 @@ static void progress(ps_server_t *s) {
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -535,12 +535,14 @@ static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
  * primary is dead, so such a request makes the backup take over, should
  * the coordinator's word not have come yet). */
 static ps_server_t *instance_for(ps_server_t *s, const ps_req_t *req) {
-  ps_server_t *b = s->repl.hosted;
-  if (!b || (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) || req->begin < b->r.begin ||
-      req->begin >= b->r.end)
-    return s;
-  if (b->repl.is_backup) ps_chain_take_over(b, "a worker sends its requests here");
-  return b;
+  if (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) return s;
+  for (int i = 0; i < s->repl.nhosted; i++) {
+    ps_server_t *b = s->repl.hosted[i];
+    if (req->begin < b->r.begin || req->begin >= b->r.end) continue;
+    if (b->repl.is_backup) ps_chain_take_over(b, "a worker sends its requests here");
+    return b;
+  }
+  return s;
 }
 
 /* A push whose clock this server has already taken (a worker sending
@@ -559,8 +561,10 @@ static int is_duplicate(ps_server_t *s, int src, const ps_req_t *req) {
 
 /* --kill-server: this server has taken its P-th push. */
 static int kill_due(ps_server_t *s, const ps_req_t *req) {
-  return req->op == PS_OP_PUSH && s->cfg->ps.kill_server == s->index &&
-         ++s->repl.kill_count == s->cfg->ps.kill_server_at;
+  const ps_config_t *p = &s->cfg->ps;
+  if (req->op != PS_OP_PUSH || (p->kill_server != s->index && p->kill_server2 != s->index)) return 0;
+  int64_t at = p->kill_server == s->index ? p->kill_server_at : p->kill_server2_at;
+  return ++s->repl.kill_count == at;
 }
 
 /* Checks who is asking and what, then hands it on. Returns -1 only when
@@ -633,15 +637,15 @@ static progress_mark_t mark(const ps_server_t *s) {
 /* The hosted backup copy: what its rule holds is applied as the
  * primary's was; once it has taken over, its deferred pulls answered. */
 static int advance_hosted(ps_server_t *s) {
-  ps_server_t *b = s->repl.hosted;
-  if (!b) return 0;
-  for (;;) {
-    progress_mark_t before = mark(b);
-    progress(b);
-    if (answer_deferred(b) != 0) return -1;
-    progress_mark_t after = mark(b);
-    if (!memcmp(&before, &after, sizeof before)) return 0;
-  }
+  for (int i = 0; i < s->repl.nhosted; i++)
+    for (ps_server_t *b = s->repl.hosted[i];;) {
+      progress_mark_t before = mark(b);
+      progress(b);
+      if (answer_deferred(b) != 0) return -1;
+      progress_mark_t after = mark(b);
+      if (!memcmp(&before, &after, sizeof before)) break;
+    }
+  return 0;
 }
 
 /* Applies what is ready, closes epochs, answers what has become
@@ -702,7 +706,7 @@ static int serve(ps_server_t *s) {
     if (rc == KILLED) return KILLED;
     if (rc != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
     sweep_outbox(s);
-    if (s->repl.hosted) sweep_outbox(s->repl.hosted);
+    for (int i = 0; i < s->repl.nhosted; i++) sweep_outbox(s->repl.hosted[i]);
   }
   return 0;
 }
@@ -858,27 +862,41 @@ static void withdraw_outbox(ps_server_t *s) {
  * rank's thread ends at once: nothing is answered, said or waited for,
  * what it had posted is withdrawn (as the transport does for a rank that
  * ends), and its memory is freed only so that leak checkers stay quiet. */
-static int die(ps_server_t *s, ps_server_t *b) {
+static int die(ps_server_t *s) {
   dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly at its push %lld (--kill-server)",
          s->index, s->rank, (long long)s->repl.kill_count);
   if (s->cfg->comm == COMM_MPI) raise(SIGKILL);
-  withdraw_outbox(s);
-  if (b) withdraw_outbox(b);
+  for (int i = 0; i < ps_chain_ninstances(s); i++) withdraw_outbox(ps_chain_instance(s, i));
   return 0;
 }
 
+int ps_server_new_instance(const ps_server_t *s, int index, ps_server_t **out) {
+  ps_server_t *b = calloc(1, sizeof *b);
+  if (!b) return dt_error("out of memory");
+  *out = b;
+  return setup(b, s->world, s->cfg, s->nranks, s->repl.train, index);
+}
+
+void ps_server_free_instance(ps_server_t *b) {
+  if (!b) return;
+  teardown(b);
+  free(b);
+}
+
 int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train) {
-  ps_server_t s, b;
+  ps_server_t s, *b = NULL;
   memset(&s, 0, sizeof s);
-  memset(&b, 0, sizeof b);
   int K = ps_nservers(cfg, nworkers), me = comm_rank(world) - nworkers;
   int rc = setup(&s, world, cfg, nworkers, train, me);
-  if (rc == 0 && cfg->ps.replicas > 1) rc = setup(&b, world, cfg, nworkers, train, (me + K - 1) % K);
-  if (rc == 0) rc = ps_chain_setup(&s, cfg->ps.replicas > 1 ? &b : NULL);
+  s.repl.train = train;
+  if (rc == 0 && cfg->ps.replicas > 1) rc = ps_server_new_instance(&s, (me + K - 1) % K, &b);
+  if (rc == 0) rc = ps_chain_setup(&s, b, train);
+  else ps_server_free_instance(b); /* not yet the rank's */
   if (rc == 0) rc = serve(&s);
-  if (rc == KILLED) rc = die(&s, cfg->ps.replicas > 1 ? &b : NULL);
+  if (rc == KILLED) rc = die(&s);
   else if (rc == 0) ps_chain_report(&s);
-  teardown(&b);
+  for (int i = 0; i < s.repl.nhosted; i++) ps_server_free_instance(s.repl.hosted[i]);
+  free(s.repl.hosted);
   teardown(&s);
   return rc;
 }
