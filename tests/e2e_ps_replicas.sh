@@ -135,6 +135,32 @@ if "$DTRAIN" train $BASE --exchange ps:3 $KILL --schedule async >/dev/null 2>"$T
   pass "replicas_3_servers_kill_loses_nothing($(cat "$TMP/check.out"))"
 else fail replicas_3_servers_kill_loses_nothing "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
 
+# ---- a new backup after a death, then a second death -------------------------------
+# K = 3: server 1 dies; server 2 takes shard 1 over and copies it whole to
+# server 0, its new backup, and server 0 copies shard 0 to server 2; then
+# server 2 dies too, and server 0 serves all three shards from its copies.
+# Without the new backups shard 1 would have had no copy left.
+TWO="--exchange ps:3 --ps-replicas 2 --kill-server index=1,at-push=37,index2=2,at-push2=150"
+"$DTRAIN" train $BASE --exchange ps:3 --ps-replicas 2 --checkpoint "$TMP/k3.st" >/dev/null 2>"$TMP/err0"
+if "$DTRAIN" train $BASE $TWO --checkpoint "$TMP/k3_kill.st" >/dev/null 2>"$TMP/err" &&
+   grep -q "server 0: holds a backup copy of shard 1 now" "$TMP/err" &&
+   grep -q "server rank 4 takes over shard 1 from its dead primary (rank 6" "$TMP/err" &&
+   $PY "$TMP/counts.py" "$TMP/err" sync 3 >"$TMP/check.out" 2>&1 && cmp -s "$TMP/k3.st" "$TMP/k3_kill.st"; then
+  pass "replicas_new_backup_second_death_sync_bitwise($(cat "$TMP/check.out"))"
+else fail replicas_new_backup_second_death_sync_bitwise "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+for s in async ssp:2; do
+  if "$DTRAIN" train $BASE $TWO --schedule $s --metrics "$TMP/m.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q '"event":"done"' "$TMP/m.jsonl" && grep -q "holds a backup copy of shard 1 now" "$TMP/err" &&
+     $PY "$TMP/counts.py" "$TMP/err" "${s%%:*}" 3 >"$TMP/check.out" 2>&1; then
+    pass "replicas_new_backup_second_death_${s}($(cat "$TMP/check.out"))"
+  else fail "replicas_new_backup_second_death_${s}" "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+done
+# K = 2: no server is left for a new backup; one line says so
+if "$DTRAIN" train $BASE $KILL --schedule async >/dev/null 2>"$TMP/err" &&
+   [ "$(grep -c "shard 1 goes on with one copy: no live server is left for its backup" "$TMP/err")" = 1 ]; then
+  pass replicas_2_servers_no_new_backup_says_so
+else fail replicas_2_servers_no_new_backup_says_so "$(grep -v '^ ' "$TMP/err" | tail -c 600)"; fi
+
 # ---- without replicas a dead server stops the run, saying which ------------------
 "$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "server 1 (rank 5), the shard's only copy (--ps-replicas 1)" "$TMP/err"; then
@@ -149,4 +175,8 @@ expect_error replicas_not_backup_schedule 2 "not with --schedule backup" -- "$DT
 expect_error replicas_not_compress 2 "not with --compress" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --ps-replicas 2 --compress int8
 expect_error kill_server_not_coordinator 2 "server 0 is the coordinator" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=0,at-push=3
 expect_error kill_server_exists 2 "has servers 0..1" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=2,at-push=3
+expect_error kill_server_index2_not_coordinator 2 "index2=0: server 0 is the coordinator" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=0,at-push2=9
+expect_error kill_server_index2_needs_at 2 "index2=J needs at-push2=Q" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=2
+expect_error kill_server_index2_other 2 "index2=1 is index=1" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=1,at-push2=9
+expect_error kill_server_index2_exists 2 "index2=3: --exchange ps:3 has servers 0..2" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=3,at-push2=9
 expect_error kill_server_needs_both 2 "needs index=K,at-push=P" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=1
