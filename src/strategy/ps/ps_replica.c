@@ -23,21 +23,45 @@
  * A death. The coordinator (server 0) pings the other servers every
  * PING_EVERY; a server whose rank the transport knows has ended (local:
  * its thread), that cannot be sent to, or that has not answered for
- * SERVER_LEASE (mpi: a killed process) is dead. Its shard's backup
- * takes over (PS_OP_TAKEOVER) and the shard whose backup it was goes on
- * with its primary alone (PS_OP_LOST_BACKUP: the acks waiting for that
- * backup go at once). Every worker is told (PS_TAG_FAILOVER) and sends
- * again to the backup what the dead server had not answered: pulls, and
- * pushes with their clocks. A push at or below the last clock a copy has
- * taken from that worker is a duplicate: acknowledged, not applied
- * (ps_server.c's is_duplicate), so no push is lost or applied twice.
+ * SERVER_LEASE (mpi: a killed process) is dead. The coordinator keeps
+ * each shard's primary and backup (owner, backup). Each shard the dead
+ * server served goes to its backup (PS_OP_TAKEOVER); each shard it backed
+ * up goes on with its primary (PS_OP_LOST_BACKUP). Every worker is told
+ * (PS_TAG_FAILOVER: the dead server and each shard's server now) and
+ * sends again to the shard's new server what the dead one had not
+ * answered: pulls, and pushes with their clocks. A push at or below the
+ * last clock a copy has taken from that worker is a duplicate:
+ * acknowledged, not applied (ps_server.c's is_duplicate), so no push is
+ * lost or applied twice.
  *
- * Decided, and left: no new backup is made after a death (with K = 2 no
- * server is left to hold one; with K >= 3 the shard goes on with one copy
- * until the run ends), so a second death of a shard's last copy ends the
- * run with the reason. The coordinator is not replicated: server 0 may
- * not be killed (--kill-server refuses it). Without replicas a dead
- * server stops the run with the reason, as it did. */
+ * A new backup (chain replication's new tail). Each of those shards is
+ * given a new backup in the same order, the next live server after its
+ * primary in the ring, if one is left (K >= 3): the primary withdraws the
+ * forwards in flight to the dead backup and keeps their acks waiting,
+ * copies its whole state to the new backup (PS_OP_COPY: parameters,
+ * optimizer state, version, each worker's clock, held push and last
+ * clock taken, the epoch counts; the rules that run with replicas keep
+ * nothing else), and forwards what it takes next after the copy (one
+ * sender, one tag: in order). The new backup builds an instance of the
+ * shard as at the start, puts the copy over it, and says so to the
+ * primary and the coordinator (PS_OP_COPY_ACK): the acks kept waiting go
+ * then, later ones wait for their own REPL_ACK as before, and from then
+ * on the coordinator counts on that copy, so a second death, of either,
+ * loses nothing. A rank therefore hosts any number of instances (its own
+ * shard first, then `hosted`). With K = 2 no server is left: the shard
+ * goes on with one copy, and the coordinator says so in one line. The
+ * copy's bytes are counted apart from the forwards' (ps_chain_report's
+ * "state copies"); describe_step leaves them out, as a copy is made only
+ * on a death.
+ *
+ * Decided, and left: the coordinator is not replicated: server 0 may not
+ * be killed (--kill-server refuses it); its state (the pool's batches and
+ * epochs, statistics, leases, byes: ps_coord.c, kept in s->coord and
+ * s->workers[w].coord of its shard-0 instance) has no standby, and
+ * workers address it as server 0's rank. A death during a copy (of the
+ * primary) ends the run with the reason; a death of a shard's last copy
+ * too. Without replicas a dead server stops the run with the reason, as
+ * it did. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +69,9 @@
 
 #define PING_EVERY 0.25   /* seconds between the coordinator's pings */
 #define SERVER_LEASE 2.0  /* seconds without an answer: the server is dead */
-#define REPL_DATA_WAIT 3.0 /* seconds a forward's values may take after its request */
+#define REPL_DATA_WAIT 1.0 /* seconds a forward's values may take after its request: less than
+                            * SERVER_LEASE, or a server waiting on a dead primary's values would
+                            * miss its pings and be taken for dead (mpi, K >= 3) */
 
 int ps_chain_ninstances(const ps_server_t *s) { return 1 + s->repl.nhosted; }
 
@@ -93,13 +119,15 @@ int ps_chain_setup(ps_server_t *s, ps_server_t *b, const dataset_t *train) {
     s->repl.ping_req = calloc((size_t)K, sizeof *s->repl.ping_req);
     s->repl.owner = malloc((size_t)K * sizeof(int));
     s->repl.backup = malloc((size_t)K * sizeof(int));
+    s->repl.ready = malloc((size_t)K);
     if (!s->repl.server_dead || !s->repl.server_heard || !s->repl.ping_req || !s->repl.owner ||
-        !s->repl.backup)
+        !s->repl.backup || !s->repl.ready)
       return dt_error("out of memory");
     for (int k = 0; k < K; k++) {
       s->repl.server_heard[k] = dt_now();
       s->repl.owner[k] = k;
       s->repl.backup[k] = s->cfg->ps.replicas > 1 ? (k + 1) % K : -1;
+      s->repl.ready[k] = 1; /* built from the same start */
     }
     s->repl.next_ping = dt_now();
   }
@@ -132,6 +160,8 @@ void ps_chain_teardown(ps_server_t *s) {
   free(s->repl.copy_buf);
   free(s->repl.owner);
   free(s->repl.backup);
+  free(s->repl.ready);
+  s->repl.ready = NULL;
   s->repl.copy_buf = NULL;
   s->repl.owner = s->repl.backup = NULL;
   for (int k = 0; s->repl.ping_req && k < s->K; k++)
@@ -257,7 +287,9 @@ static int recv_bounded(ps_server_t *b, int from, void *dst, size_t bytes) {
 }
 
 int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes) {
-  return recv_bounded(b, b->repl.data_from, dst, bytes);
+  int rc = recv_bounded(b, b->repl.data_from, dst, bytes);
+  if (rc != 0) b->repl.primary_failed = 1; /* its next forwards would wait as long: dead */
+  return rc;
 }
 
 /* A forwarded push, replayed on the hosted backup copy through its rule
@@ -268,6 +300,11 @@ static int replay(ps_server_t *s, int src, const ps_req_t *req) {
   if (b && !b->repl.is_backup && from == b->repl.primary_rank) {
     dt_log(DT_LOG_INFO, "server %d: a forward from its dead primary (rank %d) after the takeover: "
            "ignored (the worker sends it again)", s->index, from);
+    return 0;
+  }
+  if (b && b->repl.is_backup && b->repl.primary_failed) {
+    dt_log(DT_LOG_INFO, "server %d: a forward from rank %d, whose values stopped coming: ignored",
+           s->index, from);
     return 0;
   }
   if (!b || !b->repl.is_backup || from != b->repl.primary_rank || w < 0 || w >= b->N) {
@@ -430,10 +467,14 @@ static int new_backup(ps_server_t *p, int nb) {
   return 0;
 }
 
-/* The copy is in place on the new backup: the acks it held go. A push
- * whose forward went out after the copy (its send still unfinished)
+/* The copy is in place on the new backup (server `clock`): the
+ * coordinator counts on it from now on; the primary's acks it held go. A
+ * push whose forward went out after the copy (its send still unfinished)
  * waits for its own REPL_ACK. */
 static void copy_done(ps_server_t *rank, const ps_req_t *req) {
+  int k = (int)req->epoch;
+  if (rank->repl.ready && k >= 0 && k < rank->K && rank->repl.backup[k] == req->clock)
+    rank->repl.ready[k] = 1;
   ps_server_t *p = instance_of(rank, req->epoch);
   if (!p || p->repl.is_backup || !p->repl.copying) return;
   p->repl.copying = 0;
@@ -462,7 +503,10 @@ static int take_copy(ps_server_t *s, int src, const ps_req_t *req) {
   }
   uint8_t *buf = malloc(req->encoded ? req->encoded : 1);
   int rc = buf ? recv_bounded(s, from, buf, req->encoded) : dt_error("out of memory");
-  if (rc == 0) rc = unpack(b, buf, req->encoded);
+  if (rc == 0 && unpack(b, buf, req->encoded) != 0) { /* both ends build the same shard: a bug */
+    free(buf);
+    return -1;
+  }
   free(buf);
   if (rc != 0) { /* its primary died sending it, or it does not fit: no copy here */
     dt_log(DT_LOG_ERROR, "server %d: the copy of shard %d from rank %d: %s", s->index, k, from,
@@ -473,10 +517,18 @@ static int take_copy(ps_server_t *s, int src, const ps_req_t *req) {
   }
   b->repl.is_backup = 1;
   b->repl.primary_rank = from;
-  b->repl.copy_msg = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COPY_ACK, .worker = -1, .epoch = k};
+  b->repl.primary_failed = 0;
   dt_log(DT_LOG_WARN, "server %d: holds a backup copy of shard %d now (version %lld, from rank %d)",
          s->index, k, (long long)b->version, from);
-  if (send_small(s, from, &b->repl.copy_msg, &b->repl.copy_req[0]) != 0)
+  /* the primary and the coordinator are told (the coordinator's word goes
+   * in the instance's ping buffer, unused on a backup copy) */
+  b->repl.copy_msg = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COPY_ACK, .worker = -1, .epoch = k,
+                                .clock = s->index};
+  b->repl.ping = b->repl.copy_msg;
+  if (s->repl.ready) copy_done(s, &b->repl.copy_msg); /* this rank is the coordinator */
+  if (send_small(s, from, &b->repl.copy_msg, &b->repl.copy_req[0]) != 0 ||
+      (from != s->nranks && !s->repl.ready &&
+       send_small(s, s->nranks, &b->repl.ping, &b->repl.copy_req[1]) != 0))
     dt_log(DT_LOG_DEBUG, "server %d: acknowledging the copy of shard %d: %s", s->index, k, dt_errmsg());
   return 0;
 }
@@ -552,10 +604,11 @@ static int server_died(ps_server_t *s, int j, const char *why) {
     return dt_error("server %d (rank %d) has stopped (%s); --ps-replicas 1 keeps one copy of each "
                     "shard: use --ps-replicas 2 to go on without it", j, s->nranks + j, why);
   for (int k = 0; k < K; k++)
-    if (owner[k] == j && (backup[k] < 0 || s->repl.server_dead[backup[k]]))
+    if (owner[k] == j && (backup[k] < 0 || s->repl.server_dead[backup[k]] || !s->repl.ready[k]))
       return dt_error("server %d (rank %d) has stopped (%s) and shard %d had no other copy left%s",
                       j, s->nranks + j, why, k, backup[k] < 0 ? " (no live server was left for a "
-                      "backup)" : ": its backup had died too");
+                      "backup)" : s->repl.server_dead[backup[k]] ? ": its backup had died too"
+                      : ": the copy to its new backup was not in place yet");
   dt_log(DT_LOG_WARN, "server %d (rank %d) has stopped (%s)", j, s->nranks + j, why);
   size_t nk = (size_t)(K > 0 ? K : 1); /* K >= 2 with replicas */
   uint8_t *told = calloc(nk, 1);
@@ -566,6 +619,7 @@ static int server_died(ps_server_t *s, int j, const char *why) {
     if (!op) continue;
     if (op == PS_OP_TAKEOVER) owner[k] = backup[k];
     backup[k] = next_live(s, owner[k]);
+    s->repl.ready[k] = 0; /* until its COPY_ACK */
     if (op == PS_OP_TAKEOVER)
       dt_log(DT_LOG_WARN, "server %d takes over shard %d", owner[k], k);
     if (backup[k] < 0)

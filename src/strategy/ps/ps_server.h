@@ -164,6 +164,8 @@ struct ps_server {
     comm_req_t *copy_req[2];
     ps_req_t copy_msg;
     int *owner, *backup;     /* the coordinator: [K] each shard's primary and backup server (-1: none) */
+    uint8_t *ready;          /* the coordinator: [K] the shard's backup holds its copy (COPY_ACK) */
+    int primary_failed;      /* a backup: a forward's values never came; its primary is taken as dead */
     int is_backup;           /* this instance is a backup copy, not serving workers */
     int took_over;           /* a backup that became the primary: its dead primary's last pushes come again */
     int backup_rank;         /* a primary: its backup's world rank (-1: none, or lost) */
