@@ -101,6 +101,14 @@ int ps_server_slice(int k, int K, int T);
 #define PS_TAG_REPLY (PS_TAG_BASE + 16)
 #define PS_MAX_INFLIGHT 256
 #define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
+/* --ps-replicas 2: after a death one server may serve several shards of
+ * one request, whose replies would share a tag and cross (a shard's values
+ * are not another's size); each shard's part then has its own reply tags:
+ * request ts's shard k answers on PS_TAG_REPLY_SHARD + 2 (ts' * 64 + k % 64)
+ * (ts' = ts mod PS_MAX_INFLIGHT), distinct for up to 64 shards a server. */
+#define PS_REPLY_SHARDS 64
+#define PS_TAG_REPLY_SHARD (PS_TAG_BASE + 0x1000)
+#define PS_TAG_REPLY_SHARD_END (PS_TAG_REPLY_SHARD + 2 * PS_MAX_INFLIGHT * PS_REPLY_SHARDS)
 #define PS_MAGIC 0x70737231u /* "psr1" */
 
 typedef enum {

@@ -224,13 +224,18 @@ static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
   return h;
 }
 
-static int reply_tag(int64_t ts) { return PS_TAG_REPLY + 2 * (int)(ts % PS_MAX_INFLIGHT); }
+static int reply_tag(const ps_client_t *c, const ps_part_t *p, int64_t ts) {
+  int slot = (int)(ts % PS_MAX_INFLIGHT);
+  if (c->dead && p->shard >= 0) /* --ps-replicas 2: a shard's own tags (ps.h) */
+    return PS_TAG_REPLY_SHARD + 2 * (slot * PS_REPLY_SHARDS + p->shard % PS_REPLY_SHARDS);
+  return PS_TAG_REPLY + 2 * slot;
+}
 
 /* Posts the receives for the answer first, then the request (and the
  * values of a push): the answer can never arrive before its receive. */
 static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push_vals) {
   comm_t *w = c->world;
-  int tag = reply_tag(ts);
+  int tag = reply_tag(c, p, ts);
   p->req.magic = PS_MAGIC;
   p->req.worker = c->worker;
   p->req.reply_tag = tag;

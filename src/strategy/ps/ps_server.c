@@ -102,7 +102,8 @@ static ps_out_t *free_out(ps_server_t *s) {
 }
 
 static int reply_tag_ok(int tag) {
-  return tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0;
+  return (tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0) ||
+         (tag >= PS_TAG_REPLY_SHARD && tag < PS_TAG_REPLY_SHARD_END && (tag - PS_TAG_REPLY_SHARD) % 2 == 0);
 }
 
 /* Sends the answer (and values) without waiting; the slot it went out
