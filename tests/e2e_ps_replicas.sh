@@ -155,6 +155,14 @@ for s in async ssp:2; do
     pass "replicas_new_backup_second_death_${s}($(cat "$TMP/check.out"))"
   else fail "replicas_new_backup_second_death_${s}" "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
 done
+if [ -n "$MPI_KILL" ]; then # the same under mpi: two processes killed (SIGKILL), 7 ranks
+  if timeout 180 $MPIRUN --enable-recovery -np 7 "$DTRAIN" train --comm mpi $BASE $TWO --schedule async \
+       --metrics "$TMP/mpi2.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q '"event":"done"' "$TMP/mpi2.jsonl" && grep -q "holds a backup copy of shard 1 now" "$TMP/err" &&
+     $PY "$TMP/counts.py" "$TMP/err" async 3 >"$TMP/check.out" 2>&1; then
+    pass "replicas_mpi_new_backup_second_death_async($(cat "$TMP/check.out"))"
+  else fail replicas_mpi_new_backup_second_death_async "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+fi
 # K = 2: no server is left for a new backup; one line says so
 if "$DTRAIN" train $BASE $KILL --schedule async >/dev/null 2>"$TMP/err" &&
    [ "$(grep -c "shard 1 goes on with one copy: no live server is left for its backup" "$TMP/err")" = 1 ]; then
