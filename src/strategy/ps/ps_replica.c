@@ -48,7 +48,9 @@
  * then, later ones wait for their own REPL_ACK as before, and from then
  * on the coordinator counts on that copy, so a second death, of either,
  * loses nothing. A rank therefore hosts any number of instances (its own
- * shard first, then `hosted`). With K = 2 no server is left: the shard
+ * shard first, then `hosted`), and a worker's parts for several shards
+ * may go to one rank: each shard's part has its own reply tags (ps.h's
+ * PS_TAG_REPLY_SHARD), or their replies would cross. With K = 2 no server is left: the shard
  * goes on with one copy, and the coordinator says so in one line. The
  * copy's bytes are counted apart from the forwards' (ps_chain_report's
  * "state copies"); describe_step leaves them out, as a copy is made only
