@@ -148,6 +148,21 @@ if "$DTRAIN" train $BASE $TWO --checkpoint "$TMP/k3_kill.st" >/dev/null 2>"$TMP/
    $PY "$TMP/counts.py" "$TMP/err" sync 3 >"$TMP/check.out" 2>&1 && cmp -s "$TMP/k3.st" "$TMP/k3_kill.st"; then
   pass "replicas_new_backup_second_death_sync_bitwise($(cat "$TMP/check.out"))"
 else fail replicas_new_backup_second_death_sync_bitwise "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+# The state copies' bytes, reported apart from the forwards: what the
+# surviving server 0 (rank 4) counted equals the copies it logged, each a
+# request (136 bytes) and the state; a state is its head (72 bytes), 80
+# bytes a worker, and the shard's params, momentum and held pushes.
+if $PY - "$TMP/err" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read()
+sent = [int(n) for n in re.findall(r"server rank 4: shard \d+'s state \((\d+) bytes", text)]
+counted = int(re.search(r"ps: server 0: replication sent \d+ bytes \(state copies (\d+)\)", text)[1])
+assert sent and counted == sum(n + 136 for n in sent), (sent, counted)
+assert all((n - 72 - 4 * 80) % 8 == 0 for n in sent), sent
+print("ok copies", sent, "counted", counted)
+PYEOF
+then pass "replicas_state_copy_bytes_counted($(cat "$TMP/check.out"))"
+else fail replicas_state_copy_bytes_counted "$(cat "$TMP/check.out")"; fi
 for s in async ssp:2; do
   if "$DTRAIN" train $BASE $TWO --schedule $s --metrics "$TMP/m.jsonl" >/dev/null 2>"$TMP/err" &&
      grep -q '"event":"done"' "$TMP/m.jsonl" && grep -q "holds a backup copy of shard 1 now" "$TMP/err" &&
