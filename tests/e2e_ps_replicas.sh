@@ -184,6 +184,23 @@ if "$DTRAIN" train $BASE $KILL --schedule async >/dev/null 2>"$TMP/err" &&
   pass replicas_2_servers_no_new_backup_says_so
 else fail replicas_2_servers_no_new_backup_says_so "$(grep -v '^ ' "$TMP/err" | tail -c 600)"; fi
 
+# ---- the coordinator dies: its standby takes over -----------------------------------
+# Server 0 killed: server 1, which holds shard 0's backup, notices (its rank
+# has ended, or no ping for 2 s), takes shard 0 over and the coordinator's
+# role, tells the servers and the workers, and gives the shards that lost
+# a copy new backups; the workers' calls to the coordinator follow shard 0.
+if "$DTRAIN" train $BASE --ps-replicas 2 --kill-server index=0,at-push=37 --checkpoint "$TMP/c.st" >/dev/null 2>"$TMP/err" &&
+   grep -q "server 1 (rank 5) takes over as the coordinator" "$TMP/err" &&
+   $PY "$TMP/counts.py" "$TMP/err" sync >"$TMP/check.out" 2>&1 && cmp -s "$TMP/sync.st" "$TMP/c.st"; then
+  pass "replicas_coordinator_dies_sync_bitwise($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_dies_sync_bitwise "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+if "$DTRAIN" train $BASE --exchange ps:3 --ps-replicas 2 --kill-server index=0,at-push=37 --schedule ssp:2 \
+     --metrics "$TMP/m.jsonl" >/dev/null 2>"$TMP/err" && grep -q '"event":"done"' "$TMP/m.jsonl" &&
+   grep -q "server 2: holds a backup copy of shard 0 now" "$TMP/err" &&
+   $PY "$TMP/counts.py" "$TMP/err" ssp 3 >"$TMP/check.out" 2>&1; then
+  pass "replicas_coordinator_dies_3_servers_ssp:2($(cat "$TMP/check.out"))"
+else fail "replicas_coordinator_dies_3_servers_ssp:2" "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+
 # ---- without replicas a dead server stops the run, saying which ------------------
 "$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?
 if [ "$rc" = 1 ] && grep -q "server 1 (rank 5), the shard's only copy (--ps-replicas 1)" "$TMP/err"; then
@@ -202,4 +219,7 @@ expect_error kill_server_index2_not_coordinator 2 "index2=0: server 0 is the coo
 expect_error kill_server_index2_needs_at 2 "index2=J needs at-push2=Q" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=2
 expect_error kill_server_index2_other 2 "index2=1 is index=1" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=1,at-push2=9
 expect_error kill_server_index2_exists 2 "index2=3: --exchange ps:3 has servers 0..2" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --kill-server index=1,at-push=3,index2=3,at-push2=9
+expect_error kill_server_coordinator_needs_replicas 2 "index=0: server 0 is the coordinator, replicated only with --ps-replicas 2" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=0,at-push=3
+expect_error kill_server_coordinator_not_pool 2 "index=0: under --schedule async the coordinator's batches and epochs have no standby yet" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --ps-replicas 2 --schedule async --kill-server index=0,at-push=3
+expect_error kill_server_coordinator_alone 2 "index=0 with index2" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:3 --ps-replicas 2 --kill-server index=0,at-push=3,index2=1,at-push2=9
 expect_error kill_server_needs_both 2 "needs index=K,at-push=P" -- "$DTRAIN" train --data "$SMALL" --workers 4 --exchange ps:2 --kill-server index=1

@@ -133,6 +133,7 @@ typedef enum {
   PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
   PS_OP_COPY,     /* primary to a new backup: shard `epoch`'s whole state, `encoded` bytes, follows */
   PS_OP_COPY_ACK, /* new backup to primary: shard `epoch`'s copy is in place */
+  PS_OP_COORD,    /* a new coordinator to the servers: server `clock` coordinates now */
   PS_OP_COUNT
 } ps_op_t;
 

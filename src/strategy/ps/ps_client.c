@@ -15,6 +15,7 @@
 typedef struct {
   int server;                 /* world rank */
   int target;                 /* the rank it was last sent to (server is -1 once lost) */
+  int coord;                  /* a call to the coordinator: it follows shard 0 (ps_replica.c) */
   int shard;                  /* index into the map, or -1 (ps_call) */
   size_t nbytes;              /* values sent (push) or expected (pull, stats) */
   ps_req_t req;
@@ -335,6 +336,10 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
   p->req = *req;
   p->server = p->target = c->first_server + server;
   p->shard = -1;
+  /* the coordinator's calls go where shard 0 is served: its standby took both */
+  p->coord = c->owner && server == 0 &&
+             (req->op == PS_OP_NEXT || req->op == PS_OP_STATS || req->op == PS_OP_BYE);
+  if (p->coord) p->server = p->target = c->first_server + c->owner[0];
   p->nbytes = extra_len;
   p->recv_into = extra;
   if (part_start(c, p, ts, NULL) != 0) {
@@ -348,7 +353,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -391,7 +396,7 @@ int ps_client_set_failover(ps_client_t *c, double timeout) {
   c->notice = malloc((size_t)(1 + K) * sizeof *c->notice);
   if (!c->dead || !c->owner || !c->notice) return dt_error("out of memory");
   for (int k = 0; k < K; k++) c->owner[k] = k;
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, c->notice,
+  return comm_irecv(c->world, COMM_ANY_SOURCE, PS_TAG_FAILOVER, c->notice,
                     (size_t)(1 + K) * sizeof *c->notice, &c->notice_req);
 }
 
@@ -421,8 +426,8 @@ static int poll_notice(ps_client_t *c) {
              c->worker, j, k, o);
     }
   }
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, c->notice,
-                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req);
+  return comm_irecv(c->world, COMM_ANY_SOURCE, PS_TAG_FAILOVER, c->notice, /* from the coordinator, */
+                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req); /* whichever it is */
 }
 
 /* Whether every message of the part is through: 1 yes, 0 not yet. A
@@ -458,7 +463,7 @@ static int part_answer(const ps_part_t *p) {
 
 /* The same request to the shard's server now: the backup of a dead one. */
 static int part_resend(ps_client_t *c, ps_part_t *p) {
-  int k = p->shard;
+  int k = p->coord ? 0 : p->shard;
   part_cancel(c, p);
   p->server = p->target = c->first_server + c->owner[k];
   c->resent++;
@@ -471,7 +476,7 @@ static int part_resend(ps_client_t *c, ps_part_t *p) {
  * that its server is dead (then it goes again, to the backup). */
 static int part_wait_failover(ps_client_t *c, ps_part_t *p) {
   double deadline = dt_now() + c->timeout, pause = 0;
-  int k = p->shard;
+  int k = p->coord ? 0 : p->shard;
   for (;;) {
     DT_TRY(poll_notice(c));
     if (p->target != c->first_server + c->owner[k]) DT_TRY(part_resend(c, p)); /* it has moved */
@@ -491,7 +496,7 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   int rc = 0;
   for (int i = 0; i < h->nparts; i++) {
     ps_part_t *p = &h->parts[i];
-    int failover = c->dead && p->shard >= 0;
+    int failover = c->dead && (p->shard >= 0 || p->coord);
     if (rc == 0 && (failover ? part_wait_failover(c, p) : part_wait(c, p)) != 0) {
       rc = -1;
       if (!failover && p->shard >= 0) /* the one copy of the shard is out of reach */

@@ -103,19 +103,15 @@ static int add_hosted(ps_server_t *s, ps_server_t *b) {
     s->repl.hosted = h, s->repl.cap_hosted = cap;
   }
   s->repl.hosted[s->repl.nhosted++] = b;
+  b->repl.home = s;
   return 0;
 }
 
-int ps_chain_setup(ps_server_t *s, ps_server_t *b, const dataset_t *train) {
-  int K = s->K, first = s->nranks; /* world rank of server 0 */
-  s->repl.train = train;
-  if (b) {
-    DT_TRY(add_hosted(s, b));
-    b->repl.is_backup = 1;
-    b->repl.primary_rank = first + b->index;
-    s->repl.backup_rank = first + (s->index + 1) % K;
-  }
-  if (s->coord && K > 1 && (s->cfg->ps.replicas > 1 || s->cfg->ps.kill_server >= 0)) {
+/* The coordinator's view of the servers: alive, heard, each shard's
+ * primary and backup as at the start. */
+static int coord_tables(ps_server_t *s) {
+  int K = s->K;
+  {
     s->repl.server_dead = calloc((size_t)K, 1);
     s->repl.server_heard = malloc((size_t)K * sizeof(double));
     s->repl.ping_req = calloc((size_t)K, sizeof *s->repl.ping_req);
@@ -133,6 +129,22 @@ int ps_chain_setup(ps_server_t *s, ps_server_t *b, const dataset_t *train) {
     }
     s->repl.next_ping = dt_now();
   }
+  return 0;
+}
+
+int ps_chain_setup(ps_server_t *s, ps_server_t *b, const dataset_t *train) {
+  int K = s->K, first = s->nranks; /* world rank of server 0 */
+  s->repl.train = train;
+  s->repl.home = s;
+  s->repl.coord_rank = first;
+  s->repl.coord_heard = dt_now();
+  if (b) {
+    DT_TRY(add_hosted(s, b));
+    b->repl.is_backup = 1;
+    b->repl.primary_rank = first + b->index;
+    s->repl.backup_rank = first + (s->index + 1) % K;
+  }
+  if (s->coord && K > 1 && (s->cfg->ps.replicas > 1 || s->cfg->ps.kill_server >= 0)) DT_TRY(coord_tables(s));
   return 0;
 }
 
@@ -475,8 +487,9 @@ static int new_backup(ps_server_t *p, int nb) {
  * waits for its own REPL_ACK. */
 static void copy_done(ps_server_t *rank, const ps_req_t *req) {
   int k = (int)req->epoch;
-  if (rank->repl.ready && k >= 0 && k < rank->K && rank->repl.backup[k] == req->clock)
-    rank->repl.ready[k] = 1;
+  ps_server_t *c = ps_chain_coordinator(rank);
+  if (c && c->repl.ready && k >= 0 && k < c->K && c->repl.backup[k] == req->clock)
+    c->repl.ready[k] = 1;
   ps_server_t *p = instance_of(rank, req->epoch);
   if (!p || p->repl.is_backup || !p->repl.copying) return;
   p->repl.copying = 0;
@@ -527,10 +540,11 @@ static int take_copy(ps_server_t *s, int src, const ps_req_t *req) {
   b->repl.copy_msg = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COPY_ACK, .worker = -1, .epoch = k,
                                 .clock = s->index};
   b->repl.ping = b->repl.copy_msg;
-  if (s->repl.ready) copy_done(s, &b->repl.copy_msg); /* this rank is the coordinator */
+  int here = ps_chain_coordinator(s) != NULL;
+  if (here) copy_done(s, &b->repl.copy_msg); /* this rank is the coordinator */
   if (send_small(s, from, &b->repl.copy_msg, &b->repl.copy_req[0]) != 0 ||
-      (from != s->nranks && !s->repl.ready &&
-       send_small(s, s->nranks, &b->repl.ping, &b->repl.copy_req[1]) != 0))
+      (from != s->repl.coord_rank && !here &&
+       send_small(s, s->repl.coord_rank, &b->repl.ping, &b->repl.copy_req[1]) != 0))
     dt_log(DT_LOG_DEBUG, "server %d: acknowledging the copy of shard %d: %s", s->index, k, dt_errmsg());
   return 0;
 }
@@ -567,18 +581,29 @@ int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_COPY: return take_copy(s, src, req);
   case PS_OP_COPY_ACK: copy_done(s, req); return 0;
   case PS_OP_PING: /* a pong still on its way answers this one too */
+    if (ps_server_rank_of(s, src) != s->repl.coord_rank) return 0; /* the coordinator's before it died */
+    s->repl.coord_heard = dt_now();
     if (!s->repl.pong_req || (comm_test(s->world, s->repl.pong_req, &done) == 0 && done)) {
       s->repl.pong = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_PONG, .worker = -1};
-      if (send_small(s, s->nranks, &s->repl.pong, &s->repl.pong_req) != 0)
+      if (send_small(s, s->repl.coord_rank, &s->repl.pong, &s->repl.pong_req) != 0)
         dt_log(DT_LOG_DEBUG, "server %d: answering a ping: %s", s->index, dt_errmsg());
     }
     return 0;
-  case PS_OP_PONG:
-    if (s->repl.server_heard && src - s->N < s->K) s->repl.server_heard[src - s->N] = dt_now();
+  case PS_OP_PONG: {
+    ps_server_t *c = ps_chain_coordinator(s);
+    if (c && c->repl.server_heard && src - s->N < s->K) c->repl.server_heard[src - s->N] = dt_now();
+    return 0;
+  }
+  case PS_OP_COORD:
+    if (req->clock < 0 || req->clock >= s->K) return 0;
+    dt_log(DT_LOG_INFO, "server %d: server %lld coordinates now", s->index, (long long)req->clock);
+    s->repl.coord_rank = s->nranks + (int)req->clock;
+    s->repl.coord_heard = dt_now();
     return 0;
   case PS_OP_TAKEOVER:
   case PS_OP_LOST_BACKUP:
-    if (src != s->N) return ps_server_reject(s, src, req, "only the coordinator gives orders");
+    if (ps_server_rank_of(s, src) != s->repl.coord_rank)
+      return ps_server_reject(s, src, req, "only the coordinator gives orders");
     DT_TRY(order(s, req->op, (int)req->epoch, (int)req->version, "the coordinator says so"));
     break;
   case PS_OP_SERVER_GONE: break;
@@ -600,7 +625,7 @@ static int next_live(const ps_server_t *s, int k) {
  * given a new backup, the next live server after its primary, if one is
  * left; the workers are told where each shard is served now. */
 static int server_died(ps_server_t *s, int j, const char *why) {
-  int K = s->K, *owner = s->repl.owner, *backup = s->repl.backup;
+  int K = s->K, *owner = s->repl.owner, *backup = s->repl.backup, me = s->rank - s->nranks;
   s->repl.server_dead[j] = 1;
   if (s->cfg->ps.replicas < 2)
     return dt_error("server %d (rank %d) has stopped (%s); --ps-replicas 1 keeps one copy of each "
@@ -627,13 +652,13 @@ static int server_died(ps_server_t *s, int j, const char *why) {
     if (backup[k] < 0)
       dt_log(DT_LOG_WARN, "shard %d goes on with one copy: no live server is left for its backup", k);
     else dt_log(DT_LOG_WARN, "shard %d's new backup: server %d", k, backup[k]);
-    if (owner[k] != 0) tell(s, owner[k], op, j, k, backup[k]);
-    else if (order(s, op, k, backup[k], "the coordinator found its primary dead") != 0)
+    if (owner[k] != me) tell(s, owner[k], op, j, k, backup[k]);
+    else if (order(s->repl.home, op, k, backup[k], "the coordinator found its primary dead") != 0)
       return free(told), free(notice), -1;
     told[owner[k]] = 1;
   }
-  for (int k = 1; k < K; k++) /* every rank left must know, for the run's end (comm_forget) */
-    if (!told[k] && !s->repl.server_dead[k]) tell(s, k, PS_OP_SERVER_GONE, j, -1, -1);
+  for (int k = 0; k < K; k++) /* every rank left must know, for the run's end (comm_forget) */
+    if (k != me && !told[k] && !s->repl.server_dead[k]) tell(s, k, PS_OP_SERVER_GONE, j, -1, -1);
   comm_forget(s->world, s->nranks + j);
   for (int w = 0; w < s->N; w++) /* they waited on the dead server: a fresh lease */
     s->workers[w].coord.last_heard = dt_now();
@@ -652,8 +677,8 @@ int ps_chain_watch(ps_server_t *s) {
   double now = dt_now();
   if (now < s->repl.next_ping) return 0;
   s->repl.next_ping = now + PING_EVERY;
-  for (int k = 1; k < s->K; k++) {
-    if (s->repl.server_dead[k]) continue;
+  for (int k = 0; k < s->K; k++) {
+    if (s->repl.server_dead[k] || s->nranks + k == s->rank) continue;
     char why[160];
     comm_req_t **slot = &s->repl.ping_req[k];
     int done = 1;
@@ -670,6 +695,59 @@ int ps_chain_watch(ps_server_t *s) {
     }
   }
   return 0;
+}
+
+/* ---- the coordinator's standby ---------------------------------------------------- */
+
+ps_server_t *ps_chain_coordinator(ps_server_t *s) {
+  for (int i = 0; i < ps_chain_ninstances(s); i++) {
+    ps_server_t *b = ps_chain_instance(s, i);
+    if (b->coord && !b->repl.is_backup) return b;
+  }
+  return NULL;
+}
+
+/* The rank's backup copy of shard 0 while server 0 coordinates: the
+ * coordinator's heir (NULL: not this rank). */
+static ps_server_t *standby_of(ps_server_t *s) {
+  if (s->cfg->ps.replicas < 2 || s->repl.coord_rank != s->nranks || s->rank == s->nranks) return NULL;
+  for (int i = 0; i < s->repl.nhosted; i++) {
+    ps_server_t *b = s->repl.hosted[i];
+    if (b->index == 0 && b->repl.is_backup && b->repl.primary_rank == s->nranks) return b;
+  }
+  return NULL;
+}
+
+int ps_chain_polls(ps_server_t *s) { return ps_chain_coordinator(s) || standby_of(s); }
+
+/* Server 0 is dead: its shard's backup here takes the shard over and the
+ * coordinator's role with it, with a fresh coordinator (the statistics
+ * of the epoch under way start over; each worker's lease too), tells the
+ * servers, then deals with server 0's death as the coordinator deals with
+ * any server's (server_died: shard 0 gets a new backup, the shard server
+ * 0 backed up too, the workers are told). */
+static int become_coordinator(ps_server_t *s, ps_server_t *b, const char *why) {
+  int me = s->rank - s->nranks;
+  dt_log(DT_LOG_WARN, "server %d (rank %d) takes over as the coordinator: server 0 (rank %d) has "
+         "stopped (%s)", me, s->rank, s->nranks, why);
+  s->repl.coord_rank = s->rank;
+  ps_chain_take_over(b, "the coordinator has died");
+  DT_TRY(ps_coord_init(b, &b->coord));
+  DT_TRY(coord_tables(b));
+  for (int k = 0; k < s->K; k++)
+    if (k != me && k != 0) tell(s, k, PS_OP_COORD, me, -1, -1); /* `clock`: the new coordinator */
+  return server_died(b, 0, why);
+}
+
+int ps_chain_watch_coordinator(ps_server_t *s) {
+  ps_server_t *b = standby_of(s);
+  if (!b) return 0;
+  double silent = dt_now() - s->repl.coord_heard;
+  char why[96];
+  if (comm_gone(s->world, s->nranks)) return become_coordinator(s, b, "its rank has ended");
+  if (silent <= SERVER_LEASE) return 0;
+  snprintf(why, sizeof why, "no ping from it for %.1f s", silent);
+  return become_coordinator(s, b, why);
 }
 
 void ps_chain_report(const ps_server_t *s) {

@@ -255,8 +255,9 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
 
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
-  for (int k = 1; k < s->K; k++)
-    if (!(s->repl.server_dead && s->repl.server_dead[k]) && comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
+  for (int k = 0; k < s->K; k++)
+    if (s->nranks + k != s->rank && !(s->repl.server_dead && s->repl.server_dead[k]) &&
+        comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
       dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
 }
 
@@ -395,7 +396,7 @@ static void progress(ps_server_t *s) {
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -515,9 +516,9 @@ static int gather_part(ps_server_t *s, int src, const ps_req_t *req) {
 
 /* FLUSH, DEAD and STOP come from the coordinator only. */
 static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
-  if (src != s->N || s->index == 0)
+  if (rank_of(s, src) != s->repl.coord_rank || ps_chain_coordinator(s))
     return ps_server_reject(s, src, req, "%s is the coordinator's (rank %d) to send",
-                            op_name(req->op), s->nranks);
+                            op_name(req->op), s->repl.coord_rank);
   if (req->op == PS_OP_STOP) {
     s->stop = 1;
     return 0;
@@ -536,6 +537,10 @@ static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
  * primary is dead, so such a request makes the backup take over, should
  * the coordinator's word not have come yet). */
 static ps_server_t *instance_for(ps_server_t *s, const ps_req_t *req) {
+  if (req->op == PS_OP_NEXT || req->op == PS_OP_STATS || req->op == PS_OP_BYE) {
+    ps_server_t *c = ps_chain_coordinator(s); /* server 0's own, or its standby's once it died */
+    return c ? c : s;
+  }
   if (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) return s;
   for (int i = 0; i < s->repl.nhosted; i++) {
     ps_server_t *b = s->repl.hosted[i];
@@ -656,7 +661,9 @@ static int advance(ps_server_t *s) {
   for (;;) {
     progress_mark_t before = mark(s);
     progress(s);
-    if (s->coord && ps_coord_check(s) != 0) return -1;
+    ps_server_t *c = ps_chain_coordinator(s);
+    if ((c && ps_coord_check(c) != 0) || ps_chain_watch_coordinator(s) != 0) return -1;
+    if (c && c->stop) s->stop = 1;
     progress(s);
     if (answer_deferred(s) != 0 || advance_hosted(s) != 0) return -1;
     progress_mark_t after = mark(s);
@@ -670,7 +677,7 @@ static int next_request(ps_server_t *s, int *src) {
   if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, PS_REQ_BYTES,
                                &s->in_req) != 0)
     return -1;
-  if (s->coord) {
+  if (ps_chain_polls(s)) {
     double pause = 0;
     for (;;) {
       int done = 0;
@@ -698,7 +705,9 @@ static int serve(ps_server_t *s) {
     if (rc > 0) break;
     if (rc != 0) { /* from a rank: a bad message; from nobody: the run is failing */
       if (rank < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
-      dt_log(DT_LOG_ERROR, "server %d (rank %d): bad message: %s", s->index, s->rank, dt_errmsg());
+      /* a dead server's last message, withdrawn (its ping): nothing wrong here */
+      dt_log(comm_gone(s->world, rank) ? DT_LOG_INFO : DT_LOG_ERROR, "server %d (rank %d): bad "
+             "message: %s", s->index, s->rank, dt_errmsg());
       continue;
     }
     failures = 0;

@@ -158,6 +158,7 @@ struct ps_server {
   struct {
     ps_server_t **hosted;    /* the rank's own instance: its other instances [nhosted] */
     int nhosted, cap_hosted;
+    ps_server_t *home;       /* the rank's own instance (itself, or the one hosting this) */
     const dataset_t *train;  /* what a new instance is built from */
     int copying;             /* a primary: its state is on its way to a new backup; acks wait */
     uint8_t *copy_buf;       /* ... the state as sent (kept until the next copy) */
@@ -166,6 +167,9 @@ struct ps_server {
     int *owner, *backup;     /* the coordinator: [K] each shard's primary and backup server (-1: none) */
     uint8_t *ready;          /* the coordinator: [K] the shard's backup holds its copy (COPY_ACK) */
     int primary_failed;      /* a backup: a forward's values never came; its primary is taken as dead */
+    int coord_rank;          /* the rank's own instance: the coordinator's world rank (server 0's,
+                              * then its standby's once it has died) */
+    double coord_heard;      /* ... when the coordinator last pinged this rank */
     int is_backup;           /* this instance is a backup copy, not serving workers */
     int took_over;           /* a backup that became the primary: its dead primary's last pushes come again */
     int backup_rank;         /* a primary: its backup's world rank (-1: none, or lost) */
@@ -264,6 +268,12 @@ void ps_chain_lost_backup(ps_server_t *s);
  * shard to its backup and tells the workers. -1: the run cannot go on. */
 int ps_chain_watch(ps_server_t *s);
 void ps_chain_report(const ps_server_t *s);
+/* The rank's instance that coordinates (NULL: none); whether the rank
+ * polls (it coordinates, or stands by to); the standby's watch: server 0
+ * silent, it takes over as the coordinator. */
+ps_server_t *ps_chain_coordinator(ps_server_t *s);
+int ps_chain_polls(ps_server_t *s);
+int ps_chain_watch_coordinator(ps_server_t *s);
 /* Every instance of this rank: its own (i = 0), then those it hosts. */
 ps_server_t *ps_chain_instance(ps_server_t *s, int i);
 int ps_chain_ninstances(const ps_server_t *s);
