@@ -200,6 +200,15 @@ if "$DTRAIN" train $BASE --exchange ps:3 --ps-replicas 2 --kill-server index=0,a
    $PY "$TMP/counts.py" "$TMP/err" ssp 3 >"$TMP/check.out" 2>&1; then
   pass "replicas_coordinator_dies_3_servers_ssp:2($(cat "$TMP/check.out"))"
 else fail "replicas_coordinator_dies_3_servers_ssp:2" "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+if [ -n "$MPI_KILL" ]; then # server 0's process SIGKILLed: its standby notices the silence
+  "$DTRAIN" train $BASE --exchange ps:3 --ps-replicas 2 --checkpoint "$TMP/k3c.st" >/dev/null 2>"$TMP/err0"
+  if timeout 180 $MPIRUN --enable-recovery -np 7 "$DTRAIN" train --comm mpi $BASE --exchange ps:3 --ps-replicas 2 \
+       --kill-server index=0,at-push=37 --checkpoint "$TMP/cm.st" >/dev/null 2>"$TMP/err" &&
+     grep -q "takes over as the coordinator" "$TMP/err" && cmp -s "$TMP/k3c.st" "$TMP/cm.st" &&
+     $PY "$TMP/counts.py" "$TMP/err" sync 3 >"$TMP/check.out" 2>&1; then
+    pass "replicas_mpi_coordinator_kill9_sync_bitwise($(cat "$TMP/check.out"))"
+  else fail replicas_mpi_coordinator_kill9_sync_bitwise "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+fi
 
 # ---- without replicas a dead server stops the run, saying which ------------------
 "$DTRAIN" train $BASE --kill-server index=1,at-push=37 >/dev/null 2>"$TMP/err"; rc=$?

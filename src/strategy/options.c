@@ -435,9 +435,10 @@ static const option_t OPTIONS[] = {
              "next server) hold it; when a server dies its backup takes\n"
              "over (1 or 2, at most K; sync, ssp:S, async) [1]"},
     {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
-     .help = "index=K,at-push=P[,index2=J,at-push2=Q]\tserver K (1..K-1) stops\n"
-             "abruptly at its P-th push, and server J at its Q-th (fault\n"
-             "injection: a thread's end on local, SIGKILL on mpi)"},
+     .help = "index=K,at-push=P\tserver K stops abruptly at its P-th push\n"
+             "(fault injection: a thread's end on local, SIGKILL on mpi);\n"
+             "index2=J,at-push2=Q added: server J too, at its Q-th; K = 0,\n"
+             "the coordinator: with --ps-replicas 2 under sync or ssp:S, alone"},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "DIR\tone checkpoint file per server shard plus a manifest"},
     {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,

@@ -243,11 +243,13 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
  * returns at once). 1: yes, 0: not yet, -1: failed. */
 int ps_test(ps_client_t *c, int ts);
 int64_t ps_client_version(const ps_client_t *c, int server);
-/* --ps-replicas 2: a shard whose primary dies is served by its backup,
- * the next server. The client listens for the coordinator's notices
- * (PS_TAG_FAILOVER) while it waits on a shard's answer, and sends again
- * to the backup what the dead server did not answer: same request, same
- * clock, so the backup takes a push it already holds only once. timeout:
+/* --ps-replicas 2: a shard whose primary dies is served by its backup.
+ * The client listens for the coordinator's notices (PS_TAG_FAILOVER, from
+ * whichever server coordinates: each shard's server now) while it waits
+ * on a shard's answer, and sends again to the shard's new server what the
+ * dead one did not answer: same request, same clock, so a push already
+ * held is taken only once. Its calls to the coordinator follow shard 0
+ * (the coordinator's standby takes both over). timeout:
  * how long a part may go unanswered (--comm-timeout). */
 int ps_client_set_failover(ps_client_t *c, double timeout);
 /* Takes the coordinator's notices that have come (a worker's last look,
