@@ -268,7 +268,8 @@ void ps_server_stop_all(ps_server_t *s) {
 }
 
 void ps_server_set_dead(ps_server_t *s, int w, int dead) {
-  for (int i = 0; i < ps_chain_ninstances(s); i++) ps_chain_instance(s, i)->workers[w].dead = dead;
+  ps_server_t *h = s->repl.home ? s->repl.home : s; /* every instance of the rank */
+  for (int i = 0; i < ps_chain_ninstances(h); i++) ps_chain_instance(h, i)->workers[w].dead = dead;
 }
 
 /* ---- pushes and the shard ------------------------------------------------------- */
