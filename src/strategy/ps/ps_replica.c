@@ -56,14 +56,33 @@
  * "state copies"); describe_step leaves them out, as a copy is made only
  * on a death.
  *
- * Decided, and left: the coordinator is not replicated: server 0 may not
- * be killed (--kill-server refuses it); its state (the pool's batches and
- * epochs, statistics, leases, byes: ps_coord.c, kept in s->coord and
- * s->workers[w].coord of its shard-0 instance) has no standby, and
- * workers address it as server 0's rank. A death during a copy (of the
- * primary) ends the run with the reason; a death of a shard's last copy
- * too. Without replicas a dead server stops the run with the reason, as
- * it did. */
+ * The coordinator's standby. The server holding shard 0's backup (server
+ * 1 at the start) polls as the coordinator does and watches it: server
+ * 0's rank ended, or no ping for SERVER_LEASE, and it takes over shard 0
+ * and the coordinator's role with it (the coordinator is the shard-0
+ * instance's: it hears the workers through shard 0's pushes), tells the
+ * other servers (PS_OP_COORD: orders, FLUSH, DEAD, STOP and pings are
+ * taken from it now), then deals with server 0's death as with any
+ * server's (server_died: new backups, the workers' notice, sent from
+ * here). The workers' calls to the coordinator (STATS, BYE) follow shard
+ * 0's server and are sent again like pushes.
+ *
+ * Open: under sync the weights after the coordinator's death equal the
+ * undisturbed run's in only about half the runs (every acknowledged push
+ * is still held once); a plain server's death gives them every time.
+ *
+ * Decided, and left: the new coordinator starts fresh: the statistics of
+ * the epoch under way start over (its loss and accuracy in the metrics
+ * count the pushes after the death only) and so do the leases. The pool
+ * schedules (async, value, backup) are refused: the batches handed out
+ * and the epochs (NEXT) live in the coordinator alone (ps_coord.c, in
+ * s->coord and s->workers[w].coord), with no standby; they need its state
+ * replicated to the standby and NEXT answered only once the standby
+ * holds it, as a push waits for its backup. The coordinator dies alone
+ * (index=0 with index2 is refused), and its standby is the start's. A
+ * death during a copy (of the primary) ends the run with the reason; a
+ * death of a shard's last copy too. Without replicas a dead server stops
+ * the run with the reason, as it did. */
 #include <stdlib.h>
 #include <string.h>
 
