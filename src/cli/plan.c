@@ -51,7 +51,8 @@ static const char *PLAN_HELP =
     "the place of the file's link between hosts; --straggler rank=R,slowdown=S slows rank R.\n"
     "  --plot PAGE.html  the projection as a page: samples/s and efficiency against workers\n"
     "                   (SVG), one line a strategy, and the table\n"
-    "  --classes N      the model's classes (default 10; VGG-16 on ImageNet: 1000)\n"
+    "  --classes N      the model's classes (default 10; VGG-16 on ImageNet: 1000), or a\n"
+    "                   sequence model's vocabulary (default 256; its input: --seq-len tokens)\n"
     "  --bucket-mb MB   gradients fused into buckets of MB (default 64: Horovod's fusion)\n"
     "\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
@@ -276,8 +277,8 @@ static int project(int argc, char **argv, const plan_opts_t *o) {
   }
   kern_set_threads(1);
   perf_proj_opts_t po = {
-      .model = cfg.model, .batch = cfg.batch, .nclasses = o->classes ? o->classes : 10,
-      .input = {1, 28, 28}, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
+      .model = cfg.model, .batch = cfg.batch, .nclasses = o->classes,
+      .input = {1, 28, 28}, .seq_len = cfg.seq_len, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
       .straggler_rank = cfg.straggler_rank, .straggler_slowdown = cfg.straggler_slowdown,
       .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth, .optim = &cfg.optim};
   perf_projection_t p;

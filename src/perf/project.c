@@ -173,7 +173,10 @@ static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
   model_spec_t spec;
   DT_TRY(model_spec_load(o->model, &spec));
   shape_t in = spec.input.c > 0 ? spec.input : o->input;
-  int rc = model_build(&spec, in, o->nclasses, batch, m);
+  int seq = spec.nlayers > 0 && spec.layers[0].kind == LAYER_EMBEDDING;
+  if (seq) in = (shape_t){1, 1, o->seq_len};
+  int classes = o->nclasses > 0 ? o->nclasses : seq ? 256 : 10; /* bytes; the image sets' */
+  int rc = model_build(&spec, in, classes, batch, m);
   model_spec_free(&spec);
   return rc;
 }

@@ -56,8 +56,9 @@ double perf_proj_exchange_sec(proj_strategy_t s, int P, int per_host, double byt
 
 typedef struct {
   const char *model;         /* name or path (model_spec_load) */
-  int batch, nclasses;       /* per worker; classes when the spec does not end in them */
+  int batch, nclasses;       /* per worker; the classes, a sequence model's vocabulary (0: 10, 256) */
   shape_t input;             /* used when the spec has no `input shape=` */
+  int seq_len;               /* a sequence model's tokens a sample (its input 1x1xT) */
   double bucket_bytes;       /* gradients fused into buckets this large (Horovod: 64 MiB) */
   int straggler_rank;        /* -1: none */
   double straggler_slowdown;
