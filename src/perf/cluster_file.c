@@ -28,13 +28,18 @@ static int peek(rd_t *r, char c) {
   return r->s < r->end && *r->s == c;
 }
 
+/* The key for a message: the top object has none. */
+static const char *named(const char *key) { return *key ? key : "(the top object)"; }
+
 static int expect(rd_t *r, char c, const char *key) {
   if (peek(r, c)) return r->s++, 0;
+  key = named(key);
   return dt_error("%s: key \"%s\": expected '%c' at offset %ld", r->source, key, c, at(r));
 }
 
 static int string(rd_t *r, const char *key, char *buf, size_t cap) {
   DT_TRY(expect(r, '"', key));
+  key = named(key);
   size_t n = 0;
   while (r->s < r->end && *r->s != '"') {
     if (*r->s == '\\' || (unsigned char)*r->s < 0x20 || n + 1 >= cap)
@@ -71,7 +76,7 @@ static int object(rd_t *r, const char *path, field_fn field, void *ctx) {
   DT_TRY(expect(r, '{', path));
   if (peek(r, '}')) return r->s++, 0;
   for (;;) {
-    char key[48], full[160];
+    char key[48], full[256];
     DT_TRY(string(r, path, key, sizeof key));
     snprintf(full, sizeof full, "%s%s%s", path, *path ? "." : "", key);
     DT_TRY(expect(r, ':', full));
