@@ -13,7 +13,7 @@
 #include "perf/project.h"
 
 static const char *PLAN_HELP =
-    "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
+    "usage: dtrain plan --predict [--profile FILE [--force]] [--cluster FILE] [TRAIN OPTIONS]\n"
     "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
     "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
@@ -40,6 +40,9 @@ static const char *PLAN_HELP =
     "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
     "JSON line on stdout (its points and largest relative error).\n"
     "\n"
+    "--predict --cluster FILE: the one configuration simulated on the file's first ranks\n"
+    "(its hosts and links, each rank a core of its own, slowed by 1 / its speed: speeds of\n"
+    "at most 1, measured devices only).\n"
     "--cluster FILE describes the hosts to plan for (docs/CLUSTER_FILE.md: hosts, ranks per\n"
     "host, each rank's device -- this machine at a relative speed, or FLOP/s, efficiency and\n"
     "memory bandwidth, labelled projected --, memory per rank, the links inside a host and\n"
@@ -181,10 +184,11 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
             o->from ? "project" : o->plot ? "plot" : o->classes ? "classes" : "bucket-mb");
     return -1;
   }
-  if (o->cluster && (o->predict || o->calibrate || o->json || o->memory)) {
-    fprintf(stderr, "dtrain plan: --cluster projects the strategies; --%s is not one of its "
-                    "options (dtrain plan --help)\n",
-            o->predict ? "predict" : o->calibrate ? "calibrate" : o->json ? "json" : "memory-per-rank");
+  if (o->cluster && (o->calibrate || o->json || o->memory || (o->predict && (o->from || o->plot)))) {
+    fprintf(stderr, "dtrain plan: --cluster projects the strategies (or, with --predict, runs "
+                    "one on the file's hosts); --%s is not one of its options (dtrain plan --help)\n",
+            o->calibrate ? "calibrate" : o->json ? "json" : o->memory ? "memory-per-rank"
+            : o->from ? "project" : "plot");
     return -1;
   }
   if (o->predict && (o->out || o->quick)) {
@@ -318,7 +322,7 @@ int cmd_plan(int argc, char **argv) {
   plan_opts_t o = {0};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
-  if (o.cluster) return project(argc, argv, &o);
+  if (o.cluster && !o.predict) return project(argc, argv, &o);
   perf_profile_t prof;
   perf_profile_default(&prof);
   if (o.profile && perf_profile_load(o.profile, o.force, &prof) != 0) {
@@ -333,8 +337,19 @@ int cmd_plan(int argc, char **argv) {
     return 2;
   }
   perf_plan_t plan;
-  if (perf_predict(&cfg, &prof, NULL, &plan) != 0 || perf_plan_json(&plan, stdout) != 0 ||
-      fputc('\n', stdout) == EOF) {
+  perf_cluster_file_t file;
+  perf_cache_t cache = {.cluster = &file}; /* --cluster: the file's hosts, links and speeds */
+  if (o.cluster && perf_cluster_file_load(o.cluster, &file) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  int rc = perf_predict(&cfg, &prof, o.cluster ? &cache : NULL, &plan);
+  perf_cache_free(&cache);
+  if (rc != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return o.cluster ? 2 : 1;
+  }
+  if (perf_plan_json(&plan, stdout) != 0 || fputc('\n', stdout) == EOF) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }

@@ -245,3 +245,40 @@ const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r)
   }
   return &c->group[c->ngroups - 1];
 }
+
+int perf_cluster_from_file(const perf_cluster_file_t *f, const train_config_t *cfg, int nranks,
+                           const perf_profile_t *prof, perf_cluster_t *out) {
+  *out = (perf_cluster_t){.nranks = nranks, .cores = nranks}; /* a core each: hosts of their own */
+  if (nranks > f->nranks)
+    return dt_error("the cluster file has %d ranks (%d hosts) and the step runs on %d; give "
+                    "--workers so that at most %d ranks run", f->nranks, f->nhosts, nranks, f->nranks);
+  out->host = calloc((size_t)nranks, sizeof *out->host);
+  out->latency = calloc((size_t)nranks, sizeof *out->latency);
+  out->bandwidth = calloc((size_t)nranks, sizeof *out->bandwidth);
+  out->slowdown = calloc((size_t)nranks, sizeof *out->slowdown);
+  if (!out->host || !out->latency || !out->bandwidth || !out->slowdown) {
+    perf_cluster_free(out);
+    return dt_error("out of memory");
+  }
+  int host = 0, first = 0; /* the first rank of the current host */
+  for (int g = 0, r = 0; g < f->ngroups && r < nranks; g++) {
+    const perf_group_t *gr = &f->group[g];
+    for (int k = 0; k < gr->hosts * gr->ranks_per_host && r < nranks; k++, r++) {
+      if (r - first == gr->ranks_per_host || (k == 0 && r > 0)) host++, first = r;
+      if (!(gr->speed > 0) || gr->speed > 1) {
+        perf_cluster_free(out);
+        return dt_error("the cluster file's groups[%d] is %s: --predict measures each layer here "
+                        "and can slow a rank, not speed one up; give it a speed of at most 1, or "
+                        "use --project", g, gr->speed > 0 ? "faster than this machine" : "projected");
+      }
+      out->host[r] = host;
+      out->latency[r] = cfg->net_latency > 0 ? cfg->net_latency : f->inter.alpha;
+      out->bandwidth[r] = cfg->net_bandwidth > 0 ? cfg->net_bandwidth : f->inter.beta;
+      out->slowdown[r] = (1.0 / gr->speed) * (r == cfg->straggler_rank ? cfg->straggler_slowdown : 1);
+    }
+  }
+  out->multihost = host > 0;
+  out->intra_latency = f->intra.alpha, out->intra_bandwidth = f->intra.beta;
+  out->own = prof->mpi; /* ranks on hosts of their own talk as mpi's do */
+  return 0;
+}

@@ -24,7 +24,7 @@ typedef struct {
   double memory;             /* bytes a rank may hold (0: not limited) */
 } perf_group_t;
 
-typedef struct {
+typedef struct perf_cluster_file {
   char name[64];
   int ngroups, nhosts, nranks;
   perf_group_t group[PERF_MAX_GROUPS];
