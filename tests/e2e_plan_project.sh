@@ -25,7 +25,7 @@ check plan_project_ring_falls $PY -c "
 import sys
 e = [float(l.split()[-2].rstrip('%')) for l in open('$TMP/p.txt') if l[:1].isdigit() and 'allreduce:ring' in l]
 sys.exit(not (len(e) == 8 and e[0] > e[-1]))"
-check plan_project_page grep -q '<svg class="chart"' "$TMP/p.html"
+check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 6 ]"
 
 # --net bandwidth= slows the link between hosts; --straggler its rank
 ring_at() { awk -v n="$1" '$1 == n && $2 == "allreduce:ring" {print $3}' "$2"; }

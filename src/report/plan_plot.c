@@ -19,6 +19,8 @@ static const char *CSS =
     "table{border-collapse:collapse;font-size:13px}th,td{padding:4px 8px;border-bottom:1px solid #ddd;"
     "text-align:right}th{background:#f4f4f4}td.name{text-align:left}"
     ".charts{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}"
+    ".swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:-1px}"
+    ".legend span{margin-right:16px;font-size:13px;white-space:nowrap}"
     "svg .title{font-size:14px;font-weight:bold}svg .tick{font-size:11px;fill:#333}"
     "svg .label{font-size:12px;fill:#333}svg .grid{stroke:#eee}svg .axis{stroke:#888}";
 
@@ -61,7 +63,13 @@ int perf_projection_html(const perf_projection_t *p, const perf_cluster_file_t *
             c->nranks, p->one_worker_sec,
             p->projected ? "<b>projected</b> (a device's FLOP/s x efficiency, not measured)"
                          : "measured here and divided by each device's speed");
-  sb_puts(&sb, "<h2>Charts</h2>\n<div class=\"charts\">");
+  sb_puts(&sb, "<h2>Charts</h2>\n<p class=\"legend\">");
+  for (int q = 0; q < PROJ_COUNT; q++) {
+    sb_printf(&sb, "<span><i class=\"swatch\" style=\"background:%s\"></i>", svg_color(q));
+    sb_html(&sb, perf_proj_name(q));
+    sb_puts(&sb, "</span>");
+  }
+  sb_puts(&sb, "</p>\n<div class=\"charts\">");
   svg_line_chart(&sb, "throughput", "Predicted throughput", "log2(workers)", "samples/s", s[0], PROJ_COUNT);
   svg_line_chart(&sb, "efficiency", "Scaling efficiency", "log2(workers)", "% of linear", s[1], PROJ_COUNT);
   sb_puts(&sb, "</div>\n<h2>Figures</h2>\n");
