@@ -105,8 +105,8 @@ typedef struct {
   double *fwd, *bwd, update;
 } dev_times_t;
 
-static int worker_times(const perf_group_t *g, model_t *m, const perf_compute_t *pc, int batch,
-                        int nstate, dev_times_t *w) {
+static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t *pc, int batch,
+                         int nstate, dev_times_t *w) {
   for (int i = 0; i < m->nlayers; i++) {
     const layer_t *l = &m->layers[i];
     if (g->speed > 0) {
@@ -123,7 +123,6 @@ static int worker_times(const perf_group_t *g, model_t *m, const perf_compute_t 
   }
   if (g->speed > 0) w->update = pc->update_sec * (double)m->nparams / g->speed;
   else w->update = 4.0 * (3 + 2 * nstate) * (double)m->nparams / g->memory_bandwidth;
-  return 0;
 }
 
 /* ---- the step ----------------------------------------------------------- */
@@ -155,7 +154,7 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
 
 static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, perf_link_t intra,
                        perf_link_t inter) {
-  double compute_end = p->fwd + p->bwd, free = 0;
+  double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
   if (P == 1) return compute_end + p->update;
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;
@@ -163,10 +162,10 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     return compute_end + perf_proj_exchange_sec(s, P, per_host, total, intra, inter) + p->update;
   }
   for (int b = 0; b < p->nbuckets; b++) {
-    double start = p->ready[b] > free ? p->ready[b] : free;
-    free = start + perf_proj_exchange_sec(s, P, per_host, p->bytes[b], intra, inter);
+    double start = p->ready[b] > link_free ? p->ready[b] : link_free;
+    link_free = start + perf_proj_exchange_sec(s, P, per_host, p->bytes[b], intra, inter);
   }
-  return (free > compute_end ? free : compute_end) + p->update;
+  return (link_free > compute_end ? link_free : compute_end) + p->update;
 }
 
 static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
@@ -226,13 +225,16 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     model_init_params(m, 1);
     rc = perf_compute_measure(m, o->optim, &o->batch, 1, &pc);
   }
-  double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups) + 1, sizeof *buf);
+  /* per group: forward and backward per layer; then each group's step; then
+   * the slowest rank's backward per layer, scaled */
+  double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups + L) + 1, sizeof *buf);
   dev_times_t *w = calloc((size_t)c->ngroups, sizeof *w);
   if (rc == 0 && (!buf || !w)) rc = dt_error("out of memory");
   double *group_step = buf ? buf + 2 * L * c->ngroups : NULL;
+  double *bw = buf ? group_step + c->ngroups : NULL;
   for (int g = 0; rc == 0 && g < c->ngroups; g++) {
     w[g].fwd = buf + 2 * L * g, w[g].bwd = buf + 2 * L * g + L;
-    rc = worker_times(&c->group[g], m, &pc, o->batch, nstate, &w[g]);
+    worker_times(&c->group[g], m, &pc, o->batch, nstate, &w[g]);
     for (int i = 0; i < L; i++) group_step[g] += w[g].fwd[i] + w[g].bwd[i];
     group_step[g] += w[g].update;
   }
@@ -255,10 +257,8 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     int gi;
     double mult;
     slowest(c, group_step, P, o, &gi, &mult);
-    double fwd = 0, bwd = 0, scaled[1024];
+    double fwd = 0, bwd = 0;
     for (int i = 0; i < L; i++) fwd += w[gi].fwd[i] * mult, bwd += w[gi].bwd[i] * mult;
-    double *bw = L <= 1024 ? scaled : malloc((size_t)L * sizeof *bw);
-    if (!bw) { rc = dt_error("out of memory"); break; }
     for (int i = 0; i < L; i++) bw[i] = w[gi].bwd[i] * mult;
     plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
@@ -269,7 +269,6 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
       row->efficiency[s] = out->one_worker_sec / t;
     }
     free(p.ready), free(p.bytes);
-    if (bw != scaled) free(bw);
   }
   free(buf), free(w);
   perf_compute_free(&pc);
