@@ -19,7 +19,8 @@
  *   instruction lists the engine runs, simulated with equal layers.
  * - the projection's overlap: a step is its compute when the exchange is
  *   free, and one worker's efficiency is 1;
- * - the cluster file's reader: each malformed file names its key. */
+ * - the cluster file's reader: each malformed file names its key; and the
+ *   simulator's cluster filled from it (--predict --cluster). */
 #include <math.h>
 #include <string.h>
 
@@ -235,11 +236,46 @@ static void test_cluster_reader(void) {
   CHECK_FAILS_WITH(perf_cluster_file_parse(buf, 47, "c", &c), "expected ':'");
 }
 
+/* --predict --cluster: the simulator's cluster filled from the file:
+ * hosts group by group, links, 1 / speed with the straggler's on top. */
+static void test_cluster_for_simulator(void) {
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":["
+      "{\"hosts\":2,\"ranks_per_host\":2,\"device\":{\"speed\":1}},"
+      "{\"hosts\":1,\"ranks_per_host\":3,\"device\":{\"speed\":0.5}}],"
+      "\"intra\":{\"latency\":1e-6,\"bandwidth\":1e10},\"inter\":{\"latency\":1e-5,\"bandwidth\":1e9}}";
+  perf_cluster_file_t f;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &f));
+  char *argv[] = {"train", "--workers", "7", "--straggler", "rank=1,slowdown=3", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(5, argv, &cfg));
+  perf_profile_t prof;
+  perf_profile_default(&prof);
+  perf_cluster_t cl;
+  CHECK_OK(perf_cluster_from_file(&f, &cfg, 7, &prof, &cl));
+  int want_host[7] = {0, 0, 1, 1, 2, 2, 2};
+  double want_slow[7] = {1, 3, 1, 1, 2, 2, 2};
+  for (int r = 0; r < 7; r++) {
+    CHECK(cl.host[r] == want_host[r]);
+    CHECK_NEAR(cl.slowdown[r], want_slow[r], 1e-12);
+    CHECK(cl.latency[r] == 1e-5 && cl.bandwidth[r] == 1e9);
+  }
+  CHECK(cl.multihost && cl.cores == 7 && cl.intra_bandwidth == 1e10 && cl.own.alpha == prof.mpi.alpha);
+  perf_cluster_free(&cl);
+  CHECK_OK(perf_cluster_from_file(&f, &cfg, 2, &prof, &cl)); /* one host: no link between hosts */
+  CHECK(!cl.multihost);
+  perf_cluster_free(&cl);
+  CHECK_FAILS_WITH(perf_cluster_from_file(&f, &cfg, 8, &prof, &cl), "has 7 ranks");
+  f.group[1].speed = 2;
+  CHECK_FAILS_WITH(perf_cluster_from_file(&f, &cfg, 7, &prof, &cl), "faster than this machine");
+}
+
 int main(void) {
   RUN(test_taxonomy_projection);
   RUN(test_taxonomy_simulator);
   RUN(test_megatron_bubble);
   RUN(test_projection_overlap);
   RUN(test_cluster_reader);
+  RUN(test_cluster_for_simulator);
   TEST_MAIN_END();
 }
