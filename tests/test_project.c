@@ -18,7 +18,8 @@
  *   and 1F1B, (p - 1) / (m v) interleaved with v chunks a stage, from the
  *   instruction lists the engine runs, simulated with equal layers.
  * - the projection's overlap: a step is its compute when the exchange is
- *   free, and one worker's efficiency is 1;
+ *   free, and one worker's efficiency is 1; its GPipe across a host:
+ *   (M + p - 1) / M of the compute;
  * - the cluster file's reader: each malformed file names its key; and the
  *   simulator's cluster filled from it (--predict --cluster). */
 #include <math.h>
@@ -204,6 +205,38 @@ static void test_projection_overlap(void) {
   for (int s = 0; s < PROJ_COUNT; s++) CHECK(p.row[0].step_sec[s] >= 2 * p.compute_sec - 1e-12);
 }
 
+/* GPipe across a host of 4 ranks: 4 equal layers, links too fast to
+ * see: (M + p - 1) / M of the compute with M = 4p micro-batches (the
+ * bubble (p - 1) / M). */
+static void test_projection_gpipe(void) {
+  const char *path = "/tmp/dtrain-test-project-4.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\ndense units=64\ndense units=64\ndense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  int g = 4, M = 4 * g;
+  /* one worker alone: 4 equal layers' forward and backward (the update and
+   * the bytes moved at 1e16 bytes/s: below 1e-10 s) */
+  CHECK(p.one_worker_sec > 1e-3);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_GPIPE], (double)(M + g - 1) / M * p.one_worker_sec, 1e-9);
+  CHECK_NEAR(p.row[0].efficiency[PROJ_GPIPE], (double)M / (M + g - 1), 1e-6);
+  remove(path);
+}
+
 static void test_cluster_reader(void) {
   perf_cluster_file_t c;
   const char *head = "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,";
@@ -275,6 +308,7 @@ int main(void) {
   RUN(test_taxonomy_simulator);
   RUN(test_megatron_bubble);
   RUN(test_projection_overlap);
+  RUN(test_projection_gpipe);
   RUN(test_cluster_reader);
   RUN(test_cluster_for_simulator);
   TEST_MAIN_END();

@@ -14,6 +14,8 @@
  *   Horovod's does; each bucket costs its algorithm's steps on the links
  *   they cross (perf_proj_exchange_sec); the parameter servers take the
  *   whole gradient after backward, as dtrain's synchronous ps does;
+ * - GPipe across each host's ranks, the replicas' ring across hosts
+ *   (gpipe_sec);
  * - a synchronous step waits for its slowest rank (a slower group, a
  *   --straggler).
  * Scaling efficiency: samples/s at n workers over n times one worker's
@@ -26,7 +28,7 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)"};
+    "ps:1 (one server)", "gpipe pp=host x dp (ring)"};
 
 const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
 
@@ -73,6 +75,7 @@ double perf_proj_exchange_sec(proj_strategy_t s, int P, int per_host, double S, 
   }
   case PROJ_PS_ONE: /* the server's link takes P pushes, then sends P pulls, one at a time */
     return 2.0 * P * hop(multi || P >= per_host ? inter : intra, S, 1);
+  case PROJ_GPIPE: /* not an exchange of its own: the ring across the replicas */
   default:
     return 0;
   }
@@ -129,6 +132,8 @@ static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t
 
 typedef struct {
   double fwd, bwd, update;   /* the slowest rank's */
+  const double *lf, *lb;     /* its layers' forward and backward */
+  const model_t *m;
   double *ready;             /* [nbuckets] when a bucket's gradients are all computed */
   double *bytes;             /* [nbuckets] */
   int nbuckets;
@@ -152,10 +157,42 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
   return 0;
 }
 
-static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, perf_link_t intra,
-                       perf_link_t inter) {
+/* GPipe over the g ranks of a host (M = 4g micro-batches of a replica's
+ * batch of g workers' samples, so a rank sees a worker's samples a step),
+ * its layers cut where the running time crosses each g-th of the total;
+ * a micro-batch's pass takes its stage's time x g / M (time linear in
+ * samples); the boundary's activations and gradients on the intra link; then
+ * the replicas (one a host) ring-allreduce the gradients across hosts, every
+ * stage at once on the host's NIC, after backward; each rank updates its
+ * stage. (M + g - 1) slots of the slowest stage or boundary: GPipe's bubble. */
+static double gpipe_sec(const plan_t *p, int P, int per_host, double batch, perf_link_t intra,
+                        perf_link_t inter) {
+  int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, dp = P / g;
+  if (g < 2 || L < g) return INFINITY; /* no pipeline to make */
+  double total = p->fwd + p->bwd, run = 0, stage = 0, worst = 0, slot_bytes = 0;
+  int cut = 1;
+  for (int i = 0; i < L; i++) {
+    double t = p->lf[i] + p->lb[i];
+    if (i > 0 && cut < g && run + t / 2 > total * cut / g) { /* a boundary before layer i */
+      worst = stage > worst ? stage : worst, stage = 0, cut++;
+      double b = 4.0 * (double)shape_size(p->m->layers[i].in_shape) * batch * g / M;
+      slot_bytes = b > slot_bytes ? b : slot_bytes;
+    }
+    run += t, stage += t;
+  }
+  worst = stage > worst ? stage : worst;
+  double slot = worst * g / M, move = 2 * hop(intra, slot_bytes, 1);
+  double pipe = (M + g - 1) * (slot > move ? slot : move);
+  double grads = 4.0 * (double)p->m->nparams; /* every stage's, through the host's one NIC */
+  double ring = dp > 1 ? 2.0 * (dp - 1) * hop(inter, grads / dp, 1) : 0;
+  return pipe + ring + p->update / g;
+}
+
+static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, double batch,
+                       perf_link_t intra, perf_link_t inter) {
   double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
   if (P == 1) return compute_end + p->update;
+  if (s == PROJ_GPIPE) return gpipe_sec(p, P, per_host, batch, intra, inter);
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;
     for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
@@ -226,12 +263,12 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     rc = perf_compute_measure(m, o->optim, &o->batch, 1, &pc);
   }
   /* per group: forward and backward per layer; then each group's step; then
-   * the slowest rank's backward per layer, scaled */
-  double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups + L) + 1, sizeof *buf);
+   * the slowest rank's backward and forward per layer, scaled */
+  double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups + 2 * L) + 1, sizeof *buf);
   dev_times_t *w = calloc((size_t)c->ngroups, sizeof *w);
   if (rc == 0 && (!buf || !w)) rc = dt_error("out of memory");
   double *group_step = buf ? buf + 2 * L * c->ngroups : NULL;
-  double *bw = buf ? group_step + c->ngroups : NULL;
+  double *bw = buf ? group_step + c->ngroups : NULL, *fw = bw ? bw + L : NULL;
   for (int g = 0; rc == 0 && g < c->ngroups; g++) {
     w[g].fwd = buf + 2 * L * g, w[g].bwd = buf + 2 * L * g + L;
     worker_times(&c->group[g], m, &pc, o->batch, nstate, &w[g]);
@@ -260,13 +297,14 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     double fwd = 0, bwd = 0;
     for (int i = 0; i < L; i++) fwd += w[gi].fwd[i] * mult, bwd += w[gi].bwd[i] * mult;
     for (int i = 0; i < L; i++) bw[i] = w[gi].bwd[i] * mult;
-    plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult};
+    for (int i = 0; i < L; i++) fw[i] = w[gi].fwd[i] * mult;
+    plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
-      double t = step_sec(&p, s, P, c->group[0].ranks_per_host, c->intra, inter);
+      double t = step_sec(&p, s, P, c->group[0].ranks_per_host, o->batch, c->intra, inter);
       row->step_sec[s] = t;
-      row->samples_per_sec[s] = (double)o->batch * P / t;
-      row->efficiency[s] = out->one_worker_sec / t;
+      row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * P / t : NAN;
+      row->efficiency[s] = isfinite(t) ? out->one_worker_sec / t : NAN;
     }
     free(p.ready), free(p.bytes);
   }
@@ -287,6 +325,11 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
+      if (!isfinite(r->step_sec[s])) { /* gpipe: a host has more ranks than the model layers */
+        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  fewer layers than a host's ranks\n",
+                r->workers, perf_proj_name(s), "-", "-", "-", "-");
+        continue;
+      }
       fprintf(out, "%-8d %-30s %12.3f %14.1f %10.1f%% %10.1f%s\n", r->workers, perf_proj_name(s),
               1e3 * r->step_sec[s], r->samples_per_sec[s], 100 * r->efficiency[s],
               r->memory_bytes / (1024.0 * 1024.0), r->fits ? "" : "  does not fit");

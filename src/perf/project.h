@@ -40,9 +40,10 @@ const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r)
 
 /* ---- project.c -------------------------------------------------------- */
 
-/* The strategies projected: data parallelism with each exchange. */
+/* The strategies projected: data parallelism with each exchange, and
+ * GPipe across a host's ranks with data parallelism across hosts. */
 typedef enum {
-  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_COUNT
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_GPIPE, PROJ_COUNT
 } proj_strategy_t;
 const char *perf_proj_name(proj_strategy_t s);
 

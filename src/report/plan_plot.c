@@ -30,6 +30,7 @@ static void table(const perf_projection_t *p, strbuf_t *sb) {
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
+      if (!isfinite(r->step_sec[s])) continue; /* not made: fewer layers than a host's ranks */
       sb_printf(sb, "<tr><td>%d</td><td class=\"name\">", r->workers);
       sb_html(sb, perf_proj_name(s));
       sb_printf(sb, "</td><td>%.3f</td><td data-key=\"samples_per_sec\" data-value=\"", 1e3 * r->step_sec[s]);
