@@ -2,11 +2,11 @@
 # The projection's own time (issue 33: under 10 s for the built-in models):
 # `dtrain plan --cluster docs/clusters/this-machine-4x8.json --project
 # 8:1024` for mlp, lenet, deep and gpt, each layer measured on this CPU
-# (the file's device is this machine at speed 1), 8 worker counts x 6
+# (the file's device is this machine at speed 1), 8 worker counts x 7
 # strategies, with the page written. The yardstick, measured in the same
 # run: one `dtrain plan --predict` of the same model at 8 workers on local
 # (the simulator's single prediction, the same layers measured), so the
-# ratio says what projecting 48 configurations to 1024 workers costs over
+# ratio says what projecting 56 configurations to 1024 workers costs over
 # predicting one at 8. Prints wall seconds and the ratio; exits 0 whatever
 # the time (a slow or shared machine is not a failure), saying which
 # models took 10 s or more.
