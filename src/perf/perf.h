@@ -17,6 +17,8 @@
 #include "dtrain/train.h"
 #include "strategy/step.h"
 
+struct perf_cluster_file; /* project.h: a cluster file (plan --cluster) */
+
 /* ---- compute.c: what a layer and an update cost on this machine -------- */
 
 #define PERF_MAX_SIZES 32 /* distinct sample counts measured (micro-batch sizes) */
@@ -135,6 +137,14 @@ typedef struct {
  * transport's own costs from the profile. */
 int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
                              perf_cluster_t *out);
+/* The same from a cluster file (cluster_file.c): its first nranks ranks'
+ * hosts, links (--net's latency or bandwidth in place of the file's link
+ * between hosts) and speeds (a slow-down of 1 / speed, with --straggler's),
+ * a core each, the transport's mpi costs. Refused: more ranks than the
+ * file has, a projected device or a speed above 1 (the layers are
+ * measured here and the simulator slows a rank, it cannot speed one up). */
+int perf_cluster_from_file(const struct perf_cluster_file *f, const train_config_t *cfg,
+                           int nranks, const perf_profile_t *prof, perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
 /* The other processes' threads running on this machine's cores: the
  * kernel's one-minute load average less this process (a moment's spin
@@ -182,6 +192,8 @@ typedef struct {
  * shapes (read once: loading it is most of a prediction's time). */
 typedef struct {
   perf_compute_t compute;
+  const struct perf_cluster_file *cluster; /* the ranks' hosts, links and speeds from a
+                                            * cluster file (NULL: this machine's, from --net) */
   int have_data;
   char data[256];
   int seq_len;               /* text data: its windows' length (the shapes depend on it) */
