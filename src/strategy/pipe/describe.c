@@ -77,6 +77,7 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
     }
     return prev;
   case PIPE_STEP:
+    if (d->c->clip_grad_norm > 0) prev = step_add_clip_sums(d->out, me, d->t, d->T, s, d->P, prev);
     return step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
                                           .peer = -1, .after = prev});
   default: return prev; /* LOAD: the samples are this rank's own */

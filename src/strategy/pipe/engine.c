@@ -138,6 +138,8 @@ static int setup(pipe_engine_t *e, worker_t *w, int slots) {
   e->r = e->grid.coord[GRID_DP];
   e->pipe = e->grid.axis[GRID_PP];
   if (e->ndp > 1) DT_TRY(coll_ctx_new(e->grid.axis[GRID_DP], &e->dp));
+  /* --clip-grad-norm: the global norm sums the stages' squared norms */
+  if (cfg->clip_grad_norm > 0 && e->P > 1) DT_TRY(coll_ctx_new(e->pipe, &w->clip_stages));
   worker_plan_steps(w, e->ndp); /* a step: batch samples per replica */
   int last[GRID_AXES] = {0};      /* the progress line comes from where the loss is */
   last[GRID_PP] = e->P - 1;
@@ -166,6 +168,7 @@ static void teardown(pipe_engine_t *e) {
   free(e->mb_len);
   free(e->extra);
   free(e->segs);
+  if (e->w && e->w->clip_stages) coll_ctx_free(e->w->clip_stages), e->w->clip_stages = NULL;
   if (e->w && e->w->ckpt_cx == e->cx) e->w->ckpt_cx = NULL;
   compressor_free(e->cx);
   free(e->mats);
