@@ -4,7 +4,9 @@
 # two linear layers by columns then rows, embeddings, norms and the head
 # replicated. tp 2 and tp 4, dp 2 x pp 2 x tp 2, and the pipelines on a
 # GPT (interleaved too) equal one worker within 1e-5 after 20 AdamW steps,
-# local and mpi (mpi the same bits as local); bytes per step are the four
+# local and mpi (mpi the same bits as local); the head tied to the
+# embedding across pipeline stages; --clip-grad-norm by the global norm
+# over tp shards and stages; bytes per step are the four
 # sums a block (two forward, two backward) exactly, as described; the
 # checkpoint of a tp 2 run holds one worker's tensors and resumes on tp 1
 # and on dp 2; --tp that does not divide the heads is one line, exit 2.
@@ -65,6 +67,39 @@ equal gpt_pp2_interleaved_equals_one_worker 1e-5 "$TMP/one_untied.st" -- \
   "$DTRAIN" train $UNTIED --workers 2 --pp 2 --micro-batches 4 --pipe-schedule interleaved:2
 equal gpt_pp4_1f1b_equals_one_worker 1e-5 "$TMP/one_untied.st" -- \
   "$DTRAIN" train $UNTIED --workers 4 --pp 4 --micro-batches 4 --pipe-schedule 1f1b
+# ---- the head tied to the embedding across stages: the head's stage sends
+# the table's gradient to the embedding's and gets the stepped table back
+equal gpt_tied_micro_batches_equal_one_worker 1e-5 "$TMP/one.st" -- \
+  "$DTRAIN" train $TIED --micro-batches 2
+equal gpt_tied_pp2_1f1b_equals_one_worker 1e-5 "$TMP/one.st" -- \
+  "$DTRAIN" train $TIED --workers 2 --pp 2 --micro-batches 4 --pipe-schedule 1f1b
+equal gpt_tied_pp4_gpipe_equals_one_worker 1e-5 "$TMP/one.st" -- \
+  "$DTRAIN" train $TIED --workers 4 --pp 4 --micro-batches 4
+equal gpt_tied_pp2_interleaved_equals_one_worker 1e-5 "$TMP/one.st" -- \
+  "$DTRAIN" train $TIED --workers 2 --pp 2 --micro-batches 4 --pipe-schedule interleaved:2
+equal gpt_tied_dp2_pp2_tp2_equals_one_worker 1e-5 "$TMP/one.st" -- \
+  "$DTRAIN" train $TIED --batch 8 --workers 8 --tp 2 --pp 2 --micro-batches 2
+expect_error gpt_tied_pipedream_refused 2 "only gpipe, 1f1b and interleaved:V share the table between stages" -- \
+  "$DTRAIN" train $TIED --workers 2 --pp 2 --micro-batches 1 --pipe-schedule pipedream
+
+# ---- --clip-grad-norm by the global norm: the squared norms summed over the
+# tp shards (replicated tensors once) and the stages; a bound that clips
+# every step moves one worker far (the check can fail), the grids follow it
+"$DTRAIN" train $TIED --clip-grad-norm 0.3 --checkpoint "$TMP/clip1.st" >/dev/null
+check gpt_clip_bound_bites sh -c "! $PY tests/ckpt_diff.py '$TMP/one.st' '$TMP/clip1.st' 1e-3 >/dev/null"
+equal gpt_clip_tp2_equals_one_worker 1e-5 "$TMP/clip1.st" -- "$DTRAIN" train $TIED --clip-grad-norm 0.3 --workers 2 --tp 2
+equal gpt_clip_dp2_pp2_tp2_equals_one_worker 1e-5 "$TMP/clip1.st" -- \
+  "$DTRAIN" train $TIED --clip-grad-norm 0.3 --batch 8 --workers 8 --tp 2 --pp 2 --micro-batches 2
+"$DTRAIN" describe $TIED --clip-grad-norm 0.3 --batch 8 --workers 8 --tp 2 --pp 2 --micro-batches 2 --partition macs >"$TMP/desc_grid.json"
+"$DTRAIN" train $TIED --clip-grad-norm 0.3 --batch 8 --workers 8 --tp 2 --pp 2 --micro-batches 2 --partition macs \
+  --max-steps 3 --metrics "$TMP/grid.jsonl" >/dev/null
+check gpt_grid_tied_clip_bytes_described_counted $PY -c "
+import json
+d = [r['sent'] for r in json.load(open('$TMP/desc_grid.json'))['bytes_per_step']]
+e = {l['rank']: l['bytes_sent'] / 3 for l in map(json.loads, open('$TMP/grid.jsonl')) if l['event'] == 'rank'}
+print('  bytes a step by rank: described', d, 'counted', [e[r] for r in range(8)])
+assert all(d[r] == e[r] for r in range(8)), (d, e)"
+
 if have_mpi; then
   $MPIRUN -np 2 "$DTRAIN" train $TIED --comm mpi --tp 2 --checkpoint "$TMP/tp2_mpi.st" >/dev/null
   check gpt_tp2_mpi_same_bits_as_local cmp -s "$TMP/gpt_tp2_equals_one_worker.st" "$TMP/tp2_mpi.st"
