@@ -43,7 +43,7 @@ def run(model, text, a, opts):
         if out.returncode:
             sys.exit(f"dtrain {' '.join(opts)} failed: {out.stderr.strip()}")
         ep = [e for e in map(json.loads, open(m)) if e["event"] == "epoch"][-1]
-        return ep["tokens_per_sec"], ep["bytes_sent_per_step"]
+        return ep["tokens_per_sec"], ep["bytes_sent_per_step"], ep["compute_sec"] / ep["step"]
 
 
 def main():
@@ -59,6 +59,7 @@ def main():
             ("1 worker, 2 BLAS threads", ["--workers", "1", "--threads", "2"]),
             ("tp 2 (1 thread a rank)", ["--workers", "2", "--tp", "2", "--threads", "1"])]
     tps = {n: [] for n, _ in rows}
+    comp = {n: [] for n, _ in rows}
     sent = {}
     with tempfile.TemporaryDirectory() as d:
         model = os.path.join(d, "wide.model")
@@ -68,8 +69,9 @@ def main():
             open(text, "wb").write(f.read(TEXT_BYTES))
         for r in range(a.rounds):
             for name, opts in (rows if r % 2 == 0 else rows[::-1]):
-                t, b = run(model, text, a, opts)
+                t, b, c = run(model, text, a, opts)
                 tps[name].append(t)
+                comp[name].append(c)
                 sent[name] = b
             print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
     with open("/proc/loadavg") as f:
@@ -77,11 +79,12 @@ def main():
     one, one_med = max(tps[rows[0][0]]), statistics.median(tps[rows[0][0]])
     print(f"gpt width {a.width}, {a.blocks} blocks, heads of 64, T {a.seq}, batch {a.batch}, "
           f"{a.steps} steps, {a.rounds} rounds (load avg {load} at the end)")
-    print(f"{'':28s} {'tokens/s best':>14s} {'median':>8s} {'x yardstick':>12s} {'bytes/step':>11s}")
+    print(f"{'':28s} {'tokens/s best':>14s} {'median':>8s} {'x yardstick':>12s} {'bytes/step':>11s} "
+          f"{'compute s/step (best)':>22s}")
     for name, _ in rows:
         best, med = max(tps[name]), statistics.median(tps[name])
         print(f"{name:28s} {best:14.0f} {med:8.0f} {best / one:6.2f} ({med / one_med:4.2f}) "
-              f"{sent[name]:11.0f}")
+              f"{sent[name]:11.0f} {min(comp[name]):22.3f}")
     print(f"ratio tp 2 / one worker on one core: {max(tps[rows[2][0]]) / one:.2f} "
           f"(medians {statistics.median(tps[rows[2][0]]) / one_med:.2f})")
 

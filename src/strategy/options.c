@@ -378,7 +378,9 @@ static const option_t OPTIONS[] = {
      .section = "tensor parallelism (workers = dp x pp x tp; Megatron's split dense layers)",
      .help = "T\tsplit each pair of dense layers (the first by output\n"
              "features, the second by input features) over T adjacent\n"
-             "ranks; other layers replicated [1]; with --exchange ps:K\n"
+             "ranks, and on a transformer attention by heads (T must\n"
+             "divide them) and the MLP's two linear layers likewise;\n"
+             "other layers replicated [1]; with --exchange ps:K\n"
              "each group of T ranks is one worker, its convolutions\n"
              "whole (Project Adam; K a multiple of T)"},
     {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
