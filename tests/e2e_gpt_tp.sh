@@ -123,13 +123,17 @@ e = [json.loads(l) for l in open('$TMP/bytes.jsonl') if '\"event\":\"epoch\"' in
 print('  bytes a step: described', d, 'counted', e['bytes_sent_per_step'], 'Megatron', want)
 assert d == e['bytes_sent_per_step'] == want, (d, e['bytes_sent_per_step'], want)"
 
-# ---- resume on another grid: half the steps at tp 2, the rest at tp 1 or dp 2
+# ---- resume on another grid: half the steps at tp 2, the rest at tp 1 or dp 2;
+# half on one worker, the rest at pp 2 x tp 2 (the tied table on both stages)
 R="--data text:$TMP/small.txt --seq-len 32 --optimizer adamw --lr 1e-3 --seed 3 --quiet --model $TMP/tied.model"
 head -c 12000 "$TEXT" >"$TMP/small.txt"
 "$DTRAIN" train $R --batch 16 --epochs 2 --checkpoint "$TMP/two.st" >/dev/null
 "$DTRAIN" train $R --batch 16 --epochs 1 --workers 2 --tp 2 --checkpoint "$TMP/half.st" >/dev/null
 equal gpt_resume_tp2_onto_one_worker 1e-5 "$TMP/two.st" -- "$DTRAIN" train $R --batch 16 --epochs 2 --resume "$TMP/half.st"
 equal gpt_resume_tp2_onto_dp2 1e-5 "$TMP/two.st" -- "$DTRAIN" train $R --batch 8 --epochs 2 --workers 2 --resume "$TMP/half.st"
+"$DTRAIN" train $R --batch 16 --epochs 1 --checkpoint "$TMP/half1.st" >/dev/null
+equal gpt_resume_one_worker_onto_pp2_tp2 1e-5 "$TMP/two.st" -- \
+  "$DTRAIN" train $R --batch 16 --epochs 2 --workers 4 --tp 2 --pp 2 --micro-batches 2 --resume "$TMP/half1.st"
 
 # ---- bad values --------------------------------------------------------------
 expect_error gpt_tp_not_dividing_heads 2 "option --tp 3: the attention layer on line 5 of builtin:gpt has 4 heads, which 3 ranks cannot share" -- \
