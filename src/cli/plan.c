@@ -38,17 +38,29 @@ static const char *PLAN_HELP =
     "\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
     "                   own estimates); one taken on another CPU or with other kernels\n"
-    "                   is refused (exit 2) unless --force\n";
+    "                   is refused (exit 2) unless --force\n"
+    "  --compute-model layers|gemm  how a layer's pass is costed: layers (the default)\n"
+    "                   times each layer here at the sizes the step runs; gemm takes dense,\n"
+    "                   linear and conv2d layers from the profile's GEMM model (Yan et al.:\n"
+    "                   ln t linear in ln m, ln n, ln k, fitted by --calibrate; needs\n"
+    "                   --profile), the other layers still timed\n";
 
 typedef struct {
   int predict, calibrate, quick, force, mpi;
   const char *profile, *out, *json;
   size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
+  int gemm_model;            /* --compute-model gemm */
 } plan_opts_t;
 
 static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
 static int set_out(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->out = v, 0; }
 static int set_json(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->json = v, 0; }
+static int set_compute_model(void *o, const char *v, void *ctx) {
+  if (strcmp(v, "layers") && strcmp(v, "gemm"))
+    return dt_error("option --compute-model: '%s' (expected layers or gemm)", v);
+  ((plan_opts_t *)o)->gemm_model = !strcmp(v, "gemm");
+  return 0;
+}
 static int set_memory(void *o, const char *v, void *ctx) {
   return parse_megabytes("memory-per-rank", v, &((plan_opts_t *)o)->memory);
 }
@@ -65,6 +77,7 @@ static const opt_t OWN[] = {
     {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
     {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
     {"memory-per-rank", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_memory},
+    {"compute-model", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_compute_model},
 };
 #undef O
 static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
@@ -105,7 +118,7 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "--calibrate)\n", o->json ? "json" : "memory-per-rank");
     return -1;
   }
-  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile)) {
+  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->gemm_model)) {
     fprintf(stderr, "dtrain plan: --calibrate takes --out FILE, --quick and (under mpirun) "
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
     return -1;
@@ -193,6 +206,12 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
+  if (o.gemm_model && !prof.gemm_fit.fitted) {
+    fprintf(stderr, "dtrain plan: --compute-model gemm needs a profile with a GEMM model "
+                    "(--profile FILE, from dtrain plan --calibrate --out FILE)\n");
+    return 2;
+  }
+  prof.use_gemm_fit = o.gemm_model;
   if (!o.predict) return search(argc, argv, &o, &prof);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;

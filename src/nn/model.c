@@ -582,7 +582,7 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
   return m->layers[m->nlayers - 1].out;
 }
 
-double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct) {
+double model_loss(model_t *m, const int32_t *labels, int n, int denom, double *correct) {
   layer_t *last = &m->layers[m->nlayers - 1];
   return softmax_xent_seq(last->out, labels, n, m->positions, m->nclasses, denom, m->probs,
                           last->dout, correct);

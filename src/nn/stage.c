@@ -230,7 +230,7 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
 }
 
 int stage_loss(stage_t *s, int mb, const int32_t *labels, int denom, double *loss_sum,
-               int *correct) {
+               double *correct) {
   stage_mb_t *b = micro(s, mb, "stage_loss");
   if (!b) return -1;
   if (!s->ends_model)

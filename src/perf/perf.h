@@ -50,6 +50,31 @@ void perf_compute_free(perf_compute_t *p);
  * rank's block) takes its share of the time (simulate.c). */
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
 
+/* ---- gemm_fit.c: Yan et al.'s GEMM model, ln t = c0 + c1 ln m + c2 ln n +
+ * c3 ln k, fitted to kern_gemm timed here -------------------------------- */
+
+typedef struct {
+  double c[4];
+  int points;                /* shapes timed */
+  double max_error;          /* the fit's largest relative error over them */
+  int fitted;
+} perf_gemm_fit_t;
+
+/* Least squares over npoints timed GEMMs (m x k by k x n, sec each). */
+int perf_gemm_fit(const double *m, const double *n, const double *k, const double *sec, int npoints,
+                  perf_gemm_fit_t *out);
+/* kern_gemm timed over m, n, k in {8, 32, 128, 512, 2048} (to 512 with
+ * quick), fitted. */
+int perf_gemm_fit_measure(int quick, perf_gemm_fit_t *out);
+double perf_gemm_sec(const perf_gemm_fit_t *f, double m, double n, double k);
+/* Layer i's pass on `samples` from its GEMMs (dense, linear, conv2d:
+ * forward one, backward two, the first layer's input gradient skipped);
+ * -1 for a layer that is not a GEMM or without a fit. */
+double perf_gemm_layer_sec(const perf_gemm_fit_t *f, const model_t *m, int i, int samples,
+                           int backward);
+/* p's GEMM layers' times replaced by the fit's (--compute-model gemm). */
+void perf_gemm_apply(const perf_gemm_fit_t *f, const model_t *m, perf_compute_t *p);
+
 /* ---- profile.c: the transport's own costs, calibrated or assumed ------- */
 
 typedef struct {
@@ -62,6 +87,8 @@ typedef struct {
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
   int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
   char cpu[128], gemm[128];  /* what the profile was taken with */
+  perf_gemm_fit_t gemm_fit;  /* the GEMM model (optional in a profile) */
+  int use_gemm_fit;          /* plan --compute-model gemm: GEMM layers costed by the fit */
 } perf_profile_t;
 
 /* The transports' own estimates (local.c's link_estimate) where no

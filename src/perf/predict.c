@@ -164,6 +164,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   perf_sim_t sim;
   kern_set_threads(cfg->threads);
   rc = layer_times(m, &cfg->optim, sizes, step_sizes(&d, sizes), cache ? &cache->compute : NULL, &pc);
+  if (rc == 0 && prof->use_gemm_fit) perf_gemm_apply(&prof->gemm_fit, m, &pc); /* idempotent: the cache may share pc's times */
   if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
     rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
   if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);

@@ -169,6 +169,7 @@ static int set_tau_up(void *c, const char *val, void *st);
 static int set_tau_down(void *c, const char *val, void *st);
 static int set_trace_steps(void *c, const char *val, void *st);
 static const int LAZY_EAGER[] = {1, 0};
+static const int FACTORS_GRADIENTS[] = {1, 0};
 
 static const option_t OPTIONS[] = {
     {PATH("model", model), NULL, NULL, AX_STRATEGY,
@@ -343,7 +344,7 @@ static const option_t OPTIONS[] = {
              "default: not delayed; a link per rank).\n"
              "link=shared|own\twith hosts: a host's ranks share one link to\n"
              "the other hosts each way, as a machine's NIC, or each rank has\n"
-             "its own (own: every rank a machine's bandwidth) [own].\n"
+             "its own (own: every rank a machine's bandwidth) [shared].\n"
              "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
              "           bandwidth=1Gbit,latency=50us"},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
@@ -440,6 +441,14 @@ static const option_t OPTIONS[] = {
              "acknowledged once the shard's primary and its backup (the\n"
              "next server) hold it; when a server dies its backup takes\n"
              "over (1 or 2, at most K; sync, ssp:S, async) [1]"},
+    {WORDS("ps-push", ps.push_factors, "factors|gradients", FACTORS_GRADIENTS), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "gradients|factors\tfactors: each dense layer's push is its sufficient\n"
+             "factors, the batch's error terms and inputs (n (in + out)\n"
+             "floats), and its server computes dW = dY^T X, db = sum dY\n"
+             "(Project Adam); other layers push gradients [gradients]"},
+    {INT("ps-server-threads", ps.server_threads, 1, 64), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "T\tthreads applying each update of a server's shard, each\n"
+             "its own slice, without locks (Project Adam) [1]"},
     {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "index=K,at-push=P\tserver K (1..K-1) stops abruptly at its P-th push\n"
              "(fault injection: a thread's end on local, SIGKILL on mpi)"},

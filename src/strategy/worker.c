@@ -260,7 +260,7 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   else model_forward(m, w->x, (int)count, 1, &rng);
   DT_TRY(tensor_failed(w->tp, "forward"));
   DT_TRY(sync_bn_failed(w->bn_sync, "forward"));
-  int correct = 0;
+  double correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
     return worker_step_diverged(w, loss);
@@ -370,7 +370,7 @@ void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, flo
   if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "optimizer step", nsegs, t0, t1);
 }
 
-void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, double *correct) {
   model_t *m = w->model;
   size_t bs = (size_t)w->cfg->batch;
   const layer_t *last = &m->layers[m->nlayers - 1];
@@ -381,7 +381,7 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
     for (size_t j = 0; j < cnt; j++) w->eval_idx[j] = (uint32_t)(i + j);
     data_gather(w->test, w->eval_idx, cnt, w->x, w->y);
     model_forward(m, w->x, (int)cnt, 0, NULL);
-    int c = 0;
+    double c = 0;
     *loss_sum += softmax_xent_seq(last->out, w->y, (int)cnt, m->positions, m->nclasses, (int)cnt,
                                   m->probs, NULL, &c);
     *correct += c;
@@ -412,7 +412,7 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   size_t off, len;
   data_shard(w->test->n, me, P, &off, &len);
   double test_loss;
-  int64_t test_correct;
+  double test_correct;
   worker_evaluate(w, off, off + len, &test_loss, &test_correct);
   DT_TRY(tensor_failed(w->tp, "evaluation"));
   float sums[5 + 8 + 1] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,

@@ -314,7 +314,7 @@ static int exec_forward(pipe_engine_t *e, int v, int mb) {
     if (g > 0) /* the first chunk (P = 1) has the labels from its LOAD */
       data_gather(w->train, w->order + e->begin + e->mb_off[micro_of(e, mb)], (size_t)n, NULL, labels);
     double loss;
-    int correct;
+    double correct;
     DT_TRY(stage_loss(st, slot, labels, e->global, &loss, &correct));
     if (!isfinite(loss))
       return worker_step_diverged(w, loss);

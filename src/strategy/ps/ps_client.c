@@ -65,6 +65,10 @@ struct ps_client {
   comm_req_t *notice_req;
   double timeout;
   int64_t acked, resent;
+  /* ps_push_factors, while it starts its parts: per shard, the payload of
+   * sufficient factors (ps_factors.c) and its bytes */
+  const void *const *fac_data;
+  const size_t *fac_bytes;
 };
 
 int ps_client_new(comm_t *world, int worker, const ps_shard_map_t *map, ps_client_t **out) {
@@ -279,7 +283,12 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     p->req.nvalues = op == PS_OP_PUSH ? hi - lo : 0;
     p->req.version = c->version[k];
     data[h->nparts] = push_vals ? push_vals + (lo - begin) : NULL;
-    if (push_vals && c->codec.kind != CODEC_NONE) {
+    if (push_vals && c->fac_data) { /* --ps-push factors: the shard's payload instead */
+      data[h->nparts] = c->fac_data[k];
+      p->nbytes = c->fac_bytes[k];
+      p->req.encoded = p->nbytes;
+      p->req.flags |= PS_PUSH_FACTORS;
+    } else if (push_vals && c->codec.kind != CODEC_NONE) {
       data[h->nparts] = encode_part(c, p, push_vals + (lo - begin), lo, hi - lo, ts);
       if (!data[h->nparts]) rc = -1;
     }
@@ -306,6 +315,14 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
 
 int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl) {
   return start_ranged(c, PS_OP_PUSH, begin, count, 0, vals, NULL, tmpl);
+}
+
+int ps_push_factors(ps_client_t *c, const void *const *payload, const size_t *bytes,
+                    const float *grads, const ps_req_t *tmpl) {
+  c->fac_data = payload, c->fac_bytes = bytes;
+  int ts = start_ranged(c, PS_OP_PUSH, 0, c->map->nparams, 0, grads, NULL, tmpl);
+  c->fac_data = NULL, c->fac_bytes = NULL;
+  return ts;
 }
 
 int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,

@@ -140,7 +140,21 @@ static int check_replicas(const train_config_t *c, int workers_known) {
   return 0;
 }
 
+/* --ps-push factors: a push carries one batch's rows of a dense layer,
+ * whole, as plain floats to the server holding the layer. */
+static int check_factors(const train_config_t *c) {
+  if (!c->ps.push_factors || c->exchange != EXCHANGE_PS) return 0;
+  const char *other = c->ps.push_every > 1                        ? "--push-every (a push sums several batches' gradients; factors are one batch's rows)"
+                      : c->comm_order != COLL_ORDER_FIFO          ? "--comm-order priority|tictac (pushes in parts)"
+                      : c->compression.codec.kind != CODEC_NONE ? "--compress (a codec encodes gradients)"
+                      : c->ps.replicas > 1                       ? "--ps-replicas 2 (the backup replays gradients)"
+                                                                 : NULL;
+  if (other) return dt_error("option --ps-push factors: not with %s", other);
+  return 0;
+}
+
 int ps_check(const train_config_t *c) {
+  DT_TRY(check_factors(c));
   DT_TRY(check_comm_order(c));
   DT_TRY(check_replicas(c, c->comm == COMM_LOCAL));
   if (c->exchange == EXCHANGE_SHARED && c->comm != COMM_LOCAL)

@@ -272,11 +272,28 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead) {
 
 /* ---- pushes and the shard ------------------------------------------------------- */
 
+/* A push whose values were received and found malformed: rejected
+ * (nothing left to drain), and lost. */
+static int reject_received(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_reply_t rep = {.status = -1};
+  snprintf(rep.error, sizeof rep.error, "%s", dt_errmsg());
+  dt_log(DT_LOG_ERROR, "server %d (rank %d): rejected a push from rank %d: %s", s->index, s->rank,
+         rank_of(s, src), rep.error);
+  s->rejected++;
+  ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+  return 0;
+}
+
 /* Receives a push's values into dst. 1: stored; 0: lost (logged). */
 static int receive(ps_server_t *s, int src, const ps_req_t *req, float *dst) {
   if (!dst) return 0;
   int rc, from = s->repl.data_from >= 0 ? s->repl.data_from : rank_of(s, src);
-  if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
+  if (req->flags & PS_PUSH_FACTORS) { /* --ps-push factors: the gradient computed here */
+    rc = comm_recv(s->world, from, PS_TAG_DATA, s->encoded, req->encoded);
+    if (rc == 0 && ps_factor_expand(&s->fplan, s->r.begin, s->r.end, (size_t)s->cfg->batch,
+                                    s->encoded, req->encoded, dst) != 0)
+      return reject_received(s, src, req);
+  } else if (req->flags & PS_PUSH_GATHERED) { /* its parts came one by one (gather_part) */
     memcpy(dst, s->workers[src].part.buf, s->len * sizeof(float));
     rc = 0;
   } else if (req->encoded) { /* --compress: decoded here, checked first (compress.h) */
@@ -318,7 +335,8 @@ void ps_server_step(ps_server_t *s, const float *g, double lr) {
   wait_state_sends(s);
   double t0 = 0;
   if (dt_trace) trace_set_step(dt_trace, s->version), t0 = dt_now(); /* a server's step: its updates */
-  optim_step(s->opt, s->params, g, s->segs, s->nsegs, (float)lr);
+  if (s->apply) ps_apply_step(s->apply, s->opt, s->params, g, (float)lr);
+  else optim_step(s->opt, s->params, g, s->segs, s->nsegs, (float)lr);
   if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "server update", (long long)s->version, t0, dt_now());
   s->version++;
 }
@@ -412,7 +430,12 @@ static int check_range(ps_server_t *s, int src, const ps_req_t *req) {
   if (req->op == PS_OP_PUSH && req->nvalues != n)
     return ps_server_reject(s, src, req, "push of %llu values for %llu keys",
                             (unsigned long long)req->nvalues, (unsigned long long)n), -1;
-  if (req->op == PS_OP_PUSH && req->encoded &&
+  if (req->op == PS_OP_PUSH && (req->flags & PS_PUSH_FACTORS) &&
+      (!s->cfg->ps.push_factors || req->encoded > s->encoded_cap || (req->flags & PS_PUSH_PART)))
+    return ps_server_reject(s, src, req, "a push of sufficient factors of %llu bytes (%s)",
+                            (unsigned long long)req->encoded, !s->cfg->ps.push_factors
+                            ? "this server runs without --ps-push factors" : "more than a batch's"), -1;
+  if (req->op == PS_OP_PUSH && req->encoded && !(req->flags & PS_PUSH_FACTORS) &&
       (s->cfg->compression.codec.kind == CODEC_NONE || req->encoded > s->encoded_cap))
     return ps_server_reject(s, src, req, "an encoded push of %llu bytes (%s)",
                             (unsigned long long)req->encoded, s->cfg->compression.codec.kind == CODEC_NONE
@@ -722,7 +745,7 @@ static const ps_rule_ops_t *rule_of(const train_config_t *cfg) {
 
 /* The whole model; under --tp, the key table of this server's slice. */
 static int build_model(ps_server_t *s, const dataset_t *train) {
-  if (s->T > 1) return ps_keys_table(s->cfg, train, s->slice, s->T, &s->model);
+  if (s->T > 1) return ps_keys_table_factors(s->cfg, train, s->slice, s->T, &s->model, &s->fplan);
   model_spec_t spec;
   DT_TRY(model_spec_load(s->cfg->model, &spec));
   shape_t in = {train->c, train->h, train->w};
@@ -730,7 +753,12 @@ static int build_model(ps_server_t *s, const dataset_t *train) {
   model_spec_free(&spec);
   if (rc != 0) return -1;
   model_init_params(s->model, s->cfg->seed);
-  return 0;
+  if (!s->cfg->ps.push_factors) return 0;
+  ps_keys_t k; /* the whole arena: keys are offsets */
+  DT_TRY(ps_keys_plan(s->model, 0, 1, &k));
+  rc = ps_factor_plan(s->model, &k, &s->fplan);
+  ps_keys_free(&k);
+  return rc;
 }
 
 static void build_schedule(ps_server_t *s, const dataset_t *train) {
@@ -776,17 +804,18 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   int per_slice = s->K / s->T;
   s->slice = ps_server_slice(s->index, s->K, s->T);
   DT_TRY(build_model(s, train));
-  DT_TRY(ps_shard_plan(s->model, per_slice, cfg->optim.kind == OPTIM_LARS, &s->map));
+  DT_TRY(ps_shard_plan_factors(s->model, per_slice, cfg->optim.kind == OPTIM_LARS, &s->fplan, &s->map));
   s->map.nworkers = s->N;
   s->map.first_server = nworkers + s->slice * per_slice;
   s->r = s->map.shards[s->index % per_slice];
   s->len = s->r.end - s->r.begin;
   s->params = dt_alloc_floats(s->len);
   s->drain = dt_alloc_floats(s->len);
-  if (cfg->compression.codec.kind != CODEC_NONE) {
+  if (cfg->compression.codec.kind != CODEC_NONE)
     s->encoded_cap = codec_max_bytes(&cfg->compression.codec, s->len);
-    if (!(s->encoded = dt_alloc(s->encoded_cap))) return -1;
-  }
+  if (cfg->ps.push_factors) /* a batch's rows of the layers here */
+    s->encoded_cap = ps_factor_bytes(&s->fplan, s->r.begin, s->r.end, (size_t)cfg->batch);
+  if (s->encoded_cap && !(s->encoded = dt_alloc(s->encoded_cap))) return -1;
   s->cap_out = 4 * (s->N + s->K) + 16;
   s->out = calloc((size_t)s->cap_out, sizeof *s->out);
   if (!s->params || !s->drain || !s->out) return dt_error("out of memory");
@@ -794,6 +823,8 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   optim_config_t ocfg = ps_server_optim(cfg, s->N);
   DT_TRY(optim_new(&ocfg, s->len, &s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
+  DT_TRY(ps_apply_new(cfg->ps.server_threads, s->segs, s->nsegs, s->len, cfg->optim.kind == OPTIM_LARS,
+                      &s->apply));
   build_schedule(s, train);
   DT_TRY(ps_rule_async_init(s)); /* DC-ASGD-a's MeanSquare resumes with the shard */
   if (cfg->resume[0]) {
@@ -834,6 +865,8 @@ static void teardown(ps_server_t *s) {
   free(s->workers);
   free(s->deferred);
   free(s->out);
+  ps_apply_free(s->apply);
+  ps_factor_plan_free(&s->fplan);
   free(s->segs);
   optim_free(s->opt);
   dt_free(s->params);

@@ -128,6 +128,8 @@ struct ps_server {
   optimizer_t *opt;          /* state of [len] */
   optim_segment_t *segs;
   int nsegs;
+  ps_apply_t *apply;         /* --ps-server-threads T > 1: the step's threads (NULL: this one) */
+  ps_factor_plan_t fplan;    /* --ps-push factors: the dense layers that come as factors */
   int64_t version;           /* updates applied */
   int first_epoch;
   lr_schedule_t lr;
