@@ -1102,7 +1102,7 @@ static void test_factors_expand_to_the_gradient(void) {
   for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
   for (int i = 0; i < N; i++) y[i] = i % 10;
   model_forward(m, x, N, 1, &rng);
-  int correct;
+  double correct;
   model_loss(m, y, N, N, &correct);
   model_backward(m, x, N, NULL, NULL);
   ps_keys_t k;
@@ -1189,7 +1189,7 @@ static int worker_factors(comm_t *c, ps_rank_t *w) {
   rng_seed(&rng, 2);
   for (int i = 0; i < 64; i++) x[i] = (float)i / 64.0f;
   model_forward(m, x, 1, 1, &rng);
-  int correct;
+  double correct;
   model_loss(m, &y, 1, 1, &correct);
   model_backward(m, x, 1, NULL, NULL);
   ps_keys_t k;
