@@ -253,11 +253,13 @@ int layer_kind_parse(const char *name, layer_kind_t *out);
 
 /* A named tensor inside an arena (a parameter or a buffer). dims is the
  * one-worker shape (what a checkpoint holds); under tensor parallelism the
- * arena holds a block of it: seen as [dims[0], mid, full_cols], rows
- * [row0, row0 + rows) and, of each of their mid runs, columns [col0, col0 +
- * cols), stored as [rows, mid, cols] (a conv weight [out, kh, kw, in] split
- * by input channels is mid = kh·kw runs of in). Unsplit: the whole tensor,
- * len = rows x mid x cols. */
+ * arena holds a block of it: seen as [R, mid, full_cols] (R = the dims'
+ * product / (mid·full_cols), usually dims[0]), rows [row0, row0 + rows)
+ * and, of each of their mid runs, columns [col0, col0 + cols), stored as
+ * [rows, mid, cols] (a conv weight [out, kh, kw, in] split by input
+ * channels is mid = kh·kw runs of in; attention's qkv.weight [3c, c] split
+ * by heads is R = 3 rows of c·c, each rank's heads a run of columns in
+ * each of q, k and v). Unsplit: the whole tensor, len = rows x mid x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
   size_t off, len;          /* the range in the arena (this rank's block) */

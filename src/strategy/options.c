@@ -96,12 +96,15 @@ static int uses_eps(const train_config_t *c) {
   return is_adam(c) || c->optim.kind == OPTIM_RMSPROP;
 }
 static int is_text(const train_config_t *c) { return data_is_text(c->data); }
-/* Clipping by the global norm needs the whole summed gradient on every
- * rank before the step: synchronous allreduce with the update after the
- * sum (not deferred into the next forward, not sharded), one tp rank. */
+/* Clipping by the global norm needs the whole summed gradient before the
+ * step: synchronous allreduce with the update after the sum (not deferred
+ * into the next forward, not sharded), or a flush pipeline (GPipe, 1F1B,
+ * interleaved), each tensor-parallel group and each pipeline's stages
+ * summing their squared norms (worker.c). */
 static int clips_globally(const train_config_t *c) {
-  return is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
-         c->tensor.ranks <= 1 && !c->tensor.conv_data;
+  int flush = is_pipeline(c) && c->pipe.schedule <= PIPE_INTERLEAVED && !c->shard_optimizer;
+  return flush || (is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
+                   !c->tensor.conv_data);
 }
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
@@ -215,7 +218,8 @@ static const option_t OPTIONS[] = {
     {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY,
      .help = "X\tL2 weight decay; adamw: decoupled [0; adamw 0.01]"},
     {FLT("clip-grad-norm", clip_grad_norm, 1e-12, 1e30), clips_globally,
-     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer, no --tp, no pipeline)",
+     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer), with --tp and "
+     "with --pp under --pipe-schedule gpipe, 1f1b or interleaved:V",
      AX_STRATEGY,
      .help = "X\tscale the summed gradient to a global L2 norm of at most X\n"
              "before each step (as torch.nn.utils.clip_grad_norm_) [off]"},
@@ -375,7 +379,9 @@ static const option_t OPTIONS[] = {
      .section = "tensor parallelism (workers = dp x pp x tp; Megatron's split dense layers)",
      .help = "T\tsplit each pair of dense layers (the first by output\n"
              "features, the second by input features) over T adjacent\n"
-             "ranks; other layers replicated [1]; with --exchange ps:K\n"
+             "ranks, and on a transformer attention by heads (T must\n"
+             "divide them) and the MLP's two linear layers likewise;\n"
+             "other layers replicated [1]; with --exchange ps:K\n"
              "each group of T ranks is one worker, its convolutions\n"
              "whole (Project Adam; K a multiple of T)"},
     {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
