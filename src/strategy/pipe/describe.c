@@ -38,18 +38,25 @@ static int rank_of(const pipe_desc_t *d, int replica, int stage) {
   return rank_grid_rank(d->dp, d->P, d->T, coord);
 }
 
-/* The partition the engine would use, where it does not depend on
- * measured times. */
+/* The partition the engine would use. --partition balanced cuts by times
+ * the engine measures at run time: measured here the same way
+ * (pipe_profile_layers on a micro-batch), so a run on this machine cuts
+ * alike unless the timings differ by the margin between two cuts. */
 static int plan_chunks(pipe_desc_t *d) {
   int G = d->P * d->V;
   if (G > 1024) return dt_error("pipeline: %d chunks (at most 1024)", G);
   DT_TRY(pipe_check_model(d->c, d->m));
-  if (!d->c->pipe.partition[0])
-    return dt_error("--partition balanced: the stages are cut by times measured at run time; "
-                    "describe_step needs --partition macs or the first layers (e.g. 0,3)");
   free(d->first); /* each tp rank's model is cut on its own */
   if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
-  return pipe_partition(d->c, d->m, NULL, d->first);
+  if (d->c->pipe.partition[0]) return pipe_partition(d->c, d->m, NULL, d->first);
+  double *sec = calloc((size_t)d->m->nlayers + 1, sizeof *sec);
+  int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
+  /* timing writes the layers' gradients and scratch (restoring the
+   * buffers), which no description reads: the const is cast away */
+  int rc = sec ? pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, sec) : dt_error("out of memory");
+  if (rc == 0) rc = pipe_partition(d->c, d->m, sec, d->first);
+  free(sec);
+  return rc;
 }
 
 /* One instruction of stage s (replica r) on micro-batch samples n. */
