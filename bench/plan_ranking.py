@@ -3,10 +3,12 @@
 
 A decision set is the choice a user faces: one model, one worker count,
 one network, several strategies. For each set every candidate is predicted
-(`dtrain plan --predict OPTIONS`) and measured (`dtrain train OPTIONS
---max-steps S --metrics ...`, the step as plan_accuracy.py takes it:
-epoch_sec / steps, the median of --repeats runs alternated with the
-predictions). Each set prints its candidates, predicted and measured, and
+(`dtrain plan --predict OPTIONS`) and measured in its steady state: a run
+of 2S steps less a run of S steps (`dtrain train OPTIONS --max-steps N
+--metrics ...`, epoch_sec each), over S, so that the first step's
+start-up (threads, buffers, a tensor or pipeline grid's set-up) is left
+out as the prediction leaves it out; the median of --repeats such pairs,
+alternated with the predictions. Each set prints its candidates, predicted and measured, and
 whether the predicted fastest is the measured fastest or within 5% of it;
 the summary gives Kendall's tau over the pairs of candidates within each
 set, pooled over all sets (tau = (concordant - discordant) / pairs; a pair
@@ -24,7 +26,7 @@ The sets (the issue's three, and three more):
   mlp-4-grids     mlp, 4 workers, 1 Gbit/s: dp 4, dp 2 x pp 2, pp 2 x tp 2,
                   dp 2 x tp 2
 
---quick: 6 steps a run, one repeat (about 2 minutes; noisy on a loaded
+--quick: S = 6, one repeat (about 2 minutes; noisy on a loaded
 machine). A quiet run for the record:
   cp build/dtrain /tmp/dtrain-copy
   DTRAIN=/tmp/dtrain-copy python3 bench/plan_ranking.py --steps 16 --repeats 3 --json rank.json
@@ -95,7 +97,7 @@ def predict(o, profile):
     return json.loads(p.stdout.splitlines()[-1]), None
 
 
-def measure(o, d):
+def run_epoch(o, d):
     m = os.path.join(d, "m.jsonl")
     if os.path.exists(m):
         os.remove(m)
@@ -103,7 +105,22 @@ def measure(o, d):
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
     ep = [json.loads(l) for l in open(m) if '"event":"epoch"' in l]
-    return ep[0]["epoch_sec"] / ep[0]["step"], None
+    return ep[0]["epoch_sec"], ep[0]["step"]
+
+
+def measure(o, d, steps):
+    """The steady step: (epoch of 2S steps - epoch of S steps) / S."""
+    i = o.index("--max-steps") + 1
+    short, n1 = run_epoch(o, d)
+    if short is None:
+        return None, n1
+    o2 = o[:i] + [str(2 * steps)] + o[i + 1:]
+    long, n2 = run_epoch(o2, d)
+    if long is None:
+        return None, n2
+    if n2 <= n1:
+        return None, f"the longer run ran {n2} steps, the shorter {n1}"
+    return max(long - short, 1e-9) / (n2 - n1), None
 
 
 def pairs(rows, tie):
@@ -151,7 +168,7 @@ def main():
                     plan, err = predict(o, a.profile)
                     if plan is None:
                         break
-                    meas, err = measure(o, d)
+                    meas, err = measure(o, d, a.steps)
                     if meas is None:
                         break
                     preds.append(plan["step_sec"])

@@ -142,3 +142,20 @@ rows = [json.loads(l) for l in open('$TMP/search.jsonl')]
 ok = [r for r in rows if r['predicted']]
 sps = [r['plan']['samples_per_sec'] for r in ok]
 sys.exit(not (len(rows) == 13 and len(ok) >= 10 and sps == sorted(sps, reverse=True)))"
+
+# Asynchronous parameter servers: the step an expectation between Yan et
+# al.'s bounds, and the expected staleness N (F + P) / (2P) - 1 (4 workers
+# pulling every 2 batches: 5; measured 4.93 here); a synchronous plan has
+# neither.
+$PLAN --workers 4 --exchange ps:1 --schedule async --fetch-every 2 >"$TMP/async.plan" 2>"$TMP/err"
+check plan_async_expected_between_bounds $PY -c "
+import json; p = json.loads(open('$TMP/async.plan').read())
+assert p['expected'] and p['staleness_expected'] == 5, p
+assert p['step_best_sec'] <= p['step_sec'] * (1 + 1e-6) <= p['step_worst_sec'] * (1 + 2e-6), p
+assert p['step_best_sec'] == max(p['compute_sec'], p['comm_sec']), p"
+$PLAN --workers 2 --exchange ps:1 >"$TMP/sync.plan" 2>"$TMP/err"
+check plan_sync_no_expectation sh -c "grep -q '\"event\":\"plan\"' '$TMP/sync.plan' && ! grep -q staleness_expected '$TMP/sync.plan'"
+
+# --partition balanced is predicted (the layers timed as the engine times
+# them, cut by PipeDream's dynamic program)
+check plan_predicts_partition_balanced sh -c "$PLAN --workers 2 --pp 2 --micro-batches 2 --partition balanced | grep -q '\"strategy\":\"pipeline parallelism\"'"

@@ -148,6 +148,13 @@ typedef struct {
   double step_sec, samples_per_sec, epoch_sec;
   int64_t steps_per_epoch;
   double bytes_sent, bytes_received, memory_bytes, compute_sec, comm_sec, background;
+  /* asynchronous parameter servers (async, ssp:S): the step is an
+   * expectation; Yan et al.'s (2015) bounds beside it -- best, a worker's
+   * communication hidden behind its compute (max), worst, none of it
+   * (sum) -- and the expected staleness of a gradient (updates applied
+   * since the parameters it was computed on, workers at an equal pace) */
+  int asynchronous;
+  double step_best_sec, step_worst_sec, staleness_expected;
 } perf_plan_t;
 
 /* What predictions of one model on one data set share (the search's):

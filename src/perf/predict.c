@@ -98,18 +98,44 @@ static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step
   p->emulated = cfg->comm == COMM_LOCAL && comm_net_emulated(&cfg->net, d->nranks);
 }
 
+/* async and ssp:S on parameter servers: Yan et al.'s bounds, and the
+ * expected staleness. N workers pulling every F batches and pushing every
+ * P: a unit of time is a batch, the server takes N / P pushes a unit, and
+ * a push at t units after its pull finds N t / P - 1 others applied since;
+ * pushes fall at t = P, 2P, .. F, a mean of (F + P) / 2: N (F + P) / (2P)
+ * - 1, N - 1 when F = P = 1 (measured here: 0.99 at N = 2, 2.96 at N = 4,
+ * 4.93 at N = 4, F = 2). ssp:S with S >= 1 and no straggler runs as async
+ * does (rule_ssp.c): the same expectation (measured: 2.23, 1.98, 2.94 at
+ * N = 4 and S = 1, 2, 4; ssp:0 is sync, 0). */
+static void asynchronous_bounds(const train_config_t *cfg, perf_plan_t *p) {
+  int ps = cfg->exchange == EXCHANGE_PS;
+  if (!ps || !(cfg->schedule == SCHEDULE_ASYNC || (cfg->schedule == SCHEDULE_SSP && cfg->schedule_param >= 1)))
+    return;
+  double N = cfg->workers, F = cfg->ps.fetch_every > 0 ? cfg->ps.fetch_every : 1;
+  double P = cfg->ps.push_every > 0 ? cfg->ps.push_every : 1;
+  p->asynchronous = 1;
+  p->step_best_sec = p->compute_sec > p->comm_sec ? p->compute_sec : p->comm_sec;
+  p->step_worst_sec = p->compute_sec + p->comm_sec;
+  p->staleness_expected = N * (F + P) / (2 * P) - 1;
+  if (p->staleness_expected < 0) p->staleness_expected = 0;
+}
+
 int perf_plan_json(const perf_plan_t *p, FILE *out) {
   fprintf(out,
           "{\"event\":\"plan\",\"strategy\":\"%s\",\"ranks\":%d,\"step_sec\":%.6g,"
           "\"samples_per_sec\":%.6g,\"epoch_sec\":%.6g,\"steps_per_epoch\":%lld,"
           "\"bytes_sent_per_step\":%.17g,\"bytes_received_per_step\":%.17g,\"exact\":%s,"
           "\"memory_bytes\":%.17g,\"compute_sec\":%.6g,\"comm_sec\":%.6g,\"emulated\":%s,"
-          "\"profile\":\"%s\",\"background_load\":%.3g}",
+          "\"profile\":\"%s\",\"background_load\":%.3g",
           p->strategy, p->ranks, p->step_sec, p->samples_per_sec, p->epoch_sec,
           (long long)p->steps_per_epoch, p->bytes_sent, p->bytes_received,
           p->exact ? "true" : "false", p->memory_bytes, p->compute_sec, p->comm_sec,
           p->emulated ? "true" : "false", p->calibrated ? "calibrated" : "estimated",
           p->background);
+  if (p->asynchronous)
+    fprintf(out, ",\"expected\":true,\"step_best_sec\":%.6g,\"step_worst_sec\":%.6g,"
+                 "\"staleness_expected\":%.4g", p->step_best_sec, p->step_worst_sec, p->staleness_expected);
+  fputc('}', out);
   return ferror(out) ? dt_error("writing the plan: write error") : 0;
 }
 
@@ -173,6 +199,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
     fill_plan(cfg, s, &d, &sim, ntrain, out);
     out->memory_bytes = perf_memory_bytes(cfg, m, ntrain);
     out->background = cl.background;
+    asynchronous_bounds(cfg, out);
   }
   perf_cluster_free(&cl);
   if (!cache) perf_compute_free(&pc); /* else the cache holds it */
