@@ -120,7 +120,9 @@ def measure(o, d, steps):
         return None, n2
     if n2 <= n1:
         return None, f"the longer run ran {n2} steps, the shorter {n1}"
-    return max(long - short, 1e-9) / (n2 - n1), None
+    if long <= short:  # the load changed between the two: the longer run's mean step
+        return long / n2, None
+    return (long - short) / (n2 - n1), None
 
 
 def pairs(rows, tie):

@@ -12,7 +12,7 @@
 
 static const char *PLAN_HELP =
     "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
-    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--profile FILE] TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
@@ -25,11 +25,19 @@ static const char *PLAN_HELP =
     "--straggler slowing its rank. bytes_sent_per_step is rank 0's, as a run's metrics\n"
     "count it. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
-    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree;\n"
-    "shared memory; ps:1, ps:2; local SGD; D-PSGD; GPipe and 1F1B at 4 and 8 micro-batches;\n"
-    "tensor; pipeline x tensor) appended to the train options, predicted, and ranked by\n"
-    "samples/s; a candidate the options refuse, or the model does not cover, says why;\n"
-    "one over --memory-per-rank MB says by how much. --json FILE: a line a candidate.\n"
+    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree,\n"
+    "buckets of 25 MB, 1 MB and one a layer; shared memory; ps:1, ps:2 sync, ssp:2 and async;\n"
+    "local SGD at tau 4 and 8; D-PSGD; EASGD; GPipe, 1F1B and interleaved at 4 and 8\n"
+    "micro-batches, stages cut by PipeDream's dynamic program (--partition balanced);\n"
+    "tensor; the data x pipeline x tensor grids that divide --workers) appended to the\n"
+    "train options, predicted, and ranked by samples/s, with each step's exposed\n"
+    "communication and idle time (bubble or waiting); a candidate the options refuse, or\n"
+    "the model does not cover, says why; one over --memory-per-rank MB says by how much.\n"
+    "Asynchronous candidates are expected values, with Yan et al.'s best and worst step and\n"
+    "the expected staleness. Codecs follow in a table of their own, each with the test\n"
+    "accuracy it cost in dtrain's measurements. --explain: the best three candidates' step\n"
+    "split into compute, exposed communication and bubble or waiting. --json FILE: a line\n"
+    "a candidate.\n"
     "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
     "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
@@ -41,7 +49,7 @@ static const char *PLAN_HELP =
     "                   is refused (exit 2) unless --force\n";
 
 typedef struct {
-  int predict, calibrate, quick, force, mpi;
+  int predict, calibrate, quick, force, mpi, explain;
   const char *profile, *out, *json;
   size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
 } plan_opts_t;
@@ -61,6 +69,7 @@ static const opt_t OWN[] = {
     {"calibrate", OPT_FLAG, OPT_FIELD(O, calibrate), 1, 1, 0, NULL, NULL, NULL},
     {"quick", OPT_FLAG, OPT_FIELD(O, quick), 1, 1, 0, NULL, NULL, NULL},
     {"force", OPT_FLAG, OPT_FIELD(O, force), 1, 1, 0, NULL, NULL, NULL},
+    {"explain", OPT_FLAG, OPT_FIELD(O, explain), 1, 1, 0, NULL, NULL, NULL},
     {"profile", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_profile},
     {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
     {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
@@ -100,9 +109,9 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "train options to search over (dtrain plan --help)\n");
     return -1;
   }
-  if ((o->json || o->memory) && (o->predict || o->calibrate)) {
+  if ((o->json || o->memory || o->explain) && (o->predict || o->calibrate)) {
     fprintf(stderr, "dtrain plan: --%s is the search's option (without --predict or "
-                    "--calibrate)\n", o->json ? "json" : "memory-per-rank");
+                    "--calibrate)\n", o->json ? "json" : o->memory ? "memory-per-rank" : "explain");
     return -1;
   }
   if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile)) {
@@ -169,7 +178,7 @@ static int search(int argc, char **argv, const plan_opts_t *o, const perf_profil
     return 2;
   }
   kern_set_threads(1);
-  int rc = perf_search(argc, argv, prof, (double)mem, json, stdout);
+  int rc = perf_search_explain(argc, argv, prof, (double)mem, o->explain, json, stdout);
   if (json) fclose(json);
   if (rc != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());

@@ -121,6 +121,8 @@ typedef struct {
   double step_sec;           /* the last task's end */
   double compute_sec;        /* rank 0's compute (layers and updates, its slow-down included) */
   double comm_sec;           /* rank 0's communication tasks' durations */
+  double exposed_sec;        /* of them, those on rank 0's compute thread (its waits for a
+                              * partner included): what the step cannot hide */
 } perf_sim_t;
 
 /* Simulates one steady-state step of d. shared_update: the update reads
@@ -153,6 +155,11 @@ typedef struct {
    * communication hidden behind its compute (max), worst, none of it
    * (sum) -- and the expected staleness of a gradient (updates applied
    * since the parameters it was computed on, workers at an equal pace) */
+  /* the step split (search --explain): compute + exposed + bubble + waiting = step.
+   * bubble: a pipeline's, Megatron's (P - 1)/(V M) of the compute (at most
+   * what the step has beyond compute); exposed: the communication not
+   * hidden, at most the rest; waiting: what remains */
+  double exposed_sec, bubble_sec, waiting_sec;
   int asynchronous;
   double step_best_sec, step_worst_sec, staleness_expected;
 } perf_plan_t;
@@ -191,5 +198,10 @@ int perf_plan_json(const perf_plan_t *p, FILE *out);
  * none fits memory_per_rank bytes (0: no limit). */
 int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
                 FILE *json, FILE *out);
+/* perf_search, and with explain the best few candidates' steps split into
+ * compute, exposed communication and the rest (a pipeline's bubble, or
+ * waiting for other ranks). */
+int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
+                        int explain, FILE *json, FILE *out);
 
 #endif

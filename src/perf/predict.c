@@ -78,6 +78,21 @@ static int replicas(const train_config_t *cfg) {
   return dp > 0 ? dp : 1;
 }
 
+/* The step beyond compute: a pipeline's bubble (Megatron's (P - 1)/(V M)
+ * of the compute: Narayanan et al. 2021), the communication not hidden,
+ * and waiting for other ranks, in that order from what is left. */
+static void split_step(const train_config_t *cfg, perf_plan_t *p) {
+  double rest = p->step_sec - p->compute_sec;
+  if (rest < 0) rest = 0;
+  int P = cfg->pipe.stages > 1 ? cfg->pipe.stages : 1, V = cfg->pipe.chunks > 1 ? cfg->pipe.chunks : 1;
+  int M = cfg->pipe.micro_batches > 1 ? cfg->pipe.micro_batches : 1;
+  p->bubble_sec = train_pipelined(cfg) ? p->compute_sec * (P - 1) / ((double)V * M) : 0;
+  if (p->bubble_sec > rest) p->bubble_sec = rest;
+  rest -= p->bubble_sec;
+  p->exposed_sec = p->comm_sec < rest ? p->comm_sec : rest;
+  p->waiting_sec = rest - p->exposed_sec;
+}
+
 /* The figures of a step simulated: what a run's metrics carry. */
 static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step_desc_t *d,
                       const perf_sim_t *sim, size_t ntrain, perf_plan_t *p) {
@@ -95,6 +110,7 @@ static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step
   p->bytes_sent = b.sent, p->bytes_received = b.received;
   p->exact = step_exact(d) && !b.expected;
   p->compute_sec = sim->compute_sec, p->comm_sec = sim->comm_sec;
+  split_step(cfg, p);
   p->emulated = cfg->comm == COMM_LOCAL && comm_net_emulated(&cfg->net, d->nranks);
 }
 

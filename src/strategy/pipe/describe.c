@@ -18,6 +18,8 @@ typedef struct {
   const model_t *m;           /* tp rank t's model */
   int P, V, dp, T, t;
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
+  double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
+                               * rank's cut (the engine's world rank 0 times for all) */
   allreduce_algo_t algo;      /* the replicas' sum */
   step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
@@ -49,14 +51,14 @@ static int plan_chunks(pipe_desc_t *d) {
   free(d->first); /* each tp rank's model is cut on its own */
   if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
   if (d->c->pipe.partition[0]) return pipe_partition(d->c, d->m, NULL, d->first);
-  double *sec = calloc((size_t)d->m->nlayers + 1, sizeof *sec);
-  int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
-  /* timing writes the layers' gradients and scratch (restoring the
-   * buffers), which no description reads: the const is cast away */
-  int rc = sec ? pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, sec) : dt_error("out of memory");
-  if (rc == 0) rc = pipe_partition(d->c, d->m, sec, d->first);
-  free(sec);
-  return rc;
+  if (!d->sec) {
+    int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
+    if (!(d->sec = calloc((size_t)d->m->nlayers + 1, sizeof *d->sec))) return dt_error("out of memory");
+    /* timing writes the layers' gradients and scratch (restoring the
+     * buffers), which no description reads: the const is cast away */
+    DT_TRY(pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, d->sec));
+  }
+  return pipe_partition(d->c, d->m, d->sec, d->first);
 }
 
 /* One instruction of stage s (replica r) on micro-batch samples n. */
@@ -135,6 +137,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (built) pipe_schedule_free(&sched);
   tensor_desc_free(td);
   free(d->first);
+  free(d->sec);
   free(d);
   return rc;
 }
