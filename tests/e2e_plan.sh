@@ -161,6 +161,7 @@ assert len(lines) == 3, lines
 for l in lines:
     c, e, b, w, s = map(float, re.search(r': ([0-9.]+) ms compute \+ ([0-9.]+) ms exposed communication \+ ([0-9.]+) ms bubble \+ ([0-9.]+) ms waiting = ([0-9.]+) ms', l).groups())
     assert abs(c + e + b + w - s) <= 0.003, l"
+check plan_search_prints_pipedream_partition grep -Eq "^PipeDream's partition over 2 machines .*: layers 0-[0-9]+ x[12].* ms a batch" "$TMP/explain"
 expect_error plan_explain_is_the_searchs 2 "--explain is the search's option" -- $PLAN --workers 2 --explain
 
 # Asynchronous parameter servers: the step an expectation between Yan et

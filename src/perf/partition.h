@@ -21,7 +21,7 @@ typedef struct {
   double bandwidth;           /* bytes a second between machines; 0: unlimited */
 } partition_problem_t;
 
-typedef struct {
+typedef struct partition_s {
   int stages;
   int first[PARTITION_MAX_STAGES + 1]; /* stage k holds layers [first[k], first[k + 1]) */
   int replicas[PARTITION_MAX_STAGES];  /* machines running stage k */

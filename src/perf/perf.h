@@ -189,6 +189,13 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
  * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}. */
 int perf_plan_json(const perf_plan_t *p, FILE *out);
 
+/* PipeDream's partition of cfg's model over `machines` (partition.c, with
+ * stage replication): each layer's forward and backward at the batch
+ * (cache's times, measured where missing), its output and parameters as
+ * bytes, cfg->net's bandwidth between machines. */
+struct partition_s;
+int perf_pipedream(train_config_t *cfg, perf_cache_t *cache, int machines, struct partition_s *out);
+
 /* ---- search.c: the strategies for a model and workers, ranked -------- */
 
 /* Each candidate of the search's table appended to the train options

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "perf/perf.h"
 #include "strategy/strategy.h"
 #include "strategy/worker.h"
@@ -220,6 +221,32 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   perf_cluster_free(&cl);
   if (!cache) perf_compute_free(&pc); /* else the cache holds it */
   step_desc_free(&d);
+  model_free(m);
+  return rc;
+}
+
+int perf_pipedream(train_config_t *cfg, perf_cache_t *cache, int machines, partition_t *out) {
+  if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return -1;
+  size_t ntrain = 0;
+  model_t *m;
+  DT_TRY(build_model(cfg, cache, &ntrain, &m));
+  int n = m->nlayers, size = cfg->batch;
+  perf_compute_t pc = {0};
+  double *sec = calloc((size_t)n, sizeof *sec), *act = calloc((size_t)n, sizeof *act);
+  double *par = calloc((size_t)n, sizeof *par);
+  int *can = calloc((size_t)n + 1, sizeof *can), *cuts = calloc((size_t)n + 1, sizeof *cuts);
+  int rc = sec && act && par && can && cuts ? 0 : dt_error("out of memory");
+  if (rc == 0) rc = layer_times(m, &cfg->optim, &size, 1, cache ? &cache->compute : NULL, &pc);
+  for (int i = 0; rc == 0 && i < n; i++) {
+    sec[i] = perf_layer_sec(&pc, i, size, 0) + perf_layer_sec(&pc, i, size, 1);
+    act[i] = (double)shape_size(m->layers[i].out_shape) * size * sizeof(float);
+    par[i] = (double)m->layers[i].param_len * sizeof(float);
+  }
+  for (int k = 0, nc = rc == 0 ? model_stage_cuts(m, cuts) : 0; k < nc; k++) can[cuts[k]] = 1;
+  partition_problem_t p = {n, sec, act, par, can, cfg->net.bandwidth};
+  if (rc == 0) rc = partition_pipedream(&p, machines, out);
+  if (!cache) perf_compute_free(&pc);
+  free(sec), free(act), free(par), free(can), free(cuts);
   model_free(m);
   return rc;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "perf/perf.h"
 
 static const char *const FIXED[] = {
@@ -184,6 +185,25 @@ static void print_codecs(const row_t *rows, FILE *out) {
   }
 }
 
+/* PipeDream's own answer for the workers (stages replicated as its
+ * dynamic program chooses): a plan the engine's dp x pp grid cannot run
+ * unless every stage has the same replicas, printed for comparison. */
+static void print_pipedream(int argc, char **argv, perf_cache_t *cache, FILE *out) {
+  train_config_t cfg;
+  partition_t part;
+  if (train_options_parse(argc, argv, &cfg) != 0) return;
+  if (perf_pipedream(&cfg, cache, cfg.workers, &part) != 0) {
+    fprintf(out, "\nPipeDream's partition: %s\n", dt_errmsg());
+    return;
+  }
+  fprintf(out, "\nPipeDream's partition over %d machines (stage replication, 2a/B at each cut%s): ",
+          cfg.workers, cfg.net.bandwidth > 0 ? "" : ", links unlimited");
+  for (int k = 0; k < part.stages; k++)
+    fprintf(out, "%slayers %d-%d x%d", k ? ", " : "", part.first[k], part.first[k + 1] - 1, part.replicas[k]);
+  fprintf(out, "; %.3f ms a batch at its slowest stage or cut (%s)\n", 1e3 * part.slowest,
+          part.stages == 1 ? "data parallelism" : "a pipeline");
+}
+
 /* --explain: the best few that fit, their step split. */
 static void print_explain(const row_t *rows, int n, double memory_per_rank, FILE *out) {
   fprintf(out, "\nthe best candidates' step (rank 0): compute + exposed communication + bubble "
@@ -228,13 +248,14 @@ int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, doubl
   perf_cache_t cache = {0}; /* the data set read once, the layers measured once a size */
   for (int k = 0; k < n; k++) predict_row(argc, argv, prof, &cache, &rows[k]);
   for (int k = 0; k < NCODECS; k++) predict_row(argc, argv, prof, &cache, &codecs[k]);
-  perf_cache_free(&cache);
   qsort(rows, (size_t)n, sizeof *rows, by_speed);
   int fit = 0, any = 0;
   for (int k = 0; k < n; k++) fit += fits(&rows[k], memory_per_rank), any |= rows[k].ok;
   print_table(rows, n, memory_per_rank, out);
   print_codecs(codecs, out);
   if (explain) print_explain(rows, n, memory_per_rank, out);
+  print_pipedream(argc, argv, &cache, out);
+  perf_cache_free(&cache);
   for (int k = 0; json && k < n; k++) json_row(&rows[k], NULL, json);
   for (int k = 0; json && k < NCODECS; k++) json_row(&codecs[k], &CODECS[k], json);
   free(rows);
