@@ -26,13 +26,18 @@ The sets (the issue's three, and three more):
   mlp-4-grids     mlp, 4 workers, 1 Gbit/s: dp 4, dp 2 x pp 2, pp 2 x tp 2,
                   dp 2 x tp 2
 
+Each set's predictions assume one load (`plan --load X`): the one-minute
+load average read when the set starts, less one (--load X: X throughout),
+so that a set's candidates are ranked under one assumption rather than
+the moment each was predicted at.
+
 --quick: S = 6, one repeat (about 2 minutes; noisy on a loaded
 machine). A quiet run for the record:
   cp build/dtrain /tmp/dtrain-copy
   DTRAIN=/tmp/dtrain-copy python3 bench/plan_ranking.py --steps 16 --repeats 3 --json rank.json
 
 usage: bench/plan_ranking.py [--quick] [--steps 12] [--repeats 3] [--only SET]
-                             [--profile FILE] [--json FILE]"""
+                             [--load X] [--profile FILE] [--json FILE]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,8 +94,9 @@ def options(model, workers, link, opts, steps):
              "--net", f"bandwidth={link},latency=50us"] + opts.split())
 
 
-def predict(o, profile):
-    cmd = [DTRAIN, "plan", "--predict"] + o + (["--profile", profile, "--force"] if profile else [])
+def predict(o, profile, load):
+    cmd = [DTRAIN, "plan", "--predict", "--load", f"{load:g}"] + o + \
+        (["--profile", profile, "--force"] if profile else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
@@ -150,6 +156,8 @@ def main():
     ap.add_argument("--tie", type=float, default=0.02,
                     help="measured within this fraction: a tie, not counted in tau [0.02]")
     ap.add_argument("--only", default="")
+    ap.add_argument("--load", type=float, help="the other threads every prediction assumes "
+                    "[each set's: the load average at its start, less one]")
     ap.add_argument("--profile")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -161,13 +169,15 @@ def main():
             if a.only and a.only not in name:
                 continue
             rows = []
-            print(f"\n{name}: {model} on {workers} workers at {link}")
+            load = a.load if a.load is not None else \
+                max(0.0, float(open("/proc/loadavg").read().split()[0]) - 1)
+            print(f"\n{name}: {model} on {workers} workers at {link} (predicted at load {load:.1f})")
             print(f"  {'candidate':16} {'predicted_s':>11} {'measured_s':>11} {'ratio':>6}")
             for cname, opts in cands:
                 o = options(model, workers, link, opts, a.steps)
                 preds, meass, err = [], [], None
                 for _ in range(a.repeats):  # alternated: the load drifts
-                    plan, err = predict(o, a.profile)
+                    plan, err = predict(o, a.profile, load)
                     if plan is None:
                         break
                     meas, err = measure(o, d, a.steps)

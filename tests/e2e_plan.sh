@@ -180,3 +180,8 @@ check plan_sync_no_expectation sh -c "grep -q '\"event\":\"plan\"' '$TMP/sync.pl
 # --partition balanced is predicted (the layers timed as the engine times
 # them, cut by PipeDream's dynamic program)
 check plan_predicts_partition_balanced sh -c "$PLAN --workers 2 --pp 2 --micro-batches 2 --partition balanced | grep -q '\"strategy\":\"pipeline parallelism\"'"
+
+# --load X: the other processes' threads assumed instead of the load now
+check plan_load_assumed sh -c "$PLAN --workers 2 --load 3 | grep -q '\"background_load\":3[,}]'"
+expect_error plan_load_negative 2 "option --load: -1 is out of range" -- $PLAN --workers 2 --load -1
+expect_error plan_load_not_a_number 2 "option --load: 'x' is not a number" -- $PLAN --workers 2 --load x

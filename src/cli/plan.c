@@ -2,6 +2,7 @@
  * options]: the step `dtrain train` with the same options would run,
  * predicted, as one JSON line; --calibrate --out FILE: the transports'
  * costs measured here, as a profile --predict takes (--profile FILE). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,9 @@ static const char *PLAN_HELP =
     "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
     "JSON line on stdout (its points and largest relative error).\n"
     "\n"
+    "  --load X         the other processes' threads to assume running on this machine's\n"
+    "                   cores (X >= 0; without: the one-minute load average now, less one),\n"
+    "                   so that plans made at different moments share one assumption\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
     "                   own estimates); one taken on another CPU or with other kernels\n"
     "                   is refused (exit 2) unless --force\n";
@@ -52,11 +56,19 @@ typedef struct {
   int predict, calibrate, quick, force, mpi, explain;
   const char *profile, *out, *json;
   size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
+  double load;               /* --load (-1: measured) */
 } plan_opts_t;
 
 static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
 static int set_out(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->out = v, 0; }
 static int set_json(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->json = v, 0; }
+static int set_load(void *o, const char *v, void *ctx) {
+  double x;
+  DT_TRY(parse_float("load", v, -HUGE_VAL, HUGE_VAL, &x));
+  if (!(x >= 0 && x <= 4096))
+    return dt_error("option --load: %s is out of range (expected threads, 0 to 4096)", v);
+  return ((plan_opts_t *)o)->load = x, 0;
+}
 static int set_memory(void *o, const char *v, void *ctx) {
   return parse_megabytes("memory-per-rank", v, &((plan_opts_t *)o)->memory);
 }
@@ -74,6 +86,7 @@ static const opt_t OWN[] = {
     {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
     {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
     {"memory-per-rank", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_memory},
+    {"load", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_load},
 };
 #undef O
 static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
@@ -114,7 +127,7 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "--calibrate)\n", o->json ? "json" : o->memory ? "memory-per-rank" : "explain");
     return -1;
   }
-  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile)) {
+  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->load >= 0)) {
     fprintf(stderr, "dtrain plan: --calibrate takes --out FILE, --quick and (under mpirun) "
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
     return -1;
@@ -193,7 +206,7 @@ int cmd_plan(int argc, char **argv) {
       fputs(PLAN_HELP, stdout);
       return 0;
     }
-  plan_opts_t o = {0};
+  plan_opts_t o = {.load = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
   perf_profile_t prof;
@@ -202,6 +215,7 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
+  if (o.load >= 0) prof.load_given = 1, prof.load = o.load;
   if (!o.predict) return search(argc, argv, &o, &prof);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;

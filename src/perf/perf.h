@@ -62,6 +62,8 @@ typedef struct {
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
   int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
   char cpu[128], gemm[128];  /* what the profile was taken with */
+  int load_given;            /* plan --load: the other processes' threads assumed ... */
+  double load;               /* ... instead of /proc/loadavg's (not in the file) */
 } perf_profile_t;
 
 /* The transports' own estimates (local.c's link_estimate) where no
