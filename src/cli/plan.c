@@ -12,8 +12,9 @@
 #include "perf/perf.h"
 
 static const char *PLAN_HELP =
-    "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
-    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--profile FILE] TRAIN OPTIONS\n"
+    "usage: dtrain plan --predict [--load X] [--profile FILE [--force]] [TRAIN OPTIONS]\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--load X] [--profile FILE]\n"
+    "                   TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
