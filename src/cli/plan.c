@@ -13,8 +13,10 @@
 #include "perf/project.h"
 
 static const char *PLAN_HELP =
-    "usage: dtrain plan --predict [--profile FILE [--force]] [--cluster FILE] [TRAIN OPTIONS]\n"
-    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
+    "usage: dtrain plan --predict [--load X] [--profile FILE [--force]] [--cluster FILE]\n"
+    "                   [--compute-model layers|gemm] [TRAIN OPTIONS]\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--load X] [--profile FILE]\n"
+    "                   TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
     "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
@@ -29,11 +31,19 @@ static const char *PLAN_HELP =
     "--straggler slowing its rank. bytes_sent_per_step is rank 0's, as a run's metrics\n"
     "count it. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
-    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree;\n"
-    "shared memory; ps:1, ps:2; local SGD; D-PSGD; GPipe and 1F1B at 4 and 8 micro-batches;\n"
-    "tensor; pipeline x tensor) appended to the train options, predicted, and ranked by\n"
-    "samples/s; a candidate the options refuse, or the model does not cover, says why;\n"
-    "one over --memory-per-rank MB says by how much. --json FILE: a line a candidate.\n"
+    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree,\n"
+    "buckets of 25 MB, 1 MB and one a layer; shared memory; ps:1, ps:2 sync, ssp:2 and async;\n"
+    "local SGD at tau 4 and 8; D-PSGD; EASGD; GPipe, 1F1B and interleaved at 4 and 8\n"
+    "micro-batches, stages cut by PipeDream's dynamic program (--partition balanced);\n"
+    "tensor; the data x pipeline x tensor grids that divide --workers) appended to the\n"
+    "train options, predicted, and ranked by samples/s, with each step's exposed\n"
+    "communication and idle time (bubble or waiting); a candidate the options refuse, or\n"
+    "the model does not cover, says why; one over --memory-per-rank MB says by how much.\n"
+    "Asynchronous candidates are expected values, with Yan et al.'s best and worst step and\n"
+    "the expected staleness. Codecs follow in a table of their own, each with the test\n"
+    "accuracy it cost in dtrain's measurements. --explain: the best three candidates' step\n"
+    "split into compute, exposed communication and bubble or waiting. --json FILE: a line\n"
+    "a candidate.\n"
     "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
     "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
@@ -59,6 +69,9 @@ static const char *PLAN_HELP =
     "                   sequence model's vocabulary (default 256; its input: --seq-len tokens)\n"
     "  --bucket-mb MB   gradients fused into buckets of MB (default 64: Horovod's fusion)\n"
     "\n"
+    "  --load X         the other processes' threads to assume running on this machine's\n"
+    "                   cores (X >= 0; without: the one-minute load average now, less one),\n"
+    "                   so that plans made at different moments share one assumption\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
     "                   own estimates); one taken on another CPU or with other kernels\n"
     "                   is refused (exit 2) unless --force\n"
@@ -69,7 +82,7 @@ static const char *PLAN_HELP =
     "                   --profile), the other layers still timed\n";
 
 typedef struct {
-  int predict, calibrate, quick, force, mpi;
+  int predict, calibrate, quick, force, mpi, explain;
   const char *profile, *out, *json;
   size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
   int gemm_model;            /* --compute-model gemm */
@@ -77,6 +90,7 @@ typedef struct {
   int from, to;              /* --project FROM:TO (0: not given) */
   int classes;
   size_t bucket;             /* --bucket-mb, bytes */
+  double load;               /* --load (-1: measured) */
 } plan_opts_t;
 
 static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
@@ -87,6 +101,13 @@ static int set_compute_model(void *o, const char *v, void *ctx) {
     return dt_error("option --compute-model: '%s' (expected layers or gemm)", v);
   ((plan_opts_t *)o)->gemm_model = !strcmp(v, "gemm");
   return 0;
+}
+static int set_load(void *o, const char *v, void *ctx) {
+  double x;
+  DT_TRY(parse_float("load", v, -HUGE_VAL, HUGE_VAL, &x));
+  if (!(x >= 0 && x <= 4096))
+    return dt_error("option --load: %s is out of range (expected threads, 0 to 4096)", v);
+  return ((plan_opts_t *)o)->load = x, 0;
 }
 static int set_memory(void *o, const char *v, void *ctx) {
   return parse_megabytes("memory-per-rank", v, &((plan_opts_t *)o)->memory);
@@ -137,6 +158,7 @@ static const opt_t OWN[] = {
     {"calibrate", OPT_FLAG, OPT_FIELD(O, calibrate), 1, 1, 0, NULL, NULL, NULL},
     {"quick", OPT_FLAG, OPT_FIELD(O, quick), 1, 1, 0, NULL, NULL, NULL},
     {"force", OPT_FLAG, OPT_FIELD(O, force), 1, 1, 0, NULL, NULL, NULL},
+    {"explain", OPT_FLAG, OPT_FIELD(O, explain), 1, 1, 0, NULL, NULL, NULL},
     {"profile", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_profile},
     {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
     {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
@@ -147,6 +169,7 @@ static const opt_t OWN[] = {
     {"plot", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_plot},
     {"classes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_classes},
     {"bucket-mb", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_bucket},
+    {"load", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_load},
 };
 #undef O
 static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
@@ -182,12 +205,12 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "train options to search over (dtrain plan --help)\n");
     return -1;
   }
-  if ((o->json || o->memory) && (o->predict || o->calibrate)) {
+  if ((o->json || o->memory || o->explain) && (o->predict || o->calibrate)) {
     fprintf(stderr, "dtrain plan: --%s is the search's option (without --predict or "
-                    "--calibrate)\n", o->json ? "json" : "memory-per-rank");
+                    "--calibrate)\n", o->json ? "json" : o->memory ? "memory-per-rank" : "explain");
     return -1;
   }
-  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->gemm_model)) {
+  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->gemm_model || o->load >= 0)) {
     fprintf(stderr, "dtrain plan: --calibrate takes --out FILE, --quick and (under mpirun) "
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
     return -1;
@@ -265,7 +288,7 @@ static int search(int argc, char **argv, const plan_opts_t *o, const perf_profil
     return 2;
   }
   kern_set_threads(1);
-  int rc = perf_search(argc, argv, prof, (double)mem, json, stdout);
+  int rc = perf_search_explain(argc, argv, prof, (double)mem, o->explain, json, stdout);
   if (json) fclose(json);
   if (rc != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
@@ -334,7 +357,7 @@ int cmd_plan(int argc, char **argv) {
       fputs(PLAN_HELP, stdout);
       return 0;
     }
-  plan_opts_t o = {0};
+  plan_opts_t o = {.load = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
   if (o.cluster && !o.predict) return project(argc, argv, &o);
@@ -350,6 +373,7 @@ int cmd_plan(int argc, char **argv) {
     return 2;
   }
   prof.use_gemm_fit = o.gemm_model;
+  if (o.load >= 0) prof.load_given = 1, prof.load = o.load;
   if (!o.predict) return search(argc, argv, &o, &prof);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;

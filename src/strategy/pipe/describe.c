@@ -19,6 +19,8 @@ typedef struct {
   const model_t *m;           /* tp rank t's model */
   int P, V, dp, T, t;
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
+  double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
+                               * rank's cut (the engine's world rank 0 times for all) */
   allreduce_algo_t algo;      /* the replicas' sum */
   step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
@@ -39,18 +41,25 @@ static int rank_of(const pipe_desc_t *d, int replica, int stage) {
   return rank_grid_rank(d->dp, d->P, d->T, coord);
 }
 
-/* The partition the engine would use, where it does not depend on
- * measured times. */
+/* The partition the engine would use. --partition balanced cuts by times
+ * the engine measures at run time: measured here the same way
+ * (pipe_profile_layers on a micro-batch), so a run on this machine cuts
+ * alike unless the timings differ by the margin between two cuts. */
 static int plan_chunks(pipe_desc_t *d) {
   int G = d->P * d->V;
   if (G > 1024) return dt_error("pipeline: %d chunks (at most 1024)", G);
   DT_TRY(pipe_check_model(d->c, d->m));
-  if (!d->c->pipe.partition[0])
-    return dt_error("--partition balanced: the stages are cut by times measured at run time; "
-                    "describe_step needs --partition macs or the first layers (e.g. 0,3)");
   free(d->first); /* each tp rank's model is cut on its own */
   if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
-  return pipe_partition(d->c, d->m, NULL, d->first);
+  if (d->c->pipe.partition[0]) return pipe_partition(d->c, d->m, NULL, d->first);
+  if (!d->sec) {
+    int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
+    if (!(d->sec = calloc((size_t)d->m->nlayers + 1, sizeof *d->sec))) return dt_error("out of memory");
+    /* timing writes the layers' gradients and scratch (restoring the
+     * buffers), which no description reads: the const is cast away */
+    DT_TRY(pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, d->sec));
+  }
+  return pipe_partition(d->c, d->m, d->sec, d->first);
 }
 
 /* A head tied to an embedding on another stage (tied.c): the table's
@@ -150,6 +159,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (built) pipe_schedule_free(&sched);
   tensor_desc_free(td);
   free(d->first);
+  free(d->sec);
   free(d);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "strategy/pipe/engine.h"
 
 int pipe_partition_parse(const char *text, int *first, int cap) {
@@ -115,10 +116,33 @@ int pipe_partition_listed(const train_config_t *c) {
   return c->pipe.partition[0] && strcmp(c->pipe.partition, "macs") != 0;
 }
 
+/* --partition balanced: PipeDream's dynamic program (perf/partition.c)
+ * over the measured times, one machine a stage (the grid replicates whole
+ * pipelines), with its transfer term 2 a / B on --net's bandwidth: a cut
+ * where a large activation crosses a slow link costs what it sends. */
+static int partition_balanced(const train_config_t *c, const model_t *m, const double *sec,
+                              int G, int *first) {
+  int n = m->nlayers, micro = c->batch / (c->pipe.micro_batches > 0 ? c->pipe.micro_batches : 1);
+  double *act = malloc((size_t)n * sizeof *act);
+  int *can = calloc((size_t)n + 1, sizeof *can), *cuts = malloc((size_t)n * sizeof *cuts);
+  int rc = act && can && cuts ? 0 : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < n; i++)
+    act[i] = (double)shape_size(m->layers[i].out_shape) * (micro > 0 ? micro : 1) * sizeof(float);
+  for (int k = 0, nc = rc == 0 ? model_stage_cuts(m, cuts) : 0; k < nc; k++) can[cuts[k]] = 1;
+  partition_problem_t p = {n, sec, act, NULL, can, c->comm == COMM_LOCAL ? c->net.bandwidth : 0};
+  partition_t part;
+  if (rc == 0 && G > PARTITION_MAX_STAGES) rc = model_split_costs(m, G, sec, first); /* past the DP's table */
+  else if (rc == 0 && (rc = partition_stages(&p, G, &part)) == 0)
+    for (int k = 0; k < G; k++) first[k] = part.first[k];
+  free(act), free(can), free(cuts);
+  return rc;
+}
+
 int pipe_partition(const train_config_t *c, const model_t *m, const double *layer_sec, int *first) {
   int G = c->pipe.stages * c->pipe.chunks;
   if (pipe_partition_listed(c)) pipe_partition_parse(c->pipe.partition, first, G);
-  else DT_TRY(model_split_costs(m, G, layer_sec, first));
+  else if (layer_sec) DT_TRY(partition_balanced(c, m, layer_sec, G, first));
+  else DT_TRY(model_split_costs(m, G, NULL, first));
   first[G] = m->nlayers;
   return 0;
 }
