@@ -33,6 +33,18 @@ a, b = $(peak "$TMP/one_none.jsonl"), $(peak "$TMP/one_blocks.jsonl")
 print('  activation_peak_bytes none', a, 'blocks', b)
 assert 0 < b < a / 1.5, (a, b)"
 
+# ---- the plan's memory model knows recomputation: what it predicts blocks
+# saves is what the runs' arenas saved, to the byte ------------------------
+for m in none blocks; do
+  "$DTRAIN" plan --predict $RUN --model "$TMP/small.model" --batch 16 --recompute $m >"$TMP/plan_$m.json"
+done
+check plan_predicts_saving $PY -c "
+import json
+p = [json.loads(open('$TMP/plan_%s.json' % m).read().strip().splitlines()[-1])['memory_bytes'] for m in ('none', 'blocks')]
+a, b = $(peak "$TMP/one_none.jsonl"), $(peak "$TMP/one_blocks.jsonl")
+print('  predicted saving', p[0] - p[1], 'measured', a - b)
+assert p[0] - p[1] == a - b > 0, (p, a, b)"
+
 # ---- a dropout inside a block keeps its mask (not drawn again) -------------
 sed 's/^gelu$/gelu\ndropout rate=0.2/' "$TMP/small.model" >"$TMP/drop.model"
 "$DTRAIN" train $RUN --model "$TMP/drop.model" --batch 16 --checkpoint "$TMP/drop_none.st" >/dev/null
