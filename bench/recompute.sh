@@ -16,7 +16,7 @@ MODEL=${1:-gpt-deep} BATCH=${2:-8} STEPS=${3:-5}
 BUILD=${BUILD:-build}
 make -s -j2 BUILD="$BUILD" "$BUILD/dtrain" "$BUILD/bench/recompute" >/dev/null
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load avg before: $(cut -d' ' -f1-3 /proc/loadavg) (shared)"
-OPENBLAS_NUM_THREADS=1 "$BUILD/bench/recompute" "$MODEL" "$BATCH" "$STEPS"
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BUILD/bench/recompute" "$MODEL" "$BATCH" "$STEPS"
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -35,7 +35,7 @@ echo "pipeline: --pp 2 --micro-batches 4 (gpipe), batch 16, T 128, 2 steps; firs
 printf '%-8s %22s %10s\n' mode activation_peak_bytes mem_cut
 base=
 for m in none blocks full; do
-  OPENBLAS_NUM_THREADS=1 "$BUILD/dtrain" train --model "$TMP/deep.model" --data "text:$TMP/text" \
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$BUILD/dtrain" train --model "$TMP/deep.model" --data "text:$TMP/text" \
     --batch 16 --max-steps 2 --epochs 1 --workers 2 --pp 2 --micro-batches 4 --quiet \
     --recompute $m --metrics "$TMP/$m.jsonl" >/dev/null
   bytes=$(grep '"event":"epoch"' "$TMP/$m.jsonl" | sed 's/.*"activation_peak_bytes":\([0-9]*\).*/\1/')

@@ -83,6 +83,14 @@ a, b, c = $(peak "$TMP/pp_none.jsonl"), $(peak "$TMP/pp_blocks.jsonl"), $(peak "
 print('  first stage activation_peak_bytes none', a, 'blocks', b, 'full', c)
 assert 0 < b < a / 2 and 0 < c < a / 2, (a, b, c)"
 
+# ---- tensor parallelism inside pipeline stages (the deep MLP split in
+# Megatron's pairs): full recomputes split layers, their sums again ---------
+make_small_fashion "$TMP/fm" 256 64
+TP="--data $TMP/fm --model deep --batch 16 --max-steps 4 --epochs 1 --workers 4 --tp 2 --pp 2 --micro-batches 4 $Q"
+"$DTRAIN" train $TP --checkpoint "$TMP/tp_none.st" >/dev/null
+"$DTRAIN" train $TP --recompute full --checkpoint "$TMP/tp_full.st" >/dev/null
+check tp2_pp2_full_same_bits same "$TMP/tp_none.st" "$TMP/tp_full.st"
+
 # ---- bad use ---------------------------------------------------------------
 expect_error recompute_bad_value 2 "option --recompute: 'some' (expected none, blocks or full)" -- "$DTRAIN" train $RUN --model "$TMP/small.model" --recompute some
 printf 'embedding vocab=256 units=16\nlstm units=16 layers=1\nlmhead vocab=256\n' >"$TMP/lstm.model"
