@@ -303,6 +303,9 @@ const char *recompute_name(int mode);
  * forward until it is freed. (Each rank of the local transport is a
  * thread.) */
 size_t nn_activation_peak_bytes(void);
+/* The peak from now: what is held now (after a profiling pass's stages
+ * are freed). */
+void nn_activation_reset_peak(void);
 
 /* What the layers of one kind cost in forward and backward passes: the
  * seconds they computed, and the seconds and bytes of the sums over their

@@ -53,6 +53,8 @@ void nn_activation_count(size_t bytes, int add) {
 
 size_t nn_activation_peak_bytes(void) { return act_peak; }
 
+void nn_activation_reset_peak(void) { act_peak = act_live; }
+
 /* Whether a segment could start at layer c of the n layers: no activation
  * from before c - 1 is read from c on (stage.c's rule, on a layer array,
  * less its tied head: the table it reads is a parameter, which the
