@@ -93,7 +93,7 @@ static void stages_step(model_t *m, const float *x, const int32_t *y, float *gra
   float dh[2 * T * 32];
   for (int mb = 0; mb < 2; mb++) {
     CHECK_OK(stage_forward(s0, mb, x + mb * 2 * T, 2, 1, NULL, &h));
-    memcpy(stage_input(s1, mb), h, 2 * T * s0->out_size * sizeof(float));
+    memcpy(stage_input(s1, mb), h, 2 * s0->out_size * sizeof(float));
     CHECK_OK(stage_forward(s1, mb, stage_input(s1, mb), 2, 1, NULL, NULL));
   }
   for (int mb = 1; mb >= 0; mb--) {
