@@ -1,8 +1,8 @@
 #!/bin/sh
 # End-to-end checks of --recompute on a small GPT: recomputation changes
 # no bit (none, blocks and full give byte-identical checkpoints on one
-# worker, data parallelism and pipelines: GPipe, 1F1B, interleaved,
-# PipeDream; a dropout's mask included), the
+# worker, data parallelism and pipelines: GPipe, 1F1B, interleaved; a
+# dropout's mask included), the
 # metrics' activation_peak_bytes falls under blocks and full (on a
 # pipeline stage, full keeps one stage input per micro-batch), and bad use
 # is one line, exit 2.
@@ -69,15 +69,10 @@ check pp2_1f1b_full_same_bits same "$TMP/pp_none.st" "$TMP/pp_full.st"
 "$DTRAIN" train $P --recompute none --checkpoint "$TMP/gp_none.st" >/dev/null
 "$DTRAIN" train $P --recompute full --checkpoint "$TMP/gp_full.st" >/dev/null
 check pp2_gpipe_full_same_bits same "$TMP/gp_none.st" "$TMP/gp_full.st"
-# interleaved (two stages a rank) and PipeDream (stashed weight versions:
-# the recomputed forward reads the micro-batch's own version)
+# interleaved (two stages a rank)
 "$DTRAIN" train $P --pipe-schedule interleaved:2 --checkpoint "$TMP/il_none.st" >/dev/null
 "$DTRAIN" train $P --pipe-schedule interleaved:2 --recompute blocks --checkpoint "$TMP/il_blocks.st" >/dev/null
 check pp2_interleaved_blocks_same_bits same "$TMP/il_none.st" "$TMP/il_blocks.st"
-D="$RUN --model $TMP/untied.model --batch 16 --workers 2 --pp 2 --pipe-schedule pipedream"
-"$DTRAIN" train $D --checkpoint "$TMP/pd_none.st" >/dev/null
-"$DTRAIN" train $D --recompute blocks --checkpoint "$TMP/pd_blocks.st" >/dev/null
-check pp2_pipedream_blocks_same_bits same "$TMP/pd_none.st" "$TMP/pd_blocks.st"
 check pp2_stage_holds_less $PY -c "
 a, b, c = $(peak "$TMP/pp_none.jsonl"), $(peak "$TMP/pp_blocks.jsonl"), $(peak "$TMP/pp_full.jsonl")
 print('  first stage activation_peak_bytes none', a, 'blocks', b, 'full', c)
