@@ -69,7 +69,8 @@ check pp2_1f1b_full_same_bits same "$TMP/pp_none.st" "$TMP/pp_full.st"
 "$DTRAIN" train $P --recompute none --checkpoint "$TMP/gp_none.st" >/dev/null
 "$DTRAIN" train $P --recompute full --checkpoint "$TMP/gp_full.st" >/dev/null
 check pp2_gpipe_full_same_bits same "$TMP/gp_none.st" "$TMP/gp_full.st"
-# interleaved (two stages a rank)
+# interleaved (two stages a rank). (PipeDream is left out: under ASan its
+# own runs differ from run to run, --recompute none too; docs/FEATURES.md.)
 "$DTRAIN" train $P --pipe-schedule interleaved:2 --checkpoint "$TMP/il_none.st" >/dev/null
 "$DTRAIN" train $P --pipe-schedule interleaved:2 --recompute blocks --checkpoint "$TMP/il_blocks.st" >/dev/null
 check pp2_interleaved_blocks_same_bits same "$TMP/il_none.st" "$TMP/il_blocks.st"
