@@ -3,8 +3,8 @@
 # cluster (scripts/cluster.sh: 2 hosts x 2 ranks, TCP between hosts through
 # a tbf of RATE each way on each host's link) and on --comm local with
 # --net hosts=2,bandwidth=RATE, with each rank its own link of RATE to the
-# other host (link=own, the default) and with the host's ranks sharing one
-# (link=shared, as on a real machine). Prints each one's seconds per step
+# other host (link=own) and with the host's ranks sharing one
+# (link=shared, the default: as on a real machine). Prints each one's seconds per step
 # (the best of ROUNDS, interleaved) and emulated/real; needs root.
 #
 # usage: sudo bench/cluster_vs_emulator.sh [RATE_MBIT=500] [STEPS=60] [ROUNDS=3] [MODEL=mlp]
@@ -21,7 +21,7 @@ best_real=9e9 best_emu=9e9 best_shared=9e9
 r=0
 while [ $r -lt "$ROUNDS" ]; do
   scripts/cluster.sh run "$NAME" 2 -- "$DTRAIN" train $B --comm mpi --metrics "$TMP/real.jsonl" >/dev/null 2>&1
-  "$DTRAIN" train $B --net "hosts=2,bandwidth=${RATE}Mbit" --metrics "$TMP/emu.jsonl" >/dev/null 2>&1
+  "$DTRAIN" train $B --net "hosts=2,bandwidth=${RATE}Mbit,link=own" --metrics "$TMP/emu.jsonl" >/dev/null 2>&1
   "$DTRAIN" train $B --net "hosts=2,bandwidth=${RATE}Mbit,link=shared" --metrics "$TMP/shared.jsonl" >/dev/null 2>&1
   real=$(sec "$TMP/real.jsonl") emu=$(sec "$TMP/emu.jsonl") shared=$(sec "$TMP/shared.jsonl")
   best_real=$($PY -c "print(min($best_real, $real))") best_emu=$($PY -c "print(min($best_emu, $emu))")

@@ -16,9 +16,9 @@ The configurations are the families `dtrain describe` covers (allreduce
 ring, rhd, tree, shm; shared memory; PS sync and SSP; local SGD, D-PSGD,
 EASGD; GPipe, 1F1B and interleaved; tensor; dp x pp x tp; four codecs), each
 on `local` under emulated 100 Mbit/s, 1 Gbit/s and 10 Gbit/s links, and
-(--mpi) a few on `mpi` under mpirun. Not covered: allreduce:hier and auto
-over more than 2 ranks (picked at run time, not described), asynchronous
-PS (its pool of batches is an expectation).
+(--mpi) a few on `mpi` under mpirun; allreduce:hier and auto with two
+emulated hosts, and auto on one. Not covered: asynchronous PS (its pool
+of batches is an expectation).
 
 DTRAIN (the environment) names the binary (default build/dtrain): a copy
 keeps a rebuild from pulling it away mid-run.
@@ -59,18 +59,25 @@ CONFIGS = [
     ("codec", "int8-2", "--workers 2 --exchange allreduce:ring --compress int8"),
     ("codec", "topk-2", "--workers 2 --exchange allreduce:ring --compress topk:0.01"),
     ("codec", "powersgd-2", "--workers 2 --exchange allreduce:ring --compress powersgd:4"),
+    # HOSTS: the link's --net gets hosts=2 (its bandwidth then between the hosts)
+    ("allreduce", "hier-2x2", "--workers 4 --exchange allreduce:hier HOSTS"),
+    ("allreduce", "auto-2x2", "--workers 4 --exchange allreduce:auto HOSTS"),
+    ("allreduce", "auto-4", "--workers 4 --exchange allreduce:auto"),
 ]
 MPI_CONFIGS = ["ring-4", "tree-4", "ps1-sync-2", "gpipe-pp2-m4", "d-psgd-3"]
 
 
 def options(opts, four, steps, net):
-    o = opts.replace("FOUR", four).split()
+    hosts = "HOSTS" in opts
+    o = opts.replace("FOUR", four).replace("HOSTS", "").split()
     base = ["--data", "fashion-mnist", "--batch", "32", "--epochs", "1", "--max-steps", str(steps),
             "--seed", "1", "--quiet"]
     if "--model" not in o:
         base += ["--model", "mlp"]
     if net and net != "none":
-        o += ["--net", f"bandwidth={net},latency=50us"]
+        o += ["--net", ("hosts=2," if hosts else "") + f"bandwidth={net},latency=50us"]
+    elif hosts and net != "":  # on local without a link: the hosts alone (mpi finds its own)
+        o += ["--net", "hosts=2"]
     return base + o
 
 

@@ -20,8 +20,13 @@ def worker(rank, args, queue):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.procs)
     torch.manual_seed(args.seed)
-    xtr, ytr = load("train")
-    xte, yte = load("t10k")
+    if args.synthetic:  # Fashion-MNIST's shapes and sizes, no file (a host without the data set)
+        g0 = torch.Generator().manual_seed(args.seed)
+        xtr, ytr = torch.randn(60000, 1, 28, 28, generator=g0), torch.randint(0, 10, (60000,), generator=g0)
+        xte, yte = xtr[:10000], ytr[:10000]
+    else:
+        xtr, ytr = load("train")
+        xte, yte = load("t10k")
     net = nn.parallel.DistributedDataParallel(model(args.model))
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     n, gb = xtr.shape[0], args.batch * args.procs
@@ -72,6 +77,7 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--port", type=int, default=29533)
+    ap.add_argument("--synthetic", action="store_true", help="random data of Fashion-MNIST's shape (speed only)")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -183,6 +183,30 @@ run bytes_deepspark_worker exact:0.25 -- $L --workers 2 --preset deepspark
 run bytes_local_sgd_tau_4 exact:0.25 -- $L --workers 2 --preset local-sgd --tau 4 --exchange allreduce:ring
 run bytes_hier_hosts_2x2_auto near:1.5 -- $L --workers 4 --net hosts=2 --exchange allreduce:auto
 run bytes_hier_hosts_3+2_fold near:2.5 -- $L --workers 5 --net hosts=2 --exchange allreduce:hier
+# auto and hier described as the run decides them (step.c: the hosts, the
+# link auto reads, the segment): auto's pick per bucket on one host, on
+# mpi (its own link and 1 MiB segments), hier's phases with hosts (the
+# ring inside, the flat allreduce across) and with a host's third rank
+# folded into its first, hier on one host (groups of ceil(sqrt P)).
+described_here() { # NAME DESCRIBE-OPTIONS... -- RUN...: rank 0's bytes equal the description's
+  name=$1; shift
+  d=""
+  while [ "$1" != -- ]; do d="$d $1"; shift; done
+  shift
+  if ! "$DTRAIN" describe $BASE $d >"$TMP/$name.step.json" 2>"$TMP/err"; then
+    fail "$name" "describe: $(head -c 300 "$TMP/err")"; return
+  fi
+  run "$name" "describe:$TMP/$name.step.json" -- "$@"
+}
+described_here bytes_auto_4_described --workers 4 --exchange allreduce:auto -- $L --workers 4 --exchange allreduce:auto
+described_here bytes_hier_2x2_described --workers 4 --net hosts=2 --exchange allreduce:hier -- $L --workers 4 --net hosts=2 --exchange allreduce:hier
+described_here bytes_auto_hosts_described --workers 4 --net hosts=2 --exchange allreduce:auto -- $L --workers 4 --net hosts=2 --exchange allreduce:auto
+described_here bytes_hier_3+2_fold_described --workers 5 --net hosts=2 --exchange allreduce:hier -- $L --workers 5 --net hosts=2 --exchange allreduce:hier
+described_here bytes_hier_one_host_described --workers 6 --exchange allreduce:hier -- $L --workers 6 --exchange allreduce:hier
+if have_mpi; then
+  described_here bytes_auto_4_described_mpi --workers 4 --comm mpi --exchange allreduce:auto -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --workers 4 --exchange allreduce:auto
+  described_here bytes_hier_one_host_described_mpi --workers 6 --comm mpi --exchange allreduce:hier -- $MPIRUN -np 6 $DTRAIN train $BASE --comm mpi --workers 6 --exchange allreduce:hier
+fi
 run bytes_shared_sync_zero exact:0 -- $L --workers 2 --exchange shared
 [ -z "$TSAN" ] && run bytes_hogwild_zero exact:0 -- $L --workers 2 --preset hogwild
 run bytes_ps_sync ps -- $L --workers 2 --exchange ps:1
@@ -300,6 +324,12 @@ described bytes_described_ps2_ssp_2_eager 3 --exchange ps:2 --schedule ssp:2
 # --ps-replicas 2: a worker's bytes are unchanged (the servers forward;
 # their replication bytes are checked in e2e_ps_replicas.sh)
 described bytes_described_ps2_replicas_3 3 --exchange ps:2 --ps-replicas 2
+# --ps-push factors: each shard's part is its dense layers' factors (16
+# rows) and the rest's gradient (ps_describe.c); lenet's convolutions as
+# gradients; server threads change no byte
+described bytes_described_ps2_factors_2 2 --exchange ps:2 --ps-push factors
+described bytes_described_ps3_factors_lenet_3 3 --exchange ps:3 --ps-push factors --model lenet
+described bytes_described_ps2_factors_threads_3 3 --exchange ps:2 --ps-push factors --ps-server-threads 2
 
 # counted NAME NP SENT_FIELD RECEIVED_FIELD near|atmost OPTIONS...: a description
 # whose rank 0 bytes are expected (a coin, timing): the bytes equal the runs

@@ -54,6 +54,30 @@ on_cluster --exchange allreduce:ring --checkpoint "$TMP/ring.st" >/dev/null 2>&1
 # auto's weights are hier's, bit for bit, and not the flat ring's
 check cluster_auto_picks_hier sh -c "cmp -s '$TMP/auto.st' '$TMP/hier.st' && ! cmp -s '$TMP/auto.st' '$TMP/ring.st'"
 
+# ---- each family on real hosts ------------------------------------------------------
+# One configuration of each family, 4 ranks over 2 hosts (TCP between them),
+# equal bit for bit to the same options on local: the flat ring, a parameter
+# server (3 workers, 1 server), dp 2 x pp 2, dp 2 x tp 2, D-PSGD and a
+# compressed allreduce. Local is told of the hosts (--net hosts=2): where a
+# family leaves the algorithm to allreduce:auto (D-PSGD's consensus mean)
+# both then pick the hierarchical one, from the real hosts and from the
+# emulated ones.
+family() { # NAME WORKERS-ON-LOCAL OPTIONS...
+  n=$1 w=$2
+  shift 2
+  "$DTRAIN" train $BASE --workers "$w" --net hosts=2 "$@" --checkpoint "$TMP/fam_$n.local" >/dev/null 2>"$TMP/fam.err"
+  "$CL" run "$NAME" 2 -- "$DTRAIN" train $BASE --workers "$w" --comm mpi "$@" --checkpoint "$TMP/fam_$n.mpi" \
+    >/dev/null 2>>"$TMP/fam.err"
+  if [ -s "$TMP/fam_$n.local" ] && cmp -s "$TMP/fam_$n.local" "$TMP/fam_$n.mpi"; then pass "cluster_${n}_equals_local_bitwise"
+  else fail "cluster_${n}_equals_local_bitwise" "$(tail -c 300 "$TMP/fam.err")"; fi
+}
+family ring 4 --exchange allreduce:ring
+family ps_sync 3 --exchange ps:1 --schedule sync
+family dp2_pp2 4 --pp 2 --micro-batches 2
+family dp2_tp2 4 --tp 2
+family dpsgd 4 --preset d-psgd
+family int8_ring 4 --exchange allreduce:ring --compress int8
+
 # ---- bytes on a host's link ---------------------------------------------------------
 # Host 1's veth counts every frame that leaves or reaches it. Two runs of
 # T1 and T2 steps differ by (T2 - T1) steps' traffic (start-up, wire-up and

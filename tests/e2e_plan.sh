@@ -106,6 +106,18 @@ sed 's/"beta":[^}]*}/"beta":"fast"}/' "$TMP/prof.json" >"$TMP/bad.json"
 expect_error plan_profile_bad_value 2 'key "local.beta"' -- $PLAN --workers 2 --profile "$TMP/bad.json"
 sed 's/"mpi":/"mpy":/' "$TMP/prof.json" >"$TMP/bad2.json"
 expect_error plan_profile_unknown_key 2 'unknown key "mpy"' -- $PLAN --workers 2 --profile "$TMP/bad2.json"
+# The GEMM model: fitted by --calibrate, taken by --compute-model gemm (a
+# different prediction from the layers' own times), refused without it.
+check plan_calibrate_fits_gemm grep -q '"gemm_fit":{"c0":' "$TMP/prof.json"
+$PLAN --workers 2 --exchange allreduce:ring --profile "$TMP/prof.json" --compute-model gemm >"$TMP/g.plan" 2>"$TMP/err"
+check plan_predict_gemm_model $PY -c "
+import json
+a, b = (json.loads(open(f).read().splitlines()[-1]) for f in ('$TMP/p.plan', '$TMP/g.plan'))
+assert a['step_sec'] > 0 and b['step_sec'] > 0 and a['step_sec'] != b['step_sec'], (a, b)"
+expect_error plan_gemm_model_needs_profile 2 "needs a profile with a GEMM model" -- $PLAN --workers 2 --compute-model gemm
+expect_error plan_compute_model_values 2 "option --compute-model: 'flops' (expected layers or gemm)" -- $PLAN --workers 2 --compute-model flops
+grep -v gemm_fit "$TMP/prof.json" | sed 's/"mpi_measured":\([01]\),*$/"mpi_measured":\1}/' >"$TMP/nofit.json"
+expect_error plan_gemm_model_profile_without_fit 2 "needs a profile with a GEMM model" -- $PLAN --workers 2 --profile "$TMP/nofit.json" --compute-model gemm
 echo "not a profile" >"$TMP/notmine.txt"
 expect_error plan_calibrate_keeps_others_file 2 "notmine.txt" -- $DTRAIN plan --calibrate --quick --out "$TMP/notmine.txt"
 check plan_calibrate_left_it grep -q "not a profile" "$TMP/notmine.txt"

@@ -11,6 +11,12 @@
 # its checkpoint is one worker's file and resumes onto another --tp, and
 # a tp 1 checkpoint resumes onto tp 2; unsupported combinations give one
 # line naming the option.
+# Project Adam's two server-side traits: --ps-push factors (dense layers
+# pushed as activations and error terms, dW = dY^T X computed at the
+# server) equals gradient pushes bit for bit under sync, 1..4 workers,
+# with and without tp, local and mpi; the bytes pushed are the factors'
+# formula; --ps-server-threads T equals one thread bit for bit under sync,
+# and trains under async.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 1024 256
@@ -40,6 +46,42 @@ run $LENET --workers 2 --tp 2 --exchange ps:2 --checkpoint "$TMP/lenet_ps.st"
 check adam_lenet_one_replica_tp2_equals_one_worker close "$TMP/lenet_one.st" "$TMP/lenet_ps.st" 1e-6
 check adam_push_every_fetch_every_run sh -c "'$DTRAIN' train --data '$SMALL' --quiet --epochs 2 --workers 4 --tp 2 --exchange ps:2 --schedule async --push-every 2 --fetch-every 3 | grep -q 'done: 2 epochs'"
 check adam_ssp_runs sh -c "'$DTRAIN' train $SYNC --workers 4 --tp 2 --exchange ps:2 --schedule ssp:1 | grep -q 'done: 1 epochs'"
+
+# ---- sufficient factors at the servers, lock-free server threads ----------------------
+for n in 1 2 3 4; do
+  run $SYNC --workers $n --exchange ps:2 --checkpoint "$TMP/g$n.st"
+  run $SYNC --workers $n --exchange ps:2 --ps-push factors --checkpoint "$TMP/f$n.st"
+  check adam_factors_equal_gradients_${n}_workers cmp -s "$TMP/g$n.st" "$TMP/f$n.st"
+done
+# a whole epoch whose last step is short (1024 = 14 x 72 + 16: rows split unevenly)
+SHORT="--data $SMALL --lr 0.05 --seed 3 --quiet --batch 24 --epochs 1 --workers 3 --exchange ps:2 --schedule sync"
+run $SHORT --checkpoint "$TMP/short_g.st"
+run $SHORT --ps-push factors --checkpoint "$TMP/short_f.st"
+check adam_factors_short_last_step_equal_gradients cmp -s "$TMP/short_g.st" "$TMP/short_f.st"
+run $SYNC --workers 4 --tp 2 --exchange ps:2 --ps-push factors --checkpoint "$TMP/f_tp.st"
+check adam_factors_tp2_equal_gradients cmp -s "$TMP/ps_r2.st" "$TMP/f_tp.st"
+run $LENET --workers 4 --tp 2 --exchange ps:4 --checkpoint "$TMP/lenet_g.st"
+run $LENET --workers 4 --tp 2 --exchange ps:4 --ps-push factors --ps-server-threads 2 --checkpoint "$TMP/lenet_f.st"
+check adam_lenet_factors_tp2_convs_as_gradients cmp -s "$TMP/lenet_g.st" "$TMP/lenet_f.st"
+run $ADAM --workers 2 --exchange ps:2 --ps-server-threads 3 --checkpoint "$TMP/adam_t3.st"
+check adam_server_threads_3_equal_one_thread cmp -s "$TMP/plain_adam.st" "$TMP/adam_t3.st"
+# bytes: mlp 784-512-256-10 at tp 2, 16 rows a push, one server a tp rank:
+# rank 0 sends layer 0's rows (in 784, out 256), layer 1's (in 256 of its
+# half, out 256) and layer 2's (256, 10); rank 1 layers 0 and 1 (its
+# half of layer 1 holds no bias); 8 bytes of row count each
+run $SYNC --workers 4 --tp 2 --exchange ps:2 --ps-push factors --max-steps 12 --metrics "$TMP/fbytes.jsonl"
+check adam_factor_bytes_are_the_formula $PY -c "
+import json
+ep = [json.loads(l) for l in open('$TMP/fbytes.jsonl') if '\"epoch\"' in l][-1]
+f = [8 + 4 * 16 * ((784 + 256) + (256 + 256) + (256 + 10)), 8 + 4 * 16 * ((784 + 256) + (256 + 256))]
+assert ep['tp_bytes_pushed'] == [12 * b for b in f], (ep['tp_bytes_pushed'], f)"
+# async with 2 server threads trains as 1 does (3 epochs: past 60%, within 5
+# points; async runs differ by arrival order, measured 2.4 apart)
+ASYNC="--data $SMALL --seed 3 --quiet --batch 16 --epochs 3 --workers 2 --exchange ps:2 --schedule async --ps-push factors"
+acc_of() { sed -n 's/^done: .* test acc \([0-9.]*\)%.*/\1/p' "$TMP/run.out"; }
+run $ASYNC --ps-server-threads 1; A1=$(acc_of)
+run $ASYNC --ps-server-threads 2; A2=$(acc_of)
+check adam_async_server_threads_2_trains_as_1 $PY -c "import sys; a, b = float('${A1:-0}'), float('${A2:-0}'); print(a, b); sys.exit(0 if b > 60 and abs(a - b) <= 5 else 1)"
 
 # ---- bytes: each tp rank pushes and pulls its own keys --------------------------------
 # mlp 784-512-256-10, tp 2: rank t holds rows of layer 0 (256 x 784 + 256)
@@ -92,6 +134,13 @@ expect_error adam_compress_refused 2 "option --compress: not with --tp 2" -- "$D
 expect_error adam_lazy_refresh_refused 2 "option --ps-refresh lazy: not with --tp 2" -- "$DTRAIN" train $B --exchange ps:2 --schedule ssp:2 --ps-refresh lazy
 expect_error adam_pp_refused 2 "option --pp 2 / --micro-batches 1: pipelines run with" -- "$DTRAIN" train $B --workers 8 --exchange ps:2 --pp 2 --partition macs
 expect_error adam_tp_conv_data_refused 2 "option --tp-conv data: not with --exchange ps:K" -- "$DTRAIN" train $B --workers 2 --exchange ps:2 --tp-conv data
+expect_error adam_factors_push_every_refused 2 "option --ps-push factors: not with --push-every" -- "$DTRAIN" train $B --exchange ps:2 --schedule async --ps-push factors --push-every 2
+expect_error adam_factors_compress_refused 2 "option --ps-push factors: not with --compress" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --max-steps 2 --workers 2 --exchange ps:2 --ps-push factors --compress qsgd:4
+expect_error adam_factors_priority_refused 2 "option --ps-push factors: not with --comm-order" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --max-steps 2 --workers 2 --exchange ps:2 --ps-push factors --comm-order priority
+expect_error adam_factors_replicas_refused 2 "option --ps-push factors: not with --ps-replicas 2" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --max-steps 2 --workers 2 --exchange ps:2 --ps-push factors --ps-replicas 2
+expect_error adam_ps_push_bad_word 2 "ps-push" -- "$DTRAIN" train $B --exchange ps:2 --ps-push weights
+expect_error adam_server_threads_zero 2 "ps-server-threads" -- "$DTRAIN" train $B --exchange ps:2 --ps-server-threads 0
+expect_error adam_server_threads_without_ps 2 "ps-server-threads" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --workers 2 --ps-server-threads 2
 expect_error adam_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train --preset project-adam --data "$SMALL" --workers 3
 
 # ---- mpi -------------------------------------------------------------------------
@@ -104,6 +153,16 @@ import json
 a = [json.loads(l) for l in open('$TMP/bytes.jsonl') if '\"epoch\"' in l][-1]
 b = [json.loads(l) for l in open('$TMP/mpi_bytes.jsonl') if '\"epoch\"' in l][-1]
 assert all(a[k] == b[k] for k in ('tp_keys', 'tp_bytes_pushed', 'tp_bytes_pulled')), (a, b)"
+  for n in 1 2 3 4; do
+    $MPIRUN -np $((n + 2)) "$DTRAIN" train $SYNC --comm mpi --workers $n --exchange ps:2 --ps-push factors --ps-server-threads 2 --checkpoint "$TMP/mpi_f$n.st" >/dev/null 2>"$TMP/mpi.err"
+    check mpi_adam_factors_equal_gradients_${n}_workers cmp -s "$TMP/g$n.st" "$TMP/mpi_f$n.st"
+  done
+  $MPIRUN -np 6 "$DTRAIN" train $SYNC --comm mpi --tp 2 --exchange ps:2 --ps-push factors --max-steps 12 --metrics "$TMP/mpi_fbytes.jsonl" >/dev/null 2>"$TMP/mpi.err"
+  check mpi_adam_factor_bytes_as_local $PY -c "
+import json
+a = [json.loads(l) for l in open('$TMP/fbytes.jsonl') if '\"epoch\"' in l][-1]
+b = [json.loads(l) for l in open('$TMP/mpi_fbytes.jsonl') if '\"epoch\"' in l][-1]
+assert a['tp_bytes_pushed'] == b['tp_bytes_pushed'], (a['tp_bytes_pushed'], b['tp_bytes_pushed'])"
   if $MPIRUN -np 6 "$DTRAIN" train --preset project-adam --comm mpi --quiet --epochs 5 --checkpoint "$TMP/mpi_adam.st" >"$TMP/mpi.out" 2>"$TMP/mpi.err" &&
      $PY -c "
 import re, sys; acc = float(re.search(r'done: 5 epochs, test acc ([0-9.]+)%', open('$TMP/mpi.out').read()).group(1))

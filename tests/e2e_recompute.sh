@@ -79,6 +79,13 @@ a, b, c = $(peak "$TMP/pp_none.jsonl"), $(peak "$TMP/pp_blocks.jsonl"), $(peak "
 print('  first stage activation_peak_bytes none', a, 'blocks', b, 'full', c)
 assert 0 < b < a / 2 and 0 < c < a / 2, (a, b, c)"
 
+# ---- Megatron's split of the GPT (heads, MLP pairs) over tp 2: blocks
+# recomputes split layers, their sums again ------------------------------
+for m in none blocks; do
+  "$DTRAIN" train $RUN --model "$TMP/small.model" --batch 16 --workers 2 --tp 2 --recompute $m --checkpoint "$TMP/tpg_$m.st" >/dev/null
+done
+check tp2_gpt_blocks_same_bits same "$TMP/tpg_none.st" "$TMP/tpg_blocks.st"
+
 # ---- tensor parallelism inside pipeline stages (the deep MLP split in
 # Megatron's pairs): full recomputes split layers, their sums again ---------
 make_small_fashion "$TMP/fm" 256 64

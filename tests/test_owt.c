@@ -89,7 +89,8 @@ static model_t *by_hand(const train_config_t *c, int K) {
   float *acc = calloc(front, sizeof *acc), *x = malloc(64 * 16 * sizeof *x);
   int32_t y[64];
   data_epoch_order(c->seed, 0, order, d.n);
-  int S = c->tensor.owt_scheme == OWT_SCHEME_A ? 1 : K, correct;
+  int S = c->tensor.owt_scheme == OWT_SCHEME_A ? 1 : K;
+  double correct;
   for (size_t start = 0; start < d.n; start += (size_t)K * b) {
     size_t in_step = d.n - start < K * b ? d.n - start : K * b;
     optim_begin_step(opt);

@@ -5,6 +5,7 @@
  * (M + P - 1)(f + b); interleaved 1F1B: (V M + P - 1)(f + b) with f and b
  * a chunk's) from the same instruction lists the engine runs -- and the
  * profile's reader. */
+#include <math.h>
 #include "dtrain/coll.h"
 #include "perf/perf.h"
 #include "strategy/strategy.h"
@@ -249,6 +250,55 @@ static void test_profile_reader(void) {
   const char *neg = "{\"format\":\"dtrain-profile 1\",\"local\":{\"alpha\":-1,\"beta\":1}}";
   CHECK_FAILS_WITH(perf_profile_parse(neg, strlen(neg), "p", &p), "key \"local.alpha\"");
   CHECK_FAILS_WITH(perf_profile_parse(good, 40, "p", &p), "does not end");
+  /* the GEMM model: signed coefficients, then the fit's points and error */
+  char with_fit[512];
+  snprintf(with_fit, sizeof with_fit, "%.*s,\"gemm_fit\":{\"c0\":-20.5,\"c1\":0.8,\"c2\":0.7,"
+           "\"c3\":0.75,\"points\":64,\"max_error\":1.5}}", (int)strlen(good) - 1, good);
+  CHECK_OK(perf_profile_parse(with_fit, strlen(with_fit), "p", &p));
+  CHECK(p.gemm_fit.fitted && p.gemm_fit.c[0] == -20.5 && p.gemm_fit.c[3] == 0.75 && p.gemm_fit.points == 64);
+  snprintf(with_fit, sizeof with_fit, "%.*s,\"gemm_fit\":{\"c0\":-20.5,\"c1\":0.8,\"c2\":0.7,"
+           "\"points\":64,\"max_error\":1.5}}", (int)strlen(good) - 1, good);
+  CHECK_FAILS_WITH(perf_profile_parse(with_fit, strlen(with_fit), "p", &p), "needs c0, c1, c2, c3");
+  snprintf(with_fit, sizeof with_fit, "%.*s,\"gemm_fit\":{\"c9\":1}}", (int)strlen(good) - 1, good);
+  CHECK_FAILS_WITH(perf_profile_parse(with_fit, strlen(with_fit), "p", &p), "unknown key \"gemm_fit.c9\"");
+}
+
+/* The GEMM model's least squares gives back the coefficients of times
+ * made by the model itself, and its prediction of a dense layer's passes
+ * is the sum of its GEMMs' (forward: n x units x in; backward: the
+ * weights' units x in x n and the input's n x in x units). */
+static void test_gemm_fit(void) {
+  perf_gemm_fit_t truth = {{-21.0, 0.9, 0.8, 0.95}, 0, 0, 1}, got;
+  double m[27], n[27], k[27], t[27];
+  int np = 0;
+  for (int a = 8; a <= 512; a *= 8)
+    for (int b = 8; b <= 512; b *= 8)
+      for (int c = 8; c <= 512; c *= 8, np++)
+        m[np] = a, n[np] = b, k[np] = c, t[np] = perf_gemm_sec(&truth, a, b, c);
+  CHECK_OK(perf_gemm_fit(m, n, k, t, np, &got));
+  for (int i = 0; i < 4; i++) CHECK(fabs(got.c[i] - truth.c[i]) < 1e-9);
+  CHECK(got.points == 27 && got.max_error < 1e-9);
+  CHECK_FAILS_WITH(perf_gemm_fit(m, n, k, t, 3, &got), "do not determine");
+  t[5] = 0;
+  CHECK_FAILS_WITH(perf_gemm_fit(m, n, k, t, np, &got), "point 5");
+  model_spec_t spec;
+  model_t *mod;
+  CHECK_OK(model_spec_builtin("mlp", &spec));
+  CHECK_OK(model_build(&spec, (shape_t){1, 28, 28}, 10, 8, &mod));
+  double fwd = perf_gemm_layer_sec(&truth, mod, 0, 8, 0), bwd = perf_gemm_layer_sec(&truth, mod, 0, 8, 1);
+  CHECK(fabs(fwd - perf_gemm_sec(&truth, 8, 512, 784)) < 1e-15);
+  CHECK(fabs(bwd - perf_gemm_sec(&truth, 512, 784, 8)) < 1e-15); /* the first layer: no input gradient */
+  int second = -1, other = -1; /* the 512 -> 256 dense layer; a layer that is not a GEMM */
+  for (int i = 1; i < mod->nlayers; i++) {
+    if (mod->layers[i].spec.kind == LAYER_DENSE && second < 0) second = i;
+    if (mod->layers[i].spec.kind != LAYER_DENSE && other < 0) other = i;
+  }
+  CHECK(second > 0);
+  double bwd2 = perf_gemm_layer_sec(&truth, mod, second, 8, 1);
+  CHECK(fabs(bwd2 - perf_gemm_sec(&truth, 256, 512, 8) - perf_gemm_sec(&truth, 8, 512, 256)) < 1e-15);
+  CHECK(other < 0 || perf_gemm_layer_sec(&truth, mod, other, 8, 0) == -1);
+  model_free(mod);
+  model_spec_free(&spec);
 }
 
 int main(void) {
@@ -259,5 +309,6 @@ int main(void) {
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_profile_reader);
+  RUN(test_gemm_fit);
   TEST_MAIN_END();
 }

@@ -108,6 +108,7 @@ typedef struct {
   float momentum;        /* sgd momentum [0] */
   int implicit_momentum; /* --implicit-momentum on */
   int replicas;          /* --ps-replicas [1] */
+  int push_factors;      /* --ps-push factors */
   int (*fn)(comm_t *c, ps_rank_t *w);
 } world_spec_t;
 
@@ -186,6 +187,7 @@ static int run_world(world_spec_t spec) {
   t.cfg.ps.drop_stale = spec.drop_stale - 1;
   t.cfg.ps.implicit_momentum = spec.implicit_momentum;
   t.cfg.ps.replicas = spec.replicas ? spec.replicas : 1;
+  t.cfg.ps.push_factors = spec.push_factors;
   int rc = dataset_synthetic(64, 1, 8, 8, 10, 3, &t.data);
   if (rc == 0) rc = comm_local_run(spec.workers + spec.servers + spec.strangers, NULL, world_rank, &t);
   dataset_free(&t.data);
@@ -253,6 +255,11 @@ static int bad_requests(comm_t *c, const model_t *m, float *buf) {
   q.which = 3;
   RCHECK(raw_call(c, 2, &q, NULL, 0, &rep, buf, 8 * sizeof(float)) != 0);
   RCHECK(strstr(rep.error, "optimizer keeps 0 state"));
+  /* sufficient factors to a server that runs without --ps-push factors */
+  q = base_req(PS_OP_PUSH, 0, 0, P);
+  q.nvalues = P, q.encoded = 64, q.flags = PS_PUSH_FACTORS;
+  RCHECK(raw_call(c, 2, &q, buf, 64, &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "without --ps-push factors"));
   /* a request of the wrong size: the transport refuses it, the server logs it */
   char junk[10] = {0};
   dt_error_clear();
@@ -1065,6 +1072,158 @@ static void test_sync_bytes_every_rank_as_described(void) {
   dataset_free(&r.train), dataset_free(&r.test);
 }
 
+
+/* ---- --ps-push factors and --ps-server-threads ---------------------------------- */
+
+static model_t *build_mlp_batch(int max_batch) {
+  model_spec_t spec;
+  model_t *m = NULL;
+  if (model_spec_builtin("mlp", &spec) != 0) return NULL;
+  if (model_build(&spec, (shape_t){1, 28, 28}, 10, max_batch, &m) != 0) m = NULL;
+  model_spec_free(&spec);
+  if (m) model_init_params(m, 5);
+  return m;
+}
+
+/* A batch's factors, packed as a worker packs them and expanded as a
+ * server does, are the layers' gradients of backprop bit for bit; the
+ * payload is 8 + 4 n (in + out) per dense layer; a payload of the wrong
+ * size or too many rows is refused. */
+static void test_factors_expand_to_the_gradient(void) {
+  enum { N = 5 };
+  kern_set_threads(1); /* OpenBLAS threads are not instrumented: ThreadSanitizer would flag their writes */
+  model_t *m = build_mlp_batch(N);
+  CHECK(m != NULL);
+  if (!m) return;
+  float *x = dt_alloc_floats((size_t)N * 784), *dst = dt_alloc_floats(m->nparams);
+  int32_t y[N];
+  rng_t rng;
+  rng_seed(&rng, 11);
+  for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
+  for (int i = 0; i < N; i++) y[i] = i % 10;
+  model_forward(m, x, N, 1, &rng);
+  double correct;
+  model_loss(m, y, N, N, &correct);
+  model_backward(m, x, N, NULL, NULL);
+  ps_keys_t k;
+  ps_factor_plan_t fp;
+  CHECK_OK(ps_keys_plan(m, 0, 1, &k));
+  CHECK_OK(ps_factor_plan(m, &k, &fp));
+  CHECK(fp.n == 3 && fp.f[0].in == 784 && fp.f[0].out == 512 && fp.f[2].out == 10);
+  size_t want = 8 + 4 * N * ((784 + 512) + (512 + 256) + (256 + 10));
+  CHECK(ps_factor_bytes(&fp, 0, m->nparams, N) == want);
+  void *buf = dt_alloc(want);
+  CHECK(ps_factor_pack(&fp, m, x, N, m->grads, 0, m->nparams, buf) == want);
+  CHECK_OK(ps_factor_expand(&fp, 0, m->nparams, N, buf, want, dst));
+  CHECK(memcmp(dst, m->grads, m->nparams * sizeof(float)) == 0);
+  /* a range holding the last two layers only: their factors, at offsets */
+  size_t lo = fp.f[1].wkey;
+  CHECK(ps_factor_pack(&fp, m, x, N, m->grads, lo, m->nparams, buf) ==
+        8 + 4 * N * ((512 + 256) + (256 + 10)));
+  CHECK_OK(ps_factor_expand(&fp, lo, m->nparams, N, buf, 8 + 4 * N * (768 + 266), dst));
+  CHECK(memcmp(dst, m->grads + lo, (m->nparams - lo) * sizeof(float)) == 0);
+  CHECK_FAILS_WITH(ps_factor_expand(&fp, 0, m->nparams, N, buf, want - 4, dst), "expected");
+  CHECK_FAILS_WITH(ps_factor_expand(&fp, 0, m->nparams, N - 1, buf, want, dst), "at most");
+  /* the shard plan keeps each layer whole: 2 servers cut at layer 1, not
+   * inside layer 0; 4 servers cannot be given a layer each */
+  ps_range_t keep[3];
+  ps_factor_spans(&fp, keep);
+  ps_shard_map_t map;
+  CHECK_OK(ps_shard_plan_factors(m, 2, 0, &fp, &map));
+  CHECK(map.shards[0].end == fp.f[0].end);
+  ps_shard_free(&map);
+  CHECK_OK(ps_shard_plan_factors(m, 3, 0, &fp, &map));
+  for (int i = 0; i < 3; i++) CHECK(map.shards[i].begin == keep[i].begin && map.shards[i].end == keep[i].end);
+  ps_shard_free(&map);
+  CHECK_FAILS_WITH(ps_shard_plan_factors(m, 4, 0, &fp, &map), "each dense layer on one server");
+  dt_free(buf);
+  ps_factor_plan_free(&fp);
+  ps_keys_free(&k);
+  dt_free(x), dt_free(dst);
+  model_free(m);
+}
+
+/* T threads, each writing its slice of the shard, give optim_step's bits:
+ * adam (state, step count), and LARS cut at whole segments. */
+static void test_server_threads_step_is_one_threads(void) {
+  optim_kind_t kinds[] = {OPTIM_ADAM, OPTIM_LARS, OPTIM_SGD};
+  optim_segment_t segs[] = {{0, 1000}, {1000, 37}, {1037, 3000}, {4037, 5}};
+  size_t n = 4042;
+  for (int ki = 0; ki < 3; ki++)
+    for (int T = 2; T <= 4; T++) {
+      optim_config_t oc;
+      optim_config_default(kinds[ki], &oc);
+      oc.momentum = 0.9f, oc.weight_decay = 1e-4f;
+      optimizer_t *a, *b;
+      CHECK_OK(optim_new(&oc, n, &a));
+      CHECK_OK(optim_new(&oc, n, &b));
+      float *pa = dt_alloc_floats(n), *pb = dt_alloc_floats(n), *g = dt_alloc_floats(n);
+      for (size_t i = 0; i < n; i++) pa[i] = pb[i] = sinf((float)i), g[i] = cosf((float)i * 0.3f);
+      ps_apply_t *ap;
+      CHECK_OK(ps_apply_new(T, segs, 4, n, kinds[ki] == OPTIM_LARS, &ap));
+      CHECK(ap != NULL);
+      for (int step = 0; step < 3 && ap; step++) {
+        optim_step(a, pa, g, segs, 4, 0.01f);
+        ps_apply_step(ap, b, pb, g, 0.01f);
+      }
+      CHECK(memcmp(pa, pb, n * sizeof(float)) == 0 && a->steps == b->steps);
+      for (int s = 0; s < a->nstate; s++) CHECK(memcmp(a->state[s], b->state[s], n * sizeof(float)) == 0);
+      ps_apply_free(ap);
+      optim_free(a), optim_free(b);
+      dt_free(pa), dt_free(pb), dt_free(g);
+    }
+  ps_apply_t *none;
+  CHECK_OK(ps_apply_new(1, segs, 4, n, 0, &none));
+  CHECK(none == NULL);
+}
+
+/* --ps-push factors through a real server: a payload of the wrong size is
+ * rejected once received (the server goes on); a batch's factors make the
+ * step of its gradient (w - lr g, plain SGD). */
+static int worker_factors(comm_t *c, ps_rank_t *w) {
+  size_t P = w->P;
+  model_t *m = w->m;
+  float x[64];
+  int32_t y = 3;
+  rng_t rng;
+  rng_seed(&rng, 2);
+  for (int i = 0; i < 64; i++) x[i] = (float)i / 64.0f;
+  model_forward(m, x, 1, 1, &rng);
+  double correct;
+  model_loss(m, &y, 1, 1, &correct);
+  model_backward(m, x, 1, NULL, NULL);
+  ps_keys_t k;
+  ps_factor_plan_t fp;
+  RCHECK_OK(ps_keys_plan(m, 0, 1, &k));
+  RCHECK_OK(ps_factor_plan(m, &k, &fp));
+  size_t bytes = ps_factor_bytes(&fp, 0, P, 1);
+  void *pay = dt_alloc(bytes);
+  RCHECK(ps_factor_pack(&fp, m, x, 1, m->grads, 0, P, pay) == bytes);
+  ps_req_t q = base_req(PS_OP_PUSH, 0, 0, P);
+  ps_reply_t rep;
+  q.nvalues = P, q.encoded = bytes - 4, q.flags = PS_PUSH_FACTORS, q.nbatches = 1;
+  RCHECK(raw_call(c, 1, &q, pay, bytes - 4, &rep, NULL, 0) != 0);
+  RCHECK(strstr(rep.error, "expected"));
+  const void *parts[1] = {pay};
+  size_t sizes[1] = {bytes};
+  ps_req_t tmpl = {.nbatches = 1};
+  RCHECK_OK(ps_wait(w->cl, ps_push_factors(w->cl, parts, sizes, m->grads, &tmpl), NULL));
+  RCHECK_OK(ps_wait(w->cl, ps_pull(w->cl, 0, P, 0, w->buf, NULL), NULL));
+  model_init_params(m, 5); /* the initial parameters (backprop left them as they were) */
+  RCHECK(sgd_step_is(w->buf, m->params, 0.1f, m->grads, 1, P));
+  RCHECK(ps_client_version(w->cl, 0) == 1);
+  dt_free(pay);
+  ps_factor_plan_free(&fp);
+  ps_keys_free(&k);
+  return 0;
+}
+
+static void test_factored_push_through_a_server(void) {
+  kern_set_threads(1);
+  CHECK_OK(run_world((world_spec_t){.workers = 1, .servers = 1, .schedule = SCHEDULE_ASYNC,
+                                    .push_factors = 1, .fn = worker_factors}));
+}
+
 int main(void) {
   dt_log_level = DT_LOG_WARN; /* the rejections are logged as errors: expected here */
   RUN(test_shard_plan_balanced_and_contiguous);
@@ -1089,5 +1248,8 @@ int main(void) {
   RUN(test_pull_carries_the_slowest_clock);
   RUN(test_tp_keys_cover_the_model_once);
   RUN(test_sync_bytes_every_rank_as_described);
+  RUN(test_factors_expand_to_the_gradient);
+  RUN(test_server_threads_step_is_one_threads);
+  RUN(test_factored_push_through_a_server);
   TEST_MAIN_END();
 }

@@ -95,7 +95,7 @@ static void make_batch(const model_t *m, int n, uint64_t seed, float **x, int32_
 /* What one run leaves: loss, logits, gradients, running statistics. */
 typedef struct {
   double loss;
-  int correct;
+  double correct;
   float *logits, *grads, *buffers;
 } result_t;
 
@@ -242,7 +242,8 @@ static int pipe_run(pipe_t *pp, const schedule_t *sc, const float *x, const int3
   rng_t one;
   rng_seed(&one, pp->seed);
   double losses[MAXM] = {0};
-  int corrects[MAXM] = {0}, rc = 0;
+  double corrects[MAXM] = {0};
+  int rc = 0;
   for (int progress = 1; progress;) {
     progress = 0;
     for (int p = 0; p < P; p++) {

@@ -70,6 +70,19 @@ typedef struct {
   allreduce_algo_t inter;
 } hier_plan_t;
 int allreduce_hier_plan(coll_ctx_t *ctx, size_t count, hier_plan_t *out);
+/* hier's layout, as a pure function (the description of a step uses it
+ * too): the host hier puts each of P ranks on (the communicator's hosts
+ * when it has more than one, comm_hosts[r]; otherwise groups of
+ * group_size consecutive ranks, default ceil(sqrt P)); then, from those,
+ * rank me's place: the hosts H, the ranks taking part on each (m, the
+ * smallest host's count), me's host and index in it, the rank it folds
+ * into (-1: none) and the ranks folding into it (folded, P entries or
+ * NULL; nfolded of them). */
+typedef struct {
+  int hosts, per_host, host, local, partner, nfolded;
+} hier_place_t;
+void coll_hier_hosts(int P, const int *comm_hosts, int nhosts, int group_size, int *host);
+int coll_hier_place(int P, const int *host, int me, int *folded, hier_place_t *out);
 /* Costs (cost.c), for anyone to call: this rank's exact bytes on the
  * wire for one allreduce of `count` floats over P ranks (ring, rhd, tree,
  * naive, shm; -1 for hier and auto, whose bytes depend on the hosts and

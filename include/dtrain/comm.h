@@ -78,9 +78,9 @@ typedef struct {
   int hosts;
   int host_ranks[COMM_NET_MAX_HOST_LIST];
   double intra_latency, intra_bandwidth;
-  /* local, hosts > 1 (link=shared): a host's ranks share one link to the
-   * other hosts each way, as the ranks of a real machine share its NIC;
-   * else (link=own) each rank has a link of its own (every rank its own
+  /* local, hosts > 1 (link=shared, the default): a host's ranks share one
+   * link to the other hosts each way, as the ranks of a real machine share
+   * its NIC; link=own: each rank has a link of its own (every rank its own
    * machine's worth of bandwidth). */
   int shared_link;
 } comm_net_t;
@@ -95,6 +95,12 @@ int comm_net_parse(const char *text, comm_net_t *net);
  * hosts). Fails when the hosts do not fit: more hosts than ranks, or
  * host_ranks summing to another count. */
 int comm_net_hosts(const comm_net_t *net, int size, int *host);
+/* The link a local world of `size` ranks under net gives its collectives
+ * to decide by (allreduce:auto): net's slowest link, or this machine's
+ * estimate without an emulated network (oversubscribed: more ranks than
+ * cores). */
+void comm_net_link_estimate(const comm_net_t *net, int size, int oversubscribed, double *latency,
+                            double *bandwidth);
 /* Whether net delays messages on local (any latency or bandwidth set). */
 int comm_net_emulated(const comm_net_t *net, int size);
 /* The alpha-beta link model, the one both the emulator (local.c: a

@@ -260,11 +260,13 @@ int layer_kind_parse(const char *name, layer_kind_t *out);
 
 /* A named tensor inside an arena (a parameter or a buffer). dims is the
  * one-worker shape (what a checkpoint holds); under tensor parallelism the
- * arena holds a block of it: seen as [dims[0], mid, full_cols], rows
- * [row0, row0 + rows) and, of each of their mid runs, columns [col0, col0 +
- * cols), stored as [rows, mid, cols] (a conv weight [out, kh, kw, in] split
- * by input channels is mid = kh·kw runs of in). Unsplit: the whole tensor,
- * len = rows x mid x cols. */
+ * arena holds a block of it: seen as [R, mid, full_cols] (R = the dims'
+ * product / (mid·full_cols), usually dims[0]), rows [row0, row0 + rows)
+ * and, of each of their mid runs, columns [col0, col0 + cols), stored as
+ * [rows, mid, cols] (a conv weight [out, kh, kw, in] split by input
+ * channels is mid = kh·kw runs of in; attention's qkv.weight [3c, c] split
+ * by heads is R = 3 rows of c·c, each rank's heads a run of columns in
+ * each of q, k and v). Unsplit: the whole tensor, len = rows x mid x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
   size_t off, len;          /* the range in the arena (this rank's block) */
@@ -372,7 +374,7 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
  * [n, T], a sample's loss is the mean over its T positions (nats per
  * token), the gradient the mean over the denom·T tokens, and *correct the
  * correct predictions / T (rounded down). */
-double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct);
+double model_loss(model_t *m, const int32_t *labels, int n, int denom, double *correct);
 /* A rank with no sample in a step, under synchronized batch norm: the
  * group's sums with nothing added, in the order a forward and a backward
  * pass would call them, so the others do not wait. */
@@ -466,7 +468,7 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
  * d(loss_sum / denom)/d(logits) into stage_output_grad(s, mb). *loss_sum
  * (summed over mb's samples) and *correct may be NULL. */
 int stage_loss(stage_t *s, int mb, const int32_t *labels, int denom, double *loss_sum,
-               int *correct);
+               double *correct);
 /* Backward of micro-batch mb, which must have had a forward since its last
  * backward. dy [n, out_size]: the gradient of the stage's output; NULL
  * when stage_output_grad(s, mb) already holds it (stage_loss wrote it, or
@@ -511,7 +513,7 @@ int model_split_costs(const model_t *m, int P, const double *cost, int *first);
 /* The same over a sequence model's [n, positions] predictions: returns the
  * summed per-sample means (model_loss's convention); dlogits may be NULL. */
 double softmax_xent_seq(const float *logits, const int32_t *labels, int n, int positions, int k,
-                        int denom, float *probs, float *dlogits, int *correct);
+                        int denom, float *probs, float *dlogits, double *correct);
 double softmax_xent(const float *logits, const int32_t *labels, int n, int k, int denom,
                     float *probs, float *dlogits, int *correct);
 #endif

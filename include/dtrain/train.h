@@ -89,6 +89,11 @@ typedef struct {
   int replicas;                 /* --ps-replicas: copies of each shard, chain replicated [1] */
   int kill_server;              /* --kill-server index=K,at-push=P: server K stops abruptly (-1: none) */
   int64_t kill_server_at;       /* ... on receiving its P-th push */
+  int push_factors;             /* --ps-push factors: dense layers pushed as sufficient factors
+                                 * (Project Adam), their gradient computed at the server */
+  int server_threads;           /* --ps-server-threads: threads applying a server's updates [1] */
+  int kill_server2;             /* ... index2=J,at-push2=Q: then server J too (-1: none) */
+  int64_t kill_server2_at;
 } ps_config_t;
 
 /* Decentralized optimization (src/strategy/decentral/). */

@@ -81,12 +81,10 @@ void coll_free_hier(coll_ctx_t *ctx) {
   ctx->hier = NULL;
 }
 
-/* The host hier puts each rank on (ids 0.. in order of first rank). */
-static void hier_hosts(const coll_ctx_t *ctx, int *host) {
-  const comm_t *c = ctx->comm;
-  int P = c->size, g = ctx->group_size;
-  if (g <= 0 && comm_nhosts(c) > 1) {
-    for (int r = 0; r < P; r++) host[r] = comm_host(c, r);
+void coll_hier_hosts(int P, const int *comm_hosts, int nhosts, int group_size, int *host) {
+  int g = group_size;
+  if (g <= 0 && nhosts > 1 && comm_hosts) {
+    for (int r = 0; r < P; r++) host[r] = comm_hosts[r];
     return;
   }
   if (g <= 0) g = (int)ceil(sqrt((double)P));
@@ -95,35 +93,59 @@ static void hier_hosts(const coll_ctx_t *ctx, int *host) {
   for (int r = 0; r < P; r++) host[r] = r / g;
 }
 
-/* Hosts, indices, partners; then the two communicators. */
+/* The host hier puts each rank on (ids 0.. in order of first rank). */
+static void hier_hosts(const coll_ctx_t *ctx, int *host) {
+  const comm_t *c = ctx->comm;
+  coll_hier_hosts(c->size, c->host, comm_nhosts(c), ctx->group_size, host);
+}
+
+int coll_hier_place(int P, const int *host, int me, int *folded, hier_place_t *out) {
+  int *local = calloc((size_t)P, sizeof(int)), *size = calloc((size_t)P, sizeof(int));
+  if (!local || !size) {
+    free(local), free(size);
+    return dt_error("out of memory");
+  }
+  hier_place_t h = {0};
+  for (int r = 0; r < P; r++) {
+    local[r] = size[host[r]]++;
+    if (host[r] + 1 > h.hosts) h.hosts = host[r] + 1;
+  }
+  h.per_host = P;
+  for (int i = 0; i < h.hosts; i++)
+    if (size[i] < h.per_host) h.per_host = size[i];
+  int m = h.per_host;
+  h.host = host[me], h.local = local[me], h.partner = -1;
+  for (int r = 0; r < P; r++) {
+    if (host[r] != h.host || r == me) continue;
+    if (h.local >= m && local[r] == h.local % m) h.partner = r;
+    if (h.local < m && local[r] >= m && local[r] % m == h.local) {
+      if (folded) folded[h.nfolded] = r;
+      h.nfolded++;
+    }
+  }
+  free(local), free(size);
+  *out = h;
+  return 0;
+}
+
+/* Hosts, indices, partners (coll_hier_place); then the two communicators. */
 static int hier_layout(coll_ctx_t *ctx, struct coll_hier *h) {
   comm_t *c = ctx->comm;
   int P = c->size, me = c->rank;
-  int *host = calloc((size_t)P, sizeof(int)), *local = calloc((size_t)P, sizeof(int));
-  int *size = calloc((size_t)P, sizeof(int));
+  int *host = calloc((size_t)P, sizeof(int));
   h->folded = malloc((size_t)P * sizeof(int));
-  if (!host || !local || !size || !h->folded) {
-    free(host), free(local), free(size);
+  if (!host || !h->folded) {
+    free(host);
     return dt_error("out of memory");
   }
   hier_hosts(ctx, host);
-  h->hosts = 0;
-  for (int r = 0; r < P; r++) {
-    local[r] = size[host[r]]++;
-    if (host[r] + 1 > h->hosts) h->hosts = host[r] + 1;
-  }
-  h->per_host = P;
-  for (int i = 0; i < h->hosts; i++)
-    if (size[i] < h->per_host) h->per_host = size[i];
-  int m = h->per_host;
-  h->host = host[me], h->local = local[me], h->partner = -1, h->nfolded = 0;
-  for (int r = 0; r < P; r++) {
-    if (host[r] != h->host || r == me) continue;
-    if (h->local >= m && local[r] == h->local % m) h->partner = r;
-    if (h->local < m && local[r] >= m && local[r] % m == h->local) h->folded[h->nfolded++] = r;
-  }
-  int active = h->local < m;
-  free(host), free(local), free(size);
+  hier_place_t pl;
+  int rc = coll_hier_place(P, host, me, h->folded, &pl);
+  free(host);
+  if (rc != 0) return -1;
+  h->hosts = pl.hosts, h->per_host = pl.per_host, h->host = pl.host, h->local = pl.local;
+  h->partner = pl.partner, h->nfolded = pl.nfolded;
+  int m = h->per_host, active = h->local < m;
   /* the folded ranks get communicators of their own, never used */
   if (comm_split(c, active ? h->host : h->hosts + h->host, me, &h->intra) != 0 ||
       comm_split(c, active ? h->local : m, h->host, &h->inter) != 0 ||

@@ -1046,27 +1046,6 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
 /* Algorithm choice needs one link estimate that every rank agrees on:
  * the slowest link when links differ (within or between hosts); memory
  * speed when not emulated. */
-static void link_estimate(const world_t *w, double *latency, double *bandwidth) {
-  if (!w->emulated) { /* measured here: ~5 us a hop, ~20 us when threads share cores */
-    *latency = w->yield ? 20e-6 : 5e-6;
-    *bandwidth = 10e9;
-    return;
-  }
-  double lat = w->latency, bw = w->bandwidth > 0 ? w->bandwidth : 1e12;
-  if (w->multihost) {
-    if (w->intra_latency > lat) lat = w->intra_latency;
-    if (w->intra_bandwidth > 0 && w->intra_bandwidth < bw) bw = w->intra_bandwidth;
-  }
-  for (int i = 0; i < w->size; i++) {
-    double l = rank_value(w->rank_latency, w->latency, i);
-    double b = rank_value(w->rank_bandwidth, w->bandwidth, i);
-    if (l > lat) lat = l;
-    if (b > 0 && b < bw) bw = b;
-  }
-  *latency = lat;
-  *bandwidth = bw;
-}
-
 typedef struct {
   world_t *w;
   comm_t *comm;
@@ -1124,7 +1103,7 @@ int comm_local_run(int size, const comm_net_t *net, comm_rank_fn fn, void *arg) 
   int *identity = malloc((size_t)size * sizeof(int));
   int rc = runs && identity ? 0 : dt_error("out of memory starting %d local ranks", size);
   double lat = 0, bw = 0;
-  link_estimate(w, &lat, &bw);
+  comm_net_link_estimate(net, size, w->yield, &lat, &bw);
   for (int i = 0; rc == 0 && i < size; i++) identity[i] = i;
   for (int i = 0; rc == 0 && i < size; i++) {
     rc = make_comm(w, 0, 1, i, size, identity, &runs[i].comm);

@@ -64,7 +64,14 @@ static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *w
 /* The whole tensor of `len` floats as one block. */
 static block_t whole_block(size_t len) { return (block_t){0, len, 1, 0, 1, 1}; }
 
-size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->mid * t->full_cols; }
+/* The product of the one-worker dims (a block's view [rows, mid,
+ * full_cols] may group them otherwise: attention's qkv.weight [3c, c] split
+ * by heads is seen as [3, 1, c·c]). */
+size_t tensor_full_len(const tensor_info_t *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= (size_t)t->dims[d];
+  return n;
+}
 
 void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full) {
   for (size_t r = 0; r < t->rows; r++)
@@ -113,13 +120,18 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
       m->ntensors += 1;
       return 1;
     }
-    case LAYER_ATTENTION: {
+    case LAYER_ATTENTION: { /* split by heads: columns [c0, c0 + cl) of q, k, v and of proj's input */
       int qw[2] = {3 * c, c}, qb[1] = {3 * c}, pw[2] = {c, c}, pb[1] = {c};
-      size_t q = (size_t)3 * c * c;
-      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, matrix_block(3 * c, c));
-      add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, whole_block((size_t)3 * c));
-      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * c, 2, pw, matrix_block(c, c));
-      add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * c + (size_t)c * c, 1, pb, whole_block((size_t)c));
+      size_t C = (size_t)c, cl = (l->param_len - C) / (4 * C + 3), q = 3 * cl * C, c0 = 0;
+      if (l->spec.split == SPLIT_COLUMN) {
+        int h0, nh;
+        tp_block(l->spec.heads, l->tp->size, l->tp->rank, &h0, &nh);
+        c0 = (size_t)h0 * (C / (size_t)l->spec.heads);
+      }
+      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, (block_t){0, 3, 1, c0 * C, cl * C, C * C});
+      add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, (block_t){0, 3, 1, c0, cl, C});
+      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * cl, 2, pw, (block_t){0, C, 1, c0, cl, C});
+      add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * cl + C * cl, 1, pb, whole_block(C));
       m->ntensors += 4;
       return 1;
     }
@@ -138,10 +150,11 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
       m->ntensors += 4 * l->spec.num_layers;
       return 1;
     }
-    case LAYER_LINEAR: {
-      int wd[2] = {o, c}, bd[1] = {o};
-      add_tensor(t, l, i, "weight", off, 2, wd, matrix_block(o, c));
-      add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, whole_block((size_t)o));
+    case LAYER_LINEAR: { /* COLUMN: rows [out_off, ..) of both; ROW: columns [in_off, ..) */
+      int wd[2] = {l->out_full, l->in_full}, bd[1] = {l->out_full};
+      size_t r0 = (size_t)l->out_off, rows = (size_t)o, c0 = (size_t)l->in_off;
+      add_tensor(t, l, i, "weight", off, 2, wd, (block_t){r0, rows, 1, c0, (size_t)c, (size_t)l->in_full});
+      add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, (block_t){r0, rows, 1, 0, 1, 1});
       m->ntensors += 2;
       return 1;
     }
@@ -275,7 +288,8 @@ static int set_shard(layer_t *l) {
                     l->in_shape.h, l->in_hfull);
   if (k != LAYER_LOCAL2D && k != LAYER_ROWGATHER && l->out_shape.h != l->in_shape.h)
     l->out_hfull = l->out_shape.h, l->out_hoff = 0; /* a new height: whole */
-  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER)
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER ||
+      l->spec.kind == LAYER_LINEAR)
     return 0; /* set their own */
   if (l->out_shape.c == l->in_shape.c) return 0;
   if (split_in)
@@ -612,7 +626,7 @@ const float *model_forward_waiting(model_t *m, const float *x, int n, int train,
   return m->layers[m->nlayers - 1].out;
 }
 
-double model_loss(model_t *m, const int32_t *labels, int n, int denom, int *correct) {
+double model_loss(model_t *m, const int32_t *labels, int n, int denom, double *correct) {
   layer_t *last = &m->layers[m->nlayers - 1];
   return softmax_xent_seq(last->out, labels, n, m->positions, m->nclasses, denom, m->probs,
                           last->dout, correct);

@@ -56,11 +56,17 @@ double softmax_xent(const float *logits, const int32_t *labels, int n, int k, in
 }
 
 double softmax_xent_seq(const float *logits, const int32_t *labels, int n, int positions, int k,
-                        int denom, float *probs, float *dlogits, int *correct) {
-  if (positions <= 1) return softmax_xent(logits, labels, n, k, denom, probs, dlogits, correct);
+                        int denom, float *probs, float *dlogits, double *correct) {
   int hits = 0;
+  if (positions <= 1) {
+    double loss = softmax_xent(logits, labels, n, k, denom, probs, dlogits, &hits);
+    if (correct) *correct = hits;
+    return loss;
+  }
   double total = softmax_xent(logits, labels, n * positions, k, denom * positions, probs, dlogits,
                               &hits);
-  if (correct) *correct = hits / positions;
+  /* a sample's share: the fraction of its positions right (no rounding,
+   * so that the sum does not depend on how the samples are batched) */
+  if (correct) *correct = (double)hits / positions;
   return total / positions;
 }

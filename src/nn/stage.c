@@ -28,7 +28,6 @@ static int crossing_reader(const model_t *m, int c) {
     const layer_spec_t *s = &m->layers[j].spec;
     if (s->input < c - 1) return j;
     if (s->kind == LAYER_ADD && s->input2 < c - 1) return j;
-    if (s->kind == LAYER_LMHEAD && s->tie && s->tie - 1 < c) return j; /* the table is before */
   }
   return -1;
 }
@@ -74,20 +73,36 @@ static int check_cut(const model_t *m, int c, int first, int last) {
 }
 
 /* Dense, conv2d and local2d layers add their gradients in place (a GEMM
- * with beta = 1 into the model's gradient); the others write into the
- * accumulator, which layer_done then adds. */
+ * with beta = 1 into the model's gradient), and so do the embedding and the
+ * head (a tied head writes the embedding's gradient, outside its own empty
+ * range: through the accumulator it would be lost); the others write into
+ * the accumulator, which layer_done then adds. */
 static int adds_in_place(const layer_t *l) {
-  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_LOCAL2D;
+  layer_kind_t k = l->spec.kind;
+  return k == LAYER_DENSE || k == LAYER_CONV2D || k == LAYER_LOCAL2D || k == LAYER_EMBEDDING ||
+         k == LAYER_LMHEAD;
 }
 
 /* The views into the model's arenas, taken afresh each call; dw/db into
  * the accumulator when the gradients are to be added by a layer that
  * cannot add them itself. */
+/* Whether the head tied to embedding i runs in the stage: if not (the
+ * pipeline puts it on a later stage), the embedding writes its gradient
+ * itself, no head having written it first. */
+static int head_in_stage(const stage_t *s, int i) {
+  for (int j = s->first; j <= s->last; j++) {
+    const layer_spec_t *h = &s->model->layers[j].spec;
+    if (h->kind == LAYER_LMHEAD && h->tie - 1 == i) return 1;
+  }
+  return 0;
+}
+
 static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   for (int i = s->first; i <= s->last; i++) {
     const layer_t *ml = &s->model->layers[i];
     layer_t *l = &b->layers[i];
     l->w = ml->w, l->b = ml->b;
+    l->tied = ml->tied && head_in_stage(s, i);
     if (b->weights) { /* the same offsets in the micro-batch's copy of the range */
       float *copy = (float *)b->weights;
       const float *range = s->model->params + s->param_off;
@@ -228,7 +243,7 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
 }
 
 int stage_loss(stage_t *s, int mb, const int32_t *labels, int denom, double *loss_sum,
-               int *correct) {
+               double *correct) {
   stage_mb_t *b = micro(s, mb, "stage_loss");
   if (!b) return -1;
   if (!s->ends_model)

@@ -114,6 +114,11 @@ int perf_calibrate(int quick, perf_profile_t *out, FILE *log) {
   if (cores < 1) cores = 1;
   DT_TRY(calibrate_local(2, 2 > cores, quick, &out->local, log));
   DT_TRY(calibrate_local(2 * (int)cores, 1, quick, &out->local_oversubscribed, log));
+  DT_TRY(perf_gemm_fit_measure(quick, &out->gemm_fit));
+  const perf_gemm_fit_t *g = &out->gemm_fit;
+  if (log)
+    fprintf(log, "{\"event\":\"calibrate\",\"gemm_fit\":[%.4g,%.4g,%.4g,%.4g],\"points\":%d,"
+            "\"fit_max_error\":%.3f}\n", g->c[0], g->c[1], g->c[2], g->c[3], g->points, g->max_error);
   out->calibrated = 1;
   return 0;
 }

@@ -17,6 +17,8 @@
 #include "dtrain/train.h"
 #include "strategy/step.h"
 
+struct perf_cluster_file; /* project.h: a cluster file (plan --cluster) */
+
 /* ---- compute.c: what a layer and an update cost on this machine -------- */
 
 #define PERF_MAX_SIZES 32 /* distinct sample counts measured (micro-batch sizes) */
@@ -50,6 +52,31 @@ void perf_compute_free(perf_compute_t *p);
  * rank's block) takes its share of the time (simulate.c). */
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
 
+/* ---- gemm_fit.c: Yan et al.'s GEMM model, ln t = c0 + c1 ln m + c2 ln n +
+ * c3 ln k, fitted to kern_gemm timed here -------------------------------- */
+
+typedef struct {
+  double c[4];
+  int points;                /* shapes timed */
+  double max_error;          /* the fit's largest relative error over them */
+  int fitted;
+} perf_gemm_fit_t;
+
+/* Least squares over npoints timed GEMMs (m x k by k x n, sec each). */
+int perf_gemm_fit(const double *m, const double *n, const double *k, const double *sec, int npoints,
+                  perf_gemm_fit_t *out);
+/* kern_gemm timed over m, n, k in {8, 32, 128, 512, 2048} (to 512 with
+ * quick), fitted. */
+int perf_gemm_fit_measure(int quick, perf_gemm_fit_t *out);
+double perf_gemm_sec(const perf_gemm_fit_t *f, double m, double n, double k);
+/* Layer i's pass on `samples` from its GEMMs (dense, linear, conv2d:
+ * forward one, backward two, the first layer's input gradient skipped);
+ * -1 for a layer that is not a GEMM or without a fit. */
+double perf_gemm_layer_sec(const perf_gemm_fit_t *f, const model_t *m, int i, int samples,
+                           int backward);
+/* p's GEMM layers' times replaced by the fit's (--compute-model gemm). */
+void perf_gemm_apply(const perf_gemm_fit_t *f, const model_t *m, perf_compute_t *p);
+
 /* ---- profile.c: the transport's own costs, calibrated or assumed ------- */
 
 typedef struct {
@@ -62,6 +89,8 @@ typedef struct {
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
   int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
   char cpu[128], gemm[128];  /* what the profile was taken with */
+  perf_gemm_fit_t gemm_fit;  /* the GEMM model (optional in a profile) */
+  int use_gemm_fit;          /* plan --compute-model gemm: GEMM layers costed by the fit */
 } perf_profile_t;
 
 /* The transports' own estimates (local.c's link_estimate) where no
@@ -108,6 +137,14 @@ typedef struct {
  * transport's own costs from the profile. */
 int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
                              perf_cluster_t *out);
+/* The same from a cluster file (cluster_file.c): its first nranks ranks'
+ * hosts, links (--net's latency or bandwidth in place of the file's link
+ * between hosts) and speeds (a slow-down of 1 / speed, with --straggler's),
+ * a core each, the transport's mpi costs. Refused: more ranks than the
+ * file has, a projected device or a speed above 1 (the layers are
+ * measured here and the simulator slows a rank, it cannot speed one up). */
+int perf_cluster_from_file(const struct perf_cluster_file *f, const train_config_t *cfg,
+                           int nranks, const perf_profile_t *prof, perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
 /* The other processes' threads running on this machine's cores: the
  * kernel's one-minute load average less this process (a moment's spin
@@ -155,6 +192,8 @@ typedef struct {
  * shapes (read once: loading it is most of a prediction's time). */
 typedef struct {
   perf_compute_t compute;
+  const struct perf_cluster_file *cluster; /* the ranks' hosts, links and speeds from a
+                                            * cluster file (NULL: this machine's, from --net) */
   int have_data;
   char data[256];
   int seq_len;               /* text data: its windows' length (the shapes depend on it) */

@@ -40,10 +40,11 @@ static int data_shapes(const train_config_t *cfg, perf_cache_t *cache, perf_cach
   snprintf(out->data, sizeof out->data, "%s", cfg->data);
   dataset_free(&test);
   dataset_free(&data);
-  if (cache) {
+  if (cache) { /* the shapes; what it measured and the cluster it was given stay */
     perf_compute_t keep = cache->compute;
+    const struct perf_cluster_file *cluster = cache->cluster;
     *cache = *out;
-    cache->compute = keep;
+    cache->compute = keep, cache->cluster = cluster;
   }
   return 0;
 }
@@ -165,9 +166,12 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   perf_sim_t sim;
   kern_set_threads(cfg->threads);
   rc = layer_times(m, &cfg->optim, sizes, step_sizes(&d, sizes), cache ? &cache->compute : NULL, &pc);
+  if (rc == 0 && prof->use_gemm_fit) perf_gemm_apply(&prof->gemm_fit, m, &pc); /* idempotent: the cache may share pc's times */
   if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
     rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
-  if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);
+  if (rc == 0)
+    rc = cache && cache->cluster ? perf_cluster_from_file(cache->cluster, cfg, d.nranks, prof, &cl)
+                                 : perf_cluster_from_config(cfg, d.nranks, prof, &cl);
   int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
   if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
   if (rc == 0) {

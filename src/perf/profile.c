@@ -3,6 +3,7 @@
  * each, and more ranks than cores) and mpi. Without a calibration profile
  * these are the transports' own estimates (local.c's link_estimate:
  * ~5 us a hop, ~20 us when threads share cores, memory speed). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,55 @@ static int read_number(reader_t *r, const char *key, double *out, const char *st
   return 0;
 }
 
+/* A number of either sign (the GEMM model's log-space coefficients). */
+static int read_real(reader_t *r, const char *key, double *out, const char *start) {
+  skip_space(r);
+  char buf[64];
+  size_t n = 0;
+  while (r->s < r->end && n + 1 < sizeof buf && strchr("0123456789+-.eE", *r->s)) buf[n++] = *r->s++;
+  buf[n] = 0;
+  char *e;
+  double v = n ? strtod(buf, &e) : 0;
+  if (!n || *e || !(fabs(v) <= 1e300))
+    return dt_error("%s: key \"%s\" (offset %ld) is not a number", r->source, key, offset(r, start));
+  *out = v;
+  return 0;
+}
+
+/* "gemm_fit": {"c0", "c1", "c2", "c3", "points", "max_error"} (gemm_fit.c). */
+static int read_gemm_fit(reader_t *r, perf_gemm_fit_t *f, const char *start) {
+  static const char *const names[] = {"c0", "c1", "c2", "c3", "points", "max_error"};
+  double v[6];
+  int got = 0;
+  DT_TRY(expect(r, '{', start));
+  for (;;) {
+    char k[32], full[64];
+    DT_TRY(read_string(r, k, sizeof k, start));
+    DT_TRY(expect(r, ':', start));
+    snprintf(full, sizeof full, "gemm_fit.%s", k);
+    int i = 0;
+    while (i < 6 && strcmp(k, names[i])) i++;
+    if (i == 6)
+      return dt_error("%s: unknown key \"%s\" (expected c0, c1, c2, c3, points, max_error)",
+                      r->source, full);
+    DT_TRY(i < 4 ? read_real(r, full, &v[i], start) : read_number(r, full, &v[i], start));
+    got |= 1 << i;
+    skip_space(r);
+    if (r->s < r->end && *r->s == ',') {
+      r->s++;
+      continue;
+    }
+    break;
+  }
+  DT_TRY(expect(r, '}', start));
+  if (got != 63)
+    return dt_error("%s: key \"gemm_fit\" needs c0, c1, c2, c3, points and max_error", r->source);
+  if (v[4] < 4 || v[4] > 1e6 || v[4] != (int)v[4])
+    return dt_error("%s: key \"gemm_fit.points\" is %g (expected a count from 4)", r->source, v[4]);
+  *f = (perf_gemm_fit_t){{v[0], v[1], v[2], v[3]}, (int)v[4], v[5], 1};
+  return 0;
+}
+
 static int read_link(reader_t *r, const char *key, perf_link_t *l, int *seen, const char *start) {
   DT_TRY(expect(r, '{', start));
   int got = 0;
@@ -122,8 +172,9 @@ static int read_member(reader_t *r, perf_profile_t *p, int *seen, const char *st
     DT_TRY(read_number(r, key, &v, start));
     if (v != 0 && v != 1) return dt_error("%s: key \"mpi_measured\" is %g (expected 0 or 1)", r->source, v);
     p->mpi_measured = v == 1;
-  } else return dt_error("%s: unknown key \"%s\" (expected format, cpu, gemm, local, "
-                         "local_oversubscribed, mpi, mpi_measured)", r->source, key);
+  } else if (!strcmp(key, "gemm_fit")) DT_TRY(read_gemm_fit(r, &p->gemm_fit, start));
+  else return dt_error("%s: unknown key \"%s\" (expected format, cpu, gemm, local, "
+                       "local_oversubscribed, mpi, mpi_measured, gemm_fit)", r->source, key);
   return 0;
 }
 
@@ -159,7 +210,12 @@ int perf_profile_write(const perf_profile_t *p, FILE *out) {
   fprintf(out, "{\"format\":\"%s\",\"cpu\":\"%s\",\"gemm\":\"%s\"", PROFILE_FORMAT, p->cpu, p->gemm);
   for (int k = 0; k < 3; k++)
     fprintf(out, ",\n \"%s\":{\"alpha\":%.6g,\"beta\":%.6g}", names[k], l[k]->alpha, l[k]->beta);
-  fprintf(out, ",\n \"mpi_measured\":%d}\n", p->mpi_measured);
+  fprintf(out, ",\n \"mpi_measured\":%d", p->mpi_measured);
+  const perf_gemm_fit_t *g = &p->gemm_fit;
+  if (g->fitted)
+    fprintf(out, ",\n \"gemm_fit\":{\"c0\":%.9g,\"c1\":%.9g,\"c2\":%.9g,\"c3\":%.9g,\"points\":%d,"
+            "\"max_error\":%.4g}", g->c[0], g->c[1], g->c[2], g->c[3], g->points, g->max_error);
+  fprintf(out, "}\n");
   return ferror(out) ? dt_error("writing the profile: write error") : 0;
 }
 

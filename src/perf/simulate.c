@@ -335,6 +335,7 @@ static int advance(sim_t *s) {
 typedef struct {
   const char *pattern;
   int group, kind, k, task, rank;
+  int color;                  /* which of the collectives of its pattern and size (step.h) */
 } coll_key_t;
 
 static int key_cmp(const void *a, const void *b) {
@@ -343,6 +344,7 @@ static int key_cmp(const void *a, const void *b) {
   if (c) return c;
   if (x->group != y->group) return x->group - y->group;
   if (x->kind != y->kind) return x->kind - y->kind;
+  if (x->color != y->color) return x->color - y->color;
   if (x->k != y->k) return x->k - y->k;
   return x->rank - y->rank;
 }
@@ -363,16 +365,18 @@ static int match_collectives(sim_t *s) {
     int k = 0; /* earlier ones of its kind on its rank */
     for (int j = 0; j < nk; j++)
       if (keys[j].rank == t->rank && keys[j].group == t->group && keys[j].kind == (int)t->kind &&
-          !strcmp(keys[j].pattern, t->pattern ? t->pattern : "sync"))
+          keys[j].color == t->color && !strcmp(keys[j].pattern, t->pattern ? t->pattern : "sync"))
         k++;
-    keys[nk++] = (coll_key_t){t->pattern ? t->pattern : "sync", t->group, (int)t->kind, k, i, t->rank};
+    keys[nk++] = (coll_key_t){t->pattern ? t->pattern : "sync", t->group, (int)t->kind, k, i, t->rank,
+                              t->color};
   }
   qsort(keys, (size_t)nk, sizeof *keys, key_cmp);
   int ninst = -1;
   for (int j = 0; j < nk; j++) {
-    if (j == 0 || key_cmp(&(coll_key_t){keys[j].pattern, keys[j].group, keys[j].kind, keys[j].k, 0, 0},
+    if (j == 0 || key_cmp(&(coll_key_t){keys[j].pattern, keys[j].group, keys[j].kind, keys[j].k, 0, 0,
+                                        keys[j].color},
                           &(coll_key_t){keys[j - 1].pattern, keys[j - 1].group, keys[j - 1].kind,
-                                   keys[j - 1].k, 0, 0}))
+                                   keys[j - 1].k, 0, 0, keys[j - 1].color}))
       ninst++;
     s->n[keys[j].task].inst = ninst;
     s->inst[ninst].members++;

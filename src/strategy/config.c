@@ -42,7 +42,9 @@ void train_config_default(train_config_t *c) {
   c->tensor.owt_scheme = OWT_SCHEME_UNSET; /* b under the one weird trick (tensor_model_options) */
   c->ps.drop_stale = -1;
   c->ps.replicas = 1;
+  c->ps.server_threads = 1;
   c->ps.kill_server = -1;
+  c->ps.kill_server2 = -1;
   c->ps.epoch_fraction = 1;
   c->decentral.tau = 1;
   c->decentral.extrapolation = -1;

@@ -96,12 +96,15 @@ static int uses_eps(const train_config_t *c) {
   return is_adam(c) || c->optim.kind == OPTIM_RMSPROP;
 }
 static int is_text(const train_config_t *c) { return data_is_text(c->data); }
-/* Clipping by the global norm needs the whole summed gradient on every
- * rank before the step: synchronous allreduce with the update after the
- * sum (not deferred into the next forward, not sharded), one tp rank. */
+/* Clipping by the global norm needs the whole summed gradient before the
+ * step: synchronous allreduce with the update after the sum (not deferred
+ * into the next forward, not sharded), or a flush pipeline (GPipe, 1F1B,
+ * interleaved), each tensor-parallel group and each pipeline's stages
+ * summing their squared norms (worker.c). */
 static int clips_globally(const train_config_t *c) {
-  return is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
-         c->tensor.ranks <= 1 && !c->tensor.conv_data;
+  int flush = is_pipeline(c) && c->pipe.schedule <= PIPE_INTERLEAVED && !c->shard_optimizer;
+  return flush || (is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
+                   !c->tensor.conv_data);
 }
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
@@ -166,6 +169,7 @@ static int set_tau_up(void *c, const char *val, void *st);
 static int set_tau_down(void *c, const char *val, void *st);
 static int set_trace_steps(void *c, const char *val, void *st);
 static const int LAZY_EAGER[] = {1, 0};
+static const int FACTORS_GRADIENTS[] = {1, 0};
 
 static const option_t OPTIONS[] = {
     {PATH("model", model), NULL, NULL, AX_STRATEGY,
@@ -219,7 +223,8 @@ static const option_t OPTIONS[] = {
     {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY,
      .help = "X\tL2 weight decay; adamw: decoupled [0; adamw 0.01]"},
     {FLT("clip-grad-norm", clip_grad_norm, 1e-12, 1e30), clips_globally,
-     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer, no --tp, no pipeline)",
+     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer), with --tp and "
+     "with --pp under --pipe-schedule gpipe, 1f1b or interleaved:V",
      AX_STRATEGY,
      .help = "X\tscale the summed gradient to a global L2 norm of at most X\n"
              "before each step (as torch.nn.utils.clip_grad_norm_) [off]"},
@@ -344,7 +349,7 @@ static const option_t OPTIONS[] = {
              "default: not delayed; a link per rank).\n"
              "link=shared|own\twith hosts: a host's ranks share one link to\n"
              "the other hosts each way, as a machine's NIC, or each rank has\n"
-             "its own (own: every rank a machine's bandwidth) [own].\n"
+             "its own (own: every rank a machine's bandwidth) [shared].\n"
              "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
              "           bandwidth=1Gbit,latency=50us"},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
@@ -379,7 +384,9 @@ static const option_t OPTIONS[] = {
      .section = "tensor parallelism (workers = dp x pp x tp; Megatron's split dense layers)",
      .help = "T\tsplit each pair of dense layers (the first by output\n"
              "features, the second by input features) over T adjacent\n"
-             "ranks; other layers replicated [1]; with --exchange ps:K\n"
+             "ranks, and on a transformer attention by heads (T must\n"
+             "divide them) and the MLP's two linear layers likewise;\n"
+             "other layers replicated [1]; with --exchange ps:K\n"
              "each group of T ranks is one worker, its convolutions\n"
              "whole (Project Adam; K a multiple of T)"},
     {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
@@ -439,9 +446,19 @@ static const option_t OPTIONS[] = {
              "acknowledged once the shard's primary and its backup (the\n"
              "next server) hold it; when a server dies its backup takes\n"
              "over (1 or 2, at most K; sync, ssp:S, async) [1]"},
+    {WORDS("ps-push", ps.push_factors, "factors|gradients", FACTORS_GRADIENTS), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "gradients|factors\tfactors: each dense layer's push is its sufficient\n"
+             "factors, the batch's error terms and inputs (n (in + out)\n"
+             "floats), and its server computes dW = dY^T X, db = sum dY\n"
+             "(Project Adam); other layers push gradients [gradients]"},
+    {INT("ps-server-threads", ps.server_threads, 1, 64), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "T\tthreads applying each update of a server's shard, each\n"
+             "its own slice, without locks (Project Adam) [1]"},
     {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
-     .help = "index=K,at-push=P\tserver K (1..K-1) stops abruptly at its P-th push\n"
-             "(fault injection: a thread's end on local, SIGKILL on mpi)"},
+     .help = "index=K,at-push=P\tserver K stops abruptly at its P-th push\n"
+             "(fault injection: a thread's end on local, SIGKILL on mpi);\n"
+             "index2=J,at-push2=Q added: server J too, at its Q-th; K = 0,\n"
+             "the coordinator: with --ps-replicas 2 under sync or ssp:S, alone"},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "DIR\tone checkpoint file per server shard plus a manifest"},
     {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,
@@ -544,19 +561,25 @@ static int set_kill(void *cv, const char *val, void *st) {
   return 0;
 }
 
-/* "index=1,at-push=40" */
+/* "index=1,at-push=40" or "index=1,at-push=40,index2=2,at-push2=90" */
 static int set_kill_server(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  static const char *const keys[] = {"index", "at-push"};
-  const char *v[2];
+  static const char *const keys[] = {"index", "at-push", "index2", "at-push2"};
+  const char *v[4];
   char buf[128];
-  long k, p;
-  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 2, v));
+  long k, p, k2 = -1, p2 = 0;
+  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 4, v));
   if (!v[0] || !v[1]) return dt_error("option --kill-server: needs index=K,at-push=P (both)");
+  if (!v[2] != !v[3]) return dt_error("option --kill-server: index2=J needs at-push2=Q (both, or neither)");
   DT_TRY(parse_int("kill-server index", v[0], 0, MAX_WORKERS - 1, &k));
   DT_TRY(parse_int("kill-server at-push", v[1], 1, 1L << 50, &p));
+  if (v[2]) DT_TRY(parse_int("kill-server index2", v[2], 0, MAX_WORKERS - 1, &k2));
+  if (v[3]) DT_TRY(parse_int("kill-server at-push2", v[3], 1, 1L << 50, &p2));
+  if (k2 == k) return dt_error("option --kill-server: index2=%ld is index=%ld: name another server", k2, k);
   c->ps.kill_server = (int)k;
   c->ps.kill_server_at = p;
+  c->ps.kill_server2 = (int)k2;
+  c->ps.kill_server2_at = p2;
   return 0;
 }
 

@@ -119,10 +119,14 @@ static const preset_t PRESETS[] = {
      "--optimization central --schedule async --exchange ps:1 --dc-asgd 0.04"},
     {"project-adam", "central / async / ps:2, each replica a tensor-parallel group of 2 ranks "
                      "(dense layers split, convolutions whole), each rank pushing its own "
-                     "block; an epoch ends once 75% of its batches are pushed",
+                     "block, its dense layers as sufficient factors (activations and error "
+                     "terms) from which the servers compute the updates, each server's "
+                     "updates applied by 2 threads without locks; an epoch ends once 75% "
+                     "of its batches are pushed",
      "Chilimbi et al. 2014, Project Adam: Building an Efficient and Scalable Deep Learning "
      "Training System",
-     "--optimization central --schedule async --exchange ps:2 --tp 2 --epoch-fraction 0.75"},
+     "--optimization central --schedule async --exchange ps:2 --tp 2 --epoch-fraction 0.75 "
+     "--ps-push factors --ps-server-threads 2"},
     /* gradient compression (src/compress/): synchronous data parallelism */
     {"horovod-fp16", "central / sync / allreduce:ring, gradients sent as fp16 (no error feedback)",
      "Sergeev & Del Balso 2018, Horovod (--fp16-allreduce, hvd.Compression.fp16)",

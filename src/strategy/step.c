@@ -9,7 +9,31 @@ void step_desc_init(step_desc_t *d, int nranks) { *d = (step_desc_t){.nranks = n
 
 void step_desc_free(step_desc_t *d) {
   free(d->task);
+  free(d->topo.host);
   *d = (step_desc_t){0};
+}
+
+/* coll_ctx.c's link and segment, comm/local.c's and comm/mpi.c's hosts
+ * and link, for this machine. */
+int step_desc_set_topology(step_desc_t *d, const comm_net_t *net, int mpi, int cores) {
+  step_topology_t *t = &d->topo;
+  int P = d->nranks;
+  free(t->host);
+  t->host = calloc((size_t)P + 1, sizeof *t->host);
+  if (!t->host) return dt_error("out of memory");
+  if (net && net->hosts > 1) DT_TRY(comm_net_hosts(net, P, t->host));
+  t->nhosts = 1;
+  for (int r = 0; r < P; r++)
+    if (t->host[r] + 1 > t->nhosts) t->nhosts = t->host[r] + 1;
+  t->oversubscribed = P > cores;
+  if (mpi) { /* comm/mpi.c's estimate, 1 MiB segments (coll_ctx.c) */
+    t->latency = t->oversubscribed ? 10e-6 : 3e-6, t->bandwidth = 5e9;
+    t->seg = (1 << 20) / sizeof(float);
+  } else {
+    comm_net_link_estimate(net, P, t->oversubscribed, &t->latency, &t->bandwidth);
+    t->seg = (size_t)-1; /* whole blocks: the receiver reads the sender's buffer */
+  }
+  return 0;
 }
 
 int step_add(step_desc_t *d, step_task_t t) {
@@ -133,23 +157,124 @@ int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples)
 
 int step_allreduce_algo(int algo, int P, int *out) {
   *out = algo == ALLREDUCE_AUTO && P <= 2 ? ALLREDUCE_RHD : algo;
-  if (P > 1 && (*out == ALLREDUCE_AUTO || *out == ALLREDUCE_HIER))
-    return dt_error("--exchange allreduce:%s over %d ranks: the algorithm is picked at run time "
-                    "from the hosts and the link; describe_step needs ring, rhd, tree, naive or "
-                    "shm", allreduce_algo_name((allreduce_algo_t)algo), P);
   return 0;
 }
 
-int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
-                       int after, step_thread_t thread, int every) {
+int step_add_clip_sums(step_desc_t *d, int rank, int tp_rank, int T, int stage, int P, int after) {
+  if (T > 1) after = step_add_allreduce(d, rank, tp_rank, T, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+  if (P > 1 && after != STEP_FAILED)
+    after = step_add_allreduce(d, rank, stage, P, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+  return after;
+}
+
+static int flat_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo,
+                          size_t count, int after, step_thread_t thread, int every, int color) {
   size_t sent, received;
   if (coll_allreduce_bytes((allreduce_algo_t)algo, group, group_rank, count, &sent, &received) != 0)
     return STEP_FAILED;
   return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "allreduce",
                                    .algo = allreduce_algo_name((allreduce_algo_t)algo),
                                    .peer = -1, .group = group, .sent = (double)sent,
-                                   .received = (double)received, .count = count, .every = every,
-                                   .thread = thread, .after = after});
+                                   .received = (double)received, .count = count,
+                                   .thread = thread, .after = after, .every = every,
+                                   .color = color});
+}
+
+/* Whether a group of `group` ranks has the step's hosts (all its ranks). */
+static int group_is_world(const step_desc_t *d, int group) { return group == d->nranks; }
+
+/* allreduce_choose: hier with more than one host and at least two ranks
+ * on each; otherwise the cheapest flat algorithm for this size. */
+static int decide_auto(const step_desc_t *d, int group, size_t count, int *algo) {
+  const step_topology_t *t = &d->topo;
+  if (!t->host)
+    return dt_error("--exchange allreduce:auto over %d ranks: the algorithm is picked from the "
+                    "hosts and the link, and this description was given neither", group);
+  if (t->nhosts > 1 && !group_is_world(d, group))
+    return dt_error("--exchange allreduce:auto over a group of %d of the %d ranks spread over "
+                    "%d hosts: its hosts are not described yet; name the algorithm (ring, rhd, "
+                    "tree)", group, d->nranks, t->nhosts);
+  int worth = t->nhosts > 1;
+  for (int h = 0; worth && h < t->nhosts; h++) {
+    int n = 0;
+    for (int r = 0; r < d->nranks; r++) n += t->host[r] == h;
+    worth = n >= 2;
+  }
+  *algo = worth ? ALLREDUCE_HIER
+                : (int)coll_allreduce_pick(group, count, t->seg, t->oversubscribed, t->latency,
+                                           t->bandwidth);
+  return 0;
+}
+
+static int set_color(step_desc_t *d, int task, int color, int every) {
+  if (task >= 0) d->task[task].color = color, d->task[task].every = every;
+  return task;
+}
+
+static int hier_message(step_desc_t *d, int rank, int peer, int send, size_t count, int after,
+                        step_thread_t thread, int every) {
+  double bytes = (double)count * sizeof(float);
+  return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = send ? "send" : "recv",
+                                   .peer = peer, .group = 2, .sent = send ? bytes : 0,
+                                   .received = send ? 0 : bytes, .thread = thread, .after = after,
+                                   .every = every});
+}
+
+/* allreduce_hier's phases for one rank of a group of all the step's
+ * ranks (on one host hier takes groups of ceil(sqrt P) consecutive ranks
+ * as its hosts). */
+static int hier_allreduce(step_desc_t *d, int rank, int group_rank, int group, size_t count,
+                          int after, step_thread_t thread, int every) {
+  const step_topology_t *t = &d->topo;
+  if (!group_is_world(d, group)) {
+    dt_error("allreduce:hier over a group of %d of the %d ranks: its hosts and peers are not "
+             "described yet; name a flat algorithm (ring, rhd, tree)", group, d->nranks);
+    return STEP_FAILED;
+  }
+  int *host = malloc((size_t)group * sizeof *host), *folded = malloc((size_t)group * sizeof *folded);
+  hier_place_t pl;
+  int prev = host && folded ? after : (dt_error("out of memory"), STEP_FAILED);
+  if (prev != STEP_FAILED) {
+    coll_hier_hosts(group, t->nhosts > 1 ? t->host : NULL, t->nhosts, 0, host);
+    if (coll_hier_place(group, host, group_rank, folded, &pl) != 0) prev = STEP_FAILED;
+  }
+  int base = rank - group_rank; /* 0: the group is the step's ranks */
+  if (prev != STEP_FAILED && pl.partner >= 0) { /* folded: its vector there and back */
+    prev = hier_message(d, rank, base + pl.partner, 1, count, prev, thread, every);
+    if (prev != STEP_FAILED) prev = hier_message(d, rank, base + pl.partner, 0, count, prev, thread, every);
+  } else if (prev != STEP_FAILED) {
+    int m = pl.per_host, H = pl.hosts;
+    for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
+      prev = hier_message(d, rank, base + folded[k], 0, count, prev, thread, every);
+    if (prev != STEP_FAILED && m > 1)
+      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 0, count, prev, thread), 1 + pl.host, every);
+    size_t off, len;
+    coll_block(count, m, pl.local, &off, &len);
+    if (prev != STEP_FAILED && H > 1 && len > 0) {
+      int inter = (int)coll_allreduce_pick(H, len, t->seg, t->oversubscribed, t->latency, t->bandwidth);
+      prev = flat_allreduce(d, rank, pl.host, H, inter, len, prev, thread, every, 1 + H + pl.local);
+    }
+    if (prev != STEP_FAILED && m > 1)
+      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 1, count, prev, thread), 1 + pl.host, every);
+    for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
+      prev = hier_message(d, rank, base + folded[k], 1, count, prev, thread, every);
+  }
+  free(host), free(folded);
+  return prev;
+}
+
+int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
+                       int after, step_thread_t thread, int every) {
+  if (algo == ALLREDUCE_AUTO && group <= 2) algo = ALLREDUCE_RHD;
+  if (algo == ALLREDUCE_AUTO && decide_auto(d, group, count, &algo) != 0) return STEP_FAILED;
+  if (algo == ALLREDUCE_HIER && group > 1) {
+    if (!d->topo.host) {
+      dt_error("--exchange allreduce:hier: its hosts are not known to this description");
+      return STEP_FAILED;
+    }
+    return hier_allreduce(d, rank, group_rank, group, count, after, thread, every);
+  }
+  return flat_allreduce(d, rank, group_rank, group, algo, count, after, thread, every, 0);
 }
 
 int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/comm.h"
 #include "dtrain/compress.h"
 #include "dtrain/nn.h"
 
@@ -60,15 +61,36 @@ typedef struct {
   /* Runs once an epoch, after its last step (a drain's end counts), not
    * per step: in the epoch's bytes (step_rank_epoch_bytes), not the step's. */
   int per_epoch;
+  /* comm: which of the collectives of its pattern and size this is (0: the
+   * one every rank of the step joins; hier's phases: one per host inside,
+   * one per index across), so that the simulator matches only its own */
+  int color;
 } step_task_t;
+
+/* What allreduce:auto and :hier decide from, as the run's communicator
+ * sees it (coll_ctx.c): each rank's host, the link auto reads, the
+ * segment in floats, and whether ranks outnumber cores. Filled by
+ * step_desc_set_topology; without it (host NULL) auto over more than 2
+ * ranks and hier are not described. */
+typedef struct {
+  int *host, nhosts;
+  double latency, bandwidth;
+  size_t seg;
+  int oversubscribed;
+} step_topology_t;
 
 typedef struct {
   int nranks;
   step_task_t *task;
   int ntasks, cap;
+  step_topology_t topo;
 } step_desc_t;
 
 void step_desc_init(step_desc_t *d, int nranks);
+/* d's topology for a run on this machine with transport `mpi` (0: local)
+ * and the network net (its hosts and links; mpi: one host unless net
+ * names hosts, as under mpirun here), `cores` the machine's. */
+int step_desc_set_topology(step_desc_t *d, const comm_net_t *net, int mpi, int cores);
 void step_desc_free(step_desc_t *d);
 #define STEP_FAILED (-2)
 /* Appends t; returns its index, or STEP_FAILED (out of memory, error set). */
@@ -101,15 +123,25 @@ int step_add_passes_summed(step_desc_t *d, const model_t *m, int rank, int sampl
  * optimizer's update after them. Returns the update, or STEP_FAILED. */
 int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples);
 /* The algorithm an allreduce over P ranks runs with --exchange
- * allreduce:ALGO: auto on 2 ranks is rhd (allreduce_auto.c); auto on more,
- * and hier, are picked at run time from the hosts and the link, which a
- * description does not know: -1 with one line. */
+ * allreduce:ALGO: auto on 2 ranks is rhd (allreduce_auto.c); auto on more
+ * stays auto, decided per allreduce by step_add_allreduce from its size
+ * and the topology, as the run decides it. */
 int step_allreduce_algo(int algo, int P, int *out);
 /* One allreduce of `count` floats by `algo` over `group` ranks, on world
  * rank `rank` (`group_rank` within the group), after task `after`, every
- * `every` steps. Returns its index or STEP_FAILED. */
+ * `every` steps. auto is decided as allreduce_choose decides it (the
+ * topology's hosts, link and segment); hier is its phases (allreduce_hier.c:
+ * the folds, the ring inside a host, the flat allreduce across, the ring
+ * again), described for a group of all the step's ranks, or of one host's.
+ * Returns its index (its last task's) or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
+/* --clip-grad-norm's sums of the squared norm (worker.c global_sumsq): a
+ * ring allreduce of one float over the tensor-parallel group (T ranks,
+ * rank tp_rank in it) and then over the pipeline's stages (P, this rank
+ * stage), each where the group has more than one rank, after `after`.
+ * Returns the last or `after`, or STEP_FAILED. */
+int step_add_clip_sums(step_desc_t *d, int rank, int tp_rank, int T, int stage, int P, int after);
 /* Half a ring allreduce of `count` floats over `group` ranks: the
  * reduce-scatter (gather 0) or the allgather (1), bytes from
  * coll_reduce_scatter_bytes or coll_allgather_bytes. Returns its index or

@@ -4,6 +4,7 @@
  * what exists, from the descriptors' own axes. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "strategy/strategy.h"
 
@@ -50,7 +51,10 @@ int strategy_describe(const train_config_t *c, const model_t *m, step_desc_t *ou
   if (!s->describe_step)
     return dt_error("%s: its step is not described yet (describe_step)", s->name);
   step_desc_init(out, strategy_total_ranks(c));
-  if (s->describe_step(c, m, out) == 0) return 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (step_desc_set_topology(out, &c->net, c->comm == COMM_MPI, cores > 0 ? (int)cores : 1) == 0 &&
+      s->describe_step(c, m, out) == 0)
+    return 0;
   step_desc_free(out);
   return -1;
 }

@@ -261,7 +261,7 @@ int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
   else model_forward(m, w->x, (int)count, 1, &rng);
   DT_TRY(tensor_failed(w->tp, "forward"));
   DT_TRY(sync_bn_failed(w->bn_sync, "forward"));
-  int correct = 0;
+  double correct = 0;
   double loss = model_loss(m, w->y, (int)count, denom, &correct);
   if (!isfinite(loss))
     return worker_step_diverged(w, loss);
@@ -297,32 +297,71 @@ int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out)
   return compressor_new(&cc, w->model->nparams, rank, nranks, out);
 }
 
+static float begin_update(worker_t *w, const optim_segment_t *segs, int nsegs);
+
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
 
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
-  worker_update_part(w, segs, nsegs, worker_begin_update(w));
+  worker_update_part(w, segs, nsegs, begin_update(w, segs, nsegs));
+}
+
+/* Whether the tensor at arena offset off is whole on every rank of the
+ * tensor-parallel group (replicated: its squared norm counted once). */
+static int replicated_at(const model_t *m, size_t off) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].off == off) return m->tensors[i].len == tensor_full_len(&m->tensors[i]);
+  return 1;
+}
+
+/* The squared L2 norm of the whole model's summed gradient from the
+ * rank's tensors segs: each tp rank adds its blocks of the split tensors
+ * and tp rank 0 the replicated ones, summed over the tensor-parallel group
+ * and over the stages of a pipeline (each holds its own layers), so every
+ * rank gets one worker's global norm (in float: its sums are collectives). */
+static double global_sumsq(worker_t *w, const optim_segment_t *segs, int nsegs) {
+  const model_t *m = w->model;
+  int tp_rank = w->tp ? tensor_rank(w->tp) : 0;
+  double sq = 0;
+  for (int i = 0; i < nsegs; i++)
+    if (tp_rank == 0 || !replicated_at(m, segs[i].off)) sq += kern_sumsq(segs[i].len, m->grads + segs[i].off);
+  float part = (float)sq;
+  int rc = 0;
+  if (w->tp && tensor_size(w->tp) > 1) rc = allreduce_ring(tensor_coll(w->tp), &part, 1);
+  if (rc == 0 && w->clip_stages) rc = allreduce_ring(w->clip_stages, &part, 1);
+  if (rc != 0) { /* a peer is gone: the run ends at its next sum, this step unclipped */
+    dt_log(DT_LOG_ERROR, "--clip-grad-norm: the sum of the squared norm over the groups failed: %s", dt_errmsg());
+    return 0;
+  }
+  return part;
 }
 
 /* --clip-grad-norm: the summed gradient (the same on every data-parallel
  * rank, so the same scale on each) scaled to a global L2 norm of at most
- * the bound, as torch.nn.utils.clip_grad_norm_ does (its 1e-6 included). */
-static void clip_gradients(worker_t *w) {
+ * the bound, as torch.nn.utils.clip_grad_norm_ does (its 1e-6 included);
+ * global across tensor-parallel ranks and pipeline stages too. */
+static void clip_gradients(worker_t *w, const optim_segment_t *segs, int nsegs) {
   double bound = w->cfg->clip_grad_norm;
   if (bound <= 0) return;
   model_t *m = w->model;
-  double norm = sqrt(kern_sumsq(m->nparams, m->grads));
+  int alone = !w->tp && !w->clip_stages;
+  double norm = sqrt(alone ? kern_sumsq(m->nparams, m->grads) : global_sumsq(w, segs, nsegs));
   double coef = bound / (norm + 1e-6);
   w->last_grad_norm = norm;
-  if (coef < 1.0) kern_scale(m->nparams, (float)coef, m->grads);
+  if (coef >= 1.0) return;
+  if (alone) kern_scale(m->nparams, (float)coef, m->grads);
+  else
+    for (int i = 0; i < nsegs; i++) kern_scale(segs[i].len, (float)coef, m->grads + segs[i].off);
 }
 
-float worker_begin_update(worker_t *w) {
-  clip_gradients(w);
+static float begin_update(worker_t *w, const optim_segment_t *segs, int nsegs) {
+  clip_gradients(w, segs, nsegs);
   float lr = (float)lr_at(&w->sched, w->step);
   optim_begin_step(w->opt);
   w->step++;
   return lr;
 }
+
+float worker_begin_update(worker_t *w) { return begin_update(w, w->segs, w->nsegs); }
 
 void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
   double t0 = dt_now();
@@ -332,7 +371,7 @@ void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, flo
   if (dt_trace) trace_slice(dt_trace, TRACE_OPTIM, "optimizer step", nsegs, t0, t1);
 }
 
-void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct) {
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, double *correct) {
   model_t *m = w->model;
   size_t bs = (size_t)w->cfg->batch;
   const layer_t *last = &m->layers[m->nlayers - 1];
@@ -343,7 +382,7 @@ void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, in
     for (size_t j = 0; j < cnt; j++) w->eval_idx[j] = (uint32_t)(i + j);
     data_gather(w->test, w->eval_idx, cnt, w->x, w->y);
     model_forward(m, w->x, (int)cnt, 0, NULL);
-    int c = 0;
+    double c = 0;
     *loss_sum += softmax_xent_seq(last->out, w->y, (int)cnt, m->positions, m->nclasses, (int)cnt,
                                   m->probs, NULL, &c);
     *correct += c;
@@ -374,7 +413,7 @@ int worker_epoch_figures(worker_t *w, epoch_report_t *r, float *extra, int nextr
   size_t off, len;
   data_shard(w->test->n, me, P, &off, &len);
   double test_loss;
-  int64_t test_correct;
+  double test_correct;
   worker_evaluate(w, off, off + len, &test_loss, &test_correct);
   DT_TRY(tensor_failed(w->tp, "evaluation"));
   float sums[5 + 8 + 1] = {(float)test_loss, (float)test_correct, (float)w->epoch_loss_sum,

@@ -59,9 +59,12 @@ typedef struct worker {
   FILE *metrics;                /* rank 0 only */
   step_timers_t timers;
   double epoch_loss_sum;        /* summed over this rank's samples */
-  int64_t epoch_samples, epoch_correct;
+  int64_t epoch_samples;
+  double epoch_correct; /* a sequence model's sample counts the share of its positions right */
   double step_compute;          /* seconds of the last worker_compute_gradient */
   double last_grad_norm;        /* --clip-grad-norm: the last step's norm before clipping */
+  coll_ctx_t *clip_stages;      /* --clip-grad-norm under a pipeline: the stages of this replica,
+                                 * whose squared norms the global one sums (NULL: one stage) */
   balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
   double run_start;
   uint64_t run_bytes_sent, run_bytes_received;  /* the epochs' bytes_sent/_received summed */
@@ -143,7 +146,7 @@ float worker_begin_update(worker_t *w);
 void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr);
 /* Summed test loss and correct count of this worker's model over test
  * samples [begin, end) (strategies shard the test set over ranks). */
-void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, int64_t *correct);
+void worker_evaluate(worker_t *w, size_t begin, size_t end, double *loss_sum, double *correct);
 /* Epoch bookkeeping on rank 0: the live progress line (stderr), the epoch
  * summary (stdout), the metrics line and the checkpoint. */
 typedef struct {

@@ -51,7 +51,8 @@ static int hog_batch(hog_t *h, int64_t epoch, int64_t q) {
   memcpy(m->params, h->params, m->nparams * sizeof(float)); /* racy read, by design */
   int64_t seen = atomic_load_explicit(&h->ctr->updates, memory_order_relaxed);
   double loss0 = w->epoch_loss_sum;
-  int64_t n0 = w->epoch_samples, c0 = w->epoch_correct;
+  int64_t n0 = w->epoch_samples;
+  double c0 = w->epoch_correct;
   w->step = epoch * h->batches_per_epoch + q; /* dropout masks: a function of the batch */
   DT_TRY(worker_compute_gradient(w, begin, count, cfg->batch * w->nranks, NULL));
   double t0 = dt_now();
@@ -110,10 +111,10 @@ static int evaluate(void *st, epoch_report_t *r) {
   if (w->rank != 0) return 0;
   memcpy(w->model->params, h->params, w->model->nparams * sizeof(float));
   double loss;
-  int64_t correct;
+  double correct;
   worker_evaluate(w, 0, w->test->n, &loss, &correct);
   r->test_loss = loss / (double)w->test->n;
-  r->test_acc = (double)correct / (double)w->test->n;
+  r->test_acc = correct / (double)w->test->n;
   return 0;
 }
 

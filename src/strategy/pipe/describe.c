@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "strategy/grid.h"
+#include "strategy/pipe/engine.h"
 #include "strategy/pipe/pipe.h"
 #include "strategy/tensor/tensor.h"
 
@@ -52,6 +53,24 @@ static int plan_chunks(pipe_desc_t *d) {
   return pipe_partition(d->c, d->m, NULL, d->first);
 }
 
+/* A head tied to an embedding on another stage (tied.c): the table's
+ * gradient from the head's stage to the table's before the replicas' sum
+ * (grads 1), the stepped table back after STEP (grads 0). */
+static int add_tied(pipe_desc_t *d, int r, int s, int grads, int prev) {
+  int table, head;
+  size_t len, off;
+  if (!pipe_tied_stages(d->m, d->first, d->P * d->V, d->P, &table, &head, &len, &off) ||
+      (s != table && s != head))
+    return prev;
+  int sends = (s == head) == grads, peer = rank_of(d, r, s == head ? table : head);
+  double bytes = (double)len * sizeof(float);
+  step_task_t t = {TASK_COMM, rank_of(d, r, s), -1, .pattern = sends ? "send" : "recv", .group = 2,
+                   .peer = peer, .after = prev};
+  if (sends) t.sent = bytes;
+  else t.received = bytes;
+  return step_add(d->out, t);
+}
+
 /* One instruction of stage s (replica r) on micro-batch samples n. */
 static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int prev) {
   int g = in.chunk * d->P + s, me = rank_of(d, r, s);
@@ -71,14 +90,17 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   case PIPE_RECV_GRAD: t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g); break;
   case PIPE_SEND_GRAD: t.peer = back, t.sent = act * chunk_in(d, g); break;
   case PIPE_REDUCE:
+    prev = add_tied(d, r, s, 1, prev);
     for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
       size_t len = chunk_params(d, v * d->P + s);
       if (len) prev = step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
     }
     return prev;
   case PIPE_STEP:
-    return step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
+    if (d->c->clip_grad_norm > 0) prev = step_add_clip_sums(d->out, me, d->t, d->T, s, d->P, prev);
+    prev = step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
                                           .peer = -1, .after = prev});
+    return prev == STEP_FAILED ? prev : add_tied(d, r, s, 0, prev);
   default: return prev; /* LOAD: the samples are this rank's own */
   }
   return step_add(d->out, t);

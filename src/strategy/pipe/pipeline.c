@@ -69,8 +69,22 @@ int pipe_check(const train_config_t *c) {
   return 0;
 }
 
+/* A head tied to the embedding on another stage shares the table between
+ * two stages (tied.c), which only the flush schedules can: with P > 1 the
+ * embedding starts the first stage and the head ends the last. */
+static int check_tied_head(const train_config_t *c, const model_t *m) {
+  if (c->pipe.stages <= 1 || !pipe_kind_async((pipe_kind_t)c->pipe.schedule)) return 0;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].spec.kind == LAYER_LMHEAD && m->layers[i].spec.tie)
+      return dt_error("option --pipe-schedule: the head (layer %d) is tied to the embedding (layer "
+                      "%d) on another stage, and only gpipe, 1f1b and interleaved:V share the table "
+                      "between stages (use one of them, or untie the head)", i, m->layers[i].spec.tie - 1);
+  return 0;
+}
+
 int pipe_check_model(const train_config_t *c, const model_t *m) {
   if (!train_pipelined(c)) return 0;
+  DT_TRY(check_tied_head(c, m));
   int P = c->pipe.stages, V = c->pipe.chunks, G = P * V, most = 1024;
   if (m->nlayers > most)
     return dt_error("pipeline: %d layers (at most %d)", m->nlayers, most);

@@ -125,10 +125,10 @@ int pipe_evaluate(void *engine, epoch_report_t *r) {
     r->train_loss = v[1] > 0 ? v[0] / v[1] : 0;
     r->train_acc = v[1] > 0 ? v[2] / v[1] : 0;
     double loss;
-    int64_t correct;
+    double correct;
     worker_evaluate(w, 0, w->test->n, &loss, &correct);
     r->test_loss = loss / (double)w->test->n;
-    r->test_acc = (double)correct / (double)w->test->n;
+    r->test_acc = correct / (double)w->test->n;
     extra_json(e, v + 3, scratch);
     r->extra_json = e->extra;
   }

@@ -52,6 +52,10 @@ typedef struct {
 } ps_shard_map_t;
 
 int ps_shard_plan(const model_t *m, int nservers, int whole_tensors, ps_shard_map_t *out);
+/* The same, no cut inside any of the key spans [keep[i].begin, keep[i].end)
+ * (--ps-push factors: a dense layer's weight and bias on one server). */
+int ps_shard_plan_keep(const model_t *m, int nservers, int whole_tensors, const ps_range_t *keep,
+                       int nkeep, ps_shard_map_t *out);
 void ps_shard_free(ps_shard_map_t *map);
 /* The tensors of the model cut to range r, as optimizer segments with
  * offsets relative to r.begin (the shard's own arenas). */
@@ -84,6 +88,53 @@ void ps_keys_unpack(const ps_keys_t *k, const model_t *m, const float *keys, flo
 /* The table of rank t's keys as a model: its tensors at their keys, the
  * initial values packed into params; no layers (a server's view). */
 int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int T, model_t **out);
+
+/* ---- --ps-server-threads T: a server's update over T threads (ps_apply.c) ----
+ * The shard's segments cut into T slices once (whole segments under LARS);
+ * ps_apply_step is optim_step with each slice written by its own thread.
+ * T <= 1: *out = NULL (the caller steps on its own). */
+typedef struct ps_apply ps_apply_t;
+int ps_apply_new(int T, const optim_segment_t *segs, int nsegs, size_t len, int whole_segments,
+                 ps_apply_t **out);
+void ps_apply_free(ps_apply_t *a);
+void ps_apply_step(ps_apply_t *a, optimizer_t *o, float *params, const float *grads, float lr);
+
+/* ---- --ps-push factors: dense layers pushed as sufficient factors (ps_factors.c) ----
+ * Per dense layer whose weight this rank has keys for: its keys
+ * [wkey, end) (weight, then the bias when held: bkey, else PS_NO_KEY)
+ * and its local shape. */
+typedef struct {
+  int layer;
+  size_t in, out;
+  size_t wkey, bkey, end;
+} ps_factor_t;
+typedef struct {
+  int n;
+  ps_factor_t *f;
+} ps_factor_plan_t;
+int ps_factor_plan(const model_t *m, const ps_keys_t *k, ps_factor_plan_t *out);
+void ps_factor_plan_free(ps_factor_plan_t *p);
+/* The shard map with each factored layer's keys on one server. */
+int ps_shard_plan_factors(const model_t *m, int nservers, int whole_tensors,
+                          const ps_factor_plan_t *fp, ps_shard_map_t *out);
+/* The plan's layer spans as shard-plan keeps (`keep`: p->n ranges). */
+void ps_factor_spans(const ps_factor_plan_t *p, ps_range_t *keep);
+/* Bytes of the payload of keys [lo, hi) over `rows` rows. */
+size_t ps_factor_bytes(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t rows);
+/* Worker: the payload of keys [lo, hi) into buf (ps_factor_bytes of it):
+ * the factored layers' dout and inputs (x: the batch) from the model
+ * after its backward pass, the other keys from grads (indexed by key). */
+size_t ps_factor_pack(const ps_factor_plan_t *p, const model_t *m, const float *x, size_t rows,
+                      const float *grads, size_t lo, size_t hi, void *buf);
+/* Server: a payload of keys [lo, hi) checked and expanded into the
+ * gradient dst[hi - lo]. */
+int ps_factor_expand(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t max_rows,
+                     const void *buf, size_t bytes, float *dst);
+/* The server's factor plan and key table at once: the key table of
+ * ps_keys_table (T > 1) or the model (T = 1), and its factor plan
+ * (--ps-push factors; else empty). */
+int ps_keys_table_factors(const train_config_t *cfg, const dataset_t *train, int t, int T,
+                          model_t **out, ps_factor_plan_t *fp);
 /* Server k's slice and its index within the slice (K servers, T slices). */
 int ps_server_slice(int k, int K, int T);
 
@@ -96,10 +147,19 @@ int ps_server_slice(int k, int K, int T);
 #define PS_TAG_BASE 0x60000
 #define PS_TAG_REQ (PS_TAG_BASE)
 #define PS_TAG_DATA (PS_TAG_BASE + 1)
-#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: an int32, the dead server */
+#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: int32s, the dead server
+                                          * then each shard's server now (1 + K) */
 #define PS_TAG_REPLY (PS_TAG_BASE + 16)
 #define PS_MAX_INFLIGHT 256
 #define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
+/* --ps-replicas 2: after a death one server may serve several shards of
+ * one request, whose replies would share a tag and cross (a shard's values
+ * are not another's size); each shard's part then has its own reply tags:
+ * request ts's shard k answers on PS_TAG_REPLY_SHARD + 2 (ts' * 64 + k % 64)
+ * (ts' = ts mod PS_MAX_INFLIGHT), distinct for up to 64 shards a server. */
+#define PS_REPLY_SHARDS 64
+#define PS_TAG_REPLY_SHARD (PS_TAG_BASE + 0x1000)
+#define PS_TAG_REPLY_SHARD_END (PS_TAG_REPLY_SHARD + 2 * PS_MAX_INFLIGHT * PS_REPLY_SHARDS)
 #define PS_MAGIC 0x70737231u /* "psr1" */
 
 typedef enum {
@@ -117,9 +177,14 @@ typedef enum {
   PS_OP_REPL_ACK, /* backup to primary: worker `worker`'s push of clock `clock` is held here */
   PS_OP_PING,     /* coordinator to servers: are you alive? */
   PS_OP_PONG,     /* server to coordinator: alive */
-  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, its shard is now yours */
-  PS_OP_LOST_BACKUP, /* coordinator to a primary: your backup, server `clock`, is dead */
+  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, shard `epoch` is now
+                   * yours, its new backup server `version` (-1: none) */
+  PS_OP_LOST_BACKUP, /* coordinator to a primary: shard `epoch`'s backup, server `clock`, is
+                      * dead; its new backup is server `version` (-1: none) */
   PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
+  PS_OP_COPY,     /* primary to a new backup: shard `epoch`'s whole state, `encoded` bytes, follows */
+  PS_OP_COPY_ACK, /* new backup to primary: shard `epoch`'s copy is in place */
+  PS_OP_COORD,    /* a new coordinator to the servers: server `clock` coordinates now */
   PS_OP_COUNT
 } ps_op_t;
 
@@ -133,6 +198,8 @@ typedef enum {
 /* PUSH flags */
 #define PS_PUSH_PART 64   /* one part of a push: the server gathers the parts of its
                            * range (one clock, one epoch) and applies them as one push */
+#define PS_PUSH_FACTORS 128 /* --ps-push factors: `encoded` bytes of sufficient factors
+                             * follow (ps_factors.c), expanded into the gradient here */
 /* NEXT flags */
 #define PS_NEXT_WAIT 4     /* nothing left to push: wait for the next epoch */
 #define PS_NEXT_REPORTED 8 /* worker 0 has reported epoch `epoch` */
@@ -153,7 +220,8 @@ typedef struct {
   uint64_t begin, count; /* key range */
   uint64_t nvalues;      /* PUSH: floats that follow */
   uint64_t encoded;      /* PUSH under --compress: the bytes of their encoding that follow
-                          * instead (0: nvalues plain floats) */
+                          * instead (0: nvalues plain floats); with PS_PUSH_FACTORS the
+                          * bytes of the sufficient factors that follow */
   int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version */
   int64_t version;       /* PUSH: this shard's version the gradient was computed on */
   int64_t epoch;
@@ -218,6 +286,11 @@ void ps_client_free(ps_client_t *c);
  * worker, compress.h), added to a copy the client holds; the first dense. */
 int ps_client_set_codec(ps_client_t *c, const compress_config_t *cc, int pulls);
 int ps_push(ps_client_t *c, size_t begin, size_t count, const float *vals, const ps_req_t *tmpl);
+/* --ps-push factors: a push of the whole model whose part for shard k is
+ * payload[k] (bytes[k]: ps_factor_pack's, sent as PS_PUSH_FACTORS);
+ * grads: the rank's gradient keys (only to mark the parts as a push). */
+int ps_push_factors(ps_client_t *c, const void *const *payload, const size_t *bytes,
+                    const float *grads, const ps_req_t *tmpl);
 int ps_pull(ps_client_t *c, size_t begin, size_t count, int which, float *vals,
             const ps_req_t *tmpl);
 /* A request to one server (NEXT, STATS, SAVE, BYE); extra: the values that
@@ -229,11 +302,13 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
  * returns at once). 1: yes, 0: not yet, -1: failed. */
 int ps_test(ps_client_t *c, int ts);
 int64_t ps_client_version(const ps_client_t *c, int server);
-/* --ps-replicas 2: a shard whose primary dies is served by its backup,
- * the next server. The client listens for the coordinator's notices
- * (PS_TAG_FAILOVER) while it waits on a shard's answer, and sends again
- * to the backup what the dead server did not answer: same request, same
- * clock, so the backup takes a push it already holds only once. timeout:
+/* --ps-replicas 2: a shard whose primary dies is served by its backup.
+ * The client listens for the coordinator's notices (PS_TAG_FAILOVER, from
+ * whichever server coordinates: each shard's server now) while it waits
+ * on a shard's answer, and sends again to the shard's new server what the
+ * dead one did not answer: same request, same clock, so a push already
+ * held is taken only once. Its calls to the coordinator follow shard 0
+ * (the coordinator's standby takes both over). timeout:
  * how long a part may go unanswered (--comm-timeout). */
 int ps_client_set_failover(ps_client_t *c, double timeout);
 /* Takes the coordinator's notices that have come (a worker's last look,

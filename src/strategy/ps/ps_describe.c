@@ -26,7 +26,13 @@
  * (PS_OP_REPL), and the backup answers with a request (PS_OP_REPL_ACK):
  * per push, server k sends REQ + its shard's values and receives REQ.
  * The coordinator's pings are by the clock, not by the step, and a
- * failover's resends happen once: neither is in a step. */
+ * failover's resends happen once: neither is in a step.
+ *
+ * --ps-push factors (ps_factors.c): a push's part for shard k carries,
+ * instead of its gradient, a row count and, per dense layer there, the
+ * batch's factors: 8 + 4 (g_k + sum over its dense layers of batch (in +
+ * out)) bytes, g_k the shard's other keys; each dense layer's weight and
+ * bias on one shard. */
 #include <stdlib.h>
 
 #include "strategy/ps/ps.h"
@@ -36,6 +42,7 @@ typedef struct {
   const model_t *m;
   step_desc_t *out;
   ps_shard_map_t map;
+  ps_factor_plan_t fplan;     /* --ps-push factors (else empty) */
   int N, K;
 } ps_desc_t;
 
@@ -62,7 +69,10 @@ static int add_transfer(ps_desc_t *d, int op, int w, step_task_t how) {
   int last = how.after;
   for (int k = 0; k < d->K && last != STEP_FAILED; k++) {
     ps_range_t r = d->map.shards[k];
-    last = add_part(d, op, w, k, ps_values_bytes(r.end - r.begin), how);
+    size_t bytes = op == PS_OP_PUSH && d->c->ps.push_factors
+                       ? ps_factor_bytes(&d->fplan, r.begin, r.end, (size_t)d->c->batch)
+                       : ps_values_bytes(r.end - r.begin);
+    last = add_part(d, op, w, k, bytes, how);
   }
   return last;
 }
@@ -117,8 +127,14 @@ int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out
     return dt_error("parameter servers: describe_step covers whole-model pushes and pulls so "
                     "far, not --tp, --compress or --comm-order priority|tictac");
   ps_desc_t d = {.c = c, .m = m, .out = out, .N = c->workers, .K = ps_nservers(c, c->workers)};
-  DT_TRY(ps_shard_plan(m, d.K, c->optim.kind == OPTIM_LARS, &d.map));
-  int rc = 0;
+  if (c->ps.push_factors) {
+    ps_keys_t keys; /* one worker: its keys are the arena */
+    DT_TRY(ps_keys_plan(m, 0, 1, &keys));
+    int frc = ps_factor_plan(m, &keys, &d.fplan);
+    ps_keys_free(&keys);
+    DT_TRY(frc);
+  }
+  int rc = ps_shard_plan_factors(m, d.K, c->optim.kind == OPTIM_LARS, &d.fplan, &d.map);
   for (int w = 0; w < d.N && rc == 0; w++)
     if (describe_worker(&d, w) == STEP_FAILED) rc = -1;
   for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
@@ -127,5 +143,6 @@ int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out
   for (int k = 0; k < d.K && rc == 0; k++)
     if (describe_update(&d, k) == STEP_FAILED) rc = -1;
   ps_shard_free(&d.map);
+  ps_factor_plan_free(&d.fplan);
   return rc;
 }

@@ -9,7 +9,14 @@
  * whole arena (nothing to pack); a rank t > 0 packs its blocks before a
  * push and unpacks after a pull, and takes the replicated tensors from
  * rank 0 of its group (ps_worker.c), so every parameter of the one-worker
- * model lives on one server and is pushed once per replica. */
+ * model lives on one server and is pushed once per replica.
+ *
+ * The seeds (the Chinese notes sec. 6) say Project Adam splits each layer
+ * by neurons across a replica's machines (the paper's vertical
+ * partitioning). Followed for the dense layers: a column layer's block is
+ * output neurons, a row layer's input neurons. Not for the convolutions,
+ * which stay whole on every rank here (tp rank 0 holds their keys); the
+ * paper splits them by feature maps too. docs/FEATURES.md says so. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,11 +86,18 @@ static int build_rank_model(const train_config_t *cfg, const dataset_t *train, i
 }
 
 int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int T, model_t **out) {
+  return ps_keys_table_factors(cfg, train, t, T, out, NULL);
+}
+
+int ps_keys_table_factors(const train_config_t *cfg, const dataset_t *train, int t, int T,
+                          model_t **out, ps_factor_plan_t *fp) {
   model_t *m;
+  if (fp) memset(fp, 0, sizeof *fp);
   DT_TRY(build_rank_model(cfg, train, t, T, &m));
   ps_keys_t k;
   model_t *tab = calloc(1, sizeof *tab);
   int rc = tab ? ps_keys_plan(m, t, T, &k) : dt_error("out of memory");
+  if (rc == 0 && fp && cfg->ps.push_factors) rc = ps_factor_plan(m, &k, fp);
   if (rc == 0) {
     tab->tensors = calloc((size_t)m->ntensors + 1, sizeof *tab->tensors);
     tab->params = dt_alloc_floats(k.nkeys);

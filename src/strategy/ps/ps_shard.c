@@ -3,7 +3,10 @@
  * within 5% of a shard of the ideal cut, so that small layers are not cut
  * in two for nothing; the large first layer of an MLP is cut where the
  * balance needs it. LARS computes its trust ratio per tensor, so under
- * LARS every cut is a tensor boundary. */
+ * LARS every cut is a tensor boundary. Under --ps-push factors a dense
+ * layer's weight and bias stay on one server (their server computes the
+ * gradient from the layer's factors): a cut that falls inside such a span
+ * moves to its nearer end. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +34,24 @@ static size_t choose_cut(const model_t *m, size_t ideal, size_t lo, size_t hi, s
   return cut > lo && cut < hi ? cut : ideal;
 }
 
+/* A cut inside a kept span moved to the span's nearer end within (lo, hi). */
+static size_t keep_whole(size_t cut, size_t lo, size_t hi, const ps_range_t *keep, int nkeep) {
+  for (int i = 0; i < nkeep; i++) {
+    ps_range_t k = keep[i];
+    if (cut <= k.begin || cut >= k.end) continue;
+    int begin_ok = k.begin > lo, end_ok = k.end < hi;
+    if (begin_ok && (!end_ok || cut - k.begin <= k.end - cut)) return k.begin;
+    return end_ok ? k.end : cut;
+  }
+  return cut;
+}
+
 int ps_shard_plan(const model_t *m, int nservers, int whole_tensors, ps_shard_map_t *out) {
+  return ps_shard_plan_keep(m, nservers, whole_tensors, NULL, 0, out);
+}
+
+int ps_shard_plan_keep(const model_t *m, int nservers, int whole_tensors, const ps_range_t *keep,
+                       int nkeep, ps_shard_map_t *out) {
   memset(out, 0, sizeof *out);
   size_t P = m->nparams;
   if (nservers < 1 || (size_t)nservers > P)
@@ -49,9 +69,12 @@ int ps_shard_plan(const model_t *m, int nservers, int whole_tensors, ps_shard_ma
     if (k + 1 < nservers) {
       size_t ideal = P * (size_t)(k + 1) / (size_t)nservers;
       /* leave at least one key for each server still to come */
-      end = choose_cut(m, ideal, prev, P - (size_t)(nservers - k - 1) + 1, tol, whole_tensors);
+      size_t hi = P - (size_t)(nservers - k - 1) + 1;
+      end = keep_whole(choose_cut(m, ideal, prev, hi, tol, whole_tensors), prev, hi, keep, nkeep);
+      /* a kept span ran past the ideal cut: the next boundary after it */
+      if (end <= prev && nkeep) end = keep_whole(nearest_boundary(m, prev, prev, hi), prev, hi, keep, nkeep);
     }
-    if (end <= prev) {
+    if (end <= prev || keep_whole(end, 0, P + 1, keep, nkeep) != end) {
       ps_shard_free(out);
       return dt_error("option --exchange ps:%d: cannot cut the model into %d non-empty ranges "
                       "at tensor boundaries", nservers, nservers);

@@ -54,6 +54,12 @@ typedef struct {
   ps_client_t *client;
   ps_shard_map_t map;
   ps_keys_t keys;             /* this rank's keys (the whole arena without --tp) */
+  /* --ps-push factors: the dense layers pushed as factors, and per shard
+   * the payload being pushed (cap: the batch's rows) and its bytes */
+  ps_factor_plan_t fplan;
+  void **fac_buf;
+  size_t *fac_bytes;
+  size_t rows;                /* rows of the batch last computed */
   float *packed_grads, *packed_pull; /* --tp, rank t > 0: its keys packed */
   comm_t *group;              /* --tp: the replica's ranks (NULL: a worker is one rank) */
   int leader;                 /* talks to the coordinator: tp rank 0 */
@@ -69,7 +75,8 @@ typedef struct {
    * pushes the batch's statistics with its first part) */
   ps_req_t *tmpl;
   double loss0;
-  int64_t n0, c0;
+  int64_t n0;
+  double c0;
   int figures_in;
   int cached;                 /* --ps-refresh lazy: the parameters held come from a pull */
   /* --push-every > 1: gradients summed since the last push */
@@ -194,6 +201,13 @@ static int finish_push(psw_t *p) {
 /* Starts a push of `grads` described by tmpl, with the running totals. */
 static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
   ps_client_totals(p->client, &tmpl->bytes_pushed, &tmpl->bytes_pulled, &tmpl->blocked_sec);
+  if (p->fac_buf) { /* --ps-push factors: each shard's payload, from this batch's layers */
+    for (int k = 0; k < p->map.nservers; k++)
+      p->fac_bytes[k] = ps_factor_pack(&p->fplan, p->w->model, p->w->x, p->rows, grads,
+                                       p->map.shards[k].begin, p->map.shards[k].end, p->fac_buf[k]);
+    p->push_ts = ps_push_factors(p->client, (const void *const *)p->fac_buf, p->fac_bytes, grads, tmpl);
+    return p->push_ts < 0 ? -1 : 0;
+  }
   p->push_ts = ps_push(p->client, 0, p->map.nparams, grads, tmpl); /* adds its own bytes */
   return p->push_ts < 0 ? -1 : 0;
 }
@@ -232,6 +246,7 @@ static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tm
   p->loss0 = w->epoch_loss_sum;
   p->n0 = w->epoch_samples, p->c0 = w->epoch_correct;
   p->figures_in = 0;
+  p->rows = count;
   step_hooks_t hooks = {pull_wait_layer, push_ready_layer, p};
   if (!p->prio) {
     DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
@@ -367,12 +382,12 @@ static int evaluate_model(psw_t *p, epoch_report_t *r) {
   p->report_step = p->pool ? rep.opt_steps : w->step; /* the servers' updates under the pool */
   DT_TRY(save_state(p, r->epoch, p->report_step));
   double eval_t0 = dt_now(), test_loss;
-  int64_t test_correct;
+  double test_correct;
   worker_evaluate(w, 0, w->test->n, &test_loss, &test_correct);
   const ps_epoch_stats_t *ep = &p->ep;
   r->eval_sec = dt_now() - eval_t0;
   r->test_loss = test_loss / (double)w->test->n;
-  r->test_acc = (double)test_correct / (double)w->test->n;
+  r->test_acc = test_correct / (double)w->test->n;
   r->train_loss = ep->samples > 0 ? ep->loss_sum / ep->samples : 0;
   r->train_acc = ep->samples > 0 ? ep->correct / ep->samples : 0;
   r->samples_per_sec = r->epoch_sec > 0 ? ep->samples / r->epoch_sec : 0;
@@ -595,6 +610,21 @@ static const driver_ops_t pool_ops = {
 
 /* ---- the strategy ------------------------------------------------------------------ */
 
+/* --ps-push factors: a payload buffer per shard, for the largest batch. */
+static int plan_factor_buffers(psw_t *p) {
+  if (!p->w->cfg->ps.push_factors) return 0;
+  int K = p->map.nservers;
+  p->fac_buf = calloc((size_t)K, sizeof *p->fac_buf);
+  p->fac_bytes = calloc((size_t)K, sizeof *p->fac_bytes);
+  if (!p->fac_buf || !p->fac_bytes) return dt_error("out of memory");
+  for (int k = 0; k < K; k++) {
+    size_t cap = ps_factor_bytes(&p->fplan, p->map.shards[k].begin, p->map.shards[k].end,
+                                 (size_t)p->w->model->max_batch);
+    if (!(p->fac_buf[k] = dt_alloc(cap))) return -1;
+  }
+  return 0;
+}
+
 /* This rank's keys and the servers that hold them: the whole model on
  * every server, or under --tp this rank's keys on its slice of them, cut
  * as the slice's servers cut them (the same key table). */
@@ -603,13 +633,14 @@ static int plan_keys(psw_t *p) {
   const train_config_t *cfg = w->cfg;
   int T = ps_group_size(cfg), t = w->tp_rank, lars = cfg->optim.kind == OPTIM_LARS;
   DT_TRY(ps_keys_plan(w->model, t, T, &p->keys));
+  if (cfg->ps.push_factors) DT_TRY(ps_factor_plan(w->model, &p->keys, &p->fplan));
   p->leader = t == 0;
   if (T == 1) {
-    DT_TRY(ps_shard_plan(w->model, p->K, lars, &p->map));
+    DT_TRY(ps_shard_plan_factors(w->model, p->K, lars, &p->fplan, &p->map));
   } else {
     model_t *tab;
     DT_TRY(ps_keys_table(cfg, w->train, t, T, &tab));
-    int rc = ps_shard_plan(tab, p->K / T, lars, &p->map);
+    int rc = ps_shard_plan_factors(tab, p->K / T, lars, &p->fplan, &p->map);
     model_free(tab);
     DT_TRY(rc);
     p->group = coll_ctx_comm(tensor_coll(w->tp));
@@ -624,7 +655,7 @@ static int plan_keys(psw_t *p) {
                     t, p->keys.nkeys);
   p->map.nworkers = p->N;
   p->map.first_server = cfg->workers + t * (p->K / T);
-  return 0;
+  return plan_factor_buffers(p);
 }
 
 static int psw_init(psw_t *p, worker_t *w) {
@@ -667,8 +698,12 @@ static int psw_init(psw_t *p, worker_t *w) {
 static void psw_free(psw_t *p) {
   ps_prio_free(p->prio);
   ps_client_free(p->client);
+  for (int k = 0; p->fac_buf && k < p->map.nservers; k++) dt_free(p->fac_buf[k]);
   ps_shard_free(&p->map);
   ps_keys_free(&p->keys);
+  free(p->fac_buf);
+  free(p->fac_bytes);
+  ps_factor_plan_free(&p->fplan);
   dt_free(p->packed_grads);
   dt_free(p->packed_pull);
   free(p->tp_totals);

@@ -307,7 +307,7 @@ static int run_pass(owt_t *o, int j, size_t in_step, xarg_t *back, double *comm,
   rng_seed(&rng, rng_derive(w->cfg->seed, 0xd81, (uint64_t)(o->step * o->S + j)));
   DT_TRY(stage_forward(o->fc, 0, x, n, 1, &rng, NULL));
   double loss;
-  int correct;
+  double correct;
   DT_TRY(stage_loss(o->fc, 0, o->pass_labels, n, &loss, &correct));
   if (!isfinite(loss)) return worker_step_diverged(w, loss);
   w->epoch_loss_sum += loss, w->epoch_samples += n, w->epoch_correct += correct;
