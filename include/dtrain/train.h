@@ -130,6 +130,7 @@ typedef struct {
   uint64_t seed;
   int threads;                  /* BLAS threads per worker */
   int bf16;                     /* --precision bf16: products in bfloat16 (kern_set_bf16) */
+  int recompute;                /* --recompute: recompute_t (nn.h) */
   /* optimizer and schedule */
   optim_config_t optim;
   double lr;

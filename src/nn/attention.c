@@ -10,7 +10,9 @@
  * gradients; the backward overwrites y with its gradient once proj.weight's
  * gradient has read it. Every product is one sgemm with strides into qkv,
  * no copies; the masked scores above the diagonal are computed and
- * dropped (the products stay whole GEMMs).
+ * dropped (the products stay whole GEMMs). Under --precision bf16 the
+ * 1/√hs scale is a pass of its own over the scores (and their gradient),
+ * since the bf16 products take alpha 1: every product is then bf16.
  *
  * Split by tensor parallelism (split COLUMN, Megatron's attention): tp rank
  * r holds the heads [h0, h0 + H/tp): their columns of q, k and v in the
@@ -122,13 +124,19 @@ static void attention_forward(layer_t *l, const float *x, int n, int train, rng_
   int C = v.C, Cl = v.Cl, T = v.T, hs = v.hs, C3 = 3 * Cl;
   const float *wq = l->w, *bq = wq + (size_t)C3 * C, *wp = bq + C3, *bp = wp + (size_t)C * Cl;
   float scale = 1.0f / sqrtf((float)hs);
+  int bf16 = kern_bf16_active();
   kern_gemm(0, 1, v.rows, C3, C, 1.0f, x, C, wq, C, 0.0f, v.qkv, C3);
   seq_add_bias(v.qkv, bq, v.rows, C3);
   for (int b = 0; b < n; b++)
     for (int h = 0; h < v.Hl; h++) {
       const float *q = v.qkv + (size_t)b * T * C3 + h * hs, *k = q + Cl, *val = q + 2 * Cl;
       float *p = v.att + ((size_t)b * v.Hl + h) * T * T;
-      kern_gemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+      if (bf16) { /* bf16 products take alpha 1: the scale after */
+        kern_gemm(0, 1, T, T, hs, 1.0f, q, C3, k, C3, 0.0f, p, T);
+        kern_scale((size_t)T * T, scale, p);
+      } else {
+        kern_gemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+      }
       causal_softmax(p, T);
       kern_gemm(0, 0, T, hs, T, 1.0f, p, T, val, C3, 0.0f, v.y + (size_t)b * T * Cl + h * hs, Cl);
     }
@@ -155,6 +163,8 @@ static void attention_backward(layer_t *l, const float *x, float *dx, int n) {
   const float *wq = l->w, *wp = wq + (size_t)C3 * C + C3;
   float *dwq = l->dw, *dbq = dwq + (size_t)C3 * C, *dwp = dbq + C3, *dbp = dwp + (size_t)C * Cl;
   float beta = l->grad_beta, scale = 1.0f / sqrtf((float)hs);
+  float sa = kern_bf16_active() ? 1.0f : scale; /* dQ, dK's alpha: scale, or 1 on a scaled dS */
+  int bf16 = sa != scale;
   seq_bias_grad(l->dout, v.rows, C, dbp, beta != 0.0f);
   kern_gemm(1, 0, C, Cl, v.rows, 1.0f, l->dout, C, v.y, Cl, beta, dwp, Cl);
   float *dy = v.y; /* y is read: its room takes its gradient */
@@ -168,8 +178,9 @@ static void attention_backward(layer_t *l, const float *x, float *dx, int n) {
       kern_gemm(0, 1, T, T, hs, 1.0f, dyh, Cl, val, C3, 0.0f, v.dp, T); /* dP = dY Vᵀ */
       kern_gemm(1, 0, T, hs, T, 1.0f, p, T, dyh, Cl, 0.0f, dv, C3);     /* dV = Pᵀ dY */
       softmax_backward(p, v.dp, T);
-      kern_gemm(0, 0, T, hs, T, scale, v.dp, T, k, C3, 0.0f, dq, C3);   /* dQ = dS K */
-      kern_gemm(1, 0, T, hs, T, scale, v.dp, T, q, C3, 0.0f, dk, C3);   /* dK = dSᵀ Q */
+      if (bf16) kern_scale((size_t)T * T, scale, v.dp); /* bf16 products take alpha 1 */
+      kern_gemm(0, 0, T, hs, T, sa, v.dp, T, k, C3, 0.0f, dq, C3);   /* dQ = dS K */
+      kern_gemm(1, 0, T, hs, T, sa, v.dp, T, q, C3, 0.0f, dk, C3);   /* dK = dSᵀ Q */
     }
   seq_bias_grad(v.dqkv, v.rows, C3, dbq, beta != 0.0f);
   kern_gemm(1, 0, C3, C, v.rows, 1.0f, v.dqkv, C3, x, C, beta, dwq, C);

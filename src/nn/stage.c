@@ -118,8 +118,10 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   }
 }
 
-static layer_range_t range_of(const stage_t *s, const stage_mb_t *b) {
-  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->model->cost};
+static layer_range_t range_of(stage_t *s, const stage_mb_t *b) {
+  int base = (int)(b - s->mb) * s->model->nlayers;
+  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->model->cost,
+                         s->model->recompute ? &s->ws_owner : NULL, base};
 }
 
 int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, stage_t **out) {
@@ -170,23 +172,32 @@ int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, s
       }
       if (l->param_len > gmax) gmax = l->param_len;
     }
+    layer_range_t rk = range_of(s, b); /* the stage's own segments (a cut may split a block) */
+    if (layer_range_plan_recompute(&rk, m->layers, m->recompute) != 0) {
+      stage_free(s);
+      return -1;
+    }
   }
+  s->ws_owner = -1;
   layer_range_t r = range_of(s, &s->mb[0]);
   size_t per_mb = layer_range_act_floats(&r, micro_batch) + (size_t)micro_batch * s->in_size;
-  size_t total = per_mb * (size_t)max_micro + gmax;
+  size_t ws = layer_range_ws_floats(&r, micro_batch);
+  size_t total = per_mb * (size_t)max_micro + ws + gmax;
   if (s->ends_model) total += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   float *p = s->arena = dt_alloc_floats(total);
   if (!p) {
     stage_free(s);
     return -1;
   }
+  s->act_bytes = (total - gmax) * sizeof(float);
   s->gacc = p, p += gmax;
+  s->ws = p, p += ws;
   if (s->ends_model) s->probs = p, p += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   for (int k = 0; k < max_micro; k++) {
     stage_mb_t *b = &s->mb[k];
     b->in = p, p += (size_t)micro_batch * s->in_size;
     r = range_of(s, b);
-    p = layer_range_assign(&r, micro_batch, p);
+    p = layer_range_assign(&r, micro_batch, p, s->ws);
   }
   *out = s;
   return 0;
@@ -197,6 +208,7 @@ void stage_free(stage_t *s) {
   if (s->mb) free(s->mb[0].layers);
   free(s->mb);
   dt_free(s->arena);
+  if (s->act_counted) nn_activation_count(s->act_bytes, 0);
   free(s);
 }
 
@@ -219,6 +231,7 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
   if (!x) return dt_error("stage_forward: micro-batch %d: no input", mb);
   bind_params(s, b, 0);
   layer_range_t r = range_of(s, b);
+  if (train && !s->act_counted) nn_activation_count(s->act_bytes, s->act_counted = 1);
   layer_range_forward(&r, x, n, train, rng, NULL, NULL);
   if (s->model->tp && s->model->tp->failed)
     return dt_error_prefix("stage forward, tensor-parallel sum: ");

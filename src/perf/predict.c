@@ -60,6 +60,7 @@ static int build_model(const train_config_t *cfg, perf_cache_t *cache, size_t *n
   int rc = model_spec_load(cfg->model, &spec);
   if (rc == 0) {
     shape_t in = {shapes.c, shapes.h, shapes.w};
+    spec.recompute = cfg->recompute; /* its segments: what the activation arena holds */
     rc = model_build(&spec, in, shapes.nclasses, cfg->batch, m);
     model_spec_free(&spec);
   }

@@ -195,6 +195,11 @@ static const option_t OPTIONS[] = {
              "accumulation and results (oneDNN on AVX512_BF16 or AMX);\n"
              "parameters, optimizer state, activations between layers\n"
              "and the loss stay fp32; refused on a CPU without bf16 [fp32]"},
+    {WORDS("recompute", recompute, "none|blocks|full", NULL), NULL, NULL, AX_STRATEGY,
+     .help = "none|blocks|full\tactivations the backward pass recomputes instead of\n"
+             "keeping (GPipe's re-materialisation): blocks keeps each\n"
+             "transformer block's input, full only the model's (or each\n"
+             "pipeline stage's, per micro-batch); no result changes [none]"},
     {INT("max-steps", max_steps, 1, 1L << 50), NULL, NULL, AX_STRATEGY,
      .help = "N\tstop after N optimizer steps in total (smoke tests)"},
     {FLT("time-budget", time_budget, 0.001, 1e9), stops_together,

@@ -24,6 +24,7 @@ int worker_build_model(const train_config_t *cfg, shape_t in, int nclasses, tp_l
   spec.tp = tp;
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
   spec.bn_sync = bn;
+  spec.recompute = cfg->recompute;
   if (rc == 0) rc = model_build(&spec, in, nclasses, worker_max_batch(cfg), out);
   model_spec_free(&spec);
   return rc;
