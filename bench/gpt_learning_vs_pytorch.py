@@ -175,8 +175,8 @@ def main():
           f"held out), batch {B}, T {T}, AdamW 1e-3, {args.steps} steps, seed {args.seed}, "
           f"{args.threads} thread(s)")
     print(f"  mean training loss over the steps: dtrain {d_train:.6f}  pytorch {p_train:.6f}")
-    print(f"  validation loss (nats/token): dtrain {d_val:.4f}  pytorch {p_val:.4f}  "
-          f"difference {d_val - p_val:+.4f} (bound {args.tol})")
+    print(f"  validation loss (nats/token): dtrain {d_val:.5f}  pytorch {p_val:.5f}  "
+          f"difference {d_val - p_val:+.5f} (bound {args.tol})")
     print(f"  wall time: dtrain {d_sec:.0f} s (with its evaluation), pytorch {p_sec:.0f} s training")
     same_batches = abs(d_train - p_train) <= 1e-3 * abs(p_train)
     if not same_batches:
