@@ -96,8 +96,8 @@ for cores in 1 2; do
     echo "$d $l $(awk -v d="$d" -v l="$l" 'BEGIN { printf "%.2f", d / l }')" >> "$W/rows"
     r=$((r + 1))
   done
-  echo "llm.c's first-step loss $(cat "$W/llmc_loss") (a fresh model on 256 bytes: about ln 256 = 5.55)"
   echo "gpt fp32 $cores thread(s): dtrain $(cut -d' ' -f1 "$W/rows" | median) tokens/s, llm.c" \
        "$(cut -d' ' -f2 "$W/rows" | median) tokens/s, ratio $(cut -d' ' -f3 "$W/rows" | median)" \
        "(median of $ROUNDS; ratios $(cut -d' ' -f3 "$W/rows" | tr '\n' ' ' | sed 's/ $//'))"
+  echo "llm.c's first-step loss $(cat "$W/llmc_loss") (a fresh model on 256 bytes: about ln 256 = 5.55)"
 done
