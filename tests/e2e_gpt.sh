@@ -12,29 +12,7 @@ make_small_fashion "$TMP/fm" 256 64
 "$DTRAIN" train --data "$TMP/fm" --max-steps 1 $Q --checkpoint "$TMP/mlp.st" >/dev/null
 TEXT="$TMP/cookie.txt"
 head -c 40000 /usr/share/games/fortunes/cookie >"$TEXT"
-cat >"$TMP/small.model" <<'MODEL'
-# a GPT of width 32: 2 blocks of 2 heads over 32 positions, head tied
-embedding vocab=256 units=32 name=tok
-posembed positions=32 name=x0
-layernorm
-attention heads=2
-add with=x0 name=a0
-layernorm
-linear units=128
-gelu
-linear units=32
-add with=a0 name=x1
-layernorm
-attention heads=2
-add with=x1 name=a1
-layernorm
-linear units=128
-gelu
-linear units=32
-add with=a1 name=x2
-layernorm
-lmhead vocab=256 tie=tok
-MODEL
+small_gpt "$TMP/small.model" 2
 RUN="--model $TMP/small.model --data text:$TEXT --seq-len 32 --optimizer adamw --lr 3e-3 --seed 3 $Q"
 field() { $PY -c "
 import json, sys

@@ -12,20 +12,7 @@
 . tests/lib.sh
 TEXT="$TMP/cookie.txt"
 head -c 40000 /usr/share/games/fortunes/cookie >"$TEXT"
-cat >"$TMP/small.model" <<'MODEL'
-embedding vocab=256 units=32 name=tok
-posembed positions=32 name=x0
-layernorm
-attention heads=2
-add with=x0 name=a0
-layernorm
-linear units=64
-gelu
-linear units=32
-add with=a0 name=x1
-layernorm
-lmhead vocab=256 tie=tok
-MODEL
+small_gpt "$TMP/small.model" 2 1
 RUN="--model $TMP/small.model --data text:$TEXT --seq-len 32 --seed 3 --quiet --max-steps 6 --batch 8"
 ADAMW="--optimizer adamw --lr 3e-3"
 learns() { # NAME OPTIONS...: a finite validation loss under 5.4

@@ -16,29 +16,7 @@
 export DTRAIN_GEMM=openblas
 TEXT="$TMP/cookie.txt"
 head -c 40000 /usr/share/games/fortunes/cookie >"$TEXT"
-cat >"$TMP/tied.model" <<'MODEL'
-# a GPT of width 32: 2 blocks of 4 heads over 32 positions, head tied
-embedding vocab=256 units=32 name=tok
-posembed positions=32 name=x0
-layernorm
-attention heads=4
-add with=x0 name=a0
-layernorm
-linear units=128
-gelu
-linear units=32
-add with=a0 name=x1
-layernorm
-attention heads=4
-add with=x1 name=a1
-layernorm
-linear units=128
-gelu
-linear units=32
-add with=a1 name=x2
-layernorm
-lmhead vocab=256 tie=tok
-MODEL
+small_gpt "$TMP/tied.model" 4
 sed 's/lmhead vocab=256 tie=tok/lmhead vocab=256/' "$TMP/tied.model" >"$TMP/untied.model"
 RUN="--data text:$TEXT --seq-len 32 --optimizer adamw --lr 1e-3 --seed 3 --quiet --epochs 1 --max-steps 20"
 TIED="$RUN --model $TMP/tied.model --batch 16"

@@ -43,3 +43,19 @@ for split, n in (("train", ntr), ("t10k", nte)):
         open(os.path.join(d, f"{split}-{kind}-ubyte"), "wb").write(bytes(head) + b[hdr:hdr + n * per])
 PYEOF
 }
+# A GPT of width 32 over 32 positions, its head tied to the embedding, in
+# the model file format: small_gpt FILE HEADS [BLOCKS=2] (MLP of 128).
+small_gpt() {
+  file=$1 heads=$2 blocks=${3:-2}
+  { echo "# a GPT of width 32: $blocks blocks of $heads heads over 32 positions, head tied"
+    echo "embedding vocab=256 units=32 name=tok"
+    echo "posembed positions=32 name=x0"
+    b=0
+    while [ $b -lt "$blocks" ]; do
+      printf 'layernorm\nattention heads=%s\nadd with=x%s name=a%s\n' "$heads" $b $b
+      printf 'layernorm\nlinear units=128\ngelu\nlinear units=32\nadd with=a%s name=x%s\n' $b $((b + 1))
+      b=$((b + 1))
+    done
+    echo "layernorm"
+    echo "lmhead vocab=256 tie=tok"; } >"$file"
+}

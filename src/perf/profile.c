@@ -56,32 +56,29 @@ static int read_string(reader_t *r, char *buf, size_t cap, const char *start) {
   return 0;
 }
 
-static int read_number(reader_t *r, const char *key, double *out, const char *start) {
+/* A number of either sign (the GEMM model's log-space coefficients). */
+static int read_real(reader_t *r, const char *key, double *out, const char *start) {
   skip_space(r);
+  const char *at = r->s;
   char buf[64];
   size_t n = 0;
   while (r->s < r->end && n + 1 < sizeof buf && strchr("0123456789+-.eE", *r->s)) buf[n++] = *r->s++;
   buf[n] = 0;
   char *e;
   double v = n ? strtod(buf, &e) : 0;
-  if (!n || *e || !(v >= 0) || v > 1e300)
-    return dt_error("%s: key \"%s\" (offset %ld) is not a number >= 0", r->source, key,
-                    offset(r, start));
+  if (!n || *e || !(fabs(v) <= 1e300)) {
+    r->s = at;
+    return dt_error("%s: key \"%s\" (offset %ld) is not a number", r->source, key, offset(r, start));
+  }
   *out = v;
   return 0;
 }
 
-/* A number of either sign (the GEMM model's log-space coefficients). */
-static int read_real(reader_t *r, const char *key, double *out, const char *start) {
-  skip_space(r);
-  char buf[64];
-  size_t n = 0;
-  while (r->s < r->end && n + 1 < sizeof buf && strchr("0123456789+-.eE", *r->s)) buf[n++] = *r->s++;
-  buf[n] = 0;
-  char *e;
-  double v = n ? strtod(buf, &e) : 0;
-  if (!n || *e || !(fabs(v) <= 1e300))
-    return dt_error("%s: key \"%s\" (offset %ld) is not a number", r->source, key, offset(r, start));
+static int read_number(reader_t *r, const char *key, double *out, const char *start) {
+  double v = 0;
+  if (read_real(r, key, &v, start) != 0 || !(v >= 0))
+    return dt_error("%s: key \"%s\" (offset %ld) is not a number >= 0", r->source, key,
+                    offset(r, start));
   *out = v;
   return 0;
 }
@@ -168,7 +165,7 @@ static int read_member(reader_t *r, perf_profile_t *p, int *seen, const char *st
     DT_TRY(read_link(r, key, &p->local_oversubscribed, &seen[4], start));
   else if (!strcmp(key, "mpi")) DT_TRY(read_link(r, key, &p->mpi, &seen[5], start));
   else if (!strcmp(key, "mpi_measured")) {
-    double v;
+    double v = 0;
     DT_TRY(read_number(r, key, &v, start));
     if (v != 0 && v != 1) return dt_error("%s: key \"mpi_measured\" is %g (expected 0 or 1)", r->source, v);
     p->mpi_measured = v == 1;
