@@ -450,6 +450,16 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
  * of its range [param_off, param_off + param_len) of model->params; NULL:
  * from the model (the default). Gradients still go to model->grads. */
 int stage_use_weights(stage_t *s, int mb, const float *w);
+/* Per-thread gradients (Project Adam's worker threads): from now on, a
+ * backward of mb with accumulate 0 writes the stage's gradients into g, a
+ * copy of its range [param_off, param_off + param_len) of model->grads,
+ * not into model->grads; NULL: the model's (the default). */
+int stage_use_grads(stage_t *s, int mb, float *g);
+/* Layer i's input and output gradient in mb's activations (i in the
+ * stage's range), as model_layer_input and layer.dout are the model's;
+ * valid after mb's forward (input) and backward (dout) until the next. */
+const float *stage_layer_input(const stage_t *s, int mb, int i);
+const float *stage_layer_dout(const stage_t *s, int mb, int i);
 float *stage_input(stage_t *s, int mb);
 const float *stage_output(const stage_t *s, int mb);
 float *stage_output_grad(stage_t *s, int mb);

@@ -92,6 +92,8 @@ typedef struct {
   int push_factors;             /* --ps-push factors: dense layers pushed as sufficient factors
                                  * (Project Adam), their gradient computed at the server */
   int server_threads;           /* --ps-server-threads: threads applying a server's updates [1] */
+  int worker_threads;           /* --worker-threads: threads training on each worker, sharing
+                                 * its weights without locks (Project Adam) [1] */
 } ps_config_t;
 
 /* Decentralized optimization (src/strategy/decentral/). */

@@ -18,6 +18,7 @@ struct stage_mb {
   int n;             /* its samples; 0: none in flight */
   int has_loss;      /* stage_loss wrote the output gradient since that forward */
   const float *weights; /* the stage's parameters for this micro-batch; NULL: the model's */
+  float *grads;      /* where its gradients go when not accumulating; NULL: the model's */
 };
 
 /* The first layer at or after c that reads across a cut before c (a layer
@@ -100,6 +101,11 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
     l->grad_beta = in_place ? 1.0f : 0.0f;
     l->dw = accumulate && !in_place ? s->gacc : ml->dw;
     l->db = accumulate && !in_place ? s->gacc + l->nweight : ml->db;
+    if (b->grads && !accumulate) { /* the same offsets in the micro-batch's own gradient */
+      const float *range = s->model->grads + s->param_off;
+      if (ml->dw) l->dw = b->grads + (ml->dw - range);
+      if (ml->db) l->db = b->grads + (ml->db - range);
+    }
   }
 }
 
@@ -280,6 +286,34 @@ int stage_use_weights(stage_t *s, int mb, const float *w) {
   if (!b) return -1;
   b->weights = w;
   return 0;
+}
+
+int stage_use_grads(stage_t *s, int mb, float *g) {
+  stage_mb_t *b = micro(s, mb, "stage_use_grads");
+  if (!b) return -1;
+  b->grads = g;
+  return 0;
+}
+
+const float *stage_layer_input(const stage_t *s, int mb, int i) {
+  stage_mb_t *b = micro(s, mb, "stage_layer_input");
+  if (!b) return NULL;
+  if (i < s->first || i > s->last) {
+    dt_error("stage_layer_input: layer %d is outside the stage's %d..%d", i, s->first, s->last);
+    return NULL;
+  }
+  int from = b->layers[i].spec.input;
+  return from < s->first ? b->x : b->layers[from].out;
+}
+
+const float *stage_layer_dout(const stage_t *s, int mb, int i) {
+  stage_mb_t *b = micro(s, mb, "stage_layer_dout");
+  if (!b) return NULL;
+  if (i < s->first || i > s->last) {
+    dt_error("stage_layer_dout: layer %d is outside the stage's %d..%d", i, s->first, s->last);
+    return NULL;
+  }
+  return b->layers[i].dout;
 }
 
 float *stage_input(stage_t *s, int mb) {

@@ -99,6 +99,18 @@ int ps_apply_new(int T, const optim_segment_t *segs, int nsegs, size_t len, int 
 void ps_apply_free(ps_apply_t *a);
 void ps_apply_step(ps_apply_t *a, optimizer_t *o, float *params, const float *grads, float lr);
 
+/* ---- --worker-threads T: Project Adam's threads on a worker (ps_worker_threads.c) ----
+ * T threads, each on its share of the batch against the worker's one
+ * parameter arena, each applying -lr g_t to it without locks (racy by
+ * design); model->grads gets the threads' gradients summed (the push).
+ * T <= 1: *out = NULL (the worker computes on its own thread). */
+typedef struct ps_wthreads ps_wthreads_t;
+int ps_wthreads_new(worker_t *w, int T, ps_wthreads_t **out);
+void ps_wthreads_free(ps_wthreads_t *pool);
+/* worker_compute_gradient's contract (the epoch's sums, the timers), by
+ * the threads, each of which has also stepped the weights at lr. */
+int ps_wthreads_gradient(ps_wthreads_t *pool, size_t begin, size_t count, int denom, float lr);
+
 /* ---- --ps-push factors: dense layers pushed as sufficient factors (ps_factors.c) ----
  * Per dense layer whose weight this rank has keys for: its keys
  * [wkey, end) (weight, then the bias when held: bkey, else PS_NO_KEY)
