@@ -138,6 +138,17 @@ size_t ps_factor_bytes(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t r
  * after its backward pass, the other keys from grads (indexed by key). */
 size_t ps_factor_pack(const ps_factor_plan_t *p, const model_t *m, const float *x, size_t rows,
                       const float *grads, size_t lo, size_t hi, void *buf);
+/* The same from a batch computed in parts (--worker-threads): get(ctx, k,
+ * layer, which, &rows) gives part k's rows of the layer's dout (which 0)
+ * or input (which 1), and with layer -1 its row count alone; the parts'
+ * rows go one after another, one payload of their sum. */
+typedef const float *(*ps_factor_rows_fn)(void *ctx, int part, int layer, int which, size_t *rows);
+size_t ps_factor_pack_parts(const ps_factor_plan_t *p, int nparts, ps_factor_rows_fn get, void *ctx,
+                            const float *grads, size_t lo, size_t hi, void *buf);
+/* --worker-threads: ps_factor_pack of the last batch, the threads' rows
+ * one after another. */
+size_t ps_wthreads_factor_pack(ps_wthreads_t *pool, const ps_factor_plan_t *p, const float *grads,
+                               size_t lo, size_t hi, void *buf);
 /* Server: a payload of keys [lo, hi) checked and expanded into the
  * gradient dst[hi - lo]. */
 int ps_factor_expand(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t max_rows,

@@ -160,7 +160,6 @@ static int check_worker_threads(const train_config_t *c) {
   if (T <= 1 || c->exchange != EXCHANGE_PS) return 0;
   const char *other = c->tensor.ranks > 1                 ? "--tp (a tensor-parallel pass sums over the group's ranks, one pass at a time)"
                       : c->comm_order != COLL_ORDER_FIFO ? "--comm-order priority|tictac (pushes and pulls layer by layer inside one pass)"
-                      : c->ps.push_factors              ? "--ps-push factors (factors are one pass's rows; use --ps-push gradients)"
                                                         : NULL;
   if (other) return dt_error("option --worker-threads %d: not with %s; use --worker-threads 1", T, other);
   return 0;

@@ -204,8 +204,10 @@ static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
   ps_client_totals(p->client, &tmpl->bytes_pushed, &tmpl->bytes_pulled, &tmpl->blocked_sec);
   if (p->fac_buf) { /* --ps-push factors: each shard's payload, from this batch's layers */
     for (int k = 0; k < p->map.nservers; k++)
-      p->fac_bytes[k] = ps_factor_pack(&p->fplan, p->w->model, p->w->x, p->rows, grads,
-                                       p->map.shards[k].begin, p->map.shards[k].end, p->fac_buf[k]);
+      p->fac_bytes[k] = p->wt ? ps_wthreads_factor_pack(p->wt, &p->fplan, grads, p->map.shards[k].begin,
+                                                        p->map.shards[k].end, p->fac_buf[k])
+                              : ps_factor_pack(&p->fplan, p->w->model, p->w->x, p->rows, grads,
+                                               p->map.shards[k].begin, p->map.shards[k].end, p->fac_buf[k]);
     p->push_ts = ps_push_factors(p->client, (const void *const *)p->fac_buf, p->fac_bytes, grads, tmpl);
     return p->push_ts < 0 ? -1 : 0;
   }

@@ -11,6 +11,10 @@
  * plain one of SSP's read-my-writes (--ps-refresh lazy); the servers'
  * optimizer state (momentum) stays theirs alone.
  *
+ * --ps-push factors: a dense layer's factors are the batch's rows, so
+ * the push concatenates the threads' rows (each thread's dY and X from
+ * its own activations), one payload as one thread's would be.
+ *
  * The machine's accumulated update is the threads' gradients summed:
  * after the threads meet, thread i adds every thread's slice i into
  * model->grads (disjoint slices: no lock and no lost writes), which the
@@ -178,6 +182,20 @@ void ps_wthreads_free(ps_wthreads_t *pool) {
   free(pool->th);
   free(pool->threads);
   free(pool);
+}
+
+/* Thread k's rows of a layer, from its stage (ps_factor_rows_fn). */
+static const float *thread_rows(void *ctx, int k, int layer, int which, size_t *rows) {
+  const ps_wthreads_t *pool = ctx;
+  const wthread_t *t = &pool->th[k];
+  *rows = t->count;
+  if (layer < 0 || !t->count) return NULL;
+  return which ? stage_layer_input(t->stage, 0, layer) : stage_layer_dout(t->stage, 0, layer);
+}
+
+size_t ps_wthreads_factor_pack(ps_wthreads_t *pool, const ps_factor_plan_t *p, const float *grads,
+                               size_t lo, size_t hi, void *buf) {
+  return ps_factor_pack_parts(p, pool->T, thread_rows, pool, grads, lo, hi, buf);
 }
 
 int ps_wthreads_gradient(ps_wthreads_t *pool, size_t begin, size_t count, int denom, float lr) {
