@@ -22,8 +22,8 @@
 # worker's gradient (sync, small lr: within 5e-5 of one thread, measured
 # 4e-6 from the racing local steps, where a thread's images lost would
 # differ by 4e-4), with gradient and factor pushes, the factor bytes those
-# of one thread; async T = 2 trains as T = 1 does. T > 1 races by design:
-# skipped under ThreadSanitizer, as Hogwild is.
+# of one thread (and under mpi); async T = 2 trains as T = 1 does. T > 1
+# races by design: skipped under ThreadSanitizer, as Hogwild is.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 1024 256
@@ -209,6 +209,8 @@ print(acc); sys.exit(0 if acc >= 85 else 1)" >"$TMP/acc.out"
   then pass mpi_adam_preset_mlp_85_percent_in_5_epochs; else fail mpi_adam_preset_mlp_85_percent_in_5_epochs "$(cat "$TMP/acc.out") $(tail -c 300 "$TMP/mpi.err")"; fi
   if $MPIRUN -np 6 "$DTRAIN" train --preset project-adam --comm mpi --quiet --epochs 6 --tp 1 --resume "$TMP/mpi_adam.st" >"$TMP/mpi.out" 2>"$TMP/mpi.err" &&
      grep -q "done: 6 epochs" "$TMP/mpi.out"; then pass mpi_adam_checkpoint_resumes_on_tp1; else fail mpi_adam_checkpoint_resumes_on_tp1 "$(tail -c 300 "$TMP/mpi.err")"; fi
+  $MPIRUN -np 4 "$DTRAIN" train $WS --comm mpi --worker-threads 2 --ps-push factors --checkpoint "$TMP/mpi_wt2.st" >/dev/null 2>"$TMP/mpi.err"
+  check mpi_adam_worker_threads_2_factors_sum_to_the_gradient close "$TMP/ws1.st" "$TMP/mpi_wt2.st" 5e-5
   $MPIRUN -np 5 "$DTRAIN" train --preset project-adam --comm mpi --data "$SMALL" --quiet >/dev/null 2>"$TMP/np.err"
   check mpi_adam_np_not_fitting grep -q "mpirun -np 5, --tp 2 and --exchange ps: 3 workers besides the 2 servers, .* (e.g. mpirun -np 6)" "$TMP/np.err"
 fi
