@@ -413,6 +413,8 @@ typedef struct {
   float *arena;                /* activations, scratch and inputs of every micro-batch */
   float *probs;                /* [micro_batch, nclasses] when ends_model */
   float *gacc;                 /* one layer's gradients, while accumulating */
+  layer_cost_t *cost;          /* where its passes are metered [LAYER_KIND_COUNT]:
+                                * model->cost, or a thread's own (stage_meter_into) */
 } stage_t;
 
 /* Refuses an invalid cut with a line naming the layer that reads across it
@@ -455,6 +457,9 @@ int stage_use_weights(stage_t *s, int mb, const float *w);
  * copy of its range [param_off, param_off + param_len) of model->grads,
  * not into model->grads; NULL: the model's (the default). */
 int stage_use_grads(stage_t *s, int mb, float *g);
+/* The stage's passes metered into cost[LAYER_KIND_COUNT] instead of
+ * model->cost (a thread's own: the model's meters are not shared). */
+void stage_meter_into(stage_t *s, layer_cost_t *cost);
 /* Layer i's input and output gradient in mb's activations (i in the
  * stage's range), as model_layer_input and layer.dout are the model's;
  * valid after mb's forward (input) and backward (dout) until the next. */

@@ -110,7 +110,7 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
 }
 
 static layer_range_t range_of(const stage_t *s, const stage_mb_t *b) {
-  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->model->cost};
+  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->cost};
 }
 
 int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, stage_t **out) {
@@ -129,6 +129,7 @@ int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, s
   stage_t *s = calloc(1, sizeof *s);
   if (!s) return dt_error("out of memory");
   s->model = m;
+  s->cost = m->cost;
   s->first = first, s->last = last;
   s->ends_model = last == m->nlayers - 1;
   s->max_micro = max_micro, s->micro_batch = micro_batch;
@@ -294,6 +295,8 @@ int stage_use_grads(stage_t *s, int mb, float *g) {
   b->grads = g;
   return 0;
 }
+
+void stage_meter_into(stage_t *s, layer_cost_t *cost) { s->cost = cost ? cost : s->model->cost; }
 
 const float *stage_layer_input(const stage_t *s, int mb, int i) {
   stage_mb_t *b = micro(s, mb, "stage_layer_input");

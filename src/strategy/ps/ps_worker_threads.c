@@ -49,6 +49,7 @@ typedef struct {
   size_t begin, count;       /* its share of the batch (epoch order) */
   double loss, correct;
   int rc;
+  layer_cost_t cost[LAYER_KIND_COUNT]; /* its passes' meters, added to the model's after each batch */
 } wthread_t;
 
 struct ps_wthreads {
@@ -126,6 +127,7 @@ static int thread_new(ps_wthreads_t *pool, int i, int share) {
   DT_TRY(stage_new(m, 0, m->nlayers - 1, 1, share, &t->stage));
   if (!(t->grads = dt_alloc_floats(m->nparams))) return -1;
   DT_TRY(stage_use_grads(t->stage, 0, t->grads));
+  stage_meter_into(t->stage, t->cost);
   t->x = dt_alloc_floats((size_t)share * w->train->dim);
   t->y = dt_alloc((size_t)share * dataset_ylen(w->train) * sizeof(int32_t));
   return t->x && t->y ? 0 : -1;
@@ -217,8 +219,15 @@ int ps_wthreads_gradient(ps_wthreads_t *pool, size_t begin, size_t count, int de
   pthread_barrier_wait(&pool->summed);
   double loss = 0, correct = 0;
   for (int i = 0; i < pool->T; i++) {
-    if (pool->th[i].rc != 0) return dt_error_prefix("--worker-threads, thread %d: ", i);
-    loss += pool->th[i].loss, correct += pool->th[i].correct;
+    wthread_t *t = &pool->th[i];
+    if (t->rc != 0) return dt_error_prefix("--worker-threads, thread %d: ", i);
+    loss += t->loss, correct += t->correct;
+    for (int k = 0; k < LAYER_KIND_COUNT; k++) { /* thread-seconds, by layer kind */
+      layer_cost_t *c = &w->model->cost[k];
+      c->compute_sec += t->cost[k].compute_sec, c->comm_sec += t->cost[k].comm_sec;
+      c->bytes_sent += t->cost[k].bytes_sent, c->bytes_received += t->cost[k].bytes_received;
+    }
+    memset(t->cost, 0, sizeof t->cost);
   }
   if (!isfinite(loss)) return worker_step_diverged(w, loss);
   w->epoch_loss_sum += loss;
