@@ -7,7 +7,10 @@ the C code that wrote it:
     shows that number;
   - each chart holds one series per preset (staleness: the presets that
     have it);
-  - each verdict clause is regenerated here from the figures it cites.
+  - each verdict clause is regenerated here from the figures it cites;
+  - each preset's predicted step stands beside its measured one (training
+    time over the steps run), the error and the part named over 15% follow
+    from those numbers, and the page shows the same words.
 Prints PASS/FAIL lines (tests/lib.sh style) named after the folder's tag."""
 import html.parser
 import json
@@ -329,4 +332,39 @@ for p in rep["presets"]:
             not all(close(a, b, 1e-6) for (_, a, _), (_, b, _) in zip(want, got)):
         bad.append(f"{p['name']}: report {got}, figures give {want}")
 check("verdicts_match_figures", not bad, "; ".join(bad[:3]))
+
+# ---- the performance model beside the measurement ------------------------------
+bad = []
+page_text = open(os.path.join(out, "report.html")).read()
+for p in rep["presets"]:
+    pr = p.get("prediction")
+    if pr is None:
+        bad.append(f"{p['name']}: no prediction")
+        continue
+    shown_text = pr["text"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    if shown_text not in page_text:  # as sb_html escapes
+        bad.append(f"{p['name']}: the page does not show '{pr['text']}'")
+    if not pr["predicted"]:
+        if p["ok"] and not pr["text"].startswith("not predicted: "):
+            bad.append(f"{p['name']}: measured, not predicted, and no reason: {pr['text']}")
+        continue
+    runs = [r for r in rep["runs"] if r["preset"] == p["name"] and r["ok"]]
+    steps = sum([m for m in r["metrics"] if m["event"] == "epoch"][-1]["step"] for r in runs) / len(runs)
+    meas = p["train_sec"] / steps
+    err = (pr["step_sec"] - meas) / meas
+    if not close(pr["measured_step_sec"], meas, 1e-6) or not close(pr["error"], err, 1e-6):
+        bad.append(f"{p['name']}: measured {pr['measured_step_sec']} error {pr['error']}, metrics give {meas} {err}")
+    if not close(pr["measured_compute_sec"], p["compute_sec"] / steps, 1e-6):
+        bad.append(f"{p['name']}: measured compute {pr['measured_compute_sec']}")
+    if not pr["step_sec"] > 0 or not 0 <= pr["compute_sec"] <= pr["step_sec"] * (1 + 1e-9):
+        bad.append(f"{p['name']}: predicted step {pr['step_sec']}, compute {pr['compute_sec']}")
+    over = abs(err) > 0.15
+    if over != (pr["off"] is not None) or (over and pr["off"] not in ("compute", "communication", "bubble", "waiting")):
+        bad.append(f"{p['name']}: error {err:.3f}, part named {pr['off']}")
+    if over:
+        dc = pr["compute_sec"] - pr["measured_compute_sec"]
+        dr = (pr["step_sec"] - pr["compute_sec"]) - (meas - pr["measured_compute_sec"])
+        if (pr["off"] == "compute") != (abs(dc) >= abs(dr)) or f"most off on {pr['off']}" not in pr["text"]:
+            bad.append(f"{p['name']}: off on {pr['off']}, compute differs by {dc}, the rest by {dr}")
+check("predicted_beside_measured", not bad, "; ".join(bad[:3]))
 sys.exit(1 if failures else 0)

@@ -14,6 +14,7 @@ $DTRAIN compare --presets horovod,petuum,gosgd --runs 2 --target-acc 0.12 $SMALL
 check compare_runs [ "$rc" -eq 0 ]
 check compare_writes_report [ -s "$out/report.html" -a -s "$out/report.json" -a -s "$out/runs/petuum-seed2.jsonl" ]
 check compare_table_on_stdout sh -c "grep -q '^horovod ' '$TMP/table' && grep -q '^petuum ' '$TMP/table' && grep -q '^gosgd ' '$TMP/table' && ! grep -q '^epoch ' '$TMP/table'"
+check compare_table_predicted_beside_measured sh -c "grep -Eq '^petuum +predicted [0-9.]+ ms a step, measured [0-9.]+ ms' '$TMP/table'"
 $PY tests/compare_check.py "$out" compare
 check compare_trace_per_run $PY tests/trace_check.py "$out/runs/gosgd-seed2.trace.json" steps 1:3
 

@@ -241,6 +241,24 @@ print('measured cut', cut, 'multiply-adds cut', macs_cut, 'layer seconds', t)
 assert macs_cut == 8, macs_cut
 assert cost(cut) <= best * (1 + 1e-6) and cut != macs_cut, (cut, cost(cut), best)"
 
+# ... and the transfer at a cut (PipeDream's 2 a / B, perf/partition.c): on
+# a 10 Mbit/s link every cut among the 16-channel activations (12544 floats
+# a sample) costs 2 x 12544 x 8 x 4 B / 1.25 MB/s = 0.64 s, so the cut goes
+# after the 32-unit dense layer (1 KiB: 1.6 ms), whatever the layer times;
+# the reported cut must be the least of max(stage, transfer) over the cuts.
+rm -f "$TMP/skew_slow.jsonl"
+"$DTRAIN" train --data "$SMALL" --model "$TMP/skew.model" --lr 0.05 --seed 3 --quiet --max-steps 2 \
+  --epochs 1 --batch 16 --workers 2 --pp 2 --micro-batches 2 --partition balanced --net bandwidth=10Mbit \
+  --metrics "$TMP/skew_slow.jsonl" >"$TMP/out" 2>&1 || fail pipe_partition_balanced_transfer "$(tail -c 300 "$TMP/out")"
+check pipe_partition_balanced_weighs_the_transfer $PY -c "
+import json
+e = [json.loads(l) for l in open('$TMP/skew_slow.jsonl') if '\"epoch\"' in l][0]
+t, cut = e['layer_profiled_sec'], e['stage_first_layer'][1]
+out = [16 * 28 * 28] * 8 + [32, 10]   # floats a sample after each layer
+cost = lambda c: max(sum(t[:c]), sum(t[c:]), 2 * out[c - 1] * 8 * 4 / 1.25e6)
+best = min(cost(c) for c in range(1, len(t)))
+assert cut == 9 and cost(cut) <= best * (1 + 1e-6), (cut, cost(cut), best)"
+
 # the progress line shows the training loss, which only the last stage has
 # (the line printed at the epoch's last step, so no --quiet and no --max-steps)
 "$DTRAIN" train --data "$SMALL" --lr 0.05 --momentum 0.9 --seed 3 --batch 64 --epochs 1 \

@@ -165,20 +165,26 @@ static void test_blocks(void) {
 
 #define TP 3
 #define N 5
-typedef struct { const char *spec; shape_t in; } split_case_t;
+typedef struct { const char *spec; shape_t in; int vocab; } split_case_t; /* vocab: a GPT's */
 /* split= in the spec: the file's plan; else the planner's */
 static const split_case_t CASES[] = {
-    {"dense units=7\nrelu\ndropout rate=0.25\ndense units=6\ntanh\ndense units=3\n", {4, 1, 1}},
+    {"dense units=7\nrelu\ndropout rate=0.25\ndense units=6\ntanh\ndense units=3\n", {4, 1, 1}, 0},
     {"conv2d filters=5 kernel=3 pad=1\nrelu\nmaxpool kernel=2\ndropout rate=0.2\nconv2d filters=4 "
-     "kernel=3\nrelu\nflatten\ndense units=3\n", {2, 6, 6}},
+     "kernel=3\nrelu\nflatten\ndense units=3\n", {2, 6, 6}, 0},
     /* one convolution by output channels (2, 2, 1 of 5), its shard through relu, pooling
      * and dropout, then allgathered for the dense layer */
     {"conv2d filters=5 kernel=3 pad=1 split=channels\nrelu\nmaxpool kernel=2\ndropout rate=0.2\n"
-     "dense units=3\n", {2, 6, 6}},
+     "dense units=3\n", {2, 6, 6}, 0},
     /* the same after a whole convolution (its input gradient summed), gathered for a
      * convolution that needs every channel */
     {"conv2d filters=3 kernel=3 pad=1\ntanh\nconv2d filters=5 kernel=3 split=channels\navgpool "
-     "kernel=2\nconv2d filters=4 kernel=2\nflatten\ndense units=3\n", {2, 6, 6}},
+     "kernel=2\nconv2d filters=4 kernel=2\nflatten\ndense units=3\n", {2, 6, 6}, 0},
+    /* a GPT block (Megatron): attention by heads (one of 3 a rank: its columns of q,
+     * k, v and those rows of the projection), the MLP's linears by columns then rows,
+     * norms, adds, embeddings and the tied head whole */
+    {"embedding vocab=7 units=12 name=tok\nposembed positions=4 name=x0\nlayernorm\n"
+     "attention heads=3\nadd with=x0 name=a0\nlayernorm\nlinear units=24\ngelu\n"
+     "linear units=12\nadd with=a0\nlayernorm\nlmhead vocab=7 tie=tok\n", {1, 1, 4}, 7},
 };
 
 typedef struct { coll_ctx_t *coll; } ring_link_t;
@@ -195,7 +201,7 @@ static int ring_allgather(tp_link_t *t, float *buf, size_t count) {
 static int run_model(model_t *m, const float *x, const int32_t *y) {
   rng_t rng;
   rng_seed(&rng, 42);
-  model_forward(m, x, N, 1, &rng);
+  model_forward(m, x, N, 1, &rng); /* a GPT's labels: [N, T] */
   model_loss(m, y, N, N, NULL);
   model_backward(m, x, N, NULL, NULL);
   return m->tp && m->tp->failed ? -1 : 0;
@@ -205,8 +211,11 @@ static int split_rank(comm_t *c, void *arg) {
   const split_case_t *k = arg;
   shape_t in = k->in;
   float x[N * 72];
-  int32_t y[N] = {0, 1, 2, 1, 0};
-  for (int i = 0; i < N * (int)shape_size(in); i++) x[i] = (float)((i * 7) % 11) / 11.0f - 0.4f;
+  int32_t y[N * 4] = {0, 1, 2, 1, 0};
+  int classes = k->vocab ? k->vocab : 3, outs = N * (k->vocab ? in.w : 1) * classes;
+  for (int i = 0; i < N * (int)shape_size(in); i++)
+    x[i] = k->vocab ? (float)((i * 3) % k->vocab) : (float)((i * 7) % 11) / 11.0f - 0.4f;
+  for (int i = 0; k->vocab && i < N * in.w; i++) y[i] = (i * 5) % k->vocab;
   model_spec_t s;
   model_t *whole = NULL, *part = NULL;
   ring_link_t rl = {NULL};
@@ -214,10 +223,13 @@ static int split_rank(comm_t *c, void *arg) {
                     .allgather = ring_allgather, .ctx = &rl};
   RCHECK_OK(coll_ctx_new(c, &rl.coll));
   RCHECK_OK(model_spec_parse(k->spec, "t", &s));
-  RCHECK_OK(model_build(&s, in, 3, N, &whole));
+  RCHECK_OK(model_build(&s, in, classes, N, &whole));
   RCHECK_OK(tensor_file_split_line(&s, FILE_SPLIT_UNSET) ? tensor_plan_file(&s, TP) : tensor_plan(&s, TP, NULL));
+  if (k->vocab) /* attention by heads; linear 24 by columns, linear 12 by rows */
+    RCHECK(s.layers[3].split == SPLIT_COLUMN && s.layers[6].split == SPLIT_COLUMN &&
+           s.layers[8].split == SPLIT_ROW && s.layers[11].split == SPLIT_NONE);
   s.tp = &link;
-  RCHECK_OK(model_build(&s, in, 3, N, &part));
+  RCHECK_OK(model_build(&s, in, classes, N, &part));
   model_spec_free(&s);
   model_init_params(whole, 9);
   model_init_params(part, 9);
@@ -233,7 +245,7 @@ static int split_rank(comm_t *c, void *arg) {
   RCHECK_OK(run_model(whole, x, y));
   RCHECK_OK(run_model(part, x, y));
   const float *lw = whole->layers[whole->nlayers - 1].out, *lp = part->layers[part->nlayers - 1].out;
-  for (int i = 0; i < N * 3; i++) RCHECK(fabsf(lw[i] - lp[i]) < 1e-5f);
+  for (int i = 0; i < outs; i++) RCHECK(fabsf(lw[i] - lp[i]) < 1e-5f);
   for (int i = 0; i < part->ntensors; i++) {
     const tensor_info_t *p = &part->tensors[i], *w = &whole->tensors[i];
     tensor_block_copy(p, whole->grads + w->off, blk, 0);

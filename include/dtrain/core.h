@@ -135,6 +135,9 @@ int kern_using_bf16(void);
 int kern_bf16_active(void);
 long kern_bf16_fallbacks(void);
 void kern_bf16_note_fallback(void);
+/* kern_gemm's products since the start while bf16 was set: *bf16 made in
+ * bf16, *fp32 left to fp32 (alpha != 1, beta not 0 or 1, a fallback). */
+void kern_bf16_products(long *bf16, long *fp32);
 int kern_gemm_bf16(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, float beta, float *c, int ldc);
 int kern_gemm_bf16_made(int made, int ta, int tb, int m, int n, int k, const void *a, int lda,

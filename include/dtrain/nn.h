@@ -243,6 +243,13 @@ struct layer {
   int dx_add, dx2_add;
   int tied;                        /* embedding: an lmhead reads its table and writes its
                                     * gradient first, so backward adds to dw */
+  /* Recomputation (--recompute; src/nn/recompute.c): a segment [s, e] of
+   * the layers keeps only its input and the output of e. On e,
+   * recompute_from = 1 + s (0: no segment ends here); the layers of the
+   * segment in_workspace hold out, dout and scratch in a workspace that
+   * every segment shares, rebuilt by a forward before the segment's
+   * backward. */
+  int recompute_from, in_workspace;
 };
 
 const layer_ops_t *layer_ops_for(layer_kind_t kind);
@@ -253,11 +260,13 @@ int layer_kind_parse(const char *name, layer_kind_t *out);
 
 /* A named tensor inside an arena (a parameter or a buffer). dims is the
  * one-worker shape (what a checkpoint holds); under tensor parallelism the
- * arena holds a block of it: seen as [dims[0], mid, full_cols], rows
- * [row0, row0 + rows) and, of each of their mid runs, columns [col0, col0 +
- * cols), stored as [rows, mid, cols] (a conv weight [out, kh, kw, in] split
- * by input channels is mid = kh·kw runs of in). Unsplit: the whole tensor,
- * len = rows x mid x cols. */
+ * arena holds a block of it: seen as [R, mid, full_cols] (R = the dims'
+ * product / (mid·full_cols), usually dims[0]), rows [row0, row0 + rows)
+ * and, of each of their mid runs, columns [col0, col0 + cols), stored as
+ * [rows, mid, cols] (a conv weight [out, kh, kw, in] split by input
+ * channels is mid = kh·kw runs of in; attention's qkv.weight [3c, c] split
+ * by heads is R = 3 rows of c·c, each rank's heads a run of columns in
+ * each of q, k and v). Unsplit: the whole tensor, len = rows x mid x cols. */
 typedef struct {
   char name[48];            /* "layers.0.weight", PyTorch style */
   size_t off, len;          /* the range in the arena (this rank's block) */
@@ -278,7 +287,27 @@ typedef struct {
   char source[256];         /* file name or "builtin:mlp" for messages */
   tp_link_t *tp;            /* layers with split != SPLIT_NONE talk to it (NULL: none) */
   tp_link_t *bn_sync;       /* --sync-bn: batch norm's statistics summed over it (NULL: local) */
+  int recompute;            /* recompute_t: what the backward pass recomputes */
 } model_spec_t;
+
+/* --recompute (GPipe's re-materialisation, Chen et al. 2016): NONE keeps
+ * every activation for the backward pass; BLOCKS keeps each transformer
+ * block's input (the residual stream) and recomputes the block; FULL keeps
+ * only the input of the model or of each pipeline stage (per micro-batch)
+ * and recomputes the rest. Recomputation changes no bit. */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCKS, RECOMPUTE_FULL } recompute_t;
+/* "none", "blocks", "full" -> *out; -1 (no message) otherwise. */
+int recompute_parse(const char *s, int *out);
+const char *recompute_name(int mode);
+/* Bytes of activation arenas (out, dout, scratch, the loss's
+ * probabilities, a stage's inputs) this thread's training passes have
+ * held at once at the most: an arena counts from its first training
+ * forward until it is freed. (Each rank of the local transport is a
+ * thread.) */
+size_t nn_activation_peak_bytes(void);
+/* The peak from now: what is held now (after a profiling pass's stages
+ * are freed). */
+void nn_activation_reset_peak(void);
 
 /* What the layers of one kind cost in forward and backward passes: the
  * seconds they computed, and the seconds and bytes of the sums over their
@@ -303,6 +332,11 @@ typedef struct {
   tensor_info_t *tensors, *buf_tensors;
   float *probs;             /* softmax of the logits [max_batch, nclasses] */
   void *act_arena;          /* one allocation for all activations and scratch */
+  size_t act_bytes;         /* its size */
+  int act_counted;          /* counted in nn_activation_peak_bytes (a training forward ran) */
+  int recompute;            /* recompute_t */
+  int ws_owner;             /* the segment whose activations the workspace holds (its last
+                             * layer), -1: none */
   tp_link_t *tp;            /* tensor parallelism's group (from the spec), or NULL */
   tp_link_t *bn_sync;       /* synchronized batch norm's group (from the spec), or NULL */
   layer_cost_t cost[LAYER_KIND_COUNT]; /* by layer kind, every pass of the model and of its
@@ -415,6 +449,10 @@ typedef struct {
   float *gacc;                 /* one layer's gradients, while accumulating */
   layer_cost_t *cost;          /* where its passes are metered [LAYER_KIND_COUNT]:
                                 * model->cost, or a thread's own (stage_meter_into) */
+  size_t act_bytes;            /* the arena less gacc: activations (nn_activation_peak_bytes) */
+  int act_counted;
+  float *ws;                   /* --recompute: the workspace the micro-batches share */
+  int ws_owner;                /* mb x nlayers + the segment's last layer it holds; -1: none */
 } stage_t;
 
 /* Refuses an invalid cut with a line naming the layer that reads across it

@@ -92,6 +92,8 @@ typedef struct {
   int push_factors;             /* --ps-push factors: dense layers pushed as sufficient factors
                                  * (Project Adam), their gradient computed at the server */
   int server_threads;           /* --ps-server-threads: threads applying a server's updates [1] */
+  int kill_server2;             /* ... index2=J,at-push2=Q: then server J too (-1: none) */
+  int64_t kill_server2_at;
   int worker_threads;           /* --worker-threads: threads training on each worker, sharing
                                  * its weights without locks (Project Adam) [1] */
 } ps_config_t;
@@ -130,6 +132,7 @@ typedef struct {
   uint64_t seed;
   int threads;                  /* BLAS threads per worker */
   int bf16;                     /* --precision bf16: products in bfloat16 (kern_set_bf16) */
+  int recompute;                /* --recompute: recompute_t (nn.h) */
   /* optimizer and schedule */
   optim_config_t optim;
   double lr;

@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "dtrain/opt.h"
 #include "dtrain/train.h"
+#include "perf/perf.h"
 #include "report/report.h"
 
 #define MAX_PRESETS 64
@@ -38,7 +39,11 @@ static const char *COMPARE_HELP =
     "and writes a report: DIR/report.html (one page, SVG charts, opens offline),\n"
     "DIR/report.json (every number on the page, each run's metrics lines), and\n"
     "DIR/runs/PRESET-seedS.jsonl (each run's metrics, kept as the run goes).\n"
-    "The table is printed on stdout; the runs' own lines go to stderr.\n"
+    "The table is printed on stdout; the runs' own lines go to stderr. Before the runs,\n"
+    "each preset's step is predicted ('dtrain plan --predict' of its command line) and\n"
+    "shown beside the measured one (training time over steps); over 15% apart, the\n"
+    "report names the part of the model most off (compute, communication, bubble,\n"
+    "waiting).\n"
     "\n"
     "options:\n"
     "  --presets A,B,...   the presets to compare (see 'dtrain presets')\n"
@@ -338,6 +343,30 @@ static void run_one(run_slot_t *s, int index, int total) {
           s->log.ok ? "done" : "FAILED", dt_now() - t0, s->log.ok ? "" : ": ", s->log.error);
 }
 
+/* Each preset's step predicted (dtrain plan --predict of its first run's
+ * command line, the transports' own estimates), before any run loads the
+ * machine; a preset the model does not cover says why. */
+static report_prediction_t *predict_presets(const compare_opts_t *o) {
+  report_prediction_t *pr = calloc((size_t)o->npresets, sizeof *pr);
+  perf_profile_t prof;
+  perf_profile_default(&prof);
+  perf_cache_t cache = {0}; /* the data set's shapes, read once (the layers: each preset's own) */
+  for (int i = 0; pr && i < o->npresets; i++) {
+    run_slot_t s = {0};
+    perf_plan_t plan;
+    dt_error_clear();
+    if (run_config(o, o->presets[i], o->seed, &s) == 0 && perf_predict(&s.cfg, &prof, &cache, &plan) == 0)
+      pr[i] = (report_prediction_t){1, plan.step_sec, plan.compute_sec, ""};
+    else
+      snprintf(pr[i].why, sizeof pr[i].why, "%s", dt_errmsg());
+    perf_compute_free(&cache.compute); /* a preset may build another model */
+    cache.compute = (perf_compute_t){0};
+  }
+  perf_cache_free(&cache);
+  kern_set_threads(1);
+  return pr;
+}
+
 /* ---- the report -------------------------------------------------------------- */
 
 static void join_args(char *buf, size_t cap, int argc, char **argv, int from) {
@@ -350,6 +379,7 @@ static void join_args(char *buf, size_t cap, int argc, char **argv, int from) {
 static int write_report(const compare_opts_t *o, report_t *rep) {
   if (report_summarize(rep, (const char *const *)o->presets, o->npresets) != 0) return -1;
   report_verdicts(rep);
+  report_predictions(rep);
   strbuf_t json = {0}, html = {0};
   char path[4096];
   int rc = report_json(rep, &json);
@@ -390,6 +420,7 @@ int cmd_compare(int argc, char **argv) {
     free(o.rest);
     return rc;
   }
+  report_prediction_t *predicted = predict_presets(&o);
   dt_catch_interrupts();
   int failed = 0;
   for (int i = 0; i < total && !dt_interrupted(); i++) {
@@ -400,7 +431,7 @@ int cmd_compare(int argc, char **argv) {
   join_args(command, sizeof command, argc, argv, 0);
   join_args(task, sizeof task, o.nrest, o.rest, 1);
   report_t rep = {.target_acc = o.target_acc, .command = command,
-                  .task = task[0] ? task : "the defaults of dtrain train"};
+                  .task = task[0] ? task : "the defaults of dtrain train", .predictions = predicted};
   rep.runs = calloc((size_t)total, sizeof *rep.runs);
   rep.nruns = total;
   if (dt_interrupted()) {
@@ -424,6 +455,7 @@ int cmd_compare(int argc, char **argv) {
   }
   report_free(&rep);
   free(rep.runs);
+  free(predicted);
   for (int i = 0; i < total; i++) run_log_free(&slots[i].log);
   free(slots);
   free(o.rest);

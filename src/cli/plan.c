@@ -2,6 +2,7 @@
  * options]: the step `dtrain train` with the same options would run,
  * predicted, as one JSON line; --calibrate --out FILE: the transports'
  * costs measured here, as a profile --predict takes (--profile FILE). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,15 @@
 #include "cli.h"
 #include "dtrain/opt.h"
 #include "perf/perf.h"
+#include "perf/project.h"
 
 static const char *PLAN_HELP =
-    "usage: dtrain plan --predict [--profile FILE [--force]] [TRAIN OPTIONS]\n"
-    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--profile FILE] TRAIN OPTIONS\n"
+    "usage: dtrain plan --predict [--load X] [--profile FILE [--force]] [--cluster FILE]\n"
+    "                   [--compute-model layers|gemm] [TRAIN OPTIONS]\n"
+    "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--load X] [--profile FILE]\n"
+    "                   TRAIN OPTIONS\n"
+    "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
+    "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
@@ -25,17 +31,47 @@ static const char *PLAN_HELP =
     "--straggler slowing its rank. bytes_sent_per_step is rank 0's, as a run's metrics\n"
     "count it. Nothing is trained; the data set is read for its shapes.\n"
     "\n"
-    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree;\n"
-    "shared memory; ps:1, ps:2; local SGD; D-PSGD; GPipe and 1F1B at 4 and 8 micro-batches;\n"
-    "tensor; pipeline x tensor) appended to the train options, predicted, and ranked by\n"
-    "samples/s; a candidate the options refuse, or the model does not cover, says why;\n"
-    "one over --memory-per-rank MB says by how much. --json FILE: a line a candidate.\n"
+    "Without --predict, the search: each candidate strategy (allreduce ring, rhd, tree,\n"
+    "buckets of 25 MB, 1 MB and one a layer; shared memory; ps:1, ps:2 sync, ssp:2 and async;\n"
+    "local SGD at tau 4 and 8; D-PSGD; EASGD; GPipe, 1F1B and interleaved at 4 and 8\n"
+    "micro-batches, stages cut by PipeDream's dynamic program (--partition balanced);\n"
+    "tensor; the data x pipeline x tensor grids that divide --workers) appended to the\n"
+    "train options, predicted, and ranked by samples/s, with each step's exposed\n"
+    "communication and idle time (bubble or waiting); a candidate the options refuse, or\n"
+    "the model does not cover, says why; one over --memory-per-rank MB says by how much.\n"
+    "Asynchronous candidates are expected values, with Yan et al.'s best and worst step and\n"
+    "the expected staleness. Codecs follow in a table of their own, each with the test\n"
+    "accuracy it cost in dtrain's measurements. --explain: the best three candidates' step\n"
+    "split into compute, exposed communication and bubble or waiting. --json FILE: a line\n"
+    "a candidate.\n"
     "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
     "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
     "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
     "JSON line on stdout (its points and largest relative error).\n"
     "\n"
+    "--cluster FILE describes the hosts to plan for (docs/CLUSTER_FILE.md: hosts, ranks per\n"
+    "host, each rank's device -- this machine at a relative speed, or FLOP/s, efficiency and\n"
+    "memory bandwidth, labelled projected --, memory per rank, the links inside a host and\n"
+    "between hosts). With it the data-parallel strategies (allreduce ring, rhd, tree, hier;\n"
+    "ps sharded on the workers; one ps) and GPipe across a host's ranks (data parallel\n"
+    "across hosts) are projected at --workers N, or at every worker\n"
+    "count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the cluster's ranks):\n"
+    "step time, samples/s and scaling efficiency (samples/s over N times one worker's). The\n"
+    "model's input is its file's 'input shape=' or 1x28x28. --net latency=,bandwidth= takes\n"
+    "the place of the file's link between hosts; --straggler rank=R,slowdown=S slows rank R.\n"
+    "With --predict, the one configuration is simulated on the file's first ranks instead\n"
+    "(its hosts and links, each rank a core of its own, slowed by 1 / its speed: speeds of\n"
+    "at most 1, measured devices only).\n"
+    "  --plot PAGE.html  the projection as a page: samples/s and efficiency against workers\n"
+    "                   (SVG), one line a strategy, and the table\n"
+    "  --classes N      the model's classes (default 10; VGG-16 on ImageNet: 1000), or a\n"
+    "                   sequence model's vocabulary (default 256; its input: --seq-len tokens)\n"
+    "  --bucket-mb MB   gradients fused into buckets of MB (default 64: Horovod's fusion)\n"
+    "\n"
+    "  --load X         the other processes' threads to assume running on this machine's\n"
+    "                   cores (X >= 0; without: the one-minute load average now, less one),\n"
+    "                   so that plans made at different moments share one assumption\n"
     "  --profile FILE   the transports' costs from a calibration profile (without: their\n"
     "                   own estimates); one taken on another CPU or with other kernels\n"
     "                   is refused (exit 2) unless --force\n"
@@ -46,10 +82,15 @@ static const char *PLAN_HELP =
     "                   --profile), the other layers still timed\n";
 
 typedef struct {
-  int predict, calibrate, quick, force, mpi;
+  int predict, calibrate, quick, force, mpi, explain;
   const char *profile, *out, *json;
   size_t memory;             /* --memory-per-rank, bytes (0: no limit) */
   int gemm_model;            /* --compute-model gemm */
+  const char *cluster, *plot;
+  int from, to;              /* --project FROM:TO (0: not given) */
+  int classes;
+  size_t bucket;             /* --bucket-mb, bytes */
+  double load;               /* --load (-1: measured) */
 } plan_opts_t;
 
 static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
@@ -61,8 +102,52 @@ static int set_compute_model(void *o, const char *v, void *ctx) {
   ((plan_opts_t *)o)->gemm_model = !strcmp(v, "gemm");
   return 0;
 }
+static int set_load(void *o, const char *v, void *ctx) {
+  double x;
+  DT_TRY(parse_float("load", v, -HUGE_VAL, HUGE_VAL, &x));
+  if (!(x >= 0 && x <= 4096))
+    return dt_error("option --load: %s is out of range (expected threads, 0 to 4096)", v);
+  return ((plan_opts_t *)o)->load = x, 0;
+}
 static int set_memory(void *o, const char *v, void *ctx) {
   return parse_megabytes("memory-per-rank", v, &((plan_opts_t *)o)->memory);
+}
+
+static int set_cluster(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->cluster = v, 0; }
+static int set_plot(void *o, const char *v, void *ctx) {
+  if (!strstr(v, ".htm"))
+    return dt_error("--plot %s: give a page's path ending in .html (the projection is written "
+                    "as HTML)", v);
+  return ((plan_opts_t *)o)->plot = v, 0;
+}
+static int set_classes(void *o, const char *v, void *ctx) {
+  long n;
+  DT_TRY(parse_int("classes", v, 2, 1000000, &n));
+  return ((plan_opts_t *)o)->classes = (int)n, 0;
+}
+static int set_bucket(void *o, const char *v, void *ctx) {
+  DT_TRY(parse_megabytes("bucket-mb", v, &((plan_opts_t *)o)->bucket));
+  if (!((plan_opts_t *)o)->bucket) return dt_error("--bucket-mb 0: give at least 1 (MB)");
+  return 0;
+}
+/* FROM:TO, 1 <= FROM <= TO <= 1 << 20, at most 16 doublings. */
+static int set_project(void *o, const char *v, void *ctx) {
+  plan_opts_t *p = o;
+  long a, b;
+  const char *colon = strchr(v, ':');
+  char first[32];
+  if (!colon || (size_t)(colon - v) >= sizeof first)
+    return dt_error("--project %s: give FROM:TO worker counts, for example 8:1024", v);
+  memcpy(first, v, (size_t)(colon - v));
+  first[colon - v] = 0;
+  DT_TRY(parse_int("project", first, 1, 1 << 20, &a));
+  DT_TRY(parse_int("project", colon + 1, 1, 1 << 20, &b));
+  int rows = 0;
+  for (long n = a; n <= b; n *= 2) rows++;
+  if (b < a || rows > 16)
+    return dt_error("--project %s: give FROM <= TO within 16 doublings (8:1024 is 8)", v);
+  p->from = (int)a, p->to = (int)b;
+  return 0;
 }
 
 /* plan's own options (dtrain/opt.h: worded as every command's); the
@@ -73,11 +158,18 @@ static const opt_t OWN[] = {
     {"calibrate", OPT_FLAG, OPT_FIELD(O, calibrate), 1, 1, 0, NULL, NULL, NULL},
     {"quick", OPT_FLAG, OPT_FIELD(O, quick), 1, 1, 0, NULL, NULL, NULL},
     {"force", OPT_FLAG, OPT_FIELD(O, force), 1, 1, 0, NULL, NULL, NULL},
+    {"explain", OPT_FLAG, OPT_FIELD(O, explain), 1, 1, 0, NULL, NULL, NULL},
     {"profile", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_profile},
     {"out", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_out},
     {"json", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_json},
     {"memory-per-rank", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_memory},
     {"compute-model", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_compute_model},
+    {"cluster", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_cluster},
+    {"project", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_project},
+    {"plot", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_plot},
+    {"classes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_classes},
+    {"bucket-mb", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_bucket},
+    {"load", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_load},
 };
 #undef O
 static const opt_table_t OWN_TABLE = {OWN, (int)(sizeof OWN / sizeof OWN[0]), sizeof OWN[0],
@@ -108,19 +200,33 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "not both (dtrain plan --help)\n");
     return -1;
   }
-  if (!o->predict && !o->calibrate && n == 1) {
+  if (!o->predict && !o->calibrate && !o->cluster && n == 1) {
     fprintf(stderr, "dtrain plan: give --predict [train options], --calibrate --out FILE, or "
                     "train options to search over (dtrain plan --help)\n");
     return -1;
   }
-  if ((o->json || o->memory) && (o->predict || o->calibrate)) {
+  if ((o->json || o->memory || o->explain) && (o->predict || o->calibrate)) {
     fprintf(stderr, "dtrain plan: --%s is the search's option (without --predict or "
-                    "--calibrate)\n", o->json ? "json" : "memory-per-rank");
+                    "--calibrate)\n", o->json ? "json" : o->memory ? "memory-per-rank" : "explain");
     return -1;
   }
-  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->gemm_model)) {
+  if (o->calibrate && (!o->out || n > 1 + 2 * o->mpi || o->profile || o->gemm_model || o->load >= 0)) {
     fprintf(stderr, "dtrain plan: --calibrate takes --out FILE, --quick and (under mpirun) "
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
+    return -1;
+  }
+  if ((o->from || o->plot || o->classes || o->bucket) && !o->cluster) {
+    fprintf(stderr, "dtrain plan: --%s projects onto a cluster: give --cluster FILE "
+                    "(docs/CLUSTER_FILE.md)\n",
+            o->from ? "project" : o->plot ? "plot" : o->classes ? "classes" : "bucket-mb");
+    return -1;
+  }
+  if (o->cluster && (o->calibrate || o->json || o->memory || (o->gemm_model && !o->predict) ||
+                     (o->predict && (o->from || o->plot)))) {
+    fprintf(stderr, "dtrain plan: --cluster projects the strategies (or, with --predict, runs "
+                    "one on the file's hosts); --%s is not one of its options (dtrain plan --help)\n",
+            o->calibrate ? "calibrate" : o->json ? "json" : o->memory ? "memory-per-rank"
+            : o->gemm_model && !o->predict ? "compute-model" : o->from ? "project" : "plot");
     return -1;
   }
   if (o->predict && (o->out || o->quick)) {
@@ -182,12 +288,66 @@ static int search(int argc, char **argv, const plan_opts_t *o, const perf_profil
     return 2;
   }
   kern_set_threads(1);
-  int rc = perf_search(argc, argv, prof, (double)mem, json, stdout);
+  int rc = perf_search_explain(argc, argv, prof, (double)mem, o->explain, json, stdout);
   if (json) fclose(json);
   if (rc != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
+  return 0;
+}
+
+/* --cluster: the strategies projected onto the described cluster. */
+static int project(int argc, char **argv, const plan_opts_t *o) {
+  perf_cluster_file_t c;
+  train_config_t cfg;
+  if (perf_cluster_file_load(o->cluster, &c) != 0 || train_options_parse(argc, argv, &cfg) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  int from = o->from ? o->from : cfg.workers, to = o->from ? o->to : cfg.workers;
+  if (to > c.nranks) {
+    fprintf(stderr, "dtrain plan: %s%d workers: the cluster %s has %d ranks (%d hosts); "
+            "give at most %d\n", o->from ? "--project to " : "--workers ", to, o->cluster,
+            c.nranks, c.nhosts, c.nranks);
+    return 2;
+  }
+  if (o->plot && (file_check_output(o->plot, "dtrain plan: projection") != 0 ||
+                  file_check_writable_dir(o->plot) != 0)) {
+    fprintf(stderr, "dtrain plan: --plot %s: %s\n", o->plot, dt_errmsg());
+    return 2;
+  }
+  kern_set_threads(1);
+  perf_proj_opts_t po = {
+      .model = cfg.model, .batch = cfg.batch, .nclasses = o->classes,
+      .input = {1, 28, 28}, .seq_len = cfg.seq_len, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
+      .straggler_rank = cfg.straggler_rank, .straggler_slowdown = cfg.straggler_slowdown,
+      .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth, .optim = &cfg.optim};
+  perf_projection_t p;
+  if (perf_project(&po, &c, from, to, &p) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  perf_projection_print(&p, &c, stdout);
+  int fits = 0;
+  for (int k = 0; k < p.nrows; k++) fits |= p.row[k].fits;
+  if (!fits) {
+    const double MiB = 1024.0 * 1024.0;
+    double most = (p.mem_limit - p.mem_fixed) / p.mem_per_sample;
+    char fit[96];
+    if (most >= 1) snprintf(fit, sizeof fit, "a batch of at most %.0f fits", floor(most));
+    else snprintf(fit, sizeof fit, "no batch fits: the model alone takes %.1f MiB", p.mem_fixed / MiB);
+    fprintf(stderr, "dtrain plan: memory_per_rank: a rank holds %.1f MiB for --batch %d (%.1f MiB "
+            "+ %.2f MiB a sample) and %s gives %.1f MiB; %s\n", p.row[0].memory_bytes / MiB,
+            cfg.batch, p.mem_fixed / MiB, p.mem_per_sample / MiB, o->cluster, p.mem_limit / MiB, fit);
+    return 2;
+  }
+  if (o->plot && perf_projection_html(&p, &c, cfg.model, o->plot) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 1;
+  }
+  fprintf(stderr, "dtrain plan: projected %d worker counts x %d strategies in %.3f s\n", p.nrows,
+          PROJ_COUNT, p.seconds);
   return 0;
 }
 
@@ -197,9 +357,10 @@ int cmd_plan(int argc, char **argv) {
       fputs(PLAN_HELP, stdout);
       return 0;
     }
-  plan_opts_t o = {0};
+  plan_opts_t o = {.load = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
+  if (o.cluster && !o.predict) return project(argc, argv, &o);
   perf_profile_t prof;
   perf_profile_default(&prof);
   if (o.profile && perf_profile_load(o.profile, o.force, &prof) != 0) {
@@ -212,6 +373,7 @@ int cmd_plan(int argc, char **argv) {
     return 2;
   }
   prof.use_gemm_fit = o.gemm_model;
+  if (o.load >= 0) prof.load_given = 1, prof.load = o.load;
   if (!o.predict) return search(argc, argv, &o, &prof);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;
@@ -220,8 +382,19 @@ int cmd_plan(int argc, char **argv) {
     return 2;
   }
   perf_plan_t plan;
-  if (perf_predict(&cfg, &prof, NULL, &plan) != 0 || perf_plan_json(&plan, stdout) != 0 ||
-      fputc('\n', stdout) == EOF) {
+  perf_cluster_file_t file;
+  perf_cache_t cache = {.cluster = &file}; /* --cluster: the file's hosts, links and speeds */
+  if (o.cluster && perf_cluster_file_load(o.cluster, &file) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  int rc = perf_predict(&cfg, &prof, o.cluster ? &cache : NULL, &plan);
+  perf_cache_free(&cache);
+  if (rc != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return o.cluster ? 2 : 1;
+  }
+  if (perf_plan_json(&plan, stdout) != 0 || fputc('\n', stdout) == EOF) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }

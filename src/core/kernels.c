@@ -26,6 +26,9 @@ int kern_get_threads(void) { return blas_threads; }
 static int use_reference, use_bf16;
 static gemm_lib_t gemm_lib = GEMM_OPENBLAS;
 static atomic_long bf16_fallbacks;
+/* kern_gemm's products under bf16: made in bf16, and left to fp32 (alpha
+ * or beta outside what the bf16 path takes, or a fallback) */
+static atomic_long bf16_made, bf16_fp32;
 
 void kern_use_reference(int on) { use_reference = on; }
 void kern_set_gemm_lib(gemm_lib_t lib) { gemm_lib = lib; }
@@ -46,6 +49,9 @@ int kern_using_bf16(void) { return use_bf16; }
 int kern_bf16_active(void) { return use_bf16 && !use_reference; }
 long kern_bf16_fallbacks(void) { return atomic_load(&bf16_fallbacks); }
 void kern_bf16_note_fallback(void) { atomic_fetch_add(&bf16_fallbacks, 1); }
+void kern_bf16_products(long *bf16, long *fp32) {
+  *bf16 = atomic_load(&bf16_made), *fp32 = atomic_load(&bf16_fp32);
+}
 
 void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
                const float *a, int lda, const float *b, int ldb,
@@ -56,9 +62,13 @@ void kern_gemm(int ta, int tb, int m, int n, int k, float alpha,
     return;
   }
   if (use_bf16 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && k > 0) {
-    if (kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) == 0) return;
+    if (kern_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) == 0) {
+      atomic_fetch_add(&bf16_made, 1);
+      return;
+    }
     kern_bf16_note_fallback();
   }
+  if (use_bf16) atomic_fetch_add(&bf16_fp32, 1);
   if (gemm_lib == GEMM_ONEDNN &&
       kern_sgemm_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
     return;

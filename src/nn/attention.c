@@ -10,32 +10,55 @@
  * gradients; the backward overwrites y with its gradient once proj.weight's
  * gradient has read it. Every product is one sgemm with strides into qkv,
  * no copies; the masked scores above the diagonal are computed and
- * dropped (the products stay whole GEMMs). */
+ * dropped (the products stay whole GEMMs). Under --precision bf16 the
+ * 1/√hs scale is a pass of its own over the scores (and their gradient),
+ * since the bf16 products take alpha 1: every product is then bf16.
+ *
+ * Split by tensor parallelism (split COLUMN, Megatron's attention): tp rank
+ * r holds the heads [h0, h0 + H/tp): their columns of q, k and v in the
+ * fused projection (rows of qkv.weight and qkv.bias taken from each of the
+ * three parts), and those input columns of proj.weight (its rows split);
+ * proj.bias stays whole. The forward sums the projection's partial output
+ * over the group before adding the bias (g), the backward sums the partial
+ * input gradient (f): one sum each way. */
 #include <math.h>
 
 #include "seq.h"
 
 typedef struct {
-  int rows, T, C, H, hs;
-  float *qkv, *att, *y, *dqkv, *dp;
+  int rows, T, C, H, hs, Cl, Hl; /* Cl, Hl: this rank's width and heads (C, H unsplit) */
+  float *qkv, *att, *y, *dqkv, *dp, *dx;
 } att_views_t;
 
-/* Scratch floats a sample: qkv, y, dqkv (7c a position) and P. */
-static size_t per_sample(int T, int C, int H) { return (size_t)T * 7 * C + (size_t)H * T * T; }
+/* This rank's heads [*h0, *h0 + *nh) (all of them unsplit). */
+static void my_heads(const layer_t *l, int *h0, int *nh) {
+  *h0 = 0, *nh = l->spec.heads;
+  if (l->spec.split == SPLIT_COLUMN) tp_block(l->spec.heads, l->tp->size, l->tp->rank, h0, nh);
+}
+
+/* Scratch floats a sample: qkv, y, dqkv (7 Cl a position), P, and under
+ * a split the partial input gradient (C a position). */
+static size_t per_sample(int T, int C, int Cl, int Hl) {
+  return (size_t)T * 7 * Cl + (size_t)Hl * T * T + (Cl != C ? (size_t)T * C : 0);
+}
 
 /* The scratch's parts; the batch they are laid out for is the one setup
  * sized it for (a stage's micro-batch copies keep the model's size). */
 static att_views_t views(const layer_t *l, int n) {
   att_views_t v;
+  int h0;
   v.T = l->in_shape.w, v.C = l->in_shape.c, v.H = l->spec.heads, v.hs = v.C / v.H;
+  my_heads(l, &h0, &v.Hl);
+  v.Cl = v.Hl * v.hs;
   v.rows = n * v.T;
-  size_t max_batch = (l->scratch_len - (size_t)v.T * v.T) / per_sample(v.T, v.C, v.H);
-  size_t R = (size_t)max_batch * v.T, C = (size_t)v.C;
+  size_t max_batch = (l->scratch_len - (size_t)v.T * v.T) / per_sample(v.T, v.C, v.Cl, v.Hl);
+  size_t R = (size_t)max_batch * v.T, C = (size_t)v.Cl;
   v.qkv = l->scratch;
   v.y = v.qkv + R * 3 * C;
   v.dqkv = v.y + R * C;
   v.att = v.dqkv + R * 3 * C;
-  v.dp = v.att + (size_t)max_batch * v.H * v.T * v.T;
+  v.dx = v.att + (size_t)max_batch * v.Hl * v.T * v.T;
+  v.dp = v.dx + (v.Cl != v.C ? R * (size_t)v.C : 0);
   return v;
 }
 
@@ -44,21 +67,43 @@ static int attention_setup(layer_t *l, int max_batch) {
   int C = l->in_shape.c, H = l->spec.heads, T = l->in_shape.w;
   if (H <= 0 || C % H != 0)
     return dt_error("attention: heads=%d does not divide the width %d: use a divisor of %d", H, C, C);
+  if (l->spec.split != SPLIT_NONE && (!l->tp || l->spec.split != SPLIT_COLUMN))
+    return dt_error("attention: splits by heads only, over a tensor-parallel group");
+  if (l->spec.split == SPLIT_COLUMN && H % l->tp->size != 0)
+    return dt_error("attention: heads=%d cannot be split over %d tensor-parallel ranks", H, l->tp->size);
+  int h0, Hl;
+  my_heads(l, &h0, &Hl);
+  size_t Cl = (size_t)Hl * (C / H);
   l->out_shape = l->in_shape;
-  l->nweight = (size_t)3 * C * C;
-  l->param_len = l->nweight + 3 * (size_t)C + (size_t)C * C + (size_t)C;
+  l->nweight = 3 * Cl * C;
+  l->param_len = l->nweight + 3 * Cl + (size_t)C * Cl + (size_t)C;
   l->buf_len = 0;
-  l->scratch_len = (size_t)max_batch * per_sample(T, C, H) + (size_t)T * T;
+  l->scratch_len = (size_t)max_batch * per_sample(T, C, (int)Cl, Hl) + (size_t)T * T;
   return 0;
 }
 
+/* One worker's values drawn in its order, this rank's heads kept: of
+ * qkv.weight's three parts [c, c] rows c0.. c0 + Cl of each, of
+ * proj.weight [c, c] those columns. */
 static void attention_init(layer_t *l, rng_t *rng) {
-  size_t C = (size_t)l->in_shape.c;
-  float *w = l->w;
-  seq_init_normal(rng, w, 3 * C * C);
-  kern_zero(3 * C, w + 3 * C * C);
-  seq_init_normal(rng, w + 3 * C * C + 3 * C, C * C);
-  kern_zero(C, w + 4 * C * C + 3 * C);
+  int h0, Hl;
+  my_heads(l, &h0, &Hl);
+  size_t C = (size_t)l->in_shape.c, hs = C / (size_t)l->spec.heads, Cl = (size_t)Hl * hs;
+  size_t c0 = (size_t)h0 * hs;
+  float *w = l->w, *bq = w + 3 * Cl * C, *wp = bq + 3 * Cl, *bp = wp + C * Cl;
+  for (int part = 0; part < 3; part++)
+    seq_init_normal_block(rng, C, C, c0, Cl, 0, C, w + (size_t)part * Cl * C);
+  kern_zero(3 * Cl, bq);
+  seq_init_normal_block(rng, C, C, 0, C, c0, Cl, wp);
+  kern_zero(C, bp);
+}
+
+/* Megatron's g (the projection's partial output, forward) and f (the
+ * partial input gradient, backward), each [n·T, c]. */
+static int attention_sums(const layer_t *l, int n, int backward, int has_dx, layer_sum_t *out) {
+  if (l->spec.split != SPLIT_COLUMN || (backward && !has_dx)) return 0;
+  out[0] = (layer_sum_t){.count = (size_t)seq_rows(l->in_shape, n) * (size_t)l->in_shape.c};
+  return 1;
 }
 
 /* Row t of scores s [T, T]: softmax over j ≤ t, zeros after. */
@@ -76,20 +121,28 @@ static void causal_softmax(float *s, int T) {
 static void attention_forward(layer_t *l, const float *x, int n, int train, rng_t *rng) {
   (void)train, (void)rng;
   att_views_t v = views(l, n);
-  int C = v.C, T = v.T, hs = v.hs, C3 = 3 * C;
-  const float *wq = l->w, *bq = wq + (size_t)C3 * C, *wp = bq + C3, *bp = wp + (size_t)C * C;
+  int C = v.C, Cl = v.Cl, T = v.T, hs = v.hs, C3 = 3 * Cl;
+  const float *wq = l->w, *bq = wq + (size_t)C3 * C, *wp = bq + C3, *bp = wp + (size_t)C * Cl;
   float scale = 1.0f / sqrtf((float)hs);
+  int bf16 = kern_bf16_active();
   kern_gemm(0, 1, v.rows, C3, C, 1.0f, x, C, wq, C, 0.0f, v.qkv, C3);
   seq_add_bias(v.qkv, bq, v.rows, C3);
   for (int b = 0; b < n; b++)
-    for (int h = 0; h < v.H; h++) {
-      const float *q = v.qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *val = q + 2 * C;
-      float *p = v.att + ((size_t)b * v.H + h) * T * T;
-      kern_gemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+    for (int h = 0; h < v.Hl; h++) {
+      const float *q = v.qkv + (size_t)b * T * C3 + h * hs, *k = q + Cl, *val = q + 2 * Cl;
+      float *p = v.att + ((size_t)b * v.Hl + h) * T * T;
+      if (bf16) { /* bf16 products take alpha 1: the scale after */
+        kern_gemm(0, 1, T, T, hs, 1.0f, q, C3, k, C3, 0.0f, p, T);
+        kern_scale((size_t)T * T, scale, p);
+      } else {
+        kern_gemm(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, p, T);
+      }
       causal_softmax(p, T);
-      kern_gemm(0, 0, T, hs, T, 1.0f, p, T, val, C3, 0.0f, v.y + (size_t)b * T * C + h * hs, C);
+      kern_gemm(0, 0, T, hs, T, 1.0f, p, T, val, C3, 0.0f, v.y + (size_t)b * T * Cl + h * hs, Cl);
     }
-  kern_gemm(0, 1, v.rows, C, C, 1.0f, v.y, C, wp, C, 0.0f, l->out, C);
+  kern_gemm(0, 1, v.rows, C, Cl, 1.0f, v.y, Cl, wp, Cl, 0.0f, l->out, C);
+  layer_sum_t g;
+  if (attention_sums(l, n, 0, 0, &g)) tp_allreduce(l->tp, l->out, g.count);
   seq_add_bias(l->out, bp, v.rows, C);
 }
 
@@ -106,30 +159,43 @@ static void softmax_backward(const float *p, float *dp, int T) {
 
 static void attention_backward(layer_t *l, const float *x, float *dx, int n) {
   att_views_t v = views(l, n);
-  int C = v.C, T = v.T, hs = v.hs, C3 = 3 * C;
+  int C = v.C, Cl = v.Cl, T = v.T, hs = v.hs, C3 = 3 * Cl;
   const float *wq = l->w, *wp = wq + (size_t)C3 * C + C3;
-  float *dwq = l->dw, *dbq = dwq + (size_t)C3 * C, *dwp = dbq + C3, *dbp = dwp + (size_t)C * C;
+  float *dwq = l->dw, *dbq = dwq + (size_t)C3 * C, *dwp = dbq + C3, *dbp = dwp + (size_t)C * Cl;
   float beta = l->grad_beta, scale = 1.0f / sqrtf((float)hs);
+  float sa = kern_bf16_active() ? 1.0f : scale; /* dQ, dK's alpha: scale, or 1 on a scaled dS */
+  int bf16 = sa != scale;
   seq_bias_grad(l->dout, v.rows, C, dbp, beta != 0.0f);
-  kern_gemm(1, 0, C, C, v.rows, 1.0f, l->dout, C, v.y, C, beta, dwp, C);
+  kern_gemm(1, 0, C, Cl, v.rows, 1.0f, l->dout, C, v.y, Cl, beta, dwp, Cl);
   float *dy = v.y; /* y is read: its room takes its gradient */
-  kern_gemm(0, 0, v.rows, C, C, 1.0f, l->dout, C, wp, C, 0.0f, dy, C);
+  kern_gemm(0, 0, v.rows, Cl, C, 1.0f, l->dout, C, wp, Cl, 0.0f, dy, Cl);
   for (int b = 0; b < n; b++)
-    for (int h = 0; h < v.H; h++) {
+    for (int h = 0; h < v.Hl; h++) {
       size_t o = (size_t)b * T * C3 + h * hs;
-      const float *q = v.qkv + o, *k = q + C, *val = q + 2 * C;
-      float *dq = v.dqkv + o, *dk = dq + C, *dv = dq + 2 * C;
-      const float *p = v.att + ((size_t)b * v.H + h) * T * T, *dyh = dy + (size_t)b * T * C + h * hs;
-      kern_gemm(0, 1, T, T, hs, 1.0f, dyh, C, val, C3, 0.0f, v.dp, T);  /* dP = dY Vᵀ */
-      kern_gemm(1, 0, T, hs, T, 1.0f, p, T, dyh, C, 0.0f, dv, C3);      /* dV = Pᵀ dY */
+      const float *q = v.qkv + o, *k = q + Cl, *val = q + 2 * Cl;
+      float *dq = v.dqkv + o, *dk = dq + Cl, *dv = dq + 2 * Cl;
+      const float *p = v.att + ((size_t)b * v.Hl + h) * T * T, *dyh = dy + (size_t)b * T * Cl + h * hs;
+      kern_gemm(0, 1, T, T, hs, 1.0f, dyh, Cl, val, C3, 0.0f, v.dp, T); /* dP = dY Vᵀ */
+      kern_gemm(1, 0, T, hs, T, 1.0f, p, T, dyh, Cl, 0.0f, dv, C3);     /* dV = Pᵀ dY */
       softmax_backward(p, v.dp, T);
-      kern_gemm(0, 0, T, hs, T, scale, v.dp, T, k, C3, 0.0f, dq, C3);   /* dQ = dS K */
-      kern_gemm(1, 0, T, hs, T, scale, v.dp, T, q, C3, 0.0f, dk, C3);   /* dK = dSᵀ Q */
+      if (bf16) kern_scale((size_t)T * T, scale, v.dp); /* bf16 products take alpha 1 */
+      kern_gemm(0, 0, T, hs, T, sa, v.dp, T, k, C3, 0.0f, dq, C3);   /* dQ = dS K */
+      kern_gemm(1, 0, T, hs, T, sa, v.dp, T, q, C3, 0.0f, dk, C3);   /* dK = dSᵀ Q */
     }
   seq_bias_grad(v.dqkv, v.rows, C3, dbq, beta != 0.0f);
   kern_gemm(1, 0, C3, C, v.rows, 1.0f, v.dqkv, C3, x, C, beta, dwq, C);
-  if (dx) kern_gemm(0, 0, v.rows, C, C3, 1.0f, v.dqkv, C3, wq, C, l->dx_add ? 1.0f : 0.0f, dx, C);
+  if (!dx) return;
+  layer_sum_t f;
+  if (!attention_sums(l, n, 1, 1, &f)) {
+    kern_gemm(0, 0, v.rows, C, C3, 1.0f, v.dqkv, C3, wq, C, l->dx_add ? 1.0f : 0.0f, dx, C);
+    return;
+  }
+  /* this rank's heads' part of the input gradient, summed, then given */
+  kern_gemm(0, 0, v.rows, C, C3, 1.0f, v.dqkv, C3, wq, C, 0.0f, v.dx, C);
+  tp_allreduce(l->tp, v.dx, f.count);
+  seq_pass_grad(dx, v.dx, f.count, l->dx_add);
 }
 
 const layer_ops_t layer_attention_ops = {"attention", attention_setup, attention_init,
-                                         attention_forward, attention_backward, NULL, NULL};
+                                         attention_forward, attention_backward, NULL,
+                                         attention_sums};

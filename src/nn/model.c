@@ -64,7 +64,14 @@ static void add_tensor(tensor_info_t *t, const layer_t *l, int li, const char *w
 /* The whole tensor of `len` floats as one block. */
 static block_t whole_block(size_t len) { return (block_t){0, len, 1, 0, 1, 1}; }
 
-size_t tensor_full_len(const tensor_info_t *t) { return (size_t)t->dims[0] * t->mid * t->full_cols; }
+/* The product of the one-worker dims (a block's view [rows, mid,
+ * full_cols] may group them otherwise: attention's qkv.weight [3c, c] split
+ * by heads is seen as [3, 1, c·c]). */
+size_t tensor_full_len(const tensor_info_t *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= (size_t)t->dims[d];
+  return n;
+}
 
 void tensor_block_copy(const tensor_info_t *t, float *full, float *block, int to_full) {
   for (size_t r = 0; r < t->rows; r++)
@@ -113,13 +120,18 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
       m->ntensors += 1;
       return 1;
     }
-    case LAYER_ATTENTION: {
+    case LAYER_ATTENTION: { /* split by heads: columns [c0, c0 + cl) of q, k, v and of proj's input */
       int qw[2] = {3 * c, c}, qb[1] = {3 * c}, pw[2] = {c, c}, pb[1] = {c};
-      size_t q = (size_t)3 * c * c;
-      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, matrix_block(3 * c, c));
-      add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, whole_block((size_t)3 * c));
-      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * c, 2, pw, matrix_block(c, c));
-      add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * c + (size_t)c * c, 1, pb, whole_block((size_t)c));
+      size_t C = (size_t)c, cl = (l->param_len - C) / (4 * C + 3), q = 3 * cl * C, c0 = 0;
+      if (l->spec.split == SPLIT_COLUMN) {
+        int h0, nh;
+        tp_block(l->spec.heads, l->tp->size, l->tp->rank, &h0, &nh);
+        c0 = (size_t)h0 * (C / (size_t)l->spec.heads);
+      }
+      add_tensor(t + 0, l, i, "qkv.weight", off, 2, qw, (block_t){0, 3, 1, c0 * C, cl * C, C * C});
+      add_tensor(t + 1, l, i, "qkv.bias", off + q, 1, qb, (block_t){0, 3, 1, c0, cl, C});
+      add_tensor(t + 2, l, i, "proj.weight", off + q + 3 * cl, 2, pw, (block_t){0, C, 1, c0, cl, C});
+      add_tensor(t + 3, l, i, "proj.bias", off + q + 3 * cl + C * cl, 1, pb, whole_block(C));
       m->ntensors += 4;
       return 1;
     }
@@ -138,10 +150,11 @@ static int describe_sequence_tensors(model_t *m, const layer_t *l, int i) {
       m->ntensors += 4 * l->spec.num_layers;
       return 1;
     }
-    case LAYER_LINEAR: {
-      int wd[2] = {o, c}, bd[1] = {o};
-      add_tensor(t, l, i, "weight", off, 2, wd, matrix_block(o, c));
-      add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, whole_block((size_t)o));
+    case LAYER_LINEAR: { /* COLUMN: rows [out_off, ..) of both; ROW: columns [in_off, ..) */
+      int wd[2] = {l->out_full, l->in_full}, bd[1] = {l->out_full};
+      size_t r0 = (size_t)l->out_off, rows = (size_t)o, c0 = (size_t)l->in_off;
+      add_tensor(t, l, i, "weight", off, 2, wd, (block_t){r0, rows, 1, c0, (size_t)c, (size_t)l->in_full});
+      add_tensor(t + 1, l, i, "bias", off + l->nweight, 1, bd, (block_t){r0, rows, 1, 0, 1, 1});
       m->ntensors += 2;
       return 1;
     }
@@ -204,7 +217,8 @@ static int describe_tensors(model_t *m) {
 
 /* The whole model as a range: a flatten of the model input aliases x. */
 static layer_range_t whole(model_t *m) {
-  return (layer_range_t){m->layers, 0, m->nlayers - 1, m->nlayers - 1, 1, m->cost};
+  return (layer_range_t){m->layers, 0, m->nlayers - 1, m->nlayers - 1, 1, m->cost,
+                         m->recompute ? &m->ws_owner : NULL, 0};
 }
 
 /* Flatten only reinterprets NHWC memory: it aliases its input, except as
@@ -217,30 +231,45 @@ int layer_range_is_alias(const layer_range_t *r, int i) {
          (r->alias_x || l->spec.input >= r->first);
 }
 
+static size_t layer_floats(const layer_range_t *r, int i, int batch) {
+  const layer_t *l = &r->layers[i];
+  size_t own = layer_range_is_alias(r, i) ? 0 : 2 * (size_t)batch * shape_size(l->out_shape);
+  return own + l->scratch_len;
+}
+
 size_t layer_range_act_floats(const layer_range_t *r, int batch) {
   size_t total = 0;
-  for (int i = r->first; i <= r->last; i++) {
-    const layer_t *l = &r->layers[i];
-    if (!layer_range_is_alias(r, i)) total += 2 * (size_t)batch * shape_size(l->out_shape);
-    total += l->scratch_len;
-  }
+  for (int i = r->first; i <= r->last; i++)
+    if (!r->layers[i].in_workspace) total += layer_floats(r, i, batch);
   return total;
 }
 
-float *layer_range_assign(const layer_range_t *r, int batch, float *p) {
+size_t layer_range_ws_floats(const layer_range_t *r, int batch) {
+  size_t most = 0, seg = 0;
+  for (int i = r->first; i <= r->last; i++) {
+    if (r->layers[i].in_workspace) seg += layer_floats(r, i, batch);
+    if (r->layers[i].recompute_from) most = seg > most ? seg : most, seg = 0;
+  }
+  return most;
+}
+
+float *layer_range_assign(const layer_range_t *r, int batch, float *p, float *ws) {
+  float *w = ws;
   for (int i = r->first; i <= r->last; i++) {
     layer_t *l = &r->layers[i];
+    float **at = l->in_workspace ? &w : &p;
     if (layer_range_is_alias(r, i)) {
       const layer_t *src = l->spec.input < r->first ? NULL : &r->layers[l->spec.input];
       l->out = src ? src->out : NULL;
       l->dout = src ? src->dout : NULL;
     } else {
       size_t sz = (size_t)batch * shape_size(l->out_shape);
-      l->out = p, p += sz;
-      l->dout = p, p += sz;
+      l->out = *at, *at += sz;
+      l->dout = *at, *at += sz;
     }
-    l->scratch = l->scratch_len ? p : NULL;
-    p += l->scratch_len;
+    l->scratch = l->scratch_len ? *at : NULL;
+    *at += l->scratch_len;
+    if (l->recompute_from) w = ws; /* the next segment overlays this one */
   }
   return p;
 }
@@ -259,7 +288,8 @@ static int set_shard(layer_t *l) {
                     l->in_shape.h, l->in_hfull);
   if (k != LAYER_LOCAL2D && k != LAYER_ROWGATHER && l->out_shape.h != l->in_shape.h)
     l->out_hfull = l->out_shape.h, l->out_hoff = 0; /* a new height: whole */
-  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER)
+  if (l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_ALLGATHER ||
+      l->spec.kind == LAYER_LINEAR)
     return 0; /* set their own */
   if (l->out_shape.c == l->in_shape.c) return 0;
   if (split_in)
@@ -371,17 +401,21 @@ static int setup_layers(model_t *m, const char *source) {
   return 0;
 }
 
-/* One allocation for every layer's out, dout and scratch. */
+/* One allocation for every layer's out, dout and scratch, and the
+ * recompute workspace. */
 static int allocate_activations(model_t *m) {
   layer_range_t r = whole(m);
+  m->ws_owner = -1;
+  DT_TRY(layer_range_plan_recompute(&r, m->layers, m->recompute));
   size_t probs = (size_t)m->max_batch * (size_t)m->nclasses * (size_t)m->positions;
-  size_t total = probs + layer_range_act_floats(&r, m->max_batch);
-  float *p = dt_alloc_floats(total);
+  size_t kept = layer_range_act_floats(&r, m->max_batch), ws = layer_range_ws_floats(&r, m->max_batch);
+  float *p = dt_alloc_floats(probs + kept + ws);
   if (!p) return -1;
   m->act_arena = p;
+  m->act_bytes = (probs + kept + ws) * sizeof(float);
   m->probs = p;
   p += probs;
-  layer_range_assign(&r, m->max_batch, p);
+  layer_range_assign(&r, m->max_batch, p, p + kept);
   return 0;
 }
 
@@ -417,6 +451,7 @@ int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_b
   m->input = input;
   m->tp = spec->tp;
   m->bn_sync = spec->bn_sync;
+  m->recompute = spec->recompute;
   m->nclasses = nclasses;
   m->max_batch = max_batch;
   layer_spec_t *ls = NULL;
@@ -447,6 +482,7 @@ void model_free(model_t *m) {
   dt_free(m->grads);
   dt_free(m->buffers);
   dt_free(m->act_arena);
+  if (m->act_counted) nn_activation_count(m->act_bytes, 0);
   free(m->layers);
   free(m->tensors);
   free(m->buf_tensors);
@@ -508,6 +544,17 @@ static const float *layer_input2(const layer_range_t *r, const layer_t *l, const
   return l->spec.input2 < r->first ? x : r->layers[l->spec.input2].out;
 }
 
+static void forward_layer(const layer_range_t *r, int i, const float *x, int n, int train,
+                          rng_t *rng, const char *what) {
+  layer_t *l = &r->layers[i];
+  if (l->spec.kind == LAYER_ADD) l->x2 = layer_input2(r, l, x);
+  layer_meter_t mt = meter_start(l);
+  l->ops->forward(l, layer_input(r, l, x), n, train, rng);
+  double t1 = meter_stop(r, l, &mt);
+  if (!what) l->forward_sec += t1 - mt.t0;
+  if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, what ? what : l->ops->name, i, mt.t0, t1);
+}
+
 void layer_range_forward(const layer_range_t *r, const float *x, int n, int train, rng_t *rng,
                          param_wait_fn wait, void *ctx) {
   for (int i = r->first; i <= r->last; i++) {
@@ -518,13 +565,22 @@ void layer_range_forward(const layer_range_t *r, const float *x, int n, int trai
       continue;
     }
     if (wait && l->param_len) wait(ctx, i);
-    if (l->spec.kind == LAYER_ADD) l->x2 = layer_input2(r, l, x);
-    layer_meter_t mt = meter_start(l);
-    l->ops->forward(l, layer_input(r, l, x), n, train, rng);
-    double t1 = meter_stop(r, l, &mt);
-    l->forward_sec += t1 - mt.t0;
-    if (dt_trace) trace_slice(dt_trace, TRACE_COMPUTE, l->ops->name, i, mt.t0, t1);
+    forward_layer(r, i, x, n, train, rng, NULL);
+    if (l->recompute_from && r->ws_owner) *r->ws_owner = r->owner_base + i;
   }
+}
+
+/* Before the backward of the segment ending at layer e: its workspace
+ * layers' forward again from its kept input, unless the workspace still
+ * holds them (the last segment a forward ran). Layers outside the
+ * workspace (dropout: its mask) kept theirs. The backward then dirties
+ * the workspace. */
+static void recompute_segment(const layer_range_t *r, int e, const float *x, int n) {
+  int s = r->layers[e].recompute_from - 1;
+  if (*r->ws_owner != r->owner_base + e)
+    for (int i = s; i < e; i++)
+      if (r->layers[i].in_workspace) forward_layer(r, i, x, n, 1, NULL, "recompute");
+  *r->ws_owner = -1;
 }
 
 /* The input gradient layer_range_backward hands layer l: the caller's dx
@@ -539,6 +595,7 @@ void layer_range_backward(const layer_range_t *r, const float *x, float *dx, int
   for (int i = r->last; i >= r->first; i--) {
     layer_t *l = &r->layers[i];
     if (layer_range_is_alias(r, i)) continue;
+    if (l->recompute_from && r->ws_owner) recompute_segment(r, i, x, n);
     float *ldx = input_gradient(r->layers, r->first, l, dx);
     if (l->spec.kind == LAYER_ADD)
       l->dx2 = l->spec.input2 < r->first ? dx : r->layers[l->spec.input2].dout;
@@ -564,6 +621,7 @@ const float *model_forward(model_t *m, const float *x, int n, int train, rng_t *
 const float *model_forward_waiting(model_t *m, const float *x, int n, int train, rng_t *rng,
                                    param_wait_fn wait, void *ctx) {
   layer_range_t r = whole(m);
+  if (train && !m->act_counted) nn_activation_count(m->act_bytes, m->act_counted = 1);
   layer_range_forward(&r, x, n, train, rng, wait, ctx);
   return m->layers[m->nlayers - 1].out;
 }

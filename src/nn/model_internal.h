@@ -20,17 +20,35 @@ typedef struct {
                       * storage of its own (a stage, whose output and input gradient must
                       * live in the stage) */
   layer_cost_t *cost; /* each layer's time and sums are added to cost[kind] */
+  int *ws_owner;     /* --recompute: which segment the shared workspace holds (owner_base +
+                      * its last layer; -1 none); NULL: no recomputation */
+  int owner_base;
 } layer_range_t;
 
 /* Whether layer i is a flatten that aliases its input's out and dout
  * (flatten only reinterprets NHWC memory) instead of having its own. */
 int layer_range_is_alias(const layer_range_t *r, int i);
 /* Floats of out, dout and scratch (each layer's scratch_len as set) that
- * the range needs for batch samples. */
+ * the range's layers outside the recompute workspace need for batch
+ * samples (all of them without recomputation). */
 size_t layer_range_act_floats(const layer_range_t *r, int batch);
+/* Floats of the shared workspace: the largest segment's in_workspace
+ * layers (0 without recomputation). */
+size_t layer_range_ws_floats(const layer_range_t *r, int batch);
 /* Points out, dout and scratch of the range's layers into p, which holds
- * layer_range_act_floats(r, batch) floats; returns p past them. */
-float *layer_range_assign(const layer_range_t *r, int batch, float *p);
+ * layer_range_act_floats(r, batch) floats, and of the in_workspace layers
+ * into ws (each segment from ws on); returns p past them. */
+float *layer_range_assign(const layer_range_t *r, int batch, float *p, float *ws);
+/* recompute.c: marks the segments of the range's layers under mode
+ * (recompute_t), the model's blocks found in all (the model's layers,
+ * every one set up): sets recompute_from and in_workspace on layers [first,
+ * last]. Refuses (a line naming --recompute) a model with no transformer
+ * block under BLOCKS, or a batch norm inside a segment (its running
+ * statistics would be updated twice). */
+int layer_range_plan_recompute(const layer_range_t *r, const layer_t *all, int mode);
+/* recompute.c: an arena of bytes starts or stops counting in
+ * nn_activation_peak_bytes. */
+void nn_activation_count(size_t bytes, int add);
 /* model_forward_waiting over the range: wait(ctx, i) before layer i reads
  * its parameters. */
 void layer_range_forward(const layer_range_t *r, const float *x, int n, int train, rng_t *rng,

@@ -17,6 +17,18 @@ static inline void seq_init_normal(rng_t *rng, float *w, size_t len) {
   for (size_t i = 0; i < len; i++) w[i] = 0.02f * rng_normal(rng);
 }
 
+/* The [r0, r0 + nr) x [c0, c0 + nc) block of a [rows, cols] matrix drawn
+ * as seq_init_normal draws the whole, in row-major order, into out [nr,
+ * nc]: a tensor-parallel shard starts as its block of one worker's. */
+static inline void seq_init_normal_block(rng_t *rng, size_t rows, size_t cols, size_t r0, size_t nr,
+                                         size_t c0, size_t nc, float *out) {
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      float v = 0.02f * rng_normal(rng);
+      if (r >= r0 && r < r0 + nr && c >= c0 && c < c0 + nc) out[(r - r0) * nc + (c - c0)] = v;
+    }
+}
+
 /* db (= or += when add) the column sums of dout [rows, cols]. */
 static inline void seq_bias_grad(const float *restrict dout, int rows, int cols, float *restrict db,
                                  int add) {

@@ -29,7 +29,6 @@ static int crossing_reader(const model_t *m, int c) {
     const layer_spec_t *s = &m->layers[j].spec;
     if (s->input < c - 1) return j;
     if (s->kind == LAYER_ADD && s->input2 < c - 1) return j;
-    if (s->kind == LAYER_LMHEAD && s->tie && s->tie - 1 < c) return j; /* the table is before */
   }
   return -1;
 }
@@ -75,20 +74,36 @@ static int check_cut(const model_t *m, int c, int first, int last) {
 }
 
 /* Dense, conv2d and local2d layers add their gradients in place (a GEMM
- * with beta = 1 into the model's gradient); the others write into the
- * accumulator, which layer_done then adds. */
+ * with beta = 1 into the model's gradient), and so do the embedding and the
+ * head (a tied head writes the embedding's gradient, outside its own empty
+ * range: through the accumulator it would be lost); the others write into
+ * the accumulator, which layer_done then adds. */
 static int adds_in_place(const layer_t *l) {
-  return l->spec.kind == LAYER_DENSE || l->spec.kind == LAYER_CONV2D || l->spec.kind == LAYER_LOCAL2D;
+  layer_kind_t k = l->spec.kind;
+  return k == LAYER_DENSE || k == LAYER_CONV2D || k == LAYER_LOCAL2D || k == LAYER_EMBEDDING ||
+         k == LAYER_LMHEAD;
 }
 
 /* The views into the model's arenas, taken afresh each call; dw/db into
  * the accumulator when the gradients are to be added by a layer that
  * cannot add them itself. */
+/* Whether the head tied to embedding i runs in the stage: if not (the
+ * pipeline puts it on a later stage), the embedding writes its gradient
+ * itself, no head having written it first. */
+static int head_in_stage(const stage_t *s, int i) {
+  for (int j = s->first; j <= s->last; j++) {
+    const layer_spec_t *h = &s->model->layers[j].spec;
+    if (h->kind == LAYER_LMHEAD && h->tie - 1 == i) return 1;
+  }
+  return 0;
+}
+
 static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   for (int i = s->first; i <= s->last; i++) {
     const layer_t *ml = &s->model->layers[i];
     layer_t *l = &b->layers[i];
     l->w = ml->w, l->b = ml->b;
+    l->tied = ml->tied && head_in_stage(s, i);
     if (b->weights) { /* the same offsets in the micro-batch's copy of the range */
       float *copy = (float *)b->weights;
       const float *range = s->model->params + s->param_off;
@@ -109,8 +124,10 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
   }
 }
 
-static layer_range_t range_of(const stage_t *s, const stage_mb_t *b) {
-  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->cost};
+static layer_range_t range_of(stage_t *s, const stage_mb_t *b) {
+  int base = (int)(b - s->mb) * s->model->nlayers;
+  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->cost,
+                         s->model->recompute ? &s->ws_owner : NULL, base};
 }
 
 int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, stage_t **out) {
@@ -162,23 +179,32 @@ int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, s
       }
       if (l->param_len > gmax) gmax = l->param_len;
     }
+    layer_range_t rk = range_of(s, b); /* the stage's own segments (a cut may split a block) */
+    if (layer_range_plan_recompute(&rk, m->layers, m->recompute) != 0) {
+      stage_free(s);
+      return -1;
+    }
   }
+  s->ws_owner = -1;
   layer_range_t r = range_of(s, &s->mb[0]);
   size_t per_mb = layer_range_act_floats(&r, micro_batch) + (size_t)micro_batch * s->in_size;
-  size_t total = per_mb * (size_t)max_micro + gmax;
+  size_t ws = layer_range_ws_floats(&r, micro_batch);
+  size_t total = per_mb * (size_t)max_micro + ws + gmax;
   if (s->ends_model) total += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   float *p = s->arena = dt_alloc_floats(total);
   if (!p) {
     stage_free(s);
     return -1;
   }
+  s->act_bytes = (total - gmax) * sizeof(float);
   s->gacc = p, p += gmax;
+  s->ws = p, p += ws;
   if (s->ends_model) s->probs = p, p += (size_t)micro_batch * (size_t)m->nclasses * (size_t)m->positions;
   for (int k = 0; k < max_micro; k++) {
     stage_mb_t *b = &s->mb[k];
     b->in = p, p += (size_t)micro_batch * s->in_size;
     r = range_of(s, b);
-    p = layer_range_assign(&r, micro_batch, p);
+    p = layer_range_assign(&r, micro_batch, p, s->ws);
   }
   *out = s;
   return 0;
@@ -189,6 +215,7 @@ void stage_free(stage_t *s) {
   if (s->mb) free(s->mb[0].layers);
   free(s->mb);
   dt_free(s->arena);
+  if (s->act_counted) nn_activation_count(s->act_bytes, 0);
   free(s);
 }
 
@@ -211,6 +238,7 @@ int stage_forward(stage_t *s, int mb, const float *x, int n, int train, rng_t *r
   if (!x) return dt_error("stage_forward: micro-batch %d: no input", mb);
   bind_params(s, b, 0);
   layer_range_t r = range_of(s, b);
+  if (train && !s->act_counted) nn_activation_count(s->act_bytes, s->act_counted = 1);
   layer_range_forward(&r, x, n, train, rng, NULL, NULL);
   if (s->model->tp && s->model->tp->failed)
     return dt_error_prefix("stage forward, tensor-parallel sum: ");

@@ -44,7 +44,7 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   out->shared_link = out->multihost && net->shared_link;
   out->intra_latency = out->multihost ? net->intra_latency : 0;
   out->intra_bandwidth = out->multihost ? net->intra_bandwidth : 0;
-  out->background = perf_background_load(out->cores);
+  out->background = prof->load_given ? prof->load : perf_background_load(out->cores);
   if (cfg->comm == COMM_MPI) out->own = prof->mpi;
   else out->own = nranks > out->cores ? prof->local_oversubscribed : prof->local;
   return 0;

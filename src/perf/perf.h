@@ -17,6 +17,8 @@
 #include "dtrain/train.h"
 #include "strategy/step.h"
 
+struct perf_cluster_file; /* project.h: a cluster file (plan --cluster) */
+
 /* ---- compute.c: what a layer and an update cost on this machine -------- */
 
 #define PERF_MAX_SIZES 32 /* distinct sample counts measured (micro-batch sizes) */
@@ -89,6 +91,8 @@ typedef struct {
   char cpu[128], gemm[128];  /* what the profile was taken with */
   perf_gemm_fit_t gemm_fit;  /* the GEMM model (optional in a profile) */
   int use_gemm_fit;          /* plan --compute-model gemm: GEMM layers costed by the fit */
+  int load_given;            /* plan --load: the other processes' threads assumed ... */
+  double load;               /* ... instead of /proc/loadavg's (not in the file) */
 } perf_profile_t;
 
 /* The transports' own estimates (local.c's link_estimate) where no
@@ -135,6 +139,14 @@ typedef struct {
  * transport's own costs from the profile. */
 int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_profile_t *prof,
                              perf_cluster_t *out);
+/* The same from a cluster file (cluster_file.c): its first nranks ranks'
+ * hosts, links (--net's latency or bandwidth in place of the file's link
+ * between hosts) and speeds (a slow-down of 1 / speed, with --straggler's),
+ * a core each, the transport's mpi costs. Refused: more ranks than the
+ * file has, a projected device or a speed above 1 (the layers are
+ * measured here and the simulator slows a rank, it cannot speed one up). */
+int perf_cluster_from_file(const struct perf_cluster_file *f, const train_config_t *cfg,
+                           int nranks, const perf_profile_t *prof, perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
 /* The other processes' threads running on this machine's cores: the
  * kernel's one-minute load average less this process (a moment's spin
@@ -148,6 +160,8 @@ typedef struct {
   double step_sec;           /* the last task's end */
   double compute_sec;        /* rank 0's compute (layers and updates, its slow-down included) */
   double comm_sec;           /* rank 0's communication tasks' durations */
+  double exposed_sec;        /* of them, those on rank 0's compute thread (its waits for a
+                              * partner included): what the step cannot hide */
 } perf_sim_t;
 
 /* Simulates one steady-state step of d. shared_update: the update reads
@@ -175,6 +189,18 @@ typedef struct {
   double step_sec, samples_per_sec, epoch_sec;
   int64_t steps_per_epoch;
   double bytes_sent, bytes_received, memory_bytes, compute_sec, comm_sec, background;
+  /* asynchronous parameter servers (async, ssp:S): the step is an
+   * expectation; Yan et al.'s (2015) bounds beside it -- best, a worker's
+   * communication hidden behind its compute (max), worst, none of it
+   * (sum) -- and the expected staleness of a gradient (updates applied
+   * since the parameters it was computed on, workers at an equal pace) */
+  /* the step split (search --explain): compute + exposed + bubble + waiting = step.
+   * bubble: a pipeline's, Megatron's (P - 1)/(V M) of the compute (at most
+   * what the step has beyond compute); exposed: the communication not
+   * hidden, at most the rest; waiting: what remains */
+  double exposed_sec, bubble_sec, waiting_sec;
+  int asynchronous;
+  double step_best_sec, step_worst_sec, staleness_expected;
 } perf_plan_t;
 
 /* What predictions of one model on one data set share (the search's):
@@ -182,6 +208,8 @@ typedef struct {
  * shapes (read once: loading it is most of a prediction's time). */
 typedef struct {
   perf_compute_t compute;
+  const struct perf_cluster_file *cluster; /* the ranks' hosts, links and speeds from a
+                                            * cluster file (NULL: this machine's, from --net) */
   int have_data;
   char data[256];
   int seq_len;               /* text data: its windows' length (the shapes depend on it) */
@@ -202,6 +230,13 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
  * "samples_per_sec","epoch_sec","bytes_sent_per_step","memory_bytes",...}. */
 int perf_plan_json(const perf_plan_t *p, FILE *out);
 
+/* PipeDream's partition of cfg's model over `machines` (partition.c, with
+ * stage replication): each layer's forward and backward at the batch
+ * (cache's times, measured where missing), its output and parameters as
+ * bytes, cfg->net's bandwidth between machines. */
+struct partition_s;
+int perf_pipedream(train_config_t *cfg, perf_cache_t *cache, int machines, struct partition_s *out);
+
 /* ---- search.c: the strategies for a model and workers, ranked -------- */
 
 /* Each candidate of the search's table appended to the train options
@@ -211,5 +246,10 @@ int perf_plan_json(const perf_plan_t *p, FILE *out);
  * none fits memory_per_rank bytes (0: no limit). */
 int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
                 FILE *json, FILE *out);
+/* perf_search, and with explain the best few candidates' steps split into
+ * compute, exposed communication and the rest (a pipeline's bubble, or
+ * waiting for other ranks). */
+int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
+                        int explain, FILE *json, FILE *out);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "perf/perf.h"
 #include "strategy/strategy.h"
 #include "strategy/worker.h"
@@ -40,10 +41,11 @@ static int data_shapes(const train_config_t *cfg, perf_cache_t *cache, perf_cach
   snprintf(out->data, sizeof out->data, "%s", cfg->data);
   dataset_free(&test);
   dataset_free(&data);
-  if (cache) {
+  if (cache) { /* the shapes; what it measured and the cluster it was given stay */
     perf_compute_t keep = cache->compute;
+    const struct perf_cluster_file *cluster = cache->cluster;
     *cache = *out;
-    cache->compute = keep;
+    cache->compute = keep, cache->cluster = cluster;
   }
   return 0;
 }
@@ -58,6 +60,7 @@ static int build_model(const train_config_t *cfg, perf_cache_t *cache, size_t *n
   int rc = model_spec_load(cfg->model, &spec);
   if (rc == 0) {
     shape_t in = {shapes.c, shapes.h, shapes.w};
+    spec.recompute = cfg->recompute; /* its segments: what the activation arena holds */
     rc = model_build(&spec, in, shapes.nclasses, cfg->batch, m);
     model_spec_free(&spec);
   }
@@ -78,6 +81,21 @@ static int replicas(const train_config_t *cfg) {
   return dp > 0 ? dp : 1;
 }
 
+/* The step beyond compute: a pipeline's bubble (Megatron's (P - 1)/(V M)
+ * of the compute: Narayanan et al. 2021), the communication not hidden,
+ * and waiting for other ranks, in that order from what is left. */
+static void split_step(const train_config_t *cfg, perf_plan_t *p) {
+  double rest = p->step_sec - p->compute_sec;
+  if (rest < 0) rest = 0;
+  int P = cfg->pipe.stages > 1 ? cfg->pipe.stages : 1, V = cfg->pipe.chunks > 1 ? cfg->pipe.chunks : 1;
+  int M = cfg->pipe.micro_batches > 1 ? cfg->pipe.micro_batches : 1;
+  p->bubble_sec = train_pipelined(cfg) ? p->compute_sec * (P - 1) / ((double)V * M) : 0;
+  if (p->bubble_sec > rest) p->bubble_sec = rest;
+  rest -= p->bubble_sec;
+  p->exposed_sec = p->comm_sec < rest ? p->comm_sec : rest;
+  p->waiting_sec = rest - p->exposed_sec;
+}
+
 /* The figures of a step simulated: what a run's metrics carry. */
 static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step_desc_t *d,
                       const perf_sim_t *sim, size_t ntrain, perf_plan_t *p) {
@@ -95,7 +113,30 @@ static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step
   p->bytes_sent = b.sent, p->bytes_received = b.received;
   p->exact = step_exact(d) && !b.expected;
   p->compute_sec = sim->compute_sec, p->comm_sec = sim->comm_sec;
+  split_step(cfg, p);
   p->emulated = cfg->comm == COMM_LOCAL && comm_net_emulated(&cfg->net, d->nranks);
+}
+
+/* async and ssp:S on parameter servers: Yan et al.'s bounds, and the
+ * expected staleness. N workers pulling every F batches and pushing every
+ * P: a unit of time is a batch, the server takes N / P pushes a unit, and
+ * a push at t units after its pull finds N t / P - 1 others applied since;
+ * pushes fall at t = P, 2P, .. F, a mean of (F + P) / 2: N (F + P) / (2P)
+ * - 1, N - 1 when F = P = 1 (measured here: 0.99 at N = 2, 2.96 at N = 4,
+ * 4.93 at N = 4, F = 2). ssp:S with S >= 1 and no straggler runs as async
+ * does (rule_ssp.c): the same expectation (measured: 2.23, 1.98, 2.94 at
+ * N = 4 and S = 1, 2, 4; ssp:0 is sync, 0). */
+static void asynchronous_bounds(const train_config_t *cfg, perf_plan_t *p) {
+  int ps = cfg->exchange == EXCHANGE_PS;
+  if (!ps || !(cfg->schedule == SCHEDULE_ASYNC || (cfg->schedule == SCHEDULE_SSP && cfg->schedule_param >= 1)))
+    return;
+  double N = cfg->workers, F = cfg->ps.fetch_every > 0 ? cfg->ps.fetch_every : 1;
+  double P = cfg->ps.push_every > 0 ? cfg->ps.push_every : 1;
+  p->asynchronous = 1;
+  p->step_best_sec = p->compute_sec > p->comm_sec ? p->compute_sec : p->comm_sec;
+  p->step_worst_sec = p->compute_sec + p->comm_sec;
+  p->staleness_expected = N * (F + P) / (2 * P) - 1;
+  if (p->staleness_expected < 0) p->staleness_expected = 0;
 }
 
 int perf_plan_json(const perf_plan_t *p, FILE *out) {
@@ -104,12 +145,16 @@ int perf_plan_json(const perf_plan_t *p, FILE *out) {
           "\"samples_per_sec\":%.6g,\"epoch_sec\":%.6g,\"steps_per_epoch\":%lld,"
           "\"bytes_sent_per_step\":%.17g,\"bytes_received_per_step\":%.17g,\"exact\":%s,"
           "\"memory_bytes\":%.17g,\"compute_sec\":%.6g,\"comm_sec\":%.6g,\"emulated\":%s,"
-          "\"profile\":\"%s\",\"background_load\":%.3g}",
+          "\"profile\":\"%s\",\"background_load\":%.3g",
           p->strategy, p->ranks, p->step_sec, p->samples_per_sec, p->epoch_sec,
           (long long)p->steps_per_epoch, p->bytes_sent, p->bytes_received,
           p->exact ? "true" : "false", p->memory_bytes, p->compute_sec, p->comm_sec,
           p->emulated ? "true" : "false", p->calibrated ? "calibrated" : "estimated",
           p->background);
+  if (p->asynchronous)
+    fprintf(out, ",\"expected\":true,\"step_best_sec\":%.6g,\"step_worst_sec\":%.6g,"
+                 "\"staleness_expected\":%.4g", p->step_best_sec, p->step_worst_sec, p->staleness_expected);
+  fputc('}', out);
   return ferror(out) ? dt_error("writing the plan: write error") : 0;
 }
 
@@ -167,17 +212,46 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   if (rc == 0 && prof->use_gemm_fit) perf_gemm_apply(&prof->gemm_fit, m, &pc); /* idempotent: the cache may share pc's times */
   if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
     rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
-  if (rc == 0) rc = perf_cluster_from_config(cfg, d.nranks, prof, &cl);
+  if (rc == 0)
+    rc = cache && cache->cluster ? perf_cluster_from_file(cache->cluster, cfg, d.nranks, prof, &cl)
+                                 : perf_cluster_from_config(cfg, d.nranks, prof, &cl);
   int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
   if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
   if (rc == 0) {
     fill_plan(cfg, s, &d, &sim, ntrain, out);
     out->memory_bytes = perf_memory_bytes(cfg, m, ntrain);
     out->background = cl.background;
+    asynchronous_bounds(cfg, out);
   }
   perf_cluster_free(&cl);
   if (!cache) perf_compute_free(&pc); /* else the cache holds it */
   step_desc_free(&d);
+  model_free(m);
+  return rc;
+}
+
+int perf_pipedream(train_config_t *cfg, perf_cache_t *cache, int machines, partition_t *out) {
+  if (strategy_prepare(cfg) != 0 || train_config_check(cfg) != 0) return -1;
+  size_t ntrain = 0;
+  model_t *m;
+  DT_TRY(build_model(cfg, cache, &ntrain, &m));
+  int n = m->nlayers, size = cfg->batch;
+  perf_compute_t pc = {0};
+  double *sec = calloc((size_t)n, sizeof *sec), *act = calloc((size_t)n, sizeof *act);
+  double *par = calloc((size_t)n, sizeof *par);
+  int *can = calloc((size_t)n + 1, sizeof *can), *cuts = calloc((size_t)n + 1, sizeof *cuts);
+  int rc = sec && act && par && can && cuts ? 0 : dt_error("out of memory");
+  if (rc == 0) rc = layer_times(m, &cfg->optim, &size, 1, cache ? &cache->compute : NULL, &pc);
+  for (int i = 0; rc == 0 && i < n; i++) {
+    sec[i] = perf_layer_sec(&pc, i, size, 0) + perf_layer_sec(&pc, i, size, 1);
+    act[i] = (double)shape_size(m->layers[i].out_shape) * size * sizeof(float);
+    par[i] = (double)m->layers[i].param_len * sizeof(float);
+  }
+  for (int k = 0, nc = rc == 0 ? model_stage_cuts(m, cuts) : 0; k < nc; k++) can[cuts[k]] = 1;
+  partition_problem_t p = {n, sec, act, par, can, cfg->net.bandwidth};
+  if (rc == 0) rc = partition_pipedream(&p, machines, out);
+  if (!cache) perf_compute_free(&pc);
+  free(sec), free(act), free(par), free(can), free(cuts);
   model_free(m);
   return rc;
 }

@@ -1,38 +1,75 @@
 /* The search: the strategies a model could run on N workers, each
  * predicted (perf_predict) on the same train options and ranked by
- * samples a second. The candidates are a fixed table of the taxonomy's
- * cells (allreduce algorithms, shared memory, parameter-server shard
- * counts, decentralized methods, pipeline schedules and micro-batch
- * counts, tensor and pipeline x tensor grids), appended to the user's own
- * options, so that every candidate is a command line `dtrain train`
- * accepts as it is; one the options refuse, or describe_step does not
- * cover, is listed with its reason. Candidates that do not fit the memory
- * per rank are listed as such, with by how much. */
+ * samples a second. The candidates are the taxonomy's cells -- allreduce
+ * algorithms and bucket sizes, shared memory, parameter-server shard
+ * counts and schedules (sync, ssp, async: expected values), decentralized
+ * methods, pipeline schedules and micro-batch counts with the stages cut
+ * by PipeDream's dynamic program (--partition balanced, perf/partition.c),
+ * and the data x pipeline x tensor grids that divide N -- appended to the
+ * user's own options, so that every candidate is a command line `dtrain
+ * train` accepts as it is; one the options refuse, or describe_step does
+ * not cover, is listed with its reason. Candidates that do not fit the
+ * memory per rank are listed as such, with by how much. Codecs change the
+ * numerics, not only the time: they are a table of their own, each with
+ * the accuracy cost dtrain measured for it. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "perf/perf.h"
 
-static const char *const CANDIDATES[] = {
+static const char *const FIXED[] = {
     "--exchange allreduce:ring",
+    "--exchange allreduce:ring --bucket-mb 1",
+    "--exchange allreduce:ring --bucket-mb 0",
     "--exchange allreduce:rhd",
     "--exchange allreduce:tree",
     "--exchange shared",
     "--exchange ps:1",
     "--exchange ps:2",
+    "--exchange ps:1 --schedule ssp:2",
+    "--exchange ps:1 --schedule async",
+    "--exchange ps:2 --schedule async",
+    "--preset local-sgd --tau 4",
     "--preset local-sgd",
     "--preset d-psgd",
-    "--pp 2 --micro-batches 4 --partition macs",
-    "--pp 2 --micro-batches 4 --partition macs --pipe-schedule 1f1b",
-    "--pp 2 --micro-batches 8 --partition macs --pipe-schedule 1f1b",
+    "--preset easgd",
+    "--pp 2 --micro-batches 4 --partition balanced",
+    "--pp 2 --micro-batches 8 --partition balanced",
+    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule 1f1b",
+    "--pp 2 --micro-batches 8 --partition balanced --pipe-schedule 1f1b",
+    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule interleaved:2",
     "--tp 2 --exchange allreduce:ring",
-    "--pp 2 --tp 2 --micro-batches 4 --partition macs",
 };
-#define NCAND ((int)(sizeof CANDIDATES / sizeof *CANDIDATES))
-#define MAX_WORDS 64
+#define NFIXED ((int)(sizeof FIXED / sizeof *FIXED))
 
+/* Codecs on the ring, each with the test-accuracy change dtrain measured
+ * against the dense ring (docs/BENCHMARKS.md, "Gradient compression
+ * against the dense ring": 4 workers, batch 64, mlp 5 epochs, lenet 3,
+ * seed 1). */
 typedef struct {
   const char *options;
+  double mlp_points, lenet_points;
+} codec_row_t;
+static const codec_row_t CODECS[] = {
+    {"--exchange allreduce:ring --compress fp16", +0.03, -0.01},
+    {"--exchange allreduce:ring --compress int8", +0.04, -0.24},
+    {"--exchange allreduce:ring --compress qsgd:7", +0.20, -0.36},
+    {"--exchange allreduce:ring --compress terngrad:2.5", +0.10, -0.17},
+    {"--exchange allreduce:ring --compress onebit", -1.58, -2.51},
+    {"--exchange allreduce:ring --compress powersgd:2", -0.51, -0.53},
+    {"--exchange allreduce:ring --compress topk:0.001", -2.15, -2.40},
+    {"--exchange allreduce:ring --compress dgc:0.001", -0.86, -2.12},
+};
+#define NCODECS ((int)(sizeof CODECS / sizeof *CODECS))
+
+#define MAX_GRID 16
+#define MAX_ROWS (NFIXED + MAX_GRID)
+#define MAX_WORDS 64
+#define EXPLAINED 3
+
+typedef struct {
+  char options[160];
   int ok;
   perf_plan_t plan;
   char why[200];             /* the refusal, when not ok */
@@ -61,6 +98,35 @@ static void predict_row(int argc, char **argv, const perf_profile_t *prof, perf_
   r->ok = 1;
 }
 
+/* The data x pipeline x tensor grids of the user's workers beyond the
+ * fixed rows' (pp 2 alone, tp 2 alone): pp in 2, 4, 8 and tp in 1, 2, 4
+ * with pp x tp dividing the workers, data parallel over the rest, at 2 pp
+ * micro-batches (with tp, GPipe cut by multiply-adds: the tensor
+ * description refuses some of the measured cuts, and 1F1B under tp). */
+static int grid_rows(int argc, char **argv, row_t *rows) {
+  train_config_t cfg;
+  if (train_options_parse(argc, argv, &cfg) != 0) return 0;
+  int N = cfg.workers, n = 0;
+  for (int pp = 1; pp <= 8; pp *= 2)
+    for (int tp = 1; tp <= 4; tp *= 2) {
+      if (pp * tp <= 1 || N % (pp * tp) != 0 || (pp <= 2 && tp == 1) || (pp == 1 && tp == 2))
+        continue;
+      if (n == MAX_GRID) return n;
+      char *o = rows[n++].options;
+      size_t cap = sizeof rows[0].options;
+      if (pp == 1) snprintf(o, cap, "--tp %d --exchange allreduce:ring", tp);
+      else if (tp == 1)
+        snprintf(o, cap, "--pp %d --micro-batches %d --partition balanced --pipe-schedule 1f1b", pp, 2 * pp);
+      else /* GPipe cut by multiply-adds: the description under tp covers these */
+        snprintf(o, cap, "--pp %d --tp %d --micro-batches %d --partition macs", pp, tp, 2 * pp);
+    }
+  return n;
+}
+
+static int fits(const row_t *r, double memory_per_rank) {
+  return r->ok && !(memory_per_rank > 0 && r->plan.memory_bytes > memory_per_rank);
+}
+
 static int by_speed(const void *a, const void *b) {
   const row_t *x = a, *y = b;
   if (x->ok != y->ok) return y->ok - x->ok;
@@ -68,62 +134,139 @@ static int by_speed(const void *a, const void *b) {
   return (d > 0) - (d < 0);
 }
 
-static void print_table(const row_t *rows, double memory_per_rank, FILE *out) {
-  fprintf(out, "%-4s %-62s %10s %10s %12s %10s  %s\n", "rank", "options", "step_ms", "samples/s",
-          "bytes/step", "mem_MiB", "why");
-  for (int k = 0, rank = 1; k < NCAND; k++) {
+
+static void print_row(const row_t *r, const char *rank, double memory_per_rank, FILE *out) {
+  if (!r->ok) {
+    fprintf(out, "%-4s %-70s %s\n", "-", r->options, r->why);
+    return;
+  }
+  const perf_plan_t *p = &r->plan;
+  double mib = p->memory_bytes / (1024.0 * 1024.0);
+  char why[120];
+  if (memory_per_rank > 0 && p->memory_bytes > memory_per_rank)
+    snprintf(why, sizeof why, "does not fit: %.1f MiB over the memory per rank",
+             (p->memory_bytes - memory_per_rank) / (1024.0 * 1024.0));
+  else if (p->asynchronous)
+    snprintf(why, sizeof why, "%s: expected (best %.2f, worst %.2f ms), staleness %.1f", p->strategy,
+             1e3 * p->step_best_sec, 1e3 * p->step_worst_sec, p->staleness_expected);
+  else
+    snprintf(why, sizeof why, "%s: rank 0 computes %.0f%% of the step", p->strategy,
+             p->step_sec > 0 ? 100 * p->compute_sec / p->step_sec : 0);
+  fprintf(out, "%-4s %-70s %9.3f %9.0f %12.0f %8.1f %8.3f %8.3f  %s\n", rank, r->options,
+          1e3 * p->step_sec, p->samples_per_sec, p->bytes_sent, mib, 1e3 * p->exposed_sec,
+          1e3 * p->bubble_sec, why);
+}
+
+static void print_table(const row_t *rows, int n, double memory_per_rank, FILE *out) {
+  fprintf(out, "%-4s %-70s %9s %9s %12s %8s %8s %8s  %s\n", "rank", "options", "step_ms", "samples/s",
+          "bytes/step", "mem_MiB", "expo_ms", "bubbl_ms", "why");
+  char rank[16];
+  for (int k = 0, next = 1; k < n; k++) {
+    snprintf(rank, sizeof rank, "%d", next);
+    next += rows[k].ok;
+    print_row(&rows[k], rank, memory_per_rank, out);
+  }
+}
+
+/* The codecs: predicted on the ring, with the accuracy each cost. */
+static void print_codecs(const row_t *rows, FILE *out) {
+  fprintf(out, "\ncodecs change the numerics (not ranked above); test accuracy against the dense "
+               "ring as measured (docs/BENCHMARKS.md, 4 workers, mlp 5 epochs, lenet 3):\n");
+  fprintf(out, "%-52s %9s %9s %12s %10s %10s\n", "options", "step_ms", "samples/s", "bytes/step",
+          "mlp_pts", "lenet_pts");
+  for (int k = 0; k < NCODECS; k++) {
     const row_t *r = &rows[k];
     if (!r->ok) {
-      fprintf(out, "%-4s %-62s %s\n", "-", r->options, r->why);
+      fprintf(out, "%-52s %s\n", r->options, r->why);
       continue;
     }
-    const perf_plan_t *p = &r->plan;
-    double mib = p->memory_bytes / (1024.0 * 1024.0);
-    char why[96];
-    if (memory_per_rank > 0 && p->memory_bytes > memory_per_rank)
-      snprintf(why, sizeof why, "does not fit: %.1f MiB over the memory per rank",
-               (p->memory_bytes - memory_per_rank) / (1024.0 * 1024.0));
-    else
-      snprintf(why, sizeof why, "%s: rank 0 computes %.0f%% of the step", p->strategy,
-               p->step_sec > 0 ? 100 * p->compute_sec / p->step_sec : 0);
-    fprintf(out, "%-4d %-62s %10.3f %10.0f %12.0f %10.1f  %s\n", rank++, r->options,
-            1e3 * p->step_sec, p->samples_per_sec, p->bytes_sent, mib, why);
+    fprintf(out, "%-52s %9.3f %9.0f %12.0f %+10.2f %+10.2f\n", r->options, 1e3 * r->plan.step_sec,
+            r->plan.samples_per_sec, r->plan.bytes_sent, CODECS[k].mlp_points, CODECS[k].lenet_points);
   }
+}
+
+/* PipeDream's own answer for the workers (stages replicated as its
+ * dynamic program chooses): a plan the engine's dp x pp grid cannot run
+ * unless every stage has the same replicas, printed for comparison. */
+static void print_pipedream(int argc, char **argv, perf_cache_t *cache, FILE *out) {
+  train_config_t cfg;
+  partition_t part;
+  if (train_options_parse(argc, argv, &cfg) != 0) return;
+  if (perf_pipedream(&cfg, cache, cfg.workers, &part) != 0) {
+    fprintf(out, "\nPipeDream's partition: %s\n", dt_errmsg());
+    return;
+  }
+  fprintf(out, "\nPipeDream's partition over %d machines (stage replication, 2a/B at each cut%s): ",
+          cfg.workers, cfg.net.bandwidth > 0 ? "" : ", links unlimited");
+  for (int k = 0; k < part.stages; k++)
+    fprintf(out, "%slayers %d-%d x%d", k ? ", " : "", part.first[k], part.first[k + 1] - 1, part.replicas[k]);
+  fprintf(out, "; %.3f ms a batch at its slowest stage or cut (%s)\n", 1e3 * part.slowest,
+          part.stages == 1 ? "data parallelism" : "a pipeline");
+}
+
+/* --explain: the best few that fit, their step split. */
+static void print_explain(const row_t *rows, int n, double memory_per_rank, FILE *out) {
+  fprintf(out, "\nthe best candidates' step (rank 0): compute + exposed communication + bubble "
+               "+ waiting = step\n");
+  for (int k = 0, shown = 0; k < n && shown < EXPLAINED; k++) {
+    if (!fits(&rows[k], memory_per_rank)) continue;
+    const perf_plan_t *p = &rows[k].plan;
+    fprintf(out, "  %d. %s: %.3f ms compute + %.3f ms exposed communication + %.3f ms bubble + "
+                 "%.3f ms waiting = %.3f ms; %.3f ms of communication in all (%.0f%% hidden)\n",
+            ++shown, rows[k].options, 1e3 * p->compute_sec, 1e3 * p->exposed_sec, 1e3 * p->bubble_sec,
+            1e3 * p->waiting_sec, 1e3 * p->step_sec, 1e3 * p->comm_sec,
+            p->comm_sec > 0 ? 100 * (1 - p->exposed_sec / p->comm_sec) : 0);
+  }
+}
+
+static void json_row(const row_t *r, const codec_row_t *codec, FILE *json) {
+  fprintf(json, "{\"table\":\"%s\",\"options\":\"%s\",\"predicted\":%s",
+          codec ? "codecs" : "strategies", r->options, r->ok ? "true" : "false");
+  if (codec)
+    fprintf(json, ",\"accuracy_points_mlp\":%.2f,\"accuracy_points_lenet\":%.2f", codec->mlp_points,
+            codec->lenet_points);
+  if (r->ok) {
+    fprintf(json, ",\"exposed_sec\":%.6g,\"bubble_sec\":%.6g,\"waiting_sec\":%.6g,\"plan\":",
+            r->plan.exposed_sec, r->plan.bubble_sec, r->plan.waiting_sec);
+    perf_plan_json(&r->plan, json);
+    fputs("}\n", json);
+  } else {
+    fputs(",\"why\":\"", json);
+    for (const char *c = r->why; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, json);
+    fputs("\"}\n", json);
+  }
+}
+
+int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
+                        int explain, FILE *json, FILE *out) {
+  row_t *rows = calloc(MAX_ROWS + NCODECS, sizeof *rows), *codecs = rows + MAX_ROWS;
+  if (!rows) return dt_error("out of memory");
+  int n = 0;
+  for (; n < NFIXED; n++) snprintf(rows[n].options, sizeof rows[n].options, "%s", FIXED[n]);
+  n += grid_rows(argc, argv, rows + n);
+  for (int k = 0; k < NCODECS; k++) snprintf(codecs[k].options, sizeof codecs[k].options, "%s", CODECS[k].options);
+  perf_cache_t cache = {0}; /* the data set read once, the layers measured once a size */
+  for (int k = 0; k < n; k++) predict_row(argc, argv, prof, &cache, &rows[k]);
+  for (int k = 0; k < NCODECS; k++) predict_row(argc, argv, prof, &cache, &codecs[k]);
+  qsort(rows, (size_t)n, sizeof *rows, by_speed);
+  int fit = 0, any = 0;
+  for (int k = 0; k < n; k++) fit += fits(&rows[k], memory_per_rank), any |= rows[k].ok;
+  print_table(rows, n, memory_per_rank, out);
+  print_codecs(codecs, out);
+  if (explain) print_explain(rows, n, memory_per_rank, out);
+  print_pipedream(argc, argv, &cache, out);
+  perf_cache_free(&cache);
+  for (int k = 0; json && k < n; k++) json_row(&rows[k], NULL, json);
+  for (int k = 0; json && k < NCODECS; k++) json_row(&codecs[k], &CODECS[k], json);
+  free(rows);
+  if (!any) return dt_error("no candidate could be predicted for these options (each row says why)");
+  if (!fit)
+    return dt_error("no candidate fits --memory-per-rank %.1f MiB (each row says by how much)",
+                    memory_per_rank / (1024.0 * 1024.0));
+  return 0;
 }
 
 int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
                 FILE *json, FILE *out) {
-  row_t *rows = calloc(NCAND, sizeof *rows);
-  if (!rows) return dt_error("out of memory");
-  perf_cache_t cache = {0}; /* the data set read once, the layers measured once a size */
-  for (int k = 0; k < NCAND; k++) {
-    rows[k].options = CANDIDATES[k];
-    predict_row(argc, argv, prof, &cache, &rows[k]);
-  }
-  perf_cache_free(&cache);
-  qsort(rows, NCAND, sizeof *rows, by_speed);
-  int fits = 0;
-  for (int k = 0; k < NCAND; k++)
-    fits += rows[k].ok && !(memory_per_rank > 0 && rows[k].plan.memory_bytes > memory_per_rank);
-  print_table(rows, memory_per_rank, out);
-  for (int k = 0; json && k < NCAND; k++) {
-    fprintf(json, "{\"options\":\"%s\",\"predicted\":%s", rows[k].options, rows[k].ok ? "true" : "false");
-    if (rows[k].ok) {
-      fputs(",\"plan\":", json);
-      perf_plan_json(&rows[k].plan, json);
-      fputs("}\n", json);
-    } else {
-      fputs(",\"why\":\"", json);
-      for (const char *c = rows[k].why; *c; c++) fputc(*c == '"' || *c == '\\' ? '\'' : *c, json);
-      fputs("\"}\n", json);
-    }
-  }
-  int any = 0;
-  for (int k = 0; k < NCAND; k++) any |= rows[k].ok;
-  free(rows);
-  if (!any) return dt_error("no candidate could be predicted for these options (each row says why)");
-  if (!fits)
-    return dt_error("no candidate fits --memory-per-rank %.1f MiB (each row says by how much)",
-                    memory_per_rank / (1024.0 * 1024.0));
-  return 0;
+  return perf_search_explain(argc, argv, prof, memory_per_rank, 0, json, out);
 }

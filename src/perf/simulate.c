@@ -543,7 +543,10 @@ static void summarize(const sim_t *s, perf_sim_t *out) {
     if (n->end > out->step_sec) out->step_sec = n->end;
     if (n->rank != 0) continue;
     if (n->kind == N_CPU) out->compute_sec += n->end - n->start;
-    else if (n->kind != N_NOW) out->comm_sec += n->end - n->start;
+    else if (n->kind != N_NOW) {
+      out->comm_sec += n->end - n->start;
+      if (s->d->task[i].thread == THREAD_COMPUTE) out->exposed_sec += n->end - n->start;
+    }
   }
 }
 

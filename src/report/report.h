@@ -74,7 +74,24 @@ typedef struct {
   double staleness_mean;        /* NAN where the schedule has none */
   verdict_clause_t verdict[VERDICT_CLAUSES_MAX];
   int nverdict;
+  /* the performance model beside the measurement (prediction.c): a step's
+   * seconds and its compute, and the rest (exposed communication, bubble,
+   * waiting), predicted and measured (train_sec over the steps run) */
+  int predicted;                /* 1: the model predicted this preset */
+  double pred_step_sec, pred_compute_sec, meas_step_sec, meas_compute_sec, pred_error;
+  const char *pred_off;         /* the part most off, where |error| > 15%: "compute",
+                                   "communication", "bubble", "waiting"; NULL otherwise */
+  char pred_text[240];          /* the comparison in words, or why it was not predicted */
 } preset_summary_t;
+
+/* A preset's prediction (dtrain plan --predict of its first run's command
+ * line), given by the caller: ok 0 with why when the model does not
+ * cover it. */
+typedef struct {
+  int ok;
+  double step_sec, compute_sec;
+  char why[200];
+} report_prediction_t;
 
 typedef struct {
   double target_acc;            /* NAN: none given */
@@ -84,6 +101,7 @@ typedef struct {
   int nruns;
   preset_summary_t *presets;
   int npresets;
+  const report_prediction_t *predictions; /* [npresets], in the presets' order; NULL: none */
 } report_t;
 
 /* The presets' figures from their runs (runs[i].preset names the preset). */
@@ -91,6 +109,10 @@ int report_summarize(report_t *rep, const char *const *presets, int npresets);
 void report_free(report_t *rep);
 /* Each preset's verdict, from the figures of all (verdict.c). */
 void report_verdicts(report_t *rep);
+
+/* Each preset's predicted step beside its measured one (prediction.c):
+ * the error, and where it is over 15% the part of the model most off. */
+void report_predictions(report_t *rep);
 
 /* The report's text (report_json.c, report_html.c) and the table (stdout). */
 int report_json(const report_t *rep, strbuf_t *out);

@@ -172,6 +172,24 @@ static void failures(const report_t *rep, strbuf_t *sb) {
   }
 }
 
+/* The performance model's step beside the measured one (prediction.c). */
+static void predictions(const report_t *rep, strbuf_t *sb) {
+  if (!rep->predictions) return;
+  sb_puts(sb, "<h2>Predicted and measured</h2>\n<p class=\"note\">Each preset's step as "
+              "<code>dtrain plan --predict</code> predicts it for the same command line, beside "
+              "its runs' training time over their steps; over 15% apart, the part of the step "
+              "the model is most off on.</p>\n<ul>\n");
+  for (int i = 0; i < rep->npresets; i++) {
+    const preset_summary_t *p = &rep->presets[i];
+    sb_printf(sb, "<li class=\"prediction\" data-preset=\"%s\"><b>", p->name);
+    sb_html(sb, p->name);
+    sb_puts(sb, "</b>: ");
+    sb_html(sb, p->pred_text);
+    sb_puts(sb, "</li>\n");
+  }
+  sb_puts(sb, "</ul>\n");
+}
+
 int report_html(const report_t *rep, strbuf_t *sb) {
   int n = rep->npresets;
   svg_series_t *s = calloc((size_t)n + 1, sizeof *s);
@@ -193,6 +211,7 @@ int report_html(const report_t *rep, strbuf_t *sb) {
   sb_puts(sb, "<h2>Figures</h2>\n");
   table(rep, sb);
   failures(rep, sb);
+  predictions(rep, sb);
   sb_puts(sb, "<h2>Charts</h2>\n");
   legend(rep, sb);
   charts(rep, sb, s, tmp);
@@ -222,4 +241,6 @@ void report_table(const report_t *rep, FILE *f) {
     fprintf(f, "%-16s %7s %14s %9s %10s %10s %11s %7s  %s\n", p->name, t.ok, t.ttt, t.acc, t.sps,
             t.mb, t.bps, t.hidden, verdict);
   }
+  for (int i = 0; rep->predictions && i < rep->npresets; i++)
+    fprintf(f, "%-16s %s\n", rep->presets[i].name, rep->presets[i].pred_text);
 }

@@ -63,6 +63,20 @@ static void preset_json(strbuf_t *sb, const preset_summary_t *p) {
     sb_puts(sb, "}");
   }
   sb_puts(sb, "]");
+  if (!p->pred_text[0]) return;
+  sb_puts(sb, ",\"prediction\":{");
+  sb_printf(sb, "\"predicted\":%s", p->predicted ? "true" : "false");
+  if (p->predicted) {
+    key_num(sb, "step_sec", p->pred_step_sec, 1);
+    key_num(sb, "measured_step_sec", p->meas_step_sec, 1);
+    key_num(sb, "error", p->pred_error, 1);
+    key_num(sb, "compute_sec", p->pred_compute_sec, 1);
+    key_num(sb, "measured_compute_sec", p->meas_compute_sec, 1);
+    if (p->pred_off) key_str(sb, "off", p->pred_off, 1);
+    else sb_puts(sb, ",\"off\":null");
+  }
+  key_str(sb, "text", p->pred_text, 1);
+  sb_puts(sb, "}");
 }
 
 static void run_json(strbuf_t *sb, const run_log_t *r) {

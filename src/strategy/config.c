@@ -45,6 +45,7 @@ void train_config_default(train_config_t *c) {
   c->ps.server_threads = 1;
   c->ps.worker_threads = 1;
   c->ps.kill_server = -1;
+  c->ps.kill_server2 = -1;
   c->ps.epoch_fraction = 1;
   c->decentral.tau = 1;
   c->decentral.extrapolation = -1;

@@ -33,12 +33,18 @@ static void format_bytes(double b, char *buf, size_t cap) {
 }
 
 /* Floats a sample takes in the activation arena: each layer's output and
- * its gradient, and its scratch (m is built for one sample). */
+ * its gradient, and its scratch (m is built for one sample); under
+ * --recompute a segment's inside once, in the workspace they share. */
 static double act_floats_per_sample(const model_t *m) {
-  double n = m->nclasses;
-  for (int i = 0; i < m->nlayers; i++)
-    n += 2.0 * (double)shape_size(m->layers[i].out_shape) + (double)m->layers[i].scratch_len;
-  return n;
+  double n = m->nclasses, ws = 0, seg = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    double own = 2.0 * (double)shape_size(l->out_shape) + (double)l->scratch_len;
+    if (l->in_workspace) seg += own;
+    else n += own;
+    if (l->recompute_from) ws = seg > ws ? seg : ws, seg = 0;
+  }
+  return n + ws;
 }
 
 /* The address space this process has already taken (code, libraries,

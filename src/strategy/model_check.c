@@ -15,7 +15,9 @@ int train_check_model(const train_config_t *c, const dataset_t *train) {
   DT_TRY(model_spec_load(c->model, &spec));
   model_t *m = NULL;
   shape_t in = {train->c, train->h, train->w};
-  /* one sample: the shapes and sizes, without the batch's activations */
+  /* one sample: the shapes and sizes, without the batch's activations;
+   * --recompute's segments too (refused where it finds none) */
+  spec.recompute = c->recompute;
   rc = model_build(&spec, in, train->nclasses, 1, &m);
   model_spec_free(&spec);
   if (rc == 0) rc = strategy_check_model(c, m);

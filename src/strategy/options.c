@@ -96,12 +96,15 @@ static int uses_eps(const train_config_t *c) {
   return is_adam(c) || c->optim.kind == OPTIM_RMSPROP;
 }
 static int is_text(const train_config_t *c) { return data_is_text(c->data); }
-/* Clipping by the global norm needs the whole summed gradient on every
- * rank before the step: synchronous allreduce with the update after the
- * sum (not deferred into the next forward, not sharded), one tp rank. */
+/* Clipping by the global norm needs the whole summed gradient before the
+ * step: synchronous allreduce with the update after the sum (not deferred
+ * into the next forward, not sharded), or a flush pipeline (GPipe, 1F1B,
+ * interleaved), each tensor-parallel group and each pipeline's stages
+ * summing their squared norms (worker.c). */
 static int clips_globally(const train_config_t *c) {
-  return is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
-         c->tensor.ranks <= 1 && !c->tensor.conv_data;
+  int flush = is_pipeline(c) && c->pipe.schedule <= PIPE_INTERLEAVED && !c->shard_optimizer;
+  return flush || (is_sync_dp(c) && c->comm_order == COLL_ORDER_FIFO && !c->shard_optimizer &&
+                   !c->tensor.conv_data);
 }
 static int is_sgd(const train_config_t *c) { return c->optim.kind == OPTIM_SGD; }
 static int is_async_ps_sgd(const train_config_t *c) { return is_async_ps(c) && is_sgd(c); }
@@ -192,6 +195,11 @@ static const option_t OPTIONS[] = {
              "accumulation and results (oneDNN on AVX512_BF16 or AMX);\n"
              "parameters, optimizer state, activations between layers\n"
              "and the loss stay fp32; refused on a CPU without bf16 [fp32]"},
+    {WORDS("recompute", recompute, "none|blocks|full", NULL), NULL, NULL, AX_STRATEGY,
+     .help = "none|blocks|full\tactivations the backward pass recomputes instead of\n"
+             "keeping (GPipe's re-materialisation): blocks keeps each\n"
+             "transformer block's input, full only the model's (or each\n"
+             "pipeline stage's, per micro-batch); no result changes [none]"},
     {INT("max-steps", max_steps, 1, 1L << 50), NULL, NULL, AX_STRATEGY,
      .help = "N\tstop after N optimizer steps in total (smoke tests)"},
     {FLT("time-budget", time_budget, 0.001, 1e9), stops_together,
@@ -215,7 +223,8 @@ static const option_t OPTIONS[] = {
     {FLT("weight-decay", optim.weight_decay, 0, 10), NULL, NULL, AX_STRATEGY,
      .help = "X\tL2 weight decay; adamw: decoupled [0; adamw 0.01]"},
     {FLT("clip-grad-norm", clip_grad_norm, 1e-12, 1e30), clips_globally,
-     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer, no --tp, no pipeline)",
+     "--exchange allreduce:ALGO --schedule sync (fifo order, no --shard-optimizer), with --tp and "
+     "with --pp under --pipe-schedule gpipe, 1f1b or interleaved:V",
      AX_STRATEGY,
      .help = "X\tscale the summed gradient to a global L2 norm of at most X\n"
              "before each step (as torch.nn.utils.clip_grad_norm_) [off]"},
@@ -375,7 +384,9 @@ static const option_t OPTIONS[] = {
      .section = "tensor parallelism (workers = dp x pp x tp; Megatron's split dense layers)",
      .help = "T\tsplit each pair of dense layers (the first by output\n"
              "features, the second by input features) over T adjacent\n"
-             "ranks; other layers replicated [1]; with --exchange ps:K\n"
+             "ranks, and on a transformer attention by heads (T must\n"
+             "divide them) and the MLP's two linear layers likewise;\n"
+             "other layers replicated [1]; with --exchange ps:K\n"
              "each group of T ranks is one worker, its convolutions\n"
              "whole (Project Adam; K a multiple of T)"},
     {WORDS("tp-conv", tensor.conv_data, "split|data", NULL), is_sync_dp, "--optimization central --schedule sync --exchange allreduce:ALGO (no pipeline)", AX_STRATEGY,
@@ -449,8 +460,10 @@ static const option_t OPTIONS[] = {
              "weight copy without locks (racy by design); the summed\n"
              "gradient is pushed (Project Adam) [1]"},
     {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
-     .help = "index=K,at-push=P\tserver K (1..K-1) stops abruptly at its P-th push\n"
-             "(fault injection: a thread's end on local, SIGKILL on mpi)"},
+     .help = "index=K,at-push=P\tserver K stops abruptly at its P-th push\n"
+             "(fault injection: a thread's end on local, SIGKILL on mpi);\n"
+             "index2=J,at-push2=Q added: server J too, at its Q-th; K = 0,\n"
+             "the coordinator: with --ps-replicas 2 under sync or ssp:S, alone"},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "DIR\tone checkpoint file per server shard plus a manifest"},
     {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,
@@ -553,19 +566,25 @@ static int set_kill(void *cv, const char *val, void *st) {
   return 0;
 }
 
-/* "index=1,at-push=40" */
+/* "index=1,at-push=40" or "index=1,at-push=40,index2=2,at-push2=90" */
 static int set_kill_server(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  static const char *const keys[] = {"index", "at-push"};
-  const char *v[2];
+  static const char *const keys[] = {"index", "at-push", "index2", "at-push2"};
+  const char *v[4];
   char buf[128];
-  long k, p;
-  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 2, v));
+  long k, p, k2 = -1, p2 = 0;
+  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 4, v));
   if (!v[0] || !v[1]) return dt_error("option --kill-server: needs index=K,at-push=P (both)");
+  if (!v[2] != !v[3]) return dt_error("option --kill-server: index2=J needs at-push2=Q (both, or neither)");
   DT_TRY(parse_int("kill-server index", v[0], 0, MAX_WORKERS - 1, &k));
   DT_TRY(parse_int("kill-server at-push", v[1], 1, 1L << 50, &p));
+  if (v[2]) DT_TRY(parse_int("kill-server index2", v[2], 0, MAX_WORKERS - 1, &k2));
+  if (v[3]) DT_TRY(parse_int("kill-server at-push2", v[3], 1, 1L << 50, &p2));
+  if (k2 == k) return dt_error("option --kill-server: index2=%ld is index=%ld: name another server", k2, k);
   c->ps.kill_server = (int)k;
   c->ps.kill_server_at = p;
+  c->ps.kill_server2 = (int)k2;
+  c->ps.kill_server2_at = p2;
   return 0;
 }
 

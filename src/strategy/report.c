@@ -169,6 +169,7 @@ enum { TAG_RANK_COSTS = 5602 };
 typedef struct {
   double compute, comm;
   uint64_t sent, received;
+  uint64_t act_peak; /* nn_activation_peak_bytes on that rank */
   layer_cost_t layers[LAYER_KIND_COUNT];
 } rank_costs_t;
 
@@ -180,7 +181,8 @@ static int per_rank_lines(const worker_t *w) {
 
 static rank_costs_t rank_costs(const epoch_report_t *r) {
   rank_costs_t c = {.compute = r->timers.compute, .comm = r->timers.comm,
-                    .sent = r->timers.bytes_sent, .received = r->timers.bytes_received};
+                    .sent = r->timers.bytes_sent, .received = r->timers.bytes_received,
+                    .act_peak = nn_activation_peak_bytes()};
   memcpy(c.layers, r->timers.layers, sizeof c.layers);
   return c;
 }
@@ -201,9 +203,10 @@ static int write_rank_lines(worker_t *w, const epoch_report_t *r) {
     if (metrics_line(w,
                      "{\"event\":\"rank\",\"epoch\":%d,\"rank\":%d,\"dp_rank\":%d,\"pp_rank\":%d,\"tp_rank\":%d,"
                      "\"compute_sec\":%.4f,\"comm_sec\":%.4f,\"bytes_sent\":%llu,"
-                     "\"bytes_received\":%llu%s}\n",
+                     "\"bytes_received\":%llu,\"activation_peak_bytes\":%llu%s}\n",
                      r->epoch + 1, q, at[GRID_DP], at[GRID_PP], at[GRID_TP], c.compute, c.comm,
                      (unsigned long long)c.sent, (unsigned long long)c.received,
+                     (unsigned long long)c.act_peak,
                      layers_json(w->model, c.layers, layers, sizeof layers)) != 0)
       return -1;
   }
@@ -280,15 +283,15 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
             "\"eval_sec\":%.4f,"
             "\"lr\":%.6g,\"step\":%lld,\"workers\":%d,\"compute_sec\":%.4f,\"comm_sec\":%.4f,"
             "\"comm_exposed_sec\":%.4f,\"comm_hidden_sec\":%.4f,\"bytes_sent\":%llu,"
-            "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f"
-            "%s%s%s%s%s%s%s}\n",
+            "\"bytes_received\":%llu,\"bytes_sent_per_step\":%.1f,\"bytes_received_per_step\":%.1f,"
+            "\"activation_peak_bytes\":%zu%s%s%s%s%s%s%s}\n",
             r->epoch + 1, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
             r->samples_per_sec, r->epoch_sec, r->eval_sec, r->lr, (long long)w->step, w->nranks,
             r->timers.compute, r->timers.comm, r->timers.comm_exposed,
             r->timers.comm > r->timers.comm_exposed ? r->timers.comm - r->timers.comm_exposed : 0.0,
             (unsigned long long)r->timers.bytes_sent, (unsigned long long)r->timers.bytes_received,
             per_step(r->timers.bytes_sent, r->steps), per_step(r->timers.bytes_received, r->steps),
-            wait_json(r, wait, sizeof wait),
+            nn_activation_peak_bytes(), wait_json(r, wait, sizeof wait),
             w->comm && w->comm->emulated ? ",\"emulated\":true" : "",
             r->extra_json ? "," : "", r->extra_json ? r->extra_json : "", tp_json, text_json,
             layers_json(w->model, r->timers.layers, layers, sizeof layers)) != 0)

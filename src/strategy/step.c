@@ -160,6 +160,13 @@ int step_allreduce_algo(int algo, int P, int *out) {
   return 0;
 }
 
+int step_add_clip_sums(step_desc_t *d, int rank, int tp_rank, int T, int stage, int P, int after) {
+  if (T > 1) after = step_add_allreduce(d, rank, tp_rank, T, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+  if (P > 1 && after != STEP_FAILED)
+    after = step_add_allreduce(d, rank, stage, P, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+  return after;
+}
+
 static int flat_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo,
                           size_t count, int after, step_thread_t thread, int every, int color) {
   size_t sent, received;

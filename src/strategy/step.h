@@ -136,6 +136,12 @@ int step_allreduce_algo(int algo, int P, int *out);
  * Returns its index (its last task's) or STEP_FAILED. */
 int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
                        int after, step_thread_t thread, int every);
+/* --clip-grad-norm's sums of the squared norm (worker.c global_sumsq): a
+ * ring allreduce of one float over the tensor-parallel group (T ranks,
+ * rank tp_rank in it) and then over the pipeline's stages (P, this rank
+ * stage), each where the group has more than one rank, after `after`.
+ * Returns the last or `after`, or STEP_FAILED. */
+int step_add_clip_sums(step_desc_t *d, int rank, int tp_rank, int T, int stage, int P, int after);
 /* Half a ring allreduce of `count` floats over `group` ranks: the
  * reduce-scatter (gather 0) or the allgather (1), bytes from
  * coll_reduce_scatter_bytes or coll_allgather_bytes. Returns its index or

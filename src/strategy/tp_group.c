@@ -175,7 +175,8 @@ static int receive_blocks(tensor_par_t *t, const worker_t *w, model_t *full, flo
       rc = comm_recv(t->group, r, TAG_TP_GATHER, h, sizeof h);
       tensor_info_t b = *ti;
       b.row0 = h[0], b.rows = h[1], b.col0 = h[2], b.cols = h[3], b.len = h[1] * b.mid * h[3];
-      if (rc == 0 && (b.row0 + b.rows > (size_t)fi->dims[0] || b.col0 + b.cols > fi->full_cols))
+      size_t view_rows = tensor_full_len(fi) / (ti->mid * ti->full_cols); /* the block's view */
+      if (rc == 0 && (b.row0 + b.rows > view_rows || b.col0 + b.cols > ti->full_cols))
         rc = dt_error("tensor parallelism: tp rank %d sent a block outside '%s'", r, fi->name);
       for (int s = -1; rc == 0 && s < nstate; s++) {
         rc = comm_recv(t->group, r, TAG_TP_GATHER, buf, b.len * sizeof(float));

@@ -24,6 +24,7 @@ int worker_build_model(const train_config_t *cfg, shape_t in, int nclasses, tp_l
   spec.tp = tp;
   if (rc == 0 && cfg->sync_bn) rc = sync_bn_check_model(&spec);
   spec.bn_sync = bn;
+  spec.recompute = cfg->recompute;
   if (rc == 0) rc = model_build(&spec, in, nclasses, worker_max_batch(cfg), out);
   model_spec_free(&spec);
   return rc;
@@ -296,32 +297,71 @@ int worker_compressor_new(worker_t *w, int rank, int nranks, compressor_t **out)
   return compressor_new(&cc, w->model->nparams, rank, nranks, out);
 }
 
+static float begin_update(worker_t *w, const optim_segment_t *segs, int nsegs);
+
 void worker_apply_update(worker_t *w) { worker_apply_update_segs(w, w->segs, w->nsegs); }
 
 void worker_apply_update_segs(worker_t *w, const optim_segment_t *segs, int nsegs) {
-  worker_update_part(w, segs, nsegs, worker_begin_update(w));
+  worker_update_part(w, segs, nsegs, begin_update(w, segs, nsegs));
+}
+
+/* Whether the tensor at arena offset off is whole on every rank of the
+ * tensor-parallel group (replicated: its squared norm counted once). */
+static int replicated_at(const model_t *m, size_t off) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].off == off) return m->tensors[i].len == tensor_full_len(&m->tensors[i]);
+  return 1;
+}
+
+/* The squared L2 norm of the whole model's summed gradient from the
+ * rank's tensors segs: each tp rank adds its blocks of the split tensors
+ * and tp rank 0 the replicated ones, summed over the tensor-parallel group
+ * and over the stages of a pipeline (each holds its own layers), so every
+ * rank gets one worker's global norm (in float: its sums are collectives). */
+static double global_sumsq(worker_t *w, const optim_segment_t *segs, int nsegs) {
+  const model_t *m = w->model;
+  int tp_rank = w->tp ? tensor_rank(w->tp) : 0;
+  double sq = 0;
+  for (int i = 0; i < nsegs; i++)
+    if (tp_rank == 0 || !replicated_at(m, segs[i].off)) sq += kern_sumsq(segs[i].len, m->grads + segs[i].off);
+  float part = (float)sq;
+  int rc = 0;
+  if (w->tp && tensor_size(w->tp) > 1) rc = allreduce_ring(tensor_coll(w->tp), &part, 1);
+  if (rc == 0 && w->clip_stages) rc = allreduce_ring(w->clip_stages, &part, 1);
+  if (rc != 0) { /* a peer is gone: the run ends at its next sum, this step unclipped */
+    dt_log(DT_LOG_ERROR, "--clip-grad-norm: the sum of the squared norm over the groups failed: %s", dt_errmsg());
+    return 0;
+  }
+  return part;
 }
 
 /* --clip-grad-norm: the summed gradient (the same on every data-parallel
  * rank, so the same scale on each) scaled to a global L2 norm of at most
- * the bound, as torch.nn.utils.clip_grad_norm_ does (its 1e-6 included). */
-static void clip_gradients(worker_t *w) {
+ * the bound, as torch.nn.utils.clip_grad_norm_ does (its 1e-6 included);
+ * global across tensor-parallel ranks and pipeline stages too. */
+static void clip_gradients(worker_t *w, const optim_segment_t *segs, int nsegs) {
   double bound = w->cfg->clip_grad_norm;
   if (bound <= 0) return;
   model_t *m = w->model;
-  double norm = sqrt(kern_sumsq(m->nparams, m->grads));
+  int alone = !w->tp && !w->clip_stages;
+  double norm = sqrt(alone ? kern_sumsq(m->nparams, m->grads) : global_sumsq(w, segs, nsegs));
   double coef = bound / (norm + 1e-6);
   w->last_grad_norm = norm;
-  if (coef < 1.0) kern_scale(m->nparams, (float)coef, m->grads);
+  if (coef >= 1.0) return;
+  if (alone) kern_scale(m->nparams, (float)coef, m->grads);
+  else
+    for (int i = 0; i < nsegs; i++) kern_scale(segs[i].len, (float)coef, m->grads + segs[i].off);
 }
 
-float worker_begin_update(worker_t *w) {
-  clip_gradients(w);
+static float begin_update(worker_t *w, const optim_segment_t *segs, int nsegs) {
+  clip_gradients(w, segs, nsegs);
   float lr = (float)lr_at(&w->sched, w->step);
   optim_begin_step(w->opt);
   w->step++;
   return lr;
 }
+
+float worker_begin_update(worker_t *w) { return begin_update(w, w->segs, w->nsegs); }
 
 void worker_update_part(worker_t *w, const optim_segment_t *segs, int nsegs, float lr) {
   double t0 = dt_now();

@@ -63,6 +63,8 @@ typedef struct worker {
   double epoch_correct; /* a sequence model's sample counts the share of its positions right */
   double step_compute;          /* seconds of the last worker_compute_gradient */
   double last_grad_norm;        /* --clip-grad-norm: the last step's norm before clipping */
+  coll_ctx_t *clip_stages;      /* --clip-grad-norm under a pipeline: the stages of this replica,
+                                 * whose squared norms the global one sums (NULL: one stage) */
   balance_t *balance;           /* --balance on (sync data parallelism), else NULL */
   double run_start;
   uint64_t run_bytes_sent, run_bytes_received;  /* the epochs' bytes_sent/_received summed */

@@ -222,6 +222,8 @@ static int add_rank(dp_desc_t *d, const model_t *m, const step_groups_t *g, step
     from = until;
   } while (until && last != STEP_FAILED);
   if (last != STEP_FAILED) last = describe_step_times(out, d->c, r, me, d->P, last);
+  if (last != STEP_FAILED && d->c->clip_grad_norm > 0)
+    last = step_add_clip_sums(out, r, g->tp.rank, g->tp.size, 0, 1, last);
   if (last == STEP_FAILED || describe_updates(out, d->c, r, d->P, m, d->b, d->last, d->nb, last) == STEP_FAILED)
     return -1;
   return 0;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "strategy/grid.h"
+#include "strategy/pipe/engine.h"
 #include "strategy/pipe/pipe.h"
 #include "strategy/tensor/tensor.h"
 
@@ -18,6 +19,8 @@ typedef struct {
   const model_t *m;           /* tp rank t's model */
   int P, V, dp, T, t;
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
+  double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
+                               * rank's cut (the engine's world rank 0 times for all) */
   allreduce_algo_t algo;      /* the replicas' sum */
   step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
@@ -38,18 +41,43 @@ static int rank_of(const pipe_desc_t *d, int replica, int stage) {
   return rank_grid_rank(d->dp, d->P, d->T, coord);
 }
 
-/* The partition the engine would use, where it does not depend on
- * measured times. */
+/* The partition the engine would use. --partition balanced cuts by times
+ * the engine measures at run time: measured here the same way
+ * (pipe_profile_layers on a micro-batch), so a run on this machine cuts
+ * alike unless the timings differ by the margin between two cuts. */
 static int plan_chunks(pipe_desc_t *d) {
   int G = d->P * d->V;
   if (G > 1024) return dt_error("pipeline: %d chunks (at most 1024)", G);
   DT_TRY(pipe_check_model(d->c, d->m));
-  if (!d->c->pipe.partition[0])
-    return dt_error("--partition balanced: the stages are cut by times measured at run time; "
-                    "describe_step needs --partition macs or the first layers (e.g. 0,3)");
   free(d->first); /* each tp rank's model is cut on its own */
   if (!(d->first = calloc((size_t)G + 1, sizeof *d->first))) return dt_error("out of memory");
-  return pipe_partition(d->c, d->m, NULL, d->first);
+  if (d->c->pipe.partition[0]) return pipe_partition(d->c, d->m, NULL, d->first);
+  if (!d->sec) {
+    int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
+    if (!(d->sec = calloc((size_t)d->m->nlayers + 1, sizeof *d->sec))) return dt_error("out of memory");
+    /* timing writes the layers' gradients and scratch (restoring the
+     * buffers), which no description reads: the const is cast away */
+    DT_TRY(pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, d->sec));
+  }
+  return pipe_partition(d->c, d->m, d->sec, d->first);
+}
+
+/* A head tied to an embedding on another stage (tied.c): the table's
+ * gradient from the head's stage to the table's before the replicas' sum
+ * (grads 1), the stepped table back after STEP (grads 0). */
+static int add_tied(pipe_desc_t *d, int r, int s, int grads, int prev) {
+  int table, head;
+  size_t len, off;
+  if (!pipe_tied_stages(d->m, d->first, d->P * d->V, d->P, &table, &head, &len, &off) ||
+      (s != table && s != head))
+    return prev;
+  int sends = (s == head) == grads, peer = rank_of(d, r, s == head ? table : head);
+  double bytes = (double)len * sizeof(float);
+  step_task_t t = {TASK_COMM, rank_of(d, r, s), -1, .pattern = sends ? "send" : "recv", .group = 2,
+                   .peer = peer, .after = prev};
+  if (sends) t.sent = bytes;
+  else t.received = bytes;
+  return step_add(d->out, t);
 }
 
 /* One instruction of stage s (replica r) on micro-batch samples n. */
@@ -71,14 +99,17 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   case PIPE_RECV_GRAD: t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g); break;
   case PIPE_SEND_GRAD: t.peer = back, t.sent = act * chunk_in(d, g); break;
   case PIPE_REDUCE:
+    prev = add_tied(d, r, s, 1, prev);
     for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
       size_t len = chunk_params(d, v * d->P + s);
       if (len) prev = step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
     }
     return prev;
   case PIPE_STEP:
-    return step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
+    if (d->c->clip_grad_norm > 0) prev = step_add_clip_sums(d->out, me, d->t, d->T, s, d->P, prev);
+    prev = step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
                                           .peer = -1, .after = prev});
+    return prev == STEP_FAILED ? prev : add_tied(d, r, s, 0, prev);
   default: return prev; /* LOAD: the samples are this rank's own */
   }
   return step_add(d->out, t);
@@ -128,6 +159,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (built) pipe_schedule_free(&sched);
   tensor_desc_free(td);
   free(d->first);
+  free(d->sec);
   free(d);
   return rc;
 }

@@ -138,11 +138,14 @@ static int setup(pipe_engine_t *e, worker_t *w, int slots) {
   e->r = e->grid.coord[GRID_DP];
   e->pipe = e->grid.axis[GRID_PP];
   if (e->ndp > 1) DT_TRY(coll_ctx_new(e->grid.axis[GRID_DP], &e->dp));
+  /* --clip-grad-norm: the global norm sums the stages' squared norms */
+  if (cfg->clip_grad_norm > 0 && e->P > 1) DT_TRY(coll_ctx_new(e->pipe, &w->clip_stages));
   worker_plan_steps(w, e->ndp); /* a step: batch samples per replica */
   int last[GRID_AXES] = {0};      /* the progress line comes from where the loss is */
   last[GRID_PP] = e->P - 1;
   w->progress_rank = rank_grid_rank(e->ndp, e->P, 1, last);
   DT_TRY(plan_partition(e));
+  DT_TRY(pipe_tied_plan(e));
   int micro = cfg->batch / e->M;
   DT_TRY(plan_chunks(e, micro));
   DT_TRY(plan_segments(e));
@@ -166,6 +169,8 @@ static void teardown(pipe_engine_t *e) {
   free(e->mb_len);
   free(e->extra);
   free(e->segs);
+  pipe_tied_free(e);
+  if (e->w && e->w->clip_stages) coll_ctx_free(e->w->clip_stages), e->w->clip_stages = NULL;
   if (e->w && e->w->ckpt_cx == e->cx) e->w->ckpt_cx = NULL;
   compressor_free(e->cx);
   free(e->mats);
@@ -368,7 +373,11 @@ static int exec_step(pipe_engine_t *e, int v, int mb) {
   double t0 = dt_now();
   for (int c = 0; c < e->V; c++) e->chunk[c].nback = 0;
   e->ops->update(e, mb);
-  e->compute += dt_now() - t0;
+  double t1 = dt_now();
+  e->compute += t1 - t0;
+  if (!e->tie_len) return 0;
+  DT_TRY(pipe_tied_params(e)); /* the stepped table to the head's copy */
+  worker_comm_since(e->w, t1);
   return 0;
 }
 
@@ -396,6 +405,7 @@ int pipe_reduce(pipe_engine_t *e, double t0) {
   /* the dense warm-up (--compress-warmup-steps) but where the compressor runs it */
   int compress = e->cx && (e->reduces >= w->cfg->compression.warmup_steps ||
                            compressor_takes_warmup(e->cx));
+  DT_TRY(pipe_tied_grads(e)); /* the head's part of a tied table's gradient, first */
   for (int v = 0; e->dp && v < e->V; v++) {
     const pipe_chunk_t *c = &e->chunk[v];
     size_t off = c->st->param_off, len = c->st->param_len;

@@ -28,7 +28,7 @@
 /* Activations leaving chunk g carry tag TAG_PIPE_ACT0 + g, gradients
  * coming back to it TAG_PIPE_GRAD0 + g: a channel per pair of chunks;
  * the model's ranges go to rank 0 on TAG_PIPE_GATHER (report.c). */
-enum { TAG_PIPE_GATHER = 5403, TAG_PIPE_ACT0 = 6000, TAG_PIPE_GRAD0 = 8100 };
+enum { TAG_PIPE_GATHER = 5403, TAG_PIPE_TIED = 5404, TAG_PIPE_ACT0 = 6000, TAG_PIPE_GRAD0 = 8100 };
 
 typedef struct pipe_engine pipe_engine_t;
 
@@ -89,6 +89,11 @@ struct pipe_engine {
   double compute, idle;       /* seconds computing, waiting on the pipeline */
   char *extra;                /* [extra_cap]: the report's pipeline fields */
   size_t extra_cap;
+  /* a head tied to an embedding on another stage (tied.c): the table's
+   * range of the arenas, the two stages, the received gradient */
+  size_t tie_off, tie_len;    /* tie_len 0: no tie crosses stages */
+  int tie_table, tie_head;    /* the stages holding the embedding and the head */
+  float *tie_buf;
 };
 
 /* The whole run of one engine on w: e (zeroed, inside the engine's own
@@ -104,6 +109,21 @@ int pipe_wait_sends(pipe_engine_t *e);
 /* The rank's gradients summed over the replicas (through the compressor
  * under --compress), the communication counted from t0. */
 int pipe_reduce(pipe_engine_t *e, double t0);
+
+/* A head tied to an embedding on another stage (tied.c, Megatron's
+ * embedding group): after the partition, which stages hold the two, and
+ * a refusal under the schedules without a flush; before REDUCE the head's
+ * stage sends the table's gradient it computed to the table's stage, which
+ * adds it; after STEP the table's stage sends the updated table back. */
+int pipe_tied_plan(pipe_engine_t *e);
+int pipe_tied_grads(pipe_engine_t *e);
+int pipe_tied_params(pipe_engine_t *e);
+void pipe_tied_free(pipe_engine_t *e);
+/* The stages holding a model's tied embedding (*table) and head (*head)
+ * under the partition first[G + 1] over P ranks, and the table's floats;
+ * 0 when no tie crosses stages (describe.c counts the two messages). */
+int pipe_tied_stages(const model_t *m, const int *first, int G, int P, int *table, int *head,
+                     size_t *len, size_t *off);
 
 /* The driver's evaluate (report.c): train figures summed over the
  * replicas' last stages, the whole model gathered to rank 0 and evaluated

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "perf/partition.h"
 #include "strategy/pipe/engine.h"
 
 int pipe_partition_parse(const char *text, int *first, int cap) {
@@ -69,8 +70,22 @@ int pipe_check(const train_config_t *c) {
   return 0;
 }
 
+/* A head tied to the embedding on another stage shares the table between
+ * two stages (tied.c), which only the flush schedules can: with P > 1 the
+ * embedding starts the first stage and the head ends the last. */
+static int check_tied_head(const train_config_t *c, const model_t *m) {
+  if (c->pipe.stages <= 1 || !pipe_kind_async((pipe_kind_t)c->pipe.schedule)) return 0;
+  for (int i = 0; i < m->nlayers; i++)
+    if (m->layers[i].spec.kind == LAYER_LMHEAD && m->layers[i].spec.tie)
+      return dt_error("option --pipe-schedule: the head (layer %d) is tied to the embedding (layer "
+                      "%d) on another stage, and only gpipe, 1f1b and interleaved:V share the table "
+                      "between stages (use one of them, or untie the head)", i, m->layers[i].spec.tie - 1);
+  return 0;
+}
+
 int pipe_check_model(const train_config_t *c, const model_t *m) {
   if (!train_pipelined(c)) return 0;
+  DT_TRY(check_tied_head(c, m));
   int P = c->pipe.stages, V = c->pipe.chunks, G = P * V, most = 1024;
   if (m->nlayers > most)
     return dt_error("pipeline: %d layers (at most %d)", m->nlayers, most);
@@ -101,10 +116,33 @@ int pipe_partition_listed(const train_config_t *c) {
   return c->pipe.partition[0] && strcmp(c->pipe.partition, "macs") != 0;
 }
 
+/* --partition balanced: PipeDream's dynamic program (perf/partition.c)
+ * over the measured times, one machine a stage (the grid replicates whole
+ * pipelines), with its transfer term 2 a / B on --net's bandwidth: a cut
+ * where a large activation crosses a slow link costs what it sends. */
+static int partition_balanced(const train_config_t *c, const model_t *m, const double *sec,
+                              int G, int *first) {
+  int n = m->nlayers, micro = c->batch / (c->pipe.micro_batches > 0 ? c->pipe.micro_batches : 1);
+  double *act = malloc((size_t)n * sizeof *act);
+  int *can = calloc((size_t)n + 1, sizeof *can), *cuts = malloc((size_t)n * sizeof *cuts);
+  int rc = act && can && cuts ? 0 : dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < n; i++)
+    act[i] = (double)shape_size(m->layers[i].out_shape) * (micro > 0 ? micro : 1) * sizeof(float);
+  for (int k = 0, nc = rc == 0 ? model_stage_cuts(m, cuts) : 0; k < nc; k++) can[cuts[k]] = 1;
+  partition_problem_t p = {n, sec, act, NULL, can, c->comm == COMM_LOCAL ? c->net.bandwidth : 0};
+  partition_t part;
+  if (rc == 0 && G > PARTITION_MAX_STAGES) rc = model_split_costs(m, G, sec, first); /* past the DP's table */
+  else if (rc == 0 && (rc = partition_stages(&p, G, &part)) == 0)
+    for (int k = 0; k < G; k++) first[k] = part.first[k];
+  free(act), free(can), free(cuts);
+  return rc;
+}
+
 int pipe_partition(const train_config_t *c, const model_t *m, const double *layer_sec, int *first) {
   int G = c->pipe.stages * c->pipe.chunks;
   if (pipe_partition_listed(c)) pipe_partition_parse(c->pipe.partition, first, G);
-  else DT_TRY(model_split_costs(m, G, layer_sec, first));
+  else if (layer_sec) DT_TRY(partition_balanced(c, m, layer_sec, G, first));
+  else DT_TRY(model_split_costs(m, G, NULL, first));
   first[G] = m->nlayers;
   return 0;
 }

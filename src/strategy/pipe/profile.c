@@ -61,5 +61,6 @@ int pipe_profile_layers(model_t *m, int micro, uint64_t seed, double *sec) {
   free(cuts);
   memcpy(m->buffers, keep, m->nbuffers * sizeof(float));
   dt_free(keep);
+  nn_activation_reset_peak(); /* the metrics' peak is training's, not these timings' */
   return rc;
 }

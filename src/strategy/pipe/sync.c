@@ -50,6 +50,7 @@ static int sync_step(pipe_engine_t *e, int64_t k, int m) {
       const stage_t *st = e->chunk[v].st;
       kern_zero(st->param_len, e->w->model->grads + st->param_off);
     }
+    if (e->tie_len && e->s == e->tie_head) kern_zero(e->tie_len, e->w->model->grads + e->tie_off);
     DT_TRY(pipe_execute(e, (pipe_instr_t){PIPE_REDUCE, -1, 0}));
     return pipe_execute(e, (pipe_instr_t){PIPE_STEP, -1, 0});
   }

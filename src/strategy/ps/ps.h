@@ -170,10 +170,19 @@ int ps_server_slice(int k, int K, int T);
 #define PS_TAG_BASE 0x60000
 #define PS_TAG_REQ (PS_TAG_BASE)
 #define PS_TAG_DATA (PS_TAG_BASE + 1)
-#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: an int32, the dead server */
+#define PS_TAG_FAILOVER (PS_TAG_BASE + 2) /* coordinator to workers: int32s, the dead server
+                                          * then each shard's server now (1 + K) */
 #define PS_TAG_REPLY (PS_TAG_BASE + 16)
 #define PS_MAX_INFLIGHT 256
 #define PS_TAG_END (PS_TAG_REPLY + 2 * PS_MAX_INFLIGHT)
+/* --ps-replicas 2: after a death one server may serve several shards of
+ * one request, whose replies would share a tag and cross (a shard's values
+ * are not another's size); each shard's part then has its own reply tags:
+ * request ts's shard k answers on PS_TAG_REPLY_SHARD + 2 (ts' * 64 + k % 64)
+ * (ts' = ts mod PS_MAX_INFLIGHT), distinct for up to 64 shards a server. */
+#define PS_REPLY_SHARDS 64
+#define PS_TAG_REPLY_SHARD (PS_TAG_BASE + 0x1000)
+#define PS_TAG_REPLY_SHARD_END (PS_TAG_REPLY_SHARD + 2 * PS_MAX_INFLIGHT * PS_REPLY_SHARDS)
 #define PS_MAGIC 0x70737231u /* "psr1" */
 
 typedef enum {
@@ -191,9 +200,14 @@ typedef enum {
   PS_OP_REPL_ACK, /* backup to primary: worker `worker`'s push of clock `clock` is held here */
   PS_OP_PING,     /* coordinator to servers: are you alive? */
   PS_OP_PONG,     /* server to coordinator: alive */
-  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, its shard is now yours */
-  PS_OP_LOST_BACKUP, /* coordinator to a primary: your backup, server `clock`, is dead */
+  PS_OP_TAKEOVER, /* coordinator to a backup: server `clock` is dead, shard `epoch` is now
+                   * yours, its new backup server `version` (-1: none) */
+  PS_OP_LOST_BACKUP, /* coordinator to a primary: shard `epoch`'s backup, server `clock`, is
+                      * dead; its new backup is server `version` (-1: none) */
   PS_OP_SERVER_GONE, /* coordinator to the other servers: server `clock` is dead */
+  PS_OP_COPY,     /* primary to a new backup: shard `epoch`'s whole state, `encoded` bytes, follows */
+  PS_OP_COPY_ACK, /* new backup to primary: shard `epoch`'s copy is in place */
+  PS_OP_COORD,    /* a new coordinator to the servers: server `clock` coordinates now */
   PS_OP_COUNT
 } ps_op_t;
 
@@ -311,11 +325,13 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply);
  * returns at once). 1: yes, 0: not yet, -1: failed. */
 int ps_test(ps_client_t *c, int ts);
 int64_t ps_client_version(const ps_client_t *c, int server);
-/* --ps-replicas 2: a shard whose primary dies is served by its backup,
- * the next server. The client listens for the coordinator's notices
- * (PS_TAG_FAILOVER) while it waits on a shard's answer, and sends again
- * to the backup what the dead server did not answer: same request, same
- * clock, so the backup takes a push it already holds only once. timeout:
+/* --ps-replicas 2: a shard whose primary dies is served by its backup.
+ * The client listens for the coordinator's notices (PS_TAG_FAILOVER, from
+ * whichever server coordinates: each shard's server now) while it waits
+ * on a shard's answer, and sends again to the shard's new server what the
+ * dead one did not answer: same request, same clock, so a push already
+ * held is taken only once. Its calls to the coordinator follow shard 0
+ * (the coordinator's standby takes both over). timeout:
  * how long a part may go unanswered (--comm-timeout). */
 int ps_client_set_failover(ps_client_t *c, double timeout);
 /* Takes the coordinator's notices that have come (a worker's last look,

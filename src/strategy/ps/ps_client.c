@@ -14,6 +14,8 @@
 
 typedef struct {
   int server;                 /* world rank */
+  int target;                 /* the rank it was last sent to (server is -1 once lost) */
+  int coord;                  /* a call to the coordinator: it follows shard 0 (ps_replica.c) */
   int shard;                  /* index into the map, or -1 (ps_call) */
   size_t nbytes;              /* values sent (push) or expected (pull, stats) */
   ps_req_t req;
@@ -58,10 +60,12 @@ struct ps_client {
    * per shard whether the copy has been pulled whole yet */
   float *held;
   uint8_t *has_held;
-  /* --ps-replicas 2: servers found dead (their shards served by the next),
-   * the coordinator's notice being received, the wait's limit; counts */
+  /* --ps-replicas 2: servers found dead, the server that serves each
+   * shard now (the coordinator says), its notice being received (the dead
+   * server, then each shard's server), the wait's limit; counts */
   uint8_t *dead;
-  int32_t notice;
+  int *owner;
+  int32_t *notice;
   comm_req_t *notice_req;
   double timeout;
   int64_t acked, resent;
@@ -111,6 +115,8 @@ void ps_client_free(ps_client_t *c) {
   }
   if (c->notice_req) comm_cancel(c->world, c->notice_req);
   free(c->dead);
+  free(c->owner);
+  free(c->notice);
   ef_free(&c->mem);
   dt_free(c->scratch), dt_free(c->decoded), dt_free(c->held);
   free(c->has_held);
@@ -223,13 +229,18 @@ static ps_handle_t *new_handle(ps_client_t *c, int64_t *ts) {
   return h;
 }
 
-static int reply_tag(int64_t ts) { return PS_TAG_REPLY + 2 * (int)(ts % PS_MAX_INFLIGHT); }
+static int reply_tag(const ps_client_t *c, const ps_part_t *p, int64_t ts) {
+  int slot = (int)(ts % PS_MAX_INFLIGHT);
+  if (c->dead && p->shard >= 0) /* --ps-replicas 2: a shard's own tags (ps.h) */
+    return PS_TAG_REPLY_SHARD + 2 * (slot * PS_REPLY_SHARDS + p->shard % PS_REPLY_SHARDS);
+  return PS_TAG_REPLY + 2 * slot;
+}
 
 /* Posts the receives for the answer first, then the request (and the
  * values of a push): the answer can never arrive before its receive. */
 static int part_start(ps_client_t *c, ps_part_t *p, int64_t ts, const void *push_vals) {
   comm_t *w = c->world;
-  int tag = reply_tag(ts);
+  int tag = reply_tag(c, p, ts);
   p->req.magic = PS_MAGIC;
   p->req.worker = c->worker;
   p->req.reply_tag = tag;
@@ -273,7 +284,7 @@ static int start_ranged(ps_client_t *c, int op, size_t begin, size_t count, int 
     ps_part_t *p = &h->parts[h->nparts];
     part_reset(p);
     if (tmpl) p->req = *tmpl;
-    p->server = c->first_server + (c->dead && c->dead[k] ? (k + 1) % m->nservers : k);
+    p->server = p->target = c->first_server + (c->owner ? c->owner[k] : k);
     p->shard = k;
     p->nbytes = ps_values_bytes(hi - lo);
     p->req.op = op;
@@ -340,8 +351,12 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
   ps_part_t *p = &h->parts[h->nparts++];
   part_reset(p);
   p->req = *req;
-  p->server = c->first_server + server;
+  p->server = p->target = c->first_server + server;
   p->shard = -1;
+  /* the coordinator's calls go where shard 0 is served: its standby took both */
+  p->coord = c->owner && server == 0 &&
+             (req->op == PS_OP_NEXT || req->op == PS_OP_STATS || req->op == PS_OP_BYE);
+  if (p->coord) p->server = p->target = c->first_server + c->owner[0];
   p->nbytes = extra_len;
   p->recv_into = extra;
   if (part_start(c, p, ts, NULL) != 0) {
@@ -355,7 +370,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -391,10 +406,15 @@ static int part_wait(ps_client_t *c, ps_part_t *p) {
 static int poll_notice(ps_client_t *c);
 
 int ps_client_set_failover(ps_client_t *c, double timeout) {
+  int K = c->map->nservers;
   c->timeout = timeout;
-  if (!(c->dead = calloc((size_t)c->map->nservers, 1))) return dt_error("out of memory");
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
-                    &c->notice_req);
+  c->dead = calloc((size_t)K, 1);
+  c->owner = malloc((size_t)K * sizeof *c->owner);
+  c->notice = malloc((size_t)(1 + K) * sizeof *c->notice);
+  if (!c->dead || !c->owner || !c->notice) return dt_error("out of memory");
+  for (int k = 0; k < K; k++) c->owner[k] = k;
+  return comm_irecv(c->world, COMM_ANY_SOURCE, PS_TAG_FAILOVER, c->notice,
+                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req);
 }
 
 int ps_client_notices(ps_client_t *c) { return c->notice_req ? poll_notice(c) : 0; }
@@ -411,15 +431,20 @@ static int poll_notice(ps_client_t *c) {
   comm_req_t *r = c->notice_req;
   c->notice_req = NULL;
   DT_TRY(comm_wait(c->world, r));
-  int k = c->notice - (c->first_server - c->map->first_server);
-  if (k >= 0 && k < c->map->nservers && !c->dead[k]) {
-    c->dead[k] = 1;
-    comm_forget(c->world, c->first_server + k);
-    dt_log(DT_LOG_WARN, "worker %d: server %d is dead; its shard is served by server %d now",
-           c->worker, k, (k + 1) % c->map->nservers);
+  int K = c->map->nservers, j = c->notice[0] - (c->first_server - c->map->first_server);
+  if (j >= 0 && j < K && !c->dead[j]) {
+    c->dead[j] = 1;
+    comm_forget(c->world, c->first_server + j);
+    for (int k = 0; k < K; k++) {
+      int o = c->notice[1 + k];
+      if (o < 0 || o >= K || o == c->owner[k]) continue;
+      c->owner[k] = o;
+      dt_log(DT_LOG_WARN, "worker %d: server %d is dead; shard %d is served by server %d now",
+             c->worker, j, k, o);
+    }
   }
-  return comm_irecv(c->world, c->first_server, PS_TAG_FAILOVER, &c->notice, sizeof c->notice,
-                    &c->notice_req);
+  return comm_irecv(c->world, COMM_ANY_SOURCE, PS_TAG_FAILOVER, c->notice, /* from the coordinator, */
+                    (size_t)(1 + K) * sizeof *c->notice, &c->notice_req); /* whichever it is */
 }
 
 /* Whether every message of the part is through: 1 yes, 0 not yet. A
@@ -455,9 +480,9 @@ static int part_answer(const ps_part_t *p) {
 
 /* The same request to the shard's server now: the backup of a dead one. */
 static int part_resend(ps_client_t *c, ps_part_t *p) {
-  int K = c->map->nservers, k = p->shard;
+  int k = p->coord ? 0 : p->shard;
   part_cancel(c, p);
-  p->server = c->first_server + (c->dead[k] ? (k + 1) % K : k);
+  p->server = p->target = c->first_server + c->owner[k];
   c->resent++;
   dt_log(DT_LOG_INFO, "worker %d: %s of shard %d sent again, to server rank %d", c->worker,
          op_name(p->req.op), k, p->server);
@@ -468,11 +493,10 @@ static int part_resend(ps_client_t *c, ps_part_t *p) {
  * that its server is dead (then it goes again, to the backup). */
 static int part_wait_failover(ps_client_t *c, ps_part_t *p) {
   double deadline = dt_now() + c->timeout, pause = 0;
-  int K = c->map->nservers, k = p->shard;
+  int k = p->coord ? 0 : p->shard;
   for (;;) {
     DT_TRY(poll_notice(c));
-    int want = c->first_server + (c->dead[k] ? (k + 1) % K : k);
-    if (p->server != want && c->dead[k]) DT_TRY(part_resend(c, p));
+    if (p->target != c->first_server + c->owner[k]) DT_TRY(part_resend(c, p)); /* it has moved */
     if (part_through(c, p)) return part_answer(p);
     if (dt_now() > deadline)
       return dt_error("server rank %d: no answer to %s of shard %d within %g s (--comm-timeout)",
@@ -489,7 +513,7 @@ int ps_wait(ps_client_t *c, int ts, ps_reply_t *reply) {
   int rc = 0;
   for (int i = 0; i < h->nparts; i++) {
     ps_part_t *p = &h->parts[i];
-    int failover = c->dead && p->shard >= 0;
+    int failover = c->dead && (p->shard >= 0 || p->coord);
     if (rc == 0 && (failover ? part_wait_failover(c, p) : part_wait(c, p)) != 0) {
       rc = -1;
       if (!failover && p->shard >= 0) /* the one copy of the shard is out of reach */

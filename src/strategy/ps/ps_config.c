@@ -118,12 +118,22 @@ static int check_replicas(const train_config_t *c, int workers_known) {
     return dt_error("option --ps-replicas %d: above the %d server%s of --exchange ps:%d (each copy "
                     "of a shard lives on its own server): use ps:%d or more", R, K, K == 1 ? "" : "s",
                     K, R);
-  if (c->ps.kill_server == 0)
-    return dt_error("option --kill-server index=0: server 0 is the coordinator, which is not "
-                    "replicated; stop a server 1..%d", K > 1 ? K - 1 : 1);
-  if (K > 0 && c->ps.kill_server >= K)
-    return dt_error("option --kill-server index=%d: --exchange ps:%d has servers 0..%d", c->ps.kill_server,
-                    K, K - 1);
+  for (int i = 0; i < 2; i++) {
+    int k = i ? c->ps.kill_server2 : c->ps.kill_server;
+    const char *key = i ? "index2" : "index";
+    if (k == 0 && R < 2)
+      return dt_error("option --kill-server %s=0: server 0 is the coordinator, replicated only "
+                      "with --ps-replicas 2; stop a server 1..%d", key, K > 1 ? K - 1 : 1);
+    if (k == 0 && (i == 1 || c->ps.kill_server2 >= 0))
+      return dt_error("option --kill-server: index=0 with index2: the coordinator's standby "
+                      "takes over from server 0 only as the first death; kill server 0 alone");
+    if (k == 0 && ps_pool_schedule(c))
+      return dt_error("option --kill-server index=0: under --schedule %s the coordinator's "
+                      "batches and epochs have no standby yet; use sync or ssp:S",
+                      schedule_name(c->schedule));
+    if (K > 0 && k >= K)
+      return dt_error("option --kill-server %s=%d: --exchange ps:%d has servers 0..%d", key, k, K, K - 1);
+  }
   if (R < 2) return 0;
   if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
     return dt_error("option --ps-replicas %d: not with --schedule %s (its servers keep per-worker "

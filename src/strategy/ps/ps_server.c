@@ -102,7 +102,8 @@ static ps_out_t *free_out(ps_server_t *s) {
 }
 
 static int reply_tag_ok(int tag) {
-  return tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0;
+  return (tag >= PS_TAG_REPLY && tag < PS_TAG_END && (tag - PS_TAG_REPLY) % 2 == 0) ||
+         (tag >= PS_TAG_REPLY_SHARD && tag < PS_TAG_REPLY_SHARD_END && (tag - PS_TAG_REPLY_SHARD) % 2 == 0);
 }
 
 /* Sends the answer (and values) without waiting; the slot it went out
@@ -254,8 +255,9 @@ int ps_server_pull_deferred(const ps_server_t *s, int w) {
 
 void ps_server_tell_servers(ps_server_t *s, int op, int64_t epoch, int64_t clock) {
   ps_req_t req = {.magic = PS_MAGIC, .op = op, .worker = -1, .epoch = epoch, .clock = clock};
-  for (int k = 1; k < s->K; k++)
-    if (!(s->repl.server_dead && s->repl.server_dead[k]) && comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
+  for (int k = 0; k < s->K; k++)
+    if (s->nranks + k != s->rank && !(s->repl.server_dead && s->repl.server_dead[k]) &&
+        comm_send(s->world, s->nranks + k, PS_TAG_REQ, &req, PS_REQ_BYTES) != 0)
       dt_log(DT_LOG_ERROR, "coordinator: telling server %d: %s", k, dt_errmsg());
 }
 
@@ -266,8 +268,8 @@ void ps_server_stop_all(ps_server_t *s) {
 }
 
 void ps_server_set_dead(ps_server_t *s, int w, int dead) {
-  s->workers[w].dead = dead;
-  if (s->repl.hosted) s->repl.hosted->workers[w].dead = dead;
+  ps_server_t *h = s->repl.home ? s->repl.home : s; /* every instance of the rank */
+  for (int i = 0; i < ps_chain_ninstances(h); i++) ps_chain_instance(h, i)->workers[w].dead = dead;
 }
 
 /* ---- pushes and the shard ------------------------------------------------------- */
@@ -389,7 +391,8 @@ void ps_server_flush(ps_server_t *s, int64_t epoch, int64_t pushes) {
   if (!s->rule->pool) return;
   s->epoch.flush = epoch;
   s->epoch.flush_pushes = pushes;
-  if (s->repl.hosted) ps_server_flush(s->repl.hosted, epoch, pushes); /* every shard's pushes are the epoch's */
+  for (int i = 0; i < s->repl.nhosted; i++) /* every shard's pushes are the epoch's */
+    ps_server_flush(s->repl.hosted[i], epoch, pushes);
 }
 
 /* An epoch closes here once this server has every push of it: the rule
@@ -412,7 +415,7 @@ static void progress(ps_server_t *s) {
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -537,9 +540,9 @@ static int gather_part(ps_server_t *s, int src, const ps_req_t *req) {
 
 /* FLUSH, DEAD and STOP come from the coordinator only. */
 static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
-  if (src != s->N || s->index == 0)
+  if (rank_of(s, src) != s->repl.coord_rank || ps_chain_coordinator(s))
     return ps_server_reject(s, src, req, "%s is the coordinator's (rank %d) to send",
-                            op_name(req->op), s->nranks);
+                            op_name(req->op), s->repl.coord_rank);
   if (req->op == PS_OP_STOP) {
     s->stop = 1;
     return 0;
@@ -558,12 +561,18 @@ static int handle_control(ps_server_t *s, int src, const ps_req_t *req) {
  * primary is dead, so such a request makes the backup take over, should
  * the coordinator's word not have come yet). */
 static ps_server_t *instance_for(ps_server_t *s, const ps_req_t *req) {
-  ps_server_t *b = s->repl.hosted;
-  if (!b || (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) || req->begin < b->r.begin ||
-      req->begin >= b->r.end)
-    return s;
-  if (b->repl.is_backup) ps_chain_take_over(b, "a worker sends its requests here");
-  return b;
+  if (req->op == PS_OP_NEXT || req->op == PS_OP_STATS || req->op == PS_OP_BYE) {
+    ps_server_t *c = ps_chain_coordinator(s); /* server 0's own, or its standby's once it died */
+    return c ? c : s;
+  }
+  if (req->op != PS_OP_PUSH && req->op != PS_OP_PULL) return s;
+  for (int i = 0; i < s->repl.nhosted; i++) {
+    ps_server_t *b = s->repl.hosted[i];
+    if (req->begin < b->r.begin || req->begin >= b->r.end) continue;
+    if (b->repl.is_backup) ps_chain_take_over(b, "a worker sends its requests here");
+    return b;
+  }
+  return s;
 }
 
 /* A push whose clock this server has already taken (a worker sending
@@ -582,8 +591,10 @@ static int is_duplicate(ps_server_t *s, int src, const ps_req_t *req) {
 
 /* --kill-server: this server has taken its P-th push. */
 static int kill_due(ps_server_t *s, const ps_req_t *req) {
-  return req->op == PS_OP_PUSH && s->cfg->ps.kill_server == s->index &&
-         ++s->repl.kill_count == s->cfg->ps.kill_server_at;
+  const ps_config_t *p = &s->cfg->ps;
+  if (req->op != PS_OP_PUSH || (p->kill_server != s->index && p->kill_server2 != s->index)) return 0;
+  int64_t at = p->kill_server == s->index ? p->kill_server_at : p->kill_server2_at;
+  return ++s->repl.kill_count == at;
 }
 
 /* Checks who is asking and what, then hands it on. Returns -1 only when
@@ -656,15 +667,15 @@ static progress_mark_t mark(const ps_server_t *s) {
 /* The hosted backup copy: what its rule holds is applied as the
  * primary's was; once it has taken over, its deferred pulls answered. */
 static int advance_hosted(ps_server_t *s) {
-  ps_server_t *b = s->repl.hosted;
-  if (!b) return 0;
-  for (;;) {
-    progress_mark_t before = mark(b);
-    progress(b);
-    if (answer_deferred(b) != 0) return -1;
-    progress_mark_t after = mark(b);
-    if (!memcmp(&before, &after, sizeof before)) return 0;
-  }
+  for (int i = 0; i < s->repl.nhosted; i++)
+    for (ps_server_t *b = s->repl.hosted[i];;) {
+      progress_mark_t before = mark(b);
+      progress(b);
+      if (answer_deferred(b) != 0) return -1;
+      progress_mark_t after = mark(b);
+      if (!memcmp(&before, &after, sizeof before)) break;
+    }
+  return 0;
 }
 
 /* Applies what is ready, closes epochs, answers what has become
@@ -674,7 +685,9 @@ static int advance(ps_server_t *s) {
   for (;;) {
     progress_mark_t before = mark(s);
     progress(s);
-    if (s->coord && ps_coord_check(s) != 0) return -1;
+    ps_server_t *c = ps_chain_coordinator(s);
+    if ((c && ps_coord_check(c) != 0) || ps_chain_watch_coordinator(s) != 0) return -1;
+    if (c && c->stop) s->stop = 1;
     progress(s);
     if (answer_deferred(s) != 0 || advance_hosted(s) != 0) return -1;
     progress_mark_t after = mark(s);
@@ -688,7 +701,7 @@ static int next_request(ps_server_t *s, int *src) {
   if (!s->in_req && comm_irecv(s->world, COMM_ANY_SOURCE, PS_TAG_REQ, &s->in, PS_REQ_BYTES,
                                &s->in_req) != 0)
     return -1;
-  if (s->coord) {
+  if (ps_chain_polls(s)) {
     double pause = 0;
     for (;;) {
       int done = 0;
@@ -716,7 +729,9 @@ static int serve(ps_server_t *s) {
     if (rc > 0) break;
     if (rc != 0) { /* from a rank: a bad message; from nobody: the run is failing */
       if (rank < 0 || ++failures >= MAX_RECV_FAILURES) return dt_error_prefix("server %d: ", s->index);
-      dt_log(DT_LOG_ERROR, "server %d (rank %d): bad message: %s", s->index, s->rank, dt_errmsg());
+      /* a dead server's last message, withdrawn (its ping): nothing wrong here */
+      dt_log(comm_gone(s->world, rank) ? DT_LOG_INFO : DT_LOG_ERROR, "server %d (rank %d): bad "
+             "message: %s", s->index, s->rank, dt_errmsg());
       continue;
     }
     failures = 0;
@@ -725,7 +740,7 @@ static int serve(ps_server_t *s) {
     if (rc == KILLED) return KILLED;
     if (rc != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
     sweep_outbox(s);
-    if (s->repl.hosted) sweep_outbox(s->repl.hosted);
+    for (int i = 0; i < s->repl.nhosted; i++) sweep_outbox(s->repl.hosted[i]);
   }
   return 0;
 }
@@ -891,27 +906,41 @@ static void withdraw_outbox(ps_server_t *s) {
  * rank's thread ends at once: nothing is answered, said or waited for,
  * what it had posted is withdrawn (as the transport does for a rank that
  * ends), and its memory is freed only so that leak checkers stay quiet. */
-static int die(ps_server_t *s, ps_server_t *b) {
+static int die(ps_server_t *s) {
   dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly at its push %lld (--kill-server)",
          s->index, s->rank, (long long)s->repl.kill_count);
   if (s->cfg->comm == COMM_MPI) raise(SIGKILL);
-  withdraw_outbox(s);
-  if (b) withdraw_outbox(b);
+  for (int i = 0; i < ps_chain_ninstances(s); i++) withdraw_outbox(ps_chain_instance(s, i));
   return 0;
 }
 
+int ps_server_new_instance(const ps_server_t *s, int index, ps_server_t **out) {
+  ps_server_t *b = calloc(1, sizeof *b);
+  if (!b) return dt_error("out of memory");
+  *out = b;
+  return setup(b, s->world, s->cfg, s->nranks, s->repl.train, index);
+}
+
+void ps_server_free_instance(ps_server_t *b) {
+  if (!b) return;
+  teardown(b);
+  free(b);
+}
+
 int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const dataset_t *train) {
-  ps_server_t s, b;
+  ps_server_t s, *b = NULL;
   memset(&s, 0, sizeof s);
-  memset(&b, 0, sizeof b);
   int K = ps_nservers(cfg, nworkers), me = comm_rank(world) - nworkers;
   int rc = setup(&s, world, cfg, nworkers, train, me);
-  if (rc == 0 && cfg->ps.replicas > 1) rc = setup(&b, world, cfg, nworkers, train, (me + K - 1) % K);
-  if (rc == 0) rc = ps_chain_setup(&s, cfg->ps.replicas > 1 ? &b : NULL);
+  s.repl.train = train;
+  if (rc == 0 && cfg->ps.replicas > 1) rc = ps_server_new_instance(&s, (me + K - 1) % K, &b);
+  if (rc == 0) rc = ps_chain_setup(&s, b, train);
+  else ps_server_free_instance(b); /* not yet the rank's */
   if (rc == 0) rc = serve(&s);
-  if (rc == KILLED) rc = die(&s, cfg->ps.replicas > 1 ? &b : NULL);
+  if (rc == KILLED) rc = die(&s);
   else if (rc == 0) ps_chain_report(&s);
-  teardown(&b);
+  for (int i = 0; i < s.repl.nhosted; i++) ps_server_free_instance(s.repl.hosted[i]);
+  free(s.repl.hosted);
   teardown(&s);
   return rc;
 }

@@ -152,12 +152,26 @@ struct ps_server {
   size_t encoded_cap;
   float *mirror_scratch;     /* --compress-pulls: 2 len floats (mirror_encode's) */
   /* ps_replica.c: chain replication. Shard k's primary is server k, its
-   * backup server k + 1 (mod K), so a server rank runs two instances: its
-   * own shard, and `hosted`, the backup copy of the shard before it,
-   * which replays the pushes its primary forwards and takes over when
-   * that primary dies. */
+   * backup server k + 1 (mod K), so a server rank runs at least two
+   * instances: its own shard, and in `hosted` the backup copy of the shard
+   * before it, which replays the pushes its primary forwards and takes
+   * over when that primary dies; after a death a rank may be made the
+   * backup of more shards (a copy of the primary's state, appended). */
   struct {
-    ps_server_t *hosted;     /* the rank's primary: its backup instance (NULL: none) */
+    ps_server_t **hosted;    /* the rank's own instance: its other instances [nhosted] */
+    int nhosted, cap_hosted;
+    ps_server_t *home;       /* the rank's own instance (itself, or the one hosting this) */
+    const dataset_t *train;  /* what a new instance is built from */
+    int copying;             /* a primary: its state is on its way to a new backup; acks wait */
+    uint8_t *copy_buf;       /* ... the state as sent (kept until the next copy) */
+    comm_req_t *copy_req[2];
+    ps_req_t copy_msg;
+    int *owner, *backup;     /* the coordinator: [K] each shard's primary and backup server (-1: none) */
+    uint8_t *ready;          /* the coordinator: [K] the shard's backup holds its copy (COPY_ACK) */
+    int primary_failed;      /* a backup: a forward's values never came; its primary is taken as dead */
+    int coord_rank;          /* the rank's own instance: the coordinator's world rank (server 0's,
+                              * then its standby's once it has died) */
+    double coord_heard;      /* ... when the coordinator last pinged this rank */
     int is_backup;           /* this instance is a backup copy, not serving workers */
     int took_over;           /* a backup that became the primary: its dead primary's last pushes come again */
     int backup_rank;         /* a primary: its backup's world rank (-1: none, or lost) */
@@ -167,6 +181,7 @@ struct ps_server {
     int stored;              /* the push being handled was received (forward it) */
     int64_t received, duplicates, kill_count;
     uint64_t bytes_sent;     /* forwards and acknowledgements, as the transport counted them */
+    uint64_t copy_bytes;     /* state copies to new backups (after deaths only), as counted */
     uint8_t *server_dead;    /* the coordinator: [K] servers found dead */
     double *server_heard;    /* the coordinator: [K] when each last answered a ping */
     double next_ping;
@@ -233,7 +248,7 @@ void ps_server_set_dead(ps_server_t *s, int w, int dead);
 void ps_server_stop_all(ps_server_t *s);
 
 /* ---- ps_replica.c: chain replication ------------------------------------------------ */
-int ps_chain_setup(ps_server_t *s, ps_server_t *hosted);
+int ps_chain_setup(ps_server_t *s, ps_server_t *hosted, const dataset_t *train);
 void ps_chain_teardown(ps_server_t *s);
 /* The rank's chain requests (REPL, REPL_ACK, PING, PONG, TAKEOVER,
  * LOST_BACKUP); src: the server's source id. */
@@ -255,7 +270,19 @@ void ps_chain_lost_backup(ps_server_t *s);
  * shard to its backup and tells the workers. -1: the run cannot go on. */
 int ps_chain_watch(ps_server_t *s);
 void ps_chain_report(const ps_server_t *s);
-/* ps_server.c, for ps_replica.c */
+/* The rank's instance that coordinates (NULL: none); whether the rank
+ * polls (it coordinates, or stands by to); the standby's watch: server 0
+ * silent, it takes over as the coordinator. */
+ps_server_t *ps_chain_coordinator(ps_server_t *s);
+int ps_chain_polls(ps_server_t *s);
+int ps_chain_watch_coordinator(ps_server_t *s);
+/* Every instance of this rank: its own (i = 0), then those it hosts. */
+ps_server_t *ps_chain_instance(ps_server_t *s, int i);
+int ps_chain_ninstances(const ps_server_t *s);
+/* ps_server.c, for ps_replica.c: a new instance of shard `index` on this
+ * rank, built as at the start (its state is then copied over it). */
+int ps_server_new_instance(const ps_server_t *s, int index, ps_server_t **out);
+void ps_server_free_instance(ps_server_t *b);
 int ps_server_send_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep);
 int ps_server_rank_of(const ps_server_t *s, int id);
 

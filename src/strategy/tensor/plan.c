@@ -8,7 +8,11 @@
  * channels then input channels, with pooling allowed between them too (it
  * works channel by channel). Anything else between two layers (batch norm,
  * a flatten, a layer of the other kind) ends the chain; a layer left
- * without a partner stays whole on every rank (replicated). */
+ * without a partner stays whole on every rank (replicated). On a
+ * transformer (issue 34) two linear layers pair the same way through a
+ * gelu (the MLP), and an attention layer is a pair of its own, split by
+ * heads (its fused QKV by columns, its projection by rows); embeddings,
+ * layer norms, adds and the head stay replicated. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,18 +20,36 @@
 
 static int elementwise(layer_kind_t k, layer_kind_t pair) {
   return k == LAYER_RELU || k == LAYER_TANH || k == LAYER_SIGMOID || k == LAYER_DROPOUT ||
-         (pair == LAYER_CONV2D && (k == LAYER_MAXPOOL || k == LAYER_AVGPOOL));
+         (pair == LAYER_CONV2D && (k == LAYER_MAXPOOL || k == LAYER_AVGPOOL)) ||
+         (pair == LAYER_LINEAR && k == LAYER_GELU);
 }
 
-static int width(const layer_spec_t *l) { return l->kind == LAYER_DENSE ? l->units : l->filters; }
+static int width(const layer_spec_t *l) { return l->kind == LAYER_CONV2D ? l->filters : l->units; }
 
 /* What width() counts, in the number's grammar. */
 static const char *width_unit(const layer_spec_t *l) {
-  if (l->kind == LAYER_DENSE) return width(l) == 1 ? "output feature" : "output features";
+  if (l->kind != LAYER_CONV2D) return width(l) == 1 ? "output feature" : "output features";
   return width(l) == 1 ? "filter" : "filters";
 }
 
 static int split_rows(model_spec_t *spec, int i, int file);
+
+/* Megatron's attention: split by heads (each rank its heads' columns of
+ * q, k and v, those rows of the projection), so tp must divide them. */
+static int split_heads(model_spec_t *spec, layer_spec_t *l, int tp) {
+  if (tp <= 1) return 0;
+  if (l->heads % tp != 0) {
+    char fits[96] = "";
+    for (int d = 1; d <= l->heads; d++)
+      if (l->heads % d == 0)
+        snprintf(fits + strlen(fits), sizeof fits - strlen(fits), "%s%d", fits[0] ? ", " : "", d);
+    return dt_error("option --tp %d: the attention layer on line %d of %s has %d heads, which "
+                    "%d ranks cannot share (tensor parallelism splits attention by heads: use "
+                    "--tp %s)", tp, l->line, spec->source, l->heads, tp, fits);
+  }
+  l->split = SPLIT_COLUMN;
+  return 0;
+}
 
 static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   int col = -1, n = 0;
@@ -40,7 +62,12 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
       n++, col = -1;
       continue;
     }
-    if (l->kind == LAYER_DENSE || (l->kind == LAYER_CONV2D && !dense_only)) {
+    if (l->kind == LAYER_ATTENTION && !dense_only) {
+      if (split_heads(spec, l, tp) != 0) return -1;
+      n++, col = -1;
+      continue;
+    }
+    if (l->kind == LAYER_DENSE || (!dense_only && (l->kind == LAYER_CONV2D || l->kind == LAYER_LINEAR))) {
       if (col >= 0 && chained && spec->layers[col].kind == l->kind) {
         const layer_spec_t *c = &spec->layers[col];
         if (width(c) < tp)
@@ -62,8 +89,9 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
   if (n == 0 && tp > 1)
     return dt_error("option --tp %d: %s has no pair of layers to split (tensor parallelism "
                     "splits a dense layer followed, through relu, tanh, sigmoid or dropout only, "
-                    "by another, and likewise two conv2d layers, pooling allowed between, and "
-                    "local2d layers by rows; batchnorm and flatten layers are not split): use "
+                    "by another, and likewise two conv2d layers, pooling allowed between, two "
+                    "linear layers, gelu allowed between, attention by heads, and local2d "
+                    "layers by rows; batchnorm and flatten layers are not split): use "
                     "--tp 1", tp, spec->source);
   return 0;
 }

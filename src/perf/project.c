@@ -1,0 +1,337 @@
+/* The projection: the data-parallel strategies' step at 8 ... 1024
+ * workers on a described cluster (cluster_file.c), in the manner of the
+ * simulator but closed-form where the simulator would walk every rank:
+ *
+ * - a worker's compute: each layer's forward and backward either measured
+ *   here (perf_compute_measure) and divided by the group's speed, or
+ *   projected from its multiply-adds (2 FLOPs each; backward twice the
+ *   forward's) at the device's FLOP/s times its efficiency, or from the
+ *   bytes it moves at the memory bandwidth where that takes longer (a
+ *   roofline); the update from the bytes the optimizer moves;
+ * - the exchange: the gradients fused into buckets (Horovod's tensor
+ *   fusion) in backward order, each sent once its layers' backward has run
+ *   and the previous bucket is done, so communication overlaps backward as
+ *   Horovod's does; each bucket costs its algorithm's steps on the links
+ *   they cross (perf_proj_exchange_sec); the parameter servers take the
+ *   whole gradient after backward, as dtrain's synchronous ps does;
+ * - GPipe across each host's ranks, the replicas' ring across hosts
+ *   (gpipe_sec);
+ * - a synchronous step waits for its slowest rank (a slower group, a
+ *   --straggler).
+ * Scaling efficiency: samples/s at n workers over n times one worker's
+ * alone (no exchange). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf/project.h"
+
+static const char *const NAMES[PROJ_COUNT] = {
+    "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
+    "ps:1 (one server)", "gpipe pp=host x dp (ring)"};
+
+const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
+
+static int ceil_lg(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return l;
+}
+
+/* One step of `bytes` on a link, `share` senders of a host crossing its
+ * NIC at once. */
+static double hop(perf_link_t l, double bytes, double share) { return l.alpha + bytes * share / l.beta; }
+
+double perf_proj_exchange_sec(proj_strategy_t s, int P, int per_host, double S, perf_link_t intra,
+                              perf_link_t inter) {
+  if (P <= 1 && s != PROJ_PS_ONE) return 0;
+  int g = per_host < P ? per_host : P, H = (P + g - 1) / g, multi = H > 1;
+  perf_link_t far = multi ? inter : intra; /* the link a step between hosts takes */
+  double t = 0;
+  switch (s) {
+  case PROJ_RING: /* 2(P - 1) steps of S / P; one rank of a host sends across at a time */
+    return 2.0 * (P - 1) * hop(far, S / P, 1);
+  case PROJ_RHD: { /* Rabenseifner: halving, then doubling; a fold in and out past 2^k */
+    int pof2 = 1 << (ceil_lg(P + 1) - 1);
+    if (pof2 < P) t += 2 * hop(far, S, 1);
+    double part = S;
+    for (int d = pof2 / 2; d >= 1; d /= 2) { /* partner at distance d: across hosts when d >= g */
+      part /= 2;
+      int across = multi && d >= g;
+      t += 2 * hop(across ? inter : intra, part, across ? g : 1);
+    }
+    return t;
+  }
+  case PROJ_TREE: /* binomial reduce, then broadcast: the whole S each level, one sender a host */
+    for (int d = 1; d < P; d *= 2) t += 2 * hop(multi && d >= g ? inter : intra, S, 1);
+    return t;
+  case PROJ_HIER: /* ring reduce-scatter in the host, g rings across hosts on one NIC, allgather */
+    t = 2.0 * (g - 1) * hop(intra, S / g, 1);
+    return t + 2.0 * (H - 1) * hop(inter, S / g / H, g);
+  case PROJ_PS_SHARDED: { /* each rank serves 1/P: pushes and pulls the other P - 1 shares */
+    double in_host = S * (g - 1) / P / intra.beta, across = multi ? g * S * (P - g) / P / inter.beta : 0;
+    double a = (P - 1) * (multi ? inter.alpha : intra.alpha);
+    return 2 * (a + (in_host > across ? in_host : across));
+  }
+  case PROJ_PS_ONE: /* the server's link takes P pushes, then sends P pulls, one at a time */
+    return 2.0 * P * hop(multi || P >= per_host ? inter : intra, S, 1);
+  case PROJ_GPIPE: /* not an exchange of its own: the ring across the replicas */
+  default:
+    return 0;
+  }
+}
+
+/* ---- a worker's compute ----------------------------------------------- */
+
+/* Multiply-adds a sample of layer l costs forward. */
+static double layer_macs(const model_t *m, const layer_t *l) {
+  double w = (double)l->nweight, T = m->positions > 0 ? m->positions : 1;
+  switch (l->spec.kind) {
+  case LAYER_DENSE: case LAYER_LOCAL2D: return w;
+  case LAYER_CONV2D: return w * l->out_shape.h * l->out_shape.w;
+  case LAYER_LINEAR: case LAYER_LMHEAD: case LAYER_LSTM: return w * T;
+  case LAYER_ATTENTION: return w * T + 2.0 * T * (double)shape_size(l->out_shape); /* QK^T, AV */
+  default: return 0;
+  }
+}
+
+static int state_arenas(const optim_config_t *oc) {
+  optimizer_t *o;
+  if (!oc || optim_new(oc, 1, &o) != 0) return 1;
+  int n = o->nstate;
+  optim_free(o);
+  return n;
+}
+
+/* A worker's forward, backward per layer and update on a device of group g. */
+typedef struct {
+  double *fwd, *bwd, update;
+} dev_times_t;
+
+static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t *pc, int batch,
+                         int nstate, dev_times_t *w) {
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    if (g->speed > 0) {
+      w->fwd[i] = perf_layer_sec(pc, i, batch, 0) / g->speed;
+      w->bwd[i] = perf_layer_sec(pc, i, batch, 1) / g->speed;
+      continue;
+    }
+    double flop = 2.0 * layer_macs(m, l) * batch / (g->flops * g->efficiency);
+    double bytes = 4.0 * ((double)(shape_size(l->in_shape) + shape_size(l->out_shape)) * batch +
+                          (double)l->param_len);
+    double mem = bytes / g->memory_bandwidth;
+    w->fwd[i] = flop > mem ? flop : mem;
+    w->bwd[i] = 2 * w->fwd[i];
+  }
+  if (g->speed > 0) w->update = pc->update_sec * (double)m->nparams / g->speed;
+  else w->update = 4.0 * (3 + 2 * nstate) * (double)m->nparams / g->memory_bandwidth;
+}
+
+/* ---- the step ----------------------------------------------------------- */
+
+typedef struct {
+  double fwd, bwd, update;   /* the slowest rank's */
+  const double *lf, *lb;     /* its layers' forward and backward */
+  const model_t *m;
+  double *ready;             /* [nbuckets] when a bucket's gradients are all computed */
+  double *bytes;             /* [nbuckets] */
+  int nbuckets;
+} plan_t;
+
+/* Buckets in backward order: layers from the last, closed at bucket_bytes. */
+static int make_buckets(const model_t *m, const double *bwd, double fwd_total, double bucket,
+                        plan_t *p) {
+  p->ready = calloc((size_t)m->nlayers + 1, sizeof *p->ready);
+  p->bytes = calloc((size_t)m->nlayers + 1, sizeof *p->bytes);
+  if (!p->ready || !p->bytes) return dt_error("out of memory");
+  double t = fwd_total, acc = 0;
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    t += bwd[i];
+    acc += 4.0 * (double)m->layers[i].param_len;
+    if (acc > 0 && (acc >= bucket || i == 0)) {
+      p->ready[p->nbuckets] = t, p->bytes[p->nbuckets++] = acc;
+      acc = 0;
+    }
+  }
+  return 0;
+}
+
+/* GPipe over the g ranks of a host (M = 4g micro-batches of a replica's
+ * batch of g workers' samples, so a rank sees a worker's samples a step),
+ * its layers cut where the running time crosses each g-th of the total;
+ * a micro-batch's pass takes its stage's time x g / M (time linear in
+ * samples); the boundary's activations and gradients on the intra link; then
+ * the replicas (one a host) ring-allreduce the gradients across hosts, every
+ * stage at once on the host's NIC, after backward; each rank updates its
+ * stage. (M + g - 1) slots of the slowest stage or boundary: GPipe's bubble. */
+static double gpipe_sec(const plan_t *p, int P, int per_host, double batch, perf_link_t intra,
+                        perf_link_t inter) {
+  int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, dp = P / g;
+  if (g < 2 || L < g) return INFINITY; /* no pipeline to make */
+  double total = p->fwd + p->bwd, run = 0, stage = 0, worst = 0, slot_bytes = 0;
+  int cut = 1;
+  for (int i = 0; i < L; i++) {
+    double t = p->lf[i] + p->lb[i];
+    if (i > 0 && cut < g && run + t / 2 > total * cut / g) { /* a boundary before layer i */
+      worst = stage > worst ? stage : worst, stage = 0, cut++;
+      double b = 4.0 * (double)shape_size(p->m->layers[i].in_shape) * batch * g / M;
+      slot_bytes = b > slot_bytes ? b : slot_bytes;
+    }
+    run += t, stage += t;
+  }
+  worst = stage > worst ? stage : worst;
+  double slot = worst * g / M, move = 2 * hop(intra, slot_bytes, 1);
+  double pipe = (M + g - 1) * (slot > move ? slot : move);
+  double grads = 4.0 * (double)p->m->nparams; /* every stage's, through the host's one NIC */
+  double ring = dp > 1 ? 2.0 * (dp - 1) * hop(inter, grads / dp, 1) : 0;
+  return pipe + ring + p->update / g;
+}
+
+static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, double batch,
+                       perf_link_t intra, perf_link_t inter) {
+  double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
+  if (P == 1) return compute_end + p->update;
+  if (s == PROJ_GPIPE) return gpipe_sec(p, P, per_host, batch, intra, inter);
+  if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
+    double total = 0;
+    for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
+    return compute_end + perf_proj_exchange_sec(s, P, per_host, total, intra, inter) + p->update;
+  }
+  for (int b = 0; b < p->nbuckets; b++) {
+    double start = p->ready[b] > link_free ? p->ready[b] : link_free;
+    link_free = start + perf_proj_exchange_sec(s, P, per_host, p->bytes[b], intra, inter);
+  }
+  return (link_free > compute_end ? link_free : compute_end) + p->update;
+}
+
+static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
+  model_spec_t spec;
+  DT_TRY(model_spec_load(o->model, &spec));
+  shape_t in = spec.input.c > 0 ? spec.input : o->input;
+  int seq = spec.nlayers > 0 && spec.layers[0].kind == LAYER_EMBEDDING;
+  if (seq) in = (shape_t){1, 1, o->seq_len};
+  int classes = o->nclasses > 0 ? o->nclasses : seq ? 256 : 10; /* bytes; the image sets' */
+  int rc = model_build(&spec, in, classes, batch, m);
+  model_spec_free(&spec);
+  return rc;
+}
+
+/* A rank's bytes as memory.c counts them (parameters, gradients, the
+ * optimizer's state, buffers; each layer's output and its gradient, its
+ * scratch, the batch's inputs), as fixed + per_sample x batch. */
+static void memory_bytes(const model_t *m, int nstate, double *fixed, double *per_sample) {
+  double acts = (double)m->nclasses;
+  for (int i = 0; i < m->nlayers; i++)
+    acts += 2.0 * (double)shape_size(m->layers[i].out_shape) +
+            (double)m->layers[i].scratch_len / (m->max_batch > 0 ? m->max_batch : 1);
+  acts += (double)shape_size(m->input) + 1;
+  *fixed = 4.0 * ((2.0 + nstate) * (double)m->nparams + (double)m->nbuffers);
+  *per_sample = 4.0 * acts;
+}
+
+/* The slowest rank among the first P: its compute, and its group's. */
+static void slowest(const perf_cluster_file_t *c, const double *group_step, int P,
+                    const perf_proj_opts_t *o, int *gi, double *mult) {
+  *gi = 0, *mult = 1;
+  double worst = -1;
+  for (int g = 0, first = 0; g < c->ngroups && first < P; g++) {
+    double t = group_step[g];
+    if (t > worst) worst = t, *gi = g;
+    first += c->group[g].hosts * c->group[g].ranks_per_host;
+  }
+  if (o->straggler_rank >= 0 && o->straggler_rank < P && o->straggler_slowdown > 1) {
+    const perf_group_t *sg = perf_cluster_file_group(c, o->straggler_rank);
+    int k = (int)(sg - c->group);
+    if (group_step[k] * o->straggler_slowdown > worst) *gi = k, *mult = o->straggler_slowdown;
+  }
+}
+
+int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int from, int to,
+                 perf_projection_t *out) {
+  double t0 = dt_now();
+  memset(out, 0, sizeof *out);
+  int measured = 0;
+  for (int g = 0; g < c->ngroups; g++) measured |= c->group[g].speed > 0;
+  for (int g = 0; g < c->ngroups; g++) out->projected |= !(c->group[g].speed > 0);
+  model_t *m = NULL;
+  DT_TRY(build(o, measured ? o->batch : 1, &m));
+  int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
+  perf_compute_t pc = {0};
+  if (measured) {
+    model_init_params(m, 1);
+    rc = perf_compute_measure(m, o->optim, &o->batch, 1, &pc);
+  }
+  /* per group: forward and backward per layer; then each group's step; then
+   * the slowest rank's backward and forward per layer, scaled */
+  double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups + 2 * L) + 1, sizeof *buf);
+  dev_times_t *w = calloc((size_t)c->ngroups, sizeof *w);
+  if (rc == 0 && (!buf || !w)) rc = dt_error("out of memory");
+  double *group_step = buf ? buf + 2 * L * c->ngroups : NULL;
+  double *bw = buf ? group_step + c->ngroups : NULL, *fw = bw ? bw + L : NULL;
+  for (int g = 0; rc == 0 && g < c->ngroups; g++) {
+    w[g].fwd = buf + 2 * L * g, w[g].bwd = buf + 2 * L * g + L;
+    worker_times(&c->group[g], m, &pc, o->batch, nstate, &w[g]);
+    for (int i = 0; i < L; i++) group_step[g] += w[g].fwd[i] + w[g].bwd[i];
+    group_step[g] += w[g].update;
+  }
+  perf_link_t inter = c->inter;
+  if (o->net_bandwidth > 0) inter.beta = o->net_bandwidth;
+  if (o->net_latency > 0) inter.alpha = o->net_latency;
+  out->grad_bytes = 4.0 * (double)m->nparams;
+  out->one_worker_sec = rc == 0 ? group_step[0] : 0;
+  out->compute_sec = out->one_worker_sec;
+  memory_bytes(m, nstate, &out->mem_fixed, &out->mem_per_sample);
+  double mem = out->mem_fixed + out->mem_per_sample * o->batch;
+  for (int g = 0; g < c->ngroups; g++)
+    if (c->group[g].memory > 0 && (!out->mem_limit || c->group[g].memory < out->mem_limit))
+      out->mem_limit = c->group[g].memory;
+  for (int P = from; rc == 0 && P <= to && out->nrows < 16; P *= 2) {
+    perf_proj_row_t *row = &out->row[out->nrows++];
+    row->workers = P, row->memory_bytes = mem, row->fits = 1;
+    for (int r = 0, g = 0; g < c->ngroups && r < P; r += c->group[g].hosts * c->group[g].ranks_per_host, g++)
+      if (c->group[g].memory > 0 && mem > c->group[g].memory) row->fits = 0;
+    int gi;
+    double mult;
+    slowest(c, group_step, P, o, &gi, &mult);
+    double fwd = 0, bwd = 0;
+    for (int i = 0; i < L; i++) fwd += w[gi].fwd[i] * mult, bwd += w[gi].bwd[i] * mult;
+    for (int i = 0; i < L; i++) bw[i] = w[gi].bwd[i] * mult;
+    for (int i = 0; i < L; i++) fw[i] = w[gi].fwd[i] * mult;
+    plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m};
+    rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
+    for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
+      double t = step_sec(&p, s, P, c->group[0].ranks_per_host, o->batch, c->intra, inter);
+      row->step_sec[s] = t;
+      row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * P / t : NAN;
+      row->efficiency[s] = isfinite(t) ? out->one_worker_sec / t : NAN;
+    }
+    free(p.ready), free(p.bytes);
+  }
+  free(buf), free(w);
+  perf_compute_free(&pc);
+  model_free(m);
+  out->seconds = dt_now() - t0;
+  return rc;
+}
+
+void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t *c, FILE *out) {
+  fprintf(out, "# %s: %d hosts, %d ranks; a worker's step alone %.4g s (%s); gradients %.4g MB\n",
+          c->name, c->nhosts, c->nranks, p->one_worker_sec,
+          p->projected ? "projected: FLOP/s x efficiency, not measured" : "measured here / speed",
+          p->grad_bytes / 1e6);
+  fprintf(out, "%-8s %-30s %12s %14s %11s %10s\n", "workers", "strategy", "step_ms", "samples/s",
+          "efficiency", "mem_MiB");
+  for (int k = 0; k < p->nrows; k++)
+    for (int s = 0; s < PROJ_COUNT; s++) {
+      const perf_proj_row_t *r = &p->row[k];
+      if (!isfinite(r->step_sec[s])) { /* gpipe: a host has more ranks than the model layers */
+        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  fewer layers than a host's ranks\n",
+                r->workers, perf_proj_name(s), "-", "-", "-", "-");
+        continue;
+      }
+      fprintf(out, "%-8d %-30s %12.3f %14.1f %10.1f%% %10.1f%s\n", r->workers, perf_proj_name(s),
+              1e3 * r->step_sec[s], r->samples_per_sec[s], 100 * r->efficiency[s],
+              r->memory_bytes / (1024.0 * 1024.0), r->fits ? "" : "  does not fit");
+    }
+}

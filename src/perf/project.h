@@ -1,0 +1,98 @@
+/* The projection (issue 33): a cluster described in a file (cluster_file.c)
+ * and the data-parallel strategies' step on it at 8 ... 1024 workers
+ * (project.c), printed and drawn (src/report/plan_plot.c). Apart from
+ * perf.h because it plans for ranks that are not on this machine: a
+ * device here is either this CPU at a relative speed (its layers measured
+ * here) or a device described by its FLOP/s and memory bandwidth
+ * (projected: nothing of it is measured). */
+#ifndef DTRAIN_PERF_PROJECT_H
+#define DTRAIN_PERF_PROJECT_H
+
+#include <stdio.h>
+
+#include "perf/perf.h"
+
+#define PERF_MAX_GROUPS 16
+
+/* Hosts alike: how many, ranks on each, each rank's device and memory. */
+typedef struct {
+  int hosts, ranks_per_host;
+  char device[64];           /* its name, for the output */
+  double speed;              /* > 0: this machine's measured time / speed; 0: projected */
+  double flops, efficiency;  /* projected: peak FLOP/s, the fraction a layer's GEMMs reach */
+  double memory_bandwidth;   /* projected: bytes/s (the layers without weights, the update) */
+  double memory;             /* bytes a rank may hold (0: not limited) */
+} perf_group_t;
+
+typedef struct perf_cluster_file {
+  char name[64];
+  int ngroups, nhosts, nranks;
+  perf_group_t group[PERF_MAX_GROUPS];
+  perf_link_t intra, inter;  /* alpha: latency (s), beta: bytes/s; inter: a host's one NIC */
+} perf_cluster_file_t;
+
+/* The cluster file's JSON (docs/CLUSTER_FILE.md) from [s, s + len) read
+ * from `source`: a malformed one is one line naming the key. */
+int perf_cluster_file_parse(const char *s, size_t len, const char *source, perf_cluster_file_t *c);
+int perf_cluster_file_load(const char *path, perf_cluster_file_t *c);
+/* The group rank r is in (ranks numbered host by host, group by group). */
+const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r);
+
+/* ---- project.c -------------------------------------------------------- */
+
+/* The strategies projected: data parallelism with each exchange, and
+ * GPipe across a host's ranks with data parallelism across hosts. */
+typedef enum {
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_GPIPE, PROJ_COUNT
+} proj_strategy_t;
+const char *perf_proj_name(proj_strategy_t s);
+
+/* Seconds one allreduce (or server exchange) of `bytes` takes among the
+ * first P ranks of the cluster: hosts of `per_host` ranks, the links
+ * intra and inter (inter: the host's one NIC, shared by its ranks that
+ * cross at once). PROJ_PS_ONE: a server rank of its own on a host of its
+ * own, its link taking the P pushes and P pulls in turn. */
+double perf_proj_exchange_sec(proj_strategy_t s, int P, int per_host, double bytes,
+                              perf_link_t intra, perf_link_t inter);
+
+typedef struct {
+  const char *model;         /* name or path (model_spec_load) */
+  int batch, nclasses;       /* per worker; the classes, a sequence model's vocabulary (0: 10, 256) */
+  shape_t input;             /* used when the spec has no `input shape=` */
+  int seq_len;               /* a sequence model's tokens a sample (its input 1x1xT) */
+  double bucket_bytes;       /* gradients fused into buckets this large (Horovod: 64 MiB) */
+  int straggler_rank;        /* -1: none */
+  double straggler_slowdown;
+  double net_latency, net_bandwidth; /* --net: between hosts, in place of the file's (0: the file's) */
+  const optim_config_t *optim;
+} perf_proj_opts_t;
+
+/* One worker count's figures per strategy. */
+typedef struct {
+  int workers;
+  double step_sec[PROJ_COUNT], samples_per_sec[PROJ_COUNT], efficiency[PROJ_COUNT];
+  double memory_bytes;       /* a rank's (data parallel: the same for every strategy) */
+  int fits;                  /* memory_bytes within every rank's memory */
+} perf_proj_row_t;
+
+typedef struct {
+  int nrows;
+  perf_proj_row_t row[16];
+  double one_worker_sec;     /* the step on one rank alone: the efficiency's yardstick */
+  double compute_sec;        /* a worker's forward, backward and update */
+  double grad_bytes;
+  double mem_fixed, mem_per_sample; /* a rank's bytes: fixed + per_sample x batch */
+  double mem_limit;          /* the least memory_per_rank among the groups (0: none limited) */
+  int projected;             /* a device is described by FLOP/s, not measured here */
+  double seconds;            /* the projection's own wall time */
+} perf_projection_t;
+
+/* The search at each worker count from..to (doubling) on the cluster. */
+int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int from, int to,
+                 perf_projection_t *out);
+void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t *c, FILE *out);
+/* plan_plot.c: the page (SVG charts in HTML, as the compare report). */
+int perf_projection_html(const perf_projection_t *p, const perf_cluster_file_t *c,
+                         const char *model, const char *path);
+
+#endif

@@ -1,0 +1,104 @@
+#!/bin/sh
+# dtrain plan --cluster (src/perf/cluster_file.c, project.c,
+# src/report/plan_plot.c): the projection of mlp onto a described cluster
+# at 8 ... 1024 workers (its table, its page rendered in headless Chromium
+# with no console error and both charts), --net and --straggler taking
+# effect, the option refusals, and bad input: malformed cluster files, more
+# workers than the cluster has, a memory no batch fits: one line naming the
+# key or constraint, exit 2.
+. tests/lib.sh
+C=docs/clusters/this-machine-4x8.json
+PROJ="$DTRAIN plan --cluster $C --model mlp --batch 32"
+
+# ---- the projection: 8 counts x 7 strategies, efficiencies in [0, 100]% (ps:1 at 1024: 0.0 as printed) --
+$PROJ --project 8:1024 --plot "$TMP/p.html" >"$TMP/p.txt" 2>"$TMP/p.err"
+check plan_project_runs grep -q "projected 8 worker counts x 7 strategies" "$TMP/p.err"
+# mlp has fewer layers than a host's 8 ranks: no pipeline, said so on each row
+check plan_project_no_pipeline sh -c "[ \$(grep -c 'gpipe.*fewer layers than a host' '$TMP/p.txt') -eq 8 ]"
+check plan_project_table $PY -c "
+import sys
+rows = [l.split() for l in open('$TMP/p.txt') if l[:1].isdigit()]
+eff = [float(r[-2].rstrip('%')) for r in rows if r[-2].endswith('%')]
+counts = sorted({int(r[0]) for r in rows})
+sys.exit(not (len(rows) == 56 and len(eff) == 48 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
+              and all(0 <= e <= 100 for e in eff) and max(eff) > 50))"
+# the ring's efficiency falls as workers are added (its alpha term grows)
+check plan_project_ring_falls $PY -c "
+import sys
+e = [float(l.split()[-2].rstrip('%')) for l in open('$TMP/p.txt') if l[:1].isdigit() and 'allreduce:ring' in l]
+sys.exit(not (len(e) == 8 and e[0] > e[-1]))"
+check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 7 ]"
+
+# --net bandwidth= slows the link between hosts; --straggler its rank
+ring_at() { awk -v n="$1" '$1 == n && $2 == "allreduce:ring" {print $3}' "$2"; }
+$PROJ --workers 64 >"$TMP/base.txt" 2>/dev/null
+$PROJ --workers 64 --net bandwidth=100Mbit >"$TMP/net.txt" 2>/dev/null
+$PROJ --workers 64 --straggler rank=9,slowdown=3 >"$TMP/slow.txt" 2>/dev/null
+check plan_project_net_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/net.txt") > 2 * $(ring_at 64 "$TMP/base.txt")))"
+check plan_project_straggler_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/slow.txt") > $(ring_at 64 "$TMP/base.txt")))"
+
+# ---- the page in a browser: no console error, both charts -------------------
+if command -v chromium >/dev/null 2>&1; then
+  CHROME="chromium --headless --disable-gpu --no-sandbox --user-data-dir=$TMP/chromium \
+    --enable-logging=stderr --v=0"
+  printf '<html><body><script>console.error("e2e-probe")</script></body></html>' >"$TMP/bad.html"
+  $CHROME --dump-dom "file://$TMP/bad.html" >/dev/null 2>"$TMP/bad.err"
+  check plan_browser_console_probe grep -q ':CONSOLE.*e2e-probe' "$TMP/bad.err"
+  $CHROME --dump-dom "file://$TMP/p.html" >"$TMP/dom" 2>"$TMP/chrome.err"
+  check plan_browser_no_console_errors sh -c "! grep -q ':CONSOLE' '$TMP/chrome.err'"
+  check plan_browser_renders_charts sh -c "[ \$(grep -o '<svg class=\"chart\"' '$TMP/dom' | wc -l) -eq 2 ] && [ \$(grep -o '<polyline' '$TMP/dom' | wc -l) -eq 14 ]"
+else
+  fail plan_browser "chromium is not installed (scripts/install-deps.sh installs it)"
+fi
+
+# ---- options ------------------------------------------------------------------
+expect_error plan_project_needs_cluster 2 "give --cluster FILE" -- $DTRAIN plan --project 8:64 --model mlp
+expect_error plan_project_no_colon 2 "give FROM:TO" -- $PROJ --project 8
+expect_error plan_project_backwards 2 "FROM <= TO" -- $PROJ --project 64:8
+expect_error plan_project_not_a_number 2 "project" -- $PROJ --project 8:lots
+expect_error plan_plot_html 2 "ending in .html" -- $PROJ --project 8:64 --plot "$TMP/p.txt"
+expect_error plan_classes_range 2 "classes" -- $PROJ --workers 8 --classes 1
+expect_error plan_bucket_zero 2 "bucket-mb" -- $PROJ --workers 8 --bucket-mb 0
+echo "not a page" >"$TMP/notmine.html"
+expect_error plan_plot_keeps_others_file 2 "notmine.html" -- $PROJ --workers 8 --plot "$TMP/notmine.html"
+check plan_plot_left_it grep -q "not a page" "$TMP/notmine.html"
+
+# ---- --predict --cluster: one configuration simulated on the file's hosts ----
+SMALL="$TMP/small"
+make_small_fashion "$SMALL" 256 64
+PRED="$DTRAIN plan --predict --data $SMALL --batch 16 --max-steps 4 --epochs 1 --exchange allreduce:ring --workers 16"
+field() { $PY -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"; }
+$PRED >"$TMP/here.plan" 2>/dev/null
+$PRED --cluster $C >"$TMP/file.plan" 2>/dev/null
+$PRED --cluster $C --net bandwidth=100Mbit >"$TMP/file_net.plan" 2>/dev/null
+sed 's/"speed": 1/"speed": 0.25/' $C >"$TMP/slow.json"
+$PRED --cluster "$TMP/slow.json" >"$TMP/file_slow.plan" 2>/dev/null
+# 16 ranks on this machine's 2 cores, against a core each on the file's hosts
+check plan_predict_cluster_own_cores $PY -c "import sys; sys.exit(not ($(field "$TMP/file.plan" step_sec) < $(field "$TMP/here.plan" step_sec)))"
+check plan_predict_cluster_net $PY -c "import sys; sys.exit(not ($(field "$TMP/file_net.plan" step_sec) > 5 * $(field "$TMP/file.plan" step_sec)))"
+check plan_predict_cluster_speed $PY -c "import sys; sys.exit(not ($(field "$TMP/file_slow.plan" compute_sec) > 3 * $(field "$TMP/file.plan" compute_sec)))"
+expect_error plan_predict_cluster_projected 2 "groups\[0\] is projected" -- $PRED --cluster docs/clusters/horovod-p100.json
+expect_error plan_predict_cluster_too_many 2 "has 1024 ranks" -- $PRED --cluster $C --workers 2000
+expect_error plan_predict_cluster_not_project 2 "--project is not one of its options" -- $PRED --cluster $C --project 8:16
+
+# ---- bad input: one line naming the key or constraint, exit 2 ---------------
+expect_error plan_cluster_more_ranks 2 "has 1024 ranks (128 hosts); give at most 1024" -- $PROJ --project 8:2048
+expect_error plan_cluster_more_workers 2 "has 1024 ranks" -- $PROJ --workers 1500
+expect_error plan_cluster_missing_file 2 "no-such.json" -- $DTRAIN plan --cluster "$TMP/no-such.json" --workers 8
+bad() { # NAME NEEDLE SED-EXPRESSION: the example file edited, refused naming the key
+  sed "$3" "$C" >"$TMP/$1.json"
+  expect_error "plan_cluster_$1" 2 "$2" -- $DTRAIN plan --cluster "$TMP/$1.json" --model mlp --workers 8
+}
+bad unknown_key 'unknown key "groups\[0\].gpus_per_host"' 's/"ranks_per_host"/"gpus_per_host"/'
+bad bad_value 'key "inter.bandwidth": expected a number' 's/"bandwidth": 1.25e9/"bandwidth": "10GbE"/'
+bad missing_key 'key "groups\[0\].hosts" is missing' 's/"hosts": 128, //'
+bad zero_speed 'key "groups\[0\].device.speed"' 's/"speed": 1/"speed": 0/'
+bad format 'key "format"' 's/dtrain-cluster 1/dtrain-cluster 9/'
+bad truncated 'does not end\|expected' '$d'
+# a memory no batch fits, and one where a smaller batch would
+sed 's/"memory_per_rank": 1073741824/"memory_per_rank": 1000/' "$C" >"$TMP/tiny.json"
+expect_error plan_cluster_memory_nothing_fits 2 "memory_per_rank: .*no batch fits" -- \
+  $DTRAIN plan --cluster "$TMP/tiny.json" --model mlp --workers 8
+sed 's/"memory_per_rank": 1073741824/"memory_per_rank": 8000000/' "$C" >"$TMP/small.json"
+expect_error plan_cluster_memory_smaller_batch 2 "memory_per_rank: .*a batch of at most [0-9]* fits" -- \
+  $DTRAIN plan --cluster "$TMP/small.json" --model mlp --workers 8 --batch 4096

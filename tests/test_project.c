@@ -1,0 +1,315 @@
+/* The projection (src/perf/project.c, cluster_file.c) and the model's
+ * exact formulas (issue 33):
+ *
+ * - the taxonomy's costs (sec. 3.4.1) with only bandwidth (alpha 0, no
+ *   compute), T_w = S / beta: naive parameter server 2 n T_w (its link
+ *   takes n pushes, then n pulls), binomial tree 2 ceil(log2(n + 1)) T_w
+ *   (n workers and the server as its root: n + 1 ranks), ring
+ *   2 (n - 1) / n T_w, and the parameter server sharded over the workers
+ *   (k = n, the taxonomy's Fig. 13 left) 2 (n - 1) / n T_w. The
+ *   taxonomy's scatter-reduce/broadcast through a master, (2 + 2 (n - 1) /
+ *   n) T_w, is not an algorithm dtrain has: its nearest, the sharded
+ *   server, has no master to go through and costs the 2 (n - 1) / n T_w
+ *   asserted. Both the projection's costs and the simulator's (perf_simulate
+ *   on describe_step's tasks) are checked; the simulator's binomial reduce
+ *   lets children send on their own links at once, so at n + 1 not a power
+ *   of two its tree is faster than the formula: its own depth is asserted.
+ * - Megatron's pipeline bubble: (p - 1) / m of the ideal time for GPipe
+ *   and 1F1B, (p - 1) / (m v) interleaved with v chunks a stage, from the
+ *   instruction lists the engine runs, simulated with equal layers.
+ * - the projection's overlap: a step is its compute when the exchange is
+ *   free, and one worker's efficiency is 1; its GPipe across a host:
+ *   (M + p - 1) / M of the compute;
+ * - the cluster file's reader: each malformed file names its key; and the
+ *   simulator's cluster filled from it (--predict --cluster). */
+#include <math.h>
+#include <string.h>
+
+#include "dtrain/coll.h"
+#include "perf/project.h"
+#include "strategy/strategy.h"
+#include "test.h"
+
+static const double S = 4e6, BW = 1e8; /* bytes, bytes/s: T_w = 40 ms */
+
+static int ceil_lg(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return l;
+}
+
+static void test_taxonomy_projection(void) {
+  perf_link_t l = {0, BW};
+  double T = S / BW;
+  int ns[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 100, 1000};
+  for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+    int n = ns[k], one_host = 1 << 20;
+    CHECK_NEAR(perf_proj_exchange_sec(PROJ_PS_ONE, n, one_host, S, l, l), 2.0 * n * T, 1e-12);
+    CHECK_NEAR(perf_proj_exchange_sec(PROJ_TREE, n + 1, one_host, S, l, l), 2.0 * ceil_lg(n + 1) * T, 1e-12);
+    CHECK_NEAR(perf_proj_exchange_sec(PROJ_RING, n, one_host, S, l, l), 2.0 * (n - 1) / n * T, 1e-12);
+    CHECK_NEAR(perf_proj_exchange_sec(PROJ_PS_SHARDED, n, one_host, S, l, l), 2.0 * (n - 1) / n * T, 1e-12);
+    /* Rabenseifner at a power of two: the ring's bandwidth term too */
+    if ((n & (n - 1)) == 0)
+      CHECK_NEAR(perf_proj_exchange_sec(PROJ_RHD, n, one_host, S, l, l), 2.0 * (n - 1) / n * T, 1e-12);
+  }
+  /* across hosts: the ring crosses each host's NIC once a step; the tree's
+   * levels past the host's ranks take the NIC; hier's g rings share it */
+  perf_link_t in = {0, 4 * BW};
+  CHECK_NEAR(perf_proj_exchange_sec(PROJ_RING, 16, 4, S, in, l), 2.0 * 15 / 16 * T, 1e-12);
+  CHECK_NEAR(perf_proj_exchange_sec(PROJ_TREE, 16, 4, S, in, l), 2 * (2 * T / 4 + 2 * T), 1e-12);
+  CHECK_NEAR(perf_proj_exchange_sec(PROJ_HIER, 16, 4, S, in, l),
+             2.0 * 3 / 4 * T / 4 + 2.0 * 3 / 4 * T, 1e-12);
+}
+
+/* The simulator: one collective of S bytes over P ranks, free links but
+ * bandwidth, nothing else. */
+static double simulated(allreduce_algo_t algo, int P) {
+  int host[64];
+  double fwd[1] = {0}, bwd[1] = {0}, lat[64], bw[64], slow[64];
+  perf_compute_t pc = {.nlayers = 1, .nsizes = 1, .fwd = fwd, .bwd = bwd};
+  pc.size[0] = 8;
+  perf_cluster_t cl = {.nranks = P, .cores = P, .host = host, .latency = lat, .bandwidth = bw,
+                       .slowdown = slow};
+  for (int r = 0; r < P; r++) host[r] = 0, lat[r] = 0, bw[r] = BW, slow[r] = 1;
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    if (algo == ALLREDUCE_TREE) {
+      int x = step_add_tree(&d, r, 1, P, 0, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
+      step_add_tree(&d, r, 0, P, 0, (size_t)(S / 4), x, THREAD_COMPUTE, 1);
+    } else {
+      step_add_allreduce(&d, r, r, P, algo, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
+    }
+  }
+  perf_sim_t sim;
+  double t = perf_simulate(&d, &pc, &cl, 0, &sim) == 0 ? sim.step_sec : -1;
+  step_desc_free(&d);
+  return t;
+}
+
+static int max_popcount_below(int P) {
+  int best = 0;
+  for (int v = 1; v < P; v++) best = __builtin_popcount(v) > best ? __builtin_popcount(v) : best;
+  return best;
+}
+
+static void test_taxonomy_simulator(void) {
+  double T = S / BW;
+  for (int n = 1; n <= 31; n++) {
+    int P = n + 1; /* the workers and the server (rank 0: naive's gather root, the tree's root) */
+    CHECK_NEAR(simulated(ALLREDUCE_NAIVE, P), 2.0 * n * T, 1e-9);
+    CHECK_NEAR(simulated(ALLREDUCE_RING, n), n > 1 ? 2.0 * (n - 1) / n * T : 0, 1e-9);
+    double tree = simulated(ALLREDUCE_TREE, P);
+    if ((P & (P - 1)) == 0) CHECK_NEAR(tree, 2.0 * ceil_lg(P) * T, 1e-9);
+    /* ours: the reduce as deep as the most set bits of a rank below P */
+    CHECK_NEAR(tree, (double)(ceil_lg(P) + max_popcount_below(P)) * T, 1e-9);
+    CHECK(tree <= 2.0 * ceil_lg(P) * T + 1e-9);
+  }
+}
+
+#define F 1e-3
+#define B 2e-3
+
+/* A pipeline of P stages, M micro-batches (batch 8 M), `layers` equal
+ * layers (F forward, B backward each), free links, simulated from the
+ * engine's instruction lists (strategy_describe). */
+static double pipeline(const char *schedule, int P, int M, int layers) {
+  char sched[32], part[64] = "", pp[8], mb[8], batch[8];
+  snprintf(sched, sizeof sched, "%s", schedule);
+  for (int i = 0; i < layers; i++) snprintf(part + strlen(part), sizeof part - strlen(part), "%s%d", i ? "," : "", i);
+  snprintf(pp, sizeof pp, "%d", P), snprintf(mb, sizeof mb, "%d", M), snprintf(batch, sizeof batch, "%d", 8 * M);
+  char *argv[] = {"train", "--data", "synthetic", "--workers", pp, "--pp", pp, "--micro-batches", mb,
+                  "--batch", batch, "--partition", part, "--pipe-schedule", sched, NULL};
+  train_config_t cfg;
+  if (train_options_parse(15, argv, &cfg) != 0) {
+    fprintf(stderr, "  %s\n", dt_errmsg());
+    return -1;
+  }
+  char text[512] = "";
+  for (int i = 0; i + 1 < layers; i++) strcat(text, "dense units=8\nrelu\n");
+  strcat(text, "dense units=4\n");
+  model_spec_t spec;
+  if (model_spec_parse(text, "test", &spec) != 0) return -1;
+  model_t *m = NULL;
+  int rc = model_build(&spec, (shape_t){1, 1, 16}, 4, 8 * M, &m);
+  model_spec_free(&spec);
+  double step = -1;
+  step_desc_t d;
+  if (rc == 0 && (rc = strategy_describe(&cfg, m, &d)) == 0) {
+    int host[8];
+    double fwd[16], bwd[16], lat[8], bw[8], slow[8];
+    perf_compute_t pc = {.nlayers = m->nlayers, .nsizes = 1, .fwd = fwd, .bwd = bwd};
+    pc.size[0] = 8;
+    for (int i = 0; i < m->nlayers; i++) fwd[i] = F, bwd[i] = B;
+    perf_cluster_t cl = {.nranks = P, .cores = P, .host = host, .latency = lat, .bandwidth = bw,
+                         .slowdown = slow};
+    for (int r = 0; r < P; r++) host[r] = 0, lat[r] = 0, bw[r] = 0, slow[r] = 1;
+    perf_sim_t sim;
+    if (perf_simulate(&d, &pc, &cl, 0, &sim) == 0) step = sim.step_sec;
+    step_desc_free(&d);
+  }
+  if (rc != 0) fprintf(stderr, "  %s\n", dt_errmsg());
+  if (m) model_free(m);
+  return step;
+}
+
+static void test_megatron_bubble(void) {
+  int Ps[] = {2, 4}, Ms[] = {4, 8};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++) {
+      int P = Ps[a], M = Ms[b];
+      double ideal = M * P * (F + B) / P; /* a stage's M micro-batches of one layer each */
+      for (int s = 0; s < 2; s++) {
+        double t = pipeline(s ? "1f1b" : "gpipe", P, M, P);
+        CHECK_NEAR((t - ideal) / ideal, (double)(P - 1) / M, 1e-9);
+      }
+      /* interleaved: v = 2 chunks a stage of one layer each; the ideal is
+       * the stage's 2 M chunk passes */
+      int V = 2;
+      double t = pipeline("interleaved:2", P, M, V * P), ideal_v = (double)V * M * (F + B);
+      CHECK_NEAR((t - ideal_v) / ideal_v, (double)(P - 1) / (M * V), 1e-9);
+    }
+}
+
+/* mlp projected on a device of 1 TFLOP/s: with a link too fast to see the
+ * exchange hides nothing and costs nothing: the step is the compute. */
+static void test_projection_overlap(void) {
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":64,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e12,\"efficiency\":0.5,\"memory_bandwidth\":1e11}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  CHECK(c.nranks == 256 && c.nhosts == 64);
+  optim_config_t oc;
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  oc = cfg.optim;
+  perf_proj_opts_t o = {.model = "mlp", .batch = 32, .input = {1, 28, 28}, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &oc};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 1, 256, &p));
+  CHECK(p.nrows == 9 && p.projected);
+  CHECK_NEAR(p.row[0].efficiency[PROJ_RING], 1.0, 1e-12);
+  for (int k = 0; k < p.nrows; k++) CHECK(p.row[k].efficiency[PROJ_RING] > 0.99);
+  /* a slow network: the ring's share grows with the workers, never past 1 */
+  c.inter.beta = 1e8;
+  CHECK_OK(perf_project(&o, &c, 8, 256, &p));
+  for (int k = 0; k + 1 < p.nrows; k++)
+    CHECK(p.row[k + 1].efficiency[PROJ_RING] <= p.row[k].efficiency[PROJ_RING] + 1e-12 &&
+          p.row[k].efficiency[PROJ_RING] < 1);
+  /* a straggler at 2x: every strategy's step at least twice the compute */
+  o.straggler_rank = 3, o.straggler_slowdown = 2;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  for (int s = 0; s < PROJ_COUNT; s++) CHECK(p.row[0].step_sec[s] >= 2 * p.compute_sec - 1e-12);
+}
+
+/* GPipe across a host of 4 ranks: 4 equal layers, links too fast to
+ * see: (M + p - 1) / M of the compute with M = 4p micro-batches (the
+ * bubble (p - 1) / M). */
+static void test_projection_gpipe(void) {
+  const char *path = "/tmp/dtrain-test-project-4.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\ndense units=64\ndense units=64\ndense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  int g = 4, M = 4 * g;
+  /* one worker alone: 4 equal layers' forward and backward (the update and
+   * the bytes moved at 1e16 bytes/s: below 1e-10 s) */
+  CHECK(p.one_worker_sec > 1e-3);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_GPIPE], (double)(M + g - 1) / M * p.one_worker_sec, 1e-9);
+  CHECK_NEAR(p.row[0].efficiency[PROJ_GPIPE], (double)M / (M + g - 1), 1e-6);
+  remove(path);
+}
+
+static void test_cluster_reader(void) {
+  perf_cluster_file_t c;
+  const char *head = "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,";
+  const char *tail = "\"intra\":{\"bandwidth\":1e9},\"inter\":{\"bandwidth\":1e8}}";
+  struct {
+    const char *group, *needle;
+  } bad[] = {
+      {"\"device\":{\"speed\":0}}],", "groups[0].device.speed"},
+      {"\"device\":{\"speed\":1,\"flops\":1e12}}],", "not both"},
+      {"\"device\":{\"flops\":1e12,\"efficiency\":0.5}}],", "groups[0].device.memory_bandwidth\" is missing"},
+      {"\"device\":{\"speed\":1},\"gpus\":4}],", "unknown key \"groups[0].gpus\""},
+      {"\"device\":{}}],", "groups[0].device\" is missing or empty"},
+      {"\"hosts\":1.5,\"device\":{\"speed\":1}}],", "groups[0].hosts"},
+      {"\"memory_per_rank\":\"16GB\",\"device\":{\"speed\":1}}],", "groups[0].memory_per_rank"},
+  };
+  char buf[512];
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    snprintf(buf, sizeof buf, "%s%s%s", head, bad[k].group, tail);
+    CHECK_FAILS_WITH(perf_cluster_file_parse(buf, strlen(buf), "c", &c), bad[k].needle);
+  }
+  snprintf(buf, sizeof buf, "%s\"device\":{\"speed\":2}}],%s", head, tail);
+  CHECK_OK(perf_cluster_file_parse(buf, strlen(buf), "c", &c));
+  CHECK(c.nranks == 4 && c.group[0].speed == 2 && c.inter.beta == 1e8);
+  const char *no_inter = "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":1,"
+                         "\"device\":{\"speed\":1}}],\"intra\":{\"bandwidth\":1e9}}";
+  CHECK_FAILS_WITH(perf_cluster_file_parse(no_inter, strlen(no_inter), "c", &c), "key \"inter\" is missing");
+  const char *fmt = "{\"format\":\"dtrain-cluster 2\"}";
+  CHECK_FAILS_WITH(perf_cluster_file_parse(fmt, strlen(fmt), "c", &c), "key \"format\"");
+  CHECK_FAILS_WITH(perf_cluster_file_parse(buf, 30, "c", &c), "does not end");
+  CHECK_FAILS_WITH(perf_cluster_file_parse(buf, 47, "c", &c), "expected ':'");
+}
+
+/* --predict --cluster: the simulator's cluster filled from the file:
+ * hosts group by group, links, 1 / speed with the straggler's on top. */
+static void test_cluster_for_simulator(void) {
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":["
+      "{\"hosts\":2,\"ranks_per_host\":2,\"device\":{\"speed\":1}},"
+      "{\"hosts\":1,\"ranks_per_host\":3,\"device\":{\"speed\":0.5}}],"
+      "\"intra\":{\"latency\":1e-6,\"bandwidth\":1e10},\"inter\":{\"latency\":1e-5,\"bandwidth\":1e9}}";
+  perf_cluster_file_t f;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &f));
+  char *argv[] = {"train", "--workers", "7", "--straggler", "rank=1,slowdown=3", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(5, argv, &cfg));
+  perf_profile_t prof;
+  perf_profile_default(&prof);
+  perf_cluster_t cl;
+  CHECK_OK(perf_cluster_from_file(&f, &cfg, 7, &prof, &cl));
+  int want_host[7] = {0, 0, 1, 1, 2, 2, 2};
+  double want_slow[7] = {1, 3, 1, 1, 2, 2, 2};
+  for (int r = 0; r < 7; r++) {
+    CHECK(cl.host[r] == want_host[r]);
+    CHECK_NEAR(cl.slowdown[r], want_slow[r], 1e-12);
+    CHECK(cl.latency[r] == 1e-5 && cl.bandwidth[r] == 1e9);
+  }
+  CHECK(cl.multihost && cl.cores == 7 && cl.intra_bandwidth == 1e10 && cl.own.alpha == prof.mpi.alpha);
+  perf_cluster_free(&cl);
+  CHECK_OK(perf_cluster_from_file(&f, &cfg, 2, &prof, &cl)); /* one host: no link between hosts */
+  CHECK(!cl.multihost);
+  perf_cluster_free(&cl);
+  CHECK_FAILS_WITH(perf_cluster_from_file(&f, &cfg, 8, &prof, &cl), "has 7 ranks");
+  f.group[1].speed = 2;
+  CHECK_FAILS_WITH(perf_cluster_from_file(&f, &cfg, 7, &prof, &cl), "faster than this machine");
+}
+
+int main(void) {
+  RUN(test_taxonomy_projection);
+  RUN(test_taxonomy_simulator);
+  RUN(test_megatron_bubble);
+  RUN(test_projection_overlap);
+  RUN(test_projection_gpipe);
+  RUN(test_cluster_reader);
+  RUN(test_cluster_for_simulator);
+  TEST_MAIN_END();
+}
