@@ -17,6 +17,13 @@
 # with and without tp, local and mpi; the bytes pushed are the factors'
 # formula; --ps-server-threads T equals one thread bit for bit under sync,
 # and trains under async.
+# The paper's worker-side threads (--worker-threads T, ps_worker_threads.c):
+# T = 1 is today's worker bit for bit (sync and async); T = 2, 3 sum to the
+# worker's gradient (sync, small lr: within 5e-5 of one thread, measured
+# 4e-6 from the racing local steps, where a thread's images lost would
+# differ by 4e-4), with gradient and factor pushes, the factor bytes those
+# of one thread (and under mpi); async T = 2 trains as T = 1 does. T > 1
+# races by design: skipped under ThreadSanitizer, as Hogwild is.
 . tests/lib.sh
 SMALL="$TMP/small"
 make_small_fashion "$SMALL" 1024 256
@@ -83,6 +90,34 @@ run $ASYNC --ps-server-threads 1; A1=$(acc_of)
 run $ASYNC --ps-server-threads 2; A2=$(acc_of)
 check adam_async_server_threads_2_trains_as_1 $PY -c "import sys; a, b = float('${A1:-0}'), float('${A2:-0}'); print(a, b); sys.exit(0 if b > 60 and abs(a - b) <= 5 else 1)"
 
+# ---- worker threads: Project Adam's lock-free threads on each worker -----------------
+run $SYNC --workers 2 --exchange ps:2 --worker-threads 1 --checkpoint "$TMP/wt1.st"
+check adam_worker_threads_1_bitwise_sync cmp -s "$TMP/g2.st" "$TMP/wt1.st"
+WA="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 30 --workers 1 --exchange ps:2 --schedule async"
+run $WA --checkpoint "$TMP/wa.st"
+run $WA --worker-threads 1 --checkpoint "$TMP/wa1.st"
+check adam_worker_threads_1_bitwise_async cmp -s "$TMP/wa.st" "$TMP/wa1.st"
+if [ -n "$TSAN" ]; then
+  echo "SKIP adam_worker_threads_*: lock-free races by design (ThreadSanitizer)"
+else
+  WS="--data $SMALL --lr 0.001 --seed 3 --quiet --batch 16 --epochs 1 --max-steps 24 --schedule sync --workers 2 --exchange ps:2"
+  run $WS --checkpoint "$TMP/ws1.st"
+  run $WS --worker-threads 2 --checkpoint "$TMP/ws2.st"
+  check adam_worker_threads_2_sum_to_the_gradient close "$TMP/ws1.st" "$TMP/ws2.st" 5e-5
+  run $WS --ps-push factors --metrics "$TMP/wf1.jsonl"
+  run $WS --ps-push factors --worker-threads 3 --checkpoint "$TMP/wf3.st" --metrics "$TMP/wf3.jsonl"
+  check adam_worker_threads_3_factors_sum_to_the_gradient close "$TMP/ws1.st" "$TMP/wf3.st" 5e-5
+  check adam_worker_threads_factor_bytes_as_one_thread $PY -c "
+import json
+a, b = ([json.loads(l) for l in open(f) if '\"epoch\"' in l][-1] for f in ('$TMP/wf1.jsonl', '$TMP/wf3.jsonl'))
+assert a['bytes_pushed'] == b['bytes_pushed'] and a['bytes_pushed'][0] > 0, (a['bytes_pushed'], b['bytes_pushed'])"
+  # async, 3 epochs: T = 1 and 2 measured 71.1% and 71.5% (T = 4: 72.3%)
+  WT="--data $SMALL --seed 3 --quiet --batch 16 --epochs 3 --workers 2 --exchange ps:2 --schedule async"
+  run $WT; W1=$(acc_of)
+  run $WT --worker-threads 2; W2=$(acc_of)
+  check adam_async_worker_threads_2_trains_as_1 $PY -c "import sys; a, b = float('${W1:-0}'), float('${W2:-0}'); print(a, b); sys.exit(0 if b > 60 and abs(a - b) <= 5 else 1)"
+fi
+
 # ---- bytes: each tp rank pushes and pulls its own keys --------------------------------
 # mlp 784-512-256-10, tp 2: rank t holds rows of layer 0 (256 x 784 + 256)
 # and columns of layer 1 (256 x 256); rank 0 also the replicated bias of
@@ -141,6 +176,10 @@ expect_error adam_factors_replicas_refused 2 "option --ps-push factors: not with
 expect_error adam_ps_push_bad_word 2 "ps-push" -- "$DTRAIN" train $B --exchange ps:2 --ps-push weights
 expect_error adam_server_threads_zero 2 "ps-server-threads" -- "$DTRAIN" train $B --exchange ps:2 --ps-server-threads 0
 expect_error adam_server_threads_without_ps 2 "ps-server-threads" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --workers 2 --ps-server-threads 2
+expect_error adam_worker_threads_zero 2 "option --worker-threads: 0 is out of range" -- "$DTRAIN" train $B --exchange ps:2 --worker-threads 0
+expect_error adam_worker_threads_without_ps 2 "option --worker-threads: not used with" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --workers 2 --worker-threads 2
+expect_error adam_worker_threads_tp_refused 2 "option --worker-threads 2: not with --tp" -- "$DTRAIN" train $B --exchange ps:2 --worker-threads 2
+expect_error adam_worker_threads_priority_refused 2 "option --worker-threads 2: not with --comm-order" -- "$DTRAIN" train --data "$SMALL" --quiet --epochs 1 --max-steps 2 --workers 2 --exchange ps:2 --worker-threads 2 --comm-order priority
 expect_error adam_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train --preset project-adam --data "$SMALL" --workers 3
 
 # ---- mpi -------------------------------------------------------------------------
@@ -170,6 +209,8 @@ print(acc); sys.exit(0 if acc >= 85 else 1)" >"$TMP/acc.out"
   then pass mpi_adam_preset_mlp_85_percent_in_5_epochs; else fail mpi_adam_preset_mlp_85_percent_in_5_epochs "$(cat "$TMP/acc.out") $(tail -c 300 "$TMP/mpi.err")"; fi
   if $MPIRUN -np 6 "$DTRAIN" train --preset project-adam --comm mpi --quiet --epochs 6 --tp 1 --resume "$TMP/mpi_adam.st" >"$TMP/mpi.out" 2>"$TMP/mpi.err" &&
      grep -q "done: 6 epochs" "$TMP/mpi.out"; then pass mpi_adam_checkpoint_resumes_on_tp1; else fail mpi_adam_checkpoint_resumes_on_tp1 "$(tail -c 300 "$TMP/mpi.err")"; fi
+  $MPIRUN -np 4 "$DTRAIN" train $WS --comm mpi --worker-threads 2 --ps-push factors --checkpoint "$TMP/mpi_wt2.st" >/dev/null 2>"$TMP/mpi.err"
+  check mpi_adam_worker_threads_2_factors_sum_to_the_gradient close "$TMP/ws1.st" "$TMP/mpi_wt2.st" 5e-5
   $MPIRUN -np 5 "$DTRAIN" train --preset project-adam --comm mpi --data "$SMALL" --quiet >/dev/null 2>"$TMP/np.err"
   check mpi_adam_np_not_fitting grep -q "mpirun -np 5, --tp 2 and --exchange ps: 3 workers besides the 2 servers, .* (e.g. mpirun -np 6)" "$TMP/np.err"
 fi

@@ -1143,6 +1143,63 @@ static void test_factors_expand_to_the_gradient(void) {
   model_free(m);
 }
 
+/* --worker-threads' factor push: a batch's rows in parts (one empty)
+ * packed one part after another are the payload of the whole batch, byte
+ * for byte, over every key and over a range of the last two layers. */
+typedef struct {
+  const model_t *m;
+  const float *x;
+  int from[3], rows[3];
+} parts_t;
+
+static const float *part_rows(void *ctx, int k, int layer, int which, size_t *rows) {
+  const parts_t *pt = ctx;
+  *rows = (size_t)pt->rows[k];
+  if (layer < 0) return NULL;
+  const layer_t *l = &pt->m->layers[layer];
+  size_t width = which ? shape_size(l->in_shape) : (size_t)l->out_shape.c;
+  const float *base = which ? model_layer_input(pt->m, layer, pt->x) : l->dout;
+  return base + (size_t)pt->from[k] * width;
+}
+
+static void test_factor_parts_are_the_batch(void) {
+  enum { N = 5 };
+  kern_set_threads(1);
+  model_t *m = build_mlp_batch(N);
+  CHECK(m != NULL);
+  if (!m) return;
+  float *x = dt_alloc_floats((size_t)N * 784);
+  int32_t y[N];
+  rng_t rng;
+  rng_seed(&rng, 13);
+  for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
+  for (int i = 0; i < N; i++) y[i] = (i * 3) % 10;
+  model_forward(m, x, N, 1, &rng);
+  double correct;
+  model_loss(m, y, N, N, &correct);
+  model_backward(m, x, N, NULL, NULL);
+  ps_keys_t k;
+  ps_factor_plan_t fp;
+  CHECK_OK(ps_keys_plan(m, 0, 1, &k));
+  CHECK_OK(ps_factor_plan(m, &k, &fp));
+  size_t bytes = ps_factor_bytes(&fp, 0, m->nparams, N);
+  unsigned char *whole = dt_alloc(bytes), *parts = dt_alloc(bytes);
+  parts_t pt = {m, x, {0, 2, 2}, {2, 0, 3}};
+  size_t lo[2] = {0, fp.f[1].wkey};
+  for (int r = 0; r < 2; r++) {
+    memset(parts, 0xff, bytes);
+    size_t a = ps_factor_pack(&fp, m, x, N, m->grads, lo[r], m->nparams, whole);
+    size_t b = ps_factor_pack_parts(&fp, 3, part_rows, &pt, m->grads, lo[r], m->nparams, parts);
+    CHECK(a == b && a == ps_factor_bytes(&fp, lo[r], m->nparams, N));
+    CHECK(memcmp(whole, parts, a) == 0);
+  }
+  dt_free(whole), dt_free(parts);
+  ps_factor_plan_free(&fp);
+  ps_keys_free(&k);
+  dt_free(x);
+  model_free(m);
+}
+
 /* T threads, each writing its slice of the shard, give optim_step's bits:
  * adam (state, step count), and LARS cut at whole segments. */
 static void test_server_threads_step_is_one_threads(void) {
@@ -1249,6 +1306,7 @@ int main(void) {
   RUN(test_tp_keys_cover_the_model_once);
   RUN(test_sync_bytes_every_rank_as_described);
   RUN(test_factors_expand_to_the_gradient);
+  RUN(test_factor_parts_are_the_batch);
   RUN(test_server_threads_step_is_one_threads);
   RUN(test_factored_push_through_a_server);
   TEST_MAIN_END();

@@ -6,7 +6,10 @@
  * dropout, flattens at the start, middle and end). Several micro-batches:
  * accumulated gradients equal the whole batch's within rounding and are
  * reproducible; forwards of several micro-batches in flight (GPipe, 1F1B)
- * give the same bits as running them one at a time. And the refusals. */
+ * give the same bits as running them one at a time. A stage given
+ * gradients of its own (Project Adam's worker threads) writes there the
+ * model's gradient bit for bit and leaves model->grads alone, and its
+ * layer inputs and output gradients are the model's. And the refusals. */
 #include <string.h>
 
 #include "dtrain/nn.h"
@@ -754,6 +757,59 @@ static void test_invalid_cuts(void) {
   model_free(m);
 }
 
+/* stage_use_grads: a whole-model stage's backward into an arena of its
+ * own equals model_backward's gradient, model->grads untouched; the
+ * stage's layer inputs and output gradients are the model's. */
+static void test_grads_of_their_own(void) {
+  for (size_t t = 0; t < sizeof NETS / sizeof *NETS; t++) {
+    int n = 5;
+    model_t *m = build_net(&NETS[t], 8);
+    if (!m) continue;
+    float *x, *buffers0 = dt_alloc_floats(m->nbuffers), *own = dt_alloc_floats(m->nparams);
+    int32_t *y;
+    make_batch(m, n, 300 + t, &x, &y);
+    memcpy(buffers0, m->buffers, m->nbuffers * sizeof(float));
+    result_t ref;
+    result_alloc(m, n, &ref);
+    reset(m, buffers0);
+    reference(m, x, y, n, 1, 7, &ref);
+    stage_t *s = NULL;
+    CHECK_OK(stage_new(m, 0, m->nlayers - 1, 1, 8, &s));
+    CHECK_OK(stage_use_grads(s, 0, own));
+    reset(m, buffers0);
+    for (size_t i = 0; i < m->nparams; i++) own[i] = 1e30f; /* every one must be written */
+    rng_t rng;
+    rng_seed(&rng, 7);
+    double loss, correct;
+    CHECK_OK(stage_forward(s, 0, x, n, 1, &rng, NULL));
+    CHECK_OK(stage_loss(s, 0, y, n, &loss, &correct));
+    CHECK_OK(stage_backward(s, 0, NULL, NULL, 0, NULL, NULL));
+    CHECK(loss == ref.loss);
+    CHECK(!memcmp(own, ref.grads, m->nparams * sizeof(float)));
+    int untouched = 1, same_io = 1;
+    for (size_t i = 0; i < m->nparams; i++) untouched &= m->grads[i] == 1e30f;
+    CHECK(untouched);
+    CHECK(stage_layer_input(s, 0, 0) == x);
+    for (int l = 1; l < m->nlayers; l++) { /* the model's activations are still the reference's */
+      size_t in = (size_t)n * shape_size(m->layers[l].in_shape);
+      same_io &= !memcmp(stage_layer_input(s, 0, l), model_layer_input(m, l, x), in * sizeof(float));
+    }
+    const layer_t *last = &m->layers[m->nlayers - 1];
+    size_t out = (size_t)n * shape_size(last->out_shape);
+    same_io &= !memcmp(stage_layer_dout(s, 0, m->nlayers - 1), last->dout, out * sizeof(float));
+    CHECK(same_io);
+    CHECK(stage_layer_input(s, 0, m->nlayers) == NULL); /* outside the stage: refused */
+    printf("  %s: own gradients equal the model's, model->grads untouched\n", NETS[t].name);
+    stage_free(s);
+    result_free(&ref);
+    dt_free(x);
+    dt_free(own);
+    dt_free(buffers0);
+    free(y);
+    model_free(m);
+  }
+}
+
 int main(void) {
   kern_set_threads(1); /* OpenBLAS threads are not instrumented: ThreadSanitizer would flag their writes */
   RUN(test_one_microbatch_is_the_model);
@@ -761,6 +817,7 @@ int main(void) {
   RUN(test_microbatches_in_flight);
   RUN(test_ready_after_accumulation);
   RUN(test_split_balance);
+  RUN(test_grads_of_their_own);
   RUN(test_refusals);
   RUN(test_invalid_cuts);
   TEST_MAIN_END();

@@ -447,6 +447,8 @@ typedef struct {
   float *arena;                /* activations, scratch and inputs of every micro-batch */
   float *probs;                /* [micro_batch, nclasses] when ends_model */
   float *gacc;                 /* one layer's gradients, while accumulating */
+  layer_cost_t *cost;          /* where its passes are metered [LAYER_KIND_COUNT]:
+                                * model->cost, or a thread's own (stage_meter_into) */
   size_t act_bytes;            /* the arena less gacc: activations (nn_activation_peak_bytes) */
   int act_counted;
   float *ws;                   /* --recompute: the workspace the micro-batches share */
@@ -488,6 +490,19 @@ int stage_backward(stage_t *s, int mb, const float *dy, float *dx, int accumulat
  * of its range [param_off, param_off + param_len) of model->params; NULL:
  * from the model (the default). Gradients still go to model->grads. */
 int stage_use_weights(stage_t *s, int mb, const float *w);
+/* Per-thread gradients (Project Adam's worker threads): from now on, a
+ * backward of mb with accumulate 0 writes the stage's gradients into g, a
+ * copy of its range [param_off, param_off + param_len) of model->grads,
+ * not into model->grads; NULL: the model's (the default). */
+int stage_use_grads(stage_t *s, int mb, float *g);
+/* The stage's passes metered into cost[LAYER_KIND_COUNT] instead of
+ * model->cost (a thread's own: the model's meters are not shared). */
+void stage_meter_into(stage_t *s, layer_cost_t *cost);
+/* Layer i's input and output gradient in mb's activations (i in the
+ * stage's range), as model_layer_input and layer.dout are the model's;
+ * valid after mb's forward (input) and backward (dout) until the next. */
+const float *stage_layer_input(const stage_t *s, int mb, int i);
+const float *stage_layer_dout(const stage_t *s, int mb, int i);
 float *stage_input(stage_t *s, int mb);
 const float *stage_output(const stage_t *s, int mb);
 float *stage_output_grad(stage_t *s, int mb);

@@ -94,6 +94,8 @@ typedef struct {
   int server_threads;           /* --ps-server-threads: threads applying a server's updates [1] */
   int kill_server2;             /* ... index2=J,at-push2=Q: then server J too (-1: none) */
   int64_t kill_server2_at;
+  int worker_threads;           /* --worker-threads: threads training on each worker, sharing
+                                 * its weights without locks (Project Adam) [1] */
 } ps_config_t;
 
 /* Decentralized optimization (src/strategy/decentral/). */

@@ -18,6 +18,7 @@ struct stage_mb {
   int n;             /* its samples; 0: none in flight */
   int has_loss;      /* stage_loss wrote the output gradient since that forward */
   const float *weights; /* the stage's parameters for this micro-batch; NULL: the model's */
+  float *grads;      /* where its gradients go when not accumulating; NULL: the model's */
 };
 
 /* The first layer at or after c that reads across a cut before c (a layer
@@ -115,12 +116,17 @@ static void bind_params(stage_t *s, stage_mb_t *b, int accumulate) {
     l->grad_beta = in_place ? 1.0f : 0.0f;
     l->dw = accumulate && !in_place ? s->gacc : ml->dw;
     l->db = accumulate && !in_place ? s->gacc + l->nweight : ml->db;
+    if (b->grads && !accumulate) { /* the same offsets in the micro-batch's own gradient */
+      const float *range = s->model->grads + s->param_off;
+      if (ml->dw) l->dw = b->grads + (ml->dw - range);
+      if (ml->db) l->db = b->grads + (ml->db - range);
+    }
   }
 }
 
 static layer_range_t range_of(stage_t *s, const stage_mb_t *b) {
   int base = (int)(b - s->mb) * s->model->nlayers;
-  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->model->cost,
+  return (layer_range_t){b->layers, s->first, s->last, s->model->nlayers - 1, 0, s->cost,
                          s->model->recompute ? &s->ws_owner : NULL, base};
 }
 
@@ -140,6 +146,7 @@ int stage_new(model_t *m, int first, int last, int max_micro, int micro_batch, s
   stage_t *s = calloc(1, sizeof *s);
   if (!s) return dt_error("out of memory");
   s->model = m;
+  s->cost = m->cost;
   s->first = first, s->last = last;
   s->ends_model = last == m->nlayers - 1;
   s->max_micro = max_micro, s->micro_batch = micro_batch;
@@ -308,6 +315,36 @@ int stage_use_weights(stage_t *s, int mb, const float *w) {
   if (!b) return -1;
   b->weights = w;
   return 0;
+}
+
+int stage_use_grads(stage_t *s, int mb, float *g) {
+  stage_mb_t *b = micro(s, mb, "stage_use_grads");
+  if (!b) return -1;
+  b->grads = g;
+  return 0;
+}
+
+void stage_meter_into(stage_t *s, layer_cost_t *cost) { s->cost = cost ? cost : s->model->cost; }
+
+const float *stage_layer_input(const stage_t *s, int mb, int i) {
+  stage_mb_t *b = micro(s, mb, "stage_layer_input");
+  if (!b) return NULL;
+  if (i < s->first || i > s->last) {
+    dt_error("stage_layer_input: layer %d is outside the stage's %d..%d", i, s->first, s->last);
+    return NULL;
+  }
+  int from = b->layers[i].spec.input;
+  return from < s->first ? b->x : b->layers[from].out;
+}
+
+const float *stage_layer_dout(const stage_t *s, int mb, int i) {
+  stage_mb_t *b = micro(s, mb, "stage_layer_dout");
+  if (!b) return NULL;
+  if (i < s->first || i > s->last) {
+    dt_error("stage_layer_dout: layer %d is outside the stage's %d..%d", i, s->first, s->last);
+    return NULL;
+  }
+  return b->layers[i].dout;
 }
 
 float *stage_input(stage_t *s, int mb) {

@@ -43,6 +43,7 @@ void train_config_default(train_config_t *c) {
   c->ps.drop_stale = -1;
   c->ps.replicas = 1;
   c->ps.server_threads = 1;
+  c->ps.worker_threads = 1;
   c->ps.kill_server = -1;
   c->ps.kill_server2 = -1;
   c->ps.epoch_fraction = 1;

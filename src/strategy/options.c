@@ -454,6 +454,11 @@ static const option_t OPTIONS[] = {
     {INT("ps-server-threads", ps.server_threads, 1, 64), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "T\tthreads applying each update of a server's shard, each\n"
              "its own slice, without locks (Project Adam) [1]"},
+    {INT("worker-threads", ps.worker_threads, 1, 64), is_ps, "--exchange ps:K", AX_STRATEGY,
+     .help = "T\tthreads training on each worker, each on its share of\n"
+             "the batch, each applying its update to the worker's one\n"
+             "weight copy without locks (racy by design); the summed\n"
+             "gradient is pushed (Project Adam) [1]"},
     {FUNC("kill-server", set_kill_server), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "index=K,at-push=P\tserver K stops abruptly at its P-th push\n"
              "(fault injection: a thread's end on local, SIGKILL on mpi);\n"

@@ -99,6 +99,18 @@ int ps_apply_new(int T, const optim_segment_t *segs, int nsegs, size_t len, int 
 void ps_apply_free(ps_apply_t *a);
 void ps_apply_step(ps_apply_t *a, optimizer_t *o, float *params, const float *grads, float lr);
 
+/* ---- --worker-threads T: Project Adam's threads on a worker (ps_worker_threads.c) ----
+ * T threads, each on its share of the batch against the worker's one
+ * parameter arena, each applying -lr g_t to it without locks (racy by
+ * design); model->grads gets the threads' gradients summed (the push).
+ * T <= 1: *out = NULL (the worker computes on its own thread). */
+typedef struct ps_wthreads ps_wthreads_t;
+int ps_wthreads_new(worker_t *w, int T, ps_wthreads_t **out);
+void ps_wthreads_free(ps_wthreads_t *pool);
+/* worker_compute_gradient's contract (the epoch's sums, the timers), by
+ * the threads, each of which has also stepped the weights at lr. */
+int ps_wthreads_gradient(ps_wthreads_t *pool, size_t begin, size_t count, int denom, float lr);
+
 /* ---- --ps-push factors: dense layers pushed as sufficient factors (ps_factors.c) ----
  * Per dense layer whose weight this rank has keys for: its keys
  * [wkey, end) (weight, then the bias when held: bkey, else PS_NO_KEY)
@@ -126,6 +138,17 @@ size_t ps_factor_bytes(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t r
  * after its backward pass, the other keys from grads (indexed by key). */
 size_t ps_factor_pack(const ps_factor_plan_t *p, const model_t *m, const float *x, size_t rows,
                       const float *grads, size_t lo, size_t hi, void *buf);
+/* The same from a batch computed in parts (--worker-threads): get(ctx, k,
+ * layer, which, &rows) gives part k's rows of the layer's dout (which 0)
+ * or input (which 1), and with layer -1 its row count alone; the parts'
+ * rows go one after another, one payload of their sum. */
+typedef const float *(*ps_factor_rows_fn)(void *ctx, int part, int layer, int which, size_t *rows);
+size_t ps_factor_pack_parts(const ps_factor_plan_t *p, int nparts, ps_factor_rows_fn get, void *ctx,
+                            const float *grads, size_t lo, size_t hi, void *buf);
+/* --worker-threads: ps_factor_pack of the last batch, the threads' rows
+ * one after another. */
+size_t ps_wthreads_factor_pack(ps_wthreads_t *pool, const ps_factor_plan_t *p, const float *grads,
+                               size_t lo, size_t hi, void *buf);
 /* Server: a payload of keys [lo, hi) checked and expanded into the
  * gradient dst[hi - lo]. */
 int ps_factor_expand(const ps_factor_plan_t *p, size_t lo, size_t hi, size_t max_rows,

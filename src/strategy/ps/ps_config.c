@@ -163,7 +163,20 @@ static int check_factors(const train_config_t *c) {
   return 0;
 }
 
+/* --worker-threads T > 1: the threads run the model on their own, so no
+ * collective inside a pass (--tp) and no per-layer hooks. */
+static int check_worker_threads(const train_config_t *c) {
+  int T = c->ps.worker_threads;
+  if (T <= 1 || c->exchange != EXCHANGE_PS) return 0;
+  const char *other = c->tensor.ranks > 1                 ? "--tp (a tensor-parallel pass sums over the group's ranks, one pass at a time)"
+                      : c->comm_order != COLL_ORDER_FIFO ? "--comm-order priority|tictac (pushes and pulls layer by layer inside one pass)"
+                                                        : NULL;
+  if (other) return dt_error("option --worker-threads %d: not with %s; use --worker-threads 1", T, other);
+  return 0;
+}
+
 int ps_check(const train_config_t *c) {
+  DT_TRY(check_worker_threads(c));
   DT_TRY(check_factors(c));
   DT_TRY(check_comm_order(c));
   DT_TRY(check_replicas(c, c->comm == COMM_LOCAL));

@@ -100,20 +100,51 @@ static size_t raw_run(float *payload, size_t at, float *keys, size_t base, size_
   return at + n;
 }
 
+typedef struct {
+  const model_t *m;
+  const float *x;
+  size_t rows;
+} model_rows_t;
+
+static const float *model_rows(void *ctx, int part, int layer, int which, size_t *rows) {
+  const model_rows_t *mr = ctx;
+  *rows = mr->rows;
+  if (layer < 0) return NULL; /* the count alone */
+  return which ? model_layer_input(mr->m, layer, mr->x) : mr->m->layers[layer].dout;
+}
+
 size_t ps_factor_pack(const ps_factor_plan_t *p, const model_t *m, const float *x, size_t rows,
                       const float *grads, size_t lo, size_t hi, void *buf) {
+  model_rows_t mr = {m, x, rows};
+  return ps_factor_pack_parts(p, 1, model_rows, &mr, grads, lo, hi, buf);
+}
+
+/* Each factored layer's dY, then its X, each the parts' rows one after
+ * another: the rows of one batch computed in parts (--worker-threads). */
+size_t ps_factor_pack_parts(const ps_factor_plan_t *p, int nparts, ps_factor_rows_fn get, void *ctx,
+                            const float *grads, size_t lo, size_t hi, void *buf) {
   int a, b;
   layers_in(p, lo, hi, &a, &b);
-  uint64_t r = rows;
+  uint64_t r = 0;
+  for (int k = 0; k < nparts; k++) {
+    size_t rows;
+    get(ctx, k, -1, 0, &rows);
+    r += rows;
+  }
   memcpy(buf, &r, sizeof r);
   float *v = (float *)((char *)buf + sizeof r);
   size_t at = 0;
   for (int i = a; i < b; i++) {
     const ps_factor_t *f = &p->f[i];
-    const layer_t *l = &m->layers[f->layer];
-    memcpy(v + at, l->dout, rows * f->out * sizeof(float)), at += rows * f->out;
-    memcpy(v + at, model_layer_input(m, f->layer, x), rows * f->in * sizeof(float));
-    at += rows * f->in;
+    for (int which = 0; which < 2; which++) { /* dY (out wide), then X (in wide) */
+      size_t width = which ? f->in : f->out;
+      for (int k = 0; k < nparts; k++) {
+        size_t rows;
+        const float *src = get(ctx, k, f->layer, which, &rows);
+        if (rows) memcpy(v + at, src, rows * width * sizeof(float));
+        at += rows * width;
+      }
+    }
   }
   size_t next = lo;
   for (int i = a; i < b; i++) {

@@ -70,6 +70,7 @@ typedef struct {
   int64_t local_steps;        /* batches this worker has computed (--kill counts these) */
   int push_ts;                /* push in flight, or -1 */
   ps_prio_t *prio;            /* --comm-order priority / tictac: layer by layer (NULL: fifo) */
+  ps_wthreads_t *wt;          /* --worker-threads T > 1: the batch over T threads (NULL: this one) */
   /* the batch being computed: its push's template and, until backprop
    * first readies a layer, the worker's sums before it (priority order
    * pushes the batch's statistics with its first part) */
@@ -203,8 +204,10 @@ static int start_push(psw_t *p, const float *grads, ps_req_t *tmpl) {
   ps_client_totals(p->client, &tmpl->bytes_pushed, &tmpl->bytes_pulled, &tmpl->blocked_sec);
   if (p->fac_buf) { /* --ps-push factors: each shard's payload, from this batch's layers */
     for (int k = 0; k < p->map.nservers; k++)
-      p->fac_bytes[k] = ps_factor_pack(&p->fplan, p->w->model, p->w->x, p->rows, grads,
-                                       p->map.shards[k].begin, p->map.shards[k].end, p->fac_buf[k]);
+      p->fac_bytes[k] = p->wt ? ps_wthreads_factor_pack(p->wt, &p->fplan, grads, p->map.shards[k].begin,
+                                                        p->map.shards[k].end, p->fac_buf[k])
+                              : ps_factor_pack(&p->fplan, p->w->model, p->w->x, p->rows, grads,
+                                               p->map.shards[k].begin, p->map.shards[k].end, p->fac_buf[k]);
     p->push_ts = ps_push_factors(p->client, (const void *const *)p->fac_buf, p->fac_bytes, grads, tmpl);
     return p->push_ts < 0 ? -1 : 0;
   }
@@ -248,7 +251,9 @@ static int compute(psw_t *p, size_t begin, size_t count, int denom, ps_req_t *tm
   p->figures_in = 0;
   p->rows = count;
   step_hooks_t hooks = {pull_wait_layer, push_ready_layer, p};
-  if (!p->prio) {
+  if (p->wt) { /* each thread has also stepped the weights held, at the step's rate */
+    DT_TRY(ps_wthreads_gradient(p->wt, begin, count, denom, (float)lr_at(&w->sched, w->step)));
+  } else if (!p->prio) {
     DT_TRY(worker_compute_gradient(w, begin, count, denom, NULL));
   } else {
     DT_TRY(worker_compute_gradient(w, begin, count, denom, &hooks));
@@ -435,7 +440,8 @@ static int clock_step(psw_t *p, int epoch, int64_t k) {
   ps_req_t tmpl = {.clock = c, .epoch = epoch};
   DT_TRY(compute(p, begin, count, (int)global, &tmpl));
   DT_TRY(p->prio ? ps_prio_flush_pushes(p->prio) : start_push(p, own_grads(p), &tmpl));
-  if (w->cfg->ps.refresh_lazy) kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
+  if (w->cfg->ps.refresh_lazy && !p->wt) /* read-my-writes (--worker-threads: the threads did) */
+    kern_axpy(m->nparams, -(float)lr_at(&w->sched, c), m->grads, m->params);
   w->step++;
   return 0;
 }
@@ -674,6 +680,7 @@ static int psw_init(psw_t *p, worker_t *w) {
   DT_TRY(plan_keys(p));
   DT_TRY(ps_client_new(w->world, w->rank, &p->map, &p->client));
   if (cfg->comm_order != COLL_ORDER_FIFO) DT_TRY(ps_prio_new(p->client, w->model, cfg, &p->prio));
+  DT_TRY(ps_wthreads_new(w, cfg->ps.worker_threads, &p->wt));
   if (cfg->ps.replicas > 1) /* a dead server's shard goes on at its backup (ps_replica.c) */
     DT_TRY(ps_client_set_failover(p->client, cfg->net.timeout > 0 ? cfg->net.timeout : 300));
   if (cfg->compression.codec.kind != CODEC_NONE) {
@@ -696,6 +703,7 @@ static int psw_init(psw_t *p, worker_t *w) {
 }
 
 static void psw_free(psw_t *p) {
+  ps_wthreads_free(p->wt);
   ps_prio_free(p->prio);
   ps_client_free(p->client);
   for (int k = 0; p->fac_buf && k < p->map.nservers; k++) dt_free(p->fac_buf[k]);
