@@ -66,6 +66,14 @@ def sgemm_roof():
     return bench_tool("sgemm_roof", 1)[-1]["gflops"]
 
 
+def cpu_name():
+    """The CPU's model name, to print beside a figure."""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def rate(metrics):
     return metrics[0]["samples_per_sec"]
 

@@ -16,6 +16,9 @@ usage: bench/plan_compute_models.py [--profile FILE] [--repeats 3] [--steps 20]
 (without --profile, one is calibrated first with --quick into a temporary file)"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ddp_vs_pytorch import cpu_name  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTRAIN = os.environ.get("DTRAIN", os.path.join(ROOT, "build", "dtrain"))
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -40,13 +43,6 @@ def predicted(model, batch, steps, profile, how):
     line = run("plan", "--predict", "--profile", profile, "--compute-model", how, "--model", model,
                "--batch", batch, "--max-steps", steps).strip().splitlines()[-1]
     return json.loads(line)["step_sec"]
-
-
-def cpu_name():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def main():

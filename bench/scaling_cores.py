@@ -23,13 +23,6 @@ import ddp_vs_pytorch as dv  # noqa: E402
 dv.PY = os.environ.get("DTRAIN_PY", dv.PY)
 
 
-def cpu_name():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", default="2,4,8,16")
@@ -41,7 +34,7 @@ def main():
     common = ["--model", args.model, "--data", "synthetic", "--batch", 64, "--lr", 0.05,
               "--momentum", 0.9, "--max-steps", args.steps]
     one = []
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {args.model}, batch 64 per worker, "
+    print(f"CPU: {dv.cpu_name()}, {os.cpu_count()} cores; {args.model}, batch 64 per worker, "
           f"{args.steps} steps, best of {args.rounds} interleaved rounds (samples/s)")
     rows = []
     for w in map(int, args.workers.split(",")):
@@ -66,7 +59,7 @@ def main():
             print(f"  {k:16s} {max(v):9.0f}  {max(v) / base:6.2f}x one worker  {max(v) / ceil:5.0%} of the ceiling"
                   f"  (median {statistics.median(v) / statistics.median(got['ceiling']):5.0%}; rounds: "
                   f"{' '.join('%.0f' % x for x in v)})")
-        row = {"bench": "scaling_cores", "cpu": cpu_name(), "model": args.model, "workers": w,
+        row = {"bench": "scaling_cores", "cpu": dv.cpu_name(), "model": args.model, "workers": w,
                "one": round(base), **{k.replace(" ", "_"): round(max(v)) for k, v in got.items()},
                "default_of_ceiling": round(max(got["default"]) / ceil, 3),
                "allreduce_of_ceiling": round(max(got["allreduce:auto"]) / ceil, 3)}

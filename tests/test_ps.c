@@ -1089,6 +1089,21 @@ static model_t *build_mlp_batch(int max_batch) {
  * server does, are the layers' gradients of backprop bit for bit; the
  * payload is 8 + 4 n (in + out) per dense layer; a payload of the wrong
  * size or too many rows is refused. */
+/* One training pass of m on N random images (x, N x 784, filled from
+ * seed) labelled (i * label_step) mod 10: its gradients and the layers'
+ * inputs and error terms in place. */
+static void batch_grads(model_t *m, int N, float *x, uint64_t seed, int label_step) {
+  int32_t y[N];
+  rng_t rng;
+  rng_seed(&rng, seed);
+  for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
+  for (int i = 0; i < N; i++) y[i] = (i * label_step) % 10;
+  model_forward(m, x, N, 1, &rng);
+  double correct;
+  model_loss(m, y, N, N, &correct);
+  model_backward(m, x, N, NULL, NULL);
+}
+
 static void test_factors_expand_to_the_gradient(void) {
   enum { N = 5 };
   kern_set_threads(1); /* OpenBLAS threads are not instrumented: ThreadSanitizer would flag their writes */
@@ -1096,15 +1111,7 @@ static void test_factors_expand_to_the_gradient(void) {
   CHECK(m != NULL);
   if (!m) return;
   float *x = dt_alloc_floats((size_t)N * 784), *dst = dt_alloc_floats(m->nparams);
-  int32_t y[N];
-  rng_t rng;
-  rng_seed(&rng, 11);
-  for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
-  for (int i = 0; i < N; i++) y[i] = i % 10;
-  model_forward(m, x, N, 1, &rng);
-  double correct;
-  model_loss(m, y, N, N, &correct);
-  model_backward(m, x, N, NULL, NULL);
+  batch_grads(m, N, x, 11, 1);
   ps_keys_t k;
   ps_factor_plan_t fp;
   CHECK_OK(ps_keys_plan(m, 0, 1, &k));
@@ -1169,15 +1176,7 @@ static void test_factor_parts_are_the_batch(void) {
   CHECK(m != NULL);
   if (!m) return;
   float *x = dt_alloc_floats((size_t)N * 784);
-  int32_t y[N];
-  rng_t rng;
-  rng_seed(&rng, 13);
-  for (size_t i = 0; i < (size_t)N * 784; i++) x[i] = (float)(rng_next(&rng) % 1000) / 1000.0f;
-  for (int i = 0; i < N; i++) y[i] = (i * 3) % 10;
-  model_forward(m, x, N, 1, &rng);
-  double correct;
-  model_loss(m, y, N, N, &correct);
-  model_backward(m, x, N, NULL, NULL);
+  batch_grads(m, N, x, 13, 3);
   ps_keys_t k;
   ps_factor_plan_t fp;
   CHECK_OK(ps_keys_plan(m, 0, 1, &k));
