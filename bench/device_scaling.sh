@@ -20,4 +20,8 @@ else  # a host without make: the Makefile's flags, one compiler run per file
   cc -o build/dtrain build/obj/*.o -lopenblas -lz -lm -lpthread
 fi
 export OPENBLAS_CORETYPE=Cooperlake
+# The host's topology: whether 16 vCPUs are 16 cores or 8 with two threads
+# each, and how many NUMA nodes they span, says where a loss past 4 workers comes from.
+lscpu | grep -iE '^(model name|thread|core|socket|numa|l2|l3)' || true
+for n in /sys/devices/system/node/node*; do [ -f "$n/cpulist" ] && echo "$(basename "$n"): cpus $(cat "$n/cpulist")"; done
 DTRAIN_PY=$(command -v python3) python3 bench/scaling_cores.py "$@"

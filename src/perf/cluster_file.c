@@ -163,7 +163,7 @@ static int groups(rd_t *r, const char *path, perf_cluster_file_t *c) {
   DT_TRY(expect(r, '[', path));
   for (int first = 1;; first = 0) {
     if (first && peek(r, ']')) break;
-    char gp[200];
+    char gp[300]; /* a key path (at most 255) and "[index]" */
     snprintf(gp, sizeof gp, "%s[%d]", path, c->ngroups);
     if (c->ngroups == PERF_MAX_GROUPS)
       return dt_error("%s: key \"%s\": more than %d groups", r->source, path, PERF_MAX_GROUPS);
