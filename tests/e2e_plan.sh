@@ -96,6 +96,18 @@ check plan_no_straggler_step $PY -c "import sys; sys.exit($(field "$TMP/plain.pl
 $DTRAIN plan --calibrate --quick --out "$TMP/prof.json" >"$TMP/fits" 2>&1
 check plan_calibrate_quick grep -q '"event":"calibrate","transport":"local"' "$TMP/fits"
 check plan_calibrate_profile_has_cpu grep -q '"cpu":' "$TMP/prof.json"
+# each operation on its own, the shared-memory exchange, a traced slice
+check plan_calibrate_each_operation $PY -c "
+import json
+fits = [json.loads(l) for l in open('$TMP/fits') if l.startswith('{')]
+ops = {f['op'] for f in fits if 'op' in f}
+assert ops == {'ring', 'rhd', 'tree', 'allgather', 'reduce_scatter', 'broadcast', 'p2p'}, ops
+p = json.load(open('$TMP/prof.json'))
+assert set(p['local_ops']) == ops | {'ranks'}, p['local_ops']
+assert all(p['local_ops'][o]['beta'] > 0 for o in ops)
+assert 0 < p['shm_sec'] < 1e-6 and p['shm_ranks'] >= 2 and 0 < p['trace_slice_sec'] < 1e-4, p
+extra = [f for f in fits if 'shm_sec' in f][0]
+assert extra['message_sec'] == p['local_ops']['p2p']['alpha'], extra"
 $PLAN --workers 2 --exchange allreduce:ring --profile "$TMP/prof.json" >"$TMP/p.plan" 2>"$TMP/err"
 check plan_predict_with_profile grep -q '"profile":"calibrated"' "$TMP/p.plan"
 sed 's/"cpu":"[^"]*"/"cpu":"Another CPU 9000"/' "$TMP/prof.json" >"$TMP/other.json"
@@ -116,7 +128,11 @@ a, b = (json.loads(open(f).read().splitlines()[-1]) for f in ('$TMP/p.plan', '$T
 assert a['step_sec'] > 0 and b['step_sec'] > 0 and a['step_sec'] != b['step_sec'], (a, b)"
 expect_error plan_gemm_model_needs_profile 2 "needs a profile with a GEMM model" -- $PLAN --workers 2 --compute-model gemm
 expect_error plan_compute_model_values 2 "option --compute-model: 'flops' (expected layers or gemm)" -- $PLAN --workers 2 --compute-model flops
-grep -v gemm_fit "$TMP/prof.json" | sed 's/"mpi_measured":\([01]\),*$/"mpi_measured":\1}/' >"$TMP/nofit.json"
+$PY -c "
+import json
+p = json.load(open('$TMP/prof.json'))
+del p['gemm_fit']
+json.dump(p, open('$TMP/nofit.json', 'w'))"
 expect_error plan_gemm_model_profile_without_fit 2 "needs a profile with a GEMM model" -- $PLAN --workers 2 --profile "$TMP/nofit.json" --compute-model gemm
 echo "not a profile" >"$TMP/notmine.txt"
 expect_error plan_calibrate_keeps_others_file 2 "notmine.txt" -- $DTRAIN plan --calibrate --quick --out "$TMP/notmine.txt"

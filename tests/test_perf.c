@@ -235,6 +235,58 @@ static void test_pipeline_bubbles(void) {
   CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
 }
 
+/* Each operation's own calibrated cost, where the cluster has one: an rhd
+ * allreduce takes the rhd fit's alpha (its messages as its formula counts
+ * them), the ring's step stays free of it; a message takes the
+ * ping-pong's; shared sync's update its cost a value across cores; and
+ * --trace a slice a task. */
+static void test_calibrated_operations(void) {
+  int P = 4, host[4];
+  double fwd[1], bwd[1], l[4], bw[4], slow[4];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, 4, 0, 0, host, l, bw, slow);
+  cl.op[PERF_OP_RHD] = (perf_link_t){1e-3, 1e30};
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    int b = step_add(&d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    step_add_allreduce(&d, r, r, P, ALLREDUCE_RHD, 1000, b, THREAD_COMPUTE, 1);
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  double m, b;
+  coll_allreduce_cost(ALLREDUCE_RHD, P, 1, 0, &m, &b);
+  CHECK_NEAR(sim.step_sec, B + m * 1e-3, 1e-9);
+  step_desc_free(&d);
+  ring_step(&d, P, 1000);
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B, 1e-9); /* the ring's own fit is still free */
+  /* a traced slice on each of the ring step's four tasks of a rank */
+  cl.trace_sec = 1e-4;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B + 4e-4, 1e-9);
+  cl.trace_sec = 0;
+  /* shared sync's update of 10 values: 4 ranks' blocks at 1e-6 s a value */
+  cl.shm_sec = 1e-6;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 1, &sim));
+  CHECK_NEAR(sim.step_sec, F + B + 10 * 4 * 1e-6, 1e-9);
+  step_desc_free(&d);
+  /* one message: the ping-pong's alpha, not the ring's */
+  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+  cl.op[PERF_OP_P2P] = (perf_link_t){2e-3, 1e30};
+  cl.own = cl.op[PERF_OP_RING] = (perf_link_t){7e-3, 1e30};
+  step_desc_init(&d, 2);
+  step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "send", .peer = 1, .group = 2,
+                             .sent = 1000, .after = -1});
+  step_add(&d, (step_task_t){TASK_COMM, 1, -1, .pattern = "recv", .peer = 0, .group = 2,
+                             .received = 1000, .after = -1});
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2e-3, 1e-9);
+  step_desc_free(&d);
+}
+
 static void test_profile_reader(void) {
   perf_profile_t p;
   const char *good = "{\"format\":\"dtrain-profile 1\",\"cpu\":\"c\",\"gemm\":\"g\","
@@ -261,6 +313,41 @@ static void test_profile_reader(void) {
   CHECK_FAILS_WITH(perf_profile_parse(with_fit, strlen(with_fit), "p", &p), "needs c0, c1, c2, c3");
   snprintf(with_fit, sizeof with_fit, "%.*s,\"gemm_fit\":{\"c9\":1}}", (int)strlen(good) - 1, good);
   CHECK_FAILS_WITH(perf_profile_parse(with_fit, strlen(with_fit), "p", &p), "unknown key \"gemm_fit.c9\"");
+  /* each operation's fit, the shared-memory exchange and a traced slice:
+   * written, read back the same */
+  perf_profile_t w;
+  perf_profile_default(&w);
+  snprintf(w.cpu, sizeof w.cpu, "c"), snprintf(w.gemm, sizeof w.gemm, "g");
+  for (int i = 0; i < PERF_NOPS; i++) w.local_op[i] = (perf_link_t){1e-6 * (i + 1), 1e9 * (i + 1)};
+  w.local_ops = (1u << PERF_NOPS) - 1, w.local_op_ranks = 4;
+  w.mpi_op[PERF_OP_P2P] = (perf_link_t){3e-6, 2e9};
+  w.mpi_ops = 1u << PERF_OP_P2P, w.mpi_op_ranks = 2;
+  w.shm_sec = 2.5e-10, w.shm_ranks = 4, w.trace_slice_sec = 1e-7;
+  char text[2048];
+  FILE *f = fmemopen(text, sizeof text, "w");
+  CHECK_OK(perf_profile_write(&w, f));
+  fclose(f);
+  CHECK_OK(perf_profile_parse(text, strlen(text), "p", &p));
+  CHECK(p.local_ops == w.local_ops && p.local_op_ranks == 4 && p.mpi_ops == w.mpi_ops);
+  CHECK(p.local_op[PERF_OP_TREE].alpha == 3e-6 && p.local_op[PERF_OP_P2P].beta == 7e9);
+  CHECK(p.mpi_op[PERF_OP_P2P].alpha == 3e-6 && p.shm_sec == 2.5e-10 && p.shm_ranks == 4);
+  CHECK(p.trace_slice_sec == 1e-7);
+  const char *bad[][2] = {
+    {",\"local_ops\":{\"ranks\":2,\"ring2\":{\"alpha\":1,\"beta\":1}}}", "unknown key \"local_ops.ring2\""},
+    {",\"local_ops\":{\"ranks\":2,\"p2p\":{\"alpha\":1,\"beta\":1},\"p2p\":{\"alpha\":1,\"beta\":1}}}", "\"local_ops.p2p\" appears twice"},
+    {",\"mpi_ops\":{\"rhd\":{\"alpha\":1,\"beta\":1}}}", "key \"mpi_ops.ranks\" is missing"},
+    {",\"local_ops\":{\"ranks\":1.5}}", "key \"local_ops.ranks\" is 1.5"},
+    {",\"local_ops\":{\"ranks\":2,\"tree\":{\"alpha\":1}}}", "\"local_ops.tree\" needs both"},
+    {",\"shm_sec\":3}", "key \"shm_sec\" is 3 s"},
+    {",\"shm_ranks\":0}", "key \"shm_ranks\" is 0"},
+    {",\"shm_sec\":1e-9}", "key \"shm_ranks\" is missing"},
+    {",\"trace_slice_sec\":-1}", "key \"trace_slice_sec\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char t[512];
+    snprintf(t, sizeof t, "%.*s%s", (int)strlen(good) - 1, good, bad[i][0]);
+    CHECK_FAILS_WITH(perf_profile_parse(t, strlen(t), "p", &p), bad[i][1]);
+  }
 }
 
 /* The GEMM model's least squares gives back the coefficients of times
@@ -308,6 +395,7 @@ int main(void) {
   RUN(test_server_exchanges);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
+  RUN(test_calibrated_operations);
   RUN(test_profile_reader);
   RUN(test_gemm_fit);
   TEST_MAIN_END();

@@ -46,9 +46,12 @@ static const char *PLAN_HELP =
     "a candidate.\n"
     "\n"
     "--calibrate measures the transports' own alpha and beta here (the ring allreduce\n"
-    "from 4 KiB to 64 MiB; --quick: to 1 MiB) on local, and under mpirun with --comm mpi\n"
-    "on mpi as well, and writes them with this CPU and kernels to --out; each fit is a\n"
-    "JSON line on stdout (its points and largest relative error).\n"
+    "from 4 KiB to 64 MiB; --quick: to 1 MiB), then each operation on its own (the\n"
+    "allreduces ring, rhd, tree, reduce-scatter, allgather, broadcast, and a ping-pong:\n"
+    "one message), the shared-memory exchange's cost a value and one traced slice's, on\n"
+    "local, and under mpirun with --comm mpi the ring and each operation on mpi as well;\n"
+    "it writes them with this CPU and kernels to --out; each fit is a JSON line on\n"
+    "stdout (its points and largest relative error).\n"
     "\n"
     "--cluster FILE describes the hosts to plan for (docs/CLUSTER_FILE.md: hosts, ranks per\n"
     "host, each rank's device -- this machine at a relative speed, or FLOP/s, efficiency and\n"
@@ -255,8 +258,7 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
     return 2;
   }
   kern_set_threads(1);
-  perf_profile_t prof;
-  perf_link_t mpi;
+  perf_profile_t prof, mpi = {0};
   int root = 1;
   if (o->mpi && perf_calibrate_mpi(&argc, &argv, o->quick, &mpi, &root, stdout) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
@@ -267,7 +269,11 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;
   }
-  if (o->mpi) prof.mpi = mpi, prof.mpi_measured = 1;
+  if (o->mpi) {
+    prof.mpi = mpi.mpi, prof.mpi_measured = 1;
+    memcpy(prof.mpi_op, mpi.mpi_op, sizeof prof.mpi_op);
+    prof.mpi_ops = mpi.mpi_ops, prof.mpi_op_ranks = mpi.mpi_op_ranks;
+  }
   if (write_profile(o->out, &prof) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 1;

@@ -45,9 +45,20 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   out->intra_latency = out->multihost ? net->intra_latency : 0;
   out->intra_bandwidth = out->multihost ? net->intra_bandwidth : 0;
   out->background = prof->load_given ? prof->load : perf_background_load(out->cores);
-  if (cfg->comm == COMM_MPI) out->own = prof->mpi;
-  else out->own = nranks > out->cores ? prof->local_oversubscribed : prof->local;
+  int over = nranks > out->cores;
+  if (cfg->comm == COMM_MPI) perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);
+  else if (over) perf_cluster_own(out, &prof->local_oversubscribed, NULL, 0);
+  else perf_cluster_own(out, &prof->local, prof->local_op, prof->local_ops);
+  /* shared sync's exchange across cores, as calibrated with a core a rank */
+  out->shm_sec = cfg->comm == COMM_LOCAL && !over ? prof->shm_sec : 0;
+  out->trace_sec = cfg->trace[0] ? prof->trace_slice_sec : 0;
   return 0;
+}
+
+void perf_cluster_own(perf_cluster_t *c, const perf_link_t *any, const perf_link_t *op,
+                      unsigned measured) {
+  c->own = *any;
+  for (int i = 0; i < PERF_NOPS; i++) c->op[i] = op && measured & 1u << i ? op[i] : *any;
 }
 
 void perf_cluster_free(perf_cluster_t *c) {

@@ -279,6 +279,7 @@ int perf_cluster_from_file(const perf_cluster_file_t *f, const train_config_t *c
   }
   out->multihost = host > 0;
   out->intra_latency = f->intra.alpha, out->intra_bandwidth = f->intra.beta;
-  out->own = prof->mpi; /* ranks on hosts of their own talk as mpi's do */
+  /* ranks on hosts of their own talk as mpi's do */
+  perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);
   return 0;
 }

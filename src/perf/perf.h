@@ -84,8 +84,26 @@ typedef struct {
   double beta;               /* bytes per second it moves (copies, sums) */
 } perf_link_t;
 
+/* The operations calibrated one by one, each fitted to its own formula
+ * (calibrate.c): the three allreduces, the ring's halves, the binomial
+ * broadcast, and one message there and back (ping-pong: its alpha is the
+ * cost of one message). */
+typedef enum {
+  PERF_OP_RING, PERF_OP_RHD, PERF_OP_TREE, PERF_OP_ALLGATHER, PERF_OP_REDUCE_SCATTER,
+  PERF_OP_BROADCAST, PERF_OP_P2P, PERF_NOPS
+} perf_op_t;
+extern const char *const perf_op_name[PERF_NOPS];
+
 typedef struct {
-  perf_link_t local, local_oversubscribed, mpi;
+  perf_link_t local, local_oversubscribed, mpi;   /* the ring allreduce's fit: any operation's */
+  perf_link_t local_op[PERF_NOPS], mpi_op[PERF_NOPS]; /* each operation's own fit ... */
+  unsigned local_ops, mpi_ops;                    /* ... where bit op is set (measured) */
+  int local_op_ranks, mpi_op_ranks;               /* the ranks they were measured over */
+  double shm_sec;            /* the shared-memory exchange: seconds a value, its block summed
+                              * from every rank and pushed to every rank, across cores (0: not
+                              * measured: one core's sum and copy stand in) */
+  int shm_ranks;             /* the threads it was measured with */
+  double trace_slice_sec;    /* one traced slice (--trace); 0: not measured */
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
   int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
   char cpu[128], gemm[128];  /* what the profile was taken with */
@@ -110,12 +128,18 @@ int perf_profile_load(const char *path, int force, perf_profile_t *p);
 int perf_profile_write(const perf_profile_t *p, FILE *out);
 /* calibrate.c: the transports' alpha and beta measured here (the ring
  * allreduce from 4 KiB to 64 MiB, to 1 MiB with quick; a fit line each on
- * log): local over 2 ranks and over twice the cores. The mpi row is left
- * at its estimate: perf_calibrate_mpi measures it under mpirun (is_root:
- * this process is rank 0, which holds the fit). */
+ * log): local over 2 ranks and over twice the cores; then each operation
+ * (perf_op_t) on its own over a rank a core (2 to 8), the shared-memory
+ * exchange's cost a value and a traced slice's. The mpi rows are left at
+ * their estimate: perf_calibrate_mpi measures the ring and each operation
+ * under mpirun into out (is_root: this process is rank 0, which holds
+ * the fits). */
 int perf_calibrate(int quick, perf_profile_t *out, FILE *log);
-int perf_calibrate_mpi(int *argc, char ***argv, int quick, perf_link_t *out, int *is_root,
+int perf_calibrate_mpi(int *argc, char ***argv, int quick, perf_profile_t *out, int *is_root,
                        FILE *log);
+/* calibrate_shm.c: shared sync's sum and push (strategy/dp/shared_sync.c)
+ * over `ranks` threads, each a core: seconds a value of the arena. */
+int perf_calibrate_shm(int ranks, int quick, double *sec_per_value);
 /* This machine: the CPU's model name and the kernels in use. */
 void perf_machine(char *cpu, size_t cpu_cap, char *gemm, size_t gemm_cap);
 
@@ -130,7 +154,10 @@ typedef struct {
   double *slowdown;          /* compute slow-down per rank (--straggler) */
   double background;         /* threads of other processes running on the cores (measured
                               * when the plan is made: a shared machine) */
-  perf_link_t own;           /* the transport's own cost, added to every message */
+  perf_link_t own;           /* the transport's own cost, added to every message ... */
+  perf_link_t op[PERF_NOPS]; /* ... each operation's, where calibrated (else own) */
+  double shm_sec;            /* shared sync's sum and push a value (0: one core's sum, copy) */
+  double trace_sec;          /* a traced slice a task (--trace; else 0) */
 } perf_cluster_t;
 
 /* The cluster a `dtrain train` run with cfg would see on this machine:
@@ -148,6 +175,10 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
 int perf_cluster_from_file(const struct perf_cluster_file *f, const train_config_t *cfg,
                            int nranks, const perf_profile_t *prof, perf_cluster_t *out);
 void perf_cluster_free(perf_cluster_t *c);
+/* The transport's costs: `any` for every operation, op[i] in its place
+ * where bit i of measured is set. */
+void perf_cluster_own(perf_cluster_t *c, const perf_link_t *any, const perf_link_t *op,
+                      unsigned measured);
 /* The other processes' threads running on this machine's cores: the
  * kernel's one-minute load average less this process (a moment's spin
  * measured as much, but a run lasts longer than a moment), capped. A

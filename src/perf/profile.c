@@ -9,6 +9,9 @@
 
 #include "perf/perf.h"
 
+const char *const perf_op_name[PERF_NOPS] = {"ring", "rhd", "tree", "allgather",
+                                              "reduce_scatter", "broadcast", "p2p"};
+
 void perf_profile_default(perf_profile_t *p) {
   memset(p, 0, sizeof *p);
   p->local = (perf_link_t){5e-6, 10e9};
@@ -146,6 +149,52 @@ static int read_link(reader_t *r, const char *key, perf_link_t *l, int *seen, co
   return 0;
 }
 
+/* "local_ops" / "mpi_ops": {"ranks": P, "ring": {alpha, beta}, "rhd": ..., "p2p": ...},
+ * any of the operations, each at most once. */
+static int read_ops(reader_t *r, const char *key, perf_link_t *op, unsigned *mask, int *ranks,
+                    const char *start) {
+  DT_TRY(expect(r, '{', start));
+  for (;;) {
+    char k[32], full[64];
+    DT_TRY(read_string(r, k, sizeof k, start));
+    DT_TRY(expect(r, ':', start));
+    snprintf(full, sizeof full, "%s.%s", key, k);
+    int i = 0;
+    while (i < PERF_NOPS && strcmp(k, perf_op_name[i])) i++;
+    if (!strcmp(k, "ranks")) {
+      double v = 0;
+      DT_TRY(read_number(r, full, &v, start));
+      if (v < 2 || v > 4096 || v != (int)v)
+        return dt_error("%s: key \"%s\" is %g (expected a count of ranks from 2)", r->source, full, v);
+      *ranks = (int)v;
+    } else if (i == PERF_NOPS) {
+      return dt_error("%s: unknown key \"%s\" (expected ranks, ring, rhd, tree, allgather, "
+                      "reduce_scatter, broadcast, p2p)", r->source, full);
+    } else {
+      if (*mask & 1u << i) return dt_error("%s: key \"%s\" appears twice", r->source, full);
+      int seen = 0;
+      DT_TRY(read_link(r, full, &op[i], &seen, start));
+      *mask |= 1u << i;
+    }
+    skip_space(r);
+    if (r->s < r->end && *r->s == ',') {
+      r->s++;
+      continue;
+    }
+    break;
+  }
+  DT_TRY(expect(r, '}', start));
+  if (*mask && !*ranks) return dt_error("%s: key \"%s.ranks\" is missing", r->source, key);
+  return 0;
+}
+
+/* A number key of the profile's top level: "shm_sec", "trace_slice_sec", ... */
+static int read_seconds(reader_t *r, const char *key, double *out, const char *start) {
+  DT_TRY(read_number(r, key, out, start));
+  if (*out > 1) return dt_error("%s: key \"%s\" is %g s (expected a time under a second)", r->source, key, *out);
+  return 0;
+}
+
 static int read_member(reader_t *r, perf_profile_t *p, int *seen, const char *start) {
   char key[32], text[128];
   DT_TRY(read_string(r, key, sizeof key, start));
@@ -170,8 +219,20 @@ static int read_member(reader_t *r, perf_profile_t *p, int *seen, const char *st
     if (v != 0 && v != 1) return dt_error("%s: key \"mpi_measured\" is %g (expected 0 or 1)", r->source, v);
     p->mpi_measured = v == 1;
   } else if (!strcmp(key, "gemm_fit")) DT_TRY(read_gemm_fit(r, &p->gemm_fit, start));
+  else if (!strcmp(key, "local_ops"))
+    DT_TRY(read_ops(r, key, p->local_op, &p->local_ops, &p->local_op_ranks, start));
+  else if (!strcmp(key, "mpi_ops")) DT_TRY(read_ops(r, key, p->mpi_op, &p->mpi_ops, &p->mpi_op_ranks, start));
+  else if (!strcmp(key, "shm_sec")) DT_TRY(read_seconds(r, key, &p->shm_sec, start));
+  else if (!strcmp(key, "shm_ranks")) {
+    double v = 0;
+    DT_TRY(read_number(r, key, &v, start));
+    if (v < 2 || v > 4096 || v != (int)v)
+      return dt_error("%s: key \"shm_ranks\" is %g (expected a count of ranks from 2)", r->source, v);
+    p->shm_ranks = (int)v;
+  } else if (!strcmp(key, "trace_slice_sec")) DT_TRY(read_seconds(r, key, &p->trace_slice_sec, start));
   else return dt_error("%s: unknown key \"%s\" (expected format, cpu, gemm, local, "
-                       "local_oversubscribed, mpi, mpi_measured, gemm_fit)", r->source, key);
+                       "local_oversubscribed, mpi, mpi_measured, gemm_fit, local_ops, mpi_ops, "
+                       "shm_sec, shm_ranks, trace_slice_sec)", r->source, key);
   return 0;
 }
 
@@ -196,6 +257,8 @@ int perf_profile_parse(const char *s, size_t len, const char *source, perf_profi
   if (r.s != r.end) return dt_error("%s: text after the profile's object at offset %ld", source, offset(&r, s));
   for (int k = 0; k < 6; k++)
     if (!seen[k]) return dt_error("%s: key \"%s\" is missing (a profile from dtrain plan --calibrate has it)", source, keys[k]);
+  if (q.shm_sec > 0 && !q.shm_ranks)
+    return dt_error("%s: key \"shm_ranks\" is missing (shm_sec was measured over that many ranks)", source);
   q.calibrated = 1;
   *p = q;
   return 0;
@@ -208,6 +271,20 @@ int perf_profile_write(const perf_profile_t *p, FILE *out) {
   for (int k = 0; k < 3; k++)
     fprintf(out, ",\n \"%s\":{\"alpha\":%.6g,\"beta\":%.6g}", names[k], l[k]->alpha, l[k]->beta);
   fprintf(out, ",\n \"mpi_measured\":%d", p->mpi_measured);
+  const perf_link_t *ops[2] = {p->local_op, p->mpi_op};
+  const unsigned masks[2] = {p->local_ops, p->mpi_ops};
+  const int ranks[2] = {p->local_op_ranks, p->mpi_op_ranks};
+  for (int t = 0; t < 2; t++) {
+    if (!masks[t]) continue;
+    fprintf(out, ",\n \"%s_ops\":{\"ranks\":%d", t ? "mpi" : "local", ranks[t]);
+    for (int i = 0; i < PERF_NOPS; i++)
+      if (masks[t] & 1u << i)
+        fprintf(out, ",\"%s\":{\"alpha\":%.6g,\"beta\":%.6g}", perf_op_name[i], ops[t][i].alpha,
+                ops[t][i].beta);
+    fprintf(out, "}");
+  }
+  if (p->shm_sec > 0) fprintf(out, ",\n \"shm_sec\":%.6g,\"shm_ranks\":%d", p->shm_sec, p->shm_ranks);
+  if (p->trace_slice_sec > 0) fprintf(out, ",\n \"trace_slice_sec\":%.6g", p->trace_slice_sec);
   const perf_gemm_fit_t *g = &p->gemm_fit;
   if (g->fitted)
     fprintf(out, ",\n \"gemm_fit\":{\"c0\":%.9g,\"c1\":%.9g,\"c2\":%.9g,\"c3\":%.9g,\"points\":%d,"

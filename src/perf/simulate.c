@@ -139,11 +139,25 @@ static double tree_reduce_sec(int P, double bytes, double lat, double pb) {
   return root;
 }
 
+/* The transport's own cost of a collective: its operation's calibrated fit
+ * (the ring's where that operation was not measured). */
+static const perf_link_t *coll_own(const sim_t *s, const step_task_t *t) {
+  const perf_link_t *op = s->cl->op;
+  const char *p = t->pattern ? t->pattern : "";
+  if (!strcmp(p, "allreduce") && t->algo && !strcmp(t->algo, "rhd")) return &op[PERF_OP_RHD];
+  if (!strcmp(p, "allreduce") && t->algo && !strcmp(t->algo, "tree")) return &op[PERF_OP_TREE];
+  if (!strcmp(p, "allreduce")) return &op[PERF_OP_RING];
+  if (!strncmp(p, "allgather", 9)) return &op[PERF_OP_ALLGATHER];
+  if (!strncmp(p, "reduce_scatter", 14) || !strncmp(p, "reduce-scatter", 14)) return &op[PERF_OP_REDUCE_SCATTER];
+  if (!strcmp(p, "broadcast") || !strcmp(p, "reduce")) return &op[PERF_OP_BROADCAST];
+  return &s->cl->own;
+}
+
 /* A collective's seconds on the link (lat, per_byte) with the transport's
  * own cost: messages in sequence on the link, and (oversubscribed) the
  * turns they take on the shared cores. */
-static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
-  const perf_link_t *own = &s->cl->own;
+static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
+  const perf_link_t *own = coll_own(s, t);
   double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
   int P = t->group, over = s->cl->nranks > s->cl->cores;
   double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
@@ -164,6 +178,11 @@ static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double 
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
   return m * (lat + own->alpha) + bytes * pb + codec;
+}
+
+/* ... and a traced slice where --trace is on. */
+static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
+  return coll_link_sec(s, t, lat, per_byte) + s->cl->trace_sec;
 }
 
 static void pend_at(sim_t *s, int i, double t) {
@@ -199,7 +218,7 @@ static void start_send(sim_t *s, int i) {
     if (*lf > start) start = *lf;
     *lf = start + len;
   }
-  const perf_link_t *own = &s->cl->own;
+  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
   double finish = start + len + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
   n->start = s->now;
   n->issued = 1;
@@ -220,7 +239,7 @@ static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, doubl
   double *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
   double start = *lf > t ? *lf : t;
   *lf = start + bytes * pb;
-  const perf_link_t *own = &s->cl->own;
+  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
   *sent_at = *lf + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
   return *sent_at + lat;
 }
@@ -456,13 +475,13 @@ static void match_messages(sim_t *s) {
 static double lone_message_sec(const sim_t *s, const step_task_t *t) {
   double lat, pb;
   link_of(s, t->rank, t->peer, &lat, &pb);
-  const perf_link_t *own = &s->cl->own;
+  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
   double bytes = t->sent > t->received ? t->sent : t->received;
   return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(t);
 }
 
-static double cpu_work(const step_task_t *t, const perf_compute_t *pc, int nranks,
-                       int shared_update) {
+static double cpu_work(const step_task_t *t, const perf_compute_t *pc, const perf_cluster_t *cl,
+                       int nranks, int shared_update) {
   switch (t->kind) {
   case TASK_FORWARD:
   case TASK_BACKWARD: {
@@ -472,8 +491,10 @@ static double cpu_work(const step_task_t *t, const perf_compute_t *pc, int nrank
     return whole > 0 && t->params < whole ? sec * (double)t->params / (double)whole : sec;
   }
   case TASK_UPDATE:
-    if (shared_update) /* its block of every rank's gradients summed, pushed to every rank */
-      return (double)t->params * (pc->update_sec + nranks * (pc->sum_sec + pc->copy_sec));
+    if (shared_update) /* its block of every rank's gradients summed, pushed to every rank:
+                        * across cores as calibrated, else one core's sum and copy */
+      return (double)t->params * (pc->update_sec + nranks * (cl->shm_sec > 0 ? cl->shm_sec
+                                                             : pc->sum_sec + pc->copy_sec));
     return (double)t->params * pc->update_sec;
   default: return (double)t->params * 2 * pc->copy_sec; /* a local mix of models */
   }
@@ -500,7 +521,8 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     else if (t->kind == TASK_COMM && t->peer >= 0 && t->received > 0 && t->sent == 0) n->kind = N_RECV;
     else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
     else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
-    if (n->kind == N_CPU) n->work = cpu_work(t, pc, R, shared_update) * share(t);
+    if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
+      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(t);
     if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
     int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
     pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
