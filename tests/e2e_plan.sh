@@ -92,6 +92,12 @@ $PLAN --workers 2 --exchange allreduce:ring --straggler rank=1,slowdown=4 >"$TMP
 check plan_straggler_slows_step $PY -c "import sys; sys.exit($(field "$TMP/slow.plan" step_sec) < 3.9 * $(field "$TMP/slow.plan" compute_sec))"
 check plan_no_straggler_step $PY -c "import sys; sys.exit($(field "$TMP/plain.plan" step_sec) > 2 * $(field "$TMP/plain.plan" compute_sec))"
 
+# dp 2 x pp 2 x tp 2: each group's collectives meet their own group's only
+# (the tp groups of the two stages, the replicas' sums of each stage): a
+# grid of same-sized groups was once simulated as one, a cycle.
+$PLAN --workers 8 --pp 2 --tp 2 --micro-batches 4 --partition macs >"$TMP/grid.plan" 2>"$TMP/grid.err"
+check plan_grid_groups_apart grep -q '"event":"plan","strategy":"pipeline parallelism","ranks":8' "$TMP/grid.plan"
+
 # The profile: written by --calibrate --quick, taken by --predict.
 $DTRAIN plan --calibrate --quick --out "$TMP/prof.json" >"$TMP/fits" 2>&1
 check plan_calibrate_quick grep -q '"event":"calibrate","transport":"local"' "$TMP/fits"

@@ -17,6 +17,7 @@ static const char *PLAN_HELP =
     "                   [--compute-model layers|gemm] [TRAIN OPTIONS]\n"
     "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--load X] [--profile FILE]\n"
     "                   TRAIN OPTIONS\n"
+    "       dtrain plan --cluster FILE --workers N [the search's options] TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
     "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
@@ -56,9 +57,13 @@ static const char *PLAN_HELP =
     "--cluster FILE describes the hosts to plan for (docs/CLUSTER_FILE.md: hosts, ranks per\n"
     "host, each rank's device -- this machine at a relative speed, or FLOP/s, efficiency and\n"
     "memory bandwidth, labelled projected --, memory per rank, the links inside a host and\n"
-    "between hosts). With it the data-parallel strategies (allreduce ring, rhd, tree, hier;\n"
+    "between hosts). With --workers N and every device this machine at a speed of at most\n"
+    "1, the search above runs on the file's first N ranks (their hosts and links, a core\n"
+    "each, slowed by 1 / speed; the smallest memory per rank bounds the candidates unless\n"
+    "--memory-per-rank does). With --project FROM:TO, --plot, --classes or --bucket-mb, or a\n"
+    "file of projected devices, the data-parallel strategies (allreduce ring, rhd, tree, hier;\n"
     "ps sharded on the workers; one ps) and GPipe across a host's ranks (data parallel\n"
-    "across hosts) are projected at --workers N, or at every worker\n"
+    "across hosts) are projected instead, at --workers N or at every worker\n"
     "count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the cluster's ranks):\n"
     "step time, samples/s and scaling efficiency (samples/s over N times one worker's). The\n"
     "model's input is its file's 'input shape=' or 1x28x28. --net latency=,bandwidth= takes\n"
@@ -224,12 +229,10 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
             o->from ? "project" : o->plot ? "plot" : o->classes ? "classes" : "bucket-mb");
     return -1;
   }
-  if (o->cluster && (o->calibrate || o->json || o->memory || (o->gemm_model && !o->predict) ||
-                     (o->predict && (o->from || o->plot)))) {
-    fprintf(stderr, "dtrain plan: --cluster projects the strategies (or, with --predict, runs "
-                    "one on the file's hosts); --%s is not one of its options (dtrain plan --help)\n",
-            o->calibrate ? "calibrate" : o->json ? "json" : o->memory ? "memory-per-rank"
-            : o->gemm_model && !o->predict ? "compute-model" : o->from ? "project" : "plot");
+  if (o->cluster && (o->calibrate || (o->predict && (o->from || o->plot)))) {
+    fprintf(stderr, "dtrain plan: --cluster searches or projects the strategies on the file's "
+                    "hosts (or, with --predict, runs one there); --%s is not one of its options "
+                    "(dtrain plan --help)\n", o->calibrate ? "calibrate" : o->from ? "project" : "plot");
     return -1;
   }
   if (o->predict && (o->out || o->quick)) {
@@ -284,18 +287,31 @@ static int calibrate(int argc, char **argv, const plan_opts_t *o) {
   return 0;
 }
 
-/* The search: the candidates ranked on the user's options. */
-static int search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof) {
-  size_t mem = o->memory;
-  FILE *json = NULL;
+/* The search: the candidates ranked on the user's options; on a cluster
+ * file's hosts where one is given (cluster: NULL for this machine), whose
+ * smallest memory per rank bounds the candidates unless --memory-per-rank
+ * does. */
+static int search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof,
+                  const perf_cluster_file_t *cluster) {
+  perf_search_opts_t so = {.memory_per_rank = (double)o->memory, .cluster = cluster,
+                           .explain = o->explain};
+  char from[300];
+  for (int g = 0; cluster && !o->memory && g < cluster->ngroups; g++) {
+    double m = cluster->group[g].memory;
+    if (m > 0 && (so.memory_per_rank == 0 || m < so.memory_per_rank)) so.memory_per_rank = m;
+  }
+  if (cluster && !o->memory && so.memory_per_rank > 0) {
+    snprintf(from, sizeof from, "the memory per rank of %s", o->cluster);
+    so.memory_from = from;
+  }
   if (o->json && (file_check_output(o->json, "\"event\":\"plan\"") != 0 ||
-                  !(json = file_open_output(o->json, 0)))) {
+                  !(so.json = file_open_output(o->json, 0)))) {
     fprintf(stderr, "dtrain plan: --json %s: %s\n", o->json, dt_errmsg());
     return 2;
   }
   kern_set_threads(1);
-  int rc = perf_search_explain(argc, argv, prof, (double)mem, o->explain, json, stdout);
-  if (json) fclose(json);
+  int rc = perf_search(argc, argv, prof, &so, stdout);
+  if (so.json) fclose(so.json);
   if (rc != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
@@ -303,11 +319,26 @@ static int search(int argc, char **argv, const plan_opts_t *o, const perf_profil
   return 0;
 }
 
+/* Every group of the file is this machine at a speed of at most 1: its
+ * layers are measured here (and slowed), so the whole search can run on it. */
+static int measured_here(const perf_cluster_file_t *c) {
+  for (int g = 0; g < c->ngroups; g++)
+    if (!(c->group[g].speed > 0 && c->group[g].speed <= 1)) return 0;
+  return 1;
+}
+
 /* --cluster: the strategies projected onto the described cluster. */
-static int project(int argc, char **argv, const plan_opts_t *o) {
-  perf_cluster_file_t c;
+static int project(int argc, char **argv, const plan_opts_t *o, const perf_cluster_file_t *cl) {
+  const perf_cluster_file_t c = *cl;
   train_config_t cfg;
-  if (perf_cluster_file_load(o->cluster, &c) != 0 || train_options_parse(argc, argv, &cfg) != 0) {
+  if (o->json || o->memory || o->explain) {
+    fprintf(stderr, "dtrain plan: --%s is the search's option; the projection%s prints its "
+            "table (its memory per rank is the cluster file's)\n",
+            o->json ? "json" : o->memory ? "memory-per-rank" : "explain",
+            measured_here(cl) ? "" : " onto projected devices");
+    return 2;
+  }
+  if (train_options_parse(argc, argv, &cfg) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
@@ -357,6 +388,23 @@ static int project(int argc, char **argv, const plan_opts_t *o) {
   return 0;
 }
 
+/* --cluster FILE --workers N of devices measured here: the search on the
+ * file's hosts, N at most its ranks. */
+static int cluster_search(int argc, char **argv, const plan_opts_t *o, const perf_profile_t *prof,
+                          const perf_cluster_file_t *c) {
+  train_config_t cfg;
+  if (train_options_parse(argc, argv, &cfg) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  if (cfg.workers > c->nranks) {
+    fprintf(stderr, "dtrain plan: --workers %d: the cluster %s has %d ranks (%d hosts); "
+            "give at most %d\n", cfg.workers, o->cluster, c->nranks, c->nhosts, c->nranks);
+    return 2;
+  }
+  return search(argc, argv, o, prof, c);
+}
+
 int cmd_plan(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -366,7 +414,13 @@ int cmd_plan(int argc, char **argv) {
   plan_opts_t o = {.load = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
-  if (o.cluster && !o.predict) return project(argc, argv, &o);
+  perf_cluster_file_t file;
+  if (o.cluster && perf_cluster_file_load(o.cluster, &file) != 0) {
+    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
+    return 2;
+  }
+  int projecting = o.from || o.plot || o.classes || o.bucket || (o.cluster && !measured_here(&file));
+  if (o.cluster && !o.predict && projecting) return project(argc, argv, &o, &file);
   perf_profile_t prof;
   perf_profile_default(&prof);
   if (o.profile && perf_profile_load(o.profile, o.force, &prof) != 0) {
@@ -380,7 +434,8 @@ int cmd_plan(int argc, char **argv) {
   }
   prof.use_gemm_fit = o.gemm_model;
   if (o.load >= 0) prof.load_given = 1, prof.load = o.load;
-  if (!o.predict) return search(argc, argv, &o, &prof);
+  if (!o.predict && o.cluster) return cluster_search(argc, argv, &o, &prof, &file);
+  if (!o.predict) return search(argc, argv, &o, &prof, NULL);
   kern_set_threads(1); /* before any BLAS call, as train */
   train_config_t cfg;
   if (train_options_parse(argc, argv, &cfg) != 0) {
@@ -388,12 +443,7 @@ int cmd_plan(int argc, char **argv) {
     return 2;
   }
   perf_plan_t plan;
-  perf_cluster_file_t file;
   perf_cache_t cache = {.cluster = &file}; /* --cluster: the file's hosts, links and speeds */
-  if (o.cluster && perf_cluster_file_load(o.cluster, &file) != 0) {
-    fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
-    return 2;
-  }
   int rc = perf_predict(&cfg, &prof, o.cluster ? &cache : NULL, &plan);
   perf_cache_free(&cache);
   if (rc != 0) {

@@ -278,6 +278,12 @@ int perf_cluster_from_file(const perf_cluster_file_t *f, const train_config_t *c
     }
   }
   out->multihost = host > 0;
+  if (out->multihost && cfg->exchange == EXCHANGE_SHARED) {
+    perf_cluster_free(out);
+    return dt_error("--exchange shared: the step's %d ranks span %d hosts of the cluster file, and "
+                    "shared memory is one host's (at most %d workers, or --exchange allreduce)",
+                    nranks, host + 1, f->group[0].ranks_per_host);
+  }
   out->intra_latency = f->intra.alpha, out->intra_bandwidth = f->intra.beta;
   /* ranks on hosts of their own talk as mpi's do */
   perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);

@@ -270,17 +270,22 @@ int perf_pipedream(train_config_t *cfg, perf_cache_t *cache, int machines, struc
 
 /* ---- search.c: the strategies for a model and workers, ranked -------- */
 
+typedef struct {
+  double memory_per_rank;    /* bytes a rank may hold (0: no limit) ... */
+  const char *memory_from;   /* ... and where that came from, for the refusal (NULL:
+                              * --memory-per-rank) */
+  const struct perf_cluster_file *cluster; /* the ranks' hosts, links and speeds (NULL: this
+                                            * machine's, from --net) */
+  int explain;               /* the best few candidates' steps split into compute, exposed
+                              * communication and the rest (a pipeline's bubble, or waiting) */
+  FILE *json;                /* each row as a JSON line too (NULL: none) */
+} perf_search_opts_t;
+
 /* Each candidate of the search's table appended to the train options
  * argv[0..argc) (argv[0] is not read), predicted; a table ranked by
- * samples a second on out (and each row as a JSON line on json, if
- * given). Fails, after the table, when no candidate could be predicted or
- * none fits memory_per_rank bytes (0: no limit). */
-int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
-                FILE *json, FILE *out);
-/* perf_search, and with explain the best few candidates' steps split into
- * compute, exposed communication and the rest (a pipeline's bubble, or
- * waiting for other ranks). */
-int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
-                        int explain, FILE *json, FILE *out);
+ * samples a second on out. Fails, after the table, when no candidate
+ * could be predicted or none fits the memory per rank. */
+int perf_search(int argc, char **argv, const perf_profile_t *prof, const perf_search_opts_t *o,
+                FILE *out);
 
 #endif

@@ -237,15 +237,18 @@ static void json_row(const row_t *r, const codec_row_t *codec, FILE *json) {
   }
 }
 
-int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
-                        int explain, FILE *json, FILE *out) {
+int perf_search(int argc, char **argv, const perf_profile_t *prof, const perf_search_opts_t *o,
+                FILE *out) {
+  double memory_per_rank = o->memory_per_rank;
   row_t *rows = calloc(MAX_ROWS + NCODECS, sizeof *rows), *codecs = rows + MAX_ROWS;
   if (!rows) return dt_error("out of memory");
   int n = 0;
   for (; n < NFIXED; n++) snprintf(rows[n].options, sizeof rows[n].options, "%s", FIXED[n]);
   n += grid_rows(argc, argv, rows + n);
   for (int k = 0; k < NCODECS; k++) snprintf(codecs[k].options, sizeof codecs[k].options, "%s", CODECS[k].options);
-  perf_cache_t cache = {0}; /* the data set read once, the layers measured once a size */
+  /* the data set read once, the layers measured once a size; the cluster
+   * file's hosts, links and speeds where one is given */
+  perf_cache_t cache = {.cluster = o->cluster};
   for (int k = 0; k < n; k++) predict_row(argc, argv, prof, &cache, &rows[k]);
   for (int k = 0; k < NCODECS; k++) predict_row(argc, argv, prof, &cache, &codecs[k]);
   qsort(rows, (size_t)n, sizeof *rows, by_speed);
@@ -253,20 +256,16 @@ int perf_search_explain(int argc, char **argv, const perf_profile_t *prof, doubl
   for (int k = 0; k < n; k++) fit += fits(&rows[k], memory_per_rank), any |= rows[k].ok;
   print_table(rows, n, memory_per_rank, out);
   print_codecs(codecs, out);
-  if (explain) print_explain(rows, n, memory_per_rank, out);
+  if (o->explain) print_explain(rows, n, memory_per_rank, out);
   print_pipedream(argc, argv, &cache, out);
   perf_cache_free(&cache);
-  for (int k = 0; json && k < n; k++) json_row(&rows[k], NULL, json);
-  for (int k = 0; json && k < NCODECS; k++) json_row(&codecs[k], &CODECS[k], json);
+  for (int k = 0; o->json && k < n; k++) json_row(&rows[k], NULL, o->json);
+  for (int k = 0; o->json && k < NCODECS; k++) json_row(&codecs[k], &CODECS[k], o->json);
   free(rows);
   if (!any) return dt_error("no candidate could be predicted for these options (each row says why)");
   if (!fit)
-    return dt_error("no candidate fits --memory-per-rank %.1f MiB (each row says by how much)",
+    return dt_error("no candidate fits %s %.1f MiB (each row says by how much)",
+                    o->memory_from ? o->memory_from : "--memory-per-rank",
                     memory_per_rank / (1024.0 * 1024.0));
   return 0;
-}
-
-int perf_search(int argc, char **argv, const perf_profile_t *prof, double memory_per_rank,
-                FILE *json, FILE *out) {
-  return perf_search_explain(argc, argv, prof, memory_per_rank, 0, json, out);
 }

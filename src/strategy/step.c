@@ -107,10 +107,25 @@ int step_exact(const step_desc_t *d) {
   return 1;
 }
 
-/* One collective a layer calls itself, over its group in g. */
+void step_color_since(step_desc_t *d, int from, int color) {
+  for (int i = from; color && i < d->ntasks; i++)
+    if (d->task[i].kind == TASK_COMM && d->task[i].peer < 0 && !d->task[i].color) d->task[i].color = color;
+}
+
+static int add_group_sum(step_desc_t *d, int rank, const step_group_t *grp, layer_sum_t s,
+                         int after);
+
+/* One collective a layer calls itself, over its group in g, in its group's color. */
 static int add_layer_sum(step_desc_t *d, int rank, const step_groups_t *g, layer_sum_t s,
                          int after) {
   const step_group_t *grp = s.bn ? &g->bn : &g->tp;
+  int from = d->ntasks, last = add_group_sum(d, rank, grp, s, after);
+  if (last != STEP_FAILED) step_color_since(d, from, grp->color);
+  return last;
+}
+
+static int add_group_sum(step_desc_t *d, int rank, const step_group_t *grp, layer_sum_t s,
+                         int after) {
   if (s.halo) /* a message each way with a neighbour; tp ranks are adjacent world ranks */
     return step_add(d, (step_task_t){TASK_COMM, rank, -1, .pattern = "halo",
                                      .peer = rank - grp->rank + s.peer, .group = 2,

@@ -104,7 +104,16 @@ int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int
  * rank's place in it and its allreduce (step_allreduce_algo's). */
 typedef struct {
   int size, rank, algo;
+  int color;              /* its collectives' color (STEP_GROUP_COLOR; 0: the only group) */
 } step_group_t;
+/* A group's own color (step_task_t.color), from its lowest world rank,
+ * where groups of one size are several (the tp groups of each stage and
+ * replica, the replicas' sums of each stage or tp rank): the simulator
+ * then matches a group's collectives with its own members' only. Apart
+ * from hier's colors (1 + a host, an index). */
+#define STEP_GROUP_COLOR(lowest) ((1 << 16) + (lowest))
+/* The collectives added since task `from` that have no color get `color`. */
+void step_color_since(step_desc_t *d, int from, int color);
 typedef struct {
   step_group_t tp, bn;
 } step_groups_t;

@@ -149,8 +149,10 @@ static int describe_step_times(step_desc_t *out, const train_config_t *c, int r,
  * adjacent ranks) and, under --sync-bn, its block's P replicas. */
 static int describe_groups(const train_config_t *c, const int *coord, int P, int T,
                            step_groups_t *g) {
-  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING},
-                       {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING}};
+  int tp0[GRID_AXES] = {coord[GRID_DP], 0, 0}, dp0[GRID_AXES] = {0, 0, coord[GRID_TP]};
+  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING, STEP_GROUP_COLOR(rank_grid_rank(P, 1, T, tp0))},
+                       {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING,
+                        STEP_GROUP_COLOR(rank_grid_rank(P, 1, T, dp0))}};
   if (T > 1) DT_TRY(step_allreduce_algo(c->algo, T, &g->tp.algo));
   if (g->bn.size > 1) DT_TRY(step_allreduce_algo(c->algo, P, &g->bn.algo));
   return 0;
@@ -217,8 +219,11 @@ static int add_rank(dp_desc_t *d, const model_t *m, const step_groups_t *g, step
   do { /* one replica sums nothing */
     until = compressing(d) ? compress_phase_end(&d->cc, from) : 0;
     last = prev;
-    for (int k = 0; k < d->nb && d->P > 1 && last != STEP_FAILED; k++)
+    for (int k = 0; k < d->nb && d->P > 1 && last != STEP_FAILED; k++) {
+      int first = out->ntasks;
       d->last[k] = last = add_bucket(d, m, out, r, me, k, from, until, last);
+      if (last != STEP_FAILED) step_color_since(out, first, g->bn.color); /* the replicas' group */
+    }
     from = until;
   } while (until && last != STEP_FAILED);
   if (last != STEP_FAILED) last = describe_step_times(out, d->c, r, me, d->P, last);

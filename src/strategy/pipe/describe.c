@@ -88,12 +88,15 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   step_task_t t = {TASK_COMM, me, -1, .pattern = "send", .group = 2, .after = prev};
   switch (in.op) {
   case PIPE_FORWARD:
-  case PIPE_BACKWARD: /* chunk 0 computes no input gradient (the engine passes it none) */
+  case PIPE_BACKWARD: { /* chunk 0 computes no input gradient (the engine passes it none) */
+    int tp0[GRID_AXES] = {r, s, 0}; /* this stage's tp group: its own sums */
+    d->groups.tp.color = STEP_GROUP_COLOR(rank_grid_rank(d->dp, d->P, d->T, tp0));
     for (int k = 0; k < d->first[g + 1] - d->first[g] && prev != STEP_FAILED; k++) {
       int bw = in.op == PIPE_BACKWARD, i = bw ? d->first[g + 1] - 1 - k : d->first[g] + k;
       prev = step_add_layer(d->out, d->m, me, i, n, bw, d->first[g], g > 0, &d->groups, prev, NULL);
     }
     return prev;
+  }
   case PIPE_SEND_ACT: t.peer = next, t.sent = act * chunk_out(d, g); break;
   case PIPE_RECV_ACT: t.pattern = "recv", t.peer = back, t.received = act * chunk_in(d, g); break;
   case PIPE_RECV_GRAD: t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g); break;
@@ -102,7 +105,10 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
     prev = add_tied(d, r, s, 1, prev);
     for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
       size_t len = chunk_params(d, v * d->P + s);
+      int first = d->out->ntasks;
       if (len) prev = step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
+      /* this stage's (and tp rank's) replicas: their own sum */
+      if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_GROUP_COLOR(rank_of(d, 0, s)));
     }
     return prev;
   case PIPE_STEP:
@@ -153,7 +159,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (rc == 0 && !built) rc = -1;
   for (int t = 0; t < T && rc == 0; t++) {
     d->t = t, d->m = tensor_desc_model(td, t);
-    d->groups = (step_groups_t){{T, t, tp_algo}, {1, 0, tp_algo}};
+    d->groups = (step_groups_t){{T, t, tp_algo, 0}, {1, 0, tp_algo, 0}};
     rc = describe_tp_rank(d, &sched);
   }
   if (built) pipe_schedule_free(&sched);

@@ -393,7 +393,7 @@ static int describe_worker(step_desc_t *out, const train_config_t *c, model_t *m
   int cut = plan_cut(m), b = c->batch, prev = -1, S = passes(c->tensor.owt_scheme, K);
   if (cut < 0) return -1;
   owt_scheme_t scheme = c->tensor.owt_scheme;
-  step_groups_t g = {{K, me, algo}, {1, 0, algo}};
+  step_groups_t g = {{K, me, algo, 0}, {1, 0, algo, 0}};
   size_t feat = shape_size(m->layers[cut].in_shape), cnt[K], front = front_params(m, cut);
   for (int i = 0; i < K; i++) cnt[i] = (size_t)b;
   for (int i = 0; i < cut && prev != STEP_FAILED; i++)
