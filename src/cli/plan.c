@@ -18,7 +18,8 @@ static const char *PLAN_HELP =
     "       dtrain plan [--memory-per-rank MB] [--json FILE] [--explain] [--load X] [--profile FILE]\n"
     "                   TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
-    "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
+    "                   [--classes N] [--bucket-mb MB] [--cycle-ms MS] [--net ...] [--straggler ...]\n"
+    "                   TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
@@ -68,6 +69,11 @@ static const char *PLAN_HELP =
     "  --classes N      the model's classes (default 10; VGG-16 on ImageNet: 1000), or a\n"
     "                   sequence model's vocabulary (default 256; its input: --seq-len tokens)\n"
     "  --bucket-mb MB   gradients fused into buckets of MB (default 64: Horovod's fusion)\n"
+    "  --cycle-ms MS    the allreduces as Horovod's loop runs them: every MS milliseconds\n"
+    "                   (Horovod's default: 5) the tensors ready on every rank, negotiated\n"
+    "                   with a coordinator, fused within --bucket-mb, copied in and out of\n"
+    "                   the fusion buffer; 0 to 1000 (default 0: fixed buckets in backward\n"
+    "                   order, each sent once ready, as dtrain's reducer)\n"
     "\n"
     "  --load X         the other processes' threads to assume running on this machine's\n"
     "                   cores (X >= 0; without: the one-minute load average now, less one),\n"
@@ -90,6 +96,7 @@ typedef struct {
   int from, to;              /* --project FROM:TO (0: not given) */
   int classes;
   size_t bucket;             /* --bucket-mb, bytes */
+  double cycle_ms;           /* --cycle-ms (-1: not given) */
   double load;               /* --load (-1: measured) */
 } plan_opts_t;
 
@@ -130,6 +137,14 @@ static int set_bucket(void *o, const char *v, void *ctx) {
   if (!((plan_opts_t *)o)->bucket) return dt_error("--bucket-mb 0: give at least 1 (MB)");
   return 0;
 }
+static int set_cycle(void *o, const char *v, void *ctx) {
+  double x;
+  DT_TRY(parse_float("cycle-ms", v, -HUGE_VAL, HUGE_VAL, &x));
+  if (!(x >= 0 && x <= 1000))
+    return dt_error("option --cycle-ms: %s is out of range (expected milliseconds, 0 to 1000; "
+                    "Horovod's default: 5)", v);
+  return ((plan_opts_t *)o)->cycle_ms = x, 0;
+}
 /* FROM:TO, 1 <= FROM <= TO <= 1 << 20, at most 16 doublings. */
 static int set_project(void *o, const char *v, void *ctx) {
   plan_opts_t *p = o;
@@ -169,6 +184,7 @@ static const opt_t OWN[] = {
     {"plot", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_plot},
     {"classes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_classes},
     {"bucket-mb", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_bucket},
+    {"cycle-ms", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_cycle},
     {"load", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_load},
 };
 #undef O
@@ -215,18 +231,20 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
     return -1;
   }
-  if ((o->from || o->plot || o->classes || o->bucket) && !o->cluster) {
+  if ((o->from || o->plot || o->classes || o->bucket || o->cycle_ms >= 0) && !o->cluster) {
     fprintf(stderr, "dtrain plan: --%s projects onto a cluster: give --cluster FILE "
                     "(docs/CLUSTER_FILE.md)\n",
-            o->from ? "project" : o->plot ? "plot" : o->classes ? "classes" : "bucket-mb");
+            o->from ? "project" : o->plot ? "plot" : o->classes ? "classes"
+            : o->bucket ? "bucket-mb" : "cycle-ms");
     return -1;
   }
   if (o->cluster && (o->calibrate || o->json || o->memory || (o->gemm_model && !o->predict) ||
-                     (o->predict && (o->from || o->plot)))) {
+                     (o->predict && (o->from || o->plot || o->cycle_ms >= 0)))) {
     fprintf(stderr, "dtrain plan: --cluster projects the strategies (or, with --predict, runs "
                     "one on the file's hosts); --%s is not one of its options (dtrain plan --help)\n",
             o->calibrate ? "calibrate" : o->json ? "json" : o->memory ? "memory-per-rank"
-            : o->gemm_model && !o->predict ? "compute-model" : o->from ? "project" : "plot");
+            : o->gemm_model && !o->predict ? "compute-model" : o->from ? "project"
+            : o->plot ? "plot" : "cycle-ms");
     return -1;
   }
   if (o->predict && (o->out || o->quick)) {
@@ -321,6 +339,7 @@ static int project(int argc, char **argv, const plan_opts_t *o) {
   perf_proj_opts_t po = {
       .model = cfg.model, .batch = cfg.batch, .nclasses = o->classes,
       .input = {1, 28, 28}, .seq_len = cfg.seq_len, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
+      .cycle_sec = o->cycle_ms > 0 ? o->cycle_ms / 1e3 : 0,
       .straggler_rank = cfg.straggler_rank, .straggler_slowdown = cfg.straggler_slowdown,
       .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth, .optim = &cfg.optim};
   perf_projection_t p;
@@ -357,7 +376,7 @@ int cmd_plan(int argc, char **argv) {
       fputs(PLAN_HELP, stdout);
       return 0;
     }
-  plan_opts_t o = {.load = -1};
+  plan_opts_t o = {.load = -1, .cycle_ms = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
   if (o.cluster && !o.predict) return project(argc, argv, &o);
