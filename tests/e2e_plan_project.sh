@@ -35,6 +35,9 @@ $PROJ --workers 64 >"$TMP/base.txt" 2>/dev/null
 $PROJ --workers 64 --net bandwidth=100Mbit >"$TMP/net.txt" 2>/dev/null
 $PROJ --workers 64 --straggler rank=9,slowdown=3 >"$TMP/slow.txt" 2>/dev/null
 check plan_project_net_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/net.txt") > 2 * $(ring_at 64 "$TMP/base.txt")))"
+# Horovod's loop (--cycle-ms 5): each cycle's negotiation and wait cost mlp's short step
+$PROJ --workers 64 --cycle-ms 5 >"$TMP/cycle.txt" 2>/dev/null
+check plan_project_cycle_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/cycle.txt") > $(ring_at 64 "$TMP/base.txt")))"
 check plan_project_straggler_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/slow.txt") > $(ring_at 64 "$TMP/base.txt")))"
 
 # ---- the page in a browser: no console error, both charts -------------------
@@ -59,6 +62,10 @@ expect_error plan_project_not_a_number 2 "project" -- $PROJ --project 8:lots
 expect_error plan_plot_html 2 "ending in .html" -- $PROJ --project 8:64 --plot "$TMP/p.txt"
 expect_error plan_classes_range 2 "classes" -- $PROJ --workers 8 --classes 1
 expect_error plan_bucket_zero 2 "bucket-mb" -- $PROJ --workers 8 --bucket-mb 0
+expect_error plan_cycle_range 2 "cycle-ms: 2000 is out of range" -- $PROJ --workers 8 --cycle-ms 2000
+expect_error plan_cycle_not_a_number 2 "cycle-ms" -- $PROJ --workers 8 --cycle-ms soon
+expect_error plan_cycle_needs_cluster 2 "cycle-ms projects onto a cluster" -- $DTRAIN plan --cycle-ms 5 --model mlp
+expect_error plan_cycle_not_predict 2 "cycle-ms is not one of its options" -- $DTRAIN plan --predict --cluster $C --cycle-ms 5 --model mlp
 echo "not a page" >"$TMP/notmine.html"
 expect_error plan_plot_keeps_others_file 2 "notmine.html" -- $PROJ --workers 8 --plot "$TMP/notmine.html"
 check plan_plot_left_it grep -q "not a page" "$TMP/notmine.html"
