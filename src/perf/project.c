@@ -11,9 +11,12 @@
  * - the exchange: the gradients fused into buckets (Horovod's tensor
  *   fusion) in backward order, each sent once its layers' backward has run
  *   and the previous bucket is done, so communication overlaps backward as
- *   Horovod's does; each bucket costs its algorithm's steps on the links
- *   they cross (perf_proj_exchange_sec); the parameter servers take the
- *   whole gradient after backward, as dtrain's synchronous ps does;
+ *   Horovod's does -- or, with a cycle (--cycle-ms), as Horovod's loop
+ *   runs them (horovod_sec) --; each bucket costs its algorithm's steps on
+ *   the links they cross (perf_proj_exchange_sec) at the rate the links'
+ *   frames and the library leave the payload (cluster_file.c); the
+ *   parameter servers take the whole gradient after backward, as dtrain's
+ *   synchronous ps does;
  * - GPipe across each host's ranks, the replicas' ring across hosts
  *   (gpipe_sec);
  * - a synchronous step waits for its slowest rank (a slower group, a
@@ -375,9 +378,10 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
           p->projected ? "projected: FLOP/s x efficiency, not measured" : "measured here / speed",
           p->grad_bytes / 1e6);
   fprintf(out, "# the payload's rate (the line's x frames' payload share x the library's efficiency): "
-          "in a host %.4g GB/s (%.3f of the line), between hosts %.4g GB/s a NIC (%s%.3f)\n",
+          "in a host %.4g GB/s (%.3f of the line), between hosts %.4g GB/s a NIC (%s %.3f)\n",
           c->intra.beta / 1e9, c->intra_share, p->inter_beta / 1e9,
-          p->inter_beta == c->inter.beta ? "" : "--net's, the file's: ", c->inter_share);
+          p->inter_beta == c->inter.beta ? "of the line:" : "--net's rate as given; the file's share",
+          c->inter_share);
   fprintf(out, "%-8s %-30s %12s %14s %11s %10s\n", "workers", "strategy", "step_ms", "samples/s",
           "efficiency", "mem_MiB");
   for (int k = 0; k < p->nrows; k++)
