@@ -74,7 +74,8 @@ variant "jumbo frames (RoCE payload 4096)" 's/"frame_payload": 1024/"frame_paylo
 variant "NCCL at 0.90 of the payload rate" 's/"efficiency": 0.966}/"efficiency": 0.90}/' $HVD
 variant "Horovod's cycle at 1 ms" 's/x/x/' --cycle-ms 1
 variant "Horovod's cycle at 20 ms" 's/x/x/' --cycle-ms 20
-variant "10 us more a message (20 us)" 's/"inter": {"latency": 10e-6/"inter": {"latency": 20e-6/' $HVD
+variant "7 us a message (NCCL's tuning model, averaged)" 's/"inter": {"latency": 10e-6/"inter": {"latency": 7e-6/' $HVD
+variant "20 us a message" 's/"inter": {"latency": 10e-6/"inter": {"latency": 20e-6/' $HVD
 variant "no overlap (one bucket after backward)" 's/x/x/' --bucket-mb 100000
 variant "NIC at half its rate (12.5 Gbit/s)" 's/"bandwidth": 3.125e9/"bandwidth": 1.5625e9/' $HVD
 
