@@ -35,6 +35,9 @@ $PROJ --project 64:64 >"$TMP/base.txt" 2>/dev/null
 $PROJ --project 64:64 --net bandwidth=100Mbit >"$TMP/net.txt" 2>/dev/null
 $PROJ --workers 64 --project 64:64 --straggler rank=9,slowdown=3 >"$TMP/slow.txt" 2>/dev/null
 check plan_project_net_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/net.txt") > 2 * $(ring_at 64 "$TMP/base.txt")))"
+# Horovod's loop (--cycle-ms 5): each cycle's negotiation and wait cost mlp's short step
+$PROJ --workers 64 --cycle-ms 5 >"$TMP/cycle.txt" 2>/dev/null
+check plan_project_cycle_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/cycle.txt") > $(ring_at 64 "$TMP/base.txt")))"
 check plan_project_straggler_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/slow.txt") > $(ring_at 64 "$TMP/base.txt")))"
 
 # ---- the page in a browser: no console error, both charts -------------------
@@ -60,6 +63,10 @@ expect_error plan_plot_html 2 "ending in .html" -- $PROJ --project 8:64 --plot "
 expect_error plan_classes_range 2 "classes" -- $PROJ --workers 8 --classes 1
 expect_error plan_bucket_zero 2 "bucket-mb" -- $PROJ --workers 8 --bucket-mb 0
 expect_error plan_project_no_json 2 "json is the search's option" -- $PROJ --project 8:16 --json "$TMP/p.jsonl"
+expect_error plan_cycle_range 2 "cycle-ms: 2000 is out of range" -- $PROJ --workers 8 --cycle-ms 2000
+expect_error plan_cycle_not_a_number 2 "cycle-ms" -- $PROJ --workers 8 --cycle-ms soon
+expect_error plan_cycle_needs_cluster 2 "cycle-ms projects onto a cluster" -- $DTRAIN plan --cycle-ms 5 --model mlp
+expect_error plan_cycle_not_predict 2 "cycle-ms is not one of its options" -- $DTRAIN plan --predict --cluster $C --cycle-ms 5 --model mlp
 echo "not a page" >"$TMP/notmine.html"
 expect_error plan_plot_keeps_others_file 2 "notmine.html" -- $PROJ --workers 8 --plot "$TMP/notmine.html"
 check plan_plot_left_it grep -q "not a page" "$TMP/notmine.html"
@@ -116,8 +123,11 @@ opts = ' '.join(r['options'] for r in ranked)
 assert len(ranked) >= 15 and '--pp 2 --tp 2' in opts and 'ps:2' in opts and 'local-sgd' in opts, opts
 assert all(r['plan']['step_sec'] > 0 for r in ranked)"
 check plan_cluster_search_grid_simulated sh -c "! grep -q 'wait for each other' '$TMP/s8.txt'"
-# 16 workers span two of the file's hosts: shared memory is refused on its row, named
-$SEARCH --workers 16 >"$TMP/s16.txt" 2>/dev/null
+# the file's ranks are processes on its hosts: planned as --comm mpi runs
+# them (shared memory's row refused, saying why); with --comm local, 16
+# workers span two of its hosts, which shared memory cannot
+check plan_cluster_search_as_mpi grep -q "exchange shared needs shared memory" "$TMP/s8.txt"
+$SEARCH --workers 16 --comm local >"$TMP/s16.txt" 2>/dev/null
 check plan_cluster_search_shared_one_host grep -q "exchange shared: the step's 16 ranks span 2 hosts" "$TMP/s16.txt"
 # the file's memory per rank bounds the candidates (each row says by how much)
 expect_error plan_cluster_search_memory 2 "no candidate fits the memory per rank of $TMP/tiny.json" -- \

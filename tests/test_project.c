@@ -237,6 +237,105 @@ static void test_projection_gpipe(void) {
   remove(path);
 }
 
+/* Horovod's loop (--cycle-ms): two equal dense layers on a slow device,
+ * their gradients of S bytes each; the step is the loop's own arithmetic:
+ * the last layer's gradients ready after forward and its backward (4 f of
+ * the 6 f a worker's pass takes), the first cycle half a cycle later, the
+ * coordinator's gather and broadcast (2 ceil(log2 P) messages), then the
+ * responses one after another: fused (copied in and out) within the
+ * buffer, alone past it; a tensor not ready at a cycle goes in the next,
+ * which starts when the work before it ends. */
+static void test_projection_horovod_loop(void) {
+  const char *path = "/tmp/dtrain-test-project-hvd.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\ndense units=64\n", f);
+  fclose(f);
+  /* memory at 1e16 bytes/s: the layers are their FLOPs alone, the update
+   * and the buffer's copies below 1e-10 s (the copies: below, at 1e9) */
+  char text[512];
+  const char *fmt =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":%s}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":1e-3,\"bandwidth\":1e6}}";
+  snprintf(text, sizeof text, fmt, "1e16");
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .cycle_sec = 1.0, .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  int P = 8, g = 4;
+  double Sg = p.grad_bytes / 2, neg = 2.0 * ceil_lg(P) * c.inter.alpha;
+  double fl = p.one_worker_sec / 6; /* a layer's forward; its backward twice that */
+  double ring1 = perf_proj_exchange_sec(PROJ_RING, P, g, Sg, c.intra, c.inter);
+  double ring2 = perf_proj_exchange_sec(PROJ_RING, P, g, 2 * Sg, c.intra, c.inter);
+  CHECK(fl > 1e-4 && Sg > 16000 && Sg < 17000);
+  /* a cycle of 1 s: both ready at the first; fused */
+  double fused = p.row[0].step_sec[PROJ_RING];
+  CHECK_NEAR(fused, 4 * fl + 0.5 + neg + ring2, 1e-9);
+  /* a buffer for one: two responses in the cycle */
+  o.bucket_bytes = 1.5 * Sg;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  double apart = p.row[0].step_sec[PROJ_RING];
+  CHECK_NEAR(apart, 4 * fl + 0.5 + neg + 2 * ring1, 1e-9);
+  /* a cycle shorter than the first layer's backward (2 f): it finds the
+   * last layer alone; the first goes at the next cycle, when the first
+   * response's exchange (seconds on a 1 MB/s link) ends */
+  o.cycle_sec = fl / 2, o.bucket_bytes = 1 << 20;
+  CHECK(ring1 > 10 * fl);
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  CHECK_NEAR(p.row[0].step_sec[PROJ_RING], 4 * fl + fl / 4 + 2 * (neg + ring1), 1e-9);
+  /* without the loop (cycle 0): one fixed bucket sent when backward ends */
+  o.cycle_sec = 0;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  CHECK_NEAR(p.row[0].step_sec[PROJ_RING], 6 * fl + ring2, 1e-9);
+  /* memory at 1e9 bytes/s: the fused response copies its bytes in and out (a
+   * read and a write a byte each way); the two apart copy nothing. The
+   * layers' own times change too, the same in both: compare differences. */
+  snprintf(text, sizeof text, fmt, "1e9");
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  o.cycle_sec = 1.0;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  double fused_slow = p.row[0].step_sec[PROJ_RING];
+  o.bucket_bytes = 1.5 * Sg;
+  CHECK_OK(perf_project(&o, &c, 8, 8, &p));
+  double apart_slow = p.row[0].step_sec[PROJ_RING];
+  CHECK_NEAR((fused_slow - apart_slow) - (fused - apart), 2 * (2 * Sg) * 2.0 / 1e9, 1e-9);
+  remove(path);
+}
+
+/* A link's frames and efficiency: the payload gets line x payload /
+ * (payload + overhead) x efficiency. */
+static void test_cluster_link_frames(void) {
+  const char *head = "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,"
+                     "\"device\":{\"speed\":1}}],\"intra\":{\"bandwidth\":1e9},";
+  char buf[512];
+  perf_cluster_file_t c;
+  snprintf(buf, sizeof buf, "%s\"inter\":{\"bandwidth\":3.125e9,\"frame_payload\":1024,"
+           "\"frame_overhead\":82,\"efficiency\":0.966}}", head);
+  CHECK_OK(perf_cluster_file_parse(buf, strlen(buf), "c", &c));
+  CHECK_NEAR(c.inter.beta, 3.125e9 * 1024 / 1106 * 0.966, 1e-3);
+  CHECK_NEAR(c.inter_share, 1024.0 / 1106 * 0.966, 1e-12);
+  CHECK(c.intra.beta == 1e9 && c.intra_share == 1);
+  struct {
+    const char *inter, *needle;
+  } bad[] = {
+      {"{\"bandwidth\":1e9,\"frame_overhead\":82}", "inter.frame_payload\" is missing"},
+      {"{\"bandwidth\":1e9,\"efficiency\":1.5}", "inter.efficiency"},
+      {"{\"bandwidth\":1e9,\"frame_payload\":0}", "inter.frame_payload"},
+      {"{\"bandwidth\":1e9,\"mtu\":1500}", "unknown key \"inter.mtu\""},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    snprintf(buf, sizeof buf, "%s\"inter\":%s}", head, bad[k].inter);
+    CHECK_FAILS_WITH(perf_cluster_file_parse(buf, strlen(buf), "c", &c), bad[k].needle);
+  }
+}
+
 static void test_cluster_reader(void) {
   perf_cluster_file_t c;
   const char *head = "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,";
@@ -279,9 +378,9 @@ static void test_cluster_for_simulator(void) {
       "\"intra\":{\"latency\":1e-6,\"bandwidth\":1e10},\"inter\":{\"latency\":1e-5,\"bandwidth\":1e9}}";
   perf_cluster_file_t f;
   CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &f));
-  char *argv[] = {"train", "--workers", "7", "--straggler", "rank=1,slowdown=3", NULL};
+  char *argv[] = {"train", "--workers", "7", "--straggler", "rank=1,slowdown=3", "--comm", "mpi", NULL};
   train_config_t cfg;
-  CHECK_OK(train_options_parse(5, argv, &cfg));
+  CHECK_OK(train_options_parse(7, argv, &cfg));
   perf_profile_t prof;
   perf_profile_default(&prof);
   perf_cluster_t cl;
@@ -309,6 +408,8 @@ int main(void) {
   RUN(test_megatron_bubble);
   RUN(test_projection_overlap);
   RUN(test_projection_gpipe);
+  RUN(test_projection_horovod_loop);
+  RUN(test_cluster_link_frames);
   RUN(test_cluster_reader);
   RUN(test_cluster_for_simulator);
   TEST_MAIN_END();

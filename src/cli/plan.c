@@ -19,7 +19,8 @@ static const char *PLAN_HELP =
     "                   TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE --workers N [the search's options] TRAIN OPTIONS\n"
     "       dtrain plan --cluster FILE (--workers N | --project FROM:TO) [--plot PAGE.html]\n"
-    "                   [--classes N] [--bucket-mb MB] [--net ...] [--straggler ...] TRAIN OPTIONS\n"
+    "                   [--classes N] [--bucket-mb MB] [--cycle-ms MS] [--net ...] [--straggler ...]\n"
+    "                   TRAIN OPTIONS\n"
     "       dtrain plan --calibrate --out PROFILE.json [--quick]\n"
     "       mpirun -np 2 dtrain plan --calibrate --comm mpi --out PROFILE.json [--quick]\n"
     "\n"
@@ -60,8 +61,8 @@ static const char *PLAN_HELP =
     "between hosts). With --workers N and every device this machine at a speed of at most\n"
     "1, the search above runs on the file's first N ranks (their hosts and links, a core\n"
     "each, slowed by 1 / speed; the smallest memory per rank bounds the candidates unless\n"
-    "--memory-per-rank does). With --project FROM:TO, --plot, --classes or --bucket-mb, or a\n"
-    "file of projected devices, the data-parallel strategies (allreduce ring, rhd, tree, hier;\n"
+    "--memory-per-rank does). With --project FROM:TO, --plot, --classes, --bucket-mb or\n"
+    "--cycle-ms, or a file of projected devices, the data-parallel strategies (allreduce ring, rhd, tree, hier;\n"
     "ps sharded on the workers; one ps) and GPipe across a host's ranks (data parallel\n"
     "across hosts) are projected instead, at --workers N or at every worker\n"
     "count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the cluster's ranks):\n"
@@ -76,6 +77,11 @@ static const char *PLAN_HELP =
     "  --classes N      the model's classes (default 10; VGG-16 on ImageNet: 1000), or a\n"
     "                   sequence model's vocabulary (default 256; its input: --seq-len tokens)\n"
     "  --bucket-mb MB   gradients fused into buckets of MB (default 64: Horovod's fusion)\n"
+    "  --cycle-ms MS    the allreduces as Horovod's loop runs them: every MS milliseconds\n"
+    "                   (Horovod's default: 5) the tensors ready on every rank, negotiated\n"
+    "                   with a coordinator, fused within --bucket-mb, copied in and out of\n"
+    "                   the fusion buffer; 0 to 1000 (default 0: fixed buckets in backward\n"
+    "                   order, each sent once ready, as dtrain's reducer)\n"
     "\n"
     "  --load X         the other processes' threads to assume running on this machine's\n"
     "                   cores (X >= 0; without: the one-minute load average now, less one),\n"
@@ -98,7 +104,9 @@ typedef struct {
   int from, to;              /* --project FROM:TO (0: not given) */
   int classes;
   size_t bucket;             /* --bucket-mb, bytes */
+  double cycle_ms;           /* --cycle-ms (-1: not given) */
   double load;               /* --load (-1: measured) */
+  int comm_given, net_given; /* --comm, --net among the train options */
 } plan_opts_t;
 
 static int set_profile(void *o, const char *v, void *ctx) { return ((plan_opts_t *)o)->profile = v, 0; }
@@ -137,6 +145,14 @@ static int set_bucket(void *o, const char *v, void *ctx) {
   DT_TRY(parse_megabytes("bucket-mb", v, &((plan_opts_t *)o)->bucket));
   if (!((plan_opts_t *)o)->bucket) return dt_error("--bucket-mb 0: give at least 1 (MB)");
   return 0;
+}
+static int set_cycle(void *o, const char *v, void *ctx) {
+  double x;
+  DT_TRY(parse_float("cycle-ms", v, -HUGE_VAL, HUGE_VAL, &x));
+  if (!(x >= 0 && x <= 1000))
+    return dt_error("option --cycle-ms: %s is out of range (expected milliseconds, 0 to 1000; "
+                    "Horovod's default: 5)", v);
+  return ((plan_opts_t *)o)->cycle_ms = x, 0;
 }
 /* FROM:TO, 1 <= FROM <= TO <= 1 << 20, at most 16 doublings. */
 static int set_project(void *o, const char *v, void *ctx) {
@@ -177,6 +193,7 @@ static const opt_t OWN[] = {
     {"plot", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_plot},
     {"classes", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_classes},
     {"bucket-mb", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_bucket},
+    {"cycle-ms", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_cycle},
     {"load", OPT_FUNC, 0, 0, 0, 0, 0, NULL, NULL, set_load},
 };
 #undef O
@@ -200,6 +217,8 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
     }
     if (!strcmp(a, "--comm=mpi") || (!strcmp(a, "--comm") && i + 1 < *argc && !strcmp(argv[i + 1], "mpi")))
       o->mpi = 1;
+    if (!strncmp(a, "--comm=", 7) || !strcmp(a, "--comm")) o->comm_given = 1;
+    if (!strncmp(a, "--net=", 6) || !strcmp(a, "--net")) o->net_given = 1;
     argv[n++] = argv[i];
   }
   *argc = n;
@@ -223,16 +242,18 @@ static int plan_args(int *argc, char **argv, plan_opts_t *o) {
                     "--comm mpi only%s\n", o->out ? "" : "; --out FILE is missing");
     return -1;
   }
-  if ((o->from || o->plot || o->classes || o->bucket) && !o->cluster) {
+  if ((o->from || o->plot || o->classes || o->bucket || o->cycle_ms >= 0) && !o->cluster) {
     fprintf(stderr, "dtrain plan: --%s projects onto a cluster: give --cluster FILE "
                     "(docs/CLUSTER_FILE.md)\n",
-            o->from ? "project" : o->plot ? "plot" : o->classes ? "classes" : "bucket-mb");
+            o->from ? "project" : o->plot ? "plot" : o->classes ? "classes"
+            : o->bucket ? "bucket-mb" : "cycle-ms");
     return -1;
   }
-  if (o->cluster && (o->calibrate || (o->predict && (o->from || o->plot)))) {
+  if (o->cluster && (o->calibrate || (o->predict && (o->from || o->plot || o->cycle_ms >= 0)))) {
     fprintf(stderr, "dtrain plan: --cluster searches or projects the strategies on the file's "
                     "hosts (or, with --predict, runs one there); --%s is not one of its options "
-                    "(dtrain plan --help)\n", o->calibrate ? "calibrate" : o->from ? "project" : "plot");
+                    "(dtrain plan --help)\n",
+            o->calibrate ? "calibrate" : o->from ? "project" : o->plot ? "plot" : "cycle-ms");
     return -1;
   }
   if (o->predict && (o->out || o->quick)) {
@@ -358,6 +379,7 @@ static int project(int argc, char **argv, const plan_opts_t *o, const perf_clust
   perf_proj_opts_t po = {
       .model = cfg.model, .batch = cfg.batch, .nclasses = o->classes,
       .input = {1, 28, 28}, .seq_len = cfg.seq_len, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
+      .cycle_sec = o->cycle_ms > 0 ? o->cycle_ms / 1e3 : 0,
       .straggler_rank = cfg.straggler_rank, .straggler_slowdown = cfg.straggler_slowdown,
       .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth, .optim = &cfg.optim};
   perf_projection_t p;
@@ -411,7 +433,7 @@ int cmd_plan(int argc, char **argv) {
       fputs(PLAN_HELP, stdout);
       return 0;
     }
-  plan_opts_t o = {.load = -1};
+  plan_opts_t o = {.load = -1, .cycle_ms = -1};
   if (plan_args(&argc, argv, &o) != 0) return 2;
   if (o.calibrate) return calibrate(argc, argv, &o);
   perf_cluster_file_t file;
@@ -419,7 +441,22 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
     return 2;
   }
-  int projecting = o.from || o.plot || o.classes || o.bucket || (o.cluster && !measured_here(&file));
+  int projecting = o.from || o.plot || o.classes || o.bucket || o.cycle_ms >= 0 ||
+                   (o.cluster && !measured_here(&file));
+  /* a cluster file's ranks are processes on its hosts: a run there is
+   * --comm mpi's (its default exchange allreduce, not local's shared
+   * memory). --net, which stands for the file's link, is local's option:
+   * with it the default is allreduce already. */
+  char *with_mpi[256];
+  if (o.cluster && !o.comm_given && !o.net_given && !projecting) {
+    if (argc + 2 > 256) {
+      fprintf(stderr, "dtrain plan: %d options: at most 253 with --cluster\n", argc - 1);
+      return 2;
+    }
+    memcpy(with_mpi, argv, (size_t)argc * sizeof *argv);
+    with_mpi[argc++] = "--comm", with_mpi[argc++] = "mpi";
+    argv = with_mpi;
+  }
   if (o.cluster && !o.predict && projecting) return project(argc, argv, &o, &file);
   perf_profile_t prof;
   perf_profile_default(&prof);

@@ -109,12 +109,36 @@ static int comment(rd_t *r, const char *path) {
   }
 }
 
+/* A link as read: its line rate, and what of it the payload gets. */
+typedef struct {
+  perf_link_t *l;
+  double payload, overhead, efficiency; /* frame_payload, frame_overhead (bytes), efficiency */
+} link_rd_t;
+
 static int link_field(rd_t *r, const char *key, const char *path, void *ctx) {
-  perf_link_t *l = ctx;
-  if (!strcmp(key, "latency")) return number(r, path, 0, 10, 0, &l->alpha);
-  if (!strcmp(key, "bandwidth")) return number(r, path, 1, 1e15, 0, &l->beta);
+  link_rd_t *k = ctx;
+  if (!strcmp(key, "latency")) return number(r, path, 0, 10, 0, &k->l->alpha);
+  if (!strcmp(key, "bandwidth")) return number(r, path, 1, 1e15, 0, &k->l->beta);
+  if (!strcmp(key, "frame_payload")) return number(r, path, 1, 1e9, 0, &k->payload);
+  if (!strcmp(key, "frame_overhead")) return number(r, path, 0, 1e9, 0, &k->overhead);
+  if (!strcmp(key, "efficiency")) return number(r, path, 0.01, 1, 0, &k->efficiency);
   if (!strcmp(key, "comment")) return comment(r, path);
-  return unknown(r, path, "latency, bandwidth, comment");
+  return unknown(r, path, "latency, bandwidth, frame_payload, frame_overhead, efficiency, comment");
+}
+
+/* The link's object; then its bandwidth becomes what the payload gets:
+ * the line rate x payload / (payload + overhead) a frame (the headers and
+ * gaps each frame puts on the wire) x the share the collective library
+ * reaches of that. *share keeps the factor, for the output. */
+static int link(rd_t *r, const char *path, perf_link_t *l, double *share) {
+  link_rd_t k = {l, 0, 0, 1};
+  DT_TRY(object(r, path, link_field, &k));
+  if (k.overhead > 0 && !(k.payload > 0))
+    return dt_error("%s: key \"%s.frame_payload\" is missing: frame_overhead is per frame of "
+                    "frame_payload bytes (RoCE at Ethernet's 1500-byte MTU: 1024)", r->source, path);
+  *share = k.efficiency * (k.payload > 0 ? k.payload / (k.payload + k.overhead) : 1);
+  l->beta *= *share;
+  return 0;
 }
 
 static int device_field(rd_t *r, const char *key, const char *path, void *ctx) {
@@ -204,8 +228,8 @@ static int top_field(rd_t *r, const char *key, const char *path, void *ctx) {
   if (!strcmp(key, "name")) return string(r, path, t->c->name, sizeof t->c->name);
   if (!strcmp(key, "comment")) return comment(r, path);
   if (!strcmp(key, "groups")) return groups(r, path, t->c);
-  if (!strcmp(key, "intra")) return t->intra = 1, object(r, path, link_field, &t->c->intra);
-  if (!strcmp(key, "inter")) return t->inter = 1, object(r, path, link_field, &t->c->inter);
+  if (!strcmp(key, "intra")) return t->intra = 1, link(r, path, &t->c->intra, &t->c->intra_share);
+  if (!strcmp(key, "inter")) return t->inter = 1, link(r, path, &t->c->inter, &t->c->inter_share);
   return unknown(r, path, "format, name, comment, groups, intra, inter");
 }
 

@@ -11,9 +11,12 @@
  * - the exchange: the gradients fused into buckets (Horovod's tensor
  *   fusion) in backward order, each sent once its layers' backward has run
  *   and the previous bucket is done, so communication overlaps backward as
- *   Horovod's does; each bucket costs its algorithm's steps on the links
- *   they cross (perf_proj_exchange_sec); the parameter servers take the
- *   whole gradient after backward, as dtrain's synchronous ps does;
+ *   Horovod's does -- or, with a cycle (--cycle-ms), as Horovod's loop
+ *   runs them (horovod_sec) --; each bucket costs its algorithm's steps on
+ *   the links they cross (perf_proj_exchange_sec) at the rate the links'
+ *   frames and the library leave the payload (cluster_file.c); the
+ *   parameter servers take the whole gradient after backward, as dtrain's
+ *   synchronous ps does;
  * - GPipe across each host's ranks, the replicas' ring across hosts
  *   (gpipe_sec);
  * - a synchronous step waits for its slowest rank (a slower group, a
@@ -106,6 +109,7 @@ static int state_arenas(const optim_config_t *oc) {
 /* A worker's forward, backward per layer and update on a device of group g. */
 typedef struct {
   double *fwd, *bwd, update;
+  double copy_byte;          /* seconds to copy a byte in the device's memory (read and write) */
 } dev_times_t;
 
 static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t *pc, int batch,
@@ -126,12 +130,15 @@ static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t
   }
   if (g->speed > 0) w->update = pc->update_sec * (double)m->nparams / g->speed;
   else w->update = 4.0 * (3 + 2 * nstate) * (double)m->nparams / g->memory_bandwidth;
+  w->copy_byte = g->speed > 0 ? pc->copy_sec / 4 / g->speed : 2.0 / g->memory_bandwidth;
 }
 
 /* ---- the step ----------------------------------------------------------- */
 
 typedef struct {
   double fwd, bwd, update;   /* the slowest rank's */
+  double copy_byte;          /* its seconds to copy a byte (Horovod's fusion buffer) */
+  double cycle, threshold;   /* Horovod's fusion cycle (0: fixed buckets) and buffer's bytes */
   const double *lf, *lb;     /* its layers' forward and backward */
   const model_t *m;
   double *ready;             /* [nbuckets] when a bucket's gradients are all computed */
@@ -188,6 +195,49 @@ static double gpipe_sec(const plan_t *p, int P, int per_host, double batch, perf
   return pipe + ring + p->update / g;
 }
 
+/* Horovod's background loop (horovod/common/operations.cc, 2017-2018):
+ * each cycle the ranks send the coordinator (rank 0) the names of the
+ * tensors they have ready and it broadcasts the responses -- the tensors
+ * ready on every rank, in the order they became ready, fused while their
+ * bytes stay within the fusion buffer (a larger tensor goes alone) -- and
+ * every rank runs them one after another: copy into the fusion buffer,
+ * allreduce, copy out (a tensor alone needs no copy). The next cycle
+ * starts a cycle after this one started, or when its work ends if that is
+ * later; a cycle finding nothing ready waits for the next. The loop's
+ * phase against the step is arbitrary: the first tensor waits half a
+ * cycle. A tensor is a layer's gradients (ready at the end of its
+ * backward). Returns when the last response's copy out ends. */
+static double horovod_sec(const plan_t *p, proj_strategy_t s, int P, int per_host,
+                          perf_link_t intra, perf_link_t inter) {
+  const model_t *m = p->m;
+  int g = per_host < P ? per_host : P;
+  perf_link_t far = P > g ? inter : intra;
+  /* gather to the coordinator and broadcast back: binomial trees */
+  double negotiate = 2.0 * ceil_lg(P) * far.alpha;
+  double ready = p->fwd, start = -1, end = 0;
+  int i = m->nlayers - 1; /* the next layer in backward order */
+  for (;;) {
+    while (i >= 0 && !m->layers[i].param_len) ready += p->lb[i--];
+    if (i < 0) break;
+    double r = ready + p->lb[i]; /* layer i's gradients ready */
+    double at = start < 0 ? r + p->cycle / 2 : start + p->cycle > end ? start + p->cycle : end;
+    if (r > at) at += p->cycle * ceil((r - at) / p->cycle); /* idle cycles until it is ready */
+    start = at, end = at + negotiate;
+    while (i >= 0 && ready + p->lb[i] <= start) { /* this cycle's responses */
+      double fused = 0;
+      int n = 0;
+      for (; i >= 0 && ready + p->lb[i] <= start; i--) {
+        double b = 4.0 * (double)m->layers[i].param_len;
+        if (n > 0 && b > 0 && fused + b > p->threshold) break;
+        fused += b, n += b > 0, ready += p->lb[i];
+      }
+      end += perf_proj_exchange_sec(s, P, per_host, fused, intra, inter) +
+             (n > 1 ? 2 * fused * p->copy_byte : 0);
+    }
+  }
+  return end;
+}
+
 static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, double batch,
                        perf_link_t intra, perf_link_t inter) {
   double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
@@ -197,6 +247,10 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     double total = 0;
     for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
     return compute_end + perf_proj_exchange_sec(s, P, per_host, total, intra, inter) + p->update;
+  }
+  if (p->cycle > 0) {
+    link_free = horovod_sec(p, s, P, per_host, intra, inter);
+    return (link_free > compute_end ? link_free : compute_end) + p->update;
   }
   for (int b = 0; b < p->nbuckets; b++) {
     double start = p->ready[b] > link_free ? p->ready[b] : link_free;
@@ -279,6 +333,7 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   if (o->net_bandwidth > 0) inter.beta = o->net_bandwidth;
   if (o->net_latency > 0) inter.alpha = o->net_latency;
   out->grad_bytes = 4.0 * (double)m->nparams;
+  out->inter_beta = inter.beta;
   out->one_worker_sec = rc == 0 ? group_step[0] : 0;
   out->compute_sec = out->one_worker_sec;
   memory_bytes(m, nstate, &out->mem_fixed, &out->mem_per_sample);
@@ -298,7 +353,9 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     for (int i = 0; i < L; i++) fwd += w[gi].fwd[i] * mult, bwd += w[gi].bwd[i] * mult;
     for (int i = 0; i < L; i++) bw[i] = w[gi].bwd[i] * mult;
     for (int i = 0; i < L; i++) fw[i] = w[gi].fwd[i] * mult;
-    plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m};
+    plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m,
+                .copy_byte = w[gi].copy_byte * mult, .cycle = o->cycle_sec,
+                .threshold = o->bucket_bytes};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
       double t = step_sec(&p, s, P, c->group[0].ranks_per_host, o->batch, c->intra, inter);
@@ -320,6 +377,11 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
           c->name, c->nhosts, c->nranks, p->one_worker_sec,
           p->projected ? "projected: FLOP/s x efficiency, not measured" : "measured here / speed",
           p->grad_bytes / 1e6);
+  fprintf(out, "# the payload's rate (the line's x frames' payload share x the library's efficiency): "
+          "in a host %.4g GB/s (%.3f of the line), between hosts %.4g GB/s a NIC (%s %.3f)\n",
+          c->intra.beta / 1e9, c->intra_share, p->inter_beta / 1e9,
+          p->inter_beta == c->inter.beta ? "of the line:" : "--net's rate as given; the file's share",
+          c->inter_share);
   fprintf(out, "%-8s %-30s %12s %14s %11s %10s\n", "workers", "strategy", "step_ms", "samples/s",
           "efficiency", "mem_MiB");
   for (int k = 0; k < p->nrows; k++)

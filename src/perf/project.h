@@ -28,7 +28,10 @@ typedef struct perf_cluster_file {
   char name[64];
   int ngroups, nhosts, nranks;
   perf_group_t group[PERF_MAX_GROUPS];
-  perf_link_t intra, inter;  /* alpha: latency (s), beta: bytes/s; inter: a host's one NIC */
+  perf_link_t intra, inter;  /* alpha: latency (s), beta: bytes/s the payload gets; inter: a
+                              * host's one NIC */
+  double intra_share, inter_share; /* beta over the line rate given: frames' headers, the
+                                    * library's efficiency (1: none given) */
 } perf_cluster_file_t;
 
 /* The cluster file's JSON (docs/CLUSTER_FILE.md) from [s, s + len) read
@@ -61,6 +64,11 @@ typedef struct {
   shape_t input;             /* used when the spec has no `input shape=` */
   int seq_len;               /* a sequence model's tokens a sample (its input 1x1xT) */
   double bucket_bytes;       /* gradients fused into buckets this large (Horovod: 64 MiB) */
+  double cycle_sec;          /* > 0: Horovod's fusion cycle (its HOROVOD_CYCLE_TIME, 5 ms): the
+                              * tensors ready at each cycle fused within bucket_bytes, after the
+                              * coordinator's negotiation, copied in and out of the fusion
+                              * buffer; 0: fixed buckets in backward order, each sent when ready
+                              * (dtrain's reducer, PyTorch DDP's) */
   int straggler_rank;        /* -1: none */
   double straggler_slowdown;
   double net_latency, net_bandwidth; /* --net: between hosts, in place of the file's (0: the file's) */
@@ -81,6 +89,7 @@ typedef struct {
   double one_worker_sec;     /* the step on one rank alone: the efficiency's yardstick */
   double compute_sec;        /* a worker's forward, backward and update */
   double grad_bytes;
+  double inter_beta;         /* bytes/s between hosts as projected (the file's, or --net's) */
   double mem_fixed, mem_per_sample; /* a rank's bytes: fixed + per_sample x batch */
   double mem_limit;          /* the least memory_per_rank among the groups (0: none limited) */
   int projected;             /* a device is described by FLOP/s, not measured here */
