@@ -253,14 +253,14 @@ static int hier_allreduce(step_desc_t *d, int rank, int group_rank, int group, s
     coll_hier_hosts(group, t->nhosts > 1 ? t->host : NULL, t->nhosts, 0, host);
     if (coll_hier_place(group, host, group_rank, folded, &pl) != 0) prev = STEP_FAILED;
   }
-  int base = rank - group_rank; /* 0: the group is the step's ranks */
+  /* the group is the step's ranks: a place in it is a world rank */
   if (prev != STEP_FAILED && pl.partner >= 0) { /* folded: its vector there and back */
-    prev = hier_message(d, rank, base + pl.partner, 1, count, prev, thread, every);
-    if (prev != STEP_FAILED) prev = hier_message(d, rank, base + pl.partner, 0, count, prev, thread, every);
+    prev = hier_message(d, rank, pl.partner, 1, count, prev, thread, every);
+    if (prev != STEP_FAILED) prev = hier_message(d, rank, pl.partner, 0, count, prev, thread, every);
   } else if (prev != STEP_FAILED) {
     int m = pl.per_host, H = pl.hosts;
     for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
-      prev = hier_message(d, rank, base + folded[k], 0, count, prev, thread, every);
+      prev = hier_message(d, rank, folded[k], 0, count, prev, thread, every);
     if (prev != STEP_FAILED && m > 1)
       prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 0, count, prev, thread), 1 + pl.host, every);
     size_t off, len;
@@ -272,7 +272,7 @@ static int hier_allreduce(step_desc_t *d, int rank, int group_rank, int group, s
     if (prev != STEP_FAILED && m > 1)
       prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 1, count, prev, thread), 1 + pl.host, every);
     for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
-      prev = hier_message(d, rank, base + folded[k], 1, count, prev, thread, every);
+      prev = hier_message(d, rank, folded[k], 1, count, prev, thread, every);
   }
   free(host), free(folded);
   return prev;
