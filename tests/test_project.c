@@ -237,6 +237,48 @@ static void test_projection_gpipe(void) {
   remove(path);
 }
 
+/* Interleaved 1F1B with 2 chunks a rank across a host of 4 ranks, 8
+ * equal layers: (V M + p - 1) / (V M) of the compute (Megatron's bubble
+ * (p - 1) / (V M), M = 4p); then local SGD (the ring's average every 4th
+ * step) and D-PSGD (the parameters to both neighbours in turn) on 2 hosts
+ * of 2 ranks joined by a slow link. */
+static void test_projection_more_strategies(void) {
+  const char *path = "/tmp/dtrain-test-project-8.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\n", f);
+  for (int i = 0; i < 8; i++) fputs("dense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  int g = 4, V = PROJ_INTERLEAVE_V, M = 4 * g;
+  CHECK_NEAR(p.row[0].step_sec[PROJ_INTERLEAVED], (double)(V * M + g - 1) / (V * M) * p.one_worker_sec, 1e-9);
+  CHECK(p.row[0].step_sec[PROJ_INTERLEAVED] < p.row[0].step_sec[PROJ_GPIPE]); /* a smaller bubble */
+  /* links too fast to see: local SGD and D-PSGD are the compute */
+  CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD], p.one_worker_sec, 1e-9);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec, 1e-9);
+  /* 2 hosts of 2 ranks, 1e8 bytes/s between them */
+  c.group[0].ranks_per_host = 2, c.inter.beta = 1e8;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  double model = p.grad_bytes;
+  CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec + 2 * model / 1e8, 1e-9);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD],
+             p.one_worker_sec + perf_proj_exchange_sec(PROJ_RING, 4, 2, model, c.intra, c.inter) / PROJ_LOCAL_SGD_TAU, 1e-9);
+  remove(path);
+}
+
 /* Horovod's loop (--cycle-ms): two equal dense layers on a slow device,
  * their gradients of S bytes each; the step is the loop's own arithmetic:
  * the last layer's gradients ready after forward and its backward (4 f of
@@ -408,6 +450,7 @@ int main(void) {
   RUN(test_megatron_bubble);
   RUN(test_projection_overlap);
   RUN(test_projection_gpipe);
+  RUN(test_projection_more_strategies);
   RUN(test_projection_horovod_loop);
   RUN(test_cluster_link_frames);
   RUN(test_cluster_reader);

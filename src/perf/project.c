@@ -18,7 +18,13 @@
  *   parameter servers take the whole gradient after backward, as dtrain's
  *   synchronous ps does;
  * - GPipe across each host's ranks, the replicas' ring across hosts
- *   (gpipe_sec);
+ *   (pipeline_sec), and interleaved 1F1B with 2 chunks a rank: Megatron's
+ *   bubble (p - 1) / (v m), v times the boundary messages;
+ * - local SGD: the ring's average of the parameters after every 4th
+ *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
+ *   parameters to both ring neighbours every step, one after the other on
+ *   its link (across hosts for a host's first and last rank), after
+ *   backward;
  * - a synchronous step waits for its slowest rank (a slower group, a
  *   --straggler).
  * Scaling efficiency: samples/s at n workers over n times one worker's
@@ -31,7 +37,8 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "gpipe pp=host x dp (ring)"};
+    "ps:1 (one server)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "local sgd tau=4 (ring)",
+    "d-psgd (ring of workers)"};
 
 const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
 
@@ -164,23 +171,25 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
   return 0;
 }
 
-/* GPipe over the g ranks of a host (M = 4g micro-batches of a replica's
- * batch of g workers' samples, so a rank sees a worker's samples a step),
- * its layers cut where the running time crosses each g-th of the total;
- * a micro-batch's pass takes its stage's time x g / M (time linear in
- * samples); the boundary's activations and gradients on the intra link; then
- * the replicas (one a host) ring-allreduce the gradients across hosts, every
- * stage at once on the host's NIC, after backward; each rank updates its
- * stage. (M + g - 1) slots of the slowest stage or boundary: GPipe's bubble. */
-static double gpipe_sec(const plan_t *p, int P, int per_host, double batch, perf_link_t intra,
-                        perf_link_t inter) {
-  int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, dp = P / g;
-  if (g < 2 || L < g) return INFINITY; /* no pipeline to make */
+/* A pipeline over the g ranks of a host, V chunks a rank (GPipe: 1;
+ * interleaved 1F1B: more) (M = 4g micro-batches of a replica's batch of g
+ * workers' samples, so a rank sees a worker's samples a step), its layers
+ * cut into g V chunks where the running time crosses each (g V)-th of the
+ * total; a micro-batch's pass of a chunk takes its time x g / M (time
+ * linear in samples); the boundary's activations and gradients on the
+ * intra link; then the replicas (one a host) ring-allreduce the gradients
+ * across hosts, every stage at once on the host's NIC, after backward;
+ * each rank updates its stage. (V M + g - 1) slots of the slowest chunk or
+ * boundary: the bubble (g - 1) / (V M) (Megatron's). */
+static double pipeline_sec(const plan_t *p, int P, int per_host, double batch, int V,
+                           perf_link_t intra, perf_link_t inter) {
+  int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, dp = P / g, G = g * V;
+  if (g < 2 || L < G) return INFINITY; /* no pipeline to make */
   double total = p->fwd + p->bwd, run = 0, stage = 0, worst = 0, slot_bytes = 0;
   int cut = 1;
   for (int i = 0; i < L; i++) {
     double t = p->lf[i] + p->lb[i];
-    if (i > 0 && cut < g && run + t / 2 > total * cut / g) { /* a boundary before layer i */
+    if (i > 0 && cut < G && run + t / 2 > total * cut / G) { /* a boundary before layer i */
       worst = stage > worst ? stage : worst, stage = 0, cut++;
       double b = 4.0 * (double)shape_size(p->m->layers[i].in_shape) * batch * g / M;
       slot_bytes = b > slot_bytes ? b : slot_bytes;
@@ -189,7 +198,7 @@ static double gpipe_sec(const plan_t *p, int P, int per_host, double batch, perf
   }
   worst = stage > worst ? stage : worst;
   double slot = worst * g / M, move = 2 * hop(intra, slot_bytes, 1);
-  double pipe = (M + g - 1) * (slot > move ? slot : move);
+  double pipe = (V * M + g - 1) * (slot > move ? slot : move);
   double grads = 4.0 * (double)p->m->nparams; /* every stage's, through the host's one NIC */
   double ring = dp > 1 ? 2.0 * (dp - 1) * hop(inter, grads / dp, 1) : 0;
   return pipe + ring + p->update / g;
@@ -242,7 +251,16 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
                        perf_link_t intra, perf_link_t inter) {
   double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
   if (P == 1) return compute_end + p->update;
-  if (s == PROJ_GPIPE) return gpipe_sec(p, P, per_host, batch, intra, inter);
+  if (s == PROJ_GPIPE) return pipeline_sec(p, P, per_host, batch, 1, intra, inter);
+  if (s == PROJ_INTERLEAVED) return pipeline_sec(p, P, per_host, batch, PROJ_INTERLEAVE_V, intra, inter);
+  double model = 4.0 * (double)p->m->nparams;
+  if (s == PROJ_LOCAL_SGD) /* the parameters' ring average every tau steps, after the update */
+    return compute_end + p->update + perf_proj_exchange_sec(PROJ_RING, P, per_host, model, intra, inter) /
+                                         PROJ_LOCAL_SGD_TAU;
+  if (s == PROJ_DPSGD) { /* the parameters to both neighbours, one after the other on the link */
+    perf_link_t far = P > per_host ? inter : intra;
+    return compute_end + (P > 2 ? 2 : 1) * hop(far, model, 1) + p->update;
+  }
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;
     for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
@@ -387,8 +405,8 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
-      if (!isfinite(r->step_sec[s])) { /* gpipe: a host has more ranks than the model layers */
-        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  fewer layers than a host's ranks\n",
+      if (!isfinite(r->step_sec[s])) { /* a pipeline: a host has more chunks than the model layers */
+        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  fewer layers than a host's ranks x chunks\n",
                 r->workers, perf_proj_name(s), "-", "-", "-", "-");
         continue;
       }

@@ -43,11 +43,16 @@ const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r)
 
 /* ---- project.c -------------------------------------------------------- */
 
-/* The strategies projected: data parallelism with each exchange, and
- * GPipe across a host's ranks with data parallelism across hosts. */
+/* The strategies projected: data parallelism with each exchange; GPipe,
+ * and interleaved 1F1B of 2 chunks a rank, across a host's ranks with data
+ * parallelism across hosts; local SGD averaging every 4 steps; D-PSGD on a
+ * ring of the workers. */
 typedef enum {
-  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_GPIPE, PROJ_COUNT
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_GPIPE,
+  PROJ_INTERLEAVED, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_COUNT
 } proj_strategy_t;
+#define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
+#define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
 const char *perf_proj_name(proj_strategy_t s);
 
 /* Seconds one allreduce (or server exchange) of `bytes` takes among the
