@@ -269,6 +269,7 @@ static void test_projection_more_strategies(void) {
   /* links too fast to see: local SGD and D-PSGD are the compute */
   CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD], p.one_worker_sec, 1e-9);
   CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec, 1e-9);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], p.one_worker_sec, 1e-9); /* nobody waits */
   /* 2 hosts of 2 ranks, 1e8 bytes/s between them */
   c.group[0].ranks_per_host = 2, c.inter.beta = 1e8;
   CHECK_OK(perf_project(&o, &c, 4, 4, &p));
@@ -276,6 +277,10 @@ static void test_projection_more_strategies(void) {
   CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec + 2 * model / 1e8, 1e-9);
   CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD],
              p.one_worker_sec + perf_proj_exchange_sec(PROJ_RING, 4, 2, model, c.intra, c.inter) / PROJ_LOCAL_SGD_TAU, 1e-9);
+  /* the one async server's link takes 4 pushes and 4 pulls a round: more than a worker's own
+   * compute and round trip */
+  CHECK(8 * model / 1e8 > p.one_worker_sec + 2 * model / 1e8);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], 8 * model / 1e8, 1e-6);
   remove(path);
 }
 

@@ -20,6 +20,10 @@
  * - GPipe across each host's ranks, the replicas' ring across hosts
  *   (pipeline_sec), and interleaved 1F1B with 2 chunks a rank: Megatron's
  *   bubble (p - 1) / (v m), v times the boundary messages;
+ * - one asynchronous server: a worker's expected step (Yan et al.) is
+ *   its own compute and round trip, or, when the server is the
+ *   bottleneck, its round: P pushes and pulls on its link and an update
+ *   for each push;
  * - local SGD: the ring's average of the parameters after every 4th
  *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
  *   parameters to both ring neighbours every step, one after the other on
@@ -37,7 +41,7 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "local sgd tau=4 (ring)",
+    "ps:1 (one server)", "ps:1 async (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "local sgd tau=4 (ring)",
     "d-psgd (ring of workers)"};
 
 const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
@@ -260,6 +264,15 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
   if (s == PROJ_DPSGD) { /* the parameters to both neighbours, one after the other on the link */
     perf_link_t far = P > per_host ? inter : intra;
     return compute_end + (P > 2 ? 2 : 1) * hop(far, model, 1) + p->update;
+  }
+  if (s == PROJ_PS_ASYNC) { /* no waiting for the others: its own round trip, or the server's link */
+    double total = 0;
+    for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
+    perf_link_t link = P >= per_host ? inter : intra; /* the server on a host of its own */
+    double own = compute_end + 2 * hop(link, total, 1);
+    /* the server's round: P pushes and pulls on its link, an update for each push */
+    double served = perf_proj_exchange_sec(PROJ_PS_ONE, P, per_host, total, intra, inter) + P * p->update;
+    return own > served ? own : served;
   }
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;

@@ -43,12 +43,12 @@ const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r)
 
 /* ---- project.c -------------------------------------------------------- */
 
-/* The strategies projected: data parallelism with each exchange; GPipe,
- * and interleaved 1F1B of 2 chunks a rank, across a host's ranks with data
- * parallelism across hosts; local SGD averaging every 4 steps; D-PSGD on a
- * ring of the workers. */
+/* The strategies projected: data parallelism with each exchange; one
+ * asynchronous server (its expected step); GPipe, and interleaved 1F1B of
+ * 2 chunks a rank, across a host's ranks with data parallelism across
+ * hosts; local SGD averaging every 4 steps; D-PSGD on a ring of the workers. */
 typedef enum {
-  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_GPIPE,
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_GPIPE,
   PROJ_INTERLEAVED, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_COUNT
 } proj_strategy_t;
 #define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
