@@ -284,6 +284,51 @@ static void test_projection_more_strategies(void) {
   remove(path);
 }
 
+/* Megatron's tensor parallelism over a host of 4 ranks (4 dense layers:
+ * two pairs): on links too fast to see, a quarter-ish of the compute (the
+ * split layers' blocks); the sums' time inversely proportional to the
+ * link inside the host; a model with no pair says why. */
+static double tp_step(const char *path, double intra_bw, perf_projection_t *p) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
+           "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+           "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}",
+           intra_bw);
+  perf_cluster_file_t c;
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  if (perf_cluster_file_parse(text, strlen(text), "t", &c) != 0 || train_options_parse(1, argv, &cfg) != 0)
+    return -1;
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  return perf_project(&o, &c, 4, 4, p) == 0 ? p->row[0].step_sec[PROJ_TP] : -1;
+}
+
+static void test_projection_tp(void) {
+  const char *path = "/tmp/dtrain-test-project-tp.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=256\nrelu\ndense units=64\ndense units=256\nrelu\ndense units=64\n", f);
+  fclose(f);
+  perf_projection_t p;
+  double fast = tp_step(path, 1e15, &p);
+  CHECK(fast > p.one_worker_sec / 8 && fast < p.one_worker_sec / 2);
+  CHECK(!p.tp_why[0]);
+  CHECK_NEAR(p.row[0].efficiency[PROJ_TP], p.one_worker_sec / 4 / fast, 1e-9); /* 4 ranks, one batch */
+  double slow = tp_step(path, 1e8, &p), slow2 = tp_step(path, 2e8, &p);
+  CHECK(slow > fast);
+  CHECK_NEAR(slow - fast, 2 * (slow2 - fast), 1e-9 * slow);
+  f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\nrelu\n", f);
+  fclose(f);
+  CHECK(isinf(tp_step(path, 1e9, &p)) && p.tp_why[0]);
+  remove(path);
+}
+
 /* Horovod's loop (--cycle-ms): two equal dense layers on a slow device,
  * their gradients of S bytes each; the step is the loop's own arithmetic:
  * the last layer's gradients ready after forward and its backward (4 f of
@@ -456,6 +501,7 @@ int main(void) {
   RUN(test_projection_overlap);
   RUN(test_projection_gpipe);
   RUN(test_projection_more_strategies);
+  RUN(test_projection_tp);
   RUN(test_projection_horovod_loop);
   RUN(test_cluster_link_frames);
   RUN(test_cluster_reader);

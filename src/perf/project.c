@@ -24,6 +24,11 @@
  *   its own compute and round trip, or, when the server is the
  *   bottleneck, its round: P pushes and pulls on its link and an update
  *   for each push;
+ * - Megatron's tensor parallelism over a host's ranks (tp_sec): each
+ *   layer's share of its products on tp rank 0's blocks (tensor_plan's
+ *   pairs), its sums as ring allreduces inside the host, the replicas (one
+ *   a host) ring-allreducing the rank's block across hosts after backward,
+ *   every tp rank at once on the NIC; a replica's batch a step;
  * - local SGD: the ring's average of the parameters after every 4th
  *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
  *   parameters to both ring neighbours every step, one after the other on
@@ -38,10 +43,11 @@
 #include <string.h>
 
 #include "perf/project.h"
+#include "strategy/tensor/tensor.h"
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "ps:1 async (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "local sgd tau=4 (ring)",
+    "ps:1 (one server)", "ps:1 async (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
     "d-psgd (ring of workers)"};
 
 const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
@@ -146,6 +152,15 @@ static void worker_times(const perf_group_t *g, model_t *m, const perf_compute_t
 
 /* ---- the step ----------------------------------------------------------- */
 
+/* Tensor parallelism over a host's g ranks: what tp rank 0 of the model
+ * holds and sums. */
+typedef struct {
+  int g;
+  double *share;             /* [L] the layer's share of its whole work (params, or outputs) */
+  double *sum_bytes;         /* [L] bytes the layer's sums allreduce, forward and backward */
+  double params;             /* the rank's parameters */
+} tp_proj_t;
+
 typedef struct {
   double fwd, bwd, update;   /* the slowest rank's */
   double copy_byte;          /* its seconds to copy a byte (Horovod's fusion buffer) */
@@ -155,6 +170,7 @@ typedef struct {
   double *ready;             /* [nbuckets] when a bucket's gradients are all computed */
   double *bytes;             /* [nbuckets] */
   int nbuckets;
+  const tp_proj_t *tp;       /* NULL: no tensor-parallel plan */
 } plan_t;
 
 /* Buckets in backward order: layers from the last, closed at bucket_bytes. */
@@ -251,12 +267,31 @@ static double horovod_sec(const plan_t *p, proj_strategy_t s, int P, int per_hos
   return end;
 }
 
+/* One step of a tp group (a replica's batch): each layer's share of its
+ * passes, its sums (ring allreduces over the host's g ranks), the update of
+ * the rank's block, then the replicas' ring across the P / g hosts, the g
+ * tp ranks of a host on its NIC at once. */
+static double tp_sec(const plan_t *p, int P, perf_link_t intra, perf_link_t inter) {
+  const tp_proj_t *tp = p->tp;
+  if (!tp || P < tp->g || P % tp->g) return INFINITY;
+  int g = tp->g, H = P / g;
+  double t = 0, whole = (double)p->m->nparams;
+  for (int i = 0; i < p->m->nlayers; i++) {
+    t += (p->lf[i] + p->lb[i]) * tp->share[i];
+    if (tp->sum_bytes[i] > 0) t += 2.0 * (g - 1) * hop(intra, tp->sum_bytes[i] / g, 1);
+  }
+  t += p->update * tp->params / whole;
+  if (H > 1) t += 2.0 * (H - 1) * hop(inter, 4.0 * tp->params / H, g);
+  return t;
+}
+
 static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, double batch,
                        perf_link_t intra, perf_link_t inter) {
   double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
   if (P == 1) return compute_end + p->update;
   if (s == PROJ_GPIPE) return pipeline_sec(p, P, per_host, batch, 1, intra, inter);
   if (s == PROJ_INTERLEAVED) return pipeline_sec(p, P, per_host, batch, PROJ_INTERLEAVE_V, intra, inter);
+  if (s == PROJ_TP) return tp_sec(p, P, intra, inter);
   double model = 4.0 * (double)p->m->nparams;
   if (s == PROJ_LOCAL_SGD) /* the parameters' ring average every tau steps, after the update */
     return compute_end + p->update + perf_proj_exchange_sec(PROJ_RING, P, per_host, model, intra, inter) /
@@ -302,6 +337,53 @@ static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
   return rc;
 }
 
+/* tp rank 0's model over g ranks (the model file's split= keys, else
+ * Megatron's pairs of tensor_plan), beside m: each layer's share of its
+ * work and its sums' bytes on `batch` samples. A model with nothing to
+ * split over g says why in why. */
+static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int batch, tp_proj_t *tp,
+                    char *why, size_t why_cap) {
+  model_spec_t spec;
+  DT_TRY(model_spec_load(o->model, &spec));
+  tp_link_t link = {.rank = 0, .size = g}; /* nobody runs the model: only its shapes are read */
+  int rc = g < 2 ? dt_error("a host of one rank") :
+           tensor_file_split_line(&spec, FILE_SPLIT_UNSET) ? tensor_plan_file(&spec, g) : tensor_plan(&spec, g, NULL);
+  model_t *tm = NULL;
+  if (rc == 0) {
+    spec.tp = &link;
+    shape_t in = spec.input.c > 0 ? spec.input : o->input;
+    int seq = spec.nlayers > 0 && spec.layers[0].kind == LAYER_EMBEDDING;
+    if (seq) in = (shape_t){1, 1, o->seq_len};
+    rc = model_build(&spec, in, m->nclasses, batch, &tm);
+  }
+  model_spec_free(&spec);
+  if (rc == 0 && tm->nlayers != m->nlayers) rc = dt_error("its tp model has other layers");
+  if (rc != 0) {
+    snprintf(why, why_cap, "%s", dt_errmsg());
+    if (tm) model_free(tm);
+    dt_error_clear();
+    return 0; /* not an error of the projection: the row says why */
+  }
+  *tp = (tp_proj_t){.g = g, .params = (double)tm->nparams};
+  tp->share = calloc((size_t)m->nlayers + 1, sizeof *tp->share);
+  tp->sum_bytes = calloc((size_t)m->nlayers + 1, sizeof *tp->sum_bytes);
+  if (!tp->share || !tp->sum_bytes) rc = dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < m->nlayers; i++) {
+    const layer_t *a = &m->layers[i], *b = &tm->layers[i];
+    double whole = a->param_len ? (double)a->param_len : (double)shape_size(a->out_shape);
+    double part = a->param_len ? (double)b->param_len : (double)shape_size(b->out_shape);
+    tp->share[i] = whole > 0 ? part / whole : 1;
+    for (int bw = 0; bw < 2; bw++) {
+      layer_sum_t sums[LAYER_MAX_SUMS];
+      int n = model_layer_sums(tm, i, batch, bw, 0, 1, sums);
+      for (int k = 0; k < n; k++)
+        if (!sums[k].bn && !sums[k].halo) tp->sum_bytes[i] += 4.0 * (double)sums[k].count;
+    }
+  }
+  model_free(tm);
+  return rc;
+}
+
 /* A rank's bytes as memory.c counts them (parameters, gradients, the
  * optimizer's state, buffers; each layer's output and its gradient, its
  * scratch, the batch's inputs), as fixed + per_sample x batch. */
@@ -342,6 +424,9 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   model_t *m = NULL;
   DT_TRY(build(o, measured ? o->batch : 1, &m));
   int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
+  tp_proj_t tp = {0};
+  rc = tp_build(o, m, c->group[0].ranks_per_host, measured ? o->batch : 1, &tp, out->tp_why,
+                sizeof out->tp_why);
   perf_compute_t pc = {0};
   if (measured) {
     model_init_params(m, 1);
@@ -386,17 +471,19 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     for (int i = 0; i < L; i++) fw[i] = w[gi].fwd[i] * mult;
     plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m,
                 .copy_byte = w[gi].copy_byte * mult, .cycle = o->cycle_sec,
-                .threshold = o->bucket_bytes};
+                .threshold = o->bucket_bytes, .tp = tp.g ? &tp : NULL};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
       double t = step_sec(&p, s, P, c->group[0].ranks_per_host, o->batch, c->intra, inter);
       row->step_sec[s] = t;
-      row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * P / t : NAN;
-      row->efficiency[s] = isfinite(t) ? out->one_worker_sec / t : NAN;
+      double replicas = s == PROJ_TP ? (double)P / tp.g : P; /* a tp group runs one batch */
+      row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * replicas / t : NAN;
+      row->efficiency[s] = isfinite(t) ? out->one_worker_sec * replicas / P / t : NAN;
     }
     free(p.ready), free(p.bytes);
   }
   free(buf), free(w);
+  free(tp.share), free(tp.sum_bytes);
   perf_compute_free(&pc);
   model_free(m);
   out->seconds = dt_now() - t0;
@@ -418,9 +505,10 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
-      if (!isfinite(r->step_sec[s])) { /* a pipeline: a host has more chunks than the model layers */
-        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  fewer layers than a host's ranks x chunks\n",
-                r->workers, perf_proj_name(s), "-", "-", "-", "-");
+      if (!isfinite(r->step_sec[s])) { /* a pipeline or tp group the host's ranks cannot make */
+        fprintf(out, "%-8d %-30s %12s %14s %11s %10s  %s\n", r->workers, perf_proj_name(s), "-", "-",
+                "-", "-", s != PROJ_TP ? "fewer layers than a host's ranks x chunks"
+                : p->tp_why[0] ? p->tp_why : "fewer workers than a host's ranks");
         continue;
       }
       fprintf(out, "%-8d %-30s %12.3f %14.1f %10.1f%% %10.1f%s\n", r->workers, perf_proj_name(s),

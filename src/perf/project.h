@@ -44,12 +44,13 @@ const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r)
 /* ---- project.c -------------------------------------------------------- */
 
 /* The strategies projected: data parallelism with each exchange; one
- * asynchronous server (its expected step); GPipe, and interleaved 1F1B of
- * 2 chunks a rank, across a host's ranks with data parallelism across
- * hosts; local SGD averaging every 4 steps; D-PSGD on a ring of the workers. */
+ * asynchronous server (its expected step); GPipe, interleaved 1F1B of 2
+ * chunks a rank, and Megatron's tensor parallelism across a host's ranks
+ * with data parallelism across hosts; local SGD averaging every 4 steps;
+ * D-PSGD on a ring of the workers. */
 typedef enum {
   PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_GPIPE,
-  PROJ_INTERLEAVED, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_COUNT
+  PROJ_INTERLEAVED, PROJ_TP, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_COUNT
 } proj_strategy_t;
 #define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
 #define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
@@ -98,6 +99,7 @@ typedef struct {
   double mem_fixed, mem_per_sample; /* a rank's bytes: fixed + per_sample x batch */
   double mem_limit;          /* the least memory_per_rank among the groups (0: none limited) */
   int projected;             /* a device is described by FLOP/s, not measured here */
+  char tp_why[160];          /* why PROJ_TP is not projected ("": it is) */
   double seconds;            /* the projection's own wall time */
 } perf_projection_t;
 
