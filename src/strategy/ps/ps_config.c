@@ -134,6 +134,9 @@ static int check_replicas(const train_config_t *c, int workers_known) {
     if (K > 0 && k >= K)
       return dt_error("option --kill-server %s=%d: --exchange ps:%d has servers 0..%d", key, k, K, K - 1);
   }
+  if (c->ps.kill_server_lose > 0 && R < 2)
+    return dt_error("option --kill-server lose-forwards=%lld: a server forwards pushes only to a "
+                    "backup; add --ps-replicas 2", (long long)c->ps.kill_server_lose);
   if (R < 2) return 0;
   if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
     return dt_error("option --ps-replicas %d: not with --schedule %s (its servers keep per-worker "

@@ -229,12 +229,27 @@ void ps_chain_lost_backup(ps_server_t *s) {
   }
 }
 
+/* --kill-server index=K,at-push=P,lose-forwards=N: the push this rank
+ * is taking is one of server K's N before its P-th, whose forwards are
+ * lost on the way (the backup lags the primary when it dies). */
+static int forward_lost(const ps_server_t *s) {
+  const ps_config_t *p = &s->cfg->ps;
+  const ps_server_t *home = s->repl.home ? s->repl.home : s;
+  return p->kill_server_lose > 0 && home->index == p->kill_server &&
+         home->repl.kill_count >= p->kill_server_at - p->kill_server_lose;
+}
+
 /* The push the rule has taken from worker w goes to the backup, its
  * values copied first: the rule may sum into them (sync) before the
  * backup has taken them. */
 static int forward(ps_server_t *s, int w, const ps_req_t *req) {
   ps_worker_state_t *ws = &s->workers[w];
   finish_forward(s, w); /* the last one was acknowledged, so it has gone */
+  if (forward_lost(s)) { /* its ack waits for a REPL_ACK that never comes */
+    ws->chain.req = *req;
+    ws->chain.waiting = 1;
+    return 0;
+  }
   if (!ws->chain.buf && !(ws->chain.buf = dt_alloc_floats(s->len))) return -1;
   memcpy(ws->chain.buf, ws->push.grad, s->len * sizeof(float));
   ws->chain.req = *req;
@@ -368,8 +383,9 @@ static void release_ack(ps_server_t *rank, const ps_req_t *req) {
 /* ---- a new backup: the shard's whole state, copied --------------------------------- */
 
 /* What a shard is besides its arrays: the copy's head, then one of these
- * per worker, then params, the optimizer's state arenas, and the held
- * pushes' values in worker order. (Replicas run sync, ssp:S and async
+ * per worker, then params, the optimizer's state arenas, the held pushes'
+ * values in worker order, and those of the pushes held a clock ahead
+ * (rule_ssp.c's swap_ahead, on a shard taken over) in worker order. (Replicas run sync, ssp:S and async
  * only, whose rules keep nothing else: rule_state is theirs to have.) */
 typedef struct {
   int64_t version, steps, took_over, received, duplicates;
@@ -378,7 +394,8 @@ typedef struct {
 
 typedef struct {
   int64_t version, batch, epoch, clock, queued, own_steps, own_steps_at_pull, pulled_version, seen;
-  int32_t held, dead;
+  int64_t ahead_version, ahead_batch, ahead_epoch;
+  int32_t held, dead, ahead_held, unused;
 } copy_worker_t;
 
 static size_t copy_bytes(const ps_server_t *s, int nheld) {
@@ -388,7 +405,7 @@ static size_t copy_bytes(const ps_server_t *s, int nheld) {
 
 static int held_pushes(const ps_server_t *s) {
   int n = 0;
-  for (int w = 0; w < s->N; w++) n += s->workers[w].push.held != 0;
+  for (int w = 0; w < s->N; w++) n += (s->workers[w].push.held != 0) + (s->workers[w].push.ahead_held != 0);
   return n;
 }
 
@@ -402,13 +419,16 @@ static size_t pack(const ps_server_t *s, uint8_t *out) {
     const ps_worker_state_t *ws = &s->workers[w];
     copy_worker_t c = {ws->push.version, ws->push.batch, ws->push.epoch, ws->push.clock,
                        ws->push.queued, ws->own_steps, ws->own_steps_at_pull, ws->pulled_version,
-                       ws->chain.seen, ws->push.held, ws->dead};
+                       ws->chain.seen, ws->push.ahead_version, ws->push.ahead_batch,
+                       ws->push.ahead_epoch, ws->push.held, ws->dead, ws->push.ahead_held, 0};
     memcpy(p, &c, sizeof c), p += sizeof c;
   }
   memcpy(p, s->params, vals), p += vals;
   for (int i = 0; i < s->opt->nstate; i++) memcpy(p, s->opt->state[i], vals), p += vals;
   for (int w = 0; w < s->N; w++)
     if (s->workers[w].push.held) memcpy(p, s->workers[w].push.grad, vals), p += vals;
+  for (int w = 0; w < s->N; w++)
+    if (s->workers[w].push.ahead_held) memcpy(p, s->workers[w].push.ahead, vals), p += vals;
   return (size_t)(p - out);
 }
 
@@ -421,7 +441,7 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
   for (int w = 0; w < b->N; w++) {
     copy_worker_t c;
     memcpy(&c, p + (size_t)w * sizeof c, sizeof c);
-    nheld += c.held != 0;
+    nheld += (c.held != 0) + (c.ahead_held != 0);
   }
   if (bytes != copy_bytes(b, nheld))
     return dt_error("a state copy of %zu bytes; shard %d's with %d held pushes is %zu", bytes,
@@ -438,6 +458,8 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
     ws->push.clock = c.clock, ws->push.queued = c.queued, ws->push.held = c.held;
     ws->own_steps = c.own_steps, ws->own_steps_at_pull = c.own_steps_at_pull;
     ws->pulled_version = c.pulled_version, ws->chain.seen = c.seen, ws->dead = c.dead;
+    ws->push.ahead_version = c.ahead_version, ws->push.ahead_batch = c.ahead_batch;
+    ws->push.ahead_epoch = c.ahead_epoch, ws->push.ahead_held = c.ahead_held;
   }
   memcpy(b->params, p, vals), p += vals;
   for (int i = 0; i < b->opt->nstate; i++) memcpy(b->opt->state[i], p, vals), p += vals;
@@ -446,6 +468,12 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
     if (!ws->push.held) continue;
     if (!ws->push.grad && !(ws->push.grad = dt_alloc_floats(b->len))) return -1;
     memcpy(ws->push.grad, p, vals), p += vals;
+  }
+  for (int w = 0; w < b->N; w++) {
+    ps_worker_state_t *ws = &b->workers[w];
+    if (!ws->push.ahead_held) continue;
+    if (!ws->push.ahead && !(ws->push.ahead = dt_alloc_floats(b->len))) return -1;
+    memcpy(ws->push.ahead, p, vals), p += vals;
   }
   return 0;
 }

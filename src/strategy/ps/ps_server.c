@@ -871,6 +871,7 @@ static void teardown(ps_server_t *s) {
   dt_free(s->dc_mean_square);
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
+    dt_free(s->workers[w].push.ahead);
     dt_free(s->workers[w].part.buf);
     dt_free(s->workers[w].snapshot);
     dt_free(s->workers[w].pull_enc);

@@ -52,6 +52,12 @@ typedef struct {
     int held;                /* waiting for its clock, queued (value), accepted (backup) */
     int64_t clock;           /* sync/ssp: pushes received, the next push's clock */
     int64_t queued;          /* value: arrival number of the held push (-1: none) */
+    /* sync/ssp on a shard taken over from a dead primary: the worker's
+     * push of the clock after the held one (rule_ssp.c), kept apart until
+     * the held one is applied */
+    float *ahead;            /* [len], allocated on first use */
+    int64_t ahead_version, ahead_batch, ahead_epoch;
+    int ahead_held;
   } push;
   /* ps_replica.c (--ps-replicas 2): the last push taken from the worker
    * (its clock: a resent push at or below it is a duplicate), and the
