@@ -227,6 +227,7 @@ void ps_chain_lost_backup(ps_server_t *s) {
     forget_forward(s, w);
     if (s->workers[w].chain.waiting) ack_worker(s, w);
   }
+  if (s->coord) ps_coord_repl_lost(s); /* its held answers go too */
 }
 
 /* --kill-server index=K,at-push=P,lose-forwards=N: the push this rank
@@ -332,6 +333,10 @@ static int recv_bounded(ps_server_t *b, int from, void *dst, size_t bytes) {
     pause = pause < 200e-6 ? pause * 2 + 5e-6 : 200e-6;
     dt_sleep_until(dt_now() + pause);
   }
+}
+
+int ps_chain_recv_from(ps_server_t *s, int from, void *dst, size_t bytes) {
+  return recv_bounded(s, from, dst, bytes);
 }
 
 int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes) {
@@ -525,7 +530,9 @@ static int new_backup(ps_server_t *p, int nb) {
   p->repl.copy_bytes += comm_bytes(p->world).sent - before.sent;
   dt_log(DT_LOG_WARN, "server rank %d: shard %d's state (%zu bytes, version %lld) goes to server "
          "%d, its new backup", p->rank, p->index, bytes, (long long)p->version, nb);
-  return 0;
+  if (!p->coord) return 0;
+  ps_coord_repl_force(p); /* the coordinator's state follows the copy: the new backup stands by */
+  return ps_coord_repl_sync(p);
 }
 
 /* The copy is in place on the new backup (server `clock`): the
@@ -627,6 +634,8 @@ int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_REPL_ACK: release_ack(s, req); return 0;
   case PS_OP_COPY: return take_copy(s, src, req);
   case PS_OP_COPY_ACK: copy_done(s, req); return 0;
+  case PS_OP_COORD_STATE: return ps_coord_repl_take(s, src, req);
+  case PS_OP_COORD_ACK: ps_coord_repl_acked(s, req); return 0;
   case PS_OP_PING: /* a pong still on its way answers this one too */
     if (ps_server_rank_of(s, src) != s->repl.coord_rank) return 0; /* the coordinator's before it died */
     s->repl.coord_heard = dt_now();
@@ -780,13 +789,21 @@ static int become_coordinator(ps_server_t *s, ps_server_t *b, const char *why) {
   s->repl.coord_rank = s->rank;
   ps_chain_take_over(b, "the coordinator has died");
   DT_TRY(ps_coord_init(b, &b->coord));
+  int64_t seq = 0;
+  if (ps_coord_repl_adopt(s, b, &seq))
+    dt_log(DT_LOG_WARN, "server %d: the coordinator's state goes on from its copy %lld", me,
+           (long long)seq);
+  else dt_log(DT_LOG_WARN, "server %d: no copy of the coordinator's state came: it starts afresh", me);
   DT_TRY(coord_tables(b));
   for (int k = 0; k < s->K; k++)
     if (k != me && k != 0) tell(s, k, PS_OP_COORD, me, -1, -1); /* `clock`: the new coordinator */
-  return server_died(b, 0, why);
+  DT_TRY(server_died(b, 0, why));
+  ps_coord_resume(b);
+  return 0;
 }
 
 int ps_chain_watch_coordinator(ps_server_t *s) {
+  ps_coord_repl_poll(s);
   ps_server_t *b = standby_of(s);
   if (!b) return 0;
   double silent = dt_now() - s->repl.coord_heard;
@@ -803,8 +820,11 @@ void ps_chain_report(const ps_server_t *s) {
   uint64_t bytes = s->repl.bytes_sent, copied = s->repl.copy_bytes;
   for (int i = 0; i < s->repl.nhosted; i++)
     bytes += s->repl.hosted[i]->repl.bytes_sent, copied += s->repl.hosted[i]->repl.copy_bytes;
+  uint64_t coord = ps_coord_repl_bytes(s);
+  for (int i = 0; i < s->repl.nhosted; i++) coord += ps_coord_repl_bytes(s->repl.hosted[i]);
   int n = snprintf(line, sizeof line, "ps: server %d: replication sent %llu bytes (state copies "
-                   "%llu)", s->index, (unsigned long long)bytes, (unsigned long long)copied);
+                   "%llu); the coordinator's state %llu bytes", s->index, (unsigned long long)bytes,
+                   (unsigned long long)copied, (unsigned long long)coord);
   for (int i = 0; i <= s->repl.nhosted && n > 0 && (size_t)n < sizeof line; i++) {
     const ps_server_t *b = i == 0 ? s : s->repl.hosted[i - 1];
     const char *role = i == 0 ? "" : b->repl.is_backup ? " (backup)" : " (taken over)";
