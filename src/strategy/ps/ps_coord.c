@@ -308,8 +308,10 @@ int ps_coord_check(ps_server_t *s) {
   DT_TRY(check_liveness(s));
   if (s->rule->pool && !c->closed && !c->done && c->pushed >= c->cut) cut_epoch(s);
   if (s->rule->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
-  if (c->nbye + c->ndead >= s->N) ps_server_stop_all(s);
-  return ps_coord_repl_sync(s);
+  DT_TRY(ps_coord_repl_sync(s));
+  /* the last BYEs' answers wait for the standby, which must not stop first */
+  if (c->nbye + c->ndead >= s->N && !ps_coord_repl_holds(s)) ps_server_stop_all(s);
+  return 0;
 }
 
 /* ---- its state, as the standby keeps it -------------------------------------------- */

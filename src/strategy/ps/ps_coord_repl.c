@@ -161,6 +161,12 @@ int ps_coord_repl_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_r
   return 0;
 }
 
+int ps_coord_repl_holds(const ps_server_t *s) {
+  for (int w = 0; w < s->N; w++)
+    if (s->workers[w].coord.held) return 1;
+  return 0;
+}
+
 void ps_coord_repl_lost(ps_server_t *s) {
   release(s, 1);
   ps_coord_repl_force(s);

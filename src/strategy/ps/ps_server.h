@@ -333,6 +333,7 @@ int ps_coord_repl_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_r
 /* The standby is gone: every held answer goes now; the next copy goes
  * whole to the new one (force). */
 void ps_coord_repl_lost(ps_server_t *s);
+int ps_coord_repl_holds(const ps_server_t *s); /* an answer is held */
 void ps_coord_repl_force(ps_server_t *s);
 /* COORD_STATE (on any server rank) and COORD_ACK (on the coordinator's). */
 int ps_coord_repl_take(ps_server_t *rank, int src, const ps_req_t *req);
