@@ -33,8 +33,15 @@
 
 #include "strategy/ps/ps_server.h"
 
-#define RING 8 /* copies in flight to the standby; the oldest is waited for before reuse */
-#define ACKS 4 /* acknowledgements in flight; never waited for (below) */
+#define SLOTS 8 /* copies in flight to the standby, to start with (more when all are) */
+#define ACKS 4  /* acknowledgements in flight; never waited for (below) */
+
+/* A copy in flight: its request and state stay put until sent. */
+typedef struct {
+  ps_req_t req;
+  uint8_t *buf;
+  comm_req_t *r[2];
+} slot_t;
 
 struct ps_coord_repl {
   /* the coordinator */
@@ -42,7 +49,8 @@ struct ps_coord_repl {
   uint8_t *last, *scratch;   /* the last copy sent; the state now */
   int64_t seq, acked;        /* copies sent; the newest the standby holds */
   int force;                 /* the next copy goes even if unchanged (a new standby) */
-  struct { ps_req_t req; uint8_t *buf; comm_req_t *r[2]; } ring[RING];
+  slot_t **slot;             /* [nslots] copies in flight, or done */
+  int nslots;
   uint64_t sent;             /* bytes, as the transport counted them */
   /* a standby (the rank's own instance) */
   uint8_t *copy;
@@ -59,11 +67,8 @@ static ps_coord_repl_t *repl_of(ps_server_t *s) {
   r->bytes = ps_coord_state_bytes(s);
   r->last = malloc(r->bytes);
   r->scratch = malloc(r->bytes);
-  for (int i = 0; i < RING; i++) r->ring[i].buf = malloc(r->bytes);
-  int ok = r->last && r->scratch;
-  for (int i = 0; i < RING; i++) ok = ok && r->ring[i].buf;
   s->crepl = r; /* freed whole by ps_coord_repl_free, complete or not */
-  if (!ok) {
+  if (!r->last || !r->scratch) {
     dt_error("out of memory");
     return NULL;
   }
@@ -100,29 +105,63 @@ static int has_standby(const ps_server_t *s) {
   return s->cfg->ps.replicas > 1 && s->coord && !s->repl.is_backup && s->repl.backup_rank >= 0;
 }
 
+/* A slot whose copy has gone, or a new one: never a wait, as a standby
+ * killed under mpi takes nothing and the transport does not say so (the
+ * pings find it dead within 2 s; then its slots are withdrawn). */
+static slot_t *free_slot(ps_server_t *s, ps_coord_repl_t *r) {
+  for (int i = 0; i < r->nslots; i++) {
+    slot_t *t = r->slot[i];
+    int busy = 0;
+    for (int j = 0; j < 2; j++) {
+      int done = 0;
+      if (t->r[j] && comm_test(s->world, t->r[j], &done) == 0 && !done) busy = 1;
+    }
+    if (busy) continue;
+    for (int j = 0; j < 2; j++)
+      if (t->r[j]) {
+        comm_req_t *q = t->r[j];
+        t->r[j] = NULL;
+        comm_wait(s->world, q);
+      }
+    return t;
+  }
+  int more = r->nslots ? r->nslots : SLOTS;
+  slot_t **grown = realloc(r->slot, (size_t)(r->nslots + more) * sizeof *grown);
+  if (!grown) return NULL;
+  r->slot = grown;
+  for (int i = r->nslots; i < r->nslots + more; i++) {
+    if (!(r->slot[i] = calloc(1, sizeof(slot_t))) || !(r->slot[i]->buf = malloc(r->bytes))) {
+      if (r->slot[i]) free(r->slot[i]);
+      r->nslots = i;
+      return NULL;
+    }
+  }
+  r->nslots += more;
+  return r->slot[r->nslots - more];
+}
+
+/* Withdraws the copies still in flight (their standby is gone). */
+static void withdraw_slots(ps_server_t *s, ps_coord_repl_t *r) {
+  for (int i = 0; r && i < r->nslots; i++)
+    for (int j = 0; j < 2; j++) end_send(s, &r->slot[i]->r[j]);
+}
+
 /* Copy number seq of the state to the standby; -1: it could not go (the
  * chain finds the standby dead and goes on without it). */
 static int send_copy(ps_server_t *s, ps_coord_repl_t *r) {
-  int i = (int)(r->seq % RING);
-  for (int j = 0; j < 2; j++) /* sent RING copies ago: the standby took it long since */
-    if (r->ring[i].r[j]) {
-      comm_req_t *q = r->ring[i].r[j];
-      r->ring[i].r[j] = NULL;
-      comm_wait(s->world, q);
-    }
-  memcpy(r->ring[i].buf, r->scratch, r->bytes);
-  r->ring[i].req = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COORD_STATE, .worker = -1,
-                              .clock = r->seq + 1, .encoded = r->bytes};
+  slot_t *t = free_slot(s, r);
+  if (!t) return dt_error("out of memory");
+  memcpy(t->buf, r->scratch, r->bytes);
+  t->req = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COORD_STATE, .worker = -1,
+                      .clock = r->seq + 1, .encoded = r->bytes};
   comm_bytes_t before = comm_bytes(s->world);
-  int rc = comm_isend(s->world, s->repl.backup_rank, PS_TAG_REQ, &r->ring[i].req, PS_REQ_BYTES,
-                      &r->ring[i].r[0]);
-  if (rc == 0)
-    rc = comm_isend(s->world, s->repl.backup_rank, PS_TAG_DATA, r->ring[i].buf, r->bytes, &r->ring[i].r[1]);
+  int rc = comm_isend(s->world, s->repl.backup_rank, PS_TAG_REQ, &t->req, PS_REQ_BYTES, &t->r[0]);
+  if (rc == 0) rc = comm_isend(s->world, s->repl.backup_rank, PS_TAG_DATA, t->buf, r->bytes, &t->r[1]);
   r->sent += comm_bytes(s->world).sent - before.sent;
   if (rc != 0) {
     dt_log(DT_LOG_WARN, "coordinator: its state to the standby (rank %d): %s", s->repl.backup_rank,
            dt_errmsg());
-    for (int j = 0; j < 2; j++) end_send(s, &r->ring[i].r[j]);
+    for (int j = 0; j < 2; j++) end_send(s, &t->r[j]);
     return -1;
   }
   r->seq++;
@@ -173,6 +212,7 @@ void ps_coord_repl_lost(ps_server_t *s) {
 }
 
 void ps_coord_repl_force(ps_server_t *s) {
+  withdraw_slots(s, s->crepl); /* to the standby that died */
   if (s->crepl) s->crepl->force = 1;
 }
 
@@ -207,10 +247,10 @@ int ps_coord_repl_take(ps_server_t *rank, int src, const ps_req_t *req) {
   return 0;
 }
 
-/* The standby acknowledges its newest copy without waiting for anything:
- * the coordinator may itself be waiting for the standby to take a copy
- * (send_copy's ring). An ack that finds no free slot goes on a later
- * call; acks count up to a number, so the last one is all it takes. */
+/* The standby acknowledges its newest copy without waiting for anything
+ * (two servers must never wait on each other). An ack that finds no free
+ * slot goes on a later call; acks count up to a number, so the last one
+ * is all it takes. */
 void ps_coord_repl_poll(ps_server_t *rank) {
   ps_coord_repl_t *r = rank->crepl;
   if (!r || r->copy_seq <= r->acked_sent) return;
@@ -244,10 +284,9 @@ uint64_t ps_coord_repl_bytes(const ps_server_t *s) { return s->crepl ? s->crepl-
 void ps_coord_repl_free(ps_server_t *s) {
   ps_coord_repl_t *r = s->crepl;
   if (!r) return;
-  for (int i = 0; i < RING; i++) {
-    for (int j = 0; j < 2; j++) end_send(s, &r->ring[i].r[j]);
-    free(r->ring[i].buf);
-  }
+  withdraw_slots(s, r);
+  for (int i = 0; i < r->nslots; i++) free(r->slot[i]->buf), free(r->slot[i]);
+  free(r->slot);
   for (int i = 0; i < ACKS; i++) end_send(s, &r->ack_req[i]);
   free(r->last);
   free(r->scratch);

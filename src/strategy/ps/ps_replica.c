@@ -67,18 +67,19 @@
  * here). The workers' calls to the coordinator (STATS, BYE) follow shard
  * 0's server and are sent again like pushes.
  *
- * Open: under sync the weights after the coordinator's death equal the
- * undisturbed run's in only about half the runs (every acknowledged push
- * is still held once); a plain server's death gives them every time.
+ * The coordinator's state (the pool schedules' batches handed out and
+ * epochs, the statistics, the byes) is copied to the standby after each
+ * change and NEXT is answered once the standby holds it
+ * (ps_coord_repl.c); the heir goes on from the last copy, under sync,
+ * ssp:S, async and ssp:inf alike. Its leases start over.
  *
- * Decided, and left: the new coordinator starts fresh: the statistics of
- * the epoch under way start over (its loss and accuracy in the metrics
- * count the pushes after the death only) and so do the leases. The pool
- * schedules (async, value, backup) are refused: the batches handed out
- * and the epochs (NEXT) live in the coordinator alone (ps_coord.c, in
- * s->coord and s->workers[w].coord), with no standby; they need its state
- * replicated to the standby and NEXT answered only once the standby
- * holds it, as a push waits for its backup. The coordinator dies alone
+ * A sync heir may hold a worker's push of clock c and get its push of
+ * c + 1 (the worker saw the dead primary apply c, whose other pushes the
+ * heir lacked): rule_ssp.c keeps the second apart until c is applied
+ * (written over c's, it replaced c's gradient in the sum, and the weights
+ * differed from an undisturbed run's in about half the runs).
+ *
+ * Decided, and left: the coordinator dies alone
  * (index=0 with index2 is refused), and its standby is the start's. A
  * death during a copy (of the primary) ends the run with the reason; a
  * death of a shard's last copy too. Without replicas a dead server stops
