@@ -250,13 +250,14 @@ if [ -n "$MPI_KILL" ]; then # the same under mpi: server 0's process SIGKILLed
     pass "replicas_mpi_coordinator_kill9_async($(cat "$TMP/check.out"))"
   else fail replicas_mpi_coordinator_kill9_async "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
 fi
-if [ -n "$MPI_KILL" ]; then # server 0's process SIGKILLed: its standby notices the silence
+if [ -n "$MPI_KILL" ]; then # server 0's process SIGKILLed: its standby notices the silence;
+  # the weights are local's undisturbed run's (k3.st, above) bit for bit
   if timeout 180 $MPIRUN --enable-recovery -np 7 "$DTRAIN" train --comm mpi $BASE --exchange ps:3 --ps-replicas 2 \
-       --kill-server index=0,at-push=37 >/dev/null 2>"$TMP/err" &&
-     grep -q "takes over as the coordinator" "$TMP/err" &&
+       --kill-server index=0,at-push=37 --checkpoint "$TMP/mpi_k3.st" >/dev/null 2>"$TMP/err" &&
+     grep -q "takes over as the coordinator" "$TMP/err" && cmp -s "$TMP/k3.st" "$TMP/mpi_k3.st" &&
      $PY "$TMP/counts.py" "$TMP/err" sync 3 >"$TMP/check.out" 2>&1; then
-    pass "replicas_mpi_coordinator_kill9_sync_counts($(cat "$TMP/check.out"))"
-  else fail replicas_mpi_coordinator_kill9_sync_counts "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
+    pass "replicas_mpi_coordinator_kill9_sync_bitwise($(cat "$TMP/check.out"))"
+  else fail replicas_mpi_coordinator_kill9_sync_bitwise "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
 fi
 
 # ---- without replicas a dead server stops the run, saying which ------------------
