@@ -778,11 +778,12 @@ static ps_server_t *standby_of(ps_server_t *s) {
 int ps_chain_polls(ps_server_t *s) { return ps_chain_coordinator(s) || standby_of(s); }
 
 /* Server 0 is dead: its shard's backup here takes the shard over and the
- * coordinator's role with it, with a fresh coordinator (the statistics
- * of the epoch under way start over; each worker's lease too), tells the
- * servers, then deals with server 0's death as the coordinator deals with
- * any server's (server_died: shard 0 gets a new backup, the shard server
- * 0 backed up too, the workers are told). */
+ * coordinator's role with it, a coordinator built afresh with the last
+ * copy of the dead one's state put over it (ps_coord_repl.c; the leases
+ * start over), tells the servers, then deals with server 0's death as the
+ * coordinator deals with any server's (server_died: shard 0 gets a new
+ * backup, the shard server 0 backed up too, the workers are told), and
+ * tells the servers again an epoch the dead one had closed. */
 static int become_coordinator(ps_server_t *s, ps_server_t *b, const char *why) {
   int me = s->rank - s->nranks;
   dt_log(DT_LOG_WARN, "server %d (rank %d) takes over as the coordinator: server 0 (rank %d) has "
