@@ -11,12 +11,18 @@
 #    --ps-replicas 2 against --ps-replicas 1, sync and async, STEPS steps,
 #    interleaved ROUNDS times; the median round of each is kept.
 #
-#   sh bench/ps_replicas.sh      (EPOCHS=5 KILL_AT=1400 STEPS=300 ROUNDS=3
-#                                 PARTS="accuracy cost")
+#   sh bench/ps_replicas.sh      (EPOCHS=5 KILL_AT=1400 KILL_INDEX=1 STEPS=300
+#                                 ROUNDS=3 PARTS="accuracy cost")
+#
+# KILL_INDEX=0 kills the coordinator (server 0): its standby takes over
+# shard 0 and the batches and epochs (ps_coord_repl.c); the check adds that
+# every batch of the epochs was computed once (the workers' sums of the
+# batch numbers).
 DTRAIN=${DTRAIN:-build/dtrain}
 PY=/usr/bin/python3
 EPOCHS=${EPOCHS:-5}
 KILL_AT=${KILL_AT:-1400}
+KILL_INDEX=${KILL_INDEX:-1}
 STEPS=${STEPS:-300}
 ROUNDS=${ROUNDS:-3}
 PARTS=${PARTS:-accuracy cost}
@@ -26,29 +32,34 @@ trap 'rm -rf "$TMP"' EXIT
 ACC="--model mlp --workers 4 --exchange ps:2 --schedule async --epochs $EPOCHS --seed 1 --quiet --ps-replicas 2"
 
 case " $PARTS " in *" accuracy "*)
-echo "# accuracy: $DTRAIN train $ACC [--kill-server index=1,at-push=$KILL_AT]"
+echo "# accuracy: $DTRAIN train $ACC [--kill-server index=$KILL_INDEX,at-push=$KILL_AT]"
 "$DTRAIN" train $ACC --metrics "$TMP/calm.jsonl" >/dev/null 2>"$TMP/calm.err" ||
   { echo "undisturbed run failed: $(tail -1 "$TMP/calm.err")"; exit 1; }
-"$DTRAIN" train $ACC --kill-server index=1,at-push=$KILL_AT --metrics "$TMP/kill.jsonl" >/dev/null 2>"$TMP/kill.err" ||
+"$DTRAIN" train $ACC --kill-server index=$KILL_INDEX,at-push=$KILL_AT --metrics "$TMP/kill.jsonl" >/dev/null 2>"$TMP/kill.err" ||
   { echo "killed run failed: $(tail -1 "$TMP/kill.err")"; exit 1; }
-$PY - "$TMP" <<'PYEOF' || exit 1
+$PY - "$TMP" "$KILL_INDEX" <<'PYEOF' || exit 1
 import json, re, sys
-tmp = sys.argv[1]
+tmp, victim = sys.argv[1], int(sys.argv[2])
 def last(name):
     return [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if '"event":"epoch"' in l][-1]
 calm, kill = last("calm"), last("kill")
 text = open(f"{tmp}/kill.err").read()
-assert "(taken over)" in text, "server 1 was not taken over"
+assert "(taken over)" in text, "server %d was not taken over" % victim
 acked = sum(int(n) for n in re.findall(r"ps: worker \d+: (\d+) pushes acknowledged", text))
 applied = [int(m[1]) for m in re.finditer(r"shard \d+ (?:\(taken over\) )?applied (\d+) updates", text)]
 dup = sum(int(n) for n in re.findall(r"(\d+) duplicates", text))
 diff = 100 * (kill["test_acc"] - calm["test_acc"])
-print(f"undisturbed test_acc {100 * calm['test_acc']:.2f}%, server 1 killed {100 * kill['test_acc']:.2f}%: "
+sums = [sum(float(m[i]) for m in re.findall(r"batches computed: sum (\d+), of squares (\d+)", text)) for i in (0, 1)]
+once = sums == [sum(range(acked)), sum(b * b for b in range(acked))]
+print(f"each batch computed once: {once}")
+print(f"undisturbed test_acc {100 * calm['test_acc']:.2f}%, server {victim} killed {100 * kill['test_acc']:.2f}%: "
       f"{diff:+.2f} points (target |d| <= 0.5); pushes acknowledged {acked}, updates applied per shard "
       f"{applied}, duplicates taken once {dup}")
-print(json.dumps({"bench": "ps_replicas_accuracy", "undisturbed": calm["test_acc"], "killed": kill["test_acc"],
+print(json.dumps({"bench": "ps_replicas_accuracy", "victim": victim, "once": once,
+                  "undisturbed": calm["test_acc"], "killed": kill["test_acc"],
                   "points": round(diff, 2), "acked": acked, "applied": applied, "duplicates": dup}))
 assert all(a == acked for a in applied), (acked, applied)
+assert once, ("batches computed (sum, squares)", sums)
 PYEOF
 ;; esac
 

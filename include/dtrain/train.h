@@ -89,6 +89,8 @@ typedef struct {
   int replicas;                 /* --ps-replicas: copies of each shard, chain replicated [1] */
   int kill_server;              /* --kill-server index=K,at-push=P: server K stops abruptly (-1: none) */
   int64_t kill_server_at;       /* ... on receiving its P-th push */
+  int64_t kill_server_lose;     /* ... lose-forwards=N: its N pushes before the P-th never reach
+                                 * its backup (lost on the way) [0] */
   int push_factors;             /* --ps-push factors: dense layers pushed as sufficient factors
                                  * (Project Adam), their gradient computed at the server */
   int server_threads;           /* --ps-server-threads: threads applying a server's updates [1] */

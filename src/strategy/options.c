@@ -463,7 +463,9 @@ static const option_t OPTIONS[] = {
      .help = "index=K,at-push=P\tserver K stops abruptly at its P-th push\n"
              "(fault injection: a thread's end on local, SIGKILL on mpi);\n"
              "index2=J,at-push2=Q added: server J too, at its Q-th; K = 0,\n"
-             "the coordinator: with --ps-replicas 2 under sync or ssp:S, alone"},
+             "the coordinator: with --ps-replicas 2, alone; lose-forwards=N\n"
+             "added: K's N pushes before the P-th never reach its backup\n"
+             "(with --ps-replicas 2; N below the workers, or P never comes)"},
     {PATH("checkpoint-dir", checkpoint_dir), is_ps, "--exchange ps:K", AX_STRATEGY,
      .help = "DIR\tone checkpoint file per server shard plus a manifest"},
     {INT("tau", decentral.tau, -1000000, 1000000), uses_tau, "--optimization decentral with --exchange allreduce:ALGO or master", AX_STRATEGY,
@@ -566,23 +568,29 @@ static int set_kill(void *cv, const char *val, void *st) {
   return 0;
 }
 
-/* "index=1,at-push=40" or "index=1,at-push=40,index2=2,at-push2=90" */
+/* "index=1,at-push=40" or "index=1,at-push=40,index2=2,at-push2=90", and
+ * ",lose-forwards=3" */
 static int set_kill_server(void *cv, const char *val, void *st) {
   train_config_t *c = cv;
-  static const char *const keys[] = {"index", "at-push", "index2", "at-push2"};
-  const char *v[4];
-  char buf[128];
-  long k, p, k2 = -1, p2 = 0;
-  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 4, v));
+  static const char *const keys[] = {"index", "at-push", "index2", "at-push2", "lose-forwards"};
+  const char *v[5];
+  char buf[160];
+  long k, p, k2 = -1, p2 = 0, lose = 0;
+  DT_TRY(parse_items("kill-server", val, "index=1,at-push=40", buf, sizeof buf, keys, 5, v));
   if (!v[0] || !v[1]) return dt_error("option --kill-server: needs index=K,at-push=P (both)");
   if (!v[2] != !v[3]) return dt_error("option --kill-server: index2=J needs at-push2=Q (both, or neither)");
   DT_TRY(parse_int("kill-server index", v[0], 0, MAX_WORKERS - 1, &k));
   DT_TRY(parse_int("kill-server at-push", v[1], 1, 1L << 50, &p));
   if (v[2]) DT_TRY(parse_int("kill-server index2", v[2], 0, MAX_WORKERS - 1, &k2));
   if (v[3]) DT_TRY(parse_int("kill-server at-push2", v[3], 1, 1L << 50, &p2));
+  if (v[4]) DT_TRY(parse_int("kill-server lose-forwards", v[4], 1, 1L << 50, &lose));
+  if (lose >= p)
+    return dt_error("option --kill-server: lose-forwards=%ld: the pushes before at-push=%ld are "
+                    "%ld; lose fewer", lose, p, p - 1);
   if (k2 == k) return dt_error("option --kill-server: index2=%ld is index=%ld: name another server", k2, k);
   c->ps.kill_server = (int)k;
   c->ps.kill_server_at = p;
+  c->ps.kill_server_lose = lose;
   c->ps.kill_server2 = (int)k2;
   c->ps.kill_server2_at = p2;
   return 0;

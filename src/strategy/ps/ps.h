@@ -208,6 +208,9 @@ typedef enum {
   PS_OP_COPY,     /* primary to a new backup: shard `epoch`'s whole state, `encoded` bytes, follows */
   PS_OP_COPY_ACK, /* new backup to primary: shard `epoch`'s copy is in place */
   PS_OP_COORD,    /* a new coordinator to the servers: server `clock` coordinates now */
+  PS_OP_COORD_STATE, /* coordinator to its standby: its state, copy `clock`, `encoded` bytes
+                      * follow (ps_coord_repl.c) */
+  PS_OP_COORD_ACK,   /* standby to coordinator: copy `clock` of its state is held here */
   PS_OP_COUNT
 } ps_op_t;
 
@@ -245,7 +248,8 @@ typedef struct {
   uint64_t encoded;      /* PUSH under --compress: the bytes of their encoding that follow
                           * instead (0: nvalues plain floats); with PS_PUSH_FACTORS the
                           * bytes of the sufficient factors that follow */
-  int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version */
+  int64_t clock;         /* PUSH: clock (sync/ssp) or first batch (pool); PULL: minimum version;
+                          * NEXT: the worker's count of its NEXTs (sent again: the same) */
   int64_t version;       /* PUSH: this shard's version the gradient was computed on */
   int64_t epoch;
   int64_t nbatches;      /* PUSH: batches summed into this push */

@@ -69,6 +69,7 @@ struct ps_client {
   comm_req_t *notice_req;
   double timeout;
   int64_t acked, resent;
+  int64_t nexts;              /* NEXTs asked (each carries its number: a resend is known) */
   /* ps_push_factors, while it starts its parts: per shard, the payload of
    * sufficient factors (ps_factors.c) and its bytes */
   const void *const *fac_data;
@@ -351,6 +352,7 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
   ps_part_t *p = &h->parts[h->nparts++];
   part_reset(p);
   p->req = *req;
+  if (req->op == PS_OP_NEXT) p->req.clock = ++c->nexts; /* the coordinator answers a resend alike */
   p->server = p->target = c->first_server + server;
   p->shard = -1;
   /* the coordinator's calls go where shard 0 is served: its standby took both */
@@ -370,7 +372,8 @@ int ps_call(ps_client_t *c, int server, const ps_req_t *req, void *extra, size_t
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord",
+                                "coord-state", "coord-ack"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 

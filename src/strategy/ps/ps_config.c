@@ -127,13 +127,12 @@ static int check_replicas(const train_config_t *c, int workers_known) {
     if (k == 0 && (i == 1 || c->ps.kill_server2 >= 0))
       return dt_error("option --kill-server: index=0 with index2: the coordinator's standby "
                       "takes over from server 0 only as the first death; kill server 0 alone");
-    if (k == 0 && ps_pool_schedule(c))
-      return dt_error("option --kill-server index=0: under --schedule %s the coordinator's "
-                      "batches and epochs have no standby yet; use sync or ssp:S",
-                      schedule_name(c->schedule));
     if (K > 0 && k >= K)
       return dt_error("option --kill-server %s=%d: --exchange ps:%d has servers 0..%d", key, k, K, K - 1);
   }
+  if (c->ps.kill_server_lose > 0 && R < 2)
+    return dt_error("option --kill-server lose-forwards=%lld: a server forwards pushes only to a "
+                    "backup; add --ps-replicas 2", (long long)c->ps.kill_server_lose);
   if (R < 2) return 0;
   if (c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
     return dt_error("option --ps-replicas %d: not with --schedule %s (its servers keep per-worker "

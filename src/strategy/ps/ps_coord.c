@@ -30,7 +30,16 @@
  * again is taken back. Worker 0 is never given up on: it reports the run.
  *
  * Per worker, the coordinator keeps its lease, its batches of the epoch
- * and its statistics in s->workers[w].coord; the rest is struct ps_coord. */
+ * and its statistics in s->workers[w].coord; the rest is struct ps_coord.
+ *
+ * A standby (--ps-replicas 2, ps_coord_repl.c). All of it but the leases
+ * is copied to the standby after every change, and an answer to NEXT or
+ * BYE goes only once the standby holds the state it comes from, as a
+ * push's ack waits for its backup. A push is counted once by its clock
+ * (its first batch under the pool rules): sent again after a death, it is
+ * not counted twice. A NEXT carries the worker's count of its NEXTs; one
+ * sent again (its answer lost with the dead coordinator) is answered with
+ * the batch it was given, so a batch is handed out once. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +71,7 @@ int ps_coord_init(ps_server_t *s, ps_coord_t **out) {
   c->stats_buf = malloc(sizeof(ps_epoch_stats_t) + (size_t)s->N * sizeof(ps_worker_stats_t));
   if (!c->stats_buf) return dt_error("out of memory");
   double now = dt_now();
-  for (int w = 0; w < s->N; w++) s->workers[w].coord.last_heard = now;
+  for (int w = 0; w < s->N; w++) s->workers[w].coord.last_heard = now, s->workers[w].coord.counted = -1;
   for (int i = 0; i < STATS_RING; i++) c->stats_epoch[i] = -1;
   c->epoch = s->first_epoch;
   c->cap = s->cfg->max_steps ? s->cfg->max_steps * s->N : INT64_MAX;
@@ -118,7 +127,9 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
   wst->bytes_pulled = req->bytes_pulled;
   wst->blocked_sec = req->blocked_sec;
   if (req->flags & PS_PUSH_PART) return; /* the rest counts the push once, whole */
+  if (req->clock <= ws->coord.counted) return; /* sent again after a death: counted already */
   if (s->rule->pool && (req->epoch != c->epoch || c->closed)) return; /* late: dropped */
+  ws->coord.counted = req->clock;
   ps_epoch_stats_t *st = stats_of(c, req->epoch);
   st->loss_sum += req->loss_sum;
   st->samples += req->samples;
@@ -129,6 +140,7 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
     c->pushed += req->nbatches;
     c->push_msgs++;
   }
+  ps_coord_repl_sync(s); /* the standby has it before the push's forward (one channel: in order) */
 }
 
 /* ---- batches and epochs (pool rules) ------------------------------------------- */
@@ -158,7 +170,21 @@ int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req) {
   } else {
     rep.batch = PS_BATCH_END; /* worker 0, the epoch closed */
   }
-  return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+  ps_worker_state_t *ws = &s->workers[src];
+  ws->coord.asked = req->clock, ws->coord.answer_batch = rep.batch, ws->coord.answer_epoch = rep.epoch;
+  DT_TRY(ps_coord_repl_reply(s, src, req, &rep));
+  return ps_coord_repl_sync(s);
+}
+
+/* A NEXT sent again after the coordinator's death whose answer the dead
+ * one had given (and its standby holds): the same answer. */
+static int answer_again(ps_server_t *s, int src, const ps_req_t *req) {
+  ps_worker_state_t *ws = &s->workers[src];
+  ps_reply_t rep = ps_server_header(s, ws->coord.answer_epoch);
+  rep.batch = ws->coord.answer_batch;
+  dt_log(DT_LOG_INFO, "coordinator: worker %d's NEXT %lld again: answered as before (batch %lld)",
+         src, (long long)req->clock, (long long)rep.batch);
+  return ps_coord_repl_reply(s, src, req, &rep);
 }
 
 static int all_settled(const ps_server_t *s) {
@@ -173,7 +199,8 @@ static void close_epoch(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   c->closed = 1;
   ps_server_tell_servers(s, PS_OP_FLUSH, c->epoch, c->push_msgs);
-  ps_server_flush(s, c->epoch, c->push_msgs);
+  /* every instance of this rank: the heir coordinates from a hosted one */
+  ps_server_flush(s->repl.home ? s->repl.home : s, c->epoch, c->push_msgs);
 }
 
 static void open_next_epoch(ps_server_t *s) {
@@ -203,15 +230,17 @@ static int answer_stats(ps_server_t *s, int src, const ps_req_t *req) {
                          sizeof st + (size_t)s->N * sizeof(ps_worker_stats_t), 0);
 }
 
-int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req) {
+static int coord_request(ps_server_t *s, int src, const ps_req_t *req) {
   ps_coord_t *c = s->coord;
   if (req->op == PS_OP_STATS) return answer_stats(s, src, req);
   if (req->op == PS_OP_BYE) {
     ps_worker_state_t *ws = &s->workers[src];
     if (!ws->coord.bye) ws->coord.bye = 1, c->nbye++;
     ps_reply_t rep = ps_server_header(s, 0);
-    return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
+    return ps_coord_repl_reply(s, src, req, &rep);
   }
+  if (req->op == PS_OP_NEXT && req->clock > 0 && req->clock == s->workers[src].coord.asked)
+    return answer_again(s, src, req);
   if (!s->rule->pool)
     return ps_server_reject(s, src, req, "next: under --schedule %s every worker takes its own "
                             "slice of each step", schedule_name(s->cfg->schedule));
@@ -222,6 +251,11 @@ int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req) {
     open_next_epoch(s);
   }
   return ps_coord_ready(s, src, req) ? ps_coord_answer(s, src, req) : ps_server_defer(s, src, req);
+}
+
+int ps_coord_request(ps_server_t *s, int src, const ps_req_t *req) {
+  DT_TRY(coord_request(s, src, req));
+  return ps_coord_repl_sync(s);
 }
 
 /* ---- liveness ------------------------------------------------------------------------ */
@@ -274,6 +308,71 @@ int ps_coord_check(ps_server_t *s) {
   DT_TRY(check_liveness(s));
   if (s->rule->pool && !c->closed && !c->done && c->pushed >= c->cut) cut_epoch(s);
   if (s->rule->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
-  if (c->nbye + c->ndead >= s->N) ps_server_stop_all(s);
+  DT_TRY(ps_coord_repl_sync(s));
+  /* the last BYEs' answers wait for the standby, which must not stop first */
+  if (c->nbye + c->ndead >= s->N && !ps_coord_repl_holds(s)) ps_server_stop_all(s);
   return 0;
+}
+
+/* ---- its state, as the standby keeps it -------------------------------------------- */
+
+typedef struct {
+  int64_t epoch, next, pushed, closed, done, push_msgs, nbye, ndead;
+  ps_epoch_stats_t stats[STATS_RING];
+  int64_t stats_epoch[STATS_RING];
+} coord_head_t;
+
+typedef struct {
+  int64_t bye, drawn, settled, counted, asked, answer_batch, answer_epoch, dead;
+  ps_worker_stats_t stats;
+} coord_worker_t;
+
+size_t ps_coord_state_bytes(const ps_server_t *s) {
+  return sizeof(coord_head_t) + (size_t)s->N * sizeof(coord_worker_t);
+}
+
+void ps_coord_pack(const ps_server_t *s, uint8_t *out) {
+  const ps_coord_t *c = s->coord;
+  coord_head_t h;
+  memset(&h, 0, sizeof h);
+  h.epoch = c->epoch, h.next = c->next, h.pushed = c->pushed, h.closed = c->closed;
+  h.done = c->done, h.push_msgs = c->push_msgs, h.nbye = c->nbye, h.ndead = c->ndead;
+  memcpy(h.stats, c->stats, sizeof h.stats);
+  memcpy(h.stats_epoch, c->stats_epoch, sizeof h.stats_epoch);
+  memcpy(out, &h, sizeof h);
+  for (int w = 0; w < s->N; w++) {
+    const ps_worker_state_t *ws = &s->workers[w];
+    coord_worker_t cw = {ws->coord.bye, ws->coord.drawn, ws->coord.settled, ws->coord.counted,
+                         ws->coord.asked, ws->coord.answer_batch, ws->coord.answer_epoch, ws->dead,
+                         ws->coord.stats};
+    memcpy(out + sizeof h + (size_t)w * sizeof cw, &cw, sizeof cw);
+  }
+}
+
+void ps_coord_unpack(ps_server_t *s, const uint8_t *in) {
+  ps_coord_t *c = s->coord;
+  coord_head_t h;
+  memcpy(&h, in, sizeof h);
+  c->epoch = (int)h.epoch, c->next = h.next, c->pushed = h.pushed, c->closed = (int)h.closed;
+  c->done = (int)h.done, c->push_msgs = h.push_msgs, c->nbye = (int)h.nbye, c->ndead = (int)h.ndead;
+  memcpy(c->stats, h.stats, sizeof h.stats);
+  memcpy(c->stats_epoch, h.stats_epoch, sizeof h.stats_epoch);
+  for (int w = 0; w < s->N; w++) {
+    ps_worker_state_t *ws = &s->workers[w];
+    coord_worker_t cw;
+    memcpy(&cw, in + sizeof h + (size_t)w * sizeof cw, sizeof cw);
+    ws->coord.bye = (int)cw.bye, ws->coord.drawn = cw.drawn, ws->coord.settled = cw.settled;
+    ws->coord.counted = cw.counted, ws->coord.asked = cw.asked;
+    ws->coord.answer_batch = cw.answer_batch, ws->coord.answer_epoch = cw.answer_epoch;
+    ws->coord.stats = cw.stats;
+    if (ws->dead != (int)cw.dead) ps_server_set_dead(s, w, (int)cw.dead);
+  }
+}
+
+void ps_coord_resume(ps_server_t *s) {
+  ps_coord_t *c = s->coord;
+  if (s->rule->pool && c->closed) {
+    ps_server_tell_servers(s, PS_OP_FLUSH, c->epoch, c->push_msgs);
+    ps_server_flush(s->repl.home ? s->repl.home : s, c->epoch, c->push_msgs);
+  }
 }

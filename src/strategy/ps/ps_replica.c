@@ -67,18 +67,19 @@
  * here). The workers' calls to the coordinator (STATS, BYE) follow shard
  * 0's server and are sent again like pushes.
  *
- * Open: under sync the weights after the coordinator's death equal the
- * undisturbed run's in only about half the runs (every acknowledged push
- * is still held once); a plain server's death gives them every time.
+ * The coordinator's state (the pool schedules' batches handed out and
+ * epochs, the statistics, the byes) is copied to the standby after each
+ * change and NEXT is answered once the standby holds it
+ * (ps_coord_repl.c); the heir goes on from the last copy, under sync,
+ * ssp:S, async and ssp:inf alike. Its leases start over.
  *
- * Decided, and left: the new coordinator starts fresh: the statistics of
- * the epoch under way start over (its loss and accuracy in the metrics
- * count the pushes after the death only) and so do the leases. The pool
- * schedules (async, value, backup) are refused: the batches handed out
- * and the epochs (NEXT) live in the coordinator alone (ps_coord.c, in
- * s->coord and s->workers[w].coord), with no standby; they need its state
- * replicated to the standby and NEXT answered only once the standby
- * holds it, as a push waits for its backup. The coordinator dies alone
+ * A sync heir may hold a worker's push of clock c and get its push of
+ * c + 1 (the worker saw the dead primary apply c, whose other pushes the
+ * heir lacked): rule_ssp.c keeps the second apart until c is applied
+ * (written over c's, it replaced c's gradient in the sum, and the weights
+ * differed from an undisturbed run's in about half the runs).
+ *
+ * Decided, and left: the coordinator dies alone
  * (index=0 with index2 is refused), and its standby is the start's. A
  * death during a copy (of the primary) ends the run with the reason; a
  * death of a shard's last copy too. Without replicas a dead server stops
@@ -227,6 +228,17 @@ void ps_chain_lost_backup(ps_server_t *s) {
     forget_forward(s, w);
     if (s->workers[w].chain.waiting) ack_worker(s, w);
   }
+  if (s->coord) ps_coord_repl_lost(s); /* its held answers go too */
+}
+
+/* --kill-server index=K,at-push=P,lose-forwards=N: the push this rank
+ * is taking is one of server K's N before its P-th, whose forwards are
+ * lost on the way (the backup lags the primary when it dies). */
+static int forward_lost(const ps_server_t *s) {
+  const ps_config_t *p = &s->cfg->ps;
+  const ps_server_t *home = s->repl.home ? s->repl.home : s;
+  return p->kill_server_lose > 0 && home->index == p->kill_server &&
+         home->repl.kill_count >= p->kill_server_at - p->kill_server_lose;
 }
 
 /* The push the rule has taken from worker w goes to the backup, its
@@ -235,6 +247,11 @@ void ps_chain_lost_backup(ps_server_t *s) {
 static int forward(ps_server_t *s, int w, const ps_req_t *req) {
   ps_worker_state_t *ws = &s->workers[w];
   finish_forward(s, w); /* the last one was acknowledged, so it has gone */
+  if (forward_lost(s)) { /* its ack waits for a REPL_ACK that never comes */
+    ws->chain.req = *req;
+    ws->chain.waiting = 1;
+    return 0;
+  }
   if (!ws->chain.buf && !(ws->chain.buf = dt_alloc_floats(s->len))) return -1;
   memcpy(ws->chain.buf, ws->push.grad, s->len * sizeof(float));
   ws->chain.req = *req;
@@ -319,6 +336,10 @@ static int recv_bounded(ps_server_t *b, int from, void *dst, size_t bytes) {
   }
 }
 
+int ps_chain_recv_from(ps_server_t *s, int from, void *dst, size_t bytes) {
+  return recv_bounded(s, from, dst, bytes);
+}
+
 int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes) {
   int rc = recv_bounded(b, b->repl.data_from, dst, bytes);
   if (rc != 0) b->repl.primary_failed = 1; /* its next forwards would wait as long: dead */
@@ -368,8 +389,9 @@ static void release_ack(ps_server_t *rank, const ps_req_t *req) {
 /* ---- a new backup: the shard's whole state, copied --------------------------------- */
 
 /* What a shard is besides its arrays: the copy's head, then one of these
- * per worker, then params, the optimizer's state arenas, and the held
- * pushes' values in worker order. (Replicas run sync, ssp:S and async
+ * per worker, then params, the optimizer's state arenas, the held pushes'
+ * values in worker order, and those of the pushes held a clock ahead
+ * (rule_ssp.c's swap_ahead, on a shard taken over) in worker order. (Replicas run sync, ssp:S and async
  * only, whose rules keep nothing else: rule_state is theirs to have.) */
 typedef struct {
   int64_t version, steps, took_over, received, duplicates;
@@ -378,7 +400,8 @@ typedef struct {
 
 typedef struct {
   int64_t version, batch, epoch, clock, queued, own_steps, own_steps_at_pull, pulled_version, seen;
-  int32_t held, dead;
+  int64_t ahead_version, ahead_batch, ahead_epoch;
+  int32_t held, dead, ahead_held, unused;
 } copy_worker_t;
 
 static size_t copy_bytes(const ps_server_t *s, int nheld) {
@@ -388,7 +411,7 @@ static size_t copy_bytes(const ps_server_t *s, int nheld) {
 
 static int held_pushes(const ps_server_t *s) {
   int n = 0;
-  for (int w = 0; w < s->N; w++) n += s->workers[w].push.held != 0;
+  for (int w = 0; w < s->N; w++) n += (s->workers[w].push.held != 0) + (s->workers[w].push.ahead_held != 0);
   return n;
 }
 
@@ -402,13 +425,16 @@ static size_t pack(const ps_server_t *s, uint8_t *out) {
     const ps_worker_state_t *ws = &s->workers[w];
     copy_worker_t c = {ws->push.version, ws->push.batch, ws->push.epoch, ws->push.clock,
                        ws->push.queued, ws->own_steps, ws->own_steps_at_pull, ws->pulled_version,
-                       ws->chain.seen, ws->push.held, ws->dead};
+                       ws->chain.seen, ws->push.ahead_version, ws->push.ahead_batch,
+                       ws->push.ahead_epoch, ws->push.held, ws->dead, ws->push.ahead_held, 0};
     memcpy(p, &c, sizeof c), p += sizeof c;
   }
   memcpy(p, s->params, vals), p += vals;
   for (int i = 0; i < s->opt->nstate; i++) memcpy(p, s->opt->state[i], vals), p += vals;
   for (int w = 0; w < s->N; w++)
     if (s->workers[w].push.held) memcpy(p, s->workers[w].push.grad, vals), p += vals;
+  for (int w = 0; w < s->N; w++)
+    if (s->workers[w].push.ahead_held) memcpy(p, s->workers[w].push.ahead, vals), p += vals;
   return (size_t)(p - out);
 }
 
@@ -421,7 +447,7 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
   for (int w = 0; w < b->N; w++) {
     copy_worker_t c;
     memcpy(&c, p + (size_t)w * sizeof c, sizeof c);
-    nheld += c.held != 0;
+    nheld += (c.held != 0) + (c.ahead_held != 0);
   }
   if (bytes != copy_bytes(b, nheld))
     return dt_error("a state copy of %zu bytes; shard %d's with %d held pushes is %zu", bytes,
@@ -438,6 +464,8 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
     ws->push.clock = c.clock, ws->push.queued = c.queued, ws->push.held = c.held;
     ws->own_steps = c.own_steps, ws->own_steps_at_pull = c.own_steps_at_pull;
     ws->pulled_version = c.pulled_version, ws->chain.seen = c.seen, ws->dead = c.dead;
+    ws->push.ahead_version = c.ahead_version, ws->push.ahead_batch = c.ahead_batch;
+    ws->push.ahead_epoch = c.ahead_epoch, ws->push.ahead_held = c.ahead_held;
   }
   memcpy(b->params, p, vals), p += vals;
   for (int i = 0; i < b->opt->nstate; i++) memcpy(b->opt->state[i], p, vals), p += vals;
@@ -446,6 +474,12 @@ static int unpack(ps_server_t *b, const uint8_t *in, size_t bytes) {
     if (!ws->push.held) continue;
     if (!ws->push.grad && !(ws->push.grad = dt_alloc_floats(b->len))) return -1;
     memcpy(ws->push.grad, p, vals), p += vals;
+  }
+  for (int w = 0; w < b->N; w++) {
+    ps_worker_state_t *ws = &b->workers[w];
+    if (!ws->push.ahead_held) continue;
+    if (!ws->push.ahead && !(ws->push.ahead = dt_alloc_floats(b->len))) return -1;
+    memcpy(ws->push.ahead, p, vals), p += vals;
   }
   return 0;
 }
@@ -497,7 +531,9 @@ static int new_backup(ps_server_t *p, int nb) {
   p->repl.copy_bytes += comm_bytes(p->world).sent - before.sent;
   dt_log(DT_LOG_WARN, "server rank %d: shard %d's state (%zu bytes, version %lld) goes to server "
          "%d, its new backup", p->rank, p->index, bytes, (long long)p->version, nb);
-  return 0;
+  if (!p->coord) return 0;
+  ps_coord_repl_force(p); /* the coordinator's state follows the copy: the new backup stands by */
+  return ps_coord_repl_sync(p);
 }
 
 /* The copy is in place on the new backup (server `clock`): the
@@ -599,6 +635,8 @@ int ps_chain_handle(ps_server_t *s, int src, const ps_req_t *req) {
   case PS_OP_REPL_ACK: release_ack(s, req); return 0;
   case PS_OP_COPY: return take_copy(s, src, req);
   case PS_OP_COPY_ACK: copy_done(s, req); return 0;
+  case PS_OP_COORD_STATE: return ps_coord_repl_take(s, src, req);
+  case PS_OP_COORD_ACK: ps_coord_repl_acked(s, req); return 0;
   case PS_OP_PING: /* a pong still on its way answers this one too */
     if (ps_server_rank_of(s, src) != s->repl.coord_rank) return 0; /* the coordinator's before it died */
     s->repl.coord_heard = dt_now();
@@ -740,11 +778,12 @@ static ps_server_t *standby_of(ps_server_t *s) {
 int ps_chain_polls(ps_server_t *s) { return ps_chain_coordinator(s) || standby_of(s); }
 
 /* Server 0 is dead: its shard's backup here takes the shard over and the
- * coordinator's role with it, with a fresh coordinator (the statistics
- * of the epoch under way start over; each worker's lease too), tells the
- * servers, then deals with server 0's death as the coordinator deals with
- * any server's (server_died: shard 0 gets a new backup, the shard server
- * 0 backed up too, the workers are told). */
+ * coordinator's role with it, a coordinator built afresh with the last
+ * copy of the dead one's state put over it (ps_coord_repl.c; the leases
+ * start over), tells the servers, then deals with server 0's death as the
+ * coordinator deals with any server's (server_died: shard 0 gets a new
+ * backup, the shard server 0 backed up too, the workers are told), and
+ * tells the servers again an epoch the dead one had closed. */
 static int become_coordinator(ps_server_t *s, ps_server_t *b, const char *why) {
   int me = s->rank - s->nranks;
   dt_log(DT_LOG_WARN, "server %d (rank %d) takes over as the coordinator: server 0 (rank %d) has "
@@ -752,13 +791,21 @@ static int become_coordinator(ps_server_t *s, ps_server_t *b, const char *why) {
   s->repl.coord_rank = s->rank;
   ps_chain_take_over(b, "the coordinator has died");
   DT_TRY(ps_coord_init(b, &b->coord));
+  int64_t seq = 0;
+  if (ps_coord_repl_adopt(s, b, &seq))
+    dt_log(DT_LOG_WARN, "server %d: the coordinator's state goes on from its copy %lld", me,
+           (long long)seq);
+  else dt_log(DT_LOG_WARN, "server %d: no copy of the coordinator's state came: it starts afresh", me);
   DT_TRY(coord_tables(b));
   for (int k = 0; k < s->K; k++)
     if (k != me && k != 0) tell(s, k, PS_OP_COORD, me, -1, -1); /* `clock`: the new coordinator */
-  return server_died(b, 0, why);
+  DT_TRY(server_died(b, 0, why));
+  ps_coord_resume(b);
+  return 0;
 }
 
 int ps_chain_watch_coordinator(ps_server_t *s) {
+  ps_coord_repl_poll(s);
   ps_server_t *b = standby_of(s);
   if (!b) return 0;
   double silent = dt_now() - s->repl.coord_heard;
@@ -775,8 +822,11 @@ void ps_chain_report(const ps_server_t *s) {
   uint64_t bytes = s->repl.bytes_sent, copied = s->repl.copy_bytes;
   for (int i = 0; i < s->repl.nhosted; i++)
     bytes += s->repl.hosted[i]->repl.bytes_sent, copied += s->repl.hosted[i]->repl.copy_bytes;
+  uint64_t coord = ps_coord_repl_bytes(s);
+  for (int i = 0; i < s->repl.nhosted; i++) coord += ps_coord_repl_bytes(s->repl.hosted[i]);
   int n = snprintf(line, sizeof line, "ps: server %d: replication sent %llu bytes (state copies "
-                   "%llu)", s->index, (unsigned long long)bytes, (unsigned long long)copied);
+                   "%llu); the coordinator's state %llu bytes", s->index, (unsigned long long)bytes,
+                   (unsigned long long)copied, (unsigned long long)coord);
   for (int i = 0; i <= s->repl.nhosted && n > 0 && (size_t)n < sizeof line; i++) {
     const ps_server_t *b = i == 0 ? s : s->repl.hosted[i - 1];
     const char *role = i == 0 ? "" : b->repl.is_backup ? " (backup)" : " (taken over)";

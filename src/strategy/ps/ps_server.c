@@ -415,7 +415,8 @@ static void progress(ps_server_t *s) {
 static const char *op_name(int op) {
   static const char *names[] = {"?", "push", "pull", "next", "stats", "save", "bye", "flush",
                                 "dead", "stop", "repl", "repl-ack", "ping", "pong",
-                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord"};
+                                "takeover", "lost-backup", "server-gone", "copy", "copy-ack", "coord",
+                                "coord-state", "coord-ack"};
   return op > 0 && op < PS_OP_COUNT ? names[op] : "?";
 }
 
@@ -864,6 +865,7 @@ static void teardown(ps_server_t *s) {
   if (!s->world) return; /* never set up */
   if (s->in_req) comm_cancel(s->world, s->in_req);
   ps_chain_teardown(s);
+  ps_coord_repl_free(s);
   for (int i = 0; s->out && i < s->cap_out; i++)
     if (s->out[i].used) out_done(s, &s->out[i], 1);
   ps_coord_free(s->coord);
@@ -871,6 +873,7 @@ static void teardown(ps_server_t *s) {
   dt_free(s->dc_mean_square);
   for (int w = 0; s->workers && w < s->N; w++) {
     dt_free(s->workers[w].push.grad);
+    dt_free(s->workers[w].push.ahead);
     dt_free(s->workers[w].part.buf);
     dt_free(s->workers[w].snapshot);
     dt_free(s->workers[w].pull_enc);

@@ -20,6 +20,7 @@
 
 typedef struct ps_server ps_server_t;
 typedef struct ps_coord ps_coord_t;
+typedef struct ps_coord_repl ps_coord_repl_t;
 
 /* What a server knows of one worker (s->workers[w]). */
 typedef struct {
@@ -52,6 +53,12 @@ typedef struct {
     int held;                /* waiting for its clock, queued (value), accepted (backup) */
     int64_t clock;           /* sync/ssp: pushes received, the next push's clock */
     int64_t queued;          /* value: arrival number of the held push (-1: none) */
+    /* sync/ssp on a shard taken over from a dead primary: the worker's
+     * push of the clock after the held one (rule_ssp.c), kept apart until
+     * the held one is applied */
+    float *ahead;            /* [len], allocated on first use */
+    int64_t ahead_version, ahead_batch, ahead_epoch;
+    int ahead_held;
   } push;
   /* ps_replica.c (--ps-replicas 2): the last push taken from the worker
    * (its clock: a resent push at or below it is a duplicate), and the
@@ -70,6 +77,14 @@ typedef struct {
     int bye;
     int64_t drawn, settled;  /* batches of the epoch: handed out; pushed or lost */
     ps_worker_stats_t stats;
+    int64_t counted;         /* clock of the last push counted (a resend is counted once) */
+    int64_t asked, answer_batch, answer_epoch; /* its last NEXT answered: number, answer */
+    /* ps_coord_repl.c: the answer, held until the standby has the state it
+     * comes from (held_seq: that copy; -1: the copy is yet to be sent) */
+    int held;
+    int64_t held_seq;
+    ps_req_t held_req;
+    ps_reply_t held_rep;
   } coord;
 } ps_worker_state_t;
 
@@ -140,6 +155,8 @@ struct ps_server {
   void *rule_state;
   float *dc_mean_square;     /* rule_async.c: DC-ASGD-a's MeanSquare of the shard, [len] */
   ps_coord_t *coord;         /* server 0 only */
+  ps_coord_repl_t *crepl;    /* ps_coord_repl.c: the coordinator's copies to its standby, or the
+                              * standby's last copy of them (rank's own instance) */
   /* Epochs of the pool rules: the coordinator says that epoch `flush` had
    * `flush_pushes` pushes; it is closed here once they have all come. */
   struct { int64_t pushes, flush, flush_pushes, flushed; } epoch;
@@ -262,6 +279,8 @@ int ps_chain_ack(ps_server_t *s, int src, const ps_req_t *req);
  * needs the sender alive under mpi) must not hold this server for the
  * whole --comm-timeout. */
 int ps_chain_recv_values(ps_server_t *b, void *dst, size_t bytes);
+/* The same from server rank `from` (the coordinator's state). */
+int ps_chain_recv_from(ps_server_t *s, int from, void *dst, size_t bytes);
 /* The backup instance becomes the shard's primary (why: for the log). */
 void ps_chain_take_over(ps_server_t *b, const char *why);
 /* The backup of s's shard is dead: the waiting acks go now. */
@@ -296,4 +315,35 @@ int ps_coord_answer(ps_server_t *s, int src, const ps_req_t *req);
 int ps_coord_check(ps_server_t *s); /* epochs, liveness, the end */
 void ps_coord_staleness(ps_coord_t *c, int64_t epoch, double staleness);
 void ps_coord_dropped(ps_coord_t *c, int64_t epoch);
+/* Its state as the standby keeps it (not the leases): bytes, pack, unpack. */
+size_t ps_coord_state_bytes(const ps_server_t *s);
+void ps_coord_pack(const ps_server_t *s, uint8_t *out);
+void ps_coord_unpack(ps_server_t *s, const uint8_t *in);
+/* The heir, once it holds the state: an epoch the dead coordinator closed
+ * is told to the servers again (FLUSH is idempotent). */
+void ps_coord_resume(ps_server_t *s);
+
+/* ---- ps_coord_repl.c: the coordinator's state on its standby -------------------- */
+/* After any change of the coordinator's state: a copy to the standby
+ * (shard 0's backup), when it differs from the last one sent. */
+int ps_coord_repl_sync(ps_server_t *s);
+/* A coordinator's answer (NEXT, BYE): sent once the standby holds the
+ * state it comes from, at once when there is no standby. */
+int ps_coord_repl_reply(ps_server_t *s, int src, const ps_req_t *req, const ps_reply_t *rep);
+/* The standby is gone: every held answer goes now; the next copy goes
+ * whole to the new one (force). */
+void ps_coord_repl_lost(ps_server_t *s);
+int ps_coord_repl_holds(const ps_server_t *s); /* an answer is held */
+void ps_coord_repl_force(ps_server_t *s);
+/* COORD_STATE (on any server rank) and COORD_ACK (on the coordinator's). */
+int ps_coord_repl_take(ps_server_t *rank, int src, const ps_req_t *req);
+void ps_coord_repl_acked(ps_server_t *rank, const ps_req_t *req);
+/* A standby's acknowledgement that found no free slot, sent again (every
+ * rank calls it as it advances). */
+void ps_coord_repl_poll(ps_server_t *rank);
+/* The heir's new coordinator b takes the last copy this rank holds (0:
+ * none came); its copy number for the log. */
+int ps_coord_repl_adopt(ps_server_t *rank, ps_server_t *b, int64_t *seq);
+uint64_t ps_coord_repl_bytes(const ps_server_t *s);
+void ps_coord_repl_free(ps_server_t *s);
 #endif

@@ -68,6 +68,8 @@ typedef struct {
   int pool;
   int64_t batches_per_epoch;
   int64_t local_steps;        /* batches this worker has computed (--kill counts these) */
+  double batch_sum, batch_sq; /* pool: the batch numbers computed, summed and squared (the
+                               * replicas' check that each batch was handed out once) */
   int push_ts;                /* push in flight, or -1 */
   ps_prio_t *prio;            /* --comm-order priority / tictac: layer by layer (NULL: fifo) */
   ps_wthreads_t *wt;          /* --worker-threads T > 1: the batch over T threads (NULL: this one) */
@@ -580,6 +582,7 @@ static int pool_step(void *st, int epoch, int64_t k) {
   int64_t batch = p->next;
   p->next = PS_BATCH_NONE;
   p->epoch = e;
+  p->batch_sum += (double)batch, p->batch_sq += (double)batch * (double)batch;
   if (compute_batch(p, batch) != 0) return -1;
   if (killed_now(p)) return finish_push(p) == 0 ? DRIVE_STOPPED : -1;
   worker_progress(w, (int)e, (batch % p->batches_per_epoch) / p->N, w->steps_per_epoch);
@@ -749,8 +752,9 @@ int strategy_ps_worker(worker_t *w) {
     int64_t acked, resent;
     if (ps_client_notices(p.client) != 0) rc = -1; /* a death it has not waited on: the end must know */
     ps_client_chain_counts(p.client, &acked, &resent);
-    dt_log(DT_LOG_INFO, "ps: worker %d: %lld pushes acknowledged, %lld parts sent again", w->rank,
-           (long long)acked, (long long)resent);
+    dt_log(DT_LOG_INFO, "ps: worker %d: %lld pushes acknowledged, %lld parts sent again; batches "
+           "computed: sum %.0f, of squares %.0f", w->rank, (long long)acked, (long long)resent,
+           p.batch_sum, p.batch_sq);
   }
   psw_free(&p);
   return rc < 0 ? -1 : 0;

@@ -26,6 +26,23 @@ static int ssp_init(ps_server_t *s) {
   return 0;
 }
 
+/* Worker w's held push and its push of the next clock change places.
+ * That second push exists only on a shard taken over: the worker saw the
+ * dead primary apply a clock whose other pushes this copy never got, and
+ * pushed the next one; written over the held push, it would replace that
+ * clock's gradient in the sum (the weights then differ from an undisturbed
+ * run's), so it waits here until the held one is applied. */
+static void swap_ahead(ps_worker_state_t *ws) {
+  float *g = ws->push.grad;
+  int64_t v = ws->push.version, b = ws->push.batch, e = ws->push.epoch;
+  int held = ws->push.held;
+  ws->push.grad = ws->push.ahead, ws->push.ahead = g;
+  ws->push.version = ws->push.ahead_version, ws->push.ahead_version = v;
+  ws->push.batch = ws->push.ahead_batch, ws->push.ahead_batch = b;
+  ws->push.epoch = ws->push.ahead_epoch, ws->push.ahead_epoch = e;
+  ws->push.held = ws->push.ahead_held, ws->push.ahead_held = held;
+}
+
 static int ssp_push(ps_server_t *s, int src, const ps_req_t *req) {
   ps_worker_state_t *ws = &s->workers[src];
   int64_t c = req->clock, slowest = slowest_clock(s);
@@ -35,14 +52,25 @@ static int ssp_push(ps_server_t *s, int src, const ps_req_t *req) {
   /* A shard taken over from a dead primary may lack a push that primary
    * received and never forwarded: its worker sends it again, and until then
    * the slowest clock here is one behind the one the pusher saw. The push
-   * is held all the same, and applied only within the bound. */
+   * is held all the same (beside its clock before, if that is held still:
+   * swap_ahead), and applied only within the bound. */
   if (c > slowest + bound(s) + (s->repl.took_over ? 1 : 0))
     return ps_server_reject(s, src, req, "clock %lld is more than %d ahead of the slowest "
                             "worker's (%lld)", (long long)c, bound(s), (long long)slowest);
-  if (!ps_server_store_push(s, src, req)) return 0;
-  ws->push.held = 1;
-  ws->push.clock++;
-  return ps_server_ack(s, src, req);
+  int ahead = ws->push.held; /* only there: its push of the clock before is held still */
+  if (ahead && ws->push.ahead_held)
+    return ps_server_reject(s, src, req, "worker %d pushed clock %lld with two clocks held", src,
+                            (long long)c);
+  if (ahead && !ws->push.ahead && !(ws->push.ahead = dt_alloc_floats(s->len))) return -1;
+  if (ahead) swap_ahead(ws); /* received (and forwarded) through the push slot */
+  int stored = ps_server_store_push(s, src, req), rc = 0;
+  if (stored) {
+    ws->push.held = 1;
+    ws->push.clock++;
+    rc = ps_server_ack(s, src, req);
+  }
+  if (ahead) swap_ahead(ws);
+  return rc;
 }
 
 /* The delay bound: a worker at clock t sees every update up to the
@@ -76,6 +104,8 @@ static void ssp_progress(ps_server_t *s) {
       ws->push.held = 0;
     }
     ps_server_step(s, g, ps_server_lr_of_step(s, c));
+    for (int w = 0; w < s->N; w++) /* a push of the next clock takes the slot */
+      if (!s->workers[w].push.held && s->workers[w].push.ahead_held) swap_ahead(&s->workers[w]);
   }
 }
 
