@@ -98,6 +98,40 @@ static void test_eager_message(void) {
   step_desc_free(&d);
 }
 
+/* Two hosts of two ranks; ranks 0 and 2, and 1 and 3, each allreduce S
+ * bytes (a ring of 2: two messages, S in sequence) at once across the
+ * hosts. With link=shared both pairs cross on one link each way, as the
+ * emulator sends them (one message at a time on a host's link): twice the
+ * bytes' time; with a link of each rank's own, once. */
+static void test_shared_host_link(void) {
+  int host[4];
+  double fwd[1], bwd[1], l[4], bw[4], slow[4], S = 1e6, lat = 50e-6, T = S / 125e6;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 4, 4, lat, 125e6, host, l, bw, slow);
+  host[2] = host[3] = 1;
+  cl.multihost = 1;
+  perf_sim_t sim;
+  for (int late = 0; late < 2; late++) { /* late: the pair {1, 3} a forward after {0, 2} */
+    step_desc_t d;
+    step_desc_init(&d, 4);
+    for (int r = 0; r < 4; r++) {
+      int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+      if (late && r % 2) f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = f});
+      int a = step_add_allreduce(&d, r, r / 2, 2, ALLREDUCE_RING, (size_t)(S / 4), f, THREAD_COMPUTE, 1);
+      d.task[a].color = 1 + r % 2; /* the pair across the hosts: {0, 2} or {1, 3} */
+    }
+    cl.shared_link = 0;
+    CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+    CHECK_NEAR(sim.step_sec, (1 + late) * F + 2 * lat + T, 1e-12); /* own links */
+    cl.shared_link = 1; /* one link, busy from the first pair's start to both pairs' bytes sent */
+    CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+    CHECK_NEAR(sim.step_sec, F + 2 * T + 2 * lat, 1e-12);
+    step_desc_free(&d);
+  }
+}
+
 /* A binomial broadcast, then a reduce, of S bytes over P ranks from root
  * 1, free of latency: the broadcast's root sends to its children one
  * after the other, the reduce's children send at once. */
@@ -391,6 +425,7 @@ static void test_gemm_fit(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_shared_host_link);
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
   RUN(test_neighbour_exchanges);

@@ -57,8 +57,17 @@ typedef struct {
 
 typedef struct {
   int members, arrived;
+  int first;                  /* its members' keys: [first, first + members) of sim_t.keys */
   double ready, dur;
+  double flow;                /* link=shared, across hosts: seconds of its hosts' links it holds
+                               * (its share of dur; the rest, fixed, follows it) */
 } inst_t;
+
+typedef struct {
+  const char *pattern;
+  int group, kind, k, task, rank;
+  int color;                  /* which of the collectives of its pattern and size (step.h) */
+} coll_key_t;
 
 typedef struct {
   const step_desc_t *d;
@@ -74,6 +83,11 @@ typedef struct {
   int npend;
   double *link_free;          /* [rank * 2 + intra] */
   double *host_out, *host_in; /* link=shared: a host's one link each way */
+  coll_key_t *keys;           /* the collectives' tasks, by instance (match_collectives) */
+  int *flowing, nflowing;     /* instances holding their hosts' links now */
+  double *flow_rem;           /* [instance] link seconds left */
+  double *frate;              /* [k] flowing[k]'s rate until the next event */
+  int *host_flows;            /* [host] instances holding its link now */
   double now;
   int ndone;
 } sim_t;
@@ -190,14 +204,50 @@ static void pend_at(sim_t *s, int i, double t) {
   s->pend[s->npend++] = i;
 }
 
-/* The collective's members have all arrived: each ends after the longest. */
+/* The instance's members end at t. */
+static void end_collective(sim_t *s, int k, double t) {
+  const inst_t *c = &s->inst[k];
+  for (int j = c->first; j < c->first + c->members; j++) pend_at(s, s->keys[j].task, t);
+}
+
+/* Calls fn(s, h, arg) once for each host among instance k's members. */
+static void each_host(sim_t *s, int k, void (*fn)(sim_t *, int, void *), void *arg) {
+  const inst_t *c = &s->inst[k];
+  for (int j = c->first; j < c->first + c->members; j++) {
+    int h = s->cl->host[s->keys[j].rank], seen = 0;
+    for (int q = c->first; q < j && !seen; q++) seen = s->cl->host[s->keys[q].rank] == h;
+    if (!seen) fn(s, h, arg);
+  }
+}
+
+static void host_join(sim_t *s, int h, void *arg) { s->host_flows[h] += *(int *)arg; }
+
+static void host_busiest(sim_t *s, int h, void *arg) {
+  if (s->host_flows[h] > *(int *)arg) *(int *)arg = s->host_flows[h];
+}
+
+/* The collective's members have all arrived: each ends after the longest.
+ * One across hosts that share a link (link=shared) first holds its hosts'
+ * links, as a flow that shares each with the others on it (advance). */
 static void start_collective(sim_t *s, int k) {
   inst_t *c = &s->inst[k];
-  for (int i = 0; i < s->d->ntasks; i++)
-    if (s->n[i].kind == N_COLL && s->n[i].inst == k) {
-      s->n[i].start = c->ready;
-      pend_at(s, i, c->ready + c->dur);
-    }
+  for (int j = c->first; j < c->first + c->members; j++) s->n[s->keys[j].task].start = c->ready;
+  if (c->flow <= 0) {
+    end_collective(s, k, c->ready + c->dur);
+    return;
+  }
+  int one = 1;
+  each_host(s, k, host_join, &one);
+  s->flow_rem[k] = c->flow;
+  s->flowing[s->nflowing++] = k;
+}
+
+/* A flow's rate: the emulator sends one message at a time on a host's
+ * link, in turn, so the n collectives on its busiest link each get 1 / n. */
+static double flow_rate(sim_t *s, int k) {
+  int n = 1;
+  each_host(s, k, host_busiest, &n);
+  return 1.0 / n;
 }
 
 /* An eager send on a's link to b: the link's turn, its arrival. */
@@ -328,12 +378,25 @@ static int advance(sim_t *s) {
   double t = INFINITY;
   for (int k = 0; k < s->nrun; k++)
     if (s->now + s->rem[k] / rate < t) t = s->now + s->rem[k] / rate;
+  double *frate = s->frate;
+  for (int k = 0; k < s->nflowing; k++) {
+    frate[k] = flow_rate(s, s->flowing[k]);
+    if (s->now + s->flow_rem[s->flowing[k]] / frate[k] < t) t = s->now + s->flow_rem[s->flowing[k]] / frate[k];
+  }
   for (int k = 0; k < s->npend; k++)
     if (s->n[s->pend[k]].end < t) t = s->n[s->pend[k]].end;
   if (t == INFINITY) return dt_error("perf: the step's tasks wait for each other (a task graph "
                                      "with a cycle, or a message no rank sends)");
   for (int k = 0; k < s->nrun; k++) s->rem[k] -= (t - s->now) * rate;
+  for (int k = 0; k < s->nflowing; k++) s->flow_rem[s->flowing[k]] -= (t - s->now) * frate[k];
   s->now = t;
+  for (int k = 0; k < s->nflowing;) /* ended flows free their links; the fixed part follows */
+    if (s->flow_rem[s->flowing[k]] <= 1e-12) {
+      int c = s->flowing[k], minus = -1;
+      s->flowing[k] = s->flowing[--s->nflowing];
+      each_host(s, c, host_join, &minus);
+      end_collective(s, c, s->now + s->inst[c].dur - s->inst[c].flow);
+    } else k++;
   for (int k = 0; k < s->nrun;) /* ended compute tasks leave the cores */
     if (s->rem[k] <= 1e-12) {
       int i = s->run[k];
@@ -351,12 +414,6 @@ static int advance(sim_t *s) {
 
 /* ---- building the graph ------------------------------------------------ */
 
-typedef struct {
-  const char *pattern;
-  int group, kind, k, task, rank;
-  int color;                  /* which of the collectives of its pattern and size (step.h) */
-} coll_key_t;
-
 static int key_cmp(const void *a, const void *b) {
   const coll_key_t *x = a, *y = b;
   int c = strcmp(x->pattern, y->pattern);
@@ -366,6 +423,33 @@ static int key_cmp(const void *a, const void *b) {
   if (x->color != y->color) return x->color - y->color;
   if (x->k != y->k) return x->k - y->k;
   return x->rank - y->rank;
+}
+
+/* Instance c's link and duration: within a host unless its ranks span
+ * hosts, then the slowest member's link. Across hosts that share a link,
+ * the part of its time that is bandwidth (its time less its time on a
+ * link of no cost per byte) is a flow on its hosts' links. */
+static void inst_cost(sim_t *s, int c) {
+  inst_t *in = &s->inst[c];
+  const coll_key_t *key = s->keys + in->first;
+  int spans = 0;
+  double lat = 0, pb = 0;
+  for (int j = 1; j < in->members; j++) spans |= cross_host(s, key[0].rank, key[j].rank);
+  for (int j = 0; j < in->members; j++) {
+    int r = key[j].rank;
+    double l, b;
+    if (spans || !s->cl->multihost) l = s->cl->latency[r], b = s->cl->bandwidth[r];
+    else l = s->cl->intra_latency, b = s->cl->intra_bandwidth;
+    if (l > lat) lat = l;
+    if (b > 0 && 1.0 / b > pb) pb = 1.0 / b;
+  }
+  for (int j = 0; j < in->members; j++) {
+    const step_task_t *t = &s->d->task[key[j].task];
+    double sec = coll_sec(s, t, lat, pb) * share(t);
+    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0) * share(t) : 0;
+    if (sec > in->dur) in->dur = sec;
+    if (flow > in->flow) in->flow = flow;
+  }
 }
 
 /* The k-th collective of a (pattern, group) on each rank: one instance. */
@@ -390,43 +474,22 @@ static int match_collectives(sim_t *s) {
                               t->color};
   }
   qsort(keys, (size_t)nk, sizeof *keys, key_cmp);
+  s->keys = keys;
   int ninst = -1;
   for (int j = 0; j < nk; j++) {
     if (j == 0 || key_cmp(&(coll_key_t){keys[j].pattern, keys[j].group, keys[j].kind, keys[j].k, 0, 0,
                                         keys[j].color},
                           &(coll_key_t){keys[j - 1].pattern, keys[j - 1].group, keys[j - 1].kind,
                                    keys[j - 1].k, 0, 0, keys[j - 1].color}))
-      ninst++;
+      s->inst[++ninst].first = j;
     s->n[keys[j].task].inst = ninst;
     s->inst[ninst].members++;
   }
-  /* each instance's link: within a host unless its ranks span hosts */
-  for (int c = 0; c <= ninst; c++) {
-    int first = -1, spans = 0;
-    double lat = 0, pb = 0;
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      int r = keys[j].rank;
-      if (first < 0) first = r;
-      else if (cross_host(s, first, r)) spans = 1;
-    }
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      int r = keys[j].rank;
-      double l, b;
-      if (spans || !s->cl->multihost) l = s->cl->latency[r], b = s->cl->bandwidth[r];
-      else l = s->cl->intra_latency, b = s->cl->intra_bandwidth;
-      if (l > lat) lat = l;
-      if (b > 0 && 1.0 / b > pb) pb = 1.0 / b;
-    }
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      const step_task_t *t = &d->task[keys[j].task];
-      double sec = coll_sec(s, t, lat, pb) * share(t);
-      if (sec > s->inst[c].dur) s->inst[c].dur = sec;
-    }
-  }
-  free(keys);
+  s->flow_rem = calloc((size_t)ninst + 2, sizeof *s->flow_rem);
+  s->flowing = calloc((size_t)ninst + 2, sizeof *s->flowing);
+  s->frate = calloc((size_t)ninst + 2, sizeof *s->frate);
+  if (!s->flow_rem || !s->flowing || !s->frate) return dt_error("out of memory");
+  for (int c = 0; c <= ninst; c++) inst_cost(s, c);
   return 0;
 }
 
@@ -556,6 +619,7 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
 static void sim_free(sim_t *s) {
   free(s->n), free(s->inst), free(s->succ), free(s->succ_at), free(s->run), free(s->rem);
   free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in);
+  free(s->keys), free(s->flow_rem), free(s->flowing), free(s->frate), free(s->host_flows);
 }
 
 static void summarize(const sim_t *s, perf_sim_t *out) {
@@ -583,7 +647,8 @@ int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_clu
   s.pend = calloc(N, sizeof *s.pend);
   s.link_free = calloc(R * 2, sizeof *s.link_free);
   s.host_out = calloc(R, sizeof *s.host_out), s.host_in = calloc(R, sizeof *s.host_in);
-  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in
+  s.host_flows = calloc(R, sizeof *s.host_flows);
+  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in && s.host_flows
                ? build(&s, pc, shared_update)
                : dt_error("out of memory");
   for (int i = 0; rc == 0 && i < d->ntasks; i++)
