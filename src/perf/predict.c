@@ -210,8 +210,14 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   kern_set_threads(cfg->threads);
   rc = layer_times(m, &cfg->optim, sizes, step_sizes(&d, sizes), cache ? &cache->compute : NULL, &pc);
   if (rc == 0 && prof->use_gemm_fit) perf_gemm_apply(&prof->gemm_fit, m, &pc); /* idempotent: the cache may share pc's times */
-  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
-    rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
+  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE) {
+    compress_matrix_t *mats = calloc((size_t)m->ntensors + 1, sizeof *mats);
+    if (mats) compress_model_matrices(m, mats);
+    rc = mats ? perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams,
+                                   mats, m->ntensors, &pc)
+              : dt_error("out of memory");
+    free(mats);
+  }
   if (rc == 0)
     rc = cache && cache->cluster ? perf_cluster_from_file(cache->cluster, cfg, d.nranks, prof, &cl)
                                  : perf_cluster_from_config(cfg, d.nranks, prof, &cl);

@@ -21,8 +21,15 @@
  *   go, rank by rank (a parent's children one after the other on its
  *   link, a reduce's children each on its own);
  * - the transport's own cost (alpha per message, beta per byte: copying,
- *   summing) on top of every message's link time; a compressed exchange
- *   adds its codec's encode and decode of its values (compute.c).
+ *   summing) on top of every message's link time;
+ * - a compressed exchange's codec (perf_codec_work: the encodings and
+ *   decodings compress/exchange.c runs, each measured per value): seconds
+ *   of a core before the rank reaches the exchange, on the cores the
+ *   compute shares (the comm thread's encoding competes with the layers);
+ * - link=shared, across hosts: the bytes' part of a collective's time is a
+ *   flow on its hosts' links, which n flows share at 1/n each (the
+ *   emulator sends one message at a time on a host's link, in turn), and
+ *   the rest of its time follows.
  *
  * - an exchange (both sides send): when both sides have reached it; two
  *   computing ranks' sendrecv (D-PSGD's) both ways at once; a request and
@@ -52,6 +59,7 @@ typedef struct {
   double work;                /* N_CPU: seconds of a core; others: their own duration */
   double ready, start, end, arrival;
   int done, parked, issued;   /* issued: a send's message is on its link */
+  int coding;                 /* N_COLL: its codec's work (in `work`) is on the cores */
   int waiting;                /* N_EXCHANGE: ready, its partner not yet */
 } node_t;
 
@@ -174,24 +182,23 @@ static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, do
   const perf_link_t *own = coll_own(s, t);
   double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
   int P = t->group, over = s->cl->nranks > s->cl->cores;
-  double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
   double S = (double)t->count * sizeof(float);
   int tree = t->count && t->algo && !strcmp(t->algo, "tree");
-  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
-  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb);
+  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb);
   if (tree && !strcmp(t->pattern, "allreduce"))
-    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
+    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb);
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
       allreduce_algo_parse(t->algo, &algo) == 0) {
     double m, b, mc, bc;
     coll_allreduce_cost(algo, P, 1, 0, &m, &b);
     coll_allreduce_cost(algo, P, 1, over, &mc, &bc);
-    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
+    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb;
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
-  return m * (lat + own->alpha) + bytes * pb + codec;
+  return m * (lat + own->alpha) + bytes * pb;
 }
 
 /* ... and a traced slice where --trace is on. */
@@ -231,7 +238,8 @@ static void host_busiest(sim_t *s, int h, void *arg) {
  * links, as a flow that shares each with the others on it (advance). */
 static void start_collective(sim_t *s, int k) {
   inst_t *c = &s->inst[k];
-  for (int j = c->first; j < c->first + c->members; j++) s->n[s->keys[j].task].start = c->ready;
+  for (int j = c->first; j < c->first + c->members; j++)
+    if (!s->n[s->keys[j].task].coding) s->n[s->keys[j].task].start = c->ready; /* else from its codec */
   if (c->flow <= 0) {
     end_collective(s, k, c->ready + c->dur);
     return;
@@ -319,6 +327,13 @@ static void start_exchange(sim_t *s, int i, int j) {
   pend_at(s, req, replied);
 }
 
+/* A collective's member has reached it: the last one starts it. */
+static void arrive(sim_t *s, int i) {
+  inst_t *c = &s->inst[s->n[i].inst];
+  if (s->now > c->ready) c->ready = s->now;
+  if (++c->arrived == c->members) start_collective(s, s->n[i].inst);
+}
+
 static void make_ready(sim_t *s, int i) {
   node_t *n = &s->n[i];
   n->ready = n->start = s->now;
@@ -326,12 +341,14 @@ static void make_ready(sim_t *s, int i) {
   case N_CPU:
     s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
     return;
-  case N_COLL: {
-    inst_t *c = &s->inst[n->inst];
-    if (s->now > c->ready) c->ready = s->now;
-    if (++c->arrived == c->members) start_collective(s, n->inst);
+  case N_COLL:
+    if (n->work > 0) { /* its codec first, a compute task on the cores (encode, decode: see build) */
+      n->coding = 1;
+      s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
+      return;
+    }
+    arrive(s, i);
     return;
-  }
   case N_SEND: start_send(s, i); return;
   case N_EXCHANGE:
     if (s->n[n->inst].waiting) {
@@ -365,6 +382,10 @@ static void finish(sim_t *s, int i) {
 /* A compute task has had its core time: a straggler sleeps the rest. */
 static void cpu_done(sim_t *s, int i) {
   node_t *n = &s->n[i];
+  if (n->kind == N_COLL) { /* its codec's work is done: now the exchange */
+    arrive(s, i);
+    return;
+  }
   double slow = s->cl->slowdown[n->rank];
   if (slow > 1) pend_at(s, i, s->now + (slow - 1) * (s->now - n->start));
   else finish(s, i);
@@ -587,6 +608,10 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
       n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(t);
     if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
+    /* a compressed exchange's encoding and decoding: seconds of a core,
+     * charged before it (the sum is what holds the step; the cores are
+     * shared with the compute as the comm thread shares them) */
+    if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(t);
     int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
     pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
