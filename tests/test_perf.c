@@ -132,6 +132,43 @@ static void test_shared_host_link(void) {
   }
 }
 
+/* A compressed exchange's codec: the passes compress/exchange.c runs, per
+ * value (dense: every block and the owned sum encoded, P contributions
+ * and P sums and the memory's own decoded; sparse: one encoding, P
+ * messages decoded), charged as core time before the exchange, on the
+ * cores the compute shares. */
+static void test_codec_work(void) {
+  perf_compute_t pc = {.codec_family = PERF_CODEC_DENSE, .encode_sec = 1e-9, .decode_sec = 2e-9,
+                       .feedback_sec = 3e-9, .copy_sec = 5e-10};
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 4), 1e6 * (1.25e-9 + 3 * 2e-9 + 3e-9), 1e-15);
+  pc.feedback_sec = 0; /* no memory: its decode and passes go */
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1.5e-9 + 2 * 2e-9), 1e-15);
+  pc.codec_family = PERF_CODEC_SPARSE;
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1e-9 + 2 * 2e-9 + 3 * 5e-10), 1e-15);
+  /* two ranks: a forward, then an exchange whose codec takes W of a core */
+  int host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2], W = 4e-3;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  pc.codec_family = PERF_CODEC_DENSE, pc.encode_sec = W / 1.5e6, pc.decode_sec = pc.feedback_sec = 0;
+  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  for (int r = 0; r < 2; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, r, -1, .pattern = "scatter-reduce+allgather", .algo = "ring",
+                               .peer = -1, .group = 2, .sent = 1000, .received = 1000,
+                               .coded = 1000000, .after = f, .thread = THREAD_COMM});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + W, 1e-12);
+  cl.cores = 1; /* one core: both ranks' forwards, then both codecs, in turn */
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2 * F + 2 * W, 1e-12);
+  step_desc_free(&d);
+}
+
 /* A binomial broadcast, then a reduce, of S bytes over P ranks from root
  * 1, free of latency: the broadcast's root sends to its children one
  * after the other, the reduce's children send at once. */
@@ -426,6 +463,7 @@ int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
   RUN(test_shared_host_link);
+  RUN(test_codec_work);
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
   RUN(test_neighbour_exchanges);
