@@ -169,6 +169,40 @@ static void test_codec_work(void) {
   step_desc_free(&d);
 }
 
+/* One worker and two servers (ranks 1, 2): its pulls from both go at
+ * once (two servers' links), then its forward, then its pushes one after
+ * the other on its own link. */
+static void test_pulls_from_servers(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 3, 3, 0, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  int p = -1, f = -1;
+  for (int k = 1; k <= 2; k++) {
+    p = step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "pull", .peer = k, .group = 2,
+                                   .sent = 100, .received = 1e6, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "pull", .peer = 0, .group = 2,
+                               .sent = 1e6, .received = 100, .thread = THREAD_COMM, .after = -1});
+  }
+  f = step_add(&d, (step_task_t){TASK_FORWARD, 0, 0, 10, 8, .peer = -1, .after = p});
+  for (int k = 1; k <= 2; k++) {
+    step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "push", .peer = k, .group = 2,
+                               .sent = 1e6, .received = 100, .after = f});
+    step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "push", .peer = 0, .group = 2,
+                               .sent = 100, .received = 1e6, .thread = THREAD_COMM, .after = -1});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  /* both requests on its link (2e-4 s), both replies at once (1 s), the
+   * forward, both pushes in turn (2 s), the replies */
+  CHECK_NEAR(sim.step_sec, 2e-4 + 1 + F + 2 + 1e-4, 1e-9);
+  step_desc_free(&d);
+}
+
 /* A binomial broadcast, then a reduce, of S bytes over P ranks from root
  * 1, free of latency: the broadcast's root sends to its children one
  * after the other, the reduce's children send at once. */
@@ -466,6 +500,7 @@ int main(void) {
   RUN(test_codec_work);
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
+  RUN(test_pulls_from_servers);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_calibrated_operations);

@@ -617,9 +617,10 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
     if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
       pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
-    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR && t->after >= 0 &&
-        d->task[*prev].after == t->after)
-      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours) */
+    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR &&
+        (t->after >= 0 || t->thread == THREAD_COMPUTE) && d->task[*prev].after == t->after)
+      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours; a
+                             * worker's pulls from every server, at the step's start) */
     *prev = i;
     for (int q = 0; q < 2; q++)
       if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
