@@ -74,6 +74,36 @@ static void test_ring_alpha_beta(void) {
   step_desc_free(&d);
 }
 
+/* An allreduce every 8 steps: 1/8 of it a step in an endless run; in an
+ * epoch of 12 steps, the one run the epoch holds, over its 12 steps (as
+ * local SGD averages at its 8th step and not at its 12th). */
+static void test_periodic_share(void) {
+  int P = 2, host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2];
+  size_t count = 250000;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, P, 50e-6, 125e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    step_add_allreduce(&d, r, r, P, ALLREDUCE_RING, count, f, THREAD_COMPUTE, 8);
+  }
+  double ring = coll_allreduce_time(ALLREDUCE_RING, P, 4 * count, 1, 0, 50e-6, 125e6);
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 8, 1e-12);
+  perf_sim_options_t o = {.epoch_steps = 12};
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 12, 1e-12);
+  o.epoch_steps = 16;
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 8, 1e-12);
+  step_desc_free(&d);
+}
+
 static void test_eager_message(void) {
   int host[2];
   double fwd[1], bwd[1], l[2], bw[2], slow[2];
@@ -263,6 +293,14 @@ static void test_server_exchanges(void) {
   /* worker 1: its request (1e-4 s), the server's link busy with worker 0's
    * pull (1 s) then its own (1 s), its forward, its push (1 s), the reply */
   CHECK_NEAR(sim.step_sec, 1e-4 + 1 + 1 + F + 1 + 1e-4, 1e-9);
+  /* asynchronous (no worker waits for the other's step), steady: the
+   * server's link sends a pull to each a step (2 s), the pushes go on the
+   * workers' own links meanwhile; a worker's own round is a pull, its
+   * request, the pull, its forward, its push, the reply (2 s + F + 2e-4):
+   * the step is that, not 3 s + F */
+  perf_sim_options_t o = {.steady_steps = 8};
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, 2 + F + 2e-4, 1e-9);
   step_desc_free(&d);
 }
 
@@ -496,6 +534,7 @@ static void test_gemm_fit(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_periodic_share);
   RUN(test_shared_host_link);
   RUN(test_codec_work);
   RUN(test_tree_collectives);

@@ -216,6 +216,24 @@ typedef struct {
 int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
                   int shared_update, perf_sim_t *out);
 
+typedef struct {
+  int shared_update;         /* as perf_simulate's */
+  /* > 0: a task that runs every E steps is charged the runs an epoch of
+   * this many steps holds (floor(steps / E), as the strategy counts them),
+   * spread over its steps; 0: 1 / E a step (an endless run's mean) */
+  long long epoch_steps;
+  /* > 1: the step repeated this many times, each rank's tasks after its
+   * own of the step before and nothing else joining them (the parameter
+   * servers' async and SSP schedules, where no rank waits for the others'
+   * step): the step is the mean of the second half's, once the ranks have
+   * fallen out of step with each other, as they do in a run */
+  int steady_steps;
+} perf_sim_options_t;
+
+#define PERF_STEADY_STEPS 8 /* predict.c's steady_steps for the async schedules */
+int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                       const perf_sim_options_t *o, perf_sim_t *out);
+
 /* ---- memory.c: the memory a rank holds --------------------------------- */
 
 /* Bytes rank 0 holds for training: parameters, gradients, buffers, the

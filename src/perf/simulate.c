@@ -60,6 +60,7 @@ typedef struct {
   double ready, start, end, arrival;
   int done, parked, issued;   /* issued: a send's message is on its link */
   int coding;                 /* N_COLL: its codec's work (in `work`) is on the cores */
+  int replying;               /* N_EXCHANGE: the reply side, until its request has arrived */
   int waiting;                /* N_EXCHANGE: ready, its partner not yet */
 } node_t;
 
@@ -81,6 +82,7 @@ typedef struct {
   const step_desc_t *d;
   const perf_cluster_t *cl;
   const perf_compute_t *pc;
+  long long epoch_steps;      /* perf_sim_options_t's */
   node_t *n;
   inst_t *inst;
   int *succ, *succ_at;        /* CSR successors */
@@ -102,7 +104,13 @@ typedef struct {
 
 static int active(const step_task_t *t) { return !t->per_epoch && !t->until; }
 
-static double share(const step_task_t *t) { return t->chance / t->every; }
+/* A step's share of a task: its chance, and for one every E steps, 1 / E
+ * of an endless run, or the runs an epoch of S steps holds over S. */
+static double share(const sim_t *s, const step_task_t *t) {
+  long long S = s->epoch_steps;
+  if (t->every <= 1 || S <= 0) return t->chance / t->every;
+  return t->chance * (double)(S / t->every) / (double)S;
+}
 
 static int is_collective(const step_task_t *t) {
   return (t->kind == TASK_COMM && t->peer < 0 && t->group > 1) ||
@@ -265,7 +273,7 @@ static void start_send(sim_t *s, int i) {
   int a = t->rank, b = t->peer;
   double lat, pb;
   link_of(s, a, b, &lat, &pb);
-  double bytes = t->sent * share(t), len = bytes * pb;
+  double bytes = t->sent * share(s, t), len = bytes * pb;
   double start = s->now, *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
   if (s->cl->shared_link && cross_host(s, a, b)) {
     double *out = &s->host_out[s->cl->host[a]], *in = &s->host_in[s->cl->host[b]];
@@ -308,8 +316,8 @@ static void start_exchange(sim_t *s, int i, int j) {
   const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
   if (ti->thread == THREAD_COMPUTE && tj->thread == THREAD_COMPUTE) { /* a sendrecv: both at once */
     double si, sj;
-    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(ti), s->now, &si);
-    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(tj), s->now, &sj);
+    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(s, ti), s->now, &si);
+    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(s, tj), s->now, &sj);
     s->n[i].start = s->n[j].start = s->now;
     pend_at(s, i, si > aj ? si : aj);
     pend_at(s, j, sj > ai ? sj : ai);
@@ -318,11 +326,20 @@ static void start_exchange(sim_t *s, int i, int j) {
   int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
                 ? i : j;
   int rep = req == i ? j : i;
-  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  const step_task_t *tq = &s->d->task[req];
   double sent;
-  double arrived = exchange_leg(s, tq->rank, tp->rank, tq->sent * share(tq), s->now, &sent);
-  double replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(tp), arrived, &sent);
+  double arrived = exchange_leg(s, tq->rank, s->d->task[rep].rank, tq->sent * share(s, tq), s->now, &sent);
   s->n[rep].start = s->n[req].start = s->now;
+  s->n[rep].replying = 1; /* its link is taken when the request is there, not before */
+  pend_at(s, rep, arrived);
+}
+
+/* The request has arrived: the reply on the replier's link from now. */
+static void reply(sim_t *s, int rep) {
+  int req = s->n[rep].inst;
+  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  double sent, replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(s, tp), s->now, &sent);
+  s->n[rep].replying = 0;
   pend_at(s, rep, sent);
   pend_at(s, req, replied);
 }
@@ -428,7 +445,8 @@ static int advance(sim_t *s) {
     if (s->n[s->pend[k]].end <= s->now) {
       int i = s->pend[k];
       s->pend[k] = s->pend[--s->npend];
-      finish(s, i);
+      if (s->n[i].replying) reply(s, i);
+      else finish(s, i);
     } else k++;
   return 0;
 }
@@ -466,8 +484,8 @@ static void inst_cost(sim_t *s, int c) {
   }
   for (int j = 0; j < in->members; j++) {
     const step_task_t *t = &s->d->task[key[j].task];
-    double sec = coll_sec(s, t, lat, pb) * share(t);
-    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0) * share(t) : 0;
+    double sec = coll_sec(s, t, lat, pb) * share(s, t);
+    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0) * share(s, t) : 0;
     if (sec > in->dur) in->dur = sec;
     if (flow > in->flow) in->flow = flow;
   }
@@ -561,7 +579,7 @@ static double lone_message_sec(const sim_t *s, const step_task_t *t) {
   link_of(s, t->rank, t->peer, &lat, &pb);
   const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
   double bytes = t->sent > t->received ? t->sent : t->received;
-  return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(t);
+  return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(s, t);
 }
 
 static double cpu_work(const step_task_t *t, const perf_compute_t *pc, const perf_cluster_t *cl,
@@ -606,12 +624,12 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
     else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
     if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
-      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(t);
+      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(s, t);
     if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
     /* a compressed exchange's encoding and decoding: seconds of a core,
      * charged before it (the sum is what holds the step; the cores are
      * shared with the compute as the comm thread shares them) */
-    if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(t);
+    if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(s, t);
     int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
     pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
@@ -662,12 +680,13 @@ static void summarize(const sim_t *s, perf_sim_t *out) {
   }
 }
 
-int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
-                  int shared_update, perf_sim_t *out) {
+/* Simulates d; *first_end: when the last of its tasks [0, first) ended. */
+static int run(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+               const perf_sim_options_t *o, int first, perf_sim_t *out, double *first_end) {
   if (cl->nranks < d->nranks)
     return dt_error("perf: the cluster has %d ranks, the step %d", cl->nranks, d->nranks);
   size_t N = (size_t)d->ntasks + 1, R = (size_t)d->nranks;
-  sim_t s = {.d = d, .cl = cl, .pc = pc};
+  sim_t s = {.d = d, .cl = cl, .pc = pc, .epoch_steps = o->epoch_steps};
   s.n = calloc(N, sizeof *s.n);
   s.run = calloc(N, sizeof *s.run), s.rem = calloc(N, sizeof *s.rem);
   s.pend = calloc(N, sizeof *s.pend);
@@ -675,12 +694,51 @@ int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_clu
   s.host_out = calloc(R, sizeof *s.host_out), s.host_in = calloc(R, sizeof *s.host_in);
   s.host_flows = calloc(R, sizeof *s.host_flows);
   int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in && s.host_flows
-               ? build(&s, pc, shared_update)
+               ? build(&s, pc, o->shared_update)
                : dt_error("out of memory");
   for (int i = 0; rc == 0 && i < d->ntasks; i++)
     if (s.n[i].deps == 0) make_ready(&s, i);
   while (rc == 0 && s.ndone < d->ntasks) rc = advance(&s);
   if (rc == 0) summarize(&s, out);
+  *first_end = 0;
+  for (int i = 0; rc == 0 && i < first && i < d->ntasks; i++)
+    if (s.n[i].end > *first_end) *first_end = s.n[i].end;
   sim_free(&s);
   return rc;
+}
+
+/* d's tasks K times over, copy k's `after` moved to copy k's own tasks:
+ * each rank's thread runs its copies one after the other. */
+static int repeat_step(const step_desc_t *d, int K, step_desc_t *out) {
+  step_desc_init(out, d->nranks);
+  out->topo = d->topo;
+  for (int k = 0; k < K; k++)
+    for (int i = 0; i < d->ntasks; i++) {
+      step_task_t t = d->task[i];
+      if (t.after >= 0) t.after += k * d->ntasks;
+      if (step_add(out, t) == STEP_FAILED) return -1;
+    }
+  return 0;
+}
+
+int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                       const perf_sim_options_t *o, perf_sim_t *out) {
+  double first_end;
+  int K = o->steady_steps;
+  if (K <= 1) return run(d, pc, cl, o, 0, out, &first_end);
+  step_desc_t many;
+  int rc = repeat_step(d, K, &many);
+  if (rc == 0) rc = run(&many, pc, cl, o, (K / 2) * d->ntasks, out, &first_end);
+  many.topo = (step_topology_t){0}; /* d's, not its own */
+  step_desc_free(&many);
+  if (rc != 0) return rc;
+  out->step_sec = (out->step_sec - first_end) / (K - K / 2);
+  out->compute_sec /= K, out->comm_sec /= K, out->exposed_sec /= K;
+  return 0;
+}
+
+int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                  int shared_update, perf_sim_t *out) {
+  perf_sim_options_t o = {.shared_update = shared_update};
+  return perf_simulate_with(d, pc, cl, &o, out);
 }
