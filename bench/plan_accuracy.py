@@ -21,11 +21,14 @@ emulated hosts, and auto on one. Not covered: asynchronous PS (its pool
 of batches is an expectation).
 
 DTRAIN (the environment) names the binary (default build/dtrain): a copy
-keeps a rebuild from pulling it away mid-run.
+keeps a rebuild from pulling it away mid-run. --baseline BINARY predicts
+each row with that binary too, in the same repeats (one measurement for
+both: a change to the model compared on the same runs, at the same load),
+and prints its ratio and error beside the row's and both summaries.
 
 usage: bench/plan_accuracy.py [--steps 12] [--nets 100Mbit,1Gbit,10Gbit]
                               [--only SUBSTRING] [--mpi] [--profile FILE]
-                              [--json FILE]"""
+                              [--json FILE] [--baseline BINARY]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,8 +84,8 @@ def options(opts, four, steps, net):
     return base + o
 
 
-def predict(o, profile):
-    cmd = [DTRAIN, "plan", "--predict"] + o + (["--profile", profile, "--force"] if profile else [])
+def predict(o, profile, binary=None):
+    cmd = [binary or DTRAIN, "plan", "--predict"] + o + (["--profile", profile, "--force"] if profile else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
@@ -113,10 +116,11 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nets", default="100Mbit,1Gbit,10Gbit")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="rows whose name holds one of these (comma-separated)")
     ap.add_argument("--mpi", action="store_true")
     ap.add_argument("--profile")
     ap.add_argument("--json")
+    ap.add_argument("--baseline", help="a second dtrain binary whose predictions are compared")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -127,16 +131,23 @@ def main():
                 for net in (["none"] if "allreduce:shm" in c else a.nets.split(","))]
         if a.mpi:
             runs += [(f, n, c, "", -1) for f, n, c in CONFIGS if n in MPI_CONFIGS]
-        print(f"{'family':10} {'config':20} {'link':8} {'predicted_s':>11} {'measured_s':>11} {'ratio':>6} {'error':>6}")
+        print(f"{'family':10} {'config':20} {'link':8} {'predicted_s':>11} {'measured_s':>11} {'ratio':>6} {'error':>6}"
+              + (f" {'baseline_s':>11} {'ratio':>6} {'error':>6}" if a.baseline else ""))
+        print("load", open("/proc/loadavg").read().split()[0], flush=True)
         for fam, name, opts, net, mpi in runs:
-            if a.only and a.only not in name:
+            if a.only and not any(x in name for x in a.only.split(",")):
                 continue
             o = options(opts, four, a.steps, net)
-            preds, meass, err = [], [], None
+            preds, meass, bases, err = [], [], [], None
             for _ in range(a.repeats):  # alternated: the machine's load drifts
                 plan, err = predict(o + (["--comm", "mpi"] if mpi else []), a.profile)
                 if plan is None:
                     break
+                if a.baseline:
+                    base, err = predict(o + (["--comm", "mpi"] if mpi else []), a.profile, a.baseline)
+                    if base is None:
+                        break
+                    bases.append(base["step_sec"])
                 meas, err = measure(o, d, plan["ranks"] if mpi else 0)
                 if meas is None:
                     break
@@ -149,13 +160,24 @@ def main():
             e = abs(p - meas) / meas
             rows.append({"family": fam, "config": name, "link": net or "mpi", "predicted": p,
                          "measured": meas, "error": e})
-            print(f"{fam:10} {name:20} {net or 'mpi':8} {p:11.5f} {meas:11.5f} {p / meas:6.2f} {e:6.1%}", flush=True)
+            extra = ""
+            if bases:
+                b = statistics.median(bases)
+                rows[-1].update(baseline=b, baseline_error=abs(b - meas) / meas)
+                extra = f" {b:11.5f} {b / meas:6.2f} {rows[-1]['baseline_error']:6.1%}"
+            print(f"{fam:10} {name:20} {net or 'mpi':8} {p:11.5f} {meas:11.5f} {p / meas:6.2f} {e:6.1%}" + extra,
+                  flush=True)
     errs = [r["error"] for r in rows]
     print(f"\n{len(rows)} runs: median error {statistics.median(errs):.1%} (target <= 10%), "
           f"90th percentile {pct(errs, 0.9):.1%} (target <= 25%)")
     for fam in dict.fromkeys(r["family"] for r in rows):
         fe = [r["error"] for r in rows if r["family"] == fam]
         print(f"  {fam:10} {len(fe):3} runs: median {statistics.median(fe):.1%}, p90 {pct(fe, 0.9):.1%}")
+    be = [r["baseline_error"] for r in rows if "baseline_error" in r]
+    if be:
+        print(f"baseline ({a.baseline}): median error {statistics.median(be):.1%}, "
+              f"90th percentile {pct(be, 0.9):.1%}")
+    print("load", open("/proc/loadavg").read().split()[0])
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)
 

@@ -74,6 +74,36 @@ static void test_ring_alpha_beta(void) {
   step_desc_free(&d);
 }
 
+/* An allreduce every 8 steps: 1/8 of it a step in an endless run; in an
+ * epoch of 12 steps, the one run the epoch holds, over its 12 steps (as
+ * local SGD averages at its 8th step and not at its 12th). */
+static void test_periodic_share(void) {
+  int P = 2, host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2];
+  size_t count = 250000;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, P, P, 50e-6, 125e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, P);
+  for (int r = 0; r < P; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    step_add_allreduce(&d, r, r, P, ALLREDUCE_RING, count, f, THREAD_COMPUTE, 8);
+  }
+  double ring = coll_allreduce_time(ALLREDUCE_RING, P, 4 * count, 1, 0, 50e-6, 125e6);
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 8, 1e-12);
+  perf_sim_options_t o = {.epoch_steps = 12};
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 12, 1e-12);
+  o.epoch_steps = 16;
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, F + ring / 8, 1e-12);
+  step_desc_free(&d);
+}
+
 static void test_eager_message(void) {
   int host[2];
   double fwd[1], bwd[1], l[2], bw[2], slow[2];
@@ -95,6 +125,111 @@ static void test_eager_message(void) {
   fwd[0] = 5e-3;
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
   CHECK_NEAR(sim.step_sec, 5e-3, 1e-12); /* already there when the receive starts */
+  step_desc_free(&d);
+}
+
+/* Two hosts of two ranks; ranks 0 and 2, and 1 and 3, each allreduce S
+ * bytes (a ring of 2: two messages, S in sequence) at once across the
+ * hosts. With link=shared both pairs cross on one link each way, as the
+ * emulator sends them (one message at a time on a host's link): twice the
+ * bytes' time; with a link of each rank's own, once. */
+static void test_shared_host_link(void) {
+  int host[4];
+  double fwd[1], bwd[1], l[4], bw[4], slow[4], S = 1e6, lat = 50e-6, T = S / 125e6;
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 4, 4, lat, 125e6, host, l, bw, slow);
+  host[2] = host[3] = 1;
+  cl.multihost = 1;
+  perf_sim_t sim;
+  for (int late = 0; late < 2; late++) { /* late: the pair {1, 3} a forward after {0, 2} */
+    step_desc_t d;
+    step_desc_init(&d, 4);
+    for (int r = 0; r < 4; r++) {
+      int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+      if (late && r % 2) f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = f});
+      int a = step_add_allreduce(&d, r, r / 2, 2, ALLREDUCE_RING, (size_t)(S / 4), f, THREAD_COMPUTE, 1);
+      d.task[a].color = 1 + r % 2; /* the pair across the hosts: {0, 2} or {1, 3} */
+    }
+    cl.shared_link = 0;
+    CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+    CHECK_NEAR(sim.step_sec, (1 + late) * F + 2 * lat + T, 1e-12); /* own links */
+    cl.shared_link = 1; /* one link, busy from the first pair's start to both pairs' bytes sent */
+    CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+    CHECK_NEAR(sim.step_sec, F + 2 * T + 2 * lat, 1e-12);
+    step_desc_free(&d);
+  }
+}
+
+/* A compressed exchange's codec: the passes compress/exchange.c runs, per
+ * value (dense: every block and the owned sum encoded, P contributions
+ * and P sums and the memory's own decoded; sparse: one encoding, P
+ * messages decoded), charged as core time before the exchange, on the
+ * cores the compute shares. */
+static void test_codec_work(void) {
+  perf_compute_t pc = {.codec_family = PERF_CODEC_DENSE, .encode_sec = 1e-9, .decode_sec = 2e-9,
+                       .feedback_sec = 3e-9, .copy_sec = 5e-10};
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 4), 1e6 * (1.25e-9 + 3 * 2e-9 + 3e-9), 1e-15);
+  pc.feedback_sec = 0; /* no memory: its decode and passes go */
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1.5e-9 + 2 * 2e-9), 1e-15);
+  pc.codec_family = PERF_CODEC_SPARSE;
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1e-9 + 2 * 2e-9 + 3 * 5e-10), 1e-15);
+  /* two ranks: a forward, then an exchange whose codec takes W of a core */
+  int host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2], W = 4e-3;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  pc.codec_family = PERF_CODEC_DENSE, pc.encode_sec = W / 1.5e6, pc.decode_sec = pc.feedback_sec = 0;
+  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  for (int r = 0; r < 2; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, r, -1, .pattern = "scatter-reduce+allgather", .algo = "ring",
+                               .peer = -1, .group = 2, .sent = 1000, .received = 1000,
+                               .coded = 1000000, .after = f, .thread = THREAD_COMM});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + W, 1e-12);
+  cl.cores = 1; /* one core: both ranks' forwards, then both codecs, in turn */
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2 * F + 2 * W, 1e-12);
+  step_desc_free(&d);
+}
+
+/* One worker and two servers (ranks 1, 2): its pulls from both go at
+ * once (two servers' links), then its forward, then its pushes one after
+ * the other on its own link. */
+static void test_pulls_from_servers(void) {
+  int host[3];
+  double fwd[1], bwd[1], l[3], bw[3], slow[3];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 3, 3, 0, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 3);
+  int p = -1, f = -1;
+  for (int k = 1; k <= 2; k++) {
+    p = step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "pull", .peer = k, .group = 2,
+                                   .sent = 100, .received = 1e6, .after = -1});
+    step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "pull", .peer = 0, .group = 2,
+                               .sent = 1e6, .received = 100, .thread = THREAD_COMM, .after = -1});
+  }
+  f = step_add(&d, (step_task_t){TASK_FORWARD, 0, 0, 10, 8, .peer = -1, .after = p});
+  for (int k = 1; k <= 2; k++) {
+    step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "push", .peer = k, .group = 2,
+                               .sent = 1e6, .received = 100, .after = f});
+    step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "push", .peer = 0, .group = 2,
+                               .sent = 100, .received = 1e6, .thread = THREAD_COMM, .after = -1});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  /* both requests on its link (2e-4 s), both replies at once (1 s), the
+   * forward, both pushes in turn (2 s), the replies */
+  CHECK_NEAR(sim.step_sec, 2e-4 + 1 + F + 2 + 1e-4, 1e-9);
   step_desc_free(&d);
 }
 
@@ -158,6 +293,14 @@ static void test_server_exchanges(void) {
   /* worker 1: its request (1e-4 s), the server's link busy with worker 0's
    * pull (1 s) then its own (1 s), its forward, its push (1 s), the reply */
   CHECK_NEAR(sim.step_sec, 1e-4 + 1 + 1 + F + 1 + 1e-4, 1e-9);
+  /* asynchronous (no worker waits for the other's step), steady: the
+   * server's link sends a pull to each a step (2 s), the pushes go on the
+   * workers' own links meanwhile; a worker's own round is a pull, its
+   * request, the pull, its forward, its push, the reply (2 s + F + 2e-4):
+   * the step is that, not 3 s + F */
+  perf_sim_options_t o = {.steady_steps = 8};
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, 2 + F + 2e-4, 1e-9);
   step_desc_free(&d);
 }
 
@@ -391,8 +534,12 @@ static void test_gemm_fit(void) {
 int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_eager_message);
+  RUN(test_periodic_share);
+  RUN(test_shared_host_link);
+  RUN(test_codec_work);
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
+  RUN(test_pulls_from_servers);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_calibrated_operations);

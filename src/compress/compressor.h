@@ -88,6 +88,10 @@ void terngrad_shared_bytes(int rank, int P, size_t off, size_t len, const compre
 int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off, size_t len,
                        const compress_matrix_t *mats, int nmats);
 int powersgd_init(compressor_t *c);
+/* The rank a matrix is approximated at (0: it goes dense), and the
+ * Gram-Schmidt of P's r columns (rows x r): what perf times (perf/compute.c). */
+int powersgd_rank(const codec_spec_t *s, const compress_matrix_t *m);
+void powersgd_orthonormalize(float *p, size_t rows, int r);
 /* The floats of PowerSGD's two allreduces of buf[off, off + len): first,
  * the P factors and the values that go dense; second, the Q factors. */
 void powersgd_counts(const codec_spec_t *s, const compress_matrix_t *mats, int nmats, size_t off,

@@ -28,7 +28,7 @@ int powersgd_init(compressor_t *c) {
   return 0;
 }
 
-static int rank_of(const codec_spec_t *s, const compress_matrix_t *m) {
+int powersgd_rank(const codec_spec_t *s, const compress_matrix_t *m) {
   int r = (int)s->param;
   if (m->rows < 2 || m->cols < 2 || (m->rows + m->cols) * (size_t)r >= m->rows * m->cols) return 0;
   return r;
@@ -38,7 +38,7 @@ static int rank_of(const codec_spec_t *s, const compress_matrix_t *m) {
  * projection done twice ("twice is enough", Giraud et al. 2005): when P is
  * rank-deficient (a low-rank gradient) a column is rounding noise after the
  * first pass, and only the second makes it orthogonal to the others. */
-static void orthonormalize(float *p, size_t rows, int r) {
+void powersgd_orthonormalize(float *p, size_t rows, int r) {
   for (int j = 0; j < r; j++) {
     for (int pass = 0; pass < 2; pass++)
       for (int k = 0; k < j; k++) {
@@ -62,7 +62,7 @@ static int dense_ranges(const codec_spec_t *s, const compress_matrix_t *mats, in
   int n = 0;
   size_t at = off;
   for (int i = 0; i < nmats; i++) {
-    if (!rank_of(s, &mats[i])) continue;
+    if (!powersgd_rank(s, &mats[i])) continue;
     size_t lo = mats[i].off, hi = lo + mats[i].rows * mats[i].cols;
     if (lo > at) out[n++] = (range_t){at - off, lo - off};
     at = hi;
@@ -77,7 +77,7 @@ void powersgd_counts(const codec_spec_t *s, const compress_matrix_t *mats, int n
   int ndense = dense_ranges(s, mats, nmats, off, len, dense);
   *first = *second = 0;
   for (int i = 0; i < nmats; i++) {
-    size_t r = (size_t)rank_of(s, &mats[i]);
+    size_t r = (size_t)powersgd_rank(s, &mats[i]);
     *first += mats[i].rows * r;
     *second += mats[i].cols * r;
   }
@@ -105,7 +105,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   size_t np = 0;
   double t0 = dt_now();
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(&c->cfg.codec, &mats[i]);
+    int r = powersgd_rank(&c->cfg.codec, &mats[i]);
     if (!r) continue;
     const float *m = v + (mats[i].off - off);
     float *q = q_of(c, &mats[i], r);
@@ -126,9 +126,9 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   float *fq = f + np + nd;
   size_t pp = 0, nq = 0;
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(&c->cfg.codec, &mats[i]);
+    int r = powersgd_rank(&c->cfg.codec, &mats[i]);
     if (!r) continue;
-    orthonormalize(f + pp, mats[i].rows, r);
+    powersgd_orthonormalize(f + pp, mats[i].rows, r);
     kern_gemm(1, 0, (int)mats[i].cols, r, (int)mats[i].rows, 1, v + (mats[i].off - off),
               (int)mats[i].cols, f + pp, r, 0, fq + nq, r);
     pp += mats[i].rows * (size_t)r, nq += mats[i].cols * (size_t)r;
@@ -138,7 +138,7 @@ int powersgd_allreduce(compressor_t *c, coll_ctx_t *ctx, float *buf, size_t off,
   t0 = dt_now();
   pp = 0, nq = 0;
   for (int i = 0; i < nmats; i++) {
-    int r = rank_of(&c->cfg.codec, &mats[i]);
+    int r = powersgd_rank(&c->cfg.codec, &mats[i]);
     if (!r) continue;
     float *out = buf + (mats[i].off - off);
     kern_gemm(0, 1, (int)mats[i].rows, (int)mats[i].cols, r, 1, f + pp, r, fq + nq, r, 0, out,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/compressor.h"
 #include "dtrain/compress.h"
 #include "perf/perf.h"
 
@@ -200,9 +201,45 @@ double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward)
   return a + x * (b - a);
 }
 
-int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p) {
-  p->codec_sec = 0;
-  if (spec->kind == CODEC_NONE || spec->kind == CODEC_POWERSGD || n == 0) return 0;
+/* PowerSGD's work on each matrix the codec approximates, as
+ * powersgd_allreduce runs it: P = M Q, P's columns orthogonalized,
+ * Q = M^T P, M = P Q^T; seconds per value of the n (the least of REPS). */
+static int time_factors(const codec_spec_t *spec, const compress_matrix_t *mats, int nmats,
+                        size_t n, double *out) {
+  size_t most = 1;
+  for (int i = 0; i < nmats; i++)
+    if (powersgd_rank(spec, &mats[i]) && mats[i].rows * mats[i].cols > most) most = mats[i].rows * mats[i].cols;
+  int r = (int)spec->param > 0 ? (int)spec->param : 1;
+  float *m = dt_alloc_floats(most), *mt = dt_alloc_floats(most);
+  float *pf = dt_alloc_floats(most * (size_t)r / 2 + (size_t)r * 4096 + 1);
+  float *qf = dt_alloc_floats(most * (size_t)r / 2 + (size_t)r * 4096 + 1);
+  int rc = m && mt && pf && qf ? 0 : dt_error("out of memory");
+  rng_t rng;
+  rng_seed(&rng, 0x9517);
+  if (rc == 0) fill(m, most, &rng), fill(qf, most * (size_t)r / 2 + (size_t)r * 4096, &rng);
+  double t[REPS];
+  for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    double t0 = dt_now();
+    for (int i = 0; i < nmats; i++) {
+      int k = powersgd_rank(spec, &mats[i]), rows = (int)mats[i].rows, cols = (int)mats[i].cols;
+      if (!k) continue;
+      kern_gemm(0, 0, rows, k, cols, 1, m, cols, qf, k, 0, pf, k);
+      powersgd_orthonormalize(pf, mats[i].rows, k);
+      kern_gemm(1, 0, cols, k, rows, 1, m, cols, pf, k, 0, qf, k);
+      kern_gemm(0, 1, rows, cols, k, 1, pf, k, qf, k, 0, mt, cols);
+    }
+    if (rep > 0) t[rep - 1] = dt_now() - t0;
+  }
+  if (rc == 0) *out = least(t, REPS) / (double)n;
+  dt_free(m), dt_free(mt), dt_free(pf), dt_free(qf);
+  return rc;
+}
+
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n,
+                       const compress_matrix_t *mats, int nmats, perf_compute_t *p) {
+  p->codec_family = PERF_CODEC_NONE;
+  p->encode_sec = p->decode_sec = p->feedback_sec = p->factor_sec = 0;
+  if (spec->kind == CODEC_NONE || spec->kind == CODEC_FP32 || n == 0) return 0;
   float *g = dt_alloc_floats(n), *acc = dt_alloc_floats(n), *scratch = dt_alloc_floats(n);
   void *msg = dt_alloc(codec_max_bytes(spec, n) + 64);
   ef_memory_t ef = {0};
@@ -211,18 +248,43 @@ int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_co
   rng_t rng;
   rng_seed(&rng, 0x5eed);
   if (rc == 0) fill(g, n, &rng);
-  double t[REPS];
+  int factors = spec->kind == CODEC_POWERSGD;
+  double te[REPS], td[REPS], tf[REPS];
   for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
     kern_zero(n, acc);
     double t0 = dt_now();
     if (feedback) ef_compensate(&ef, g, 0, n);
-    size_t bytes = codec_encode(spec, feedback ? ef.residual : g, n, (uint64_t)rep, msg, scratch);
-    rc = codec_decode_add(spec, msg, bytes, n, acc);
+    double t1 = dt_now(), t2 = t1, t3 = t1;
+    if (!factors) {
+      size_t bytes = codec_encode(spec, feedback ? ef.residual : g, n, (uint64_t)rep, msg, scratch);
+      t2 = dt_now();
+      rc = codec_decode_add(spec, msg, bytes, n, acc);
+      t3 = dt_now();
+    }
     if (feedback && rc == 0) ef_update(&ef, acc, 0, n);
-    if (rep > 0) t[rep - 1] = dt_now() - t0;
+    double t4 = dt_now();
+    if (rep > 0) te[rep - 1] = t2 - t1, td[rep - 1] = t3 - t2, tf[rep - 1] = (t1 - t0) + (t4 - t3);
   }
-  if (rc == 0) p->codec_sec = least(t, REPS) / (double)n;
+  if (rc == 0 && !factors) p->encode_sec = least(te, REPS) / (double)n, p->decode_sec = least(td, REPS) / (double)n;
+  if (rc == 0 && feedback) p->feedback_sec = least(tf, REPS) / (double)n;
+  if (rc == 0 && factors) rc = time_factors(spec, mats, nmats, n, &p->factor_sec);
+  if (rc == 0)
+    p->codec_family = factors ? PERF_CODEC_FACTORS : codec_sparse(spec) ? PERF_CODEC_SPARSE : PERF_CODEC_DENSE;
   if (feedback) ef_free(&ef);
   dt_free(g), dt_free(acc), dt_free(scratch), dt_free(msg);
   return rc;
+}
+
+double perf_codec_work(const perf_compute_t *p, double coded, int P) {
+  double e = p->encode_sec, d = p->decode_sec, f = p->feedback_sec, fb = f > 0, c = p->copy_sec;
+  if (P < 1) P = 1;
+  switch (p->codec_family) {
+  case PERF_CODEC_DENSE: /* every block, then the owned sum; P contributions, P sums, the memory's */
+    return coded * ((1 + 1.0 / P) * e + (2 + fb) * d + f);
+  case PERF_CODEC_SPARSE: /* one encoding; P messages; pack, clear (twice with memory), unpack */
+    return coded * (e + P * d + (fb ? d : 0) + f + (3 + fb) * c);
+  case PERF_CODEC_FACTORS: /* the products; the memory and its correction */
+    return coded * (p->factor_sec + f + (fb ? c : 0));
+  default: return 0;
+  }
 }

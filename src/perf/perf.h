@@ -30,9 +30,15 @@ typedef struct {
   size_t *params;            /* [nlayers] each layer's parameters in the model measured */
   double update_sec;         /* the optimizer's seconds per parameter */
   double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
-  double codec_sec;          /* --compress: seconds per value to encode and decode (with error
-                              * feedback where the run keeps it); 0 without a codec measured */
+  /* --compress, measured here per value of the gradient (perf_codec_measure):
+   * the codec's encode and decode_add, error feedback's two passes
+   * (compensate, update; 0 without feedback), and PowerSGD's products and
+   * orthogonalization over the model's matrices; which exchange runs them */
+  int codec_family;          /* PERF_CODEC_* */
+  double encode_sec, decode_sec, feedback_sec, factor_sec;
 } perf_compute_t;
+
+enum { PERF_CODEC_NONE, PERF_CODEC_DENSE, PERF_CODEC_SPARSE, PERF_CODEC_FACTORS };
 
 /* Times every layer of m (built for at least the largest size) forward and
  * backward on each of the `nsizes` sample counts, the optimizer `oc` per
@@ -40,11 +46,20 @@ typedef struct {
  * after a warm-up. The model's parameters and buffers are left as found. */
 int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes, int nsizes,
                          perf_compute_t *out);
-/* The codec's encode and decode per value (codec_encode, codec_decode_add
- * on n values of a gradient-like buffer; error feedback's two passes where
- * feedback is on) into p->codec_sec. A codec without a per-value encoder
- * here (powersgd: a matrix's factors) is left at 0. */
-int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n, perf_compute_t *p);
+/* The codec's costs per value into p (codec_family, encode_sec, ...):
+ * codec_encode and codec_decode_add on n values of a gradient-like
+ * buffer, error feedback's compensate and update where feedback is on;
+ * for powersgd, its products (P = M Q, Q = M^T P, M = P Q^T) and the
+ * orthogonalization of P, timed on each of the model's `nmats` matrices. */
+int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n,
+                       const compress_matrix_t *mats, int nmats, perf_compute_t *p);
+/* One rank's seconds of a core for the codec's part of an exchange of
+ * `coded` values among P ranks, as compress/exchange.c runs it: dense
+ * codecs encode every block and then the block it owns summed, and decode
+ * the P contributions to its block and the P sums (and its own encoding
+ * for the memory); sparse ones encode once, decode each rank's message,
+ * and pack, clear and unpack the buffer; powersgd its products. */
+double perf_codec_work(const perf_compute_t *p, double coded, int P);
 void perf_compute_free(perf_compute_t *p);
 /* Layer i's seconds for `samples` (backward or forward): the measured size,
  * or linear between the two nearest (proportional past the ends). A task
@@ -200,6 +215,24 @@ typedef struct {
  * memory's synchronous step). */
 int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
                   int shared_update, perf_sim_t *out);
+
+typedef struct {
+  int shared_update;         /* as perf_simulate's */
+  /* > 0: a task that runs every E steps is charged the runs an epoch of
+   * this many steps holds (floor(steps / E), as the strategy counts them),
+   * spread over its steps; 0: 1 / E a step (an endless run's mean) */
+  long long epoch_steps;
+  /* > 1: the step repeated this many times, each rank's tasks after its
+   * own of the step before and nothing else joining them (the parameter
+   * servers' async and SSP schedules, where no rank waits for the others'
+   * step): the step is the mean of the second half's, once the ranks have
+   * fallen out of step with each other, as they do in a run */
+  int steady_steps;
+} perf_sim_options_t;
+
+#define PERF_STEADY_STEPS 8 /* predict.c's steady_steps for the async schedules */
+int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                       const perf_sim_options_t *o, perf_sim_t *out);
 
 /* ---- memory.c: the memory a rank holds --------------------------------- */
 

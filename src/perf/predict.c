@@ -96,12 +96,24 @@ static void split_step(const train_config_t *cfg, perf_plan_t *p) {
   p->waiting_sec = rest - p->exposed_sec;
 }
 
+/* The steps of an epoch, as a run counts them. */
+static int64_t epoch_steps(const train_config_t *cfg, size_t ntrain) {
+  int64_t steps = train_steps_per_epoch(cfg, ntrain, replicas(cfg));
+  return cfg->max_steps > 0 && cfg->max_steps < steps ? cfg->max_steps : steps;
+}
+
+/* The parameter servers' async and SSP schedules: no worker waits for the
+ * others' step (ssp:S with S >= 1 and no straggler runs as async does). */
+static int ps_asynchronous(const train_config_t *cfg) {
+  return cfg->exchange == EXCHANGE_PS &&
+         (cfg->schedule == SCHEDULE_ASYNC || (cfg->schedule == SCHEDULE_SSP && cfg->schedule_param >= 1));
+}
+
 /* The figures of a step simulated: what a run's metrics carry. */
 static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step_desc_t *d,
                       const perf_sim_t *sim, size_t ntrain, perf_plan_t *p) {
   int dp = replicas(cfg);
-  int64_t steps = train_steps_per_epoch(cfg, ntrain, dp);
-  if (cfg->max_steps > 0 && cfg->max_steps < steps) steps = cfg->max_steps;
+  int64_t steps = epoch_steps(cfg, ntrain);
   step_bytes_t b;
   step_rank_bytes(d, 0, &b);
   p->strategy = s->name;
@@ -127,9 +139,7 @@ static void fill_plan(const train_config_t *cfg, const strategy_t *s, const step
  * does (rule_ssp.c): the same expectation (measured: 2.23, 1.98, 2.94 at
  * N = 4 and S = 1, 2, 4; ssp:0 is sync, 0). */
 static void asynchronous_bounds(const train_config_t *cfg, perf_plan_t *p) {
-  int ps = cfg->exchange == EXCHANGE_PS;
-  if (!ps || !(cfg->schedule == SCHEDULE_ASYNC || (cfg->schedule == SCHEDULE_SSP && cfg->schedule_param >= 1)))
-    return;
+  if (!ps_asynchronous(cfg)) return;
   double N = cfg->workers, F = cfg->ps.fetch_every > 0 ? cfg->ps.fetch_every : 1;
   double P = cfg->ps.push_every > 0 ? cfg->ps.push_every : 1;
   p->asynchronous = 1;
@@ -210,13 +220,22 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   kern_set_threads(cfg->threads);
   rc = layer_times(m, &cfg->optim, sizes, step_sizes(&d, sizes), cache ? &cache->compute : NULL, &pc);
   if (rc == 0 && prof->use_gemm_fit) perf_gemm_apply(&prof->gemm_fit, m, &pc); /* idempotent: the cache may share pc's times */
-  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE)
-    rc = perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams, &pc);
+  if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE) {
+    compress_matrix_t *mats = calloc((size_t)m->ntensors + 1, sizeof *mats);
+    if (mats) compress_model_matrices(m, mats);
+    rc = mats ? perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams,
+                                   mats, m->ntensors, &pc)
+              : dt_error("out of memory");
+    free(mats);
+  }
   if (rc == 0)
     rc = cache && cache->cluster ? perf_cluster_from_file(cache->cluster, cfg, d.nranks, prof, &cl)
                                  : perf_cluster_from_config(cfg, d.nranks, prof, &cl);
-  int shared = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC;
-  if (rc == 0) rc = perf_simulate(&d, &pc, &cl, shared, &sim);
+  /* the epoch's own runs of what runs every E steps; async: steady steps */
+  perf_sim_options_t so = {.shared_update = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC,
+                           .epoch_steps = epoch_steps(cfg, ntrain),
+                           .steady_steps = ps_asynchronous(cfg) ? PERF_STEADY_STEPS : 0};
+  if (rc == 0) rc = perf_simulate_with(&d, &pc, &cl, &so, &sim);
   if (rc == 0) {
     fill_plan(cfg, s, &d, &sim, ntrain, out);
     out->memory_bytes = perf_memory_bytes(cfg, m, ntrain);

@@ -21,8 +21,15 @@
  *   go, rank by rank (a parent's children one after the other on its
  *   link, a reduce's children each on its own);
  * - the transport's own cost (alpha per message, beta per byte: copying,
- *   summing) on top of every message's link time; a compressed exchange
- *   adds its codec's encode and decode of its values (compute.c).
+ *   summing) on top of every message's link time;
+ * - a compressed exchange's codec (perf_codec_work: the encodings and
+ *   decodings compress/exchange.c runs, each measured per value): seconds
+ *   of a core before the rank reaches the exchange, on the cores the
+ *   compute shares (the comm thread's encoding competes with the layers);
+ * - link=shared, across hosts: the bytes' part of a collective's time is a
+ *   flow on its hosts' links, which n flows share at 1/n each (the
+ *   emulator sends one message at a time on a host's link, in turn), and
+ *   the rest of its time follows.
  *
  * - an exchange (both sides send): when both sides have reached it; two
  *   computing ranks' sendrecv (D-PSGD's) both ways at once; a request and
@@ -52,18 +59,30 @@ typedef struct {
   double work;                /* N_CPU: seconds of a core; others: their own duration */
   double ready, start, end, arrival;
   int done, parked, issued;   /* issued: a send's message is on its link */
+  int coding;                 /* N_COLL: its codec's work (in `work`) is on the cores */
+  int replying;               /* N_EXCHANGE: the reply side, until its request has arrived */
   int waiting;                /* N_EXCHANGE: ready, its partner not yet */
 } node_t;
 
 typedef struct {
   int members, arrived;
+  int first;                  /* its members' keys: [first, first + members) of sim_t.keys */
   double ready, dur;
+  double flow;                /* link=shared, across hosts: seconds of its hosts' links it holds
+                               * (its share of dur; the rest, fixed, follows it) */
 } inst_t;
+
+typedef struct {
+  const char *pattern;
+  int group, kind, k, task, rank;
+  int color;                  /* which of the collectives of its pattern and size (step.h) */
+} coll_key_t;
 
 typedef struct {
   const step_desc_t *d;
   const perf_cluster_t *cl;
   const perf_compute_t *pc;
+  long long epoch_steps;      /* perf_sim_options_t's */
   node_t *n;
   inst_t *inst;
   int *succ, *succ_at;        /* CSR successors */
@@ -74,13 +93,24 @@ typedef struct {
   int npend;
   double *link_free;          /* [rank * 2 + intra] */
   double *host_out, *host_in; /* link=shared: a host's one link each way */
+  coll_key_t *keys;           /* the collectives' tasks, by instance (match_collectives) */
+  int *flowing, nflowing;     /* instances holding their hosts' links now */
+  double *flow_rem;           /* [instance] link seconds left */
+  double *frate;              /* [k] flowing[k]'s rate until the next event */
+  int *host_flows;            /* [host] instances holding its link now */
   double now;
   int ndone;
 } sim_t;
 
 static int active(const step_task_t *t) { return !t->per_epoch && !t->until; }
 
-static double share(const step_task_t *t) { return t->chance / t->every; }
+/* A step's share of a task: its chance, and for one every E steps, 1 / E
+ * of an endless run, or the runs an epoch of S steps holds over S. */
+static double share(const sim_t *s, const step_task_t *t) {
+  long long S = s->epoch_steps;
+  if (t->every <= 1 || S <= 0) return t->chance / t->every;
+  return t->chance * (double)(S / t->every) / (double)S;
+}
 
 static int is_collective(const step_task_t *t) {
   return (t->kind == TASK_COMM && t->peer < 0 && t->group > 1) ||
@@ -160,24 +190,23 @@ static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, do
   const perf_link_t *own = coll_own(s, t);
   double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
   int P = t->group, over = s->cl->nranks > s->cl->cores;
-  double codec = (double)t->coded * s->pc->codec_sec; /* encode and decode, in the exchange */
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
   double S = (double)t->count * sizeof(float);
   int tree = t->count && t->algo && !strcmp(t->algo, "tree");
-  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
-  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb) + codec;
+  if (tree && !strcmp(t->pattern, "broadcast")) return tree_broadcast_sec(P, S, lat + own->alpha, pb);
+  if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb);
   if (tree && !strcmp(t->pattern, "allreduce"))
-    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb) + codec;
+    return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb);
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
       allreduce_algo_parse(t->algo, &algo) == 0) {
     double m, b, mc, bc;
     coll_allreduce_cost(algo, P, 1, 0, &m, &b);
     coll_allreduce_cost(algo, P, 1, over, &mc, &bc);
-    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb + codec;
+    return m * lat + mc * own->alpha + b * (double)t->count * sizeof(float) * pb;
   }
   double bytes = t->sent > t->received ? t->sent : t->received, m = P - 1;
-  return m * (lat + own->alpha) + bytes * pb + codec;
+  return m * (lat + own->alpha) + bytes * pb;
 }
 
 /* ... and a traced slice where --trace is on. */
@@ -190,14 +219,51 @@ static void pend_at(sim_t *s, int i, double t) {
   s->pend[s->npend++] = i;
 }
 
-/* The collective's members have all arrived: each ends after the longest. */
+/* The instance's members end at t. */
+static void end_collective(sim_t *s, int k, double t) {
+  const inst_t *c = &s->inst[k];
+  for (int j = c->first; j < c->first + c->members; j++) pend_at(s, s->keys[j].task, t);
+}
+
+/* Calls fn(s, h, arg) once for each host among instance k's members. */
+static void each_host(sim_t *s, int k, void (*fn)(sim_t *, int, void *), void *arg) {
+  const inst_t *c = &s->inst[k];
+  for (int j = c->first; j < c->first + c->members; j++) {
+    int h = s->cl->host[s->keys[j].rank], seen = 0;
+    for (int q = c->first; q < j && !seen; q++) seen = s->cl->host[s->keys[q].rank] == h;
+    if (!seen) fn(s, h, arg);
+  }
+}
+
+static void host_join(sim_t *s, int h, void *arg) { s->host_flows[h] += *(int *)arg; }
+
+static void host_busiest(sim_t *s, int h, void *arg) {
+  if (s->host_flows[h] > *(int *)arg) *(int *)arg = s->host_flows[h];
+}
+
+/* The collective's members have all arrived: each ends after the longest.
+ * One across hosts that share a link (link=shared) first holds its hosts'
+ * links, as a flow that shares each with the others on it (advance). */
 static void start_collective(sim_t *s, int k) {
   inst_t *c = &s->inst[k];
-  for (int i = 0; i < s->d->ntasks; i++)
-    if (s->n[i].kind == N_COLL && s->n[i].inst == k) {
-      s->n[i].start = c->ready;
-      pend_at(s, i, c->ready + c->dur);
-    }
+  for (int j = c->first; j < c->first + c->members; j++)
+    if (!s->n[s->keys[j].task].coding) s->n[s->keys[j].task].start = c->ready; /* else from its codec */
+  if (c->flow <= 0) {
+    end_collective(s, k, c->ready + c->dur);
+    return;
+  }
+  int one = 1;
+  each_host(s, k, host_join, &one);
+  s->flow_rem[k] = c->flow;
+  s->flowing[s->nflowing++] = k;
+}
+
+/* A flow's rate: the emulator sends one message at a time on a host's
+ * link, in turn, so the n collectives on its busiest link each get 1 / n. */
+static double flow_rate(sim_t *s, int k) {
+  int n = 1;
+  each_host(s, k, host_busiest, &n);
+  return 1.0 / n;
 }
 
 /* An eager send on a's link to b: the link's turn, its arrival. */
@@ -207,7 +273,7 @@ static void start_send(sim_t *s, int i) {
   int a = t->rank, b = t->peer;
   double lat, pb;
   link_of(s, a, b, &lat, &pb);
-  double bytes = t->sent * share(t), len = bytes * pb;
+  double bytes = t->sent * share(s, t), len = bytes * pb;
   double start = s->now, *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
   if (s->cl->shared_link && cross_host(s, a, b)) {
     double *out = &s->host_out[s->cl->host[a]], *in = &s->host_in[s->cl->host[b]];
@@ -250,8 +316,8 @@ static void start_exchange(sim_t *s, int i, int j) {
   const step_task_t *ti = &s->d->task[i], *tj = &s->d->task[j];
   if (ti->thread == THREAD_COMPUTE && tj->thread == THREAD_COMPUTE) { /* a sendrecv: both at once */
     double si, sj;
-    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(ti), s->now, &si);
-    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(tj), s->now, &sj);
+    double ai = exchange_leg(s, ti->rank, tj->rank, ti->sent * share(s, ti), s->now, &si);
+    double aj = exchange_leg(s, tj->rank, ti->rank, tj->sent * share(s, tj), s->now, &sj);
     s->n[i].start = s->n[j].start = s->now;
     pend_at(s, i, si > aj ? si : aj);
     pend_at(s, j, sj > ai ? sj : ai);
@@ -260,13 +326,29 @@ static void start_exchange(sim_t *s, int i, int j) {
   int req = ti->thread == THREAD_COMPUTE || (tj->thread != THREAD_COMPUTE && ti->rank < tj->rank)
                 ? i : j;
   int rep = req == i ? j : i;
-  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  const step_task_t *tq = &s->d->task[req];
   double sent;
-  double arrived = exchange_leg(s, tq->rank, tp->rank, tq->sent * share(tq), s->now, &sent);
-  double replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(tp), arrived, &sent);
+  double arrived = exchange_leg(s, tq->rank, s->d->task[rep].rank, tq->sent * share(s, tq), s->now, &sent);
   s->n[rep].start = s->n[req].start = s->now;
+  s->n[rep].replying = 1; /* its link is taken when the request is there, not before */
+  pend_at(s, rep, arrived);
+}
+
+/* The request has arrived: the reply on the replier's link from now. */
+static void reply(sim_t *s, int rep) {
+  int req = s->n[rep].inst;
+  const step_task_t *tq = &s->d->task[req], *tp = &s->d->task[rep];
+  double sent, replied = exchange_leg(s, tp->rank, tq->rank, tp->sent * share(s, tp), s->now, &sent);
+  s->n[rep].replying = 0;
   pend_at(s, rep, sent);
   pend_at(s, req, replied);
+}
+
+/* A collective's member has reached it: the last one starts it. */
+static void arrive(sim_t *s, int i) {
+  inst_t *c = &s->inst[s->n[i].inst];
+  if (s->now > c->ready) c->ready = s->now;
+  if (++c->arrived == c->members) start_collective(s, s->n[i].inst);
 }
 
 static void make_ready(sim_t *s, int i) {
@@ -276,12 +358,14 @@ static void make_ready(sim_t *s, int i) {
   case N_CPU:
     s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
     return;
-  case N_COLL: {
-    inst_t *c = &s->inst[n->inst];
-    if (s->now > c->ready) c->ready = s->now;
-    if (++c->arrived == c->members) start_collective(s, n->inst);
+  case N_COLL:
+    if (n->work > 0) { /* its codec first, a compute task on the cores (encode, decode: see build) */
+      n->coding = 1;
+      s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
+      return;
+    }
+    arrive(s, i);
     return;
-  }
   case N_SEND: start_send(s, i); return;
   case N_EXCHANGE:
     if (s->n[n->inst].waiting) {
@@ -315,6 +399,10 @@ static void finish(sim_t *s, int i) {
 /* A compute task has had its core time: a straggler sleeps the rest. */
 static void cpu_done(sim_t *s, int i) {
   node_t *n = &s->n[i];
+  if (n->kind == N_COLL) { /* its codec's work is done: now the exchange */
+    arrive(s, i);
+    return;
+  }
   double slow = s->cl->slowdown[n->rank];
   if (slow > 1) pend_at(s, i, s->now + (slow - 1) * (s->now - n->start));
   else finish(s, i);
@@ -328,12 +416,25 @@ static int advance(sim_t *s) {
   double t = INFINITY;
   for (int k = 0; k < s->nrun; k++)
     if (s->now + s->rem[k] / rate < t) t = s->now + s->rem[k] / rate;
+  double *frate = s->frate;
+  for (int k = 0; k < s->nflowing; k++) {
+    frate[k] = flow_rate(s, s->flowing[k]);
+    if (s->now + s->flow_rem[s->flowing[k]] / frate[k] < t) t = s->now + s->flow_rem[s->flowing[k]] / frate[k];
+  }
   for (int k = 0; k < s->npend; k++)
     if (s->n[s->pend[k]].end < t) t = s->n[s->pend[k]].end;
   if (t == INFINITY) return dt_error("perf: the step's tasks wait for each other (a task graph "
                                      "with a cycle, or a message no rank sends)");
   for (int k = 0; k < s->nrun; k++) s->rem[k] -= (t - s->now) * rate;
+  for (int k = 0; k < s->nflowing; k++) s->flow_rem[s->flowing[k]] -= (t - s->now) * frate[k];
   s->now = t;
+  for (int k = 0; k < s->nflowing;) /* ended flows free their links; the fixed part follows */
+    if (s->flow_rem[s->flowing[k]] <= 1e-12) {
+      int c = s->flowing[k], minus = -1;
+      s->flowing[k] = s->flowing[--s->nflowing];
+      each_host(s, c, host_join, &minus);
+      end_collective(s, c, s->now + s->inst[c].dur - s->inst[c].flow);
+    } else k++;
   for (int k = 0; k < s->nrun;) /* ended compute tasks leave the cores */
     if (s->rem[k] <= 1e-12) {
       int i = s->run[k];
@@ -344,18 +445,13 @@ static int advance(sim_t *s) {
     if (s->n[s->pend[k]].end <= s->now) {
       int i = s->pend[k];
       s->pend[k] = s->pend[--s->npend];
-      finish(s, i);
+      if (s->n[i].replying) reply(s, i);
+      else finish(s, i);
     } else k++;
   return 0;
 }
 
 /* ---- building the graph ------------------------------------------------ */
-
-typedef struct {
-  const char *pattern;
-  int group, kind, k, task, rank;
-  int color;                  /* which of the collectives of its pattern and size (step.h) */
-} coll_key_t;
 
 static int key_cmp(const void *a, const void *b) {
   const coll_key_t *x = a, *y = b;
@@ -366,6 +462,33 @@ static int key_cmp(const void *a, const void *b) {
   if (x->color != y->color) return x->color - y->color;
   if (x->k != y->k) return x->k - y->k;
   return x->rank - y->rank;
+}
+
+/* Instance c's link and duration: within a host unless its ranks span
+ * hosts, then the slowest member's link. Across hosts that share a link,
+ * the part of its time that is bandwidth (its time less its time on a
+ * link of no cost per byte) is a flow on its hosts' links. */
+static void inst_cost(sim_t *s, int c) {
+  inst_t *in = &s->inst[c];
+  const coll_key_t *key = s->keys + in->first;
+  int spans = 0;
+  double lat = 0, pb = 0;
+  for (int j = 1; j < in->members; j++) spans |= cross_host(s, key[0].rank, key[j].rank);
+  for (int j = 0; j < in->members; j++) {
+    int r = key[j].rank;
+    double l, b;
+    if (spans || !s->cl->multihost) l = s->cl->latency[r], b = s->cl->bandwidth[r];
+    else l = s->cl->intra_latency, b = s->cl->intra_bandwidth;
+    if (l > lat) lat = l;
+    if (b > 0 && 1.0 / b > pb) pb = 1.0 / b;
+  }
+  for (int j = 0; j < in->members; j++) {
+    const step_task_t *t = &s->d->task[key[j].task];
+    double sec = coll_sec(s, t, lat, pb) * share(s, t);
+    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0) * share(s, t) : 0;
+    if (sec > in->dur) in->dur = sec;
+    if (flow > in->flow) in->flow = flow;
+  }
 }
 
 /* The k-th collective of a (pattern, group) on each rank: one instance. */
@@ -390,43 +513,22 @@ static int match_collectives(sim_t *s) {
                               t->color};
   }
   qsort(keys, (size_t)nk, sizeof *keys, key_cmp);
+  s->keys = keys;
   int ninst = -1;
   for (int j = 0; j < nk; j++) {
     if (j == 0 || key_cmp(&(coll_key_t){keys[j].pattern, keys[j].group, keys[j].kind, keys[j].k, 0, 0,
                                         keys[j].color},
                           &(coll_key_t){keys[j - 1].pattern, keys[j - 1].group, keys[j - 1].kind,
                                    keys[j - 1].k, 0, 0, keys[j - 1].color}))
-      ninst++;
+      s->inst[++ninst].first = j;
     s->n[keys[j].task].inst = ninst;
     s->inst[ninst].members++;
   }
-  /* each instance's link: within a host unless its ranks span hosts */
-  for (int c = 0; c <= ninst; c++) {
-    int first = -1, spans = 0;
-    double lat = 0, pb = 0;
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      int r = keys[j].rank;
-      if (first < 0) first = r;
-      else if (cross_host(s, first, r)) spans = 1;
-    }
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      int r = keys[j].rank;
-      double l, b;
-      if (spans || !s->cl->multihost) l = s->cl->latency[r], b = s->cl->bandwidth[r];
-      else l = s->cl->intra_latency, b = s->cl->intra_bandwidth;
-      if (l > lat) lat = l;
-      if (b > 0 && 1.0 / b > pb) pb = 1.0 / b;
-    }
-    for (int j = 0; j < nk; j++) {
-      if (s->n[keys[j].task].inst != c) continue;
-      const step_task_t *t = &d->task[keys[j].task];
-      double sec = coll_sec(s, t, lat, pb) * share(t);
-      if (sec > s->inst[c].dur) s->inst[c].dur = sec;
-    }
-  }
-  free(keys);
+  s->flow_rem = calloc((size_t)ninst + 2, sizeof *s->flow_rem);
+  s->flowing = calloc((size_t)ninst + 2, sizeof *s->flowing);
+  s->frate = calloc((size_t)ninst + 2, sizeof *s->frate);
+  if (!s->flow_rem || !s->flowing || !s->frate) return dt_error("out of memory");
+  for (int c = 0; c <= ninst; c++) inst_cost(s, c);
   return 0;
 }
 
@@ -477,7 +579,7 @@ static double lone_message_sec(const sim_t *s, const step_task_t *t) {
   link_of(s, t->rank, t->peer, &lat, &pb);
   const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
   double bytes = t->sent > t->received ? t->sent : t->received;
-  return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(t);
+  return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(s, t);
 }
 
 static double cpu_work(const step_task_t *t, const perf_compute_t *pc, const perf_cluster_t *cl,
@@ -522,16 +624,21 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
     else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
     else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
     if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
-      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(t);
+      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(s, t);
     if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
+    /* a compressed exchange's encoding and decoding: seconds of a core,
+     * charged before it (the sum is what holds the step; the cores are
+     * shared with the compute as the comm thread shares them) */
+    if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(s, t);
     int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
     pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
     pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
     if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
       pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
-    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR && t->after >= 0 &&
-        d->task[*prev].after == t->after)
-      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours) */
+    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR &&
+        (t->after >= 0 || t->thread == THREAD_COMPUTE) && d->task[*prev].after == t->after)
+      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours; a
+                             * worker's pulls from every server, at the step's start) */
     *prev = i;
     for (int q = 0; q < 2; q++)
       if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
@@ -556,6 +663,7 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
 static void sim_free(sim_t *s) {
   free(s->n), free(s->inst), free(s->succ), free(s->succ_at), free(s->run), free(s->rem);
   free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in);
+  free(s->keys), free(s->flow_rem), free(s->flowing), free(s->frate), free(s->host_flows);
 }
 
 static void summarize(const sim_t *s, perf_sim_t *out) {
@@ -572,24 +680,65 @@ static void summarize(const sim_t *s, perf_sim_t *out) {
   }
 }
 
-int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
-                  int shared_update, perf_sim_t *out) {
+/* Simulates d; *first_end: when the last of its tasks [0, first) ended. */
+static int run(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+               const perf_sim_options_t *o, int first, perf_sim_t *out, double *first_end) {
   if (cl->nranks < d->nranks)
     return dt_error("perf: the cluster has %d ranks, the step %d", cl->nranks, d->nranks);
   size_t N = (size_t)d->ntasks + 1, R = (size_t)d->nranks;
-  sim_t s = {.d = d, .cl = cl, .pc = pc};
+  sim_t s = {.d = d, .cl = cl, .pc = pc, .epoch_steps = o->epoch_steps};
   s.n = calloc(N, sizeof *s.n);
   s.run = calloc(N, sizeof *s.run), s.rem = calloc(N, sizeof *s.rem);
   s.pend = calloc(N, sizeof *s.pend);
   s.link_free = calloc(R * 2, sizeof *s.link_free);
   s.host_out = calloc(R, sizeof *s.host_out), s.host_in = calloc(R, sizeof *s.host_in);
-  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in
-               ? build(&s, pc, shared_update)
+  s.host_flows = calloc(R, sizeof *s.host_flows);
+  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in && s.host_flows
+               ? build(&s, pc, o->shared_update)
                : dt_error("out of memory");
   for (int i = 0; rc == 0 && i < d->ntasks; i++)
     if (s.n[i].deps == 0) make_ready(&s, i);
   while (rc == 0 && s.ndone < d->ntasks) rc = advance(&s);
   if (rc == 0) summarize(&s, out);
+  *first_end = 0;
+  for (int i = 0; rc == 0 && i < first && i < d->ntasks; i++)
+    if (s.n[i].end > *first_end) *first_end = s.n[i].end;
   sim_free(&s);
   return rc;
+}
+
+/* d's tasks K times over, copy k's `after` moved to copy k's own tasks:
+ * each rank's thread runs its copies one after the other. */
+static int repeat_step(const step_desc_t *d, int K, step_desc_t *out) {
+  step_desc_init(out, d->nranks);
+  out->topo = d->topo;
+  for (int k = 0; k < K; k++)
+    for (int i = 0; i < d->ntasks; i++) {
+      step_task_t t = d->task[i];
+      if (t.after >= 0) t.after += k * d->ntasks;
+      if (step_add(out, t) == STEP_FAILED) return -1;
+    }
+  return 0;
+}
+
+int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                       const perf_sim_options_t *o, perf_sim_t *out) {
+  double first_end;
+  int K = o->steady_steps;
+  if (K <= 1) return run(d, pc, cl, o, 0, out, &first_end);
+  step_desc_t many;
+  int rc = repeat_step(d, K, &many);
+  if (rc == 0) rc = run(&many, pc, cl, o, (K / 2) * d->ntasks, out, &first_end);
+  many.topo = (step_topology_t){0}; /* d's, not its own */
+  step_desc_free(&many);
+  if (rc != 0) return rc;
+  out->step_sec = (out->step_sec - first_end) / (K - K / 2);
+  out->compute_sec /= K, out->comm_sec /= K, out->exposed_sec /= K;
+  return 0;
+}
+
+int perf_simulate(const step_desc_t *d, const perf_compute_t *pc, const perf_cluster_t *cl,
+                  int shared_update, perf_sim_t *out) {
+  perf_sim_options_t o = {.shared_update = shared_update};
+  return perf_simulate_with(d, pc, cl, &o, out);
 }

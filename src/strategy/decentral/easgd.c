@@ -387,6 +387,7 @@ static int add_tree_round(const train_config_t *c, const model_t *m, step_desc_t
     prev = step_add(out, (step_task_t){TASK_COMM, r, -1, .pattern = op ? "reduce" : "broadcast",
                                        .algo = "tree", .peer = -1, .group = P,
                                        .sent = (double)sent, .received = (double)received,
+                                       .count = m->nparams, /* the simulator's tree */
                                        .every = c->decentral.tau, .after = prev});
   }
   return prev;
