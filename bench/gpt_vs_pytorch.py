@@ -2,7 +2,9 @@
 """Training speed of gpt (4 blocks, 4 heads, width 256, T 128; fp32) in
 tokens/s: dtrain against PyTorch 1.13 on the same model (the module of
 bench/gpt_vs_pytorch_grads.py, float32 here), batch, AdamW and text,
-measured in the same run, on 1 core and on 2 (PyTorch: torch threads;
+measured in the same run, on 1 core and on 2 (PyTorch: torch threads,
+its OpenBLAS pool pinned to as many, refused on 1 core if a second
+thread computed;
 dtrain: its best of 2 BLAS threads and 2 data-parallel workers with half
 the batch each). Prints each side's tokens/s and the ratio dtrain/PyTorch
 (the yardstick), the median of --rounds rounds.
@@ -27,27 +29,39 @@ def torch_side(args):
     model = GPT(256, T, 256, 4, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     n = (len(data) - 1) // T
-    tokens, sec = 0, 0.0
+    tokens, sec, cpu, thread_cpu = 0, 0.0, 0.0, 0.0
     for step in range(args.steps + 1):
         idx = [(step * args.batch + i) % n for i in range(args.batch)]
         x = torch.tensor([list(data[i * T:i * T + T]) for i in idx])
         y = torch.tensor([list(data[i * T + 1:i * T + T + 1]) for i in idx])
-        t0 = time.perf_counter()
+        t0, c0, h0 = time.perf_counter(), time.process_time(), time.thread_time()
         loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if step > 0:  # the first step warms up
             sec += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+            thread_cpu += time.thread_time() - h0
             tokens += args.batch * T
-    print(json.dumps({"tokens_per_sec": tokens / sec}))
+    # process CPU over the main thread's: 1.0 when nothing else computed
+    print(json.dumps({"tokens_per_sec": tokens / sec, "cpu_per_thread_cpu": cpu / thread_cpu}))
 
 
 def run_torch(args, threads):
+    # torch.set_num_threads sets torch's own threads only: Debian's torch
+    # multiplies through OpenBLAS (libblas.so.3), whose pthreads pool takes
+    # every core unless told. Unpinned, "1 core" ran its GEMMs on 2 threads.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
     out = subprocess.run([sys.executable, __file__, "--torch-side", "--threads", str(threads),
                           "--steps", str(args.steps), "--batch", str(args.batch), "--text",
-                          args.text], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["tokens_per_sec"]
+                          args.text], check=True, capture_output=True, text=True, env=env).stdout
+    rec = json.loads(out.strip().splitlines()[-1])
+    if threads == 1 and rec["cpu_per_thread_cpu"] > 1.05:
+        sys.exit(f"pytorch used more than one thread on 1 core (process CPU {rec['cpu_per_thread_cpu']:.2f}x "
+                 "its main thread's)")
+    return rec["tokens_per_sec"]
 
 
 def run_dtrain(args, threads, workers, d):
