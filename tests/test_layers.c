@@ -582,6 +582,9 @@ static void test_sequence_layer_gradients(void) {
   check_layer("attention 5x6, 3 heads", s, seq, 2, 1, 1e-2, 0, 67);
   s.heads = 1;
   check_layer("attention 1x6, 1 head", s, (shape_t){6, 1, 1}, 2, 1, 1e-2, 0, 68);
+  /* 69 positions: attention.c's causal blocks of 32, two whole and a part */
+  s.heads = 2;
+  check_layer("attention 69x4, 2 heads", s, (shape_t){4, 1, 69}, 1, 1, 1e-2, 0, 71);
   s = seq_spec(LAYER_LSTM);
   s.units = 3, s.num_layers = 1;
   check_layer("lstm 5x4 -> 5x3", s, (shape_t){4, 1, 5}, 2, 1, 1e-2, 0, 69);
@@ -607,6 +610,61 @@ static void test_attention_is_causal(void) {
   int moved = 0;
   for (int i = 12; i < 24; i++) moved |= t.l.out[i] != y[i];
   CHECK(moved);
+  tl_free(&t);
+}
+
+/* The forward against attention written out in double from the
+ * definition (full T x T scores, the mask, libm's exp) on 69 positions,
+ * more than two of attention.c's causal blocks: the block products, the
+ * softmax's vectorised e^x and its zeros to the block's end. */
+static void test_attention_matches_direct(void) {
+  enum { T = 69, C = 8, H = 2, HS = C / H, N = 2 };
+  layer_spec_t s = seq_spec(LAYER_ATTENTION);
+  s.heads = H;
+  tlayer_t t;
+  CHECK_OK(tl_make(&t, s, (shape_t){C, 1, T}, N, 9));
+  rng_t rng;
+  rng_seed(&rng, 10);
+  static float x[N * T * C];
+  fill_uniform(x, N * T * C, -2, 2, &rng);
+  fill_uniform(t.params, t.l.param_len, -0.5f, 0.5f, &rng); /* biases too, and scores far from 0 */
+  t.l.ops->forward(&t.l, x, N, 1, NULL);
+  const float *wq = t.params, *bq = wq + 3 * C * C, *wp = bq + 3 * C, *bp = wp + C * C;
+  static double qkv[T][3 * C], y[T][C], p[T];
+  double worst = 0;
+  for (int b = 0; b < N; b++) {
+    const float *xb = x + b * T * C;
+    for (int i = 0; i < T; i++)
+      for (int o = 0; o < 3 * C; o++) {
+        double a = bq[o];
+        for (int c = 0; c < C; c++) a += (double)xb[i * C + c] * wq[o * C + c];
+        qkv[i][o] = a;
+      }
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++) {
+        double m = -1e300, sum = 0;
+        for (int j = 0; j <= i; j++) {
+          double d = 0;
+          for (int e = 0; e < HS; e++) d += qkv[i][h * HS + e] * qkv[j][C + h * HS + e];
+          p[j] = d / sqrt((double)HS), m = p[j] > m ? p[j] : m;
+        }
+        for (int j = 0; j <= i; j++) sum += p[j] = exp(p[j] - m);
+        for (int e = 0; e < HS; e++) {
+          double a = 0;
+          for (int j = 0; j <= i; j++) a += p[j] / sum * qkv[j][2 * C + h * HS + e];
+          y[i][h * HS + e] = a;
+        }
+      }
+    for (int i = 0; i < T; i++)
+      for (int o = 0; o < C; o++) {
+        double a = bp[o];
+        for (int c = 0; c < C; c++) a += y[i][c] * wp[o * C + c];
+        double err = fabs(t.l.out[(b * T + i) * C + o] - a) / fmax(1.0, fabs(a));
+        worst = err > worst ? err : worst;
+      }
+  }
+  printf("  attention 69 positions vs direct (double): %.1e\n", worst);
+  CHECK(worst < 1e-5);
   tl_free(&t);
 }
 
@@ -1301,6 +1359,7 @@ static void run_on_reference_path(void) {
   test_run("test_batchnorm_gradients_reference", test_batchnorm_gradients);
   test_run("test_softmax_xent_reference", test_softmax_xent);
   test_run("test_sequence_layer_gradients_reference", test_sequence_layer_gradients);
+  test_run("test_attention_matches_direct_reference", test_attention_matches_direct);
   kern_use_reference(0);
 }
 
@@ -1319,6 +1378,7 @@ static void run_on_onednn_path(void) {
   test_run("test_batchnorm_gradients_onednn", test_batchnorm_gradients);
   test_run("test_softmax_xent_onednn", test_softmax_xent);
   test_run("test_sequence_layer_gradients_onednn", test_sequence_layer_gradients);
+  test_run("test_attention_matches_direct_onednn", test_attention_matches_direct);
   kern_set_gemm_lib(GEMM_OPENBLAS);
 }
 
@@ -1350,6 +1410,7 @@ int main(void) {
   RUN(test_softmax_xent);
   RUN(test_sequence_layer_gradients);
   RUN(test_attention_is_causal);
+  RUN(test_attention_matches_direct);
   RUN(test_gelu_matches_libm);
   RUN(test_embedding_gradients);
   RUN(test_add_and_gradient_sums);

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "seq.h"
+#include "vec_math.h"
 
 static int layernorm_setup(layer_t *l, int max_batch) {
   if (l->in_shape.c <= 0 || l->in_shape.h <= 0 || l->in_shape.w <= 0)
@@ -29,39 +30,50 @@ static void layernorm_forward(layer_t *l, const float *x, int n, int train, rng_
   (void)train, (void)rng;
   int rows = seq_rows(l->in_shape, n), C = l->in_shape.c;
   float *mean = l->scratch, *rstd = l->scratch + rows;
+  const float *restrict w = l->w, *restrict b = l->b;
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * C;
-    float *o = l->out + (size_t)r * C;
-    float m = 0.0f, v = 0.0f;
-    for (int j = 0; j < C; j++) m += xr[j];
-    m /= (float)C;
-    for (int j = 0; j < C; j++) v += (xr[j] - m) * (xr[j] - m);
-    float s = 1.0f / sqrtf(v / (float)C + l->spec.eps);
-    for (int j = 0; j < C; j++) o[j] = (xr[j] - m) * s * l->w[j] + l->b[j];
+    const float *restrict xr = x + (size_t)r * C;
+    float *restrict o = l->out + (size_t)r * C;
+    float m = vec_sum(xr, C) / (float)C;
+    float s = 1.0f / sqrtf(vec_sumsq_dev(xr, m, C) / (float)C + l->spec.eps);
+    for (int j = 0; j < C; j++) o[j] = (xr[j] - m) * s * w[j] + b[j];
     mean[r] = m, rstd[r] = s;
   }
 }
 
+/* Per row, one pass for the weights' gradients and the two means (in
+ * VEC_LANES partial sums: vec_math.h), one for dx. */
 static void layernorm_backward(layer_t *l, const float *x, float *dx, int n) {
-  int rows = seq_rows(l->in_shape, n), C = l->in_shape.c;
+  int rows = seq_rows(l->in_shape, n), C = l->in_shape.c, add = l->dx_add;
   const float *mean = l->scratch, *rstd = l->scratch + rows;
   if (l->grad_beta == 0.0f) kern_zero(l->param_len, l->dw);
+  const float *restrict w = l->w;
+  float *restrict dw = l->dw, *restrict db = l->db;
   for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * C, *dy = l->dout + (size_t)r * C;
-    float m = mean[r], s = rstd[r], dmean = 0.0f, dnn = 0.0f;
-    for (int j = 0; j < C; j++) {
-      float norm = (xr[j] - m) * s, dn = dy[j] * l->w[j];
-      l->dw[j] += dy[j] * norm;
-      l->db[j] += dy[j];
-      dmean += dn;
-      dnn += dn * norm;
+    const float *restrict xr = x + (size_t)r * C, *restrict dy = l->dout + (size_t)r * C;
+    float m = mean[r], s = rstd[r], am[VEC_LANES] = {0}, ann[VEC_LANES] = {0};
+    int j = 0;
+    for (; j + VEC_LANES <= C; j += VEC_LANES)
+      for (int k = 0; k < VEC_LANES; k++) {
+        float norm = (xr[j + k] - m) * s, dn = dy[j + k] * w[j + k];
+        dw[j + k] += dy[j + k] * norm;
+        db[j + k] += dy[j + k];
+        am[k] += dn;
+        ann[k] += dn * norm;
+      }
+    for (; j < C; j++) {
+      float norm = (xr[j] - m) * s, dn = dy[j] * w[j];
+      dw[j] += dy[j] * norm;
+      db[j] += dy[j];
+      am[0] += dn;
+      ann[0] += dn * norm;
     }
     if (!dx) continue;
-    dmean /= (float)C, dnn /= (float)C;
-    float *d = dx + (size_t)r * C;
-    for (int j = 0; j < C; j++) {
-      float norm = (xr[j] - m) * s, g = s * (dy[j] * l->w[j] - dmean - norm * dnn);
-      d[j] = l->dx_add ? d[j] + g : g;
+    float dmean = vec_sum(am, VEC_LANES) / (float)C, dnn = vec_sum(ann, VEC_LANES) / (float)C;
+    float *restrict d = dx + (size_t)r * C;
+    for (j = 0; j < C; j++) {
+      float norm = (xr[j] - m) * s, g = s * (dy[j] * w[j] - dmean - norm * dnn);
+      d[j] = add ? d[j] + g : g;
     }
   }
 }

@@ -5,10 +5,30 @@
  * = (p − onehot(y)) / denom. A label outside [0, k) cannot happen for
  * checked data; such a sample is ignored (no loss, zero gradient, never
  * counted correct) rather than read out of bounds. probs, dlogits and
- * correct may each be NULL. */
+ * correct may each be NULL. e^x is vec_math.h's polynomial, not libm's
+ * expf call per logit. */
 #include "dtrain/nn.h"
 
 #include <math.h>
+
+#include "vec_math.h"
+
+enum { EXP_CHUNK = 256 };
+
+/* Σ e^(z_j − m) over j < k, the terms kept in e if given: chunk by chunk
+ * through e or a stack buffer, so that the sum is the same bits either way
+ * (the evaluation's loss equals the training pass's). */
+static double exp_sum(const float *z, float m, int k, float *e) {
+  float buf[EXP_CHUNK];
+  double sum = 0.0;
+  for (int j0 = 0; j0 < k; j0 += EXP_CHUNK) {
+    int len = k - j0 < EXP_CHUNK ? k - j0 : EXP_CHUNK;
+    float *restrict t = e ? e + j0 : buf;
+    for (int j = 0; j < len; j++) t[j] = vec_expf(z[j0 + j] - m);
+    sum += vec_sum(t, len);
+  }
+  return sum;
+}
 
 double softmax_xent(const float *logits, const int32_t *labels, int n, int k, int denom,
                     float *probs, float *dlogits, int *correct) {
@@ -27,13 +47,7 @@ double softmax_xent(const float *logits, const int32_t *labels, int n, int k, in
         m = z[j];
         arg = j;
       }
-    double sum = 0.0;
-    if (e) {
-      for (int j = 0; j < k; j++) e[j] = expf(z[j] - m);
-      for (int j = 0; j < k; j++) sum += e[j];
-    } else {
-      for (int j = 0; j < k; j++) sum += expf(z[j] - m);
-    }
+    double sum = exp_sum(z, m, k, e);
     float inv_sum = (float)(1.0 / sum);
     if (e)
       for (int j = 0; j < k; j++) e[j] *= inv_sum;
