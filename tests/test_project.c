@@ -205,128 +205,99 @@ static void test_projection_overlap(void) {
   for (int s = 0; s < PROJ_COUNT; s++) CHECK(p.row[0].step_sec[s] >= 2 * p.compute_sec - 1e-12);
 }
 
+/* The projection from..to of a model file holding model_text on hosts of
+ * per_host ranks of a 1 GFLOP/s device (memory at 1e16 bytes/s: the
+ * layers are their FLOPs, the update below 1e-10 s), links of intra and
+ * inter bytes/s and no latency; batch 32, 64 classes, 1 MiB buckets. */
+static int project_text(const char *model_text, int hosts, int per_host, double intra, double inter,
+                        int from, int to, perf_projection_t *p) {
+  const char *path = "/tmp/dtrain-test-project.model";
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(model_text, f);
+  fclose(f);
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":%d,\"ranks_per_host\":%d,"
+           "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+           "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":%g}}",
+           hosts, per_host, intra, inter);
+  perf_cluster_file_t c;
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  int rc = perf_cluster_file_parse(text, strlen(text), "t", &c) == 0 && train_options_parse(1, argv, &cfg) == 0
+               ? 0 : -1;
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  if (rc == 0) rc = perf_project(&o, &c, from, to, p);
+  remove(path);
+  return rc;
+}
+
+#define FOUR_DENSE "input shape=1x1x64\ndense units=64\ndense units=64\ndense units=64\ndense units=64\n"
+#define EIGHT_DENSE FOUR_DENSE "dense units=64\ndense units=64\ndense units=64\ndense units=64\n"
+
 /* GPipe across a host of 4 ranks: 4 equal layers, links too fast to
  * see: (M + p - 1) / M of the compute with M = 4p micro-batches (the
  * bubble (p - 1) / M). */
 static void test_projection_gpipe(void) {
-  const char *path = "/tmp/dtrain-test-project-4.model";
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\ndense units=64\ndense units=64\ndense units=64\ndense units=64\n", f);
-  fclose(f);
-  const char *text =
-      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
-      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
-      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
-  perf_cluster_file_t c;
-  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
-  char *argv[] = {"train", NULL};
-  train_config_t cfg;
-  CHECK_OK(train_options_parse(1, argv, &cfg));
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
   perf_projection_t p;
-  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  CHECK_OK(project_text(FOUR_DENSE, 1, 4, 1e15, 1e15, 4, 4, &p));
   int g = 4, M = 4 * g;
-  /* one worker alone: 4 equal layers' forward and backward (the update and
-   * the bytes moved at 1e16 bytes/s: below 1e-10 s) */
-  CHECK(p.one_worker_sec > 1e-3);
+  CHECK(p.one_worker_sec > 1e-3); /* 4 equal layers' forward and backward */
   CHECK_NEAR(p.row[0].step_sec[PROJ_GPIPE], (double)(M + g - 1) / M * p.one_worker_sec, 1e-9);
   CHECK_NEAR(p.row[0].efficiency[PROJ_GPIPE], (double)M / (M + g - 1), 1e-6);
-  remove(path);
 }
 
 /* Interleaved 1F1B with 2 chunks a rank across a host of 4 ranks, 8
  * equal layers: (V M + p - 1) / (V M) of the compute (Megatron's bubble
  * (p - 1) / (V M), M = 4p); then local SGD (the ring's average every 4th
- * step) and D-PSGD (the parameters to both neighbours in turn) on 2 hosts
- * of 2 ranks joined by a slow link. */
+ * step), D-PSGD (the parameters to both neighbours in turn) and one
+ * asynchronous server on 2 hosts of 2 ranks joined by a slow link. */
 static void test_projection_more_strategies(void) {
-  const char *path = "/tmp/dtrain-test-project-8.model";
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\n", f);
-  for (int i = 0; i < 8; i++) fputs("dense units=64\n", f);
-  fclose(f);
-  const char *text =
-      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":4,"
-      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
-      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}";
-  perf_cluster_file_t c;
-  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
-  char *argv[] = {"train", NULL};
-  train_config_t cfg;
-  CHECK_OK(train_options_parse(1, argv, &cfg));
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
   perf_projection_t p;
-  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  CHECK_OK(project_text(EIGHT_DENSE, 2, 4, 1e15, 1e15, 4, 4, &p));
   int g = 4, V = PROJ_INTERLEAVE_V, M = 4 * g;
   CHECK_NEAR(p.row[0].step_sec[PROJ_INTERLEAVED], (double)(V * M + g - 1) / (V * M) * p.one_worker_sec, 1e-9);
   CHECK(p.row[0].step_sec[PROJ_INTERLEAVED] < p.row[0].step_sec[PROJ_GPIPE]); /* a smaller bubble */
-  /* links too fast to see: local SGD and D-PSGD are the compute */
+  /* links too fast to see: local SGD, D-PSGD and the async server are the compute */
   CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD], p.one_worker_sec, 1e-9);
   CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec, 1e-9);
   CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], p.one_worker_sec, 1e-9); /* nobody waits */
   /* 2 hosts of 2 ranks, 1e8 bytes/s between them */
-  c.group[0].ranks_per_host = 2, c.inter.beta = 1e8;
-  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  CHECK_OK(project_text(EIGHT_DENSE, 2, 2, 1e15, 1e8, 4, 4, &p));
   double model = p.grad_bytes;
+  perf_link_t intra = {0, 1e15}, inter = {0, 1e8};
   CHECK_NEAR(p.row[0].step_sec[PROJ_DPSGD], p.one_worker_sec + 2 * model / 1e8, 1e-9);
   CHECK_NEAR(p.row[0].step_sec[PROJ_LOCAL_SGD],
-             p.one_worker_sec + perf_proj_exchange_sec(PROJ_RING, 4, 2, model, c.intra, c.inter) / PROJ_LOCAL_SGD_TAU, 1e-9);
+             p.one_worker_sec + perf_proj_exchange_sec(PROJ_RING, 4, 2, model, intra, inter) / PROJ_LOCAL_SGD_TAU, 1e-9);
   /* the one async server's link takes 4 pushes and 4 pulls a round: more than a worker's own
    * compute and round trip */
   CHECK(8 * model / 1e8 > p.one_worker_sec + 2 * model / 1e8);
   CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], 8 * model / 1e8, 1e-6);
-  remove(path);
 }
 
 /* Megatron's tensor parallelism over a host of 4 ranks (4 dense layers:
  * two pairs): on links too fast to see, a quarter-ish of the compute (the
  * split layers' blocks); the sums' time inversely proportional to the
  * link inside the host; a model with no pair says why. */
-static double tp_step(const char *path, double intra_bw, perf_projection_t *p) {
-  char text[512];
-  snprintf(text, sizeof text,
-           "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
-           "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
-           "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":1e15}}",
-           intra_bw);
-  perf_cluster_file_t c;
-  char *argv[] = {"train", NULL};
-  train_config_t cfg;
-  if (perf_cluster_file_parse(text, strlen(text), "t", &c) != 0 || train_options_parse(1, argv, &cfg) != 0)
-    return -1;
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
-  return perf_project(&o, &c, 4, 4, p) == 0 ? p->row[0].step_sec[PROJ_TP] : -1;
-}
-
 static void test_projection_tp(void) {
-  const char *path = "/tmp/dtrain-test-project-tp.model";
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\ndense units=256\nrelu\ndense units=64\ndense units=256\nrelu\ndense units=64\n", f);
-  fclose(f);
+  const char *pairs = "input shape=1x1x64\ndense units=256\nrelu\ndense units=64\ndense units=256\nrelu\n"
+                      "dense units=64\n";
   perf_projection_t p;
-  double fast = tp_step(path, 1e15, &p);
+  CHECK_OK(project_text(pairs, 1, 4, 1e15, 1e15, 4, 4, &p));
+  double fast = p.row[0].step_sec[PROJ_TP];
   CHECK(fast > p.one_worker_sec / 8 && fast < p.one_worker_sec / 2);
   CHECK(!p.tp_why[0]);
   CHECK_NEAR(p.row[0].efficiency[PROJ_TP], p.one_worker_sec / 4 / fast, 1e-9); /* 4 ranks, one batch */
-  double slow = tp_step(path, 1e8, &p), slow2 = tp_step(path, 2e8, &p);
+  CHECK_OK(project_text(pairs, 1, 4, 1e8, 1e15, 4, 4, &p));
+  double slow = p.row[0].step_sec[PROJ_TP];
+  CHECK_OK(project_text(pairs, 1, 4, 2e8, 1e15, 4, 4, &p));
+  double slow2 = p.row[0].step_sec[PROJ_TP];
   CHECK(slow > fast);
   CHECK_NEAR(slow - fast, 2 * (slow2 - fast), 1e-9 * slow);
-  f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\nrelu\n", f);
-  fclose(f);
-  CHECK(isinf(tp_step(path, 1e9, &p)) && p.tp_why[0]);
-  remove(path);
+  CHECK_OK(project_text("input shape=1x1x64\nrelu\n", 1, 4, 1e9, 1e9, 4, 4, &p));
+  CHECK(isinf(p.row[0].step_sec[PROJ_TP]) && p.tp_why[0]);
 }
 
 /* Horovod's loop (--cycle-ms): two equal dense layers on a slow device,

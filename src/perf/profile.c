@@ -35,6 +35,16 @@ static void skip_space(reader_t *r) {
 
 static long offset(const reader_t *r, const char *start) { return (long)(r->s - start); }
 
+/* After an object's member: 1 where a comma follows (taken), 0 where not. */
+static int more_members(reader_t *r) {
+  skip_space(r);
+  if (r->s < r->end && *r->s == ',') {
+    r->s++;
+    return 1;
+  }
+  return 0;
+}
+
 static int expect(reader_t *r, char c, const char *start) {
   skip_space(r);
   if (r->s >= r->end || *r->s != c)
@@ -104,12 +114,7 @@ static int read_gemm_fit(reader_t *r, perf_gemm_fit_t *f, const char *start) {
                       r->source, full);
     DT_TRY(i < 4 ? read_real(r, full, &v[i], start) : read_number(r, full, &v[i], start));
     got |= 1 << i;
-    skip_space(r);
-    if (r->s < r->end && *r->s == ',') {
-      r->s++;
-      continue;
-    }
-    break;
+    if (!more_members(r)) break;
   }
   DT_TRY(expect(r, '}', start));
   if (got != 63)
@@ -135,12 +140,7 @@ static int read_link(reader_t *r, const char *key, perf_link_t *l, int *seen, co
       return dt_error("%s: unknown key \"%s\" (expected alpha, beta)", r->source, full);
     DT_TRY(read_number(r, full, v, start));
     got |= v == &l->alpha ? 1 : 2;
-    skip_space(r);
-    if (r->s < r->end && *r->s == ',') {
-      r->s++;
-      continue;
-    }
-    break;
+    if (!more_members(r)) break;
   }
   DT_TRY(expect(r, '}', start));
   if (got != 3) return dt_error("%s: key \"%s\" needs both alpha and beta", r->source, key);
@@ -176,12 +176,7 @@ static int read_ops(reader_t *r, const char *key, perf_link_t *op, unsigned *mas
       DT_TRY(read_link(r, full, &op[i], &seen, start));
       *mask |= 1u << i;
     }
-    skip_space(r);
-    if (r->s < r->end && *r->s == ',') {
-      r->s++;
-      continue;
-    }
-    break;
+    if (!more_members(r)) break;
   }
   DT_TRY(expect(r, '}', start));
   if (*mask && !*ranks) return dt_error("%s: key \"%s.ranks\" is missing", r->source, key);
@@ -245,12 +240,7 @@ int perf_profile_parse(const char *s, size_t len, const char *source, perf_profi
   DT_TRY(expect(&r, '{', s));
   for (;;) {
     DT_TRY(read_member(&r, &q, seen, s));
-    skip_space(&r);
-    if (r.s < r.end && *r.s == ',') {
-      r.s++;
-      continue;
-    }
-    break;
+    if (!more_members(&r)) break;
   }
   DT_TRY(expect(&r, '}', s));
   skip_space(&r);
