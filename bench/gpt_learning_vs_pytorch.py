@@ -25,7 +25,7 @@ links) concatenated in name order, written to one file both read.
 
 usage: bench/gpt_learning_vs_pytorch.py [--steps 300] [--batch 32] [--tol 0.02]
 The issue's scale is --steps 300 (PyTorch 1.13 reached 2.71 nats there).
-Run from the repository root after `make`."""
+Run from the repository root after `make`; DTRAIN=path picks another binary."""
 import argparse, json, os, subprocess, sys, tempfile, time
 
 import numpy as np
@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from gpt_vs_pytorch_grads import GPT, mapping, read_safetensors  # noqa: E402
 
-DTRAIN = os.path.join(ROOT, "build", "dtrain")
+DTRAIN = os.environ.get("DTRAIN", os.path.join(ROOT, "build", "dtrain"))  # a copy outlives rebuilds
 M64 = (1 << 64) - 1
 
 
