@@ -108,40 +108,31 @@ def corpus(path):
     return len(names)
 
 
-def run_dtrain(text, args, d):
+def start_dtrain(text, args, d):
+    """dtrain's run, started in the background: it trains while PyTorch does
+    (one thread each), so the two share the machine's cores."""
     metrics = os.path.join(d, "m.jsonl")
-    t0 = time.perf_counter()
-    subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
-                    str(args.seq_len), "--batch", str(args.batch), "--optimizer", "adamw", "--lr",
-                    "1e-3", "--seed", str(args.seed), "--threads", str(args.threads),
-                    "--max-steps", str(args.steps), "--quiet", "--metrics", metrics],
-                   check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text,
+                             "--seq-len", str(args.seq_len), "--batch", str(args.batch),
+                             "--optimizer", "adamw", "--lr", "1e-3", "--seed", str(args.seed),
+                             "--threads", str(args.threads), "--max-steps", str(args.steps),
+                             "--quiet", "--metrics", metrics], stdout=subprocess.DEVNULL)
+    return proc, metrics, time.perf_counter()
+
+
+def finish_dtrain(run):
+    proc, metrics, t0 = run
+    if proc.wait() != 0:
+        sys.exit(f"dtrain train failed (exit {proc.returncode})")
     sec = time.perf_counter() - t0
     rec = next(r for r in map(json.loads, open(metrics)) if r.get("event") == "epoch")
     return rec["train_loss"], rec["test_nats_per_token"], sec
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tol", type=float, default=0.02)
-    args = ap.parse_args()
+def train_pytorch(weights, data, args):
+    """The same gpt in PyTorch from dtrain's initial weights, on dtrain's
+    batches: (mean training loss, validation loss, seconds, split sizes)."""
     T, B = args.seq_len, args.batch
-    torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as d:
-        text, init = os.path.join(d, "fortunes.txt"), os.path.join(d, "init.st")
-        nfiles = corpus(text)
-        subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
-                        str(T), "--batch", str(B), "--optimizer", "adamw", "--lr", "0", "--seed",
-                        str(args.seed), "--max-steps", "1", "--quiet", "--checkpoint", init],
-                       check=True, stdout=subprocess.DEVNULL)
-        weights, _ = read_safetensors(init)
-        d_train, d_val, d_sec = run_dtrain(text, args, d)
-        data = np.frombuffer(open(text, "rb").read(), dtype=np.uint8).astype(np.int64)
     windows = (len(data) - 1) // T  # src/data/text.c: the last tenth of the windows held out
     held = windows // 10
     ntrain = windows - held
@@ -165,11 +156,40 @@ def main():
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    p_sec = time.perf_counter() - t0
+    sec = time.perf_counter() - t0
     with torch.no_grad():
         vl = [F.cross_entropy(model(x_all[i:i + B]).reshape(-1, V), y_all[i:i + B].reshape(-1),
                               reduction="sum").item() for i in range(ntrain, windows, B)]
-    p_val, p_train = sum(vl) / (held * T), sum(losses) / len(losses)
+    return sum(losses) / len(losses), sum(vl) / (held * T), sec, (ntrain, held)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tol", type=float, default=0.02)
+    args = ap.parse_args()
+    T, B = args.seq_len, args.batch
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as d:
+        text, init = os.path.join(d, "fortunes.txt"), os.path.join(d, "init.st")
+        nfiles = corpus(text)
+        subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
+                        str(T), "--batch", str(B), "--optimizer", "adamw", "--lr", "0", "--seed",
+                        str(args.seed), "--max-steps", "1", "--quiet", "--checkpoint", init],
+                       check=True, stdout=subprocess.DEVNULL)
+        weights, _ = read_safetensors(init)
+        data = np.frombuffer(open(text, "rb").read(), dtype=np.uint8).astype(np.int64)
+        run = start_dtrain(text, args, d)
+        try:
+            p_train, p_val, p_sec, (ntrain, held) = train_pytorch(weights, data, args)
+        except BaseException:
+            run[0].kill()
+            raise
+        d_train, d_val, d_sec = finish_dtrain(run)
 
     print(f"gpt on fortunes ({nfiles} files, {len(data)} bytes; {ntrain} training windows, {held} "
           f"held out), batch {B}, T {T}, AdamW 1e-3, {args.steps} steps, seed {args.seed}, "
@@ -177,7 +197,8 @@ def main():
     print(f"  mean training loss over the steps: dtrain {d_train:.6f}  pytorch {p_train:.6f}")
     print(f"  validation loss (nats/token): dtrain {d_val:.5f}  pytorch {p_val:.5f}  "
           f"difference {d_val - p_val:+.5f} (bound {args.tol})")
-    print(f"  wall time: dtrain {d_sec:.0f} s (with its evaluation), pytorch {p_sec:.0f} s training")
+    print(f"  wall time, side by side: dtrain {d_sec:.0f} s (with its evaluation), pytorch "
+          f"{p_sec:.0f} s training")
     same_batches = abs(d_train - p_train) <= 1e-3 * abs(p_train)
     if not same_batches:
         print("  the training losses differ: not the same weights or batches")
