@@ -149,6 +149,10 @@ def train_pytorch(weights, data, args):
     with torch.no_grad():
         for tname, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[names[tname]]))
+        if args.perturb:
+            torch.manual_seed(0)
+            for p in model.parameters():
+                p.mul_(1 + args.perturb * torch.randn_like(p))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     keep = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -175,6 +179,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tol", type=float, default=0.02)
+    ap.add_argument("--perturb", type=float, default=0.0,
+                    help="PyTorch's initial weights times 1 + X N(0,1): the yardstick of how far "
+                         "rounding alone parts two runs (compare with a run without it)")
     args = ap.parse_args()
     T, B = args.seq_len, args.batch
     torch.set_num_threads(args.threads)
@@ -199,7 +206,8 @@ def main():
 
     print(f"gpt on fortunes ({nfiles} files, {len(data)} bytes; {ntrain} training windows, {held} "
           f"held out), batch {B}, T {T}, AdamW 1e-3, {args.steps} steps, seed {args.seed}, "
-          f"{args.threads} thread(s)")
+          f"{args.threads} thread(s)" + (f", PyTorch's weights perturbed by {args.perturb:g}"
+                                         if args.perturb else ""))
     p_first, p_train = losses[0], sum(losses) / len(losses)
     drift = abs(d_train - p_train) / abs(p_train)
     print(f"  first step's loss (same weights, same batch): dtrain {d_first:.6f}  pytorch {p_first:.6f}")
