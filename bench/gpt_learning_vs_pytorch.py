@@ -27,7 +27,7 @@ How each thing is made the same, with nothing added to dtrain:
 The corpus: the plain files of /usr/share/games/fortunes (no .dat, no
 links) concatenated in name order, written to one file both read.
 
-usage: bench/gpt_learning_vs_pytorch.py [--steps 300] [--batch 32] [--tol 0.02]
+usage: bench/gpt_learning_vs_pytorch.py [--steps 300] [--batch 32] [--tol 0.02] [--perturb X]
 The issue's scale is --steps 300 (PyTorch 1.13 reached 2.71 nats there).
 Run from the repository root after `make`; DTRAIN=path picks another binary."""
 import argparse, json, os, subprocess, sys, tempfile, time
