@@ -20,9 +20,9 @@ How each thing is made the same, with nothing added to dtrain:
   run's training loss, batch 0 at the initial weights) must agree to 1e-5
   relative; the batch order past it is the same permutation of epoch 0 (at
   30 steps the mean training losses agreed to 6 digits). The mean training
-  loss over the steps is printed with its relative difference and must
-  agree to 1e-2: two fp32 trajectories part by rounding (1.7e-4 at 60
-  steps, 1.7e-3 at 300), a wrong order or model would part them further.
+  loss over the steps is printed with its relative difference, not judged:
+  two fp32 trajectories part by rounding (1.7e-4 at 60 steps, 1.7e-3 at
+  300; PyTorch against itself from weights perturbed by 1e-7: 1.3e-2).
 
 The corpus: the plain files of /usr/share/games/fortunes (no .dat, no
 links) concatenated in name order, written to one file both read.
@@ -212,7 +212,7 @@ def main():
     drift = abs(d_train - p_train) / abs(p_train)
     print(f"  first step's loss (same weights, same batch): dtrain {d_first:.6f}  pytorch {p_first:.6f}")
     print(f"  mean training loss over the steps: dtrain {d_train:.6f}  pytorch {p_train:.6f}  "
-          f"(relative difference {drift:.1e}, bound 1e-2)")
+          f"(relative difference {drift:.1e})")
     print(f"  validation loss (nats/token): dtrain {d_val:.5f}  pytorch {p_val:.5f}  "
           f"difference {d_val - p_val:+.5f} (bound {args.tol})")
     print(f"  wall time, side by side: dtrain {d_sec:.0f} s (with its evaluation), pytorch "
@@ -220,9 +220,7 @@ def main():
     same_start = abs(d_first - p_first) <= 1e-5 * abs(p_first)
     if not same_start:
         print("  the first losses differ: not the same weights or first batch")
-    if drift > 1e-2:
-        print("  the training losses differ by more than rounding: not the same batches or model")
-    ok = same_start and drift <= 1e-2 and abs(d_val - p_val) <= args.tol
+    ok = same_start and abs(d_val - p_val) <= args.tol
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
