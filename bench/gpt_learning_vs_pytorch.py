@@ -22,7 +22,7 @@ How each thing is made the same, with nothing added to dtrain:
   30 steps the mean training losses agreed to 6 digits). The mean training
   loss over the steps is printed with its relative difference, not judged:
   two fp32 trajectories part by rounding (1.7e-4 at 60 steps, 1.7e-3 at
-  300; PyTorch against itself from weights perturbed by 1e-7: 1.3e-2).
+  300; PyTorch against itself from weights perturbed by 1e-7: 1.5e-2).
 
 The corpus: the plain files of /usr/share/games/fortunes (no .dat, no
 links) concatenated in name order, written to one file both read.
