@@ -16,16 +16,20 @@ How each thing is made the same, with nothing added to dtrain:
   (src/data/shuffle.c: xoshiro256** seeded through splitmix64, Fisher-Yates
   with Lemire's bound); it is recomputed here, so step k takes windows
   order[k·B .. k·B+B) of the training split, as one dtrain worker does;
-- the check that they are the same: the mean training loss over the steps
-  (each batch's loss before its update) must agree to 1e-3 relative too —
-  a different first batch or different weights would show there at once.
+- the check that they are the same: the first step's loss (the weights
+  run's training loss, batch 0 at the initial weights) must agree to 1e-5
+  relative; the batch order past it is the same permutation of epoch 0 (at
+  30 steps the mean training losses agreed to 6 digits). The mean training
+  loss over the steps is printed with its relative difference, not judged:
+  two fp32 trajectories part by rounding (1.7e-4 at 60 steps, 1.7e-3 at
+  300; PyTorch against itself from weights perturbed by 1e-7: 1.5e-2).
 
 The corpus: the plain files of /usr/share/games/fortunes (no .dat, no
 links) concatenated in name order, written to one file both read.
 
-usage: bench/gpt_learning_vs_pytorch.py [--steps 300] [--batch 32] [--tol 0.02]
+usage: bench/gpt_learning_vs_pytorch.py [--steps 300] [--batch 32] [--tol 0.02] [--perturb X]
 The issue's scale is --steps 300 (PyTorch 1.13 reached 2.71 nats there).
-Run from the repository root after `make`."""
+Run from the repository root after `make`; DTRAIN=path picks another binary."""
 import argparse, json, os, subprocess, sys, tempfile, time
 
 import numpy as np
@@ -36,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from gpt_vs_pytorch_grads import GPT, mapping, read_safetensors  # noqa: E402
 
-DTRAIN = os.path.join(ROOT, "build", "dtrain")
+DTRAIN = os.environ.get("DTRAIN", os.path.join(ROOT, "build", "dtrain"))  # a copy outlives rebuilds
 M64 = (1 << 64) - 1
 
 
@@ -108,40 +112,31 @@ def corpus(path):
     return len(names)
 
 
-def run_dtrain(text, args, d):
+def start_dtrain(text, args, d):
+    """dtrain's run, started in the background: it trains while PyTorch does
+    (one thread each), so the two share the machine's cores."""
     metrics = os.path.join(d, "m.jsonl")
-    t0 = time.perf_counter()
-    subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
-                    str(args.seq_len), "--batch", str(args.batch), "--optimizer", "adamw", "--lr",
-                    "1e-3", "--seed", str(args.seed), "--threads", str(args.threads),
-                    "--max-steps", str(args.steps), "--quiet", "--metrics", metrics],
-                   check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text,
+                             "--seq-len", str(args.seq_len), "--batch", str(args.batch),
+                             "--optimizer", "adamw", "--lr", "1e-3", "--seed", str(args.seed),
+                             "--threads", str(args.threads), "--max-steps", str(args.steps),
+                             "--quiet", "--metrics", metrics], stdout=subprocess.DEVNULL)
+    return proc, metrics, time.perf_counter()
+
+
+def finish_dtrain(run):
+    proc, metrics, t0 = run
+    if proc.wait() != 0:
+        sys.exit(f"dtrain train failed (exit {proc.returncode})")
     sec = time.perf_counter() - t0
     rec = next(r for r in map(json.loads, open(metrics)) if r.get("event") == "epoch")
     return rec["train_loss"], rec["test_nats_per_token"], sec
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tol", type=float, default=0.02)
-    args = ap.parse_args()
+def train_pytorch(weights, data, args):
+    """The same gpt in PyTorch from dtrain's initial weights, on dtrain's
+    batches: (mean training loss, validation loss, seconds, split sizes)."""
     T, B = args.seq_len, args.batch
-    torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as d:
-        text, init = os.path.join(d, "fortunes.txt"), os.path.join(d, "init.st")
-        nfiles = corpus(text)
-        subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
-                        str(T), "--batch", str(B), "--optimizer", "adamw", "--lr", "0", "--seed",
-                        str(args.seed), "--max-steps", "1", "--quiet", "--checkpoint", init],
-                       check=True, stdout=subprocess.DEVNULL)
-        weights, _ = read_safetensors(init)
-        d_train, d_val, d_sec = run_dtrain(text, args, d)
-        data = np.frombuffer(open(text, "rb").read(), dtype=np.uint8).astype(np.int64)
     windows = (len(data) - 1) // T  # src/data/text.c: the last tenth of the windows held out
     held = windows // 10
     ntrain = windows - held
@@ -154,6 +149,10 @@ def main():
     with torch.no_grad():
         for tname, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[names[tname]]))
+        if args.perturb:
+            torch.manual_seed(0)
+            for p in model.parameters():
+                p.mul_(1 + args.perturb * torch.randn_like(p))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     keep = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -165,23 +164,63 @@ def main():
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    p_sec = time.perf_counter() - t0
+    sec = time.perf_counter() - t0
     with torch.no_grad():
         vl = [F.cross_entropy(model(x_all[i:i + B]).reshape(-1, V), y_all[i:i + B].reshape(-1),
                               reduction="sum").item() for i in range(ntrain, windows, B)]
-    p_val, p_train = sum(vl) / (held * T), sum(losses) / len(losses)
+    return losses, sum(vl) / (held * T), sec, (ntrain, held)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tol", type=float, default=0.02)
+    ap.add_argument("--perturb", type=float, default=0.0,
+                    help="PyTorch's initial weights times 1 + X N(0,1): the yardstick of how far "
+                         "rounding alone parts two runs (compare with a run without it)")
+    args = ap.parse_args()
+    T, B = args.seq_len, args.batch
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as d:
+        text, init = os.path.join(d, "fortunes.txt"), os.path.join(d, "init.st")
+        nfiles = corpus(text)
+        subprocess.run([DTRAIN, "train", "--model", "gpt", "--data", "text:" + text, "--seq-len",
+                        str(T), "--batch", str(B), "--optimizer", "adamw", "--lr", "0", "--seed",
+                        str(args.seed), "--max-steps", "1", "--quiet", "--checkpoint", init,
+                        "--metrics", init + ".jsonl"], check=True, stdout=subprocess.DEVNULL)
+        weights, _ = read_safetensors(init)
+        d_first = next(r for r in map(json.loads, open(init + ".jsonl"))
+                       if r.get("event") == "epoch")["train_loss"]
+        data = np.frombuffer(open(text, "rb").read(), dtype=np.uint8).astype(np.int64)
+        run = start_dtrain(text, args, d)
+        try:
+            losses, p_val, p_sec, (ntrain, held) = train_pytorch(weights, data, args)
+        except BaseException:
+            run[0].kill()
+            raise
+        d_train, d_val, d_sec = finish_dtrain(run)
 
     print(f"gpt on fortunes ({nfiles} files, {len(data)} bytes; {ntrain} training windows, {held} "
           f"held out), batch {B}, T {T}, AdamW 1e-3, {args.steps} steps, seed {args.seed}, "
-          f"{args.threads} thread(s)")
-    print(f"  mean training loss over the steps: dtrain {d_train:.6f}  pytorch {p_train:.6f}")
+          f"{args.threads} thread(s)" + (f", PyTorch's weights perturbed by {args.perturb:g}"
+                                         if args.perturb else ""))
+    p_first, p_train = losses[0], sum(losses) / len(losses)
+    drift = abs(d_train - p_train) / abs(p_train)
+    print(f"  first step's loss (same weights, same batch): dtrain {d_first:.6f}  pytorch {p_first:.6f}")
+    print(f"  mean training loss over the steps: dtrain {d_train:.6f}  pytorch {p_train:.6f}  "
+          f"(relative difference {drift:.1e})")
     print(f"  validation loss (nats/token): dtrain {d_val:.5f}  pytorch {p_val:.5f}  "
           f"difference {d_val - p_val:+.5f} (bound {args.tol})")
-    print(f"  wall time: dtrain {d_sec:.0f} s (with its evaluation), pytorch {p_sec:.0f} s training")
-    same_batches = abs(d_train - p_train) <= 1e-3 * abs(p_train)
-    if not same_batches:
-        print("  the training losses differ: not the same weights or batches")
-    ok = same_batches and abs(d_val - p_val) <= args.tol
+    print(f"  wall time, side by side: dtrain {d_sec:.0f} s (with its evaluation), pytorch "
+          f"{p_sec:.0f} s training")
+    same_start = abs(d_first - p_first) <= 1e-5 * abs(p_first)
+    if not same_start:
+        print("  the first losses differ: not the same weights or first batch")
+    ok = same_start and abs(d_val - p_val) <= args.tol
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
