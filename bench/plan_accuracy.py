@@ -26,7 +26,7 @@ each row with that binary too, in the same repeats (one measurement for
 both: a change to the model compared on the same runs, at the same load),
 and prints its ratio and error beside the row's and both summaries.
 
-usage: bench/plan_accuracy.py [--steps 12] [--nets 100Mbit,1Gbit,10Gbit]
+usage: bench/plan_accuracy.py [--steps 12] [--steady] [--nets 100Mbit,1Gbit,10Gbit]
                               [--only SUBSTRING] [--mpi] [--profile FILE]
                               [--json FILE] [--baseline BINARY]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
@@ -92,7 +92,8 @@ def predict(o, profile, binary=None):
     return json.loads(p.stdout.splitlines()[-1]), None
 
 
-def measure(o, d, mpi_ranks=0):
+def epoch_sec(o, d, mpi_ranks=0):
+    """A run's one epoch: its seconds and steps (or None and why)."""
     m = os.path.join(d, "m.jsonl")
     if os.path.exists(m):
         os.remove(m)
@@ -103,7 +104,22 @@ def measure(o, d, mpi_ranks=0):
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
     ep = [json.loads(l) for l in open(m) if '"event":"epoch"' in l]
-    return ep[0]["epoch_sec"] / ep[0]["step"], None
+    return (ep[0]["epoch_sec"], ep[0]["step"]), None
+
+
+def measure(o, d, mpi_ranks=0, steady=False):
+    """The measured step: the epoch's seconds over its steps (the first
+    step's start-up in it); steady: the second N steps of a 2N-step run
+    (its epoch less an N-step run's, over N), the start-up left out, as the
+    prediction is a steady step."""
+    got, err = epoch_sec(o, d, mpi_ranks)
+    if err or not steady:
+        return (got[0] / got[1] if got else None), err
+    i = o.index("--max-steps") + 1
+    twice, err = epoch_sec(o[:i] + [str(2 * int(o[i]))] + o[i + 1:], d, mpi_ranks)
+    if err:
+        return None, err
+    return (twice[0] - got[0]) / (twice[1] - got[1]), None
 
 
 def pct(v, q):
@@ -120,6 +136,8 @@ def main():
     ap.add_argument("--mpi", action="store_true")
     ap.add_argument("--profile")
     ap.add_argument("--json")
+    ap.add_argument("--steady", action="store_true",
+                    help="measure the steady step: a 2N-step run's epoch less an N-step run's, over N")
     ap.add_argument("--baseline", help="a second dtrain binary whose predictions are compared")
     a = ap.parse_args()
     rows = []
@@ -148,7 +166,7 @@ def main():
                     if base is None:
                         break
                     bases.append(base["step_sec"])
-                meas, err = measure(o, d, plan["ranks"] if mpi else 0)
+                meas, err = measure(o, d, plan["ranks"] if mpi else 0, a.steady)
                 if meas is None:
                     break
                 preds.append(plan["step_sec"])
