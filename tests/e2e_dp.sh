@@ -241,5 +241,5 @@ for p in pytorch-ddp bytescheduler; do
   "$DTRAIN" train $BASE --batch 32 --workers 2 --preset $p --metrics "$TMP/exposed_$p.jsonl" >/dev/null 2>&1
   check "comm_sec_covers_exposed_$p" $PY -c "
 import json; e = json.loads(open('$TMP/exposed_$p.jsonl').readline())
-assert e['comm_sec'] >= e['comm_exposed_sec'] > 0 and e['comm_hidden_sec'] >= 0, e"
+assert e['comm_sec'] >= e['comm_exposed_sec'] >= 0 and e['comm_sec'] > 0 and e['comm_hidden_sec'] >= 0, e"
 done

@@ -94,15 +94,19 @@ expect_error precision_values 2 "option --precision: 'fp16' (expected fp32 or bf
 expect_error bf16_refused_without_cpu_support 2 "option --precision bf16: this CPU has no bf16 instructions (AVX512_BF16 or AMX-BF16) (use --precision fp32)" -- \
   env DTRAIN_CPU_DISABLE=avx512_bf16,amx_bf16 "$DTRAIN" train --precision bf16
 if "$DTRAIN" train --data synthetic --max-steps 1 --quiet --precision bf16 >/dev/null 2>&1; then
-  "$DTRAIN" train $B --metrics "$TMP/fp32.jsonl" >/dev/null
-  "$DTRAIN" train $B --precision bf16 --metrics "$TMP/bf16.jsonl" >/dev/null
-  check bf16_runs_on_onednn grep -q '"gemm":"bf16 onednn"' "$TMP/bf16.jsonl"
-  # 2 epochs of 2048 samples: bf16 learns as fp32 does (within 3 points here;
-  # the full-data figure is in docs/BENCHMARKS.md)
+  for seed in 4 5; do
+    "$DTRAIN" train $B --seed $seed --metrics "$TMP/fp32_$seed.jsonl" >/dev/null
+    "$DTRAIN" train $B --seed $seed --precision bf16 --metrics "$TMP/bf16_$seed.jsonl" >/dev/null
+  done
+  check bf16_runs_on_onednn grep -q '"gemm":"bf16 onednn"' "$TMP/bf16_4.jsonl"
+  # 2 epochs of 2048 samples: bf16 learns as fp32 does (the mean of two
+  # seeds within 3 points: one seed alone swings 5 points either way on 512
+  # test samples; the full-data figure is in docs/BENCHMARKS.md)
   check bf16_accuracy_near_fp32 $PY -c "
 import json
 acc = lambda f: [json.loads(l) for l in open(f)][-1]['test_acc']
-a, b = acc('$TMP/fp32.jsonl'), acc('$TMP/bf16.jsonl')
+a = sum(acc('$TMP/fp32_%d.jsonl' % s) for s in (4, 5)) / 2
+b = sum(acc('$TMP/bf16_%d.jsonl' % s) for s in (4, 5)) / 2
 assert a > 0.6 and abs(a - b) < 0.03, (a, b)"
   # every rank a thread with its own oneDNN state (shared sync), and under mpi
   "$DTRAIN" train $B --max-steps 20 --workers 2 --precision bf16 --metrics "$TMP/bf16_2.jsonl" >/dev/null

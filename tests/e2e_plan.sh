@@ -98,6 +98,12 @@ check plan_no_straggler_step $PY -c "import sys; sys.exit($(field "$TMP/plain.pl
 $PLAN --workers 8 --pp 2 --tp 2 --micro-batches 4 --partition macs >"$TMP/grid.plan" 2>"$TMP/grid.err"
 check plan_grid_groups_apart grep -q '"event":"plan","strategy":"pipeline parallelism","ranks":8' "$TMP/grid.plan"
 
+# SSP over two servers: a step (its steady state, or the one step's), never 0
+$PLAN --workers 4 --exchange ps:2 --schedule ssp:3 >"$TMP/ssp.plan" 2>&1
+check plan_ssp_two_servers_step $PY -c "
+import json; p = json.loads(open('$TMP/ssp.plan').read().splitlines()[-1])
+assert p['step_sec'] > 0 and p['samples_per_sec'] > 0, p"
+
 # The profile: written by --calibrate --quick, taken by --predict.
 $DTRAIN plan --calibrate --quick --out "$TMP/prof.json" >"$TMP/fits" 2>&1
 check plan_calibrate_quick grep -q '"event":"calibrate","transport":"local"' "$TMP/fits"
