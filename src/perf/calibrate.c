@@ -42,6 +42,11 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+double perf_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
 /* Messages and bytes (per byte of the buffer) in sequence of an operation
  * over P ranks: its formula, as the simulator charges it. */
 static void op_cost(int op, int P, int oversubscribed, double *m, double *b) {
@@ -104,8 +109,8 @@ static int measure_rank(comm_t *c, void *arg) {
       double sec = dt_now() - t0;
       if (rep > 0) t[rep - 1] = k->op == PERF_OP_P2P ? sec / 2 : sec;
     }
-    qsort(t, REPS, sizeof *t, cmp_double);
-    if (comm_rank(c) == 0) k->bytes[n] = (double)bytes, k->sec[n] = t[REPS / 2];
+    double med = rc == 0 ? perf_median(t, REPS) : 0;
+    if (comm_rank(c) == 0) k->bytes[n] = (double)bytes, k->sec[n] = med;
   }
   if (comm_rank(c) == 0) k->n = n, k->P = comm_size(c);
   dt_free(buf);

@@ -73,17 +73,11 @@ static int shm_rank(comm_t *c, void *arg) {
   return rc;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 int perf_calibrate_shm(int ranks, int quick, double *sec_per_value) {
   /* 16 MiB arenas (4 with quick): past the caches, as a model's are */
   shm_calib_t k = {.n = (quick ? (size_t)1 << 20 : (size_t)4 << 20)};
   comm_net_t net = {0};
   DT_TRY(comm_local_run(ranks, &net, shm_rank, &k));
-  qsort(k.sec, REPS, sizeof *k.sec, cmp_double);
-  *sec_per_value = k.sec[REPS / 2] / (double)k.n;
+  *sec_per_value = perf_median(k.sec, REPS) / (double)k.n;
   return 0;
 }

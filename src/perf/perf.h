@@ -152,6 +152,8 @@ int perf_profile_write(const perf_profile_t *p, FILE *out);
 int perf_calibrate(int quick, perf_profile_t *out, FILE *log);
 int perf_calibrate_mpi(int *argc, char ***argv, int quick, perf_profile_t *out, int *is_root,
                        FILE *log);
+/* The median of v[0..n) (v is sorted in place). */
+double perf_median(double *v, int n);
 /* calibrate_shm.c: shared sync's sum and push (strategy/dp/shared_sync.c)
  * over `ranks` threads, each a core: seconds a value of the arena. */
 int perf_calibrate_shm(int ranks, int quick, double *sec_per_value);
