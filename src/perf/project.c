@@ -325,23 +325,29 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
   return (link_free > compute_end ? link_free : compute_end) + p->update;
 }
 
+/* The model's input: its file's `input shape=`, a sequence model's
+ * 1x1xT, or the options' shape. */
+static shape_t model_input(const perf_proj_opts_t *o, const model_spec_t *spec) {
+  if (spec->nlayers > 0 && spec->layers[0].kind == LAYER_EMBEDDING) return (shape_t){1, 1, o->seq_len};
+  return spec->input.c > 0 ? spec->input : o->input;
+}
+
 static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
   model_spec_t spec;
   DT_TRY(model_spec_load(o->model, &spec));
-  shape_t in = spec.input.c > 0 ? spec.input : o->input;
   int seq = spec.nlayers > 0 && spec.layers[0].kind == LAYER_EMBEDDING;
-  if (seq) in = (shape_t){1, 1, o->seq_len};
   int classes = o->nclasses > 0 ? o->nclasses : seq ? 256 : 10; /* bytes; the image sets' */
-  int rc = model_build(&spec, in, classes, batch, m);
+  int rc = model_build(&spec, model_input(o, &spec), classes, batch, m);
   model_spec_free(&spec);
   return rc;
 }
 
 /* tp rank 0's model over g ranks (the model file's split= keys, else
  * Megatron's pairs of tensor_plan), beside m: each layer's share of its
- * work and its sums' bytes on `batch` samples. A model with nothing to
+ * work and its sums' bytes on o->batch samples (a sum's floats are its
+ * samples' times a sample's: counted on one). A model with nothing to
  * split over g says why in why. */
-static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int batch, tp_proj_t *tp,
+static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, tp_proj_t *tp,
                     char *why, size_t why_cap) {
   model_spec_t spec;
   DT_TRY(model_spec_load(o->model, &spec));
@@ -351,10 +357,7 @@ static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int batc
   model_t *tm = NULL;
   if (rc == 0) {
     spec.tp = &link;
-    shape_t in = spec.input.c > 0 ? spec.input : o->input;
-    int seq = spec.nlayers > 0 && spec.layers[0].kind == LAYER_EMBEDDING;
-    if (seq) in = (shape_t){1, 1, o->seq_len};
-    rc = model_build(&spec, in, m->nclasses, batch, &tm);
+    rc = model_build(&spec, model_input(o, &spec), m->nclasses, 1, &tm);
   }
   model_spec_free(&spec);
   if (rc == 0 && tm->nlayers != m->nlayers) rc = dt_error("its tp model has other layers");
@@ -375,9 +378,9 @@ static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int batc
     tp->share[i] = whole > 0 ? part / whole : 1;
     for (int bw = 0; bw < 2; bw++) {
       layer_sum_t sums[LAYER_MAX_SUMS];
-      int n = model_layer_sums(tm, i, batch, bw, 0, 1, sums);
+      int n = model_layer_sums(tm, i, 1, bw, 0, 0, sums); /* layer 0: no input gradient */
       for (int k = 0; k < n; k++)
-        if (!sums[k].bn && !sums[k].halo) tp->sum_bytes[i] += 4.0 * (double)sums[k].count;
+        if (!sums[k].bn && !sums[k].halo) tp->sum_bytes[i] += 4.0 * (double)sums[k].count * o->batch;
     }
   }
   model_free(tm);
@@ -425,8 +428,7 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   DT_TRY(build(o, measured ? o->batch : 1, &m));
   int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
   tp_proj_t tp = {0};
-  rc = tp_build(o, m, c->group[0].ranks_per_host, measured ? o->batch : 1, &tp, out->tp_why,
-                sizeof out->tp_why);
+  rc = tp_build(o, m, c->group[0].ranks_per_host, &tp, out->tp_why, sizeof out->tp_why);
   perf_compute_t pc = {0};
   if (measured) {
     model_init_params(m, 1);
