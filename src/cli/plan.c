@@ -319,10 +319,7 @@ static int search(int argc, char **argv, const plan_opts_t *o, const perf_profil
   perf_search_opts_t so = {.memory_per_rank = (double)o->memory, .cluster = cluster,
                            .explain = o->explain};
   char from[300];
-  for (int g = 0; cluster && !o->memory && g < cluster->ngroups; g++) {
-    double m = cluster->group[g].memory;
-    if (m > 0 && (so.memory_per_rank == 0 || m < so.memory_per_rank)) so.memory_per_rank = m;
-  }
+  if (cluster && !o->memory) so.memory_per_rank = perf_cluster_file_memory(cluster);
   if (cluster && !o->memory && so.memory_per_rank > 0) {
     snprintf(from, sizeof from, "the memory per rank of %s", o->cluster);
     so.memory_from = from;

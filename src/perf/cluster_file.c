@@ -261,6 +261,13 @@ int perf_cluster_file_load(const char *path, perf_cluster_file_t *c) {
   return rc;
 }
 
+double perf_cluster_file_memory(const perf_cluster_file_t *c) {
+  double least = 0;
+  for (int g = 0; g < c->ngroups; g++)
+    if (c->group[g].memory > 0 && (!least || c->group[g].memory < least)) least = c->group[g].memory;
+  return least;
+}
+
 const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r) {
   for (int g = 0; g < c->ngroups; g++) {
     int n = c->group[g].hosts * c->group[g].ranks_per_host;

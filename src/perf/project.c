@@ -456,9 +456,7 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   out->compute_sec = out->one_worker_sec;
   memory_bytes(m, nstate, &out->mem_fixed, &out->mem_per_sample);
   double mem = out->mem_fixed + out->mem_per_sample * o->batch;
-  for (int g = 0; g < c->ngroups; g++)
-    if (c->group[g].memory > 0 && (!out->mem_limit || c->group[g].memory < out->mem_limit))
-      out->mem_limit = c->group[g].memory;
+  out->mem_limit = perf_cluster_file_memory(c);
   for (int P = from; rc == 0 && P <= to && out->nrows < 16; P *= 2) {
     perf_proj_row_t *row = &out->row[out->nrows++];
     row->workers = P, row->memory_bytes = mem, row->fits = 1;

@@ -40,6 +40,8 @@ int perf_cluster_file_parse(const char *s, size_t len, const char *source, perf_
 int perf_cluster_file_load(const char *path, perf_cluster_file_t *c);
 /* The group rank r is in (ranks numbered host by host, group by group). */
 const perf_group_t *perf_cluster_file_group(const perf_cluster_file_t *c, int r);
+/* The least memory_per_rank among the groups (0: none limited). */
+double perf_cluster_file_memory(const perf_cluster_file_t *c);
 
 /* ---- project.c -------------------------------------------------------- */
 
