@@ -4,9 +4,14 @@
 For each configuration, `dtrain plan --predict OPTIONS` and `dtrain train
 OPTIONS --metrics ...` are run on the same command line; the measured step
 is the epoch line's epoch_sec / step (one epoch of --max-steps steps, the
-first step's start-up included, as the prediction is a steady step); each
-row is the median of --repeats predictions and runs, alternated (the
-machine's load drifts). The
+first step's start-up included, which the prediction of a steady step
+leaves out). A run has --steps steps, or more where the first prediction's
+step is short: enough for --min-sec seconds (a 2 ms step over 12 steps is
+mostly the first step's start-up and the host's jitter). Each row is the
+median of --repeats predictions and runs, alternated (the machine's load
+drifts); the summary also gives the runs' own spread (a row's slowest run
+less its fastest, over their median): how far measurement falls from
+measurement, the floor under any prediction's error. The
 yardstick is the measurement itself: each row prints the ratio
 predicted / measured and the error |predicted - measured| / measured; the
 summary gives the median and the 90th percentile of the errors, overall and
@@ -26,7 +31,7 @@ each row with that binary too, in the same repeats (one measurement for
 both: a change to the model compared on the same runs, at the same load),
 and prints its ratio and error beside the row's and both summaries.
 
-usage: bench/plan_accuracy.py [--steps 12] [--steady] [--nets 100Mbit,1Gbit,10Gbit]
+usage: bench/plan_accuracy.py [--steps 12] [--min-sec 0.5] [--steady] [--nets 100Mbit,1Gbit,10Gbit]
                               [--only SUBSTRING] [--mpi] [--profile FILE]
                               [--json FILE] [--baseline BINARY]"""
 import argparse, json, os, statistics, subprocess, sys, tempfile
@@ -122,6 +127,15 @@ def measure(o, d, mpi_ranks=0, steady=False):
     return (twice[0] - got[0]) / (twice[1] - got[1]), None
 
 
+def steps_for(step_sec, least, min_sec):
+    """Steps for a run of at least min_sec by the prediction (and at least
+    `least`, at most an epoch's 1,875): a few-millisecond step measured over
+    12 steps is mostly the first step's start-up and the host's jitter."""
+    if step_sec <= 0:
+        return least
+    return max(least, min(1875, int(min_sec / step_sec + 0.999)))
+
+
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
@@ -129,7 +143,9 @@ def pct(v, q):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=12, help="at least this many steps a run")
+    ap.add_argument("--min-sec", type=float, default=0.5,
+                    help="and enough steps for this many seconds by the prediction (0: --steps only)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nets", default="100Mbit,1Gbit,10Gbit")
     ap.add_argument("--only", default="", help="rows whose name holds one of these (comma-separated)")
@@ -156,8 +172,11 @@ def main():
             if a.only and not any(x in name for x in a.only.split(",")):
                 continue
             o = options(opts, four, a.steps, net)
-            preds, meass, bases, err = [], [], [], None
-            for _ in range(a.repeats):  # alternated: the machine's load drifts
+            first, err = predict(o + (["--comm", "mpi"] if mpi else []), a.profile)
+            if first and a.min_sec > 0:  # short steps: enough of them to outlast the host's jitter
+                o = options(opts, four, steps_for(first["step_sec"], a.steps, a.min_sec), net)
+            preds, meass, bases = [], [], []
+            for _ in range(a.repeats if first else 0):  # alternated: the machine's load drifts
                 plan, err = predict(o + (["--comm", "mpi"] if mpi else []), a.profile)
                 if plan is None:
                     break
@@ -177,7 +196,8 @@ def main():
             p, meas = statistics.median(preds), statistics.median(meass)
             e = abs(p - meas) / meas
             rows.append({"family": fam, "config": name, "link": net or "mpi", "predicted": p,
-                         "measured": meas, "error": e})
+                         "measured": meas, "error": e, "steps": int(o[o.index("--max-steps") + 1]),
+                         "spread": (max(meass) - min(meass)) / meas})
             extra = ""
             if bases:
                 b = statistics.median(bases)
@@ -191,6 +211,10 @@ def main():
     for fam in dict.fromkeys(r["family"] for r in rows):
         fe = [r["error"] for r in rows if r["family"] == fam]
         print(f"  {fam:10} {len(fe):3} runs: median {statistics.median(fe):.1%}, p90 {pct(fe, 0.9):.1%}")
+    spreads = [r["spread"] for r in rows]
+    if a.repeats > 1 and spreads:  # the yardstick of the errors: how far runs fall from each other
+        print(f"the measurements' own spread (a row's slowest run less its fastest, over their median): "
+              f"median {statistics.median(spreads):.1%}, 90th percentile {pct(spreads, 0.9):.1%}")
     be = [r["baseline_error"] for r in rows if "baseline_error" in r]
     if be:
         print(f"baseline ({a.baseline}): median error {statistics.median(be):.1%}, "

@@ -175,6 +175,9 @@ static void test_codec_work(void) {
   CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1.5e-9 + 2 * 2e-9), 1e-15);
   pc.codec_family = PERF_CODEC_SPARSE;
   CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1e6 * (1e-9 + 2 * 2e-9 + 3 * 5e-10), 1e-15);
+  pc.codec_scale = 1.5; /* the exchange measured 1.5x the passes: the same shape in P, 1.5x */
+  CHECK_NEAR(perf_codec_work(&pc, 1e6, 2), 1.5e6 * (1e-9 + 2 * 2e-9 + 3 * 5e-10), 1e-15);
+  pc.codec_scale = 0;
   /* two ranks: a forward, then an exchange whose codec takes W of a core */
   int host[2];
   double fwd[1], bwd[1], l[2], bw[2], slow[2], W = 4e-3;
@@ -531,8 +534,36 @@ static void test_gemm_fit(void) {
   model_spec_free(&spec);
 }
 
+/* The compressed exchange's own CPU, measured by running it on two local
+ * ranks: at least its encoding of every value (the passes measured one at
+ * a time; not for top-k, whose selection's cost depends on the values it
+ * meets), at most what a run's exchange could cost at all (10 us a value);
+ * nothing for no codec. */
+static void test_codec_exchange_cpu(void) {
+  enum { N = 1 << 16 };
+  compress_matrix_t mats[2] = {{0, 256, 192}, {256 * 192, 1, N - 256 * 192}};
+  const char *codecs[] = {"fp16", "int8", "topk:0.01", "powersgd:2"};
+  for (int i = 0; i < 4; i++) {
+    compress_config_t cc = {.algo = ALLREDUCE_RING, .error_feedback = i == 2};
+    CHECK_OK(codec_parse(codecs[i], &cc.codec));
+    perf_compute_t pc = {0};
+    CHECK_OK(perf_codec_measure(&cc.codec, cc.error_feedback, N, mats, 2, &pc));
+    double sec = 0;
+    CHECK_OK(perf_codec_exchange_cpu(&cc, N, mats, 2, &sec));
+    printf("  %-10s exchange %.3g ns a value, its encoding alone %.3g\n", codecs[i], sec * 1e9,
+           (pc.encode_sec + pc.factor_sec) * 1e9);
+    CHECK(sec > 0 && sec < 1e-5);
+    if (i != 2) CHECK(sec >= pc.encode_sec + pc.factor_sec);
+  }
+  compress_config_t none = {.algo = ALLREDUCE_RING};
+  double sec = 1;
+  CHECK_OK(perf_codec_exchange_cpu(&none, N, mats, 2, &sec));
+  CHECK(sec == 0);
+}
+
 int main(void) {
   RUN(test_ring_alpha_beta);
+  RUN(test_codec_exchange_cpu);
   RUN(test_eager_message);
   RUN(test_periodic_share);
   RUN(test_shared_host_link);

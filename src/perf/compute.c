@@ -275,7 +275,8 @@ int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n,
   return rc;
 }
 
-double perf_codec_work(const perf_compute_t *p, double coded, int P) {
+/* The passes, each timed on its own with hot caches. */
+static double codec_passes(const perf_compute_t *p, double coded, int P) {
   double e = p->encode_sec, d = p->decode_sec, f = p->feedback_sec, fb = f > 0, c = p->copy_sec;
   if (P < 1) P = 1;
   switch (p->codec_family) {
@@ -287,4 +288,9 @@ double perf_codec_work(const perf_compute_t *p, double coded, int P) {
     return coded * (p->factor_sec + f + (fb ? c : 0));
   default: return 0;
   }
+}
+
+/* The passes' shape in P, at the level the exchange itself was measured. */
+double perf_codec_work(const perf_compute_t *p, double coded, int P) {
+  return codec_passes(p, coded, P) * (p->codec_scale > 0 ? p->codec_scale : 1);
 }

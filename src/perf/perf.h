@@ -36,6 +36,7 @@ typedef struct {
    * orthogonalization over the model's matrices; which exchange runs them */
   int codec_family;          /* PERF_CODEC_* */
   double encode_sec, decode_sec, feedback_sec, factor_sec;
+  double codec_scale;        /* the exchange's measured CPU over those passes' (0: 1) */
 } perf_compute_t;
 
 enum { PERF_CODEC_NONE, PERF_CODEC_DENSE, PERF_CODEC_SPARSE, PERF_CODEC_FACTORS };
@@ -60,6 +61,12 @@ int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n,
  * for the memory); sparse ones encode once, decode each rank's message,
  * and pack, clear and unpack the buffer; powersgd its products. */
 double perf_codec_work(const perf_compute_t *p, double coded, int P);
+/* codec_exchange.c: the compressed exchange's own CPU seconds per value of
+ * a buffer of n (at most 2^20) values, compressor_allreduce run by two
+ * local ranks on cold caches (0 for no codec); predict.c sets codec_scale
+ * to it over perf_codec_work's per value at P = 2. */
+int perf_codec_exchange_cpu(const compress_config_t *cc, size_t n, const compress_matrix_t *mats,
+                            int nmats, double *sec_per_value);
 void perf_compute_free(perf_compute_t *p);
 /* Layer i's seconds for `samples` (backward or forward): the measured size,
  * or linear between the two nearest (proportional past the ends). A task
