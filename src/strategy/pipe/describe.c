@@ -111,11 +111,14 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
       if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_GROUP_COLOR(rank_of(d, 0, s)));
     }
     return prev;
-  case PIPE_STEP:
+  case PIPE_STEP: { /* the stage's own parameters: its chunks' (the engine's segments) */
+    size_t mine = 0;
+    for (int v = 0; v < d->V; v++) mine += chunk_params(d, v * d->P + s);
     if (d->c->clip_grad_norm > 0) prev = step_add_clip_sums(d->out, me, d->t, d->T, s, d->P, prev);
-    prev = step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, d->m->nparams, d->c->batch,
-                                          .peer = -1, .after = prev});
+    prev = step_add(d->out, (step_task_t){TASK_UPDATE, me, -1, mine, d->c->batch, .peer = -1,
+                                          .after = prev});
     return prev == STEP_FAILED ? prev : add_tied(d, r, s, 0, prev);
+  }
   default: return prev; /* LOAD: the samples are this rank's own */
   }
   return step_add(d->out, t);
