@@ -54,6 +54,8 @@ CONFIGS = [
     ("ps", "ps1-sync-2", "--workers 2 --exchange ps:1"),
     ("ps", "ps2-sync-2", "--workers 2 --exchange ps:2"),
     ("ps", "ps1-ssp2-2", "--workers 2 --exchange ps:1 --schedule ssp:2"),
+    ("ps", "ps2-ssp2-2", "--workers 2 --exchange ps:2 --schedule ssp:2"),
+    ("ps", "petuum-2", "--workers 2 --preset petuum"),
     ("decentral", "local-sgd-4", "--workers 4 --preset local-sgd"),
     ("decentral", "d-psgd-3", "--workers 3 --preset d-psgd"),
     ("decentral", "easgd-2", "--workers 2 --preset easgd"),

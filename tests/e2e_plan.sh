@@ -98,11 +98,18 @@ check plan_no_straggler_step $PY -c "import sys; sys.exit($(field "$TMP/plain.pl
 $PLAN --workers 8 --pp 2 --tp 2 --micro-batches 4 --partition macs >"$TMP/grid.plan" 2>"$TMP/grid.err"
 check plan_grid_groups_apart grep -q '"event":"plan","strategy":"pipeline parallelism","ranks":8' "$TMP/grid.plan"
 
-# SSP over two servers: a step (its steady state, or the one step's), never 0
-$PLAN --workers 4 --exchange ps:2 --schedule ssp:3 >"$TMP/ssp.plan" 2>&1
+# SSP over two servers: its steady step advances (issue 33: the copies it
+# is read from once ended together), at least a worker's own bytes on its
+# 100 Mbit/s link a step, and no more than the synchronous schedule's step
+NET100="--net bandwidth=100Mbit,latency=50us"
+$PLAN --workers 4 --exchange ps:2 --schedule ssp:3 $NET100 >"$TMP/ssp.plan" 2>&1
+$PLAN --workers 4 --exchange ps:2 $NET100 >"$TMP/sync2.plan" 2>&1
 check plan_ssp_two_servers_step $PY -c "
-import json; p = json.loads(open('$TMP/ssp.plan').read().splitlines()[-1])
-assert p['step_sec'] > 0 and p['samples_per_sec'] > 0, p"
+import json
+p, s = (json.loads(open(f).read().splitlines()[-1]) for f in ('$TMP/ssp.plan', '$TMP/sync2.plan'))
+assert p['step_sec'] > 0 and p['samples_per_sec'] > 0, p
+assert p['step_sec'] >= p['bytes_sent_per_step'] / 12.5e6, (p['step_sec'], p['bytes_sent_per_step'])
+assert p['step_sec'] <= 1.05 * s['step_sec'], (p['step_sec'], s['step_sec'])"
 
 # The profile: written by --calibrate --quick, taken by --predict.
 $DTRAIN plan --calibrate --quick --out "$TMP/prof.json" >"$TMP/fits" 2>&1

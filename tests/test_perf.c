@@ -307,6 +307,61 @@ static void test_server_exchanges(void) {
   step_desc_free(&d);
 }
 
+/* SSP (or async) over two servers (ranks 2, 3) and two workers, as
+ * ps_describe.c describes it: each worker pulls a shard from each server
+ * at the step's start (a 100-byte request, 1e6 bytes back: 1 s), computes
+ * once it has both, pushes a shard to each (1 s each on its own link, a
+ * 100-byte reply). One step from the start: both workers ask both servers
+ * at once, each server's link sends one worker's shard, then the other's,
+ * so a worker has both 2 s after its requests (2e-4 s on its link); its
+ * forward; its pushes in turn (2 s), the second's reply: 4 s + F + 3e-4 s.
+ * Steady, by hand: a worker's own round is its requests, both shards at
+ * once (1 s), its forward, its pushes (2 s), the reply: 3 s + F + 3e-4 s,
+ * each server's link busy 2 s of it, so the workers settle a second apart
+ * and neither waits for the other. The copies of the step the steady
+ * reading simulates must each wait for the one before: a copy's second
+ * pull (which goes together with its first) once waited for nothing, so
+ * every copy's requests went at the start, the servers' links were booked
+ * with them ahead of the pushes, and the second half ended with the first. */
+static void test_two_servers_steady(void) {
+  int host[4];
+  double fwd[1], bwd[1], l[4], bw[4], slow[4];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  bwd[0] = 0;
+  hand_cluster(&cl, 4, 4, 0, 1e6, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 4);
+  for (int w = 0; w < 2; w++) {
+    int p = -1;
+    for (int k = 2; k <= 3; k++) {
+      p = step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "pull", .peer = k, .group = 2,
+                                     .sent = 100, .received = 1e6, .after = -1});
+      step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "pull", .peer = w, .group = 2,
+                                 .sent = 1e6, .received = 100, .thread = THREAD_COMM, .after = -1});
+    }
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, w, 0, 10, 8, .peer = -1, .after = p});
+    for (int k = 2; k <= 3; k++) {
+      step_add(&d, (step_task_t){TASK_COMM, w, -1, .pattern = "push", .peer = k, .group = 2,
+                                 .sent = 1e6, .received = 100, .after = f});
+      step_add(&d, (step_task_t){TASK_COMM, k, -1, .pattern = "push", .peer = w, .group = 2,
+                                 .sent = 100, .received = 1e6, .thread = THREAD_COMM, .after = -1});
+    }
+  }
+  perf_sim_t one, sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &one));
+  CHECK_NEAR(one.step_sec, 4 + F + 3e-4, 1e-9); /* one step from the start: the same round */
+  perf_sim_options_t o = {.steady_steps = 8};
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK(sim.step_sec > 0);
+  CHECK_NEAR(sim.step_sec, 3 + F + 3e-4, 1e-6);
+  o.steady_steps = 16; /* the reading does not hang on how many copies */
+  CHECK_OK(perf_simulate_with(&d, &pc, &cl, &o, &sim));
+  CHECK_NEAR(sim.step_sec, 3 + F + 3e-4, 1e-6);
+  step_desc_free(&d);
+}
+
 /* D-PSGD's step on 3 ranks: after its forward, each rank exchanges its
  * model (S bytes) with both ring neighbours at once; its two sends share
  * its link. */
@@ -571,6 +626,7 @@ int main(void) {
   RUN(test_tree_collectives);
   RUN(test_server_exchanges);
   RUN(test_pulls_from_servers);
+  RUN(test_two_servers_steady);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_calibrated_operations);

@@ -39,12 +39,19 @@
  *   after nothing) waits for no earlier request, as the server answers
  *   whichever comes, and its link serializes its replies; exchanges that
  *   wait for one task are under way together (D-PSGD's with both ring
- *   neighbours), their sends one after the other on the rank's link.
+ *   neighbours, a worker's pulls from every server), their sends one
+ *   after the other on the rank's link: each waits for what the first of
+ *   them waits for, and the task after them on their thread for them all.
  *
  * Ranks are matched by order: the k-th collective of a pattern and group
  * size on one rank meets the k-th on the others; the k-th message from a
  * to b meets the k-th from b's side. A task that runs once every `every`
- * steps, or with a chance, counts its expected share of a step. */
+ * steps, or with a chance, counts its expected share of a step.
+ *
+ * A steady step (perf_sim_options_t.steady_steps K: the parameter servers'
+ * async and SSP schedules, where no worker waits for the others): K
+ * copies of the step, each rank's threads running them one after the
+ * other, read as (the end of all - the first half's end) / (K - K / 2). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -602,56 +609,107 @@ static double cpu_work(const step_task_t *t, const perf_compute_t *pc, const per
   }
 }
 
+/* Task i's node: its kind and its own work. */
+static void build_node(sim_t *s, const perf_compute_t *pc, int shared_update, int i) {
+  const step_task_t *t = &s->d->task[i];
+  node_t *n = &s->n[i];
+  n->rank = t->rank, n->inst = -1;
+  if (!active(t)) n->kind = N_NOW;
+  else if (t->kind != TASK_COMM && t->kind != TASK_SYNC) n->kind = N_CPU;
+  else if (is_collective(t)) n->kind = N_COLL;
+  else if (t->kind == TASK_COMM && t->peer >= 0 && t->sent > 0 && t->received == 0) n->kind = N_SEND;
+  else if (t->kind == TASK_COMM && t->peer >= 0 && t->received > 0 && t->sent == 0) n->kind = N_RECV;
+  else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
+  else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
+  if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
+    n->work = (cpu_work(t, pc, s->cl, s->d->nranks, shared_update) + s->cl->trace_sec) * share(s, t);
+  if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
+  /* a compressed exchange's encoding and decoding: seconds of a core,
+   * charged before it (the sum is what holds the step; the cores are
+   * shared with the compute as the comm thread shares them) */
+  if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(s, t);
+}
+
+/* The graph's edges, growing. */
+typedef struct {
+  int (*e)[2]; /* [k]: {from, to} */
+  int n, cap;
+} edges_t;
+
+static int edge_add(edges_t *g, int from, int to) {
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 256;
+    int(*grown)[2] = realloc(g->e, (size_t)cap * sizeof *grown);
+    if (!grown) return dt_error("out of memory");
+    g->e = grown, g->cap = cap;
+  }
+  g->e[g->n][0] = from, g->e[g->n][1] = to;
+  g->n++;
+  return 0;
+}
+
+/* Edges into i from the group of tasks its thread ran last, the one that
+ * ends at p (p, and the ones before it that p goes together with), but
+ * from `after` once only. */
+static int edges_from_group(edges_t *g, const int *prev, const char *together, int p, int after,
+                            int i) {
+  for (int q = p; q >= 0; q = together[q] ? prev[q] : -1)
+    if (q != after) DT_TRY(edge_add(g, q, i));
+  return 0;
+}
+
+/* The edges: each task's `after`, and its rank's thread's previous task;
+ * but a server's handler (a pair on its communication thread, after
+ * nothing) waits for no earlier one, as it answers whichever request
+ * comes; and exchanges after one task go together (D-PSGD's two
+ * neighbours; a worker's pulls from every server, at the step's start):
+ * each waits for what the first of them waits for, and the task after
+ * them on their thread for all of them (a worker computes once it has
+ * every server's part, and starts its next step once every push is
+ * answered). */
+static int build_edges(sim_t *s, edges_t *g) {
+  const step_desc_t *d = s->d;
+  int N = d->ntasks, R = d->nranks, rc = 0;
+  int *last = malloc((size_t)R * 2 * sizeof *last), *prev = malloc((size_t)N * sizeof *prev + 1);
+  int *head = malloc((size_t)N * sizeof *head + 1);
+  char *together = calloc((size_t)N + 1, 1);
+  if (!last || !prev || !head || !together) rc = dt_error("out of memory");
+  for (int k = 0; rc == 0 && k < R * 2; k++) last[k] = -1;
+  for (int i = 0; rc == 0 && i < N; i++) {
+    const step_task_t *t = &d->task[i];
+    const node_t *n = &s->n[i];
+    int *lt = &last[t->rank * 2 + (t->thread == THREAD_COMM)], p = *lt;
+    int after = t->after >= 0 && t->after < i ? t->after : -1;
+    prev[i] = p, head[i] = i, *lt = i;
+    if (after >= 0) rc = edge_add(g, after, i);
+    if (rc != 0 || p < 0 || (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0))
+      continue; /* a server's handler: it answers whichever request comes */
+    together[i] = n->kind == N_PAIR && s->n[p].kind == N_PAIR &&
+                  (t->after >= 0 || t->thread == THREAD_COMPUTE) && d->task[p].after == t->after;
+    if (together[i]) head[i] = head[p];
+    int from = prev[head[i]]; /* the group before i's own */
+    if (from >= 0) rc = edges_from_group(g, prev, together, from, after, i);
+  }
+  free(last), free(prev), free(head), free(together);
+  return rc;
+}
+
 static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
   const step_desc_t *d = s->d;
-  int N = d->ntasks, R = d->nranks;
-  int *last = malloc((size_t)R * 2 * sizeof *last), *count = calloc((size_t)N + 1, sizeof *count);
-  int *pred = malloc((size_t)N * 2 * sizeof *pred + 1);
-  if (!last || !count || !pred) {
-    free(last), free(count), free(pred);
-    return dt_error("out of memory");
-  }
-  for (int k = 0; k < R * 2; k++) last[k] = -1;
-  for (int i = 0; i < N; i++) {
-    const step_task_t *t = &d->task[i];
-    node_t *n = &s->n[i];
-    n->rank = t->rank, n->inst = -1;
-    if (!active(t)) n->kind = N_NOW;
-    else if (t->kind != TASK_COMM && t->kind != TASK_SYNC) n->kind = N_CPU;
-    else if (is_collective(t)) n->kind = N_COLL;
-    else if (t->kind == TASK_COMM && t->peer >= 0 && t->sent > 0 && t->received == 0) n->kind = N_SEND;
-    else if (t->kind == TASK_COMM && t->peer >= 0 && t->received > 0 && t->sent == 0) n->kind = N_RECV;
-    else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
-    else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
-    if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
-      n->work = (cpu_work(t, pc, s->cl, R, shared_update) + s->cl->trace_sec) * share(s, t);
-    if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
-    /* a compressed exchange's encoding and decoding: seconds of a core,
-     * charged before it (the sum is what holds the step; the cores are
-     * shared with the compute as the comm thread shares them) */
-    if (n->kind == N_COLL && t->coded) n->work = perf_codec_work(pc, (double)t->coded, t->group) * share(s, t);
-    int *prev = &last[t->rank * 2 + (t->thread == THREAD_COMM)];
-    pred[2 * i] = t->after >= 0 && t->after < i ? t->after : -1;
-    pred[2 * i + 1] = *prev != pred[2 * i] ? *prev : -1;
-    if (n->kind == N_PAIR && t->thread == THREAD_COMM && t->after < 0)
-      pred[2 * i + 1] = -1; /* a server's handler: it answers whichever request comes */
-    if (n->kind == N_PAIR && *prev >= 0 && s->n[*prev].kind == N_PAIR &&
-        (t->after >= 0 || t->thread == THREAD_COMPUTE) && d->task[*prev].after == t->after)
-      pred[2 * i + 1] = -1; /* exchanges after one task go together (D-PSGD's two neighbours; a
-                             * worker's pulls from every server, at the step's start) */
-    *prev = i;
-    for (int q = 0; q < 2; q++)
-      if (pred[2 * i + q] >= 0) count[pred[2 * i + q]]++, n->deps++;
-  }
+  int N = d->ntasks;
+  for (int i = 0; i < N; i++) build_node(s, pc, shared_update, i);
+  edges_t g = {0};
+  int rc = build_edges(s, &g);
   s->succ_at = calloc((size_t)N + 2, sizeof *s->succ_at);
-  s->succ = calloc((size_t)N * 2 + 1, sizeof *s->succ);
-  int rc = s->succ_at && s->succ ? 0 : dt_error("out of memory");
-  for (int i = 0; rc == 0 && i < N; i++) s->succ_at[i + 1] = s->succ_at[i] + count[i];
-  for (int i = 0; rc == 0 && i < N; i++) count[i] = s->succ_at[i];
-  for (int i = 0; rc == 0 && i < N; i++)
-    for (int q = 0; q < 2; q++)
-      if (pred[2 * i + q] >= 0) s->succ[count[pred[2 * i + q]]++] = i;
-  free(last), free(count), free(pred);
+  s->succ = calloc((size_t)g.n + 1, sizeof *s->succ);
+  if (rc == 0 && (!s->succ_at || !s->succ)) rc = dt_error("out of memory");
+  for (int k = 0; rc == 0 && k < g.n; k++) s->succ_at[g.e[k][0] + 1]++, s->n[g.e[k][1]].deps++;
+  for (int i = 0; rc == 0 && i < N; i++) s->succ_at[i + 1] += s->succ_at[i];
+  int *at = rc == 0 ? malloc((size_t)N * sizeof *at + 1) : NULL;
+  if (rc == 0 && !at) rc = dt_error("out of memory");
+  for (int i = 0; rc == 0 && i < N; i++) at[i] = s->succ_at[i];
+  for (int k = 0; rc == 0 && k < g.n; k++) s->succ[at[g.e[k][0]]++] = g.e[k][1];
+  free(at), free(g.e);
   if (rc == 0) rc = match_collectives(s);
   if (rc == 0) match_messages(s), match_exchanges(s);
   for (int i = 0; rc == 0 && i < N; i++) /* a message with no partner takes its own time */
@@ -734,11 +792,12 @@ int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const per
   many.topo = (step_topology_t){0}; /* d's, not its own */
   step_desc_free(&many);
   if (rc != 0) return rc;
-  /* the second half ending with the first (SSP over several servers: the
-   * copies' matching of requests to servers' answers does not advance the
-   * workers): no steady state to read; the one step's simulation instead */
-  if (!(out->step_sec > first_end)) return run(d, pc, cl, o, 0, out, &first_end);
-  out->step_sec = (out->step_sec - first_end) / (K - K / 2);
+  /* every compute-thread task of a copy waits for its rank's thread's
+   * tasks of the copy before (build_edges: the thread's order, exchanges
+   * that go together waiting as their first does), so the second half
+   * ends after the first by its copies' time: none only where the step
+   * takes none */
+  out->step_sec = out->step_sec > first_end ? (out->step_sec - first_end) / (K - K / 2) : 0;
   out->compute_sec /= K, out->comm_sec /= K, out->exposed_sec /= K;
   return 0;
 }
