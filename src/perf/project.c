@@ -310,13 +310,16 @@ static double pipeline_mem(const plan_t *p, int P, int per_host, double batch, i
 
 /* A codec as `train --compress X` runs it over the ring (worker.c's
  * configuration): the model's tensors as its layout reads them, its passes
- * measured here (devices at a speed), the memory its compressor keeps. */
+ * measured here (devices at a speed), the memory its compressor keeps:
+ * the arrays it carries from step to step (compressor_state: error
+ * feedback's residual, powersgd's Q) and its two work arrays of the
+ * gradients' length; not its message buffers (a few encodings). */
 typedef struct {
   compress_config_t cc;
   compress_matrix_t *mats;
   int nmats;
   perf_compute_t here;       /* seconds a value of each pass on this CPU, scaled as predict.c does */
-  double memory;             /* bytes: its arrays kept from step to step (compressor_state) */
+  double memory;             /* bytes: its arrays of the gradients' length */
 } codec_proj_t;
 
 #define CODEC_STEADY_STEP 1000000 /* a step past any warm-up */
@@ -335,7 +338,7 @@ static int codec_setup(const model_t *m, proj_strategy_t s, const perf_compute_t
   compressor_t *k;
   DT_TRY(compressor_new(&c->cc, m->nparams, 0, 2, &k));
   compress_state_t st[COMPRESS_MAX_STATE];
-  c->memory = 4.0 * (double)m->nparams * compressor_state(k, st);
+  c->memory = 4.0 * (double)m->nparams * (compressor_state(k, st) + 2); /* + its tmp, scratch */
   compressor_free(k);
   if (!measured) return 0;
   DT_TRY(perf_codec_measure(&c->cc.codec, c->cc.error_feedback, m->nparams, c->mats, c->nmats, &c->here));
