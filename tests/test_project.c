@@ -278,6 +278,7 @@ static void test_projection_more_strategies(void) {
    * compute and round trip */
   CHECK(8 * model / 1e8 > p.one_worker_sec + 2 * model / 1e8);
   CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], 8 * model / 1e8, 1e-6);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], 8 * model / 1e8, 1e-6); /* alike workers: as async */
 }
 
 /* Megatron's tensor parallelism over a host of 4 ranks (4 dense layers:
@@ -421,6 +422,46 @@ static void test_projection_codecs(void) {
   /* the compressor's arrays of n floats: error feedback's residual, its tmp and scratch */
   CHECK_NEAR(r->memory_bytes[PROJ_FP16] - r->memory_bytes[PROJ_RING], 3 * 4 * n, 1e-9);
   CHECK(r->codec_sec[PROJ_RING] == 0 && r->bytes_sent[PROJ_RING] == 0);
+  remove(path);
+}
+
+/* One server, async and ssp:3, expected (one dense layer of 4160
+ * parameters on a host of 4 ranks at 1e9 bytes/s, the server on a host of
+ * its own): a worker's loop is its compute c and a push and a pull of
+ * 16640 bytes. Alike workers: both c + trip. Rank 1 three times slower:
+ * async's pushes a second are 3 / (c + trip) + 1 / (3c + trip), the
+ * step 4 over that; ssp's bound paces everybody to the straggler's 3c +
+ * trip. The server (an update a push) is far from the bottleneck. */
+static void test_projection_ssp(void) {
+  const char *path = "/tmp/dtrain-test-project-ssp.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e9},\"inter\":{\"latency\":0,\"bandwidth\":1e9}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  double cw = p.one_worker_sec - p.update_sec, trip = 2 * 16640 / 1e9;
+  CHECK_NEAR(cw, 3 * 2 * 4096 * 32 / 1e9, 1e-12); /* forward 2 FLOPs a multiply-add, backward twice */
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], cw + trip, 1e-12);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], cw + trip, 1e-12);
+  o.straggler_rank = 1, o.straggler_slowdown = 3;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  double async = 4 / (3 / (cw + trip) + 1 / (3 * cw + trip));
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], async, 1e-12);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], 3 * cw + trip, 1e-12);
+  CHECK_NEAR(p.row[0].samples_per_sec[PROJ_PS_SSP], 32 * 4 / (3 * cw + trip), 1e-6);
   remove(path);
 }
 
@@ -600,6 +641,7 @@ int main(void) {
   RUN(test_projection_memory);
   RUN(test_projection_memory_tp);
   RUN(test_projection_codecs);
+  RUN(test_projection_ssp);
   RUN(test_projection_horovod_loop);
   RUN(test_cluster_link_frames);
   RUN(test_cluster_reader);

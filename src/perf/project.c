@@ -50,7 +50,7 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "ps:1 async (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
+    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
     "d-psgd (ring of workers)", "compress fp16 (dp)", "compress int8 (dp)", "compress topk:0.01 (dp)",
     "compress powersgd:4 (dp)"};
 static const char *const CODECS[PROJ_NCODECS] = {"fp16", "int8", "topk:0.01", "powersgd:4"};
@@ -508,15 +508,6 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     perf_link_t far = P > per_host ? inter : intra;
     return compute_end + (P > 2 ? 2 : 1) * hop(far, model, 1) + p->update;
   }
-  if (s == PROJ_PS_ASYNC) { /* no waiting for the others: its own round trip, or the server's link */
-    double total = 0;
-    for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
-    perf_link_t link = P >= per_host ? inter : intra; /* the server on a host of its own */
-    double own = compute_end + 2 * hop(link, total, 1);
-    /* the server's round: P pushes and pulls on its link, an update for each push */
-    double served = perf_proj_exchange_sec(PROJ_PS_ONE, P, per_host, total, intra, inter) + P * p->update;
-    return own > served ? own : served;
-  }
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;
     for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
@@ -531,6 +522,42 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     link_free = start + perf_proj_exchange_sec(s, P, per_host, p->bytes[b], intra, inter);
   }
   return (link_free > compute_end ? link_free : compute_end) + p->update;
+}
+
+/* The workers' computes among the first P ranks: a class a group, the
+ * straggler one of its own (forward and backward, no update). */
+typedef struct {
+  int n, count[PERF_MAX_GROUPS + 1];
+  double compute[PERF_MAX_GROUPS + 1];
+} worker_classes_t;
+
+/* One server, asynchronous or stale-synchronous: Yan et al.'s expected
+ * step, their best case (a worker's computation and its round trip, the
+ * server's link and its updates overlapped across workers). A worker's
+ * own loop: its forward and backward, then a push and a pull of the whole
+ * gradient on the server's link (the server on a host of its own). The
+ * server takes one push and its pull at a time on its link and applies
+ * each push (an update): at most 1 / (2 hop + update) pushes a second.
+ * Async: every worker at its own pace, the pushes a second the sum of
+ * their rates. ssp:S: no worker more than S clocks ahead of the slowest,
+ * so over many clocks every worker runs at the slowest's pace (Ho et
+ * al.: the bound absorbs a worker's occasional delay, not a slower
+ * worker's every step); alike workers run as under async (predict.c,
+ * rule_ssp.c). The expected step: P over the pushes a second. */
+static double ps_expected_sec(const plan_t *p, proj_strategy_t s, const worker_classes_t *wc,
+                              double server_update, int P, int per_host, perf_link_t intra,
+                              perf_link_t inter) {
+  double total = 0, rate = 0, slowest = 0;
+  for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
+  perf_link_t link = P >= per_host ? inter : intra;
+  double trip = 2 * hop(link, total, 1);
+  for (int k = 0; k < wc->n; k++) {
+    rate += wc->count[k] / (wc->compute[k] + trip);
+    if (wc->count[k] > 0 && wc->compute[k] > slowest) slowest = wc->compute[k];
+  }
+  if (s == PROJ_PS_SSP) rate = P / (slowest + trip);
+  double served = 1 / (trip + server_update);
+  return P / (rate < served ? rate : served);
 }
 
 /* The model's input: its file's `input shape=`, a sequence model's
@@ -680,6 +707,7 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   out->inter_beta = inter.beta;
   out->one_worker_sec = rc == 0 ? group_step[0] : 0;
   out->compute_sec = out->one_worker_sec;
+  out->update_sec = rc == 0 ? w[0].update : 0;
   memory_bytes(m, nstate, &out->mem_fixed, &out->mem_per_sample);
   double mem = out->mem_fixed + out->mem_per_sample * o->batch;
   out->mem_limit = o->memory_per_rank > 0 ? o->memory_per_rank : perf_cluster_file_memory(c);
@@ -699,10 +727,22 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
                 .copy_byte = w[gi].copy_byte * mult, .cycle = o->cycle_sec,
                 .threshold = o->bucket_bytes, .tp = tp.g ? &tp : NULL, .mult = mult};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
+    worker_classes_t wc = {0};
+    for (int g = 0, first = 0; g < c->ngroups && first < P; g++) {
+      int n = c->group[g].hosts * c->group[g].ranks_per_host;
+      wc.count[wc.n] = P - first < n ? P - first : n, first += n;
+      wc.compute[wc.n++] = group_step[g] - w[g].update;
+    }
+    if (o->straggler_rank >= 0 && o->straggler_rank < P && o->straggler_slowdown > 1) {
+      int k = (int)(perf_cluster_file_group(c, o->straggler_rank) - c->group);
+      wc.count[k]--, wc.count[wc.n] = 1, wc.compute[wc.n++] = wc.compute[k] * o->straggler_slowdown;
+    }
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
       double t;
       row->memory_bytes[s] = mem;
-      if (s >= PROJ_CODEC_FIRST) {
+      if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) {
+        t = ps_expected_sec(&p, s, &wc, w[0].update, P, per_host, c->intra, inter);
+      } else if (s >= PROJ_CODEC_FIRST) {
         const codec_proj_t *k = &codec[s - PROJ_CODEC_FIRST];
         perf_compute_t dev = codec_on(&c->group[gi], k, m);
         t = codec_step_sec(&p, k, &dev, P, per_host, c->intra, inter, &row->codec_sec[s], &row->bytes_sent[s]);

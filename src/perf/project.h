@@ -46,14 +46,15 @@ double perf_cluster_file_memory(const perf_cluster_file_t *c);
 /* ---- project.c -------------------------------------------------------- */
 
 /* The strategies projected: data parallelism with each exchange; one
- * asynchronous server (its expected step); GPipe, interleaved 1F1B of 2
+ * asynchronous server and one stale-synchronous (ssp:3) server (their
+ * expected steps); GPipe, interleaved 1F1B of 2
  * chunks a rank, and Megatron's tensor parallelism across a host's ranks
  * with data parallelism across hosts; local SGD averaging every 4 steps;
  * D-PSGD on a ring of the workers; data parallelism with the codecs
  * (--compress fp16, int8, topk:0.01, powersgd:4 as train runs them:
  * PROJ_CODEC_FIRST ... PROJ_COUNT - 1, in the order of perf_proj_codec). */
 typedef enum {
-  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_GPIPE,
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_PS_SSP, PROJ_GPIPE,
   PROJ_INTERLEAVED, PROJ_TP, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_FP16, PROJ_INT8, PROJ_TOPK,
   PROJ_POWERSGD, PROJ_COUNT
 } proj_strategy_t;
@@ -61,6 +62,7 @@ typedef enum {
 #define PROJ_NCODECS (PROJ_COUNT - PROJ_CODEC_FIRST)
 #define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
 #define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
+#define PROJ_SSP_S 3         /* PROJ_PS_SSP's staleness bound (clocks) */
 const char *perf_proj_name(proj_strategy_t s);
 /* A codec strategy's --compress value ("fp16", ...); NULL for the others. */
 const char *perf_proj_codec(proj_strategy_t s);
@@ -110,6 +112,7 @@ typedef struct {
   perf_proj_row_t row[16];
   double one_worker_sec;     /* the step on one rank alone: the efficiency's yardstick */
   double compute_sec;        /* a worker's forward, backward and update */
+  double update_sec;         /* of it, the update */
   double grad_bytes;
   double inter_beta;         /* bytes/s between hosts as projected (the file's, or --net's) */
   double mem_fixed, mem_per_sample; /* a rank's bytes: fixed + per_sample x batch */
