@@ -1,4 +1,4 @@
-/* The projection: the data-parallel strategies' step at 8 ... 1024
+/* The projection: the strategies' step at 8 ... 1024
  * workers on a described cluster (cluster_file.c), in the manner of the
  * simulator but closed-form where the simulator would walk every rank:
  *
@@ -20,10 +20,11 @@
  * - GPipe across each host's ranks, the replicas' ring across hosts
  *   (pipeline_sec), and interleaved 1F1B with 2 chunks a rank: Megatron's
  *   bubble (p - 1) / (v m), v times the boundary messages;
- * - one asynchronous server: a worker's expected step (Yan et al.) is
- *   its own compute and round trip, or, when the server is the
- *   bottleneck, its round: P pushes and pulls on its link and an update
- *   for each push;
+ * - one asynchronous server, and one stale-synchronous (ssp:3): a
+ *   worker's expected step (Yan et al.) from the pushes a second -- each
+ *   worker's own loop of compute and round trip, at its own pace (async)
+ *   or the slowest's (ssp's bound), at most the server's link and updates
+ *   (ps_expected_sec);
  * - Megatron's tensor parallelism over a host's ranks (tp_sec): each
  *   layer's share of its products on tp rank 0's blocks (tensor_plan's
  *   pairs), its sums as ring allreduces inside the host, the replicas (one
@@ -34,8 +35,17 @@
  *   parameters to both ring neighbours every step, one after the other on
  *   its link (across hosts for a host's first and last rank), after
  *   backward;
+ * - data parallelism with a codec (fp16, int8, topk:0.01, powersgd:4,
+ *   as train --compress runs them): the ring's buckets, each its codec's
+ *   CPU (perf_codec_work: measured here, or each pass's bytes at a
+ *   projected device's bandwidth) and its exchange (the bytes
+ *   compress_exchange_bytes gives, on the links its pattern takes);
  * - a synchronous step waits for its slowest rank (a slower group, a
- *   --straggler).
+ *   --straggler);
+ * - the memory of each strategy's fullest rank: data parallelism's
+ *   layout (memory.c's), a codec's compressor arrays, a pipeline rank's
+ *   chunks and the activations its schedule holds at once (the engine's
+ *   own lists), a tp rank's blocks.
  * Scaling efficiency: samples/s at n workers over n times one worker's
  * alone (no exchange). */
 #include <math.h>
