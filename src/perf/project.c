@@ -345,8 +345,8 @@ static int codec_setup(const model_t *m, proj_strategy_t s, const perf_compute_t
   c->mats = calloc((size_t)m->ntensors + 1, sizeof *c->mats);
   if (!c->mats) return dt_error("out of memory");
   compress_model_matrices(m, c->mats);
-  compressor_t *k;
-  DT_TRY(compressor_new(&c->cc, m->nparams, 0, 2, &k));
+  compressor_t *k; /* which arrays it keeps: the configuration's, whatever their length */
+  DT_TRY(compressor_new(&c->cc, 1, 0, 2, &k));
   compress_state_t st[COMPRESS_MAX_STATE];
   c->memory = 4.0 * (double)m->nparams * (compressor_state(k, st) + 2); /* + its tmp, scratch */
   compressor_free(k);
