@@ -98,6 +98,16 @@ $PRED --cluster "$TMP/slow.json" >"$TMP/file_slow.plan" 2>/dev/null
 # 16 ranks on this machine's 2 cores, against a core each on the file's hosts
 check plan_predict_cluster_own_cores $PY -c "import sys; sys.exit(not ($(field "$TMP/file.plan" step_sec) < $(field "$TMP/here.plan" step_sec)))"
 check plan_predict_cluster_net $PY -c "import sys; sys.exit(not ($(field "$TMP/file_net.plan" step_sec) > 5 * $(field "$TMP/file.plan" step_sec)))"
+# a codec's bytes in the projection are the exchange's own formula, as --predict's describe_step counts them
+$DTRAIN plan --cluster $C --model mlp --batch 16 --project 8:8 >"$TMP/codec8.txt" 2>/dev/null
+for codec in fp16 powersgd:4; do
+  $PRED --workers 8 --compress $codec >"$TMP/codec.plan" 2>/dev/null
+  check "plan_project_codec_bytes_$codec" $PY -c "
+import re, sys
+row = [l for l in open('$TMP/codec8.txt') if 'compress $codec ' in l][0]
+mb = float(re.search(r'([0-9.e+-]+) MB sent', row).group(1))
+sys.exit(not abs(mb * 1e6 - $(field "$TMP/codec.plan" bytes_sent_per_step)) <= 5e-4 * mb * 1e6)"
+done
 check plan_predict_cluster_speed $PY -c "import sys; sys.exit(not ($(field "$TMP/file_slow.plan" compute_sec) > 2.5 * $(field "$TMP/file.plan" compute_sec)))"
 expect_error plan_predict_cluster_projected 2 "groups\[0\] is projected" -- $PRED --cluster docs/clusters/horovod-p100.json
 expect_error plan_predict_cluster_too_many 2 "has 1024 ranks" -- $PRED --cluster $C --workers 2000
