@@ -47,6 +47,7 @@ check plan_project_net_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TM
 # Horovod's loop (--cycle-ms 5): each cycle's negotiation and wait cost mlp's short step
 $PROJ --workers 64 --cycle-ms 5 >"$TMP/cycle.txt" 2>/dev/null
 check plan_project_cycle_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/cycle.txt") > $(ring_at 64 "$TMP/base.txt")))"
+check plan_project_ssp_staleness grep -q "ps:1 ssp:3 (expected) .*staleness 63 expected" "$TMP/base.txt"
 check plan_project_straggler_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/slow.txt") > $(ring_at 64 "$TMP/base.txt")))"
 
 # ---- the page in a browser: no console error, both charts -------------------

@@ -808,6 +808,8 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
               r->memory_bytes[s] / MiB);
       if (!r->fits[s])
         fprintf(out, "  does not fit: %.1f MiB over", (r->memory_bytes[s] - r->mem_limit) / MiB);
+      if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) /* each push finds the others' since its pull */
+        fprintf(out, "  staleness %d expected", r->workers - 1);
       if (s >= PROJ_CODEC_FIRST)
         fprintf(out, "  codec %.3f ms, %.4g MB sent", 1e3 * r->codec_sec[s], r->bytes_sent[s] / 1e6);
       fputc('\n', out);
