@@ -327,8 +327,10 @@ static int default_nstate(void) {
  * parameters, 64 classes, batch 32, a host of 4 ranks, M = 16
  * micro-batches of 32 x 4 / 16 = 8 samples; equal layers: a chunk a
  * layer). A chunk's floats a sample: its input 64, its output and its
- * gradient 128, the last's probabilities 64 more. GPipe holds all 16
- * micro-batches: the last rank 16 x 8 x 256 floats. Interleaved (2
+ * gradient 128; the last rank the probabilities of a micro-batch, 8 x 64.
+ * GPipe holds all 16 micro-batches: the last rank 16 x 8 x 192 + 512
+ * floats, the engine's own slots for the stage (stage_new: M of them,
+ * what GPipe holds) to the byte. Interleaved (2
  * chunks a rank) holds Megatron's warm-up on rank 0, (p - 1) 2 + (v - 1) p
  * + 1 = 11 chunk micro-batches of 192 floats, its two chunks' 8320
  * parameters. Data parallelism: every layer, every sample. */
@@ -340,7 +342,19 @@ static void test_projection_memory(void) {
   /* a sample: its input 64, 4 outputs and their gradients, the probabilities 64, the label */
   double dp = 4.0 * ((2 + ns) * 16640.0 + 32 * (64 + 4 * 128 + 64 + 1));
   CHECK_NEAR(p.row[0].memory_bytes[PROJ_RING], dp, 1e-6);
-  CHECK_NEAR(p.row[0].memory_bytes[PROJ_GPIPE], 4.0 * ((2 + ns) * 4160.0 + 16 * 8 * 256), 1e-6);
+  double acts = 16 * 8 * 192 + 8 * 64;
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_GPIPE], 4.0 * ((2 + ns) * 4160.0 + acts), 1e-6);
+  model_spec_t spec;
+  model_t *m = NULL;
+  stage_t *st = NULL;
+  CHECK_OK(model_spec_parse(FOUR_DENSE, "four", &spec));
+  CHECK_OK(model_build(&spec, spec.input, 64, 8, &m));
+  model_spec_free(&spec);
+  if (m && stage_new(m, 3, 3, 16, 8, &st) == 0) {
+    CHECK_NEAR((double)st->act_bytes, 4.0 * acts, 0);
+    stage_free(st);
+  }
+  if (m) model_free(m);
   CHECK_OK(project_text(EIGHT_DENSE, 1, 4, 1e15, 1e15, 4, 4, &p));
   pipe_schedule_t sc;
   CHECK_OK(pipe_schedule_build(PIPE_INTERLEAVED, 4, 2, 16, 1, &sc));

@@ -266,11 +266,11 @@ static double pipeline_sec(const plan_t *p, int P, int per_host, double batch, i
 
 /* A chunk's floats a sample held from its forward to its backward: its
  * layers' outputs and their gradients, their scratch, and its input (the
- * activation received, or the samples loaded); the last chunk's also the
- * loss's probabilities. */
+ * activation received, or the samples loaded), as stage_new lays out a
+ * micro-batch's slot. */
 static double chunk_act_floats(const model_t *m, int a, int b) {
   if (a >= b) return 0;
-  double n = (double)shape_size(m->layers[a].in_shape) + (b == m->nlayers ? (double)m->nclasses : 0);
+  double n = (double)shape_size(m->layers[a].in_shape);
   for (int i = a; i < b; i++)
     n += 2.0 * (double)shape_size(m->layers[i].out_shape) +
          (double)m->layers[i].scratch_len / (m->max_batch > 0 ? m->max_batch : 1);
@@ -283,8 +283,10 @@ static double chunk_act_floats(const model_t *m, int a, int b) {
  * v g + s), and the most activations its schedule -- the engine's own
  * instruction lists (pipe_schedule_build) -- holds at once, each (chunk,
  * micro-batch) from its forward to its backward: GPipe all M, 1F1B's
- * P - s, interleaved's more. The method's memory: dtrain's engine builds
- * the whole model on every rank (memory.c). */
+ * P - s, interleaved's more; the last chunk's rank the loss's
+ * probabilities for one micro-batch. The method's memory: dtrain's engine
+ * builds the whole model on every rank (memory.c) and gives every chunk M
+ * slots (stage_new: what GPipe holds). */
 static double pipeline_mem(const plan_t *p, int P, int per_host, double batch, int V, int nstate) {
   int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, G = g * V;
   if (g < 2 || L < G) return NAN;
@@ -309,7 +311,8 @@ static double pipeline_mem(const plan_t *p, int P, int per_host, double batch, i
       if (in->op == PIPE_FORWARD && (live += act[in->chunk]) > peak) peak = live;
       if (in->op == PIPE_BACKWARD) live -= act[in->chunk];
     }
-    double bytes = 4.0 * ((2.0 + nstate) * params + buffers + peak);
+    double probs = r == g - 1 ? mb * (double)p->m->nclasses : 0; /* chunk G - 1 = (V - 1) g + g - 1 */
+    double bytes = 4.0 * ((2.0 + nstate) * params + buffers + peak + probs);
     most = bytes > most ? bytes : most;
   }
   pipe_schedule_free(&sc);
