@@ -10,24 +10,33 @@
 C=docs/clusters/this-machine-4x8.json
 PROJ="$DTRAIN plan --cluster $C --model mlp --batch 32"
 
-# ---- the projection: 8 counts x 12 strategies, efficiencies in [0, 100]% (ps:1 at 1024: 0.0 as printed) --
+# ---- the projection: 8 counts x 17 strategies, efficiencies in [0, 100]% (ps:1 at 1024: 0.0 as printed) --
 $PROJ --project 8:1024 --plot "$TMP/p.html" >"$TMP/p.txt" 2>"$TMP/p.err"
-check plan_project_runs grep -q "projected 8 worker counts x 12 strategies" "$TMP/p.err"
+check plan_project_runs grep -q "projected 8 worker counts x 17 strategies" "$TMP/p.err"
 # mlp has fewer layers than a host's 8 ranks: no pipeline, said so on each row
 check plan_project_no_pipeline sh -c "[ \$(grep -c 'gpipe.*fewer layers than a host' '$TMP/p.txt') -eq 8 ]"
 check plan_project_table $PY -c "
 import sys
 rows = [l.split() for l in open('$TMP/p.txt') if l[:1].isdigit()]
-eff = [float(r[-2].rstrip('%')) for r in rows if r[-2].endswith('%')]
+eff = [float(w.rstrip('%')) for r in rows for w in r if w.endswith('%')]
 counts = sorted({int(r[0]) for r in rows})
-sys.exit(not (len(rows) == 96 and len(eff) == 80 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
+sys.exit(not (len(rows) == 136 and len(eff) == 120 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
               and all(0 <= e <= 100 for e in eff) and max(eff) > 50))"
+# the codecs: their CPU measured here (> 0), their bytes fewer than the ring's 2 (P - 1)/P of the gradients
+check plan_project_codecs $PY -c "
+import re, sys
+head = open('$TMP/p.txt').readline()
+grads = float(re.search(r'gradients ([0-9.e+]+) MB', head).group(1))
+rows = [l for l in open('$TMP/p.txt') if l.startswith('8 ') and 'compress' in l]
+got = [re.search(r'codec ([0-9.]+) ms, ([0-9.e+-]+) MB sent', l) for l in rows]
+sys.exit(not (len(rows) == 4 and all(g and float(g.group(1)) > 0 and 0 < float(g.group(2)) < 2 * 7 / 8 * grads
+                                     for g in got)))"
 # the ring's efficiency falls as workers are added (its alpha term grows)
 check plan_project_ring_falls $PY -c "
 import sys
 e = [float(l.split()[-2].rstrip('%')) for l in open('$TMP/p.txt') if l[:1].isdigit() and 'allreduce:ring' in l]
 sys.exit(not (len(e) == 8 and e[0] > e[-1]))"
-check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 12 ]"
+check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 17 ]"
 
 # --net bandwidth= slows the link between hosts; --straggler its rank
 ring_at() { awk -v n="$1" '$1 == n && $2 == "allreduce:ring" {print $3}' "$2"; }
@@ -38,6 +47,7 @@ check plan_project_net_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TM
 # Horovod's loop (--cycle-ms 5): each cycle's negotiation and wait cost mlp's short step
 $PROJ --workers 64 --cycle-ms 5 >"$TMP/cycle.txt" 2>/dev/null
 check plan_project_cycle_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/cycle.txt") > $(ring_at 64 "$TMP/base.txt")))"
+check plan_project_ssp_staleness grep -q "ps:1 ssp:3 (expected) .*staleness 63 expected" "$TMP/base.txt"
 check plan_project_straggler_slows $PY -c "import sys; sys.exit(not ($(ring_at 64 "$TMP/slow.txt") > $(ring_at 64 "$TMP/base.txt")))"
 
 # ---- the page in a browser: no console error, both charts -------------------
@@ -49,7 +59,7 @@ if command -v chromium >/dev/null 2>&1; then
   check plan_browser_console_probe grep -q ':CONSOLE.*e2e-probe' "$TMP/bad.err"
   $CHROME --dump-dom "file://$TMP/p.html" >"$TMP/dom" 2>"$TMP/chrome.err"
   check plan_browser_no_console_errors sh -c "! grep -q ':CONSOLE' '$TMP/chrome.err'"
-  check plan_browser_renders_charts sh -c "[ \$(grep -o '<svg class=\"chart\"' '$TMP/dom' | wc -l) -eq 2 ] && [ \$(grep -o '<polyline' '$TMP/dom' | wc -l) -eq 24 ]"
+  check plan_browser_renders_charts sh -c "[ \$(grep -o '<svg class=\"chart\"' '$TMP/dom' | wc -l) -eq 2 ] && [ \$(grep -o '<polyline' '$TMP/dom' | wc -l) -eq 34 ]"
 else
   fail plan_browser "chromium is not installed (scripts/install-deps.sh installs it)"
 fi
@@ -63,6 +73,11 @@ expect_error plan_plot_html 2 "ending in .html" -- $PROJ --project 8:64 --plot "
 expect_error plan_classes_range 2 "classes" -- $PROJ --workers 8 --classes 1
 expect_error plan_bucket_zero 2 "bucket-mb" -- $PROJ --workers 8 --bucket-mb 0
 expect_error plan_project_no_json 2 "json is the search's option" -- $PROJ --project 8:16 --json "$TMP/p.jsonl"
+# --memory-per-rank bounds each strategy's rank: mlp's tp rank (its blocks) fits 2 MB, the
+# data-parallel rank does not; 0.1 MB fits nothing
+$PROJ --project 16:16 --memory-per-rank 2 >"$TMP/mem.txt" 2>/dev/null
+check plan_project_memory_per_rank sh -c "grep -q 'allreduce:ring .*does not fit: [0-9.]* MiB over' '$TMP/mem.txt' && grep 'tp=host' '$TMP/mem.txt' | grep -vq 'does not fit'"
+expect_error plan_project_memory_nothing_fits 2 "--memory-per-rank: .*gives 0.1 MiB" -- $PROJ --project 16:16 --memory-per-rank 0.1
 expect_error plan_cycle_range 2 "cycle-ms: 2000 is out of range" -- $PROJ --workers 8 --cycle-ms 2000
 expect_error plan_cycle_not_a_number 2 "cycle-ms" -- $PROJ --workers 8 --cycle-ms soon
 expect_error plan_cycle_needs_cluster 2 "cycle-ms projects onto a cluster" -- $DTRAIN plan --cycle-ms 5 --model mlp
@@ -84,6 +99,16 @@ $PRED --cluster "$TMP/slow.json" >"$TMP/file_slow.plan" 2>/dev/null
 # 16 ranks on this machine's 2 cores, against a core each on the file's hosts
 check plan_predict_cluster_own_cores $PY -c "import sys; sys.exit(not ($(field "$TMP/file.plan" step_sec) < $(field "$TMP/here.plan" step_sec)))"
 check plan_predict_cluster_net $PY -c "import sys; sys.exit(not ($(field "$TMP/file_net.plan" step_sec) > 5 * $(field "$TMP/file.plan" step_sec)))"
+# a codec's bytes in the projection are the exchange's own formula, as --predict's describe_step counts them
+$DTRAIN plan --cluster $C --model mlp --batch 16 --project 8:8 >"$TMP/codec8.txt" 2>/dev/null
+for codec in fp16 powersgd:4; do
+  $PRED --workers 8 --compress $codec >"$TMP/codec.plan" 2>/dev/null
+  check "plan_project_codec_bytes_$codec" $PY -c "
+import re, sys
+row = [l for l in open('$TMP/codec8.txt') if 'compress $codec ' in l][0]
+mb = float(re.search(r'([0-9.e+-]+) MB sent', row).group(1))
+sys.exit(not abs(mb * 1e6 - $(field "$TMP/codec.plan" bytes_sent_per_step)) <= 5e-4 * mb * 1e6)"
+done
 check plan_predict_cluster_speed $PY -c "import sys; sys.exit(not ($(field "$TMP/file_slow.plan" compute_sec) > 2.5 * $(field "$TMP/file.plan" compute_sec)))"
 expect_error plan_predict_cluster_projected 2 "groups\[0\] is projected" -- $PRED --cluster docs/clusters/horovod-p100.json
 expect_error plan_predict_cluster_too_many 2 "has 1024 ranks" -- $PRED --cluster $C --workers 2000

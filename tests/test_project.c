@@ -27,6 +27,7 @@
 
 #include "dtrain/coll.h"
 #include "perf/project.h"
+#include "strategy/pipe/schedule.h"
 #include "strategy/strategy.h"
 #include "test.h"
 
@@ -209,6 +210,8 @@ static void test_projection_overlap(void) {
  * per_host ranks of a 1 GFLOP/s device (memory at 1e16 bytes/s: the
  * layers are their FLOPs, the update below 1e-10 s), links of intra and
  * inter bytes/s and no latency; batch 32, 64 classes, 1 MiB buckets. */
+static double proj_memory; /* project_text's --memory-per-rank (0: none) */
+
 static int project_text(const char *model_text, int hosts, int per_host, double intra, double inter,
                         int from, int to, perf_projection_t *p) {
   const char *path = "/tmp/dtrain-test-project.model";
@@ -228,7 +231,7 @@ static int project_text(const char *model_text, int hosts, int per_host, double 
   int rc = perf_cluster_file_parse(text, strlen(text), "t", &c) == 0 && train_options_parse(1, argv, &cfg) == 0
                ? 0 : -1;
   perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
+                        .straggler_rank = -1, .memory_per_rank = proj_memory, .optim = &cfg.optim};
   if (rc == 0) rc = perf_project(&o, &c, from, to, p);
   remove(path);
   return rc;
@@ -275,6 +278,7 @@ static void test_projection_more_strategies(void) {
    * compute and round trip */
   CHECK(8 * model / 1e8 > p.one_worker_sec + 2 * model / 1e8);
   CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], 8 * model / 1e8, 1e-6);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], 8 * model / 1e8, 1e-6); /* alike workers: as async */
 }
 
 /* Megatron's tensor parallelism over a host of 4 ranks (4 dense layers:
@@ -306,6 +310,173 @@ static void test_projection_tp(void) {
   CHECK_NEAR(slow - fast, 3 * 6 * (32 * 64 * 4.0 / 4) / 1e8, 1e-6);
   CHECK_OK(project_text("input shape=1x1x64\nrelu\n", 1, 4, 1e9, 1e9, 4, 4, &p));
   CHECK(isinf(p.row[0].step_sec[PROJ_TP]) && p.tp_why[0]);
+}
+
+/* The default optimizer's state arenas (plain SGD: none). */
+static int default_nstate(void) {
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  optimizer_t *o;
+  if (train_options_parse(1, argv, &cfg) != 0 || optim_new(&cfg.optim, 1, &o) != 0) return -1;
+  int n = o->nstate;
+  optim_free(o);
+  return n;
+}
+
+/* Memory per rank (FOUR_DENSE, EIGHT_DENSE: 64 -> 64 dense layers of 4160
+ * parameters, 64 classes, batch 32, a host of 4 ranks, M = 16
+ * micro-batches of 32 x 4 / 16 = 8 samples; equal layers: a chunk a
+ * layer). A chunk's floats a sample: its input 64, its output and its
+ * gradient 128; the last rank the probabilities of a micro-batch, 8 x 64.
+ * GPipe holds all 16 micro-batches: the last rank 16 x 8 x 192 + 512
+ * floats, the engine's own slots for the stage (stage_new: M of them,
+ * what GPipe holds) to the byte. Interleaved (2
+ * chunks a rank) holds Megatron's warm-up on rank 0, (p - 1) 2 + (v - 1) p
+ * + 1 = 11 chunk micro-batches of 192 floats, its two chunks' 8320
+ * parameters. Data parallelism: every layer, every sample. */
+static void test_projection_memory(void) {
+  int ns = default_nstate();
+  CHECK(ns == 0);
+  perf_projection_t p;
+  CHECK_OK(project_text(FOUR_DENSE, 1, 4, 1e15, 1e15, 4, 4, &p));
+  /* a sample: its input 64, 4 outputs and their gradients, the probabilities 64, the label */
+  double dp = 4.0 * ((2 + ns) * 16640.0 + 32 * (64 + 4 * 128 + 64 + 1));
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_RING], dp, 1e-6);
+  double acts = 16 * 8 * 192 + 8 * 64;
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_GPIPE], 4.0 * ((2 + ns) * 4160.0 + acts), 1e-6);
+  model_spec_t spec;
+  model_t *m = NULL;
+  stage_t *st = NULL;
+  CHECK_OK(model_spec_parse(FOUR_DENSE, "four", &spec));
+  CHECK_OK(model_build(&spec, spec.input, 64, 8, &m));
+  model_spec_free(&spec);
+  if (m && stage_new(m, 3, 3, 16, 8, &st) == 0) {
+    CHECK_NEAR((double)st->act_bytes, 4.0 * acts, 0);
+    stage_free(st);
+  }
+  if (m) model_free(m);
+  CHECK_OK(project_text(EIGHT_DENSE, 1, 4, 1e15, 1e15, 4, 4, &p));
+  pipe_schedule_t sc;
+  CHECK_OK(pipe_schedule_build(PIPE_INTERLEAVED, 4, 2, 16, 1, &sc));
+  CHECK(pipe_schedule_peak_live(&sc, 0) == 11); /* the engine's lists: Megatron's warm-up + 1 */
+  pipe_schedule_free(&sc);
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_INTERLEAVED], 4.0 * ((2 + ns) * 8320.0 + 11 * 8 * 192), 1e-6);
+  CHECK(p.row[0].memory_bytes[PROJ_INTERLEAVED] < p.row[0].memory_bytes[PROJ_RING]);
+}
+
+/* Memory per rank, tp over a host of 4 (Megatron's pairs: 64 -> 256
+ * column-split, 256 -> 64 row-split, twice; relu is the dense layer's
+ * own): a rank holds a quarter of each pair's weights, 64 x 64 + 64 x 64,
+ * with the column layer's quarter of its bias (64) and the row layer's
+ * whole bias (64), and its shards of the activations; data parallelism
+ * the whole 2 (64 x 256 + 256 + 256 x 64 + 64). A memory per rank between
+ * the two: tp fits, the others do not. */
+static void test_projection_memory_tp(void) {
+  const char *pairs = "input shape=1x1x64\ndense units=256\nrelu\ndense units=64\ndense units=256\nrelu\n"
+                      "dense units=64\n";
+  int ns = default_nstate();
+  perf_projection_t p;
+  CHECK_OK(project_text(pairs, 1, 4, 1e15, 1e15, 4, 4, &p));
+  double params = 2 * (64 * 64 + 64 + 64 * 64 + 64.0);
+  /* a sample: the input 64; each pair's 64 of 256 outputs and its sum's 64, twice, with their
+   * gradients; the probabilities 64 and the label */
+  double acts = 64 + 2 * 2 * (64 + 64) + 64 + 1, tp = 4.0 * ((2 + ns) * params + 32 * acts);
+  double dp = 4.0 * ((2 + ns) * 2 * (64 * 256 + 256 + 256 * 64 + 64.0) + 32 * (64 + 2 * 2 * (256 + 64) + 64 + 1));
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_TP], tp, 1e-6);
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_RING], dp, 1e-6);
+  CHECK(p.row[0].fits[PROJ_TP] && p.row[0].fits[PROJ_RING]); /* no memory given: no bound */
+  proj_memory = (tp + dp) / 2;
+  CHECK_OK(project_text(pairs, 1, 4, 1e15, 1e15, 4, 4, &p));
+  proj_memory = 0;
+  CHECK(p.row[0].fits[PROJ_TP] && !p.row[0].fits[PROJ_RING] && !p.row[0].fits[PROJ_FP16]);
+  CHECK(p.row[0].mem_limit == (tp + dp) / 2);
+}
+
+/* The codecs: one dense layer (64 x 64 weights and 64 biases: n = 4160
+ * values) on 2 hosts of 2 ranks of a device at 1e9 bytes/s, 1e8 bytes/s
+ * between hosts, no latency. Bytes (rank 0, P = 4, blocks of 1040, the
+ * last cut in two pieces where the biases start): fp16 2 bytes a value,
+ * scatter-reduce 3 blocks + allgather 3 x its own, 6 x 2080 = 12480;
+ * int8 a value a byte and 4 of scale a piece: 3 x 1044 + 1044 + 1044 +
+ * 1048 = 6268. The link: the host's 2 ranks send 2/3 of it across the NIC
+ * at once. The codec's passes (fp16, error feedback on: biased): encode
+ * reads 4 and writes 2 bytes a value, decode reads 2 and adds into 4 (8),
+ * compensate and update 24: n ((1 + 1/4) 6 + (2 + 1) 10 + 24) / 1e9. */
+static void test_projection_codecs(void) {
+  const char *path = "/tmp/dtrain-test-project-codec.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e9}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e8}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  const perf_proj_row_t *r = &p.row[0];
+  double n = 4160;
+  CHECK_NEAR(r->bytes_sent[PROJ_FP16], 12480, 1e-9);
+  CHECK_NEAR(r->bytes_sent[PROJ_INT8], 6268, 1e-9);
+  CHECK_NEAR(r->codec_sec[PROJ_FP16], n * (1.25 * 6 + 3 * 10 + 24) / 1e9, 1e-12);
+  /* the step: the compute, then (one bucket) the codec and the exchange, the update */
+  double across = 2 * 12480 * (2.0 / 3) / 1e8;
+  CHECK_NEAR(r->step_sec[PROJ_FP16] - p.one_worker_sec, r->codec_sec[PROJ_FP16] + across, 1e-12);
+  /* fewer bytes than the ring's 2 (P - 1) / P 4 n; powersgd's factors fewer still */
+  CHECK(r->bytes_sent[PROJ_POWERSGD] > 0 && r->bytes_sent[PROJ_POWERSGD] < r->bytes_sent[PROJ_INT8]);
+  CHECK(r->bytes_sent[PROJ_FP16] < 1.5 * 4 * n && r->bytes_sent[PROJ_TOPK] > 0);
+  /* the compressor's arrays of n floats: error feedback's residual, its tmp and scratch */
+  CHECK_NEAR(r->memory_bytes[PROJ_FP16] - r->memory_bytes[PROJ_RING], 3 * 4 * n, 1e-9);
+  CHECK(r->codec_sec[PROJ_RING] == 0 && r->bytes_sent[PROJ_RING] == 0);
+  remove(path);
+}
+
+/* One server, async and ssp:3, expected (one dense layer of 4160
+ * parameters on a host of 4 ranks at 1e9 bytes/s, the server on a host of
+ * its own): a worker's loop is its compute c and a push and a pull of
+ * 16640 bytes. Alike workers: both c + trip. Rank 1 three times slower:
+ * async's pushes a second are 3 / (c + trip) + 1 / (3c + trip), the
+ * step 4 over that; ssp's bound paces everybody to the straggler's 3c +
+ * trip. The server (an update a push) is far from the bottleneck. */
+static void test_projection_ssp(void) {
+  const char *path = "/tmp/dtrain-test-project-ssp.model";
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs("input shape=1x1x64\ndense units=64\n", f);
+  fclose(f);
+  const char *text =
+      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
+      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
+      "\"intra\":{\"latency\":0,\"bandwidth\":1e9},\"inter\":{\"latency\":0,\"bandwidth\":1e9}}";
+  perf_cluster_file_t c;
+  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
+  char *argv[] = {"train", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(1, argv, &cfg));
+  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_projection_t p;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  double cw = p.one_worker_sec - p.update_sec, trip = 2 * 16640 / 1e9;
+  CHECK_NEAR(cw, 3 * 2 * 4096 * 32 / 1e9, 1e-12); /* forward 2 FLOPs a multiply-add, backward twice */
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], cw + trip, 1e-12);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], cw + trip, 1e-12);
+  o.straggler_rank = 1, o.straggler_slowdown = 3;
+  CHECK_OK(perf_project(&o, &c, 4, 4, &p));
+  double async = 4 / (3 / (cw + trip) + 1 / (3 * cw + trip));
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_ASYNC], async, 1e-12);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_PS_SSP], 3 * cw + trip, 1e-12);
+  CHECK_NEAR(p.row[0].samples_per_sec[PROJ_PS_SSP], 32 * 4 / (3 * cw + trip), 1e-6);
+  remove(path);
 }
 
 /* Horovod's loop (--cycle-ms): two equal dense layers on a slow device,
@@ -481,6 +652,10 @@ int main(void) {
   RUN(test_projection_gpipe);
   RUN(test_projection_more_strategies);
   RUN(test_projection_tp);
+  RUN(test_projection_memory);
+  RUN(test_projection_memory_tp);
+  RUN(test_projection_codecs);
+  RUN(test_projection_ssp);
   RUN(test_projection_horovod_loop);
   RUN(test_cluster_link_frames);
   RUN(test_cluster_reader);

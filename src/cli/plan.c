@@ -63,12 +63,16 @@ static const char *PLAN_HELP =
     "each, slowed by 1 / speed; the smallest memory per rank bounds the candidates unless\n"
     "--memory-per-rank does). With --project FROM:TO, --plot, --classes, --bucket-mb or\n"
     "--cycle-ms, or a file of projected devices, the data-parallel strategies (allreduce\n"
-    "ring, rhd, tree, hier; ps sharded on the workers; one ps; one async ps, expected),\n"
-    "GPipe, interleaved 1F1B (2 chunks a rank) and Megatron's tensor parallelism across a\n"
-    "host's ranks (data parallel across hosts), local SGD\n"
-    "(tau 4) and D-PSGD are projected instead, at --workers N or at every worker\n"
-    "count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the cluster's ranks):\n"
-    "step time, samples/s and scaling efficiency (samples/s over N times one worker's). The\n"
+    "ring, rhd, tree, hier; ps sharded on the workers; one ps; one async ps and one ssp:3\n"
+    "ps, expected), GPipe, interleaved 1F1B (2 chunks a rank) and Megatron's tensor\n"
+    "parallelism across a host's ranks (data parallel across hosts), local SGD (tau 4),\n"
+    "D-PSGD, and data parallelism with --compress fp16, int8, topk:0.01 and powersgd:4\n"
+    "(the codec's ms and MB sent on its row) are projected instead, at --workers N or at\n"
+    "every worker count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the\n"
+    "cluster's ranks): step time, samples/s, scaling efficiency (samples/s over N times one\n"
+    "worker's) and the memory of the strategy's fullest rank (a pipeline stage its chunks\n"
+    "and the activations its schedule holds, a tp rank its blocks), over --memory-per-rank\n"
+    "MB, or the file's memory per rank, marked 'does not fit' with by how much. The\n"
     "model's input is its file's 'input shape=' or 1x28x28. --net latency=,bandwidth= takes\n"
     "the place of the file's link between hosts; --straggler rank=R,slowdown=S slows rank R.\n"
     "With --predict, the one configuration is simulated on the file's first ranks instead\n"
@@ -351,11 +355,9 @@ static int measured_here(const perf_cluster_file_t *c) {
 static int project(int argc, char **argv, const plan_opts_t *o, const perf_cluster_file_t *cl) {
   const perf_cluster_file_t c = *cl;
   train_config_t cfg;
-  if (o->json || o->memory || o->explain) {
+  if (o->json || o->explain) {
     fprintf(stderr, "dtrain plan: --%s is the search's option; the projection%s prints its "
-            "table (its memory per rank is the cluster file's)\n",
-            o->json ? "json" : o->memory ? "memory-per-rank" : "explain",
-            measured_here(cl) ? "" : " onto projected devices");
+            "table\n", o->json ? "json" : "explain", measured_here(cl) ? "" : " onto projected devices");
     return 2;
   }
   if (train_options_parse(argc, argv, &cfg) != 0) {
@@ -380,7 +382,8 @@ static int project(int argc, char **argv, const plan_opts_t *o, const perf_clust
       .input = {1, 28, 28}, .seq_len = cfg.seq_len, .bucket_bytes = o->bucket ? (double)o->bucket : 64.0 * 1024 * 1024,
       .cycle_sec = o->cycle_ms > 0 ? o->cycle_ms / 1e3 : 0,
       .straggler_rank = cfg.straggler_rank, .straggler_slowdown = cfg.straggler_slowdown,
-      .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth, .optim = &cfg.optim};
+      .net_latency = cfg.net_latency, .net_bandwidth = cfg.net_bandwidth,
+      .memory_per_rank = (double)o->memory, .optim = &cfg.optim};
   perf_projection_t p;
   if (perf_project(&po, &c, from, to, &p) != 0) {
     fprintf(stderr, "dtrain plan: %s\n", dt_errmsg());
@@ -388,16 +391,19 @@ static int project(int argc, char **argv, const plan_opts_t *o, const perf_clust
   }
   perf_projection_print(&p, &c, stdout);
   int fits = 0;
-  for (int k = 0; k < p.nrows; k++) fits |= p.row[k].fits;
-  if (!fits) {
+  for (int k = 0; k < p.nrows; k++)
+    for (int s = 0; s < PROJ_COUNT; s++) fits |= p.row[k].fits[s] && isfinite(p.row[k].step_sec[s]);
+  if (!fits) { /* data parallelism's figures: the pipelines and tp hold less, and fit no better */
     const double MiB = 1024.0 * 1024.0;
     double most = (p.mem_limit - p.mem_fixed) / p.mem_per_sample;
     char fit[96];
     if (most >= 1) snprintf(fit, sizeof fit, "a batch of at most %.0f fits", floor(most));
     else snprintf(fit, sizeof fit, "no batch fits: the model alone takes %.1f MiB", p.mem_fixed / MiB);
-    fprintf(stderr, "dtrain plan: memory_per_rank: a rank holds %.1f MiB for --batch %d (%.1f MiB "
-            "+ %.2f MiB a sample) and %s gives %.1f MiB; %s\n", p.row[0].memory_bytes / MiB,
-            cfg.batch, p.mem_fixed / MiB, p.mem_per_sample / MiB, o->cluster, p.mem_limit / MiB, fit);
+    fprintf(stderr, "dtrain plan: %s: a data-parallel rank holds %.1f MiB for --batch %d (%.1f MiB "
+            "+ %.2f MiB a sample), no pipeline stage or tp rank fits either, and %s gives %.1f MiB; "
+            "%s\n", o->memory ? "--memory-per-rank" : "memory_per_rank", p.row[0].memory_bytes[PROJ_RING] / MiB,
+            cfg.batch, p.mem_fixed / MiB, p.mem_per_sample / MiB,
+            o->memory ? "--memory-per-rank" : o->cluster, p.mem_limit / MiB, fit);
     return 2;
   }
   if (o->plot && perf_projection_html(&p, &c, cfg.model, o->plot) != 0) {

@@ -1,4 +1,4 @@
-/* The projection: the data-parallel strategies' step at 8 ... 1024
+/* The projection: the strategies' step at 8 ... 1024
  * workers on a described cluster (cluster_file.c), in the manner of the
  * simulator but closed-form where the simulator would walk every rank:
  *
@@ -20,10 +20,11 @@
  * - GPipe across each host's ranks, the replicas' ring across hosts
  *   (pipeline_sec), and interleaved 1F1B with 2 chunks a rank: Megatron's
  *   bubble (p - 1) / (v m), v times the boundary messages;
- * - one asynchronous server: a worker's expected step (Yan et al.) is
- *   its own compute and round trip, or, when the server is the
- *   bottleneck, its round: P pushes and pulls on its link and an update
- *   for each push;
+ * - one asynchronous server, and one stale-synchronous (ssp:3): a
+ *   worker's expected step (Yan et al.) from the pushes a second -- each
+ *   worker's own loop of compute and round trip, at its own pace (async)
+ *   or the slowest's (ssp's bound), at most the server's link and updates
+ *   (ps_expected_sec);
  * - Megatron's tensor parallelism over a host's ranks (tp_sec): each
  *   layer's share of its products on tp rank 0's blocks (tensor_plan's
  *   pairs), its sums as ring allreduces inside the host, the replicas (one
@@ -34,23 +35,40 @@
  *   parameters to both ring neighbours every step, one after the other on
  *   its link (across hosts for a host's first and last rank), after
  *   backward;
+ * - data parallelism with a codec (fp16, int8, topk:0.01, powersgd:4,
+ *   as train --compress runs them): the ring's buckets, each its codec's
+ *   CPU (perf_codec_work: measured here, or each pass's bytes at a
+ *   projected device's bandwidth) and its exchange (the bytes
+ *   compress_exchange_bytes gives, on the links its pattern takes);
  * - a synchronous step waits for its slowest rank (a slower group, a
- *   --straggler).
+ *   --straggler);
+ * - the memory of each strategy's fullest rank: data parallelism's
+ *   layout (memory.c's), a codec's compressor arrays, a pipeline rank's
+ *   chunks and the activations its schedule holds at once (the engine's
+ *   own lists), a tp rank's blocks.
  * Scaling efficiency: samples/s at n workers over n times one worker's
  * alone (no exchange). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress/compressor.h"
 #include "perf/project.h"
+#include "strategy/pipe/schedule.h"
 #include "strategy/tensor/tensor.h"
+#include "strategy/worker.h"
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "ps:1 async (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
-    "d-psgd (ring of workers)"};
+    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
+    "d-psgd (ring of workers)", "compress fp16 (dp)", "compress int8 (dp)", "compress topk:0.01 (dp)",
+    "compress powersgd:4 (dp)"};
+static const char *const CODECS[PROJ_NCODECS] = {"fp16", "int8", "topk:0.01", "powersgd:4"};
 
 const char *perf_proj_name(proj_strategy_t s) { return s >= 0 && s < PROJ_COUNT ? NAMES[s] : "?"; }
+const char *perf_proj_codec(proj_strategy_t s) {
+  return s >= PROJ_CODEC_FIRST && s < PROJ_COUNT ? CODECS[s - PROJ_CODEC_FIRST] : NULL;
+}
 
 static int ceil_lg(int p) {
   int l = 0;
@@ -159,6 +177,7 @@ typedef struct {
   double *share;             /* [L] the layer's share of its whole work (params, or outputs) */
   double *sum_bytes;         /* [L] bytes the layer's sums allreduce, forward and backward */
   double params;             /* the rank's parameters */
+  double mem;                /* the rank's bytes (memory_bytes of its blocks, the batch) */
 } tp_proj_t;
 
 typedef struct {
@@ -169,8 +188,10 @@ typedef struct {
   const model_t *m;
   double *ready;             /* [nbuckets] when a bucket's gradients are all computed */
   double *bytes;             /* [nbuckets] */
+  size_t *off;               /* [nbuckets] where a bucket starts in the gradient arena (floats) */
   int nbuckets;
   const tp_proj_t *tp;       /* NULL: no tensor-parallel plan */
+  double mult;               /* the slowest rank's slowdown (a --straggler) */
 } plan_t;
 
 /* Buckets in backward order: layers from the last, closed at bucket_bytes. */
@@ -178,13 +199,18 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
                         plan_t *p) {
   p->ready = calloc((size_t)m->nlayers + 1, sizeof *p->ready);
   p->bytes = calloc((size_t)m->nlayers + 1, sizeof *p->bytes);
-  if (!p->ready || !p->bytes) return dt_error("out of memory");
+  p->off = calloc((size_t)m->nlayers + 1, sizeof *p->off);
+  if (!p->ready || !p->bytes || !p->off) return dt_error("out of memory");
   double t = fwd_total, acc = 0;
+  size_t end = 0; /* the bucket's end in the arena: its last layer's */
   for (int i = m->nlayers - 1; i >= 0; i--) {
+    const layer_t *l = &m->layers[i];
     t += bwd[i];
-    acc += 4.0 * (double)m->layers[i].param_len;
+    if (acc == 0 && l->param_len) end = l->param_off + l->param_len;
+    acc += 4.0 * (double)l->param_len;
     if (acc > 0 && (acc >= bucket || i == 0)) {
-      p->ready[p->nbuckets] = t, p->bytes[p->nbuckets++] = acc;
+      p->ready[p->nbuckets] = t, p->bytes[p->nbuckets] = acc;
+      p->off[p->nbuckets++] = end - (size_t)(acc / 4);
       acc = 0;
     }
   }
@@ -201,27 +227,222 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
  * across hosts, every stage at once on the host's NIC, after backward;
  * each rank updates its stage. (V M + g - 1) slots of the slowest chunk or
  * boundary: the bubble (g - 1) / (V M) (Megatron's). */
+/* The chunks of a pipeline of G: chunk c is layers [first[c], first[c + 1]),
+ * cut where the running time crosses each G-th of the total. */
+static void pipeline_cuts(const plan_t *p, int G, int *first) {
+  int L = p->m->nlayers, cut = 1;
+  double total = p->fwd + p->bwd, run = 0;
+  first[0] = 0;
+  for (int i = 0; i < L; i++) {
+    double t = p->lf[i] + p->lb[i];
+    if (i > 0 && cut < G && run + t / 2 > total * cut / G) first[cut++] = i;
+    run += t;
+  }
+  while (cut <= G) first[cut++] = L; /* a layer heavier than a chunk: the last ones empty */
+}
+
 static double pipeline_sec(const plan_t *p, int P, int per_host, double batch, int V,
                            perf_link_t intra, perf_link_t inter) {
   int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, dp = P / g, G = g * V;
   if (g < 2 || L < G) return INFINITY; /* no pipeline to make */
-  double total = p->fwd + p->bwd, run = 0, stage = 0, worst = 0, slot_bytes = 0;
-  int cut = 1;
-  for (int i = 0; i < L; i++) {
-    double t = p->lf[i] + p->lb[i];
-    if (i > 0 && cut < G && run + t / 2 > total * cut / G) { /* a boundary before layer i */
-      worst = stage > worst ? stage : worst, stage = 0, cut++;
-      double b = 4.0 * (double)shape_size(p->m->layers[i].in_shape) * batch * g / M;
+  int first[G + 1];
+  pipeline_cuts(p, G, first);
+  double worst = 0, slot_bytes = 0;
+  for (int c = 0; c < G; c++) {
+    double stage = 0;
+    for (int i = first[c]; i < first[c + 1]; i++) stage += p->lf[i] + p->lb[i];
+    worst = stage > worst ? stage : worst;
+    if (c > 0 && first[c] < L) { /* a boundary before chunk c's first layer */
+      double b = 4.0 * (double)shape_size(p->m->layers[first[c]].in_shape) * batch * g / M;
       slot_bytes = b > slot_bytes ? b : slot_bytes;
     }
-    run += t, stage += t;
   }
-  worst = stage > worst ? stage : worst;
   double slot = worst * g / M, move = 2 * hop(intra, slot_bytes, 1);
   double pipe = (V * M + g - 1) * (slot > move ? slot : move);
   double grads = 4.0 * (double)p->m->nparams; /* every stage's, through the host's one NIC */
   double ring = dp > 1 ? 2.0 * (dp - 1) * hop(inter, grads / dp, 1) : 0;
   return pipe + ring + p->update / g;
+}
+
+/* A chunk's floats a sample held from its forward to its backward: its
+ * layers' outputs and their gradients, their scratch, and its input (the
+ * activation received, or the samples loaded), as stage_new lays out a
+ * micro-batch's slot. */
+static double chunk_act_floats(const model_t *m, int a, int b) {
+  if (a >= b) return 0;
+  double n = (double)shape_size(m->layers[a].in_shape);
+  for (int i = a; i < b; i++)
+    n += 2.0 * (double)shape_size(m->layers[i].out_shape) +
+         (double)m->layers[i].scratch_len / (m->max_batch > 0 ? m->max_batch : 1);
+  return n;
+}
+
+/* The pipeline's rank holding most (pipeline_sec's cuts, g ranks of V
+ * chunks, M micro-batches of mb samples): the parameters, gradients,
+ * optimizer state and buffers of its own chunks (chunk v of rank s is
+ * v g + s), and the most activations its schedule -- the engine's own
+ * instruction lists (pipe_schedule_build) -- holds at once, each (chunk,
+ * micro-batch) from its forward to its backward: GPipe all M, 1F1B's
+ * P - s, interleaved's more; the last chunk's rank the loss's
+ * probabilities for one micro-batch. The method's memory: dtrain's engine
+ * builds the whole model on every rank (memory.c) and gives every chunk M
+ * slots (stage_new: what GPipe holds). */
+static double pipeline_mem(const plan_t *p, int P, int per_host, double batch, int V, int nstate) {
+  int g = per_host < P ? per_host : P, L = p->m->nlayers, M = 4 * g, G = g * V;
+  if (g < 2 || L < G) return NAN;
+  int first[G + 1];
+  pipeline_cuts(p, G, first);
+  pipe_schedule_t sc;
+  if (pipe_schedule_build(V > 1 ? PIPE_INTERLEAVED : PIPE_GPIPE, g, V, M, 1, &sc) != 0) {
+    dt_error_clear();
+    return NAN;
+  }
+  double mb = batch * g / M, most = 0;
+  for (int r = 0; r < g; r++) {
+    double params = 0, buffers = 0, act[V], live = 0, peak = 0;
+    for (int v = 0; v < V; v++) {
+      int c = v * g + r;
+      act[v] = chunk_act_floats(p->m, first[c], first[c + 1]) * mb;
+      for (int i = first[c]; i < first[c + 1]; i++)
+        params += (double)p->m->layers[i].param_len, buffers += (double)p->m->layers[i].buf_len;
+    }
+    for (int i = 0; i < sc.len[r]; i++) {
+      const pipe_instr_t *in = &sc.prog[r][i];
+      if (in->op == PIPE_FORWARD && (live += act[in->chunk]) > peak) peak = live;
+      if (in->op == PIPE_BACKWARD) live -= act[in->chunk];
+    }
+    double probs = r == g - 1 ? mb * (double)p->m->nclasses : 0; /* chunk G - 1 = (V - 1) g + g - 1 */
+    double bytes = 4.0 * ((2.0 + nstate) * params + buffers + peak + probs);
+    most = bytes > most ? bytes : most;
+  }
+  pipe_schedule_free(&sc);
+  return most;
+}
+
+/* ---- the codecs ----------------------------------------------------------- */
+
+/* A codec as `train --compress X` runs it over the ring (worker.c's
+ * configuration): the model's tensors as its layout reads them, its passes
+ * measured here (devices at a speed), the memory its compressor keeps:
+ * the arrays it carries from step to step (compressor_state: error
+ * feedback's residual, powersgd's Q) and its two work arrays of the
+ * gradients' length; not its message buffers (a few encodings). */
+typedef struct {
+  compress_config_t cc;
+  compress_matrix_t *mats;
+  int nmats;
+  perf_compute_t here;       /* seconds a value of each pass on this CPU, scaled as predict.c does */
+  double memory;             /* bytes: its arrays of the gradients' length */
+} codec_proj_t;
+
+#define CODEC_STEADY_STEP 1000000 /* a step past any warm-up */
+
+static int codec_setup(const model_t *m, proj_strategy_t s, const perf_compute_t *pc, int measured,
+                       codec_proj_t *c) {
+  char *argv[] = {"train", "--workers", "2", "--compress", (char *)perf_proj_codec(s), NULL};
+  train_config_t cfg;
+  DT_TRY(train_options_parse(5, argv, &cfg));
+  c->cc = worker_compress_config(&cfg);
+  c->cc.algo = ALLREDUCE_RING;
+  c->nmats = m->ntensors;
+  c->mats = calloc((size_t)m->ntensors + 1, sizeof *c->mats);
+  if (!c->mats) return dt_error("out of memory");
+  compress_model_matrices(m, c->mats);
+  compressor_t *k; /* which arrays it keeps: the configuration's, whatever their length */
+  DT_TRY(compressor_new(&c->cc, 1, 0, 2, &k));
+  compress_state_t st[COMPRESS_MAX_STATE];
+  c->memory = 4.0 * (double)m->nparams * (compressor_state(k, st) + 2); /* + its tmp, scratch */
+  compressor_free(k);
+  if (!measured) return 0;
+  DT_TRY(perf_codec_measure(&c->cc.codec, c->cc.error_feedback, m->nparams, c->mats, c->nmats, &c->here));
+  c->here.copy_sec = pc->copy_sec;
+  double run = 0, passes = perf_codec_work(&c->here, 1.0, 2);
+  DT_TRY(perf_codec_exchange_cpu(&c->cc, m->nparams, c->mats, c->nmats, &run));
+  c->here.codec_scale = passes > 0 && run > 0 ? run / passes : 0;
+  return 0;
+}
+
+/* The codec's passes a value on a device of group g: measured here and
+ * divided by its speed, or, projected, the bytes each pass moves at its
+ * memory bandwidth (an encoding of E bytes a value: encode reads 4 and
+ * writes E, decode_add reads E and adds into 4; top-k's selection reads
+ * the values twice, its decode reads the pairs and adds where they point;
+ * error feedback's compensate and update read two arrays and write one
+ * each) and powersgd's products at its FLOP/s (6 rows cols k a matrix,
+ * and 2 rows k^2 to orthogonalize) or their 16 bytes a value, whichever
+ * takes longer. */
+static perf_compute_t codec_on(const perf_group_t *g, const codec_proj_t *c, const model_t *m) {
+  perf_compute_t p = c->here;
+  if (g->speed > 0) {
+    p.encode_sec /= g->speed, p.decode_sec /= g->speed, p.feedback_sec /= g->speed;
+    p.factor_sec /= g->speed, p.copy_sec /= g->speed;
+    return p;
+  }
+  const codec_spec_t *k = &c->cc.codec;
+  double bw = g->memory_bandwidth, n = (double)m->nparams, E = (double)codec_bytes(k, m->nparams) / n;
+  p = (perf_compute_t){.copy_sec = 8 / bw, .feedback_sec = c->cc.error_feedback ? 24 / bw : 0};
+  if (k->kind == CODEC_POWERSGD) {
+    p.codec_family = PERF_CODEC_FACTORS;
+    for (int i = 0; i < c->nmats; i++) {
+      double r = (double)c->mats[i].rows, q = (double)c->mats[i].cols, rank = powersgd_rank(k, &c->mats[i]);
+      double flop = (6 * r * q * rank + 2 * r * rank * rank) / (g->flops * g->efficiency), mem = 16 * r * q / bw;
+      p.factor_sec += (rank > 0 ? (flop > mem ? flop : mem) : 0) / n;
+    }
+  } else if (codec_sparse(k)) {
+    p.codec_family = PERF_CODEC_SPARSE, p.encode_sec = (8 + E) / bw, p.decode_sec = 2 * E / bw;
+  } else {
+    p.codec_family = PERF_CODEC_DENSE, p.encode_sec = (4 + E) / bw, p.decode_sec = (E + 8) / bw;
+  }
+  return p;
+}
+
+/* Seconds one bucket's compressed exchange takes on the links, and the
+ * bytes rank 0 sends (compress_exchange_bytes: the exchange's own
+ * formula): an allreduce (the sparse past the break-even, or powersgd's
+ * factors: two, P then Q) as the ring of the same bytes; the dense
+ * encodings' scatter-reduce and allgather (two rounds) and the sparse
+ * ones' allgather (one) as P - 1 messages a round, each its latency, the
+ * bytes to the host's ranks on the intra link and the rest through the
+ * host's NIC, which its g ranks cross at once. */
+static double codec_link_sec(const codec_proj_t *c, int P, int per_host, size_t off, size_t len,
+                             perf_link_t intra, perf_link_t inter, double *sent) {
+  compress_bytes_t x;
+  if (P < 2) return 0;
+  if (compress_exchange_bytes(&c->cc, 0, P, off, len, CODEC_STEADY_STEP, c->mats, c->nmats, &x) != 0) {
+    dt_error_clear();
+    return NAN;
+  }
+  *sent += (double)x.sent;
+  double S = (double)(x.sent > x.received ? x.sent : x.received);
+  int g = per_host < P ? per_host : P, multi = P > g;
+  perf_link_t far = multi ? inter : intra;
+  if (!strncmp(x.pattern, "allreduce", 9)) {
+    double t = perf_proj_exchange_sec(PROJ_RING, P, per_host, S * P / (2.0 * (P - 1)), intra, inter);
+    return t + (strcmp(x.pattern, "allreduce") ? 2.0 * (P - 1) * far.alpha : 0);
+  }
+  int rounds = strstr(x.pattern, "scatter") ? 2 : 1;
+  double in_host = S * (g - 1) / (P - 1) / intra.beta;
+  double across = multi ? g * S * (P - g) / (P - 1) / inter.beta : 0;
+  return rounds * (P - 1) * far.alpha + (in_host > across ? in_host : across);
+}
+
+/* A codec strategy's step: the buckets in backward order as the ring's,
+ * each, once ready and the one before is done, its codec's passes
+ * (perf_codec_work on the slowest rank's device) then its exchange; the
+ * codec's seconds and the bytes sent into *codec, *sent. */
+static double codec_step_sec(const plan_t *p, const codec_proj_t *c, const perf_compute_t *dev, int P,
+                             int per_host, perf_link_t intra, perf_link_t inter, double *codec,
+                             double *sent) {
+  double compute_end = p->fwd + p->bwd, link_free = 0;
+  *codec = *sent = 0;
+  if (P == 1) return compute_end + p->update;
+  for (int b = 0; b < p->nbuckets; b++) {
+    double start = p->ready[b] > link_free ? p->ready[b] : link_free, len = p->bytes[b] / 4;
+    double work = perf_codec_work(dev, len, P) * p->mult;
+    link_free = start + work + codec_link_sec(c, P, per_host, p->off[b], (size_t)len, intra, inter, sent);
+    *codec += work;
+  }
+  return (link_free > compute_end ? link_free : compute_end) + p->update;
 }
 
 /* Horovod's background loop (horovod/common/operations.cc, 2017-2018):
@@ -300,15 +521,6 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     perf_link_t far = P > per_host ? inter : intra;
     return compute_end + (P > 2 ? 2 : 1) * hop(far, model, 1) + p->update;
   }
-  if (s == PROJ_PS_ASYNC) { /* no waiting for the others: its own round trip, or the server's link */
-    double total = 0;
-    for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
-    perf_link_t link = P >= per_host ? inter : intra; /* the server on a host of its own */
-    double own = compute_end + 2 * hop(link, total, 1);
-    /* the server's round: P pushes and pulls on its link, an update for each push */
-    double served = perf_proj_exchange_sec(PROJ_PS_ONE, P, per_host, total, intra, inter) + P * p->update;
-    return own > served ? own : served;
-  }
   if (s == PROJ_PS_SHARDED || s == PROJ_PS_ONE) {
     double total = 0;
     for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
@@ -323,6 +535,42 @@ static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, 
     link_free = start + perf_proj_exchange_sec(s, P, per_host, p->bytes[b], intra, inter);
   }
   return (link_free > compute_end ? link_free : compute_end) + p->update;
+}
+
+/* The workers' computes among the first P ranks: a class a group, the
+ * straggler one of its own (forward and backward, no update). */
+typedef struct {
+  int n, count[PERF_MAX_GROUPS + 1];
+  double compute[PERF_MAX_GROUPS + 1];
+} worker_classes_t;
+
+/* One server, asynchronous or stale-synchronous: Yan et al.'s expected
+ * step, their best case (a worker's computation and its round trip, the
+ * server's link and its updates overlapped across workers). A worker's
+ * own loop: its forward and backward, then a push and a pull of the whole
+ * gradient on the server's link (the server on a host of its own). The
+ * server takes one push and its pull at a time on its link and applies
+ * each push (an update): at most 1 / (2 hop + update) pushes a second.
+ * Async: every worker at its own pace, the pushes a second the sum of
+ * their rates. ssp:S: no worker more than S clocks ahead of the slowest,
+ * so over many clocks every worker runs at the slowest's pace (Ho et
+ * al.: the bound absorbs a worker's occasional delay, not a slower
+ * worker's every step); alike workers run as under async (predict.c,
+ * rule_ssp.c). The expected step: P over the pushes a second. */
+static double ps_expected_sec(const plan_t *p, proj_strategy_t s, const worker_classes_t *wc,
+                              double server_update, int P, int per_host, perf_link_t intra,
+                              perf_link_t inter) {
+  double total = 0, rate = 0, slowest = 0;
+  for (int b = 0; b < p->nbuckets; b++) total += p->bytes[b];
+  perf_link_t link = P >= per_host ? inter : intra;
+  double trip = 2 * hop(link, total, 1);
+  for (int k = 0; k < wc->n; k++) {
+    rate += wc->count[k] / (wc->compute[k] + trip);
+    if (wc->count[k] > 0 && wc->compute[k] > slowest) slowest = wc->compute[k];
+  }
+  if (s == PROJ_PS_SSP) rate = P / (slowest + trip);
+  double served = 1 / (trip + server_update);
+  return P / (rate < served ? rate : served);
 }
 
 /* The model's input: its file's `input shape=`, a sequence model's
@@ -347,7 +595,9 @@ static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
  * work and its sums' bytes on o->batch samples (a sum's floats are its
  * samples' times a sample's: counted on one). A model with nothing to
  * split over g says why in why. */
-static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, tp_proj_t *tp,
+static void memory_bytes(const model_t *m, int nstate, double *fixed, double *per_sample);
+
+static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int nstate, tp_proj_t *tp,
                     char *why, size_t why_cap) {
   model_spec_t spec;
   DT_TRY(model_spec_load(o->model, &spec));
@@ -368,6 +618,9 @@ static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, tp_proj_
     return 0; /* not an error of the projection: the row says why */
   }
   *tp = (tp_proj_t){.g = g, .params = (double)tm->nparams};
+  double fixed, per_sample;
+  memory_bytes(tm, nstate, &fixed, &per_sample);
+  tp->mem = fixed + per_sample * o->batch; /* its blocks, its shards of the activations */
   tp->share = calloc((size_t)m->nlayers + 1, sizeof *tp->share);
   tp->sum_bytes = calloc((size_t)m->nlayers + 1, sizeof *tp->sum_bytes);
   if (!tp->share || !tp->sum_bytes) rc = dt_error("out of memory");
@@ -400,6 +653,16 @@ static void memory_bytes(const model_t *m, int nstate, double *fixed, double *pe
   *per_sample = 4.0 * acts;
 }
 
+/* The memory bounding the first P ranks: --memory-per-rank, else the
+ * least of their groups' (0: none limited). */
+static double memory_limit(const perf_cluster_file_t *c, const perf_proj_opts_t *o, int P) {
+  if (o->memory_per_rank > 0) return o->memory_per_rank;
+  double least = 0;
+  for (int r = 0, g = 0; g < c->ngroups && r < P; r += c->group[g].hosts * c->group[g].ranks_per_host, g++)
+    if (c->group[g].memory > 0 && (least == 0 || c->group[g].memory < least)) least = c->group[g].memory;
+  return least;
+}
+
 /* The slowest rank among the first P: its compute, and its group's. */
 static void slowest(const perf_cluster_file_t *c, const double *group_step, int P,
                     const perf_proj_opts_t *o, int *gi, double *mult) {
@@ -428,12 +691,15 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   DT_TRY(build(o, measured ? o->batch : 1, &m));
   int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
   tp_proj_t tp = {0};
-  rc = tp_build(o, m, c->group[0].ranks_per_host, &tp, out->tp_why, sizeof out->tp_why);
+  rc = tp_build(o, m, c->group[0].ranks_per_host, nstate, &tp, out->tp_why, sizeof out->tp_why);
   perf_compute_t pc = {0};
   if (measured) {
     model_init_params(m, 1);
-    rc = perf_compute_measure(m, o->optim, &o->batch, 1, &pc);
+    if (rc == 0) rc = perf_compute_measure(m, o->optim, &o->batch, 1, &pc);
   }
+  codec_proj_t codec[PROJ_NCODECS] = {0};
+  for (int k = 0; rc == 0 && k < PROJ_NCODECS; k++)
+    rc = codec_setup(m, PROJ_CODEC_FIRST + k, &pc, measured, &codec[k]);
   /* per group: forward and backward per layer; then each group's step; then
    * the slowest rank's backward and forward per layer, scaled */
   double *buf = calloc((size_t)(2 * L * c->ngroups + c->ngroups + 2 * L) + 1, sizeof *buf);
@@ -454,14 +720,15 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   out->inter_beta = inter.beta;
   out->one_worker_sec = rc == 0 ? group_step[0] : 0;
   out->compute_sec = out->one_worker_sec;
+  out->update_sec = rc == 0 ? w[0].update : 0;
   memory_bytes(m, nstate, &out->mem_fixed, &out->mem_per_sample);
   double mem = out->mem_fixed + out->mem_per_sample * o->batch;
-  out->mem_limit = perf_cluster_file_memory(c);
+  out->mem_limit = o->memory_per_rank > 0 ? o->memory_per_rank : perf_cluster_file_memory(c);
+  int per_host = c->group[0].ranks_per_host;
   for (int P = from; rc == 0 && P <= to && out->nrows < 16; P *= 2) {
     perf_proj_row_t *row = &out->row[out->nrows++];
-    row->workers = P, row->memory_bytes = mem, row->fits = 1;
-    for (int r = 0, g = 0; g < c->ngroups && r < P; r += c->group[g].hosts * c->group[g].ranks_per_host, g++)
-      if (c->group[g].memory > 0 && mem > c->group[g].memory) row->fits = 0;
+    row->workers = P;
+    double limit = row->mem_limit = memory_limit(c, o, P);
     int gi;
     double mult;
     slowest(c, group_step, P, o, &gi, &mult);
@@ -471,17 +738,43 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     for (int i = 0; i < L; i++) fw[i] = w[gi].fwd[i] * mult;
     plan_t p = {.fwd = fwd, .bwd = bwd, .update = w[gi].update * mult, .lf = fw, .lb = bw, .m = m,
                 .copy_byte = w[gi].copy_byte * mult, .cycle = o->cycle_sec,
-                .threshold = o->bucket_bytes, .tp = tp.g ? &tp : NULL};
+                .threshold = o->bucket_bytes, .tp = tp.g ? &tp : NULL, .mult = mult};
     rc = make_buckets(m, bw, fwd, o->bucket_bytes, &p);
+    worker_classes_t wc = {0};
+    for (int g = 0, first = 0; g < c->ngroups && first < P; g++) {
+      int n = c->group[g].hosts * c->group[g].ranks_per_host;
+      wc.count[wc.n] = P - first < n ? P - first : n, first += n;
+      wc.compute[wc.n++] = group_step[g] - w[g].update;
+    }
+    if (o->straggler_rank >= 0 && o->straggler_rank < P && o->straggler_slowdown > 1) {
+      int k = (int)(perf_cluster_file_group(c, o->straggler_rank) - c->group);
+      wc.count[k]--, wc.count[wc.n] = 1, wc.compute[wc.n++] = wc.compute[k] * o->straggler_slowdown;
+    }
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
-      double t = step_sec(&p, s, P, c->group[0].ranks_per_host, o->batch, c->intra, inter);
+      double t;
+      row->memory_bytes[s] = mem;
+      if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) {
+        t = ps_expected_sec(&p, s, &wc, w[0].update, P, per_host, c->intra, inter);
+      } else if (s >= PROJ_CODEC_FIRST) {
+        const codec_proj_t *k = &codec[s - PROJ_CODEC_FIRST];
+        perf_compute_t dev = codec_on(&c->group[gi], k, m);
+        t = codec_step_sec(&p, k, &dev, P, per_host, c->intra, inter, &row->codec_sec[s], &row->bytes_sent[s]);
+        row->memory_bytes[s] += k->memory;
+      } else {
+        t = step_sec(&p, s, P, per_host, o->batch, c->intra, inter);
+      }
+      if (s == PROJ_GPIPE || s == PROJ_INTERLEAVED)
+        row->memory_bytes[s] = pipeline_mem(&p, P, per_host, o->batch, s == PROJ_GPIPE ? 1 : PROJ_INTERLEAVE_V, nstate);
+      if (s == PROJ_TP) row->memory_bytes[s] = tp.g ? tp.mem : NAN;
+      row->fits[s] = !(limit > 0 && row->memory_bytes[s] > limit);
       row->step_sec[s] = t;
       double replicas = s == PROJ_TP ? (double)P / tp.g : P; /* a tp group runs one batch */
       row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * replicas / t : NAN;
       row->efficiency[s] = isfinite(t) ? out->one_worker_sec * replicas / P / t : NAN;
     }
-    free(p.ready), free(p.bytes);
+    free(p.ready), free(p.bytes), free(p.off);
   }
+  for (int k = 0; k < PROJ_NCODECS; k++) free(codec[k].mats);
   free(buf), free(w);
   free(tp.share), free(tp.sum_bytes);
   perf_compute_free(&pc);
@@ -502,17 +795,26 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
           c->inter_share);
   fprintf(out, "%-8s %-30s %12s %14s %11s %10s\n", "workers", "strategy", "step_ms", "samples/s",
           "efficiency", "mem_MiB");
+  const double MiB = 1024.0 * 1024.0;
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
       if (!isfinite(r->step_sec[s])) { /* a pipeline or tp group the host's ranks cannot make */
         fprintf(out, "%-8d %-30s %12s %14s %11s %10s  %s\n", r->workers, perf_proj_name(s), "-", "-",
-                "-", "-", s != PROJ_TP ? "fewer layers than a host's ranks x chunks"
+                "-", "-", s >= PROJ_CODEC_FIRST ? "the compressed exchange's bytes could not be counted"
+                : s != PROJ_TP ? "fewer layers than a host's ranks x chunks"
                 : p->tp_why[0] ? p->tp_why : "fewer workers than a host's ranks");
         continue;
       }
-      fprintf(out, "%-8d %-30s %12.3f %14.1f %10.1f%% %10.1f%s\n", r->workers, perf_proj_name(s),
+      fprintf(out, "%-8d %-30s %12.3f %14.1f %10.1f%% %10.1f", r->workers, perf_proj_name(s),
               1e3 * r->step_sec[s], r->samples_per_sec[s], 100 * r->efficiency[s],
-              r->memory_bytes / (1024.0 * 1024.0), r->fits ? "" : "  does not fit");
+              r->memory_bytes[s] / MiB);
+      if (!r->fits[s])
+        fprintf(out, "  does not fit: %.1f MiB over", (r->memory_bytes[s] - r->mem_limit) / MiB);
+      if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) /* each push finds the others' since its pull */
+        fprintf(out, "  staleness %d expected", r->workers - 1);
+      if (s >= PROJ_CODEC_FIRST)
+        fprintf(out, "  codec %.3f ms, %.4g MB sent", 1e3 * r->codec_sec[s], r->bytes_sent[s] / 1e6);
+      fputc('\n', out);
     }
 }

@@ -46,17 +46,26 @@ double perf_cluster_file_memory(const perf_cluster_file_t *c);
 /* ---- project.c -------------------------------------------------------- */
 
 /* The strategies projected: data parallelism with each exchange; one
- * asynchronous server (its expected step); GPipe, interleaved 1F1B of 2
+ * asynchronous server and one stale-synchronous (ssp:3) server (their
+ * expected steps); GPipe, interleaved 1F1B of 2
  * chunks a rank, and Megatron's tensor parallelism across a host's ranks
  * with data parallelism across hosts; local SGD averaging every 4 steps;
- * D-PSGD on a ring of the workers. */
+ * D-PSGD on a ring of the workers; data parallelism with the codecs
+ * (--compress fp16, int8, topk:0.01, powersgd:4 as train runs them:
+ * PROJ_CODEC_FIRST ... PROJ_COUNT - 1, in the order of perf_proj_codec). */
 typedef enum {
-  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_GPIPE,
-  PROJ_INTERLEAVED, PROJ_TP, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_COUNT
+  PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_PS_SSP, PROJ_GPIPE,
+  PROJ_INTERLEAVED, PROJ_TP, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_FP16, PROJ_INT8, PROJ_TOPK,
+  PROJ_POWERSGD, PROJ_COUNT
 } proj_strategy_t;
+#define PROJ_CODEC_FIRST PROJ_FP16
+#define PROJ_NCODECS (PROJ_COUNT - PROJ_CODEC_FIRST)
 #define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
 #define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
+#define PROJ_SSP_S 3         /* PROJ_PS_SSP's staleness bound (clocks) */
 const char *perf_proj_name(proj_strategy_t s);
+/* A codec strategy's --compress value ("fp16", ...); NULL for the others. */
+const char *perf_proj_codec(proj_strategy_t s);
 
 /* Seconds one allreduce (or server exchange) of `bytes` takes among the
  * first P ranks of the cluster: hosts of `per_host` ranks, the links
@@ -80,6 +89,7 @@ typedef struct {
   int straggler_rank;        /* -1: none */
   double straggler_slowdown;
   double net_latency, net_bandwidth; /* --net: between hosts, in place of the file's (0: the file's) */
+  double memory_per_rank;    /* > 0: every rank's memory, in place of the file's */
   const optim_config_t *optim;
 } perf_proj_opts_t;
 
@@ -87,8 +97,14 @@ typedef struct {
 typedef struct {
   int workers;
   double step_sec[PROJ_COUNT], samples_per_sec[PROJ_COUNT], efficiency[PROJ_COUNT];
-  double memory_bytes;       /* a rank's (data parallel: the same for every strategy) */
-  int fits;                  /* memory_bytes within every rank's memory */
+  double codec_sec[PROJ_COUNT];     /* of step_sec, the codec's CPU on the slowest rank (0: none) */
+  double bytes_sent[PROJ_COUNT];    /* the codecs: a rank's bytes sent a step (0: not counted) */
+  double memory_bytes[PROJ_COUNT];  /* the rank holding most: data parallel fixed + per_sample x
+                                     * batch (+ a codec's memories), a pipeline stage its
+                                     * parameters and the activations its schedule holds at
+                                     * once, a tp rank its blocks */
+  int fits[PROJ_COUNT];             /* memory_bytes within every rank's memory */
+  double mem_limit;                 /* the memory bounding its ranks (0: none limited) */
 } perf_proj_row_t;
 
 typedef struct {
@@ -96,10 +112,12 @@ typedef struct {
   perf_proj_row_t row[16];
   double one_worker_sec;     /* the step on one rank alone: the efficiency's yardstick */
   double compute_sec;        /* a worker's forward, backward and update */
+  double update_sec;         /* of it, the update */
   double grad_bytes;
   double inter_beta;         /* bytes/s between hosts as projected (the file's, or --net's) */
   double mem_fixed, mem_per_sample; /* a rank's bytes: fixed + per_sample x batch */
-  double mem_limit;          /* the least memory_per_rank among the groups (0: none limited) */
+  double mem_limit;          /* the memory per rank bounding the rows: --memory-per-rank, else
+                              * the least memory_per_rank among the groups (0: none limited) */
   int projected;             /* a device is described by FLOP/s, not measured here */
   char tp_why[160];          /* why PROJ_TP is not projected ("": it is) */
   double seconds;            /* the projection's own wall time */

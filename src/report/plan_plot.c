@@ -26,7 +26,7 @@ static const char *CSS =
 
 static void table(const perf_projection_t *p, strbuf_t *sb) {
   sb_puts(sb, "<table><tr><th>workers</th><th class=\"name\">strategy</th><th>step ms</th>"
-              "<th>samples/s</th><th>efficiency</th></tr>\n");
+              "<th>samples/s</th><th>efficiency</th><th>memory MiB</th></tr>\n");
   for (int k = 0; k < p->nrows; k++)
     for (int s = 0; s < PROJ_COUNT; s++) {
       const perf_proj_row_t *r = &p->row[k];
@@ -37,7 +37,8 @@ static void table(const perf_projection_t *p, strbuf_t *sb) {
       sb_num(sb, r->samples_per_sec[s]);
       sb_printf(sb, "\">%.1f</td><td data-key=\"efficiency\" data-value=\"", r->samples_per_sec[s]);
       sb_num(sb, r->efficiency[s]);
-      sb_printf(sb, "\">%.1f%%</td></tr>\n", 100 * r->efficiency[s]);
+      sb_printf(sb, "\">%.1f%%</td><td>%.1f%s</td></tr>\n", 100 * r->efficiency[s],
+                r->memory_bytes[s] / (1024.0 * 1024.0), r->fits[s] ? "" : " (does not fit)");
     }
   sb_puts(sb, "</table>\n");
 }
@@ -77,7 +78,9 @@ int perf_projection_html(const perf_projection_t *p, const perf_cluster_file_t *
   table(p, &sb);
   sb_puts(&sb, "<p class=\"meta\">Scaling efficiency: samples/s at n workers over n times one "
                "worker's alone. Data parallelism with each exchange; allreduce buckets overlap "
-               "backward (tensor fusion), the parameter servers take the whole gradient after it. "
+               "backward (tensor fusion), the parameter servers take the whole gradient after it; "
+               "the codecs' rows add each bucket's codec CPU before its compressed exchange. Memory: "
+               "the fullest rank of each strategy (a pipeline stage, a tp rank: their own share). "
                "docs/CLUSTER_FILE.md says how each is costed.</p>\n</body></html>\n");
   int rc = sb.failed ? dt_error("--plot: out of memory") : file_write_atomic(path, sb.buf, sb.len);
   sb_free(&sb);
