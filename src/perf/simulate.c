@@ -724,18 +724,45 @@ static void sim_free(sim_t *s) {
   free(s->keys), free(s->flow_rem), free(s->flowing), free(s->frate), free(s->host_flows);
 }
 
-static void summarize(const sim_t *s, perf_sim_t *out) {
+typedef struct { double start, end; } span_t;
+
+static int span_cmp(const void *a, const void *b) {
+  double x = ((const span_t *)a)->start, y = ((const span_t *)b)->start;
+  return (x > y) - (x < y);
+}
+
+/* The time covered by n spans (sorted here): exchanges under way together
+ * (a worker's pushes to two servers) count once. */
+static double covered(span_t *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, span_cmp);
+  double sum = 0, from = 0, to = -INFINITY;
+  for (int k = 0; k < n; k++) {
+    if (v[k].start > to) {
+      if (to > from) sum += to - from;
+      from = v[k].start, to = v[k].end;
+    } else if (v[k].end > to) to = v[k].end;
+  }
+  return to > from ? sum + to - from : sum;
+}
+
+/* The step's end; rank 0's compute, and the time its communication (all,
+ * and on its compute thread: exposed) was under way. spans: room for
+ * 2 ntasks. */
+static void summarize(const sim_t *s, perf_sim_t *out, span_t *spans) {
   *out = (perf_sim_t){0};
+  int ncomm = 0, nexposed = 0;
+  span_t *exposed = spans + s->d->ntasks;
   for (int i = 0; i < s->d->ntasks; i++) {
     const node_t *n = &s->n[i];
     if (n->end > out->step_sec) out->step_sec = n->end;
     if (n->rank != 0) continue;
     if (n->kind == N_CPU) out->compute_sec += n->end - n->start;
     else if (n->kind != N_NOW) {
-      out->comm_sec += n->end - n->start;
-      if (s->d->task[i].thread == THREAD_COMPUTE) out->exposed_sec += n->end - n->start;
+      spans[ncomm++] = (span_t){n->start, n->end};
+      if (s->d->task[i].thread == THREAD_COMPUTE) exposed[nexposed++] = (span_t){n->start, n->end};
     }
   }
+  out->comm_sec = covered(spans, ncomm), out->exposed_sec = covered(exposed, nexposed);
 }
 
 /* Simulates d; *first_end: when the last of its tasks [0, first) ended. */
@@ -757,7 +784,10 @@ static int run(const step_desc_t *d, const perf_compute_t *pc, const perf_cluste
   for (int i = 0; rc == 0 && i < d->ntasks; i++)
     if (s.n[i].deps == 0) make_ready(&s, i);
   while (rc == 0 && s.ndone < d->ntasks) rc = advance(&s);
-  if (rc == 0) summarize(&s, out);
+  span_t *spans = rc == 0 ? malloc(2 * N * sizeof *spans) : NULL;
+  if (rc == 0 && !spans) rc = dt_error("out of memory");
+  if (rc == 0) summarize(&s, out, spans);
+  free(spans);
   *first_end = 0;
   /* the first half's end on the workers' compute threads: a server's
    * side (its communication thread) may answer a later copy's request */
