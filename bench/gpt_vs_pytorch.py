@@ -249,6 +249,10 @@ def spread(xs):
     return ", ".join(f"{x:.2f}" for x in xs)
 
 
+def spread0(xs):
+    return " ".join(f"{x:.0f}" for x in xs)
+
+
 def bench_bf16(args, d):
     """dtrain bf16 and fp32 against PyTorch fp32 and bf16 autocast, interleaved."""
     cpu, bf16 = cpu_name_and_bf16()
@@ -281,7 +285,8 @@ def bench_bf16(args, d):
         label = f"{cores} core{'s' if cores > 1 else ''}"
         print(f"gpt {label}: dtrain bf16 {med(rows['db']):.0f} tokens/s, dtrain fp32 {med(rows['df']):.0f}, "
               f"pytorch fp32 {med(rows['pf']):.0f}, pytorch bf16 autocast {med(rows['pb']):.0f} "
-              f"(median of {args.rounds})", flush=True)
+              f"(median of {args.rounds}; rounds: dtrain bf16 {spread0(rows['db'])}; pytorch fp32 "
+              f"{spread0(rows['pf'])}; pytorch bf16 {spread0(rows['pb'])})", flush=True)
         for k, what in (("db/pf", "dtrain-bf16 / pytorch-fp32"), ("db/pb", "dtrain-bf16 / pytorch-bf16"),
                         ("db/df", "dtrain-bf16 / dtrain-fp32")):
             print(f"gpt {label}: ratio {what} {med(rows[k]):.2f} (ratios {spread(rows[k])})", flush=True)
