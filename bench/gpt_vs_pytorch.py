@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Training speed of gpt (4 blocks, 4 heads, width 256, T 128; fp32) in
+"""Training speed of gpt (4 blocks, 4 heads, width 256, T 128; fp32, or bf16 below) in
 tokens/s: dtrain against PyTorch 1.13 on the same model (the module of
 bench/gpt_vs_pytorch_grads.py, float32 here), batch, AdamW and text,
 measured in the same run, on 1 core and on 2 (PyTorch: torch threads,
@@ -24,12 +24,13 @@ TorchDispatchMode), and the oneDNN matmul kernels each ran
 After the rounds each side's loss in fp32 and in bf16 (dtrain: held-out
 loss after its steps; PyTorch: the last step's training loss).
 
-usage: bench/gpt_vs_pytorch.py [--steps 6] [--rounds 3] [--batch 32] [--precision fp32|bf16]
+usage: [DTRAIN=BINARY] bench/gpt_vs_pytorch.py [--steps 6] [--rounds 3] [--batch 32]
+                                              [--precision fp32|bf16]
 Run from the repository root after `make`."""
 import argparse, collections, json, os, re, resource, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DTRAIN = os.path.join(ROOT, "build", "dtrain")
+DTRAIN = os.environ.get("DTRAIN") or os.path.join(ROOT, "build", "dtrain")  # DTRAIN: a copy to time
 T = 128
 
 
@@ -211,7 +212,8 @@ def main():
     if args.torch_side:
         return torch_side(args)
     if args.precision not in ("fp32", "bf16"):
-        sys.exit(f"option --precision: '{args.precision}' is not a precision (fp32 or bf16)")
+        print(f"option --precision: '{args.precision}' is not a precision (fp32 or bf16)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as d:
         args.text = os.path.join(d, "text.txt")
         # enough windows for the timed steps; little held out, so the epoch's evaluation is short
