@@ -1,6 +1,7 @@
 #!/bin/sh
 # End-to-end checks of --precision bf16 on the sequence layers (linear,
-# attention, lmhead, lstm: every product in bf16, fp32 master weights): a
+# attention, lmhead, lstm: every product in bf16 -- the done line counts
+# them, none left to fp32 -- fp32 master weights): a
 # small GPT trains in bf16 to within 0.03 nats of fp32 after the same
 # steps, recomputation changes no bit in bf16 either, and a CPU without
 # bf16 refuses it with one line, exit 2.
@@ -26,6 +27,10 @@ fi
 "$DTRAIN" train $RUN --metrics "$TMP/fp32.jsonl" >/dev/null
 "$DTRAIN" train $RUN --precision bf16 --metrics "$TMP/bf16.jsonl" --checkpoint "$TMP/bf16.st" >/dev/null
 check seq_bf16_runs_on_onednn grep -q '"gemm":"bf16 onednn"' "$TMP/bf16.jsonl"
+check seq_bf16_no_product_left_to_fp32 $PY -c "
+import json
+d = [json.loads(l) for l in open('$TMP/bf16.jsonl') if '\"event\":\"done\"' in l][0]
+assert d['bf16_products'] > 0 and d['fp32_products'] == 0, d"
 check seq_bf16_learns_as_fp32 $PY -c "
 import json, math
 t = [[json.loads(l)['test_loss'] for l in open(f) if '\"event\":\"epoch\"' in l][0] for f in ('$TMP/fp32.jsonl', '$TMP/bf16.jsonl')]

@@ -312,9 +312,15 @@ int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec
   if (last && samples > (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n)
     samples = (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n;
   double sps = total_sec > 0 ? samples / total_sec : 0;
-  char exchange[64], gemm[96];
+  char exchange[64], gemm[96], products[80] = "";
   exchange_spec(w->cfg, exchange, sizeof exchange);
   kern_gemm_describe(gemm, sizeof gemm);
+  if (kern_using_bf16()) { /* this process's products under bf16: proof none was left to fp32 */
+    long in_bf16, in_fp32;
+    kern_bf16_products(&in_bf16, &in_fp32);
+    snprintf(products, sizeof products, ",\"bf16_products\":%ld,\"fp32_products\":%ld", in_bf16,
+             in_fp32);
+  }
   printf("done: %d epochs, test acc %.2f%%, %.1f s, %.0f samples/s\n", last ? last->epoch + 1 : 0,
          last ? 100 * last->test_acc : 0, total_sec, sps);
   if (w->metrics &&
@@ -322,13 +328,13 @@ int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec
             "{\"event\":\"done\",\"epochs\":%d,\"steps\":%lld,\"test_loss\":%.6f,"
             "\"test_acc\":%.6f,\"total_sec\":%.4f,\"samples_per_sec\":%.1f,\"workers\":%d,"
             "\"params\":%zu,\"bytes_sent\":%llu,\"bytes_received\":%llu,"
-            "\"exchange\":\"%s\",\"schedule\":\"%s\",\"gemm\":\"%s\"%s}\n",
+            "\"exchange\":\"%s\",\"schedule\":\"%s\",\"gemm\":\"%s\"%s%s}\n",
             last ? last->epoch + 1 : 0, (long long)w->step, last ? last->test_loss : 0,
             last ? last->test_acc : 0, total_sec, sps, w->nranks,
             w->tp ? tensor_full_params(w->model) : w->model->nparams,
             (unsigned long long)w->run_bytes_sent,
             (unsigned long long)w->run_bytes_received, exchange, schedule_name(w->cfg->schedule), gemm,
-            w->comm && w->comm->emulated ? ",\"emulated\":true" : "") != 0)
+            products, w->comm && w->comm->emulated ? ",\"emulated\":true" : "") != 0)
     return -1;
   return 0;
 }
