@@ -6,6 +6,8 @@
  * a chunk's) from the same instruction lists the engine runs -- and the
  * profile's reader. */
 #include <math.h>
+#include <unistd.h>
+
 #include "dtrain/coll.h"
 #include "perf/perf.h"
 #include "strategy/strategy.h"
@@ -126,6 +128,59 @@ static void test_eager_message(void) {
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
   CHECK_NEAR(sim.step_sec, 5e-3, 1e-12); /* already there when the receive starts */
   step_desc_free(&d);
+}
+
+/* A waiting rank that polls (mpi's progress loop) takes its share of the
+ * cores: two ranks on one core, rank 0 computes F then sends, rank 1
+ * receives at once. Sleeping waits (local): the forward has the core, F
+ * and the message. Polling: rank 1's wait shares the core for all of F,
+ * so the forward takes 2F. */
+static void test_polling_waits(void) {
+  int host[2];
+  double fwd[1], bwd[1], l[2], bw[2], slow[2];
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 1, 8, fwd, bwd);
+  hand_cluster(&cl, 2, 1, 1e-4, 1e9, host, l, bw, slow);
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  int f = step_add(&d, (step_task_t){TASK_FORWARD, 0, 0, 10, 8, .peer = -1, .after = -1});
+  step_add(&d, (step_task_t){TASK_COMM, 0, -1, .pattern = "send", .peer = 1, .group = 2,
+                             .sent = 1000, .after = f});
+  step_add(&d, (step_task_t){TASK_COMM, 1, -1, .pattern = "recv", .peer = 0, .group = 2,
+                             .received = 1000, .after = -1});
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + 1000 / 1e9 + 1e-4, 1e-12);
+  cl.polling = 1;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2 * F + 1000 / 1e9 + 1e-4, 1e-12);
+  step_desc_free(&d);
+}
+
+/* mpi's ranks poll while they wait; with more ranks than cores and no
+ * calibration, its link is the oversubscribed estimate; local's waits
+ * sleep. */
+static void test_mpi_cluster(void) {
+  train_config_t cfg;
+  train_config_default(&cfg);
+  cfg.comm = COMM_MPI;
+  perf_profile_t prof;
+  perf_profile_default(&prof);
+  prof.load_given = 1; /* no /proc/loadavg read */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  perf_cluster_t cl;
+  CHECK_OK(perf_cluster_from_config(&cfg, (int)cores + 1, &prof, &cl));
+  CHECK(cl.polling && cl.own.alpha == prof.mpi_oversubscribed.alpha &&
+        cl.own.beta == prof.mpi_oversubscribed.beta);
+  perf_cluster_free(&cl);
+  CHECK_OK(perf_cluster_from_config(&cfg, 1, &prof, &cl));
+  CHECK(cl.polling && cl.own.alpha == prof.mpi.alpha);
+  perf_cluster_free(&cl);
+  cfg.comm = COMM_LOCAL;
+  CHECK_OK(perf_cluster_from_config(&cfg, 1, &prof, &cl));
+  CHECK(!cl.polling);
+  perf_cluster_free(&cl);
 }
 
 /* Two hosts of two ranks; ranks 0 and 2, and 1 and 3, each allreduce S
@@ -623,6 +678,8 @@ int main(void) {
   RUN(test_ring_alpha_beta);
   RUN(test_codec_exchange_cpu);
   RUN(test_eager_message);
+  RUN(test_polling_waits);
+  RUN(test_mpi_cluster);
   RUN(test_periodic_share);
   RUN(test_shared_host_link);
   RUN(test_codec_work);

@@ -46,7 +46,11 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   out->intra_bandwidth = out->multihost ? net->intra_bandwidth : 0;
   out->background = prof->load_given ? prof->load : perf_background_load(out->cores);
   int over = nranks > out->cores;
-  if (cfg->comm == COMM_MPI) perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);
+  /* mpi's waits spin in its progress loop (yielding, oversubscribed), local's sleep */
+  out->polling = cfg->comm == COMM_MPI;
+  if (cfg->comm == COMM_MPI && over && !prof->mpi_measured)
+    perf_cluster_own(out, &prof->mpi_oversubscribed, NULL, 0);
+  else if (cfg->comm == COMM_MPI) perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);
   else if (over) perf_cluster_own(out, &prof->local_oversubscribed, NULL, 0);
   else perf_cluster_own(out, &prof->local, prof->local_op, prof->local_ops);
   /* shared sync's exchange across cores, as calibrated with a core a rank */

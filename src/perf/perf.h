@@ -128,6 +128,8 @@ typedef struct {
   double trace_slice_sec;    /* one traced slice (--trace); 0: not measured */
   int calibrated;            /* measured here (a profile), or the transports' own estimates */
   int mpi_measured;          /* the mpi row measured under mpirun, or its estimate */
+  perf_link_t mpi_oversubscribed; /* mpi with more ranks than cores: an estimate only (a rank
+                                   * waits for its partner's turn on a core at every hop) */
   char cpu[128], gemm[128];  /* what the profile was taken with */
   perf_gemm_fit_t gemm_fit;  /* the GEMM model (optional in a profile) */
   int use_gemm_fit;          /* plan --compute-model gemm: GEMM layers costed by the fit */
@@ -182,6 +184,8 @@ typedef struct {
   perf_link_t op[PERF_NOPS]; /* ... each operation's, where calibrated (else own) */
   double shm_sec;            /* shared sync's sum and push a value (0: one core's sum, copy) */
   double trace_sec;          /* a traced slice a task (--trace; else 0) */
+  int polling;               /* a thread waiting on the transport polls it (mpi: Open MPI's
+                              * progress loop), taking a share of the cores as compute does */
 } perf_cluster_t;
 
 /* The cluster a `dtrain train` run with cfg would see on this machine:

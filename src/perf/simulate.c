@@ -96,6 +96,8 @@ typedef struct {
   int *run;                   /* the compute tasks on the cores */
   double *rem;
   int nrun;
+  int *waiting;               /* [rank * 2 + comm thread]: its communication tasks under way */
+  int polling;                /* the threads with one under way (on the cores where cl->polling) */
   int *pend;                  /* tasks whose end time is fixed, not yet reached */
   int npend;
   double *link_free;          /* [rank * 2 + intra] */
@@ -358,9 +360,22 @@ static void arrive(sim_t *s, int i) {
   if (++c->arrived == c->members) start_collective(s, s->n[i].inst);
 }
 
+static int communicates(const node_t *n) { return n->kind != N_CPU && n->kind != N_NOW; }
+
+/* A thread's communication under way (a polling transport's waits take
+ * the cores' time): from when it starts to its end. */
+static void wait_begins(sim_t *s, int i) {
+  if (s->waiting[s->n[i].rank * 2 + (s->d->task[i].thread == THREAD_COMM)]++ == 0) s->polling++;
+}
+
+static void wait_ends(sim_t *s, int i) {
+  if (--s->waiting[s->n[i].rank * 2 + (s->d->task[i].thread == THREAD_COMM)] == 0) s->polling--;
+}
+
 static void make_ready(sim_t *s, int i) {
   node_t *n = &s->n[i];
   n->ready = n->start = s->now;
+  if (communicates(n) && !(n->kind == N_COLL && n->work > 0)) wait_begins(s, i);
   switch (n->kind) {
   case N_CPU:
     s->run[s->nrun] = i, s->rem[s->nrun++] = n->work;
@@ -396,6 +411,7 @@ static void make_ready(sim_t *s, int i) {
 
 static void finish(sim_t *s, int i) {
   node_t *n = &s->n[i];
+  if (communicates(n)) wait_ends(s, i);
   n->done = 1;
   if (n->end < s->now) n->end = s->now;
   s->ndone++;
@@ -407,6 +423,7 @@ static void finish(sim_t *s, int i) {
 static void cpu_done(sim_t *s, int i) {
   node_t *n = &s->n[i];
   if (n->kind == N_COLL) { /* its codec's work is done: now the exchange */
+    wait_begins(s, i);
     arrive(s, i);
     return;
   }
@@ -418,7 +435,8 @@ static void cpu_done(sim_t *s, int i) {
 /* Advances to the next end: of a compute task at the cores' shared rate,
  * or of a task whose end is fixed. */
 static int advance(sim_t *s) {
-  double want = s->nrun + s->cl->background; /* the other processes' threads share the cores */
+  /* the other processes' threads share the cores, and polling waits */
+  double want = s->nrun + s->cl->background + (s->cl->polling ? s->polling : 0);
   double rate = s->nrun && want > s->cl->cores ? (double)s->cl->cores / want : 1;
   double t = INFINITY;
   for (int k = 0; k < s->nrun; k++)
@@ -720,7 +738,7 @@ static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
 
 static void sim_free(sim_t *s) {
   free(s->n), free(s->inst), free(s->succ), free(s->succ_at), free(s->run), free(s->rem);
-  free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in);
+  free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in), free(s->waiting);
   free(s->keys), free(s->flow_rem), free(s->flowing), free(s->frate), free(s->host_flows);
 }
 
@@ -778,7 +796,9 @@ static int run(const step_desc_t *d, const perf_compute_t *pc, const perf_cluste
   s.link_free = calloc(R * 2, sizeof *s.link_free);
   s.host_out = calloc(R, sizeof *s.host_out), s.host_in = calloc(R, sizeof *s.host_in);
   s.host_flows = calloc(R, sizeof *s.host_flows);
-  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in && s.host_flows
+  s.waiting = calloc(R * 2, sizeof *s.waiting);
+  int rc = s.n && s.run && s.rem && s.pend && s.link_free && s.host_out && s.host_in && s.host_flows &&
+                   s.waiting
                ? build(&s, pc, o->shared_update)
                : dt_error("out of memory");
   for (int i = 0; rc == 0 && i < d->ntasks; i++)
