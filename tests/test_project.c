@@ -212,13 +212,27 @@ static void test_projection_overlap(void) {
  * inter bytes/s and no latency; batch 32, 64 classes, 1 MiB buckets. */
 static double proj_memory; /* project_text's --memory-per-rank (0: none) */
 
-static int project_text(const char *model_text, int hosts, int per_host, double intra, double inter,
-                        int from, int to, perf_projection_t *p) {
-  const char *path = "/tmp/dtrain-test-project.model";
+/* A model file at path holding model_text, the cluster file's text parsed
+ * into c, and the projection's options: batch 32, 64 classes, 1 MiB
+ * buckets, no straggler. */
+static int project_setup(const char *path, const char *model_text, const char *cluster_text,
+                         perf_cluster_file_t *c, train_config_t *cfg, perf_proj_opts_t *o) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   fputs(model_text, f);
   fclose(f);
+  char *argv[] = {"train", NULL};
+  if (perf_cluster_file_parse(cluster_text, strlen(cluster_text), "t", c) != 0 ||
+      train_options_parse(1, argv, cfg) != 0)
+    return -1;
+  *o = (perf_proj_opts_t){.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
+                          .straggler_rank = -1, .optim = &cfg->optim};
+  return 0;
+}
+
+static int project_text(const char *model_text, int hosts, int per_host, double intra, double inter,
+                        int from, int to, perf_projection_t *p) {
+  const char *path = "/tmp/dtrain-test-project.model";
   char text[512];
   snprintf(text, sizeof text,
            "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":%d,\"ranks_per_host\":%d,"
@@ -226,12 +240,10 @@ static int project_text(const char *model_text, int hosts, int per_host, double 
            "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":%g}}",
            hosts, per_host, intra, inter);
   perf_cluster_file_t c;
-  char *argv[] = {"train", NULL};
   train_config_t cfg;
-  int rc = perf_cluster_file_parse(text, strlen(text), "t", &c) == 0 && train_options_parse(1, argv, &cfg) == 0
-               ? 0 : -1;
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .memory_per_rank = proj_memory, .optim = &cfg.optim};
+  perf_proj_opts_t o;
+  int rc = project_setup(path, model_text, text, &c, &cfg, &o);
+  o.memory_per_rank = proj_memory;
   if (rc == 0) rc = perf_project(&o, &c, from, to, p);
   remove(path);
   return rc;
@@ -404,22 +416,14 @@ static void test_projection_memory_tp(void) {
  * compensate and update 24: n ((1 + 1/4) 6 + (2 + 1) 10 + 24) / 1e9. */
 static void test_projection_codecs(void) {
   const char *path = "/tmp/dtrain-test-project-codec.model";
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\ndense units=64\n", f);
-  fclose(f);
   const char *text =
       "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,"
       "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e9}}],"
       "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e8}}";
   perf_cluster_file_t c;
-  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
-  char *argv[] = {"train", NULL};
   train_config_t cfg;
-  CHECK_OK(train_options_parse(1, argv, &cfg));
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_proj_opts_t o;
+  CHECK_OK(project_setup(path, "input shape=1x1x64\ndense units=64\n", text, &c, &cfg, &o));
   perf_projection_t p;
   CHECK_OK(perf_project(&o, &c, 4, 4, &p));
   const perf_proj_row_t *r = &p.row[0];
@@ -448,22 +452,14 @@ static void test_projection_codecs(void) {
  * trip. The server (an update a push) is far from the bottleneck. */
 static void test_projection_ssp(void) {
   const char *path = "/tmp/dtrain-test-project-ssp.model";
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs("input shape=1x1x64\ndense units=64\n", f);
-  fclose(f);
   const char *text =
       "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
       "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
       "\"intra\":{\"latency\":0,\"bandwidth\":1e9},\"inter\":{\"latency\":0,\"bandwidth\":1e9}}";
   perf_cluster_file_t c;
-  CHECK_OK(perf_cluster_file_parse(text, strlen(text), "t", &c));
-  char *argv[] = {"train", NULL};
   train_config_t cfg;
-  CHECK_OK(train_options_parse(1, argv, &cfg));
-  perf_proj_opts_t o = {.model = path, .batch = 32, .nclasses = 64, .bucket_bytes = 1 << 20,
-                        .straggler_rank = -1, .optim = &cfg.optim};
+  perf_proj_opts_t o;
+  CHECK_OK(project_setup(path, "input shape=1x1x64\ndense units=64\n", text, &c, &cfg, &o));
   perf_projection_t p;
   CHECK_OK(perf_project(&o, &c, 4, 4, &p));
   double cw = p.one_worker_sec - p.update_sec, trip = 2 * 16640 / 1e9;
