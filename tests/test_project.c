@@ -230,15 +230,23 @@ static int project_setup(const char *path, const char *model_text, const char *c
   return 0;
 }
 
+/* A cluster file's text: hosts of per_host ranks of a 1 GFLOP/s device
+ * with memory at membw bytes/s, links of intra and inter bytes/s, no
+ * latency. */
+static void cluster_text(char *text, size_t cap, int hosts, int per_host, double membw, double intra,
+                         double inter) {
+  snprintf(text, cap,
+           "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":%d,\"ranks_per_host\":%d,"
+           "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":%g}}],"
+           "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":%g}}",
+           hosts, per_host, membw, intra, inter);
+}
+
 static int project_text(const char *model_text, int hosts, int per_host, double intra, double inter,
                         int from, int to, perf_projection_t *p) {
   const char *path = "/tmp/dtrain-test-project.model";
   char text[512];
-  snprintf(text, sizeof text,
-           "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":%d,\"ranks_per_host\":%d,"
-           "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
-           "\"intra\":{\"latency\":0,\"bandwidth\":%g},\"inter\":{\"latency\":0,\"bandwidth\":%g}}",
-           hosts, per_host, intra, inter);
+  cluster_text(text, sizeof text, hosts, per_host, 1e16, intra, inter);
   perf_cluster_file_t c;
   train_config_t cfg;
   perf_proj_opts_t o;
@@ -416,10 +424,8 @@ static void test_projection_memory_tp(void) {
  * compensate and update 24: n ((1 + 1/4) 6 + (2 + 1) 10 + 24) / 1e9. */
 static void test_projection_codecs(void) {
   const char *path = "/tmp/dtrain-test-project-codec.model";
-  const char *text =
-      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":2,\"ranks_per_host\":2,"
-      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e9}}],"
-      "\"intra\":{\"latency\":0,\"bandwidth\":1e15},\"inter\":{\"latency\":0,\"bandwidth\":1e8}}";
+  char text[512];
+  cluster_text(text, sizeof text, 2, 2, 1e9, 1e15, 1e8);
   perf_cluster_file_t c;
   train_config_t cfg;
   perf_proj_opts_t o;
@@ -452,10 +458,8 @@ static void test_projection_codecs(void) {
  * trip. The server (an update a push) is far from the bottleneck. */
 static void test_projection_ssp(void) {
   const char *path = "/tmp/dtrain-test-project-ssp.model";
-  const char *text =
-      "{\"format\":\"dtrain-cluster 1\",\"groups\":[{\"hosts\":1,\"ranks_per_host\":4,"
-      "\"device\":{\"flops\":1e9,\"efficiency\":1,\"memory_bandwidth\":1e16}}],"
-      "\"intra\":{\"latency\":0,\"bandwidth\":1e9},\"inter\":{\"latency\":0,\"bandwidth\":1e9}}";
+  char text[512];
+  cluster_text(text, sizeof text, 1, 4, 1e16, 1e9, 1e9);
   perf_cluster_file_t c;
   train_config_t cfg;
   perf_proj_opts_t o;

@@ -11,7 +11,7 @@
  * 5.3, top-k 1% 5.7-6.0; the exchange in a training run (its thread's CPU
  * in compressor_allreduce, 400 steps) 1.28, 5.2, 8.3; measured here 1.7-2.0,
  * 6.1-6.4, 9.3. perf_codec_work scales its formula by the ratio of this
- * measurement to it (predict.c). */
+ * measurement to it (perf_codec_calibrate). */
 #include <stdlib.h>
 #include <time.h>
 
@@ -95,4 +95,14 @@ int perf_codec_exchange_cpu(const compress_config_t *cc, size_t n, const compres
   if (rc == 0) *sec_per_value = best / (double)x.n;
   free(cut);
   return rc;
+}
+
+int perf_codec_calibrate(const compress_config_t *cc, size_t n, const compress_matrix_t *mats,
+                         int nmats, perf_compute_t *pc) {
+  DT_TRY(perf_codec_measure(&cc->codec, cc->error_feedback, n, mats, nmats, pc));
+  pc->codec_scale = 0;
+  double measured = 0, passes = perf_codec_work(pc, 1.0, 2);
+  DT_TRY(perf_codec_exchange_cpu(cc, n, mats, nmats, &measured));
+  pc->codec_scale = passes > 0 && measured > 0 ? measured / passes : 0;
+  return 0;
 }

@@ -63,10 +63,14 @@ int perf_codec_measure(const codec_spec_t *spec, int feedback, size_t n,
 double perf_codec_work(const perf_compute_t *p, double coded, int P);
 /* codec_exchange.c: the compressed exchange's own CPU seconds per value of
  * a buffer of n (at most 2^20) values, compressor_allreduce run by two
- * local ranks on cold caches (0 for no codec); predict.c sets codec_scale
- * to it over perf_codec_work's per value at P = 2. */
+ * local ranks (0 for no codec). */
 int perf_codec_exchange_cpu(const compress_config_t *cc, size_t n, const compress_matrix_t *mats,
                             int nmats, double *sec_per_value);
+/* The codec's costs into pc: its passes (perf_codec_measure; pc->copy_sec,
+ * which the sparse ones use, is the caller's), and codec_scale, the
+ * exchange's own CPU over perf_codec_work's per value at P = 2. */
+int perf_codec_calibrate(const compress_config_t *cc, size_t n, const compress_matrix_t *mats,
+                         int nmats, perf_compute_t *pc);
 void perf_compute_free(perf_compute_t *p);
 /* Layer i's seconds for `samples` (backward or forward): the measured size,
  * or linear between the two nearest (proportional past the ends). A task

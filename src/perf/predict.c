@@ -179,18 +179,6 @@ static int covers(const perf_compute_t *c, const model_t *m, const int *sizes, i
   return 1;
 }
 
-/* The codec's passes scaled to the compressed exchange's own CPU, measured
- * (codec_exchange.c): per value at P = 2, over the passes' at P = 2. */
-static int codec_scale(const train_config_t *cfg, const model_t *m, const compress_matrix_t *mats,
-                       perf_compute_t *pc) {
-  compress_config_t cc = worker_compress_config(cfg);
-  pc->codec_scale = 0;
-  double measured = 0, passes = perf_codec_work(pc, 1.0, 2);
-  DT_TRY(perf_codec_exchange_cpu(&cc, m->nparams, mats, m->ntensors, &measured));
-  pc->codec_scale = passes > 0 && measured > 0 ? measured / passes : 0;
-  return 0;
-}
-
 /* The layers' times: the cache's where it has them all, else measured
  * (with the cache's sizes too, so that it keeps growing) into the cache. */
 static int layer_times(model_t *m, const optim_config_t *oc, const int *sizes, int n,
@@ -235,10 +223,8 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   if (rc == 0 && cfg->compression.codec.kind != CODEC_NONE) {
     compress_matrix_t *mats = calloc((size_t)m->ntensors + 1, sizeof *mats);
     if (mats) compress_model_matrices(m, mats);
-    rc = mats ? perf_codec_measure(&cfg->compression.codec, train_error_feedback(cfg), m->nparams,
-                                   mats, m->ntensors, &pc)
-              : dt_error("out of memory");
-    if (rc == 0) rc = codec_scale(cfg, m, mats, &pc);
+    compress_config_t cc = worker_compress_config(cfg);
+    rc = mats ? perf_codec_calibrate(&cc, m->nparams, mats, m->ntensors, &pc) : dt_error("out of memory");
     free(mats);
   }
   if (rc == 0)

@@ -354,12 +354,8 @@ static int codec_setup(const model_t *m, proj_strategy_t s, const perf_compute_t
   c->memory = 4.0 * (double)m->nparams * (compressor_state(k, st) + 2); /* + its tmp, scratch */
   compressor_free(k);
   if (!measured) return 0;
-  DT_TRY(perf_codec_measure(&c->cc.codec, c->cc.error_feedback, m->nparams, c->mats, c->nmats, &c->here));
   c->here.copy_sec = pc->copy_sec;
-  double run = 0, passes = perf_codec_work(&c->here, 1.0, 2);
-  DT_TRY(perf_codec_exchange_cpu(&c->cc, m->nparams, c->mats, c->nmats, &run));
-  c->here.codec_scale = passes > 0 && run > 0 ? run / passes : 0;
-  return 0;
+  return perf_codec_calibrate(&c->cc, m->nparams, c->mats, c->nmats, &c->here);
 }
 
 /* The codec's passes a value on a device of group g: measured here and
