@@ -494,6 +494,44 @@ static void test_pipeline_bubbles(void) {
   CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
 }
 
+/* A rank whose parameters, gradients and optimizer state outgrow its
+ * share of the last-level cache runs its passes from memory (the cold
+ * times); one that fits keeps the warm ones; more ranks on the cache
+ * shrink each one's share. Two ranks, each its own forward and backward:
+ * rank 0 a 1,000-parameter layer, rank 1 a 100,000-parameter one (with
+ * momentum: 12 bytes a parameter, 1.2 MB), a 4 MB cache. */
+static void test_cold_ranks(void) {
+  int host[2];
+  double fwd[2], bwd[2], fc[2], bc[2], l[2], bw[2], slow[2];
+  size_t params[2] = {1000, 100000};
+  perf_compute_t pc;
+  perf_cluster_t cl;
+  hand_compute(&pc, 2, 8, fwd, bwd);
+  for (int i = 0; i < 2; i++) fc[i] = 3 * F, bc[i] = 3 * B;
+  pc.fwd_cold = fc, pc.bwd_cold = bc, pc.params = params;
+  pc.cache_bytes = 4u << 20, pc.state_floats = 1;
+  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+  cl.cache_ranks = 2; /* 2 MB each: both fit */
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  for (int r = 0; r < 2; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, r, params[r], 8, .peer = -1, .after = -1});
+    step_add(&d, (step_task_t){TASK_BACKWARD, r, r, params[r], 8, .peer = -1, .after = f});
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B, 1e-12);
+  cl.cache_ranks = 4; /* 1 MB each: rank 1's 1.2 MB does not fit, rank 0's 12 KB does */
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 3 * (F + B), 1e-12);
+  CHECK_NEAR(sim.compute_sec, F + B, 1e-12); /* rank 0's */
+  pc.fwd_cold = pc.bwd_cold = NULL; /* not measured (a graph model): warm */
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B, 1e-12);
+  step_desc_free(&d);
+  CHECK(perf_cache_bytes() >= 1u << 20 && perf_cache_bytes() <= 64u << 20);
+}
+
 /* Each operation's own calibrated cost, where the cluster has one: an rhd
  * allreduce takes the rhd fit's alpha (its messages as its formula counts
  * them), the ring's step stays free of it; a message takes the
@@ -689,6 +727,7 @@ int main(void) {
   RUN(test_two_servers_steady);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
+  RUN(test_cold_ranks);
   RUN(test_calibrated_operations);
   RUN(test_profile_reader);
   RUN(test_gemm_fit);

@@ -56,6 +56,7 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   /* shared sync's exchange across cores, as calibrated with a core a rank */
   out->shm_sec = cfg->comm == COMM_LOCAL && !over ? prof->shm_sec : 0;
   out->trace_sec = cfg->trace[0] ? prof->trace_slice_sec : 0;
+  out->cache_ranks = nranks; /* emulated hosts or mpi's processes: all on this machine */
   return 0;
 }
 

@@ -303,6 +303,7 @@ int perf_cluster_from_file(const perf_cluster_file_t *f, const train_config_t *c
                         "use --project", g, gr->speed > 0 ? "faster than this machine" : "projected");
       }
       out->host[r] = host;
+      if (r - first + 1 > out->cache_ranks) out->cache_ranks = r - first + 1;
       out->latency[r] = cfg->net_latency > 0 ? cfg->net_latency : f->inter.alpha;
       out->bandwidth[r] = cfg->net_bandwidth > 0 ? cfg->net_bandwidth : f->inter.beta;
       out->slowdown[r] = (1.0 / gr->speed) * (r == cfg->straggler_rank ? cfg->straggler_slowdown : 1);

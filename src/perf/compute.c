@@ -4,8 +4,10 @@
  * count). A layer is timed as a one-layer stage (nn/stage.c), the loop a
  * pipeline and the whole model run, so the loss is in the last layer's
  * forward as it is in a step. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compress/compressor.h"
 #include "dtrain/compress.h"
@@ -31,9 +33,27 @@ static void fill(float *x, size_t n, rng_t *rng) {
   for (size_t k = 0; k < n; k++) x[k] = rng_uniform(rng) - 0.5f;
 }
 
+/* Reads buf end to end: what the caches held is gone (the eviction buffer
+ * is twice the last-level cache). */
+static void evict(const float *buf, size_t n) {
+  volatile float sink = 0;
+  float acc = 0;
+  for (size_t k = 0; k < n; k += 16) acc += buf[k];
+  sink = acc;
+  (void)sink;
+}
+
 /* Layer i on n samples: forward (its loss where it ends the model), then
- * backward from a small output gradient; the least of each. */
-static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double *bwd) {
+ * backward from a small output gradient; the least of each. cold (an
+ * eviction buffer of nevict floats): each pass starts with the caches
+ * emptied and the backward adds to the gradients, as a rank whose
+ * parameters, gradients and optimizer state outgrow its share of the
+ * cache runs its micro-batches after the first: the weights (and the
+ * gradients) come from memory at every pass, which at a few samples a
+ * pass costs more than the products (a 1536 x 1536 layer on 4 samples:
+ * 9.4 MB streamed for 19 MFLOP). */
+static int time_layer(model_t *m, int i, int n, rng_t *rng, const float *evict_buf, size_t nevict,
+                      double *fwd, double *bwd) {
   stage_t *st;
   DT_TRY(stage_new(m, i, i, 1, n, &st));
   float *dx = dt_alloc_floats((size_t)n * st->in_size + 1);
@@ -42,6 +62,7 @@ static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double 
   if (rc == 0) fill(stage_input(st, 0), (size_t)n * st->in_size, rng);
   double f[REPS], b[REPS];
   for (int rep = 0; rc == 0 && rep <= REPS; rep++) {
+    if (evict_buf) evict(evict_buf, nevict);
     double t0 = dt_now();
     rc = stage_forward(st, 0, stage_input(st, 0), n, 1, rng, NULL);
     if (rc == 0 && st->ends_model) rc = stage_loss(st, 0, labels, n, NULL, NULL);
@@ -50,8 +71,9 @@ static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double 
       float *dy = stage_output_grad(st, 0);
       for (size_t k = 0; k < (size_t)n * st->out_size; k++) dy[k] = 1e-3f;
     }
+    if (evict_buf) evict(evict_buf, nevict);
     double t2 = dt_now();
-    if (rc == 0) rc = stage_backward(st, 0, NULL, i > 0 ? dx : NULL, 0, NULL, NULL);
+    if (rc == 0) rc = stage_backward(st, 0, NULL, i > 0 ? dx : NULL, evict_buf != NULL, NULL, NULL);
     double t3 = dt_now();
     if (rep > 0) f[rep - 1] = t1 - t0, b[rep - 1] = t3 - t2;
   }
@@ -60,6 +82,36 @@ static int time_layer(model_t *m, int i, int n, rng_t *rng, double *fwd, double 
   free(labels);
   stage_free(st);
   return rc;
+}
+
+/* A size in sysfs's form ("32768K", "1M") in bytes; 0 if unreadable. */
+static size_t sysfs_size(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  char unit = 0;
+  int got = fscanf(f, "%llu%c", &v, &unit);
+  fclose(f);
+  if (got < 1) return 0;
+  return (size_t)v * (unit == 'K' ? 1024u : unit == 'M' ? 1048576u : 1u);
+}
+
+size_t perf_cache_bytes(void) {
+  size_t best = 0;
+  for (int k = 0; k < 8; k++) { /* the last level the kernel lists for cpu0 */
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", k);
+    size_t v = sysfs_size(path);
+    if (v > best) best = v;
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  if (best == 0) { /* glibc's from cpuid (a VM may report it oddly: sysfs first) */
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (v > 0) best = (size_t)v;
+  }
+#endif
+  if (best == 0) best = (size_t)8 << 20;
+  return best < ((size_t)64 << 20) ? best : (size_t)64 << 20;
 }
 
 /* Every layer its own stage: a chain (no residual add, no tied head). */
@@ -133,6 +185,7 @@ static int time_memory_ops(const optim_config_t *oc, size_t n, perf_compute_t *p
     p->update_sec = least(u, REPS) / (double)n;
     p->sum_sec = least(s, REPS) / (double)n;
     p->copy_sec = least(k, REPS) / (double)n;
+    p->state_floats = o->nstate;
   }
   if (o) optim_free(o);
   dt_free(a), dt_free(b), dt_free(c);
@@ -164,6 +217,17 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
   rng_t rng;
   rng_seed(&rng, 0x9e1f);
   int graph = !layer_by_layer(m);
+  /* a chain's passes from memory too (a graph's layers are timed as one
+   * model, its products large: the cache does not change them much) */
+  out->cache_bytes = perf_cache_bytes();
+  size_t nevict = graph ? 0 : out->cache_bytes / 2; /* floats: twice the cache's bytes */
+  float *evict_buf = nevict ? dt_alloc_floats(nevict) : NULL;
+  if (rc == 0 && evict_buf) {
+    for (size_t k = 0; k < nevict; k++) evict_buf[k] = 0;
+    out->fwd_cold = calloc(cells + 1, sizeof *out->fwd_cold);
+    out->bwd_cold = calloc(cells + 1, sizeof *out->bwd_cold);
+    if (!out->fwd_cold || !out->bwd_cold) rc = dt_error("out of memory");
+  }
   for (int s = 0; rc == 0 && s < out->nsizes; s++)
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
       size_t at = (size_t)s * (size_t)m->nlayers + (size_t)i;
@@ -171,24 +235,32 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
         rc = i == 0 ? time_whole(m, out->size[s], &rng, out->fwd + at, out->bwd + at) : 0;
         continue;
       }
-      rc = time_layer(m, i, out->size[s], &rng, &out->fwd[at], &out->bwd[at]);
+      rc = time_layer(m, i, out->size[s], &rng, NULL, 0, &out->fwd[at], &out->bwd[at]);
+      if (rc == 0 && evict_buf)
+        rc = time_layer(m, i, out->size[s], &rng, evict_buf, nevict, &out->fwd_cold[at], &out->bwd_cold[at]);
     }
   if (rc == 0) memcpy(m->buffers, keep, m->nbuffers * sizeof(float));
   dt_free(keep);
+  dt_free(evict_buf);
   if (rc == 0) rc = time_memory_ops(oc, m->nparams > 4096 ? m->nparams : 4096, out);
   if (rc != 0) perf_compute_free(out);
   return rc;
 }
 
 void perf_compute_free(perf_compute_t *p) {
-  free(p->fwd), free(p->bwd), free(p->params);
-  p->fwd = p->bwd = NULL;
+  free(p->fwd), free(p->bwd), free(p->fwd_cold), free(p->bwd_cold), free(p->params);
+  p->fwd = p->bwd = p->fwd_cold = p->bwd_cold = NULL;
   p->params = NULL;
 }
 
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward) {
+  return perf_layer_sec_at(p, i, samples, backward, 0);
+}
+
+double perf_layer_sec_at(const perf_compute_t *p, int i, int samples, int backward, int cold) {
   if (i < 0 || i >= p->nlayers || p->nsizes == 0) return 0;
   const double *t = backward ? p->bwd : p->fwd;
+  if (cold && p->fwd_cold) t = backward ? p->bwd_cold : p->fwd_cold;
   int hi = 0;
   while (hi < p->nsizes && p->size[hi] < samples) hi++;
   if (hi < p->nsizes && p->size[hi] == samples) return t[(size_t)hi * p->nlayers + i];

@@ -27,6 +27,10 @@ typedef struct {
   int nlayers, nsizes;
   int size[PERF_MAX_SIZES];  /* the sample counts measured, ascending */
   double *fwd, *bwd;         /* [nsizes * nlayers] seconds a pass of one layer */
+  double *fwd_cold, *bwd_cold; /* the same from memory: the caches emptied before the pass, the
+                              * backward adding to the gradients (NULL: not measured, a graph) */
+  size_t cache_bytes;        /* the last-level cache the passes were timed with */
+  int state_floats;          /* the optimizer's state, floats a parameter (0 to 2) */
   size_t *params;            /* [nlayers] each layer's parameters in the model measured */
   double update_sec;         /* the optimizer's seconds per parameter */
   double sum_sec, copy_sec;  /* seconds per float: summing one more array, copying one */
@@ -77,6 +81,11 @@ void perf_compute_free(perf_compute_t *p);
  * of a layer with fewer parameters than the one measured (a tensor-parallel
  * rank's block) takes its share of the time (simulate.c). */
 double perf_layer_sec(const perf_compute_t *p, int i, int samples, int backward);
+/* The same with cold: the pass from memory (fwd_cold, bwd_cold) where
+ * measured, for a rank whose working set outgrows its share of the cache. */
+double perf_layer_sec_at(const perf_compute_t *p, int i, int samples, int backward, int cold);
+/* This machine's last-level cache in bytes (sysfs; at most 64 MiB). */
+size_t perf_cache_bytes(void);
 
 /* ---- gemm_fit.c: Yan et al.'s GEMM model, ln t = c0 + c1 ln m + c2 ln n +
  * c3 ln k, fitted to kern_gemm timed here -------------------------------- */
@@ -190,6 +199,7 @@ typedef struct {
   double trace_sec;          /* a traced slice a task (--trace; else 0) */
   int polling;               /* a thread waiting on the transport polls it (mpi: Open MPI's
                               * progress loop), taking a share of the cores as compute does */
+  int cache_ranks;           /* the most ranks that share one last-level cache (a machine's) */
 } perf_cluster_t;
 
 /* The cluster a `dtrain train` run with cfg would see on this machine:

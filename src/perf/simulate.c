@@ -90,6 +90,8 @@ typedef struct {
   const perf_cluster_t *cl;
   const perf_compute_t *pc;
   long long epoch_steps;      /* perf_sim_options_t's */
+  unsigned char *cold;        /* [rank] its passes from memory: its working set outgrows its
+                               * share of the cache */
   node_t *n;
   inst_t *inst;
   int *succ, *succ_at;        /* CSR successors */
@@ -608,11 +610,11 @@ static double lone_message_sec(const sim_t *s, const step_task_t *t) {
 }
 
 static double cpu_work(const step_task_t *t, const perf_compute_t *pc, const perf_cluster_t *cl,
-                       int nranks, int shared_update) {
+                       int nranks, int shared_update, int cold) {
   switch (t->kind) {
   case TASK_FORWARD:
   case TASK_BACKWARD: {
-    double sec = perf_layer_sec(pc, t->layer, t->samples, t->kind == TASK_BACKWARD);
+    double sec = perf_layer_sec_at(pc, t->layer, t->samples, t->kind == TASK_BACKWARD, cold);
     size_t whole = pc->params && t->layer >= 0 && t->layer < pc->nlayers ? pc->params[t->layer] : 0;
     /* a tensor-parallel rank's block of the layer: its share of the products */
     return whole > 0 && t->params < whole ? sec * (double)t->params / (double)whole : sec;
@@ -640,7 +642,8 @@ static void build_node(sim_t *s, const perf_compute_t *pc, int shared_update, in
   else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
   else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
   if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
-    n->work = (cpu_work(t, pc, s->cl, s->d->nranks, shared_update) + s->cl->trace_sec) * share(s, t);
+    n->work = (cpu_work(t, pc, s->cl, s->d->nranks, shared_update, s->cold[t->rank]) +
+               s->cl->trace_sec) * share(s, t);
   if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
   /* a compressed exchange's encoding and decoding: seconds of a core,
    * charged before it (the sum is what holds the step; the cores are
@@ -712,9 +715,46 @@ static int build_edges(sim_t *s, edges_t *g) {
   return rc;
 }
 
+/* Which ranks run their passes from memory: a rank's working set -- the
+ * parameters of the layers it computes (its block of a tensor-parallel
+ * one), their gradients and the optimizer's state -- against its share
+ * of the last-level cache, which cl->cache_ranks ranks split. A pipeline
+ * stage of the deep model (5.7 M parameters, 68 MB with momentum) streams
+ * its weights at every micro-batch; an mlp replica (0.5 M, 6.4 MB) keeps
+ * them. */
+static int cold_ranks(sim_t *s, const perf_compute_t *pc) {
+  const step_desc_t *d = s->d;
+  int R = d->nranks, L = pc->nlayers > 0 ? pc->nlayers : 1;
+  s->cold = calloc((size_t)R + 1, 1);
+  double *params = calloc((size_t)R * (size_t)L + 1, sizeof *params);
+  if (!s->cold || !params) {
+    free(params);
+    return dt_error("out of memory");
+  }
+  for (int i = 0; i < d->ntasks; i++) { /* a layer's parameters once a rank: its largest task's */
+    const step_task_t *t = &d->task[i];
+    if ((t->kind != TASK_FORWARD && t->kind != TASK_BACKWARD) || t->layer < 0 || t->layer >= L ||
+        t->rank < 0 || t->rank >= R)
+      continue;
+    double *p = &params[(size_t)t->rank * L + t->layer];
+    double v = t->params > 0 ? (double)t->params : pc->params ? (double)pc->params[t->layer] : 0;
+    if (v > *p) *p = v;
+  }
+  int sharing = s->cl->cache_ranks > 0 ? s->cl->cache_ranks : R;
+  double share = (double)pc->cache_bytes / sharing;
+  for (int r = 0; r < R && pc->fwd_cold && pc->cache_bytes > 0; r++) {
+    double sum = 0;
+    for (int l = 0; l < L; l++) sum += params[(size_t)r * L + l];
+    s->cold[r] = sum * sizeof(float) * (2.0 + pc->state_floats) > share;
+  }
+  free(params);
+  return 0;
+}
+
 static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
   const step_desc_t *d = s->d;
   int N = d->ntasks;
+  DT_TRY(cold_ranks(s, pc));
   for (int i = 0; i < N; i++) build_node(s, pc, shared_update, i);
   edges_t g = {0};
   int rc = build_edges(s, &g);
@@ -740,6 +780,7 @@ static void sim_free(sim_t *s) {
   free(s->n), free(s->inst), free(s->succ), free(s->succ_at), free(s->run), free(s->rem);
   free(s->pend), free(s->link_free), free(s->host_out), free(s->host_in), free(s->waiting);
   free(s->keys), free(s->flow_rem), free(s->flowing), free(s->frate), free(s->host_flows);
+  free(s->cold);
 }
 
 typedef struct { double start, end; } span_t;
