@@ -172,9 +172,30 @@ memory() {
   if $PY -c "import sys; m = ($b - $a) / 2 * 1024; sys.exit(abs($p - m) > 0.25 * m)"; then pass "$mn"
   else fail "$mn" "predicted $p bytes a rank, measured ($b - $a) / 2 KiB"; fi
 }
+# saving NAME OPTIONS... -- WITH...: what WITH saves a rank, predicted,
+# against the peak resident memory two ranks save together (ZeRO-1: the
+# state of the blocks a rank does not step, never touched: optimizer.c
+# maps it on first touch).
+saving() {
+  sn=$1; shift
+  a=""; while [ "$1" != "--" ]; do a="$a $1"; shift; done; shift
+  r0=$(/usr/bin/time -f "%M" $DTRAIN train $BASE $a --workers 2 2>&1 >/dev/null | tail -1)
+  r1=$(/usr/bin/time -f "%M" $DTRAIN train $BASE $a "$@" --workers 2 2>&1 >/dev/null | tail -1)
+  $PLAN $a --workers 2 >"$TMP/$sn.0.plan" 2>"$TMP/err" && $PLAN $a "$@" --workers 2 >"$TMP/$sn.1.plan" 2>>"$TMP/err" ||
+    { fail "$sn" "$(head -c 300 "$TMP/err")"; return; }
+  p=$($PY -c "print($(field "$TMP/$sn.0.plan" memory_bytes) - $(field "$TMP/$sn.1.plan" memory_bytes))")
+  if $PY -c "import sys; m = ($r0 - $r1) / 2 * 1024; sys.exit(not (m > 0 and abs($p - m) <= 0.25 * m))"; then pass "$sn"
+  else fail "$sn" "predicted a rank saves $p bytes, measured ($r0 - $r1) / 2 KiB"; fi
+}
 if [ -x /usr/bin/time ]; then
   memory plan_memory_mlp_batch512 --exchange allreduce:ring --batch 512
   memory plan_memory_adam_state --exchange allreduce:ring --optimizer adam
+  # the deep model (11.4 M parameters): a rank's blocks under --tp, the
+  # compressor's arrays (shared sync's one state, S / P a rank, cancels in
+  # the difference of two peaks: checked by hand, docs/BENCHMARKS.md)
+  memory plan_memory_tp2_blocks --model deep --exchange allreduce:ring --tp 2
+  memory plan_memory_topk_arrays --model deep --exchange allreduce:ring --compress topk:0.01
+  saving plan_memory_zero1_saves --model deep --exchange allreduce:ring --optimizer adam -- --shard-optimizer on
 fi
 
 # The search: every candidate predicted or refused with its reason, ranked;

@@ -263,10 +263,15 @@ int perf_simulate_with(const step_desc_t *d, const perf_compute_t *pc, const per
 
 /* ---- memory.c: the memory a rank holds --------------------------------- */
 
-/* Bytes rank 0 holds for training: parameters, gradients, buffers, the
- * optimizer's state, its activations for the batch, its batch's inputs
- * and the epoch's order of the ntrain samples. */
+/* Bytes rank 0 holds for training (m: its model, a tensor-parallel rank's
+ * blocks): parameters, gradients, buffers, the optimizer's state (ZeRO-1's
+ * share), the compressor's arrays, its activations for the batch, its
+ * batch's inputs and the epoch's order of the ntrain samples. */
 double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntrain);
+/* The compressor's arrays of the gradient's length (cc's codec over
+ * nparams values): the state it carries and its two work arrays; 0
+ * without a codec. */
+double perf_codec_memory_bytes(const compress_config_t *cc, size_t nparams);
 
 /* ---- predict.c: one configuration's step, predicted ------------------- */
 

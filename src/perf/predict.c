@@ -199,6 +199,21 @@ static int layer_times(model_t *m, const optim_config_t *oc, const int *sizes, i
   return 0;
 }
 
+/* Rank 0's memory, of the model it builds: under --tp its blocks (only
+ * the shapes are read: the link has no transport). */
+static double rank_memory(const train_config_t *cfg, const model_t *m, size_t ntrain) {
+  if (cfg->tensor.ranks <= 1) return perf_memory_bytes(cfg, m, ntrain);
+  tp_link_t link = {.rank = 0, .size = cfg->tensor.ranks};
+  model_t *tm;
+  if (worker_build_model(cfg, m->input, m->nclasses, &link, NULL, &tm) != 0) {
+    dt_error_clear();
+    return perf_memory_bytes(cfg, m, ntrain);
+  }
+  double bytes = perf_memory_bytes(cfg, tm, ntrain);
+  model_free(tm);
+  return bytes;
+}
+
 int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *cache,
                  perf_plan_t *out) {
   *out = (perf_plan_t){.calibrated = prof->calibrated};
@@ -237,7 +252,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   if (rc == 0) rc = perf_simulate_with(&d, &pc, &cl, &so, &sim);
   if (rc == 0) {
     fill_plan(cfg, s, &d, &sim, ntrain, out);
-    out->memory_bytes = perf_memory_bytes(cfg, m, ntrain);
+    out->memory_bytes = rank_memory(cfg, m, ntrain);
     out->background = cl.background;
     asynchronous_bounds(cfg, out);
   }

@@ -348,11 +348,7 @@ static int codec_setup(const model_t *m, proj_strategy_t s, const perf_compute_t
   c->mats = calloc((size_t)m->ntensors + 1, sizeof *c->mats);
   if (!c->mats) return dt_error("out of memory");
   compress_model_matrices(m, c->mats);
-  compressor_t *k; /* which arrays it keeps: the configuration's, whatever their length */
-  DT_TRY(compressor_new(&c->cc, 1, 0, 2, &k));
-  compress_state_t st[COMPRESS_MAX_STATE];
-  c->memory = 4.0 * (double)m->nparams * (compressor_state(k, st) + 2); /* + its tmp, scratch */
-  compressor_free(k);
+  c->memory = perf_codec_memory_bytes(&c->cc, m->nparams);
   if (!measured) return 0;
   c->here.copy_sec = pc->copy_sec;
   return perf_codec_calibrate(&c->cc, m->nparams, c->mats, c->nmats, &c->here);
