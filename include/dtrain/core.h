@@ -31,6 +31,12 @@ void *dt_alloc(size_t bytes);
 void dt_free(void *p);
 float *dt_alloc_floats(size_t n);
 float *dt_dup_floats(const float *x, size_t n); /* a new copy of x[0..n) */
+/* n zero floats, page-aligned, whose pages the kernel maps on first touch:
+ * for arenas a rank may use only a part of (a pipeline stage's range of
+ * the model's, ZeRO-1's blocks of the optimizer's state), so that the part
+ * it never touches takes no memory. Freed with dt_unmap_floats(p, n). */
+float *dt_map_floats(size_t n);
+void dt_unmap_floats(float *p, size_t n);
 
 /* ---- interruption (src/core/interrupt.c) ---------------------------------
  * dt_catch_interrupts installs the SIGINT/SIGTERM handler (the CLI, once);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 void *dt_alloc(size_t bytes) {
@@ -22,6 +23,20 @@ void *dt_alloc(size_t bytes) {
 void dt_free(void *p) { free(p); }
 
 float *dt_alloc_floats(size_t n) { return dt_alloc(n * sizeof(float)); }
+
+float *dt_map_floats(size_t n) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    dt_error("out of memory mapping %zu bytes", bytes);
+    return NULL;
+  }
+  return p;
+}
+
+void dt_unmap_floats(float *p, size_t n) {
+  if (p) munmap(p, (n ? n : 1) * sizeof(float));
+}
 
 float *dt_dup_floats(const float *x, size_t n) {
   float *y = dt_alloc_floats(n);

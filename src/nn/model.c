@@ -409,7 +409,7 @@ static int allocate_activations(model_t *m) {
   DT_TRY(layer_range_plan_recompute(&r, m->layers, m->recompute));
   size_t probs = (size_t)m->max_batch * (size_t)m->nclasses * (size_t)m->positions;
   size_t kept = layer_range_act_floats(&r, m->max_batch), ws = layer_range_ws_floats(&r, m->max_batch);
-  float *p = dt_alloc_floats(probs + kept + ws);
+  float *p = dt_map_floats(probs + kept + ws); /* a pipeline's stages keep their own */
   if (!p) return -1;
   m->act_arena = p;
   m->act_bytes = (probs + kept + ws) * sizeof(float);
@@ -462,8 +462,9 @@ int model_build(const model_spec_t *spec, shape_t input, int nclasses, int max_b
   free(ls);
   ls = NULL;
   if (setup_layers(m, spec->source) != 0) goto fail;
-  m->params = dt_alloc_floats(m->nparams);
-  m->grads = dt_alloc_floats(m->nparams);
+  /* mapped: a pipeline stage touches its own range of them */
+  m->params = dt_map_floats(m->nparams);
+  m->grads = dt_map_floats(m->nparams);
   m->buffers = dt_alloc_floats(m->nbuffers);
   if (!m->params || !m->grads || !m->buffers) goto fail;
   assign_views(m);
@@ -478,10 +479,10 @@ fail:
 
 void model_free(model_t *m) {
   if (!m) return;
-  dt_free(m->params);
-  dt_free(m->grads);
+  dt_unmap_floats(m->params, m->nparams);
+  dt_unmap_floats(m->grads, m->nparams);
   dt_free(m->buffers);
-  dt_free(m->act_arena);
+  dt_unmap_floats(m->act_arena, m->act_bytes / sizeof(float));
   if (m->act_counted) nn_activation_count(m->act_bytes, 0);
   free(m->layers);
   free(m->tensors);

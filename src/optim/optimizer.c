@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 static const char *const kind_names[OPTIM_KIND_COUNT] = {"sgd", "adam", "rmsprop", "lars", "adamw"};
 
@@ -81,23 +80,6 @@ static int state_count(const optim_config_t *c) {
   }
 }
 
-/* A state arena of n floats, zero: pages the kernel maps on first touch,
- * so that a rank stepping only its blocks (--shard-optimizer, ZeRO-1)
- * holds only their state in memory, as the method means. */
-static float *state_alloc(size_t n) {
-  size_t bytes = (n ? n : 1) * sizeof(float);
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    dt_error("out of memory allocating %zu bytes", bytes);
-    return NULL;
-  }
-  return p;
-}
-
-static void state_free(float *p, size_t n) {
-  if (p) munmap(p, (n ? n : 1) * sizeof(float));
-}
-
 int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
   *out = NULL;
   DT_TRY(config_check(cfg));
@@ -107,7 +89,9 @@ int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
   o->n = n;
   o->nstate = state_count(cfg);
   for (int i = 0; i < o->nstate; i++)
-    if (!(o->state[i] = o->state_own[i] = state_alloc(n))) {
+    /* mapped: a rank stepping only its blocks (--shard-optimizer, ZeRO-1)
+     * holds only their state, as the method means */
+    if (!(o->state[i] = o->state_own[i] = dt_map_floats(n))) {
       optim_free(o);
       return dt_error_prefix("optimizer %s state: ", optim_kind_name(cfg->kind));
     }
@@ -117,7 +101,7 @@ int optim_new(const optim_config_t *cfg, size_t n, optimizer_t **out) {
 
 void optim_free(optimizer_t *o) {
   if (!o) return;
-  for (int i = 0; i < 2; i++) state_free(o->state_own[i], o->n);
+  for (int i = 0; i < 2; i++) dt_unmap_floats(o->state_own[i], o->n);
   free(o->no_decay);
   free(o);
 }
