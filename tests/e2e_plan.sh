@@ -188,13 +188,16 @@ saving() {
   else fail "$sn" "predicted a rank saves $p bytes, measured ($r0 - $r1) / 2 KiB"; fi
 }
 if [ -x /usr/bin/time ]; then
-  memory plan_memory_mlp_batch512 --exchange allreduce:ring --batch 512
+  memory plan_memory_mlp_batch256 --exchange allreduce:ring --batch 256
   memory plan_memory_adam_state --exchange allreduce:ring --optimizer adam
   # the deep model (11.4 M parameters): a rank's blocks under --tp, the
   # compressor's arrays (shared sync's one state, S / P a rank, cancels in
   # the difference of two peaks: checked by hand, docs/BENCHMARKS.md)
   memory plan_memory_tp2_blocks --model deep --exchange allreduce:ring --tp 2
   memory plan_memory_topk_arrays --model deep --exchange allreduce:ring --compress topk:0.01
+  # a pipeline rank: the whole model's parameters, its stage's gradients,
+  # Adam's state and activation slots (185 MB as a replica, 121 as a stage)
+  memory plan_memory_pipeline_stage --model deep --optimizer adam --pp 2 --micro-batches 4 --partition macs
   saving plan_memory_zero1_saves --model deep --exchange allreduce:ring --optimizer adam -- --shard-optimizer on
 fi
 

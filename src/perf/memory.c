@@ -17,6 +17,7 @@
  * thread's stack. */
 #include "compress/compressor.h"
 #include "perf/perf.h"
+#include "strategy/pipe/schedule.h"
 #include "strategy/worker.h"
 
 /* The optimizer's state arenas: asked of the optimizer itself. */
@@ -66,4 +67,35 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
   acts += ws;
   double inputs = (double)shape_size(m->layers[0].in_shape) * cfg->batch + cfg->batch; /* x, y */
   return model + 4.0 * (acts + inputs + (double)ntrain);
+}
+
+/* A pipeline rank as the engine runs it (strategy/pipe/engine.c): the
+ * whole model's parameters (every rank draws them all), its chunks'
+ * gradients and optimizer state (the arenas are mapped on first touch:
+ * dt_map_floats), each chunk's activation slots -- `slots` micro-batches
+ * of `micro` samples, each layer's output and its gradient, its scratch,
+ * the chunk's input and its input's gradient (stage_new, plan_chunks) --,
+ * PipeDream's P and 2BW's one older weight versions of its chunk, and,
+ * as rank 0 holds them at an epoch's end, the model's activations for
+ * the evaluation (rank 0 evaluates the gathered model). */
+double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
+                                  const unsigned char *own, int micro, size_t ntrain) {
+  int async = pipe_kind_async((pipe_kind_t)cfg->pipe.schedule);
+  int slots = cfg->pipe.micro_batches + (async ? cfg->pipe.stages : 0);
+  double params = 0, acts = 0, inputs = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    if (!own[i]) continue;
+    params += (double)l->param_len;
+    acts += 2.0 * (double)shape_size(l->out_shape) + (double)l->scratch_len / (m->max_batch > 0 ? m->max_batch : 1);
+    if (i == 0 || !own[i - 1]) inputs += 2.0 * (double)shape_size(l->in_shape); /* a chunk's first */
+  }
+  int versions = cfg->pipe.schedule == PIPE_PIPEDREAM ? cfg->pipe.stages : cfg->pipe.schedule == PIPE_2BW;
+  double floats = (double)m->nparams + (1.0 + state_arenas(&cfg->optim) + versions) * params +
+                  (double)m->nbuffers + (double)slots * micro * (acts + inputs);
+  train_config_t whole = *cfg; /* the model's own arena, as the evaluation touches it */
+  whole.pipe.stages = 1;
+  double eval = perf_memory_bytes(&whole, m, ntrain) -
+                4.0 * ((2.0 + state_arenas(&cfg->optim)) * (double)m->nparams + (double)m->nbuffers);
+  return 4.0 * floats + eval;
 }

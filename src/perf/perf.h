@@ -272,6 +272,12 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
  * nparams values): the state it carries and its two work arrays; 0
  * without a codec. */
 double perf_codec_memory_bytes(const compress_config_t *cc, size_t nparams);
+/* A pipeline rank's bytes: the whole model's parameters, its chunks'
+ * (own[layer] set: the layers it runs) gradients, optimizer state, weight
+ * versions and activation slots of `micro` samples, and rank 0's
+ * activations for the evaluation. */
+double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
+                                  const unsigned char *own, int micro, size_t ntrain);
 
 /* ---- predict.c: one configuration's step, predicted ------------------- */
 

@@ -199,9 +199,32 @@ static int layer_times(model_t *m, const optim_config_t *oc, const int *sizes, i
   return 0;
 }
 
+/* A pipeline's rank 0 (d: the step it runs): its chunks' layers (the
+ * layers it runs forward), their largest micro-batch, as
+ * perf_pipeline_memory_bytes takes them. */
+static double pipeline_memory(const train_config_t *cfg, const model_t *m, const step_desc_t *d,
+                              size_t ntrain) {
+  unsigned char *own = calloc((size_t)m->nlayers + 1, 1);
+  if (!own) return 0;
+  int micro = 0;
+  for (int i = 0; i < d->ntasks; i++) {
+    const step_task_t *t = &d->task[i];
+    if (t->rank != 0 || t->kind != TASK_FORWARD || t->layer < 0 || t->layer >= m->nlayers) continue;
+    own[t->layer] = 1;
+    if (t->samples > micro) micro = t->samples;
+  }
+  double bytes = perf_pipeline_memory_bytes(cfg, m, own, micro, ntrain);
+  free(own);
+  return bytes;
+}
+
 /* Rank 0's memory, of the model it builds: under --tp its blocks (only
- * the shapes are read: the link has no transport). */
-static double rank_memory(const train_config_t *cfg, const model_t *m, size_t ntrain) {
+ * the shapes are read: the link has no transport); in a pipeline, its
+ * chunks'. */
+static double rank_memory(const train_config_t *cfg, const model_t *m, const step_desc_t *d,
+                          size_t ntrain) {
+  if (train_pipelined(cfg) && cfg->pipe.stages > 1 && cfg->tensor.ranks <= 1)
+    return pipeline_memory(cfg, m, d, ntrain);
   if (cfg->tensor.ranks <= 1) return perf_memory_bytes(cfg, m, ntrain);
   tp_link_t link = {.rank = 0, .size = cfg->tensor.ranks};
   model_t *tm;
@@ -252,7 +275,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   if (rc == 0) rc = perf_simulate_with(&d, &pc, &cl, &so, &sim);
   if (rc == 0) {
     fill_plan(cfg, s, &d, &sim, ntrain, out);
-    out->memory_bytes = rank_memory(cfg, m, ntrain);
+    out->memory_bytes = rank_memory(cfg, m, &d, ntrain);
     out->background = cl.background;
     asynchronous_bounds(cfg, out);
   }
