@@ -965,7 +965,8 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
       if (!isfinite(r->step_sec[s])) { /* a pipeline or tp group the host's ranks cannot make */
         fprintf(out, "%-8d %-30s %12s %14s %11s %10s  %s\n", r->workers, perf_proj_name(s), "-", "-",
                 "-", "-", s >= PROJ_CODEC_FIRST ? "the compressed exchange's bytes could not be counted"
-                : s == PROJ_GRID && !p->tp_why[0] ? "no pp of 2, 4, ... hosts (at most the layers) divides the hosts"
+                : s == PROJ_GRID && (!p->tp_why[0] || c->group[0].ranks_per_host == 1)
+                  ? "no pp of 2, 4, ... hosts (at most the layers) divides the hosts"
                 : s != PROJ_TP && s != PROJ_GRID ? "fewer layers than a host's ranks x chunks"
                 : p->tp_why[0] ? p->tp_why : "fewer workers than a host's ranks");
         continue;
