@@ -30,6 +30,14 @@
  *   pairs), its sums as ring allreduces inside the host, the replicas (one
  *   a host) ring-allreducing the rank's block across hosts after backward,
  *   every tp rank at once on the NIC; a replica's batch a step;
+ * - Megatron's 3-D grid (Narayanan et al. 2021; tp inside a host, pp
+ *   across hosts): a stage a tp group of a host's ranks on its share of
+ *   the layers (tp_sec's products and sums), pp stages on pp hosts cut by
+ *   the tp rank's time, 1F1B's (m + pp - 1) slots (the bubble (pp - 1) /
+ *   m, m = 4 pp) of the slowest stage or boundary (the activations across
+ *   the NIC, Megatron's scatter/gather), then each rank's block ring-
+ *   allreduced over the dp replicas; the fastest pp of 2, 4, ... hosts
+ *   that fits (grid_sec, grid_mem, grid_pick);
  * - local SGD: the ring's average of the parameters after every 4th
  *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
  *   parameters to both ring neighbours every step, one after the other on
@@ -45,7 +53,8 @@
  * - the memory of each strategy's fullest rank: data parallelism's
  *   layout (memory.c's), a codec's compressor arrays, a pipeline rank's
  *   chunks and the activations its schedule holds at once (the engine's
- *   own lists), a tp rank's blocks.
+ *   own lists), a tp rank's blocks, a grid rank its stage's blocks and
+ *   the micro-batches 1F1B holds on it.
  * Scaling efficiency: samples/s at n workers over n times one worker's
  * alone (no exchange). */
 #include <math.h>
