@@ -622,7 +622,7 @@ static double grid_mem(const plan_t *p, const tp_proj_t *tp, grid_t g, double ba
 
 /* The grid a row shows: pp fixed (o->grid_pp), else the fastest of 2, 4,
  * ... hosts dividing P's hosts that fits the memory (the fastest of all
- * where none fits); tp a host's ranks. *g.pp = 0: no grid to make. */
+ * where none fits); tp a host's ranks. A grid of pp 0: none to make. */
 static grid_t grid_pick(const plan_t *p, const tp_proj_t *tp, int P, int fixed, double batch, int nstate,
                         double limit, perf_link_t intra, perf_link_t inter, double *sec, double *mem) {
   grid_t best = {0};
