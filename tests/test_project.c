@@ -391,18 +391,24 @@ static void test_projection_grid(void) {
   CHECK(pipe_schedule_peak_live(&sc, 0) == 2 && pipe_schedule_peak_live(&sc, 1) == 1);
   pipe_schedule_free(&sc);
   CHECK_NEAR(p.row[0].memory_bytes[PROJ_GRID], 4.0 * ((2 + ns) * block + 2 * 8 * (64 + 2 * (128 + 64))), 1e-6);
-  /* the fastest pp that fits: 4 hosts of 2 make pp 2 or 4 (4 layers); a memory between them
-   * takes the one that fits */
+  /* the fastest pp that fits: 4 hosts of 2 make pp 2 or 4 (4 layers) */
   proj_grid_pp = 0;
   CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
   CHECK(p.row[0].grid_pp == 2 || p.row[0].grid_pp == 4);
-  double t_best = p.row[0].step_sec[PROJ_GRID];
+  double t_best = p.row[0].step_sec[PROJ_GRID], t[5], mem[5];
   for (int pp = 2; pp <= 4; pp *= 2) {
     proj_grid_pp = pp;
     CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
-    CHECK(t_best <= p.row[0].step_sec[PROJ_GRID] + 1e-15);
+    t[pp] = p.row[0].step_sec[PROJ_GRID], mem[pp] = p.row[0].memory_bytes[PROJ_GRID];
+    CHECK(t_best <= t[pp] + 1e-15);
   }
-  proj_grid_pp = 0;
+  /* pp = 2 the faster (a smaller bubble), pp = 4 the smaller rank (a layer a stage): a memory
+   * between them turns the pick to pp = 4 */
+  CHECK(t[2] < t[4] && mem[4] < mem[2] && t_best == t[2]);
+  proj_grid_pp = 0, proj_memory = (mem[2] + mem[4]) / 2;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
+  CHECK(p.row[0].grid_pp == 4 && p.row[0].fits[PROJ_GRID] && p.row[0].grid_dp == 1);
+  proj_memory = 0;
 }
 
 /* The grid's degenerate cases. pp = 1: the tp row (tp = host x dp) to

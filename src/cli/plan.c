@@ -400,7 +400,7 @@ static int project(int argc, char **argv, const plan_opts_t *o, const perf_clust
     if (most >= 1) snprintf(fit, sizeof fit, "a batch of at most %.0f fits", floor(most));
     else snprintf(fit, sizeof fit, "no batch fits: the model alone takes %.1f MiB", p.mem_fixed / MiB);
     fprintf(stderr, "dtrain plan: %s: a data-parallel rank holds %.1f MiB for --batch %d (%.1f MiB "
-            "+ %.2f MiB a sample), no pipeline stage or tp rank fits either, and %s gives %.1f MiB; "
+            "+ %.2f MiB a sample), no pipeline stage, tp or 3-D grid rank fits either, and %s gives %.1f MiB; "
             "%s\n", o->memory ? "--memory-per-rank" : "memory_per_rank", p.row[0].memory_bytes[PROJ_RING] / MiB,
             cfg.batch, p.mem_fixed / MiB, p.mem_per_sample / MiB,
             o->memory ? "--memory-per-rank" : o->cluster, p.mem_limit / MiB, fit);
