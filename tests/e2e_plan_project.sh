@@ -22,14 +22,14 @@ eff = [float(w.rstrip('%')) for r in rows for w in r if w.endswith('%')]
 counts = sorted({int(r[0]) for r in rows})
 sys.exit(not (len(rows) == 144 and len(eff) == 127 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
               and all(0 <= e <= 100 for e in eff) and max(eff) > 50))"
-# Megatron's 3-D grid: tp = a host's 8 ranks, pp hosts, dp the rest (tp pp dp = the workers);
-# at 8 (one host) no pp of 2 or more hosts, said so
+# Megatron's 3-D grid: tp a divisor of a host's 8 ranks, pp >= 2 hosts, dp the rest (tp pp dp =
+# the workers); at 8 (one host) no pp of 2 or more hosts, said so
 check plan_project_grid $PY -c "
 import re, sys
-g = [l for l in open('$TMP/p.txt') if l[:1].isdigit() and '3d tp=host x pp x dp' in l]
-ok = [re.search(r'tp=8 pp=(\\d+) dp=(\\d+) m=', l) for l in g[1:]]
-sys.exit(not (len(g) == 8 and 'no pp of 2, 4' in g[0] and all(m and int(m.group(1)) >= 2 and
-              8 * int(m.group(1)) * int(m.group(2)) == int(l.split()[0]) for m, l in zip(ok, g[1:]))))"
+g = [l for l in open('$TMP/p.txt') if l[:1].isdigit() and '3d tp x pp=hosts x dp' in l]
+ok = [re.search(r'tp=(\\d+) pp=(\\d+) dp=(\\d+) m=', l) for l in g[1:]]
+sys.exit(not (len(g) == 8 and 'no pp of 2, 4' in g[0] and all(m and 8 % int(m.group(1)) == 0 and int(m.group(2)) >= 2
+              and int(m.group(1)) * int(m.group(2)) * int(m.group(3)) == int(l.split()[0]) for m, l in zip(ok, g[1:]))))"
 # the codecs: their CPU measured here (> 0), their bytes fewer than the ring's 2 (P - 1)/P of the gradients
 check plan_project_codecs $PY -c "
 import re, sys

@@ -211,7 +211,7 @@ static void test_projection_overlap(void) {
  * layers are their FLOPs, the update below 1e-10 s), links of intra and
  * inter bytes/s and no latency; batch 32, 64 classes, 1 MiB buckets. */
 static double proj_memory; /* project_text's --memory-per-rank (0: none) */
-static int proj_grid_pp;   /* project_text's 3-D grid's pp (0: the fastest) */
+static int proj_grid_tp, proj_grid_pp; /* project_text's 3-D grid's tp and pp (0: the best) */
 
 /* A model file at path holding model_text, the cluster file's text parsed
  * into c, and the projection's options: batch 32, 64 classes, 1 MiB
@@ -253,7 +253,7 @@ static int project_text(const char *model_text, int hosts, int per_host, double 
   perf_proj_opts_t o;
   int rc = project_setup(path, model_text, text, &c, &cfg, &o);
   o.memory_per_rank = proj_memory;
-  o.grid_pp = proj_grid_pp;
+  o.grid_tp = proj_grid_tp, o.grid_pp = proj_grid_pp;
   if (rc == 0) rc = perf_project(&o, &c, from, to, p);
   remove(path);
   return rc;
@@ -363,12 +363,18 @@ static int default_nstate(void) {
  * then the halves all-gathered in the host: 2 (2048 / E + 1024 / I).
  * (m + pp - 1) slots of the larger; then the rank's block (16576
  * parameters) ring-allreduced over dp = 2, both tp ranks on the NIC:
- * 2 x (4 x 16576 / 2) x 2 / E. */
+ * 2 x (4 x 16576 / 2) x 2 / E. Then tp = 1 (a divisor of the host's 2),
+ * pp = 2, dp = 4, two replicas' stage on a host: whole layers (a stage 2
+ * x tA / 4 a micro-batch), the boundary's whole 2048 bytes from both of a
+ * host's ranks on its NIC at once (2 x 2 x 2048 / E), the block (16640 +
+ * 16448 parameters) ringed over 4 replicas on 2 hosts, the ring's steps
+ * across the NIC (2 x 3 x 33088 / E); and the best grid: the most
+ * samples/s of every (tp, pp), the tp rank's P / tp batches a step. */
 static void test_projection_grid(void) {
   double fwd = 2 * 16384 * 32 / 1e9, tA = 3 * fwd, sRow = 8256.0 / 16448, block = 16576;
   double E[2] = {1e7, 1e6}, I = 1e8;
   perf_projection_t p;
-  proj_grid_pp = 2;
+  proj_grid_tp = 2, proj_grid_pp = 2;
   for (int k = 0; k < 2; k++) {
     CHECK_OK(project_text(PAIRS, 4, 2, I, E[k], 8, 8, &p));
     const perf_proj_row_t *r = &p.row[0];
@@ -391,8 +397,26 @@ static void test_projection_grid(void) {
   CHECK(pipe_schedule_peak_live(&sc, 0) == 2 && pipe_schedule_peak_live(&sc, 1) == 1);
   pipe_schedule_free(&sc);
   CHECK_NEAR(p.row[0].memory_bytes[PROJ_GRID], 4.0 * ((2 + ns) * block + 2 * 8 * (64 + 2 * (128 + 64))), 1e-6);
-  /* the fastest pp that fits: 4 hosts of 2 make pp 2 or 4 (4 layers) */
-  proj_grid_pp = 0;
+  proj_grid_tp = 1;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+  CHECK(p.row[0].grid_tp == 1 && p.row[0].grid_pp == 2 && p.row[0].grid_dp == 4);
+  double slot1 = 2 * tA / 4, move1 = 2 * 2 * 2048 / E[0], ring1 = 2 * 3 * 33088 / E[0];
+  CHECK(slot1 > move1);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_GRID], 9 * slot1 + ring1 + p.update_sec * 33088 / (p.grad_bytes / 4), 1e-12);
+  /* the best of tp 1, 2 x pp 2, 4 by samples/s */
+  proj_grid_tp = proj_grid_pp = 0;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+  double best = p.row[0].samples_per_sec[PROJ_GRID], seen = 0;
+  for (int tp = 1; tp <= 2; tp++)
+    for (int pp = 2; pp <= 4; pp *= 2) {
+      proj_grid_tp = tp, proj_grid_pp = pp;
+      CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+      CHECK(best >= p.row[0].samples_per_sec[PROJ_GRID] - 1e-9);
+      seen = p.row[0].samples_per_sec[PROJ_GRID] > seen ? p.row[0].samples_per_sec[PROJ_GRID] : seen;
+    }
+  CHECK_NEAR(best, seen, 1e-9);
+  /* at tp = 2, the fastest pp that fits: 4 hosts of 2 make pp 2 or 4 (4 layers) */
+  proj_grid_tp = 2, proj_grid_pp = 0;
   CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
   CHECK(p.row[0].grid_pp == 2 || p.row[0].grid_pp == 4);
   double t_best = p.row[0].step_sec[PROJ_GRID], t[5], mem[5];
@@ -408,7 +432,7 @@ static void test_projection_grid(void) {
   proj_grid_pp = 0, proj_memory = (mem[2] + mem[4]) / 2;
   CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
   CHECK(p.row[0].grid_pp == 4 && p.row[0].fits[PROJ_GRID] && p.row[0].grid_dp == 1);
-  proj_memory = 0;
+  proj_memory = 0, proj_grid_tp = 0;
 }
 
 /* The grid's degenerate cases. pp = 1: the tp row (tp = host x dp) to
@@ -422,7 +446,7 @@ static void test_projection_grid(void) {
  * row GPipe (all m). */
 static void test_projection_grid_degenerate(void) {
   perf_projection_t p;
-  proj_grid_pp = 1;
+  proj_grid_tp = 2, proj_grid_pp = 1;
   double E[2] = {1e15, 1e7};
   for (int k = 0; k < 2; k++) {
     CHECK_OK(project_text(PAIRS, 4, 2, 1e8, E[k], 8, 8, &p));
@@ -432,7 +456,7 @@ static void test_projection_grid_degenerate(void) {
     CHECK_NEAR(r->memory_bytes[PROJ_GRID], r->memory_bytes[PROJ_TP], 1e-9);
     CHECK_NEAR(r->efficiency[PROJ_GRID], r->efficiency[PROJ_TP], 1e-12);
   }
-  proj_grid_pp = 4;
+  proj_grid_tp = 0, proj_grid_pp = 4;
   double X[2] = {1e15, 1e6}, gpipe[2];
   for (int k = 0; k < 2; k++) {
     CHECK_OK(project_text(FOUR_DENSE, 1, 4, X[k], 1e15, 4, 4, &p));

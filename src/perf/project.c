@@ -69,7 +69,7 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "3d tp=host x pp x dp (ring)", "local sgd tau=4 (ring)",
+    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "3d tp x pp=hosts x dp (ring)", "local sgd tau=4 (ring)",
     "d-psgd (ring of workers)", "compress fp16 (dp)", "compress int8 (dp)", "compress topk:0.01 (dp)",
     "compress powersgd:4 (dp)"};
 static const char *const CODECS[PROJ_NCODECS] = {"fp16", "int8", "topk:0.01", "powersgd:4"};
@@ -523,18 +523,21 @@ static double tp_sec(const plan_t *p, int P, perf_link_t intra, perf_link_t inte
 
 /* ---- Megatron's 3-D grid ------------------------------------------------ */
 
-/* Narayanan et al. 2021: a stage is a tp group of a host's g ranks, the
- * pp stages of a replica on pp hosts (a boundary crosses the NIC), the dp
- * replicas over the rest; m = PROJ_GRID_MB pp micro-batches of a replica's
- * batch (pp workers' samples: a tp group runs a worker's batch, as the tp
- * row's), one micro-batch (no pipeline) when pp = 1. */
+/* Narayanan et al. 2021, their rank order (tp, then dp, then pp): a stage
+ * is a tp group of tp ranks of a host (tp divides the host's ranks; the
+ * host's other ranks are the same stage of other replicas), the pp stages
+ * of a replica on pp hosts (a boundary crosses the NIC), the dp replicas
+ * over the rest; m = PROJ_GRID_MB pp micro-batches of a replica's batch (pp
+ * workers' samples: a tp group runs a worker's batch, as the tp row's),
+ * one micro-batch (no pipeline) when pp = 1. */
 typedef struct {
   int tp, pp, dp, M;
+  int host;                  /* a host's ranks: host / tp replicas' stage on each */
   double f;                  /* a micro-batch over a worker's batch: pp / M */
 } grid_t;
 
-static grid_t grid_of(int P, int tp, int pp) {
-  grid_t g = {.tp = tp, .pp = pp, .dp = P / (tp * pp), .M = pp > 1 ? PROJ_GRID_MB * pp : 1};
+static grid_t grid_of(int P, int per_host, int tp, int pp) {
+  grid_t g = {.tp = tp, .pp = pp, .dp = P / (tp * pp), .M = pp > 1 ? PROJ_GRID_MB * pp : 1, .host = per_host};
   g.f = (double)pp / g.M;
   return g;
 }
@@ -549,13 +552,14 @@ static double grid_layer_sec(const plan_t *p, const tp_proj_t *tp, int i, double
 
 /* A boundary's activations forward and their gradients back for a
  * micro-batch of mb samples: Megatron's scatter/gather -- each of the
- * stage's tp ranks sends 1/tp across the NIC (all at once), the next
- * stage's all-gather the pieces in its host (a ring of tp - 1 steps). */
-static double grid_boundary_sec(const model_t *m, int first, int tp, double mb, perf_link_t intra,
+ * stage's tp ranks sends 1/tp across the NIC, all the host's ranks at
+ * once (its host / tp replicas' stages), the next stage's all-gather the
+ * pieces in its host (a ring of tp - 1 steps). */
+static double grid_boundary_sec(const model_t *m, int first, grid_t g, double mb, perf_link_t intra,
                                 perf_link_t inter) {
   double b = 4.0 * (double)shape_size(m->layers[first].in_shape) * mb;
-  double gather = tp > 1 ? (tp - 1) * hop(intra, b / tp, 1) : 0;
-  return 2 * (hop(inter, b / tp, tp) + gather);
+  double gather = g.tp > 1 ? (g.tp - 1) * hop(intra, b / g.tp, 1) : 0;
+  return 2 * (hop(inter, b / g.tp, g.host) + gather);
 }
 
 /* The grid's layers cut into pp stages where the running tp rank's time
@@ -569,9 +573,10 @@ static void grid_cuts(const plan_t *p, const tp_proj_t *tp, grid_t g, perf_link_
 
 /* The step: (M + pp - 1) slots of the slowest stage's micro-batch or
  * boundary (the bubble (pp - 1) / M, pipeline_sec's), then each rank's
- * block ring-allreduced across the dp replicas (a host's tp ranks on its
- * NIC at once, tp_sec's) and updated: the stage with the largest block
- * last. */
+ * block ring-allreduced across the dp replicas -- host / tp of them in a
+ * host, the ring's steps across hosts when there are more (tp rings, one
+ * a tp rank, on the NIC at once, tp_sec's) -- and updated: the stage with
+ * the largest block last. */
 static double grid_sec(const plan_t *p, const tp_proj_t *tp, grid_t g, double batch, perf_link_t intra,
                        perf_link_t inter) {
   int L = p->m->nlayers, first[g.pp + 1];
@@ -582,10 +587,11 @@ static double grid_sec(const plan_t *p, const tp_proj_t *tp, grid_t g, double ba
     for (int i = first[c]; i < first[c + 1]; i++) stage += grid_layer_sec(p, tp, i, g.f, intra), block += tp->lay[i];
     slot = stage > slot ? stage : slot;
     if (c > 0 && first[c] < L) {
-      double b = grid_boundary_sec(p->m, first[c], g.tp, batch * g.f, intra, inter);
+      double b = grid_boundary_sec(p->m, first[c], g, batch * g.f, intra, inter);
       move = b > move ? b : move;
     }
-    double ring = g.dp > 1 ? 2.0 * (g.dp - 1) * hop(inter, 4.0 * block / g.dp, g.tp) : 0;
+    int across = g.dp > g.host / g.tp;
+    double ring = g.dp > 1 ? 2.0 * (g.dp - 1) * hop(across ? inter : intra, 4.0 * block / g.dp, across ? g.tp : 1) : 0;
     double end = ring + p->update * block / (double)p->m->nparams;
     tail = end > tail ? end : tail;
   }
@@ -620,24 +626,31 @@ static double grid_mem(const plan_t *p, const tp_proj_t *tp, grid_t g, double ba
   return most;
 }
 
-/* The grid a row shows: pp fixed (o->grid_pp), else the fastest of 2, 4,
- * ... hosts dividing P's hosts that fits the memory (the fastest of all
- * where none fits); tp a host's ranks. A grid of pp 0: none to make. */
-static grid_t grid_pick(const plan_t *p, const tp_proj_t *tp, int P, int fixed, double batch, int nstate,
-                        double limit, perf_link_t intra, perf_link_t inter, double *sec, double *mem) {
+/* The grid a row shows: of tp (tps[k].g, the divisors of a host's ranks
+ * the model splits over; o->grid_tp fixes it) and pp (2, 4, ... hosts
+ * dividing P's hosts, at most the layers; o->grid_pp fixes it), the most
+ * samples/s (P / tp batches a step) whose rank fits the memory (the most
+ * of all where none fits). A grid of pp 0: none to make. */
+static grid_t grid_pick(const plan_t *p, const tp_proj_t *tps, int ntp, int P, int per_host,
+                        const perf_proj_opts_t *o, int nstate, double limit, perf_link_t intra,
+                        perf_link_t inter, double *sec, double *mem) {
   grid_t best = {0};
   *sec = INFINITY, *mem = NAN;
-  if (!tp || P % tp->g) return best;
-  int best_fits = 0;
-  for (int pp = fixed > 0 ? fixed : 2; pp <= p->m->nlayers && tp->g * pp <= P; pp *= 2) {
-    if ((P / tp->g) % pp == 0) {
-      grid_t g = grid_of(P, tp->g, pp);
-      double t = grid_sec(p, tp, g, batch, intra, inter), b = grid_mem(p, tp, g, batch, nstate, intra);
-      int fits = !(limit > 0 && b > limit);
-      if (!best.pp || (fits > best_fits) || (fits == best_fits && t < *sec))
-        best = g, best_fits = fits, *sec = t, *mem = b;
+  if (P % per_host) return best;
+  int best_fits = 0, H = P / per_host;
+  for (int k = 0; k < ntp; k++) {
+    const tp_proj_t *tp = &tps[k];
+    if (o->grid_tp > 0 && tp->g != o->grid_tp) continue;
+    for (int pp = o->grid_pp > 0 ? o->grid_pp : 2; pp <= p->m->nlayers && pp <= H; pp *= 2) {
+      if (H % pp == 0) {
+        grid_t g = grid_of(P, per_host, tp->g, pp);
+        double t = grid_sec(p, tp, g, o->batch, intra, inter), b = grid_mem(p, tp, g, o->batch, nstate, intra);
+        int fits = !(limit > 0 && b > limit);
+        if (!best.pp || fits > best_fits || (fits == best_fits && t * g.tp < *sec * best.tp))
+          best = g, best_fits = fits, *sec = t, *mem = b;
+      }
+      if (o->grid_pp > 0) break;
     }
-    if (fixed > 0) break;
   }
   return best;
 }
@@ -855,9 +868,17 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
   tp_proj_t tp = {0};
   rc = tp_build(o, m, c->group[0].ranks_per_host, nstate, &tp, out->tp_why, sizeof out->tp_why);
-  tp_proj_t one = {0}; /* the grid's tp group on hosts of one rank */
-  if (rc == 0 && c->group[0].ranks_per_host == 1) rc = tp_single(m, &one);
-  const tp_proj_t *grid_tp = tp.g ? &tp : one.g ? &one : NULL;
+  /* the grid's tp groups: tp = 1, and each divisor of a host's ranks the model splits over */
+  tp_proj_t grid_tp[PROJ_GRID_MAX_TP] = {{0}};
+  int ngrid_tp = 0;
+  if (rc == 0) rc = tp_single(m, &grid_tp[ngrid_tp++]);
+  for (int d = 2, g = c->group[0].ranks_per_host; rc == 0 && d <= g && ngrid_tp < PROJ_GRID_MAX_TP; d++) {
+    char why[160]; /* a degree the model does not split over: not tried */
+    if (g % d) continue;
+    if (d == g) grid_tp[ngrid_tp] = tp; /* the tp row's own (freed as it) */
+    else rc = tp_build(o, m, d, nstate, &grid_tp[ngrid_tp], why, sizeof why);
+    if (rc == 0 && grid_tp[ngrid_tp].g) ngrid_tp++;
+  }
   perf_compute_t pc = {0};
   if (measured) {
     model_init_params(m, 1);
@@ -920,7 +941,7 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
       double t;
       row->memory_bytes[s] = mem;
       if (s == PROJ_GRID) {
-        grid_t g = grid_pick(&p, grid_tp, P, o->grid_pp, o->batch, nstate, limit, c->intra, inter, &t,
+        grid_t g = grid_pick(&p, grid_tp, ngrid_tp, P, per_host, o, nstate, limit, c->intra, inter, &t,
                              &row->memory_bytes[s]);
         row->grid_tp = g.tp, row->grid_pp = g.pp, row->grid_dp = g.dp;
       } else if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) {
@@ -948,7 +969,9 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   for (int k = 0; k < PROJ_NCODECS; k++) free(codec[k].mats);
   free(buf), free(w);
   free(tp.share), free(tp.sum_bytes), free(tp.lay);
-  free(one.share), free(one.sum_bytes), free(one.lay);
+  for (int k = 0; k < ngrid_tp; k++)
+    if (grid_tp[k].share != tp.share) /* the tp row's own is freed as it */
+      free(grid_tp[k].share), free(grid_tp[k].sum_bytes), free(grid_tp[k].lay);
   perf_compute_free(&pc);
   model_free(m);
   out->seconds = dt_now() - t0;
@@ -974,8 +997,7 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
       if (!isfinite(r->step_sec[s])) { /* a pipeline or tp group the host's ranks cannot make */
         fprintf(out, "%-8d %-30s %12s %14s %11s %10s  %s\n", r->workers, perf_proj_name(s), "-", "-",
                 "-", "-", s >= PROJ_CODEC_FIRST ? "the compressed exchange's bytes could not be counted"
-                : s == PROJ_GRID && (!p->tp_why[0] || c->group[0].ranks_per_host == 1)
-                  ? "no pp of 2, 4, ... hosts (at most the layers) divides the hosts"
+                : s == PROJ_GRID ? "no pp of 2, 4, ... hosts (at most the layers) divides the hosts"
                 : s != PROJ_TP && s != PROJ_GRID ? "fewer layers than a host's ranks x chunks"
                 : p->tp_why[0] ? p->tp_why : "fewer workers than a host's ranks");
         continue;

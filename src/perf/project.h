@@ -65,6 +65,7 @@ typedef enum {
 #define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
 #define PROJ_SSP_S 3         /* PROJ_PS_SSP's staleness bound (clocks) */
 #define PROJ_GRID_MB 4       /* PROJ_GRID's micro-batches a stage (m = 4 pp, as the pipelines') */
+#define PROJ_GRID_MAX_TP 16  /* PROJ_GRID's tp degrees tried: 1 and a host's ranks' divisors */
 const char *perf_proj_name(proj_strategy_t s);
 /* A codec strategy's --compress value ("fp16", ...); NULL for the others. */
 const char *perf_proj_codec(proj_strategy_t s);
@@ -92,8 +93,10 @@ typedef struct {
   double straggler_slowdown;
   double net_latency, net_bandwidth; /* --net: between hosts, in place of the file's (0: the file's) */
   double memory_per_rank;    /* > 0: every rank's memory, in place of the file's */
-  int grid_pp;               /* > 0: PROJ_GRID's pipeline degree fixed (1: the tp row's grid);
-                              * 0: the fastest of 2, 4, ... hosts that fits */
+  int grid_tp, grid_pp;      /* > 0: PROJ_GRID's tensor / pipeline degree fixed (pp 1, tp a
+                              * host's ranks: the tp row's grid); 0: the grid with the most
+                              * samples/s that fits (tp a divisor of a host's ranks, pp 2, 4,
+                              * ... hosts) */
   const optim_config_t *optim;
 } perf_proj_opts_t;
 
