@@ -31,13 +31,14 @@
  *   a host) ring-allreducing the rank's block across hosts after backward,
  *   every tp rank at once on the NIC; a replica's batch a step;
  * - Megatron's 3-D grid (Narayanan et al. 2021; tp inside a host, pp
- *   across hosts): a stage a tp group of a host's ranks on its share of
- *   the layers (tp_sec's products and sums), pp stages on pp hosts cut by
- *   the tp rank's time, 1F1B's (m + pp - 1) slots (the bubble (pp - 1) /
- *   m, m = 4 pp) of the slowest stage or boundary (the activations across
- *   the NIC, Megatron's scatter/gather), then each rank's block ring-
- *   allreduced over the dp replicas; the fastest pp of 2, 4, ... hosts
- *   that fits (grid_sec, grid_mem, grid_pick);
+ *   across hosts, their rank order tp, dp, pp): a stage a tp group of tp
+ *   ranks of a host (tp a divisor of its ranks, 1 included) on its share
+ *   of the layers (tp_sec's products and sums), pp stages on pp hosts cut
+ *   by the tp rank's time, 1F1B's (m + pp - 1) slots (the bubble (pp - 1)
+ *   / m, m = 4 pp) of the slowest stage or boundary (the activations
+ *   across the NIC, Megatron's scatter/gather), then each rank's block
+ *   ring-allreduced over the dp replicas; the (tp, pp of 2, 4, ... hosts)
+ *   with the most samples/s that fits (grid_sec, grid_mem, grid_pick);
  * - local SGD: the ring's average of the parameters after every 4th
  *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
  *   parameters to both ring neighbours every step, one after the other on

@@ -49,8 +49,9 @@ double perf_cluster_file_memory(const perf_cluster_file_t *c);
  * asynchronous server and one stale-synchronous (ssp:3) server (their
  * expected steps); GPipe, interleaved 1F1B of 2
  * chunks a rank, and Megatron's tensor parallelism across a host's ranks
- * with data parallelism across hosts; Megatron's 3-D grid (tp a host's
- * ranks, pp stages across hosts, dp replicas over the rest); local SGD averaging every 4 steps;
+ * with data parallelism across hosts; Megatron's 3-D grid (tp a divisor
+ * of a host's ranks, pp stages across hosts, dp replicas over the rest);
+ * local SGD averaging every 4 steps;
  * D-PSGD on a ring of the workers; data parallelism with the codecs
  * (--compress fp16, int8, topk:0.01, powersgd:4 as train runs them:
  * PROJ_CODEC_FIRST ... PROJ_COUNT - 1, in the order of perf_proj_codec). */
