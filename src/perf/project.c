@@ -762,8 +762,8 @@ static int tp_layers(const model_t *tm, tp_proj_t *tp) {
   return 0;
 }
 
-/* A "tp group" of one rank (a host of one: nothing split, nothing summed):
- * the 3-D grid's pipeline of whole layers. */
+/* A "tp group" of one rank (nothing split, nothing summed): the 3-D
+ * grid's stages of whole layers at tp = 1. */
 static int tp_single(const model_t *m, tp_proj_t *tp) {
   *tp = (tp_proj_t){.g = 1, .params = (double)m->nparams};
   tp->share = calloc((size_t)m->nlayers + 1, sizeof *tp->share);
@@ -969,10 +969,10 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   }
   for (int k = 0; k < PROJ_NCODECS; k++) free(codec[k].mats);
   free(buf), free(w);
-  free(tp.share), free(tp.sum_bytes), free(tp.lay);
   for (int k = 0; k < ngrid_tp; k++)
     if (grid_tp[k].share != tp.share) /* the tp row's own is freed as it */
       free(grid_tp[k].share), free(grid_tp[k].sum_bytes), free(grid_tp[k].lay);
+  free(tp.share), free(tp.sum_bytes), free(tp.lay);
   perf_compute_free(&pc);
   model_free(m);
   out->seconds = dt_now() - t0;
