@@ -10,9 +10,9 @@
 C=docs/clusters/this-machine-4x8.json
 PROJ="$DTRAIN plan --cluster $C --model mlp --batch 32"
 
-# ---- the projection: 8 counts x 17 strategies, efficiencies in [0, 100]% (ps:1 at 1024: 0.0 as printed) --
+# ---- the projection: 8 counts x 18 strategies, efficiencies in [0, 100]% (ps:1 at 1024: 0.0 as printed) --
 $PROJ --project 8:1024 --plot "$TMP/p.html" >"$TMP/p.txt" 2>"$TMP/p.err"
-check plan_project_runs grep -q "projected 8 worker counts x 17 strategies" "$TMP/p.err"
+check plan_project_runs grep -q "projected 8 worker counts x 18 strategies" "$TMP/p.err"
 # mlp has fewer layers than a host's 8 ranks: no pipeline, said so on each row
 check plan_project_no_pipeline sh -c "[ \$(grep -c 'gpipe.*fewer layers than a host' '$TMP/p.txt') -eq 8 ]"
 check plan_project_table $PY -c "
@@ -20,8 +20,16 @@ import sys
 rows = [l.split() for l in open('$TMP/p.txt') if l[:1].isdigit()]
 eff = [float(w.rstrip('%')) for r in rows for w in r if w.endswith('%')]
 counts = sorted({int(r[0]) for r in rows})
-sys.exit(not (len(rows) == 136 and len(eff) == 120 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
+sys.exit(not (len(rows) == 144 and len(eff) == 127 and counts == [8, 16, 32, 64, 128, 256, 512, 1024]
               and all(0 <= e <= 100 for e in eff) and max(eff) > 50))"
+# Megatron's 3-D grid: tp a divisor of a host's 8 ranks, pp >= 2 hosts, dp the rest (tp pp dp =
+# the workers); at 8 (one host) no pp of 2 or more hosts, said so
+check plan_project_grid $PY -c "
+import re, sys
+g = [l for l in open('$TMP/p.txt') if l[:1].isdigit() and '3d tp x pp=hosts x dp' in l]
+ok = [re.search(r'tp=(\\d+) pp=(\\d+) dp=(\\d+) m=', l) for l in g[1:]]
+sys.exit(not (len(g) == 8 and 'no pp of 2, 4' in g[0] and all(m and 8 % int(m.group(1)) == 0 and int(m.group(2)) >= 2
+              and int(m.group(1)) * int(m.group(2)) * int(m.group(3)) == int(l.split()[0]) for m, l in zip(ok, g[1:]))))"
 # the codecs: their CPU measured here (> 0), their bytes fewer than the ring's 2 (P - 1)/P of the gradients
 check plan_project_codecs $PY -c "
 import re, sys
@@ -36,7 +44,7 @@ check plan_project_ring_falls $PY -c "
 import sys
 e = [float(l.split()[-2].rstrip('%')) for l in open('$TMP/p.txt') if l[:1].isdigit() and 'allreduce:ring' in l]
 sys.exit(not (len(e) == 8 and e[0] > e[-1]))"
-check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 17 ]"
+check plan_project_page sh -c "grep -q '<svg class=\"chart\"' '$TMP/p.html' && [ \$(grep -o 'class=\"swatch\"' '$TMP/p.html' | wc -l) -eq 18 ]"
 
 # --net bandwidth= slows the link between hosts; --straggler its rank
 ring_at() { awk -v n="$1" '$1 == n && $2 == "allreduce:ring" {print $3}' "$2"; }
@@ -59,7 +67,7 @@ if command -v chromium >/dev/null 2>&1; then
   check plan_browser_console_probe grep -q ':CONSOLE.*e2e-probe' "$TMP/bad.err"
   $CHROME --dump-dom "file://$TMP/p.html" >"$TMP/dom" 2>"$TMP/chrome.err"
   check plan_browser_no_console_errors sh -c "! grep -q ':CONSOLE' '$TMP/chrome.err'"
-  check plan_browser_renders_charts sh -c "[ \$(grep -o '<svg class=\"chart\"' '$TMP/dom' | wc -l) -eq 2 ] && [ \$(grep -o '<polyline' '$TMP/dom' | wc -l) -eq 34 ]"
+  check plan_browser_renders_charts sh -c "[ \$(grep -o '<svg class=\"chart\"' '$TMP/dom' | wc -l) -eq 2 ] && [ \$(grep -o '<polyline' '$TMP/dom' | wc -l) -eq 36 ]"
 else
   fail plan_browser "chromium is not installed (scripts/install-deps.sh installs it)"
 fi

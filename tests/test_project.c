@@ -211,6 +211,7 @@ static void test_projection_overlap(void) {
  * layers are their FLOPs, the update below 1e-10 s), links of intra and
  * inter bytes/s and no latency; batch 32, 64 classes, 1 MiB buckets. */
 static double proj_memory; /* project_text's --memory-per-rank (0: none) */
+static int proj_grid_tp, proj_grid_pp; /* project_text's 3-D grid's tp and pp (0: the best) */
 
 /* A model file at path holding model_text, the cluster file's text parsed
  * into c, and the projection's options: batch 32, 64 classes, 1 MiB
@@ -252,6 +253,7 @@ static int project_text(const char *model_text, int hosts, int per_host, double 
   perf_proj_opts_t o;
   int rc = project_setup(path, model_text, text, &c, &cfg, &o);
   o.memory_per_rank = proj_memory;
+  o.grid_tp = proj_grid_tp, o.grid_pp = proj_grid_pp;
   if (rc == 0) rc = perf_project(&o, &c, from, to, p);
   remove(path);
   return rc;
@@ -341,6 +343,132 @@ static int default_nstate(void) {
   int n = o->nstate;
   optim_free(o);
   return n;
+}
+
+#define PAIRS "input shape=1x1x64\ndense units=256\nrelu\ndense units=64\ndense units=256\nrelu\ndense units=64\n"
+
+/* Megatron's 3-D grid by hand: tp = 2 (a host's ranks), pp = 2 (hosts),
+ * dp = 2 on 4 hosts of 2 ranks, PAIRS (two Megatron pairs; 64 classes,
+ * batch 32), no latency, intra I and inter E bytes/s. Every dense layer
+ * is 64 x 256 multiply-adds a sample: forward 2 x 16384 x 32 / 1e9 s,
+ * backward twice that (tA = 3 x forward). tp rank 0 holds half of a
+ * column layer (share 1/2) and half a row layer's weights with its whole
+ * bias (share 8256 / 16448). m = 4 pp = 8 micro-batches of a replica's
+ * 2 x 32 samples: 8 samples. The stages cut at layer 2: {col, row},
+ * {col, row}; stage 1 the slower (two sums: the row layer's forward and
+ * the column layer's input gradient backward; stage 0's column layer is
+ * layer 0, no input gradient), each sum a ring of 2 on a micro-batch's 8
+ * x 64 floats: 2 x (2048 / 2) / I. A boundary: 8 x 64 floats (2048
+ * bytes) each way, each tp rank sending half through the NIC at once,
+ * then the halves all-gathered in the host: 2 (2048 / E + 1024 / I).
+ * (m + pp - 1) slots of the larger; then the rank's block (16576
+ * parameters) ring-allreduced over dp = 2, both tp ranks on the NIC:
+ * 2 x (4 x 16576 / 2) x 2 / E. Then tp = 1 (a divisor of the host's 2),
+ * pp = 2, dp = 4, two replicas' stage on a host: whole layers (a stage 2
+ * x tA / 4 a micro-batch), the boundary's whole 2048 bytes from both of a
+ * host's ranks on its NIC at once (2 x 2 x 2048 / E), the block (16640 +
+ * 16448 parameters) ringed over 4 replicas on 2 hosts, the ring's steps
+ * across the NIC (2 x 3 x 33088 / E); and the best grid: the most
+ * samples/s of every (tp, pp), the tp rank's P / tp batches a step. */
+static void test_projection_grid(void) {
+  double fwd = 2 * 16384 * 32 / 1e9, tA = 3 * fwd, sRow = 8256.0 / 16448, block = 16576;
+  double E[2] = {1e7, 1e6}, I = 1e8;
+  perf_projection_t p;
+  proj_grid_tp = 2, proj_grid_pp = 2;
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(project_text(PAIRS, 4, 2, I, E[k], 8, 8, &p));
+    const perf_proj_row_t *r = &p.row[0];
+    CHECK(r->grid_tp == 2 && r->grid_pp == 2 && r->grid_dp == 2);
+    double slot = (tA / 2 + tA * sRow) / 4 + 2 * 2 * (2048.0 / 2) / I;
+    double move = 2 * (2048 / E[k] + 1024 / I);
+    double ring = 2 * (4 * block / 2) * 2 / E[k];
+    double update = p.update_sec * block / (p.grad_bytes / 4);
+    CHECK(k == 0 ? slot > move : move > slot); /* both sides of the slot's max */
+    CHECK_NEAR(r->step_sec[PROJ_GRID], 9 * (slot > move ? slot : move) + ring + update, 1e-12);
+    /* a tp group runs a worker's batch: 8 / 2 = 4 replicas' worth of batches */
+    CHECK_NEAR(r->samples_per_sec[PROJ_GRID], 32 * 4 / r->step_sec[PROJ_GRID], 1e-6);
+  }
+  /* memory: stage 0's rank holds its block and 1F1B's 2 micro-batches of 8 samples, each
+   * the input 64 and each layer's half of its output (128, then the row layer's sum 64)
+   * with their gradients; stage 1 holds 1 (and the probabilities and labels) */
+  int ns = default_nstate();
+  pipe_schedule_t sc;
+  CHECK_OK(pipe_schedule_build(PIPE_1F1B, 2, 1, 8, 1, &sc));
+  CHECK(pipe_schedule_peak_live(&sc, 0) == 2 && pipe_schedule_peak_live(&sc, 1) == 1);
+  pipe_schedule_free(&sc);
+  CHECK_NEAR(p.row[0].memory_bytes[PROJ_GRID], 4.0 * ((2 + ns) * block + 2 * 8 * (64 + 2 * (128 + 64))), 1e-6);
+  proj_grid_tp = 1;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+  CHECK(p.row[0].grid_tp == 1 && p.row[0].grid_pp == 2 && p.row[0].grid_dp == 4);
+  double slot1 = 2 * tA / 4, move1 = 2 * 2 * 2048 / E[0], ring1 = 2 * 3 * 33088 / E[0];
+  CHECK(slot1 > move1);
+  CHECK_NEAR(p.row[0].step_sec[PROJ_GRID], 9 * slot1 + ring1 + p.update_sec * 33088 / (p.grad_bytes / 4), 1e-12);
+  /* the best of tp 1, 2 x pp 2, 4 by samples/s */
+  proj_grid_tp = proj_grid_pp = 0;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+  double best = p.row[0].samples_per_sec[PROJ_GRID], seen = 0;
+  for (int tp = 1; tp <= 2; tp++)
+    for (int pp = 2; pp <= 4; pp *= 2) {
+      proj_grid_tp = tp, proj_grid_pp = pp;
+      CHECK_OK(project_text(PAIRS, 4, 2, I, E[0], 8, 8, &p));
+      CHECK(best >= p.row[0].samples_per_sec[PROJ_GRID] - 1e-9);
+      seen = p.row[0].samples_per_sec[PROJ_GRID] > seen ? p.row[0].samples_per_sec[PROJ_GRID] : seen;
+    }
+  CHECK_NEAR(best, seen, 1e-9);
+  /* at tp = 2, the fastest pp that fits: 4 hosts of 2 make pp 2 or 4 (4 layers) */
+  proj_grid_tp = 2, proj_grid_pp = 0;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
+  CHECK(p.row[0].grid_pp == 2 || p.row[0].grid_pp == 4);
+  double t_best = p.row[0].step_sec[PROJ_GRID], t[5], mem[5];
+  for (int pp = 2; pp <= 4; pp *= 2) {
+    proj_grid_pp = pp;
+    CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
+    t[pp] = p.row[0].step_sec[PROJ_GRID], mem[pp] = p.row[0].memory_bytes[PROJ_GRID];
+    CHECK(t_best <= t[pp] + 1e-15);
+  }
+  /* pp = 2 the faster (a smaller bubble), pp = 4 the smaller rank (a layer a stage): a memory
+   * between them turns the pick to pp = 4 */
+  CHECK(t[2] < t[4] && mem[4] < mem[2] && t_best == t[2]);
+  proj_grid_pp = 0, proj_memory = (mem[2] + mem[4]) / 2;
+  CHECK_OK(project_text(PAIRS, 4, 2, I, 1e15, 8, 8, &p));
+  CHECK(p.row[0].grid_pp == 4 && p.row[0].fits[PROJ_GRID] && p.row[0].grid_dp == 1);
+  proj_memory = 0, proj_grid_tp = 0;
+}
+
+/* The grid's degenerate cases. pp = 1: the tp row (tp = host x dp) to
+ * the last bit of its step and memory. tp = 1 (hosts of one rank, the
+ * stages across hosts on a link of X bytes/s) and dp = 1: GPipe across
+ * one host of as many ranks on an intra link of X -- the same stages,
+ * bubble, boundary messages and update. Not at dp > 1: GPipe's replicas
+ * ring every stage's gradients through their host's one NIC, the grid's
+ * each rank its own stage's through its own. Nor their memory: the grid
+ * runs Megatron's 1F1B (stage s holds pp - s micro-batches), the gpipe
+ * row GPipe (all m). */
+static void test_projection_grid_degenerate(void) {
+  perf_projection_t p;
+  proj_grid_tp = 2, proj_grid_pp = 1;
+  double E[2] = {1e15, 1e7};
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(project_text(PAIRS, 4, 2, 1e8, E[k], 8, 8, &p));
+    const perf_proj_row_t *r = &p.row[0];
+    CHECK(r->grid_tp == 2 && r->grid_pp == 1 && r->grid_dp == 4);
+    CHECK_NEAR(r->step_sec[PROJ_GRID], r->step_sec[PROJ_TP], 1e-12 * r->step_sec[PROJ_TP]);
+    CHECK_NEAR(r->memory_bytes[PROJ_GRID], r->memory_bytes[PROJ_TP], 1e-9);
+    CHECK_NEAR(r->efficiency[PROJ_GRID], r->efficiency[PROJ_TP], 1e-12);
+  }
+  proj_grid_tp = 0, proj_grid_pp = 4;
+  double X[2] = {1e15, 1e6}, gpipe[2];
+  for (int k = 0; k < 2; k++) {
+    CHECK_OK(project_text(FOUR_DENSE, 1, 4, X[k], 1e15, 4, 4, &p));
+    gpipe[k] = p.row[0].step_sec[PROJ_GPIPE];
+    CHECK_OK(project_text(FOUR_DENSE, 4, 1, 1e15, X[k], 4, 4, &p));
+    const perf_proj_row_t *r = &p.row[0];
+    CHECK(r->grid_tp == 1 && r->grid_pp == 4 && r->grid_dp == 1);
+    CHECK_NEAR(r->step_sec[PROJ_GRID], gpipe[k], 1e-12 * gpipe[k]);
+    if (k == 0) CHECK_NEAR(r->efficiency[PROJ_GRID], 16.0 / 19, 1e-7); /* Megatron's bubble (pp - 1) / m */
+  }
+  CHECK(gpipe[1] > 1.5 * gpipe[0]); /* the slow link's boundaries are seen */
+  proj_grid_pp = 0;
 }
 
 /* Memory per rank (FOUR_DENSE, EIGHT_DENSE: 64 -> 64 dense layers of 4160
@@ -654,6 +782,8 @@ int main(void) {
   RUN(test_projection_tp);
   RUN(test_projection_memory);
   RUN(test_projection_memory_tp);
+  RUN(test_projection_grid);
+  RUN(test_projection_grid_degenerate);
   RUN(test_projection_codecs);
   RUN(test_projection_ssp);
   RUN(test_projection_horovod_loop);

@@ -65,7 +65,9 @@ static const char *PLAN_HELP =
     "--cycle-ms, or a file of projected devices, the data-parallel strategies (allreduce\n"
     "ring, rhd, tree, hier; ps sharded on the workers; one ps; one async ps and one ssp:3\n"
     "ps, expected), GPipe, interleaved 1F1B (2 chunks a rank) and Megatron's tensor\n"
-    "parallelism across a host's ranks (data parallel across hosts), local SGD (tau 4),\n"
+    "parallelism across a host's ranks (data parallel across hosts), Megatron's 3-D grid\n"
+    "(tp a divisor of a host's ranks x pp stages across hosts x dp; its row the (tp, pp)\n"
+    "with the most samples/s that fits, printed tp= pp= dp= m=), local SGD (tau 4),\n"
     "D-PSGD, and data parallelism with --compress fp16, int8, topk:0.01 and powersgd:4\n"
     "(the codec's ms and MB sent on its row) are projected instead, at --workers N or at\n"
     "every worker count FROM, 2 FROM, ... TO of --project FROM:TO (FROM >= 1, TO <= the\n"
@@ -400,7 +402,7 @@ static int project(int argc, char **argv, const plan_opts_t *o, const perf_clust
     if (most >= 1) snprintf(fit, sizeof fit, "a batch of at most %.0f fits", floor(most));
     else snprintf(fit, sizeof fit, "no batch fits: the model alone takes %.1f MiB", p.mem_fixed / MiB);
     fprintf(stderr, "dtrain plan: %s: a data-parallel rank holds %.1f MiB for --batch %d (%.1f MiB "
-            "+ %.2f MiB a sample), no pipeline stage or tp rank fits either, and %s gives %.1f MiB; "
+            "+ %.2f MiB a sample), no pipeline stage, tp or 3-D grid rank fits either, and %s gives %.1f MiB; "
             "%s\n", o->memory ? "--memory-per-rank" : "memory_per_rank", p.row[0].memory_bytes[PROJ_RING] / MiB,
             cfg.batch, p.mem_fixed / MiB, p.mem_per_sample / MiB,
             o->memory ? "--memory-per-rank" : o->cluster, p.mem_limit / MiB, fit);

@@ -30,6 +30,15 @@
  *   pairs), its sums as ring allreduces inside the host, the replicas (one
  *   a host) ring-allreducing the rank's block across hosts after backward,
  *   every tp rank at once on the NIC; a replica's batch a step;
+ * - Megatron's 3-D grid (Narayanan et al. 2021; tp inside a host, pp
+ *   across hosts, their rank order tp, dp, pp): a stage a tp group of tp
+ *   ranks of a host (tp a divisor of its ranks, 1 included) on its share
+ *   of the layers (tp_sec's products and sums), pp stages on pp hosts cut
+ *   by the tp rank's time, 1F1B's (m + pp - 1) slots (the bubble (pp - 1)
+ *   / m, m = 4 pp) of the slowest stage or boundary (the activations
+ *   across the NIC, Megatron's scatter/gather), then each rank's block
+ *   ring-allreduced over the dp replicas; the (tp, pp of 2, 4, ... hosts)
+ *   with the most samples/s that fits (grid_sec, grid_mem, grid_pick);
  * - local SGD: the ring's average of the parameters after every 4th
  *   step, not overlapped (a quarter of it a step); D-PSGD: each worker's
  *   parameters to both ring neighbours every step, one after the other on
@@ -45,7 +54,8 @@
  * - the memory of each strategy's fullest rank: data parallelism's
  *   layout (memory.c's), a codec's compressor arrays, a pipeline rank's
  *   chunks and the activations its schedule holds at once (the engine's
- *   own lists), a tp rank's blocks.
+ *   own lists), a tp rank's blocks, a grid rank its stage's blocks and
+ *   the micro-batches 1F1B holds on it.
  * Scaling efficiency: samples/s at n workers over n times one worker's
  * alone (no exchange). */
 #include <math.h>
@@ -60,7 +70,7 @@
 
 static const char *const NAMES[PROJ_COUNT] = {
     "allreduce:ring", "allreduce:rhd", "allreduce:tree", "allreduce:hier", "ps:n (sharded on the workers)",
-    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "local sgd tau=4 (ring)",
+    "ps:1 (one server)", "ps:1 async (expected)", "ps:1 ssp:3 (expected)", "gpipe pp=host x dp (ring)", "interleaved:2 pp=host x dp", "tp=host x dp (ring)", "3d tp x pp=hosts x dp (ring)", "local sgd tau=4 (ring)",
     "d-psgd (ring of workers)", "compress fp16 (dp)", "compress int8 (dp)", "compress topk:0.01 (dp)",
     "compress powersgd:4 (dp)"};
 static const char *const CODECS[PROJ_NCODECS] = {"fp16", "int8", "topk:0.01", "powersgd:4"};
@@ -176,6 +186,9 @@ typedef struct {
   int g;
   double *share;             /* [L] the layer's share of its whole work (params, or outputs) */
   double *sum_bytes;         /* [L] bytes the layer's sums allreduce, forward and backward */
+  double *lay;               /* [4 L]: the rank's parameters, buffers, floats a sample holds from
+                              * forward to backward (output, its gradient, scratch) and input
+                              * floats a sample, layer by layer (tp_layers) */
   double params;             /* the rank's parameters */
   double mem;                /* the rank's bytes (memory_bytes of its blocks, the batch) */
 } tp_proj_t;
@@ -229,16 +242,23 @@ static int make_buckets(const model_t *m, const double *bwd, double fwd_total, d
  * boundary: the bubble (g - 1) / (V M) (Megatron's). */
 /* The chunks of a pipeline of G: chunk c is layers [first[c], first[c + 1]),
  * cut where the running time crosses each G-th of the total. */
-static void pipeline_cuts(const plan_t *p, int G, int *first) {
-  int L = p->m->nlayers, cut = 1;
-  double total = p->fwd + p->bwd, run = 0;
+static void cut_layers(const double *t, int L, int G, int *first) {
+  int cut = 1;
+  double total = 0, run = 0;
+  for (int i = 0; i < L; i++) total += t[i];
   first[0] = 0;
   for (int i = 0; i < L; i++) {
-    double t = p->lf[i] + p->lb[i];
-    if (i > 0 && cut < G && run + t / 2 > total * cut / G) first[cut++] = i;
-    run += t;
+    if (i > 0 && cut < G && run + t[i] / 2 > total * cut / G) first[cut++] = i;
+    run += t[i];
   }
   while (cut <= G) first[cut++] = L; /* a layer heavier than a chunk: the last ones empty */
+}
+
+static void pipeline_cuts(const plan_t *p, int G, int *first) {
+  int L = p->m->nlayers;
+  double t[L];
+  for (int i = 0; i < L; i++) t[i] = p->lf[i] + p->lb[i];
+  cut_layers(t, L, G, first);
 }
 
 static double pipeline_sec(const plan_t *p, int P, int per_host, double batch, int V,
@@ -498,6 +518,140 @@ static double tp_sec(const plan_t *p, int P, perf_link_t intra, perf_link_t inte
   return t;
 }
 
+/* ---- Megatron's 3-D grid ------------------------------------------------ */
+
+/* Narayanan et al. 2021, their rank order (tp, then dp, then pp): a stage
+ * is a tp group of tp ranks of a host (tp divides the host's ranks; the
+ * host's other ranks are the same stage of other replicas), the pp stages
+ * of a replica on pp hosts (a boundary crosses the NIC), the dp replicas
+ * over the rest; m = PROJ_GRID_MB pp micro-batches of a replica's batch (pp
+ * workers' samples: a tp group runs a worker's batch, as the tp row's),
+ * one micro-batch (no pipeline) when pp = 1. */
+typedef struct {
+  int tp, pp, dp, M;
+  int host;                  /* a host's ranks: host / tp replicas' stage on each */
+  double f;                  /* a micro-batch over a worker's batch: pp / M */
+} grid_t;
+
+static grid_t grid_of(int P, int per_host, int tp, int pp) {
+  grid_t g = {.tp = tp, .pp = pp, .dp = P / (tp * pp), .M = pp > 1 ? PROJ_GRID_MB * pp : 1, .host = per_host};
+  g.f = (double)pp / g.M;
+  return g;
+}
+
+/* Layer i's forward and backward on a tp rank for a micro-batch: its
+ * share of the passes (tp_sec's), its sums' ring allreduces in the host. */
+static double grid_layer_sec(const plan_t *p, const tp_proj_t *tp, int i, double f, perf_link_t intra) {
+  double t = (p->lf[i] + p->lb[i]) * tp->share[i] * f;
+  if (tp->g > 1 && tp->sum_bytes[i] > 0) t += 2.0 * (tp->g - 1) * hop(intra, tp->sum_bytes[i] * f / tp->g, 1);
+  return t;
+}
+
+/* A boundary's activations forward and their gradients back for a
+ * micro-batch of mb samples: Megatron's scatter/gather -- each of the
+ * stage's tp ranks sends 1/tp across the NIC, all the host's ranks at
+ * once (its host / tp replicas' stages), the next stage's all-gather the
+ * pieces in its host (a ring of tp - 1 steps). */
+static double grid_boundary_sec(const model_t *m, int first, grid_t g, double mb, perf_link_t intra,
+                                perf_link_t inter) {
+  double b = 4.0 * (double)shape_size(m->layers[first].in_shape) * mb;
+  double gather = g.tp > 1 ? (g.tp - 1) * hop(intra, b / g.tp, 1) : 0;
+  return 2 * (hop(inter, b / g.tp, g.host) + gather);
+}
+
+/* The grid's layers cut into pp stages where the running tp rank's time
+ * crosses each pp-th of the total. */
+static void grid_cuts(const plan_t *p, const tp_proj_t *tp, grid_t g, perf_link_t intra, int *first) {
+  int L = p->m->nlayers;
+  double t[L];
+  for (int i = 0; i < L; i++) t[i] = grid_layer_sec(p, tp, i, g.f, intra);
+  cut_layers(t, L, g.pp, first);
+}
+
+/* The step: (M + pp - 1) slots of the slowest stage's micro-batch or
+ * boundary (the bubble (pp - 1) / M, pipeline_sec's), then each rank's
+ * block ring-allreduced across the dp replicas -- host / tp of them in a
+ * host, the ring's steps across hosts when there are more (tp rings, one
+ * a tp rank, on the NIC at once, tp_sec's) -- and updated: the stage with
+ * the largest block last. */
+static double grid_sec(const plan_t *p, const tp_proj_t *tp, grid_t g, double batch, perf_link_t intra,
+                       perf_link_t inter) {
+  int L = p->m->nlayers, first[g.pp + 1];
+  grid_cuts(p, tp, g, intra, first);
+  double slot = 0, move = 0, tail = 0;
+  for (int c = 0; c < g.pp; c++) {
+    double stage = 0, block = 0;
+    for (int i = first[c]; i < first[c + 1]; i++) stage += grid_layer_sec(p, tp, i, g.f, intra), block += tp->lay[i];
+    slot = stage > slot ? stage : slot;
+    if (c > 0 && first[c] < L) {
+      double b = grid_boundary_sec(p->m, first[c], g, batch * g.f, intra, inter);
+      move = b > move ? b : move;
+    }
+    int across = g.dp > g.host / g.tp;
+    double ring = g.dp > 1 ? 2.0 * (g.dp - 1) * hop(across ? inter : intra, 4.0 * block / g.dp, across ? g.tp : 1) : 0;
+    double end = ring + p->update * block / (double)p->m->nparams;
+    tail = end > tail ? end : tail;
+  }
+  return (g.M + g.pp - 1) * (slot > move ? slot : move) + tail;
+}
+
+/* The grid's fullest rank: its stage's blocks (parameters, gradients,
+ * optimizer state, buffers) and the micro-batches Megatron's 1F1B holds
+ * on it at once (the engine's lists: pp - s on stage s), each its layers'
+ * activations and the stage's input; the last stage the probabilities and
+ * labels. pp = 1: the tp row's rank to the byte. */
+static double grid_mem(const plan_t *p, const tp_proj_t *tp, grid_t g, double batch, int nstate,
+                       perf_link_t intra) {
+  int L = p->m->nlayers, first[g.pp + 1];
+  grid_cuts(p, tp, g, intra, first);
+  pipe_schedule_t sc = {0};
+  if (g.pp > 1 && pipe_schedule_build(PIPE_1F1B, g.pp, 1, g.M, 1, &sc) != 0) {
+    dt_error_clear();
+    return NAN;
+  }
+  double mb = batch * g.f, most = 0;
+  for (int c = 0; c < g.pp; c++) {
+    double params = 0, buffers = 0, acts = first[c] < L ? tp->lay[3 * L + first[c]] : 0;
+    for (int i = first[c]; i < first[c + 1]; i++)
+      params += tp->lay[i], buffers += tp->lay[L + i], acts += tp->lay[2 * L + i];
+    if (c == g.pp - 1) acts += (double)p->m->nclasses + 1;
+    double live = g.pp > 1 ? pipe_schedule_peak_live(&sc, c) : 1;
+    double bytes = 4.0 * ((2.0 + nstate) * params + buffers + live * mb * acts);
+    most = bytes > most ? bytes : most;
+  }
+  if (g.pp > 1) pipe_schedule_free(&sc);
+  return most;
+}
+
+/* The grid a row shows: of tp (tps[k].g, the divisors of a host's ranks
+ * the model splits over; o->grid_tp fixes it) and pp (2, 4, ... hosts
+ * dividing P's hosts, at most the layers; o->grid_pp fixes it), the most
+ * samples/s (P / tp batches a step) whose rank fits the memory (the most
+ * of all where none fits). A grid of pp 0: none to make. */
+static grid_t grid_pick(const plan_t *p, const tp_proj_t *tps, int ntp, int P, int per_host,
+                        const perf_proj_opts_t *o, int nstate, double limit, perf_link_t intra,
+                        perf_link_t inter, double *sec, double *mem) {
+  grid_t best = {0};
+  *sec = INFINITY, *mem = NAN;
+  if (P % per_host) return best;
+  int best_fits = 0, H = P / per_host;
+  for (int k = 0; k < ntp; k++) {
+    const tp_proj_t *tp = &tps[k];
+    if (o->grid_tp > 0 && tp->g != o->grid_tp) continue;
+    for (int pp = o->grid_pp > 0 ? o->grid_pp : 2; pp <= p->m->nlayers && pp <= H; pp *= 2) {
+      if (H % pp == 0) {
+        grid_t g = grid_of(P, per_host, tp->g, pp);
+        double t = grid_sec(p, tp, g, o->batch, intra, inter), b = grid_mem(p, tp, g, o->batch, nstate, intra);
+        int fits = !(limit > 0 && b > limit);
+        if (!best.pp || fits > best_fits || (fits == best_fits && t * g.tp < *sec * best.tp))
+          best = g, best_fits = fits, *sec = t, *mem = b;
+      }
+      if (o->grid_pp > 0) break;
+    }
+  }
+  return best;
+}
+
 static double step_sec(const plan_t *p, proj_strategy_t s, int P, int per_host, double batch,
                        perf_link_t intra, perf_link_t inter) {
   double compute_end = p->fwd + p->bwd, link_free = 0; /* when the last bucket's exchange ends */
@@ -589,6 +743,32 @@ static int build(const perf_proj_opts_t *o, int batch, model_t **m) {
  * split over g says why in why. */
 static void memory_bytes(const model_t *m, int nstate, double *fixed, double *per_sample);
 
+/* tp->lay from the rank's model tm (floats a sample: tm built for
+ * max_batch samples). */
+static int tp_layers(const model_t *tm, tp_proj_t *tp) {
+  int L = tm->nlayers;
+  double per = tm->max_batch > 0 ? tm->max_batch : 1;
+  if (!(tp->lay = calloc(4 * (size_t)L + 1, sizeof *tp->lay))) return dt_error("out of memory");
+  for (int i = 0; i < L; i++) {
+    const layer_t *l = &tm->layers[i];
+    tp->lay[i] = (double)l->param_len, tp->lay[L + i] = (double)l->buf_len;
+    tp->lay[2 * L + i] = 2.0 * (double)shape_size(l->out_shape) + (double)l->scratch_len / per;
+    tp->lay[3 * L + i] = (double)shape_size(l->in_shape);
+  }
+  return 0;
+}
+
+/* A "tp group" of one rank (nothing split, nothing summed): the 3-D
+ * grid's stages of whole layers at tp = 1. */
+static int tp_single(const model_t *m, tp_proj_t *tp) {
+  *tp = (tp_proj_t){.g = 1, .params = (double)m->nparams};
+  tp->share = calloc((size_t)m->nlayers + 1, sizeof *tp->share);
+  tp->sum_bytes = calloc((size_t)m->nlayers + 1, sizeof *tp->sum_bytes);
+  if (!tp->share || !tp->sum_bytes) return dt_error("out of memory");
+  for (int i = 0; i < m->nlayers; i++) tp->share[i] = 1;
+  return tp_layers(m, tp);
+}
+
 static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int nstate, tp_proj_t *tp,
                     char *why, size_t why_cap) {
   model_spec_t spec;
@@ -628,6 +808,7 @@ static int tp_build(const perf_proj_opts_t *o, const model_t *m, int g, int nsta
         if (!sums[k].bn && !sums[k].halo) tp->sum_bytes[i] += 4.0 * (double)sums[k].count * o->batch;
     }
   }
+  if (rc == 0) rc = tp_layers(tm, tp);
   model_free(tm);
   return rc;
 }
@@ -684,6 +865,17 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   int nstate = state_arenas(o->optim), L = m->nlayers, rc = 0;
   tp_proj_t tp = {0};
   rc = tp_build(o, m, c->group[0].ranks_per_host, nstate, &tp, out->tp_why, sizeof out->tp_why);
+  /* the grid's tp groups: tp = 1, and each divisor of a host's ranks the model splits over */
+  tp_proj_t grid_tp[PROJ_GRID_MAX_TP] = {{0}};
+  int ngrid_tp = 0;
+  if (rc == 0) rc = tp_single(m, &grid_tp[ngrid_tp++]);
+  for (int d = 2, g = c->group[0].ranks_per_host; rc == 0 && d <= g && ngrid_tp < PROJ_GRID_MAX_TP; d++) {
+    char why[160]; /* a degree the model does not split over: not tried */
+    if (g % d) continue;
+    if (d == g) grid_tp[ngrid_tp] = tp; /* the tp row's own (freed as it) */
+    else rc = tp_build(o, m, d, nstate, &grid_tp[ngrid_tp], why, sizeof why);
+    if (rc == 0 && grid_tp[ngrid_tp].g) ngrid_tp++;
+  }
   perf_compute_t pc = {0};
   if (measured) {
     model_init_params(m, 1);
@@ -745,7 +937,11 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
     for (int s = 0; rc == 0 && s < PROJ_COUNT; s++) {
       double t;
       row->memory_bytes[s] = mem;
-      if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) {
+      if (s == PROJ_GRID) {
+        grid_t g = grid_pick(&p, grid_tp, ngrid_tp, P, per_host, o, nstate, limit, c->intra, inter, &t,
+                             &row->memory_bytes[s]);
+        row->grid_tp = g.tp, row->grid_pp = g.pp, row->grid_dp = g.dp;
+      } else if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) {
         t = ps_expected_sec(&p, s, &wc, w[0].update, P, per_host, c->intra, inter);
       } else if (s >= PROJ_CODEC_FIRST) {
         const codec_proj_t *k = &codec[s - PROJ_CODEC_FIRST];
@@ -760,7 +956,8 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
       if (s == PROJ_TP) row->memory_bytes[s] = tp.g ? tp.mem : NAN;
       row->fits[s] = !(limit > 0 && row->memory_bytes[s] > limit);
       row->step_sec[s] = t;
-      double replicas = s == PROJ_TP ? (double)P / tp.g : P; /* a tp group runs one batch */
+      double replicas = s == PROJ_TP ? (double)P / tp.g /* a tp group runs one batch */
+                        : s == PROJ_GRID && row->grid_tp ? (double)P / row->grid_tp : P;
       row->samples_per_sec[s] = isfinite(t) ? (double)o->batch * replicas / t : NAN;
       row->efficiency[s] = isfinite(t) ? out->one_worker_sec * replicas / P / t : NAN;
     }
@@ -768,7 +965,10 @@ int perf_project(const perf_proj_opts_t *o, const perf_cluster_file_t *c, int fr
   }
   for (int k = 0; k < PROJ_NCODECS; k++) free(codec[k].mats);
   free(buf), free(w);
-  free(tp.share), free(tp.sum_bytes);
+  for (int k = 0; k < ngrid_tp; k++)
+    if (grid_tp[k].share != tp.share) /* the tp row's own is freed as it */
+      free(grid_tp[k].share), free(grid_tp[k].sum_bytes), free(grid_tp[k].lay);
+  free(tp.share), free(tp.sum_bytes), free(tp.lay);
   perf_compute_free(&pc);
   model_free(m);
   out->seconds = dt_now() - t0;
@@ -794,7 +994,8 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
       if (!isfinite(r->step_sec[s])) { /* a pipeline or tp group the host's ranks cannot make */
         fprintf(out, "%-8d %-30s %12s %14s %11s %10s  %s\n", r->workers, perf_proj_name(s), "-", "-",
                 "-", "-", s >= PROJ_CODEC_FIRST ? "the compressed exchange's bytes could not be counted"
-                : s != PROJ_TP ? "fewer layers than a host's ranks x chunks"
+                : s == PROJ_GRID ? "no pp of 2, 4, ... hosts (at most the layers) divides the hosts"
+                : s != PROJ_TP && s != PROJ_GRID ? "fewer layers than a host's ranks x chunks"
                 : p->tp_why[0] ? p->tp_why : "fewer workers than a host's ranks");
         continue;
       }
@@ -803,6 +1004,9 @@ void perf_projection_print(const perf_projection_t *p, const perf_cluster_file_t
               r->memory_bytes[s] / MiB);
       if (!r->fits[s])
         fprintf(out, "  does not fit: %.1f MiB over", (r->memory_bytes[s] - r->mem_limit) / MiB);
+      if (s == PROJ_GRID)
+        fprintf(out, "  tp=%d pp=%d dp=%d m=%d", r->grid_tp, r->grid_pp, r->grid_dp,
+                r->grid_pp > 1 ? PROJ_GRID_MB * r->grid_pp : 1);
       if (s == PROJ_PS_ASYNC || s == PROJ_PS_SSP) /* each push finds the others' since its pull */
         fprintf(out, "  staleness %d expected", r->workers - 1);
       if (s >= PROJ_CODEC_FIRST)

@@ -49,13 +49,15 @@ double perf_cluster_file_memory(const perf_cluster_file_t *c);
  * asynchronous server and one stale-synchronous (ssp:3) server (their
  * expected steps); GPipe, interleaved 1F1B of 2
  * chunks a rank, and Megatron's tensor parallelism across a host's ranks
- * with data parallelism across hosts; local SGD averaging every 4 steps;
+ * with data parallelism across hosts; Megatron's 3-D grid (tp a divisor
+ * of a host's ranks, pp stages across hosts, dp replicas over the rest);
+ * local SGD averaging every 4 steps;
  * D-PSGD on a ring of the workers; data parallelism with the codecs
  * (--compress fp16, int8, topk:0.01, powersgd:4 as train runs them:
  * PROJ_CODEC_FIRST ... PROJ_COUNT - 1, in the order of perf_proj_codec). */
 typedef enum {
   PROJ_RING, PROJ_RHD, PROJ_TREE, PROJ_HIER, PROJ_PS_SHARDED, PROJ_PS_ONE, PROJ_PS_ASYNC, PROJ_PS_SSP, PROJ_GPIPE,
-  PROJ_INTERLEAVED, PROJ_TP, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_FP16, PROJ_INT8, PROJ_TOPK,
+  PROJ_INTERLEAVED, PROJ_TP, PROJ_GRID, PROJ_LOCAL_SGD, PROJ_DPSGD, PROJ_FP16, PROJ_INT8, PROJ_TOPK,
   PROJ_POWERSGD, PROJ_COUNT
 } proj_strategy_t;
 #define PROJ_CODEC_FIRST PROJ_FP16
@@ -63,6 +65,8 @@ typedef enum {
 #define PROJ_INTERLEAVE_V 2  /* PROJ_INTERLEAVED's chunks a rank */
 #define PROJ_LOCAL_SGD_TAU 4 /* PROJ_LOCAL_SGD's steps between averages */
 #define PROJ_SSP_S 3         /* PROJ_PS_SSP's staleness bound (clocks) */
+#define PROJ_GRID_MB 4       /* PROJ_GRID's micro-batches a stage (m = 4 pp, as the pipelines') */
+#define PROJ_GRID_MAX_TP 16  /* PROJ_GRID's tp degrees tried: 1 and a host's ranks' divisors */
 const char *perf_proj_name(proj_strategy_t s);
 /* A codec strategy's --compress value ("fp16", ...); NULL for the others. */
 const char *perf_proj_codec(proj_strategy_t s);
@@ -90,6 +94,10 @@ typedef struct {
   double straggler_slowdown;
   double net_latency, net_bandwidth; /* --net: between hosts, in place of the file's (0: the file's) */
   double memory_per_rank;    /* > 0: every rank's memory, in place of the file's */
+  int grid_tp, grid_pp;      /* > 0: PROJ_GRID's tensor / pipeline degree fixed (pp 1, tp a
+                              * host's ranks: the tp row's grid); 0: the grid with the most
+                              * samples/s that fits (tp a divisor of a host's ranks, pp 2, 4,
+                              * ... hosts) */
   const optim_config_t *optim;
 } perf_proj_opts_t;
 
@@ -104,6 +112,7 @@ typedef struct {
                                      * parameters and the activations its schedule holds at
                                      * once, a tp rank its blocks */
   int fits[PROJ_COUNT];             /* memory_bytes within every rank's memory */
+  int grid_tp, grid_pp, grid_dp;    /* PROJ_GRID's grid (0: none made) */
   double mem_limit;                 /* the memory bounding its ranks (0: none limited) */
 } perf_proj_row_t;
 
