@@ -130,6 +130,38 @@ print("ok", counted)
 PYEOF
 then pass "replicas_bytes_described($(cat "$TMP/check.out"))"
 else fail replicas_bytes_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+# The coordinator's state (ps_coord_repl.c): server 0 (rank 3) sends its
+# standby, server 1 (rank 4), a copy (a request and the state) after each
+# push it counts and each step's update, N + 1 a sync step, and gets a
+# request back for each; once a run besides, the first copy and one per
+# BYE (1 + N). Both ranks' counted bytes against describe_step's.
+cat >"$TMP/coord.py" <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text, T, N = open(sys.argv[2]).read(), int(sys.argv[3]), 3
+tasks = [t for t in d["tasks"] if t.get("pattern") == "coordinator"]
+assert tasks and not any(t.get("expected") for t in tasks), tasks
+copy = max(t["sent"] for t in tasks); req = min(t["sent"] for t in tasks)
+assert {(t["rank"], t["peer"]) for t in tasks} == {(N, N + 1), (N + 1, N)}, tasks
+got = {int(k): (int(c), int(a)) for k, c, a in
+       re.findall(r"ps: server (\d+): replication sent \d+ bytes \(state copies \d+\); the coordinator's state (\d+) bytes \(acks of it (\d+)\)", text)}
+assert sorted(got) == [0, 1], got
+once = 1 + N
+for k, (counted, per) in ((0, (got[0][0], copy)), (1, (got[1][1], req))):
+    step = sum(t["sent"] for t in tasks if t["rank"] == N + k)
+    assert step == (N + 1) * per, (k, step, per)
+    assert counted == T * step + once * per, (k, counted, T * step + once * per)
+print("ok server 0 copies %d bytes, server 1 acks %d bytes" % (got[0][0], got[1][1]))
+PYEOF
+if $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/run.err" 10 >"$TMP/check.out" 2>&1
+then pass "replicas_coordinator_bytes_described($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_bytes_described "$(tail -c 600 "$TMP/check.out")"; fi
+if have_mpi; then # the same under mpi (eager sends: the acks, one a copy, as on local)
+  if $MPIRUN -np 5 "$DTRAIN" train --comm mpi $R >/dev/null 2>"$TMP/mpi.err" &&
+     $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/mpi.err" 10 >"$TMP/check.out" 2>&1
+  then pass "replicas_coordinator_bytes_described_mpi($(cat "$TMP/check.out"))"
+  else fail replicas_coordinator_bytes_described_mpi "$(grep -v '^ ' "$TMP/mpi.err" | tail -c 600; cat "$TMP/check.out")"; fi
+fi
 
 # ---- three servers: the dead one's backup is another server than the coordinator ---
 # server 1 dies: server 2 takes its shard over (told by the coordinator),
