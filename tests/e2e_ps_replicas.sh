@@ -156,6 +156,32 @@ PYEOF
 if $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/run.err" 10 >"$TMP/check.out" 2>&1
 then pass "replicas_coordinator_bytes_described($(cat "$TMP/check.out"))"
 else fail replicas_coordinator_bytes_described "$(tail -c 600 "$TMP/check.out")"; fi
+# async: expected copies, per batch drawn 1 (the NEXT's answer) and 2 a
+# push (its count, its update): the batches the workers drew (metrics)
+# times that, plus the once-a-run 1 + N, and the epoch's close (per worker
+# a NEXT answered "none" and a waiting one, the close: at most 2N + 2 = 8);
+# an ack a copy.
+if "$DTRAIN" describe $R --schedule async >"$TMP/astep.json" 2>"$TMP/err" &&
+   "$DTRAIN" train $R --schedule async --metrics "$TMP/a.jsonl" >/dev/null 2>"$TMP/run.err" &&
+   $PY - "$TMP/astep.json" "$TMP/run.err" "$TMP/a.jsonl" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text, N = open(sys.argv[2]).read(), 3
+tasks = [t for t in d["tasks"] if t.get("pattern") == "coordinator" and t["rank"] == N]
+assert tasks and all(t.get("expected") for t in tasks), tasks
+copy, req = tasks[0]["sent"], tasks[0]["received"]
+per_batch = sum(t.get("chance", 1) / t.get("every", 1) for t in tasks) / N
+assert per_batch == 3, per_batch
+batches = sum(sum(json.loads(l)["batches"]) for l in open(sys.argv[3]) if '"event":"epoch"' in l)
+got = {int(k): (int(c), int(a)) for k, c, a in
+       re.findall(r"ps: server (\d+): replication sent \d+ bytes \(state copies \d+\); the coordinator's state (\d+) bytes \(acks of it (\d+)\)", text)}
+copies, acks = got[0][0] / copy, got[1][1] / req
+want = batches * per_batch + 1 + N
+assert copies == acks and want <= copies <= want + 8, (copies, acks, want)
+print("ok %d batches, %d copies (expected %d + the close's)" % (batches, copies, want))
+PYEOF
+then pass "replicas_coordinator_bytes_async_expected($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_bytes_async_expected "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
 if have_mpi; then # the same under mpi (eager sends: the acks, one a copy, as on local)
   if $MPIRUN -np 5 "$DTRAIN" train --comm mpi $R >/dev/null 2>"$TMP/mpi.err" &&
      $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/mpi.err" 10 >"$TMP/check.out" 2>&1
