@@ -65,7 +65,11 @@ done
 # --mca orte_abort_on_non_zero_status 0 it never ends; --enable-recovery
 # keeps the others running and ends the job when they have finished
 # (Open MPI 4.1). The ranks left end with a barrier of their own
-# (comm_forget), as MPI's barrier would wait for the dead one. Off by
+# (comm_forget), as MPI's barrier would wait for the dead one. The
+# coordinator sees the death at its next ping (0.25 s): the transport
+# finds the process on this node ended (mpi.c's m_gone), where the pings'
+# silence took 2 s, and the NEXT answers held for the dead standby's ack
+# go then. Off by
 # default (DTRAIN_TEST_MPI_KILL=1 runs them): Open MPI's MPI_Finalize
 # after a death now and then waits for the dead rank (about 1 run in 8
 # here), which dtrain bounds by --comm-timeout (then the rank ends by
@@ -75,6 +79,7 @@ MPI_KILL=; have_mpi && [ -n "$DTRAIN_TEST_MPI_KILL" ] && MPI_KILL=1
 if [ -n "$MPI_KILL" ]; then
   if timeout 180 $MPIRUN --enable-recovery -np 6 "$DTRAIN" train --comm mpi $BASE $KILL --schedule async \
        --metrics "$TMP/mpi.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q "server 1 (rank 5) has stopped (its rank has ended)" "$TMP/err" &&
      grep -q '"event":"done"' "$TMP/mpi.jsonl" && $PY "$TMP/counts.py" "$TMP/err" async >"$TMP/check.out" 2>&1; then
     pass "replicas_mpi_kill9_async_loses_nothing($(cat "$TMP/check.out"))"
   else fail replicas_mpi_kill9_async_loses_nothing "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
