@@ -108,8 +108,9 @@ static int has_standby(const ps_server_t *s) {
 
 /* A slot of (*slots)[*n] whose sends have gone, or a new one (with a
  * buffer of `buf` bytes, if any): never a wait, as a standby killed under
- * mpi takes nothing and the transport does not say so (the pings find it
- * dead within 2 s; then its slots are withdrawn). The coordinator's copies
+ * mpi takes nothing (the next ping finds its process ended, on this node,
+ * or 2 s of silence, on another; then its slots are withdrawn and the
+ * answers held for it go). The coordinator's copies
  * and the standby's acks both take one each, so every copy goes and is
  * acknowledged once (the counts describe_step gives, ps_describe.c). */
 static slot_t *grab_slot(ps_server_t *s, slot_t ***slots, int *n, size_t buf) {

@@ -22,8 +22,9 @@
  *
  * A death. The coordinator (server 0) pings the other servers every
  * PING_EVERY; a server whose rank the transport knows has ended (local:
- * its thread), that cannot be sent to, or that has not answered for
- * SERVER_LEASE (mpi: a killed process) is dead. The coordinator keeps
+ * its thread; mpi: its process, on this node), that cannot be sent to,
+ * or that has not answered for SERVER_LEASE (mpi: a killed process on
+ * another node) is dead. The coordinator keeps
  * each shard's primary and backup (owner, backup). Each shard the dead
  * server served goes to its backup (PS_OP_TAKEOVER); each shard it backed
  * up goes on with its primary (PS_OP_LOST_BACKUP). Every worker is told
