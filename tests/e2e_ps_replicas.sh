@@ -65,7 +65,11 @@ done
 # --mca orte_abort_on_non_zero_status 0 it never ends; --enable-recovery
 # keeps the others running and ends the job when they have finished
 # (Open MPI 4.1). The ranks left end with a barrier of their own
-# (comm_forget), as MPI's barrier would wait for the dead one. Off by
+# (comm_forget), as MPI's barrier would wait for the dead one. The
+# coordinator sees the death at its next ping (0.25 s): the transport
+# finds the process on this node ended (mpi.c's m_gone), where the pings'
+# silence took 2 s, and the NEXT answers held for the dead standby's ack
+# go then. Off by
 # default (DTRAIN_TEST_MPI_KILL=1 runs them): Open MPI's MPI_Finalize
 # after a death now and then waits for the dead rank (about 1 run in 8
 # here), which dtrain bounds by --comm-timeout (then the rank ends by
@@ -75,6 +79,7 @@ MPI_KILL=; have_mpi && [ -n "$DTRAIN_TEST_MPI_KILL" ] && MPI_KILL=1
 if [ -n "$MPI_KILL" ]; then
   if timeout 180 $MPIRUN --enable-recovery -np 6 "$DTRAIN" train --comm mpi $BASE $KILL --schedule async \
        --metrics "$TMP/mpi.jsonl" >/dev/null 2>"$TMP/err" &&
+     grep -q "server 1 (rank 5) has stopped (its rank has ended)" "$TMP/err" &&
      grep -q '"event":"done"' "$TMP/mpi.jsonl" && $PY "$TMP/counts.py" "$TMP/err" async >"$TMP/check.out" 2>&1; then
     pass "replicas_mpi_kill9_async_loses_nothing($(cat "$TMP/check.out"))"
   else fail replicas_mpi_kill9_async_loses_nothing "$(grep -v '^ ' "$TMP/err" | tail -c 600; cat "$TMP/check.out")"; fi
@@ -130,6 +135,64 @@ print("ok", counted)
 PYEOF
 then pass "replicas_bytes_described($(cat "$TMP/check.out"))"
 else fail replicas_bytes_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+# The coordinator's state (ps_coord_repl.c): server 0 (rank 3) sends its
+# standby, server 1 (rank 4), a copy (a request and the state) after each
+# push it counts and each step's update, N + 1 a sync step, and gets a
+# request back for each; once a run besides, the first copy and one per
+# BYE (1 + N). Both ranks' counted bytes against describe_step's.
+cat >"$TMP/coord.py" <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text, T, N = open(sys.argv[2]).read(), int(sys.argv[3]), 3
+tasks = [t for t in d["tasks"] if t.get("pattern") == "coordinator"]
+assert tasks and not any(t.get("expected") for t in tasks), tasks
+copy = max(t["sent"] for t in tasks); req = min(t["sent"] for t in tasks)
+assert {(t["rank"], t["peer"]) for t in tasks} == {(N, N + 1), (N + 1, N)}, tasks
+got = {int(k): (int(c), int(a)) for k, c, a in
+       re.findall(r"ps: server (\d+): replication sent \d+ bytes \(state copies \d+\); the coordinator's state (\d+) bytes \(acks of it (\d+)\)", text)}
+assert sorted(got) == [0, 1], got
+once = 1 + N
+for k, (counted, per) in ((0, (got[0][0], copy)), (1, (got[1][1], req))):
+    step = sum(t["sent"] for t in tasks if t["rank"] == N + k)
+    assert step == (N + 1) * per, (k, step, per)
+    assert counted == T * step + once * per, (k, counted, T * step + once * per)
+print("ok server 0 copies %d bytes, server 1 acks %d bytes" % (got[0][0], got[1][1]))
+PYEOF
+if $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/run.err" 10 >"$TMP/check.out" 2>&1
+then pass "replicas_coordinator_bytes_described($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_bytes_described "$(tail -c 600 "$TMP/check.out")"; fi
+# async: expected copies, per batch drawn 1 (the NEXT's answer) and 2 a
+# push (its count, its update): the batches the workers drew (metrics)
+# times that, plus the once-a-run 1 + N, and the epoch's close (per worker
+# a NEXT answered "none" and a waiting one, the close: at most 2N + 2 = 8);
+# an ack a copy.
+if "$DTRAIN" describe $R --schedule async >"$TMP/astep.json" 2>"$TMP/err" &&
+   "$DTRAIN" train $R --schedule async --metrics "$TMP/a.jsonl" >/dev/null 2>"$TMP/run.err" &&
+   $PY - "$TMP/astep.json" "$TMP/run.err" "$TMP/a.jsonl" >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text, N = open(sys.argv[2]).read(), 3
+tasks = [t for t in d["tasks"] if t.get("pattern") == "coordinator" and t["rank"] == N]
+assert tasks and all(t.get("expected") for t in tasks), tasks
+copy, req = tasks[0]["sent"], tasks[0]["received"]
+per_batch = sum(t.get("chance", 1) / t.get("every", 1) for t in tasks) / N
+assert per_batch == 3, per_batch
+batches = sum(sum(json.loads(l)["batches"]) for l in open(sys.argv[3]) if '"event":"epoch"' in l)
+got = {int(k): (int(c), int(a)) for k, c, a in
+       re.findall(r"ps: server (\d+): replication sent \d+ bytes \(state copies \d+\); the coordinator's state (\d+) bytes \(acks of it (\d+)\)", text)}
+copies, acks = got[0][0] / copy, got[1][1] / req
+want = batches * per_batch + 1 + N
+assert copies == acks and want <= copies <= want + 8, (copies, acks, want)
+print("ok %d batches, %d copies (expected %d + the close's)" % (batches, copies, want))
+PYEOF
+then pass "replicas_coordinator_bytes_async_expected($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_bytes_async_expected "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+if have_mpi; then # the same under mpi (eager sends: the acks, one a copy, as on local)
+  if $MPIRUN -np 5 "$DTRAIN" train --comm mpi $R >/dev/null 2>"$TMP/mpi.err" &&
+     $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/mpi.err" 10 >"$TMP/check.out" 2>&1
+  then pass "replicas_coordinator_bytes_described_mpi($(cat "$TMP/check.out"))"
+  else fail replicas_coordinator_bytes_described_mpi "$(grep -v '^ ' "$TMP/mpi.err" | tail -c 600; cat "$TMP/check.out")"; fi
+fi
 
 # ---- three servers: the dead one's backup is another server than the coordinator ---
 # server 1 dies: server 2 takes its shard over (told by the coordinator),

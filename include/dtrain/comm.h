@@ -136,7 +136,7 @@ typedef struct {
   int (*wait_src)(comm_t *c, comm_req_t *req, int *src, size_t *received); /* frees req */
   int (*cancel)(comm_t *c, comm_req_t *req);                                /* frees req */
   void (*set_spin)(comm_t *c, double seconds);                              /* may be NULL */
-  int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; NULL elsewhere) */
+  int (*gone)(comm_t *c, int rank); /* rank has ended its run (local; mpi: a process on this node) */
   int (*aborted)(comm_t *c);        /* another rank has failed (local; NULL elsewhere) */
   void (*stall_enter)(comm_t *c, const char *op, size_t bytes);     /* may be NULL */
   void (*fail)(comm_t *c);          /* this rank has failed (local; NULL elsewhere) */
@@ -301,7 +301,9 @@ void comm_fail(comm_t *c);
  * have been told. On local a rank's end is seen by the transport itself. */
 void comm_forget(comm_t *c, int rank);
 /* Whether rank `rank` of c has ended its run, as the transport knows it:
- * on local, its thread has returned; under mpi never known (0). */
+ * on local, its thread has returned; under mpi, its process on this node
+ * has ended (a rank that has finished waits alive in the last barrier,
+ * so only a death); a rank on another node is never known (0). */
 int comm_gone(comm_t *c, int rank);
 #define COMM_TAG_SHARED ((1 << 20) - 1)  /* the tag comm_shared_alloc uses */
 

@@ -31,6 +31,7 @@ int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -440,6 +441,61 @@ static void m_forget(comm_t *c, int rank) {
   nforgotten++;
 }
 
+/* Each world rank's process id and node, from the start (one run per
+ * process): a rank on this node whose process has ended is gone at once
+ * (m_gone), where a parameter server otherwise learns it from the pings'
+ * silence (SERVER_LEASE, 2 s); a rank on another node is not known (0).
+ * A rank that has finished its run waits in comm_mpi_run's last barrier,
+ * alive, so only a death ends its process early. */
+static int *world_pid, *world_node, world_me;
+/* /proc is read at most every GONE_EVERY a rank (a standby asks at every
+ * turn of its loop); a death, once seen, stays. */
+#define GONE_EVERY 0.05
+static double *gone_next;
+static unsigned char *gone_seen;
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int note_processes(const int *node, int size) {
+  int pid = (int)getpid();
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_me);
+  world_pid = malloc((size_t)size * sizeof(int));
+  world_node = malloc((size_t)size * sizeof(int));
+  gone_next = calloc((size_t)size, sizeof(double));
+  gone_seen = calloc((size_t)size, 1);
+  if (!world_pid || !world_node || !gone_next || !gone_seen) return dt_error("out of memory");
+  MPI_Allgather(&pid, 1, MPI_INT, world_pid, 1, MPI_INT, MPI_COMM_WORLD);
+  memcpy(world_node, node, (size_t)size * sizeof(int));
+  return 0;
+}
+
+/* Process pid has ended, or is a zombie not yet reaped (/proc/PID/stat's
+ * state after the name: Z or X). */
+static int process_ended(int pid) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t n = fread(line, 1, sizeof line - 1, f);
+  fclose(f);
+  line[n] = 0;
+  const char *end = strrchr(line, ')');
+  return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+static int m_gone(comm_t *c, int rank) {
+  int r = comm_world_rank(c, rank);
+  if (!gone_seen || r < 0 || r == world_me || world_node[r] != world_node[world_me]) return 0;
+  double now = dt_now();
+  pthread_mutex_lock(&gone_mu);
+  if (!gone_seen[r] && now >= gone_next[r]) {
+    gone_seen[r] = (unsigned char)process_ended(world_pid[r]);
+    gone_next[r] = now + GONE_EVERY;
+  }
+  int gone = gone_seen[r];
+  pthread_mutex_unlock(&gone_mu);
+  return gone;
+}
+
 /* The end of a run some rank of which has died: each rank left sends
  * every other one a byte and waits for theirs, within the timeout. */
 #define TAG_SURVIVORS ((1 << 20) - 2)
@@ -480,6 +536,7 @@ static const comm_ops_t mpi_ops = {
     .wait_src = m_wait_src,
     .cancel = m_cancel,
     .forget = m_forget,
+    .gone = m_gone,
     .reduce_zero_copy = 0,
 };
 
@@ -552,6 +609,10 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   /* link estimate measured here (shared memory, CMA): ~3 us a message, ~10 us
    * when processes share cores, ~5 GB/s */
   int over = host_layout(label);
+  if (!world_pid && note_processes(label, size) != 0) { /* the real nodes, before --net hosts */
+    free(label);
+    return -1;
+  }
   /* hosts given (tests): they replace the nodes MPI found */
   if (net && net->hosts > 1 && comm_net_hosts(net, size, label) != 0) {
     free(label);
@@ -619,6 +680,8 @@ int comm_mpi_run(int *argc, char ***argv, const comm_net_t *net, comm_rank_fn fn
   if (nforgotten) alarm((unsigned)timeout + 1);
   MPI_Finalize();
   free(forgotten);
+  free(world_pid), free(world_node), free(gone_next), free(gone_seen);
+  world_pid = world_node = NULL, gone_next = NULL, gone_seen = NULL;
   return 0;
 }
 

@@ -280,6 +280,9 @@ static inline size_t ps_values_bytes(size_t count) { return count * sizeof(float
  * the worker's side counts it: sent, the request and a push's `values`
  * bytes; received, the reply and a pull's or a call's values. */
 void ps_part_bytes(int op, size_t values, size_t *sent, size_t *received);
+/* One copy of the coordinator's state (--ps-replicas 2, ps_coord.c) with
+ * `nworkers` workers: its head and a record per worker. */
+size_t ps_coord_state_size(int nworkers);
 
 /* STATS values: one ps_epoch_stats_t, then nworkers ps_worker_stats_t. */
 typedef struct {

@@ -327,9 +327,11 @@ typedef struct {
   ps_worker_stats_t stats;
 } coord_worker_t;
 
-size_t ps_coord_state_bytes(const ps_server_t *s) {
-  return sizeof(coord_head_t) + (size_t)s->N * sizeof(coord_worker_t);
+size_t ps_coord_state_size(int nworkers) {
+  return sizeof(coord_head_t) + (size_t)nworkers * sizeof(coord_worker_t);
 }
+
+size_t ps_coord_state_bytes(const ps_server_t *s) { return ps_coord_state_size(s->N); }
 
 void ps_coord_pack(const ps_server_t *s, uint8_t *out) {
   const ps_coord_t *c = s->coord;

@@ -26,17 +26,17 @@
  * and sent again is not counted twice (ps_coord_heard's clock). So the
  * epoch's batches are handed out once and every acknowledged update is
  * kept. Without a standby (replicas 1, or its server dead with none left)
- * answers go at once. The copies' bytes are counted apart from the shard
- * forwards' (the end-of-run line); describe_step leaves them out. */
+ * answers go at once. The copies' and acks' bytes are counted apart from
+ * the shard forwards' (the end-of-run line), and are in describe_step
+ * (ps_describe.c: how many a step, the formula). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "strategy/ps/ps_server.h"
 
-#define SLOTS 8 /* copies in flight to the standby, to start with (more when all are) */
-#define ACKS 4  /* acknowledgements in flight; never waited for (below) */
+#define SLOTS 8 /* copies or acks in flight, to start with (more when all are) */
 
-/* A copy in flight: its request and state stay put until sent. */
+/* A copy (or an ack: no buf) in flight: its request and state stay put until sent. */
 typedef struct {
   ps_req_t req;
   uint8_t *buf;
@@ -56,8 +56,9 @@ struct ps_coord_repl {
   uint8_t *copy;
   size_t copy_bytes;
   int64_t copy_seq, acked_sent; /* the copy held; the newest acknowledged */
-  ps_req_t ack[ACKS];
-  comm_req_t *ack_req[ACKS];
+  slot_t **ack;              /* [nacks] acks in flight, or done */
+  int nacks;
+  uint64_t ack_sent;         /* bytes, as the transport counted them */
 };
 
 static ps_coord_repl_t *repl_of(ps_server_t *s) {
@@ -105,12 +106,16 @@ static int has_standby(const ps_server_t *s) {
   return s->cfg->ps.replicas > 1 && s->coord && !s->repl.is_backup && s->repl.backup_rank >= 0;
 }
 
-/* A slot whose copy has gone, or a new one: never a wait, as a standby
- * killed under mpi takes nothing and the transport does not say so (the
- * pings find it dead within 2 s; then its slots are withdrawn). */
-static slot_t *free_slot(ps_server_t *s, ps_coord_repl_t *r) {
-  for (int i = 0; i < r->nslots; i++) {
-    slot_t *t = r->slot[i];
+/* A slot of (*slots)[*n] whose sends have gone, or a new one (with a
+ * buffer of `buf` bytes, if any): never a wait, as a standby killed under
+ * mpi takes nothing (the next ping finds its process ended, on this node,
+ * or 2 s of silence, on another; then its slots are withdrawn and the
+ * answers held for it go). The coordinator's copies
+ * and the standby's acks both take one each, so every copy goes and is
+ * acknowledged once (the counts describe_step gives, ps_describe.c). */
+static slot_t *grab_slot(ps_server_t *s, slot_t ***slots, int *n, size_t buf) {
+  for (int i = 0; i < *n; i++) {
+    slot_t *t = (*slots)[i];
     int busy = 0;
     for (int j = 0; j < 2; j++) {
       int done = 0;
@@ -125,19 +130,28 @@ static slot_t *free_slot(ps_server_t *s, ps_coord_repl_t *r) {
       }
     return t;
   }
-  int more = r->nslots ? r->nslots : SLOTS;
-  slot_t **grown = realloc(r->slot, (size_t)(r->nslots + more) * sizeof *grown);
+  int more = *n ? *n : SLOTS;
+  slot_t **grown = realloc(*slots, (size_t)(*n + more) * sizeof *grown);
   if (!grown) return NULL;
-  r->slot = grown;
-  for (int i = r->nslots; i < r->nslots + more; i++) {
-    if (!(r->slot[i] = calloc(1, sizeof(slot_t))) || !(r->slot[i]->buf = malloc(r->bytes))) {
-      if (r->slot[i]) free(r->slot[i]);
-      r->nslots = i;
+  *slots = grown;
+  for (int i = *n; i < *n + more; i++) {
+    if (!(grown[i] = calloc(1, sizeof(slot_t))) || (buf && !(grown[i]->buf = malloc(buf)))) {
+      free(grown[i]);
+      *n = i;
       return NULL;
     }
   }
-  r->nslots += more;
-  return r->slot[r->nslots - more];
+  *n += more;
+  return grown[*n - more];
+}
+
+static void free_slots(ps_server_t *s, slot_t **slots, int n) {
+  for (int i = 0; i < n; i++) {
+    for (int j = 0; j < 2; j++) end_send(s, &slots[i]->r[j]);
+    free(slots[i]->buf);
+    free(slots[i]);
+  }
+  free(slots);
 }
 
 /* Withdraws the copies still in flight (their standby is gone). */
@@ -149,7 +163,7 @@ static void withdraw_slots(ps_server_t *s, ps_coord_repl_t *r) {
 /* Copy number seq of the state to the standby; -1: it could not go (the
  * chain finds the standby dead and goes on without it). */
 static int send_copy(ps_server_t *s, ps_coord_repl_t *r) {
-  slot_t *t = free_slot(s, r);
+  slot_t *t = grab_slot(s, &r->slot, &r->nslots, r->bytes);
   if (!t) return dt_error("out of memory");
   memcpy(t->buf, r->scratch, r->bytes);
   t->req = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COORD_STATE, .worker = -1,
@@ -248,27 +262,19 @@ int ps_coord_repl_take(ps_server_t *rank, int src, const ps_req_t *req) {
 }
 
 /* The standby acknowledges its newest copy without waiting for anything
- * (two servers must never wait on each other). An ack that finds no free
- * slot goes on a later call; acks count up to a number, so the last one
- * is all it takes. */
+ * (two servers must never wait on each other): a request, one a copy
+ * (acks count up to a number, so a lost one costs nothing). */
 void ps_coord_repl_poll(ps_server_t *rank) {
   ps_coord_repl_t *r = rank->crepl;
   if (!r || r->copy_seq <= r->acked_sent) return;
-  for (int i = 0; i < ACKS; i++) {
-    int done = 1;
-    if (r->ack_req[i] && comm_test(rank->world, r->ack_req[i], &done) == 0 && !done) continue;
-    if (r->ack_req[i]) {
-      comm_req_t *q = r->ack_req[i];
-      r->ack_req[i] = NULL;
-      comm_wait(rank->world, q);
-    }
-    r->ack[i] = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COORD_ACK, .worker = -1, .clock = r->copy_seq};
-    if (comm_isend(rank->world, rank->repl.coord_rank, PS_TAG_REQ, &r->ack[i], PS_REQ_BYTES,
-                   &r->ack_req[i]) != 0)
-      dt_log(DT_LOG_DEBUG, "server %d: acknowledging the coordinator's state: %s", rank->index, dt_errmsg());
-    r->acked_sent = r->copy_seq;
-    return;
-  }
+  slot_t *t = grab_slot(rank, &r->ack, &r->nacks, 0);
+  if (!t) return; /* out of memory: the next copy's ack says as much */
+  t->req = (ps_req_t){.magic = PS_MAGIC, .op = PS_OP_COORD_ACK, .worker = -1, .clock = r->copy_seq};
+  comm_bytes_t before = comm_bytes(rank->world);
+  if (comm_isend(rank->world, rank->repl.coord_rank, PS_TAG_REQ, &t->req, PS_REQ_BYTES, &t->r[0]) != 0)
+    dt_log(DT_LOG_DEBUG, "server %d: acknowledging the coordinator's state: %s", rank->index, dt_errmsg());
+  r->ack_sent += comm_bytes(rank->world).sent - before.sent;
+  r->acked_sent = r->copy_seq;
 }
 
 int ps_coord_repl_adopt(ps_server_t *rank, ps_server_t *b, int64_t *seq) {
@@ -281,13 +287,13 @@ int ps_coord_repl_adopt(ps_server_t *rank, ps_server_t *b, int64_t *seq) {
 
 uint64_t ps_coord_repl_bytes(const ps_server_t *s) { return s->crepl ? s->crepl->sent : 0; }
 
+uint64_t ps_coord_repl_ack_bytes(const ps_server_t *s) { return s->crepl ? s->crepl->ack_sent : 0; }
+
 void ps_coord_repl_free(ps_server_t *s) {
   ps_coord_repl_t *r = s->crepl;
   if (!r) return;
-  withdraw_slots(s, r);
-  for (int i = 0; i < r->nslots; i++) free(r->slot[i]->buf), free(r->slot[i]);
-  free(r->slot);
-  for (int i = 0; i < ACKS; i++) end_send(s, &r->ack_req[i]);
+  free_slots(s, r->slot, r->nslots);
+  free_slots(s, r->ack, r->nacks);
   free(r->last);
   free(r->scratch);
   free(r->copy);

@@ -25,8 +25,25 @@
  * its shard's backup, the next server, as the push's request and values
  * (PS_OP_REPL), and the backup answers with a request (PS_OP_REPL_ACK):
  * per push, server k sends REQ + its shard's values and receives REQ.
- * The coordinator's pings are by the clock, not by the step, and a
- * failover's resends happen once: neither is in a step.
+ * The coordinator's state goes to its standby, shard 0's backup
+ * (server 1), after every change of it (ps_coord_repl.c): a copy is REQ +
+ * C bytes, C = ps_coord_state_size(N) (its head, then a record a worker),
+ * and the standby acknowledges each with a REQ. Per step, server 0 sends
+ * and server 1 receives
+ *   sync              N + 1 copies: a push counted (per worker), and the
+ *                     step's update (its staleness, in the statistics)
+ *   ssp:S             N + N: a push counted, and its update, expected (a
+ *                     push within the bound is applied as it comes; pushes
+ *                     applied in one pass share a copy)
+ *   pool rules        expected, per batch drawn: 1 copy (the NEXT's
+ *                     answer) + 2 per push (its count, its update), a push
+ *                     every --push-every batches
+ * and server 1 sends as many REQs back: (N + 1)(REQ + C) bytes out of
+ * server 0 a sync step, (N + 1) REQ out of server 1. Once a run, not in a
+ * step: the first copy and one per BYE (1 + N); the pool's epoch close
+ * and its waiting NEXTs add a few. The
+ * coordinator's pings are by the clock, not by the step, and a failover's
+ * resends happen once: neither is in a step.
  *
  * --ps-push factors (ps_factors.c): a push's part for shard k carries,
  * instead of its gradient, a row count and, per dense layer there, the
@@ -111,6 +128,33 @@ static int add_replication(ps_desc_t *d, int k) {
   return step_add(d->out, t);
 }
 
+/* Copies of the coordinator's state (server 0) to its standby (server
+ * 1), and the acks back: `how` says how many a step. */
+static int add_coord_copy(ps_desc_t *d, step_task_t how) {
+  size_t req = PS_REQ_BYTES, state = ps_coord_state_size(d->N);
+  step_task_t t = how;
+  t.kind = TASK_COMM, t.layer = -1, t.pattern = "coordinator", t.group = 2, t.thread = THREAD_COMM;
+  t.rank = d->N, t.peer = d->N + 1, t.sent = (double)(req + state), t.received = (double)req;
+  int mine = step_add(d->out, t);
+  t.rank = d->N + 1, t.peer = d->N, t.sent = (double)req, t.received = (double)(req + state);
+  t.after = -1;
+  return mine == STEP_FAILED || step_add(d->out, t) == STEP_FAILED ? STEP_FAILED : mine;
+}
+
+/* Worker w's share of the copies: its push counted (ssp: and its update;
+ * pool: and the batch it drew, and its push's update). */
+static int describe_coord_copies(ps_desc_t *d, int w) {
+  const train_config_t *c = d->c;
+  if (!ps_pool_schedule(c)) {
+    int counted = add_coord_copy(d, (step_task_t){.after = -1});
+    if (counted == STEP_FAILED || c->schedule == SCHEDULE_SYNC) return counted;
+    return add_coord_copy(d, (step_task_t){.after = -1, .expected = 1});
+  }
+  step_task_t next = {.after = -1, .expected = 1};
+  step_task_t push = {.after = -1, .expected = 1, .chance = 2, .every = c->ps.push_every};
+  return add_coord_copy(d, next) == STEP_FAILED ? STEP_FAILED : add_coord_copy(d, push);
+}
+
 /* Server k's update of its shard: once a clock (sync, ssp; backup:B's
  * first N - B pushes), or once a push (async, value:V). */
 static int describe_update(ps_desc_t *d, int k) {
@@ -140,6 +184,11 @@ int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out
   for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
     for (int k = 0; k < d.K && rc == 0; k++)
       if (add_replication(&d, k) == STEP_FAILED) rc = -1;
+  for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
+    if (describe_coord_copies(&d, w) == STEP_FAILED) rc = -1;
+  if (c->ps.replicas > 1 && c->schedule == SCHEDULE_SYNC && rc == 0 && /* the step's update */
+      add_coord_copy(&d, (step_task_t){.after = -1}) == STEP_FAILED)
+    rc = -1;
   for (int k = 0; k < d.K && rc == 0; k++)
     if (describe_update(&d, k) == STEP_FAILED) rc = -1;
   ps_shard_free(&d.map);

@@ -22,8 +22,9 @@
  *
  * A death. The coordinator (server 0) pings the other servers every
  * PING_EVERY; a server whose rank the transport knows has ended (local:
- * its thread), that cannot be sent to, or that has not answered for
- * SERVER_LEASE (mpi: a killed process) is dead. The coordinator keeps
+ * its thread; mpi: its process, on this node), that cannot be sent to,
+ * or that has not answered for SERVER_LEASE (mpi: a killed process on
+ * another node) is dead. The coordinator keeps
  * each shard's primary and backup (owner, backup). Each shard the dead
  * server served goes to its backup (PS_OP_TAKEOVER); each shard it backed
  * up goes on with its primary (PS_OP_LOST_BACKUP). Every worker is told
@@ -822,11 +823,13 @@ void ps_chain_report(const ps_server_t *s) {
   uint64_t bytes = s->repl.bytes_sent, copied = s->repl.copy_bytes;
   for (int i = 0; i < s->repl.nhosted; i++)
     bytes += s->repl.hosted[i]->repl.bytes_sent, copied += s->repl.hosted[i]->repl.copy_bytes;
-  uint64_t coord = ps_coord_repl_bytes(s);
-  for (int i = 0; i < s->repl.nhosted; i++) coord += ps_coord_repl_bytes(s->repl.hosted[i]);
+  uint64_t coord = ps_coord_repl_bytes(s), acks = ps_coord_repl_ack_bytes(s);
+  for (int i = 0; i < s->repl.nhosted; i++)
+    coord += ps_coord_repl_bytes(s->repl.hosted[i]), acks += ps_coord_repl_ack_bytes(s->repl.hosted[i]);
   int n = snprintf(line, sizeof line, "ps: server %d: replication sent %llu bytes (state copies "
-                   "%llu); the coordinator's state %llu bytes", s->index, (unsigned long long)bytes,
-                   (unsigned long long)copied, (unsigned long long)coord);
+                   "%llu); the coordinator's state %llu bytes (acks of it %llu)", s->index,
+                   (unsigned long long)bytes, (unsigned long long)copied, (unsigned long long)coord,
+                   (unsigned long long)acks);
   for (int i = 0; i <= s->repl.nhosted && n > 0 && (size_t)n < sizeof line; i++) {
     const ps_server_t *b = i == 0 ? s : s->repl.hosted[i - 1];
     const char *role = i == 0 ? "" : b->repl.is_backup ? " (backup)" : " (taken over)";

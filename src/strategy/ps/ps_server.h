@@ -338,12 +338,13 @@ void ps_coord_repl_force(ps_server_t *s);
 /* COORD_STATE (on any server rank) and COORD_ACK (on the coordinator's). */
 int ps_coord_repl_take(ps_server_t *rank, int src, const ps_req_t *req);
 void ps_coord_repl_acked(ps_server_t *rank, const ps_req_t *req);
-/* A standby's acknowledgement that found no free slot, sent again (every
- * rank calls it as it advances). */
+/* A standby's acknowledgement of the newest copy it holds, if not yet sent
+ * (every rank calls it as it advances). */
 void ps_coord_repl_poll(ps_server_t *rank);
 /* The heir's new coordinator b takes the last copy this rank holds (0:
  * none came); its copy number for the log. */
 int ps_coord_repl_adopt(ps_server_t *rank, ps_server_t *b, int64_t *seq);
 uint64_t ps_coord_repl_bytes(const ps_server_t *s);
+uint64_t ps_coord_repl_ack_bytes(const ps_server_t *s); /* a standby's acks */
 void ps_coord_repl_free(ps_server_t *s);
 #endif
