@@ -361,6 +361,11 @@ def roof_round(args, cores, d_tps, p_tps, epoch, flops, roof):
     g = one["gemm_sec_median"]
     roof["gemm step"].append(g), roof["step"].append(step)
     roof["gemm share"].append(g / step), roof["gemm-only ratio"].append(args.batch * T / g / p_tps)
+    a = one["attention_sec_median"]  # the heads' causal products, the rest dense
+    roof["gemm gf"].append(one["flops_per_step"] / g / 1e9)
+    roof["att gf"].append(one["attention_flops_per_step"] / a / 1e9)
+    roof["dense gf"].append((one["flops_per_step"] - one["attention_flops_per_step"]) / (g - a) / 1e9)
+    roof["att share"].append(a / g)
     lay = epoch["layers"]
     total = sum(v["compute_sec"] for v in lay.values())
     gemm_kinds = ("attention", "linear", "lmhead")
@@ -384,6 +389,9 @@ def print_roof(cores, flops, roof):
           f"{m['gemm step']:.3f} s = {m['gemm share']:.0%} of it (rounds {spread(roof['gemm share'])}); "
           f"outside the GEMMs {1 - m['gemm share']:.0%}; with every other pass free dtrain would make "
           f"{m['gemm-only ratio']:.2f}x pytorch's tokens/s (rounds {spread(roof['gemm-only ratio'])})", flush=True)
+    print(f"gpt fp32 1 core: dtrain's products alone {m['gemm gf']:.1f} GFLOP/s = {m['gemm gf'] / m['roof']:.0%} "
+          f"of the roof: the dense ones (QKV, projections, MLP, head) {m['dense gf']:.1f}, the heads' causal "
+          f"blocks {m['att gf']:.1f} ({m['att share']:.0%} of the products' time)", flush=True)
     kinds = sorted(roof["layers"][0], key=lambda k: -roof["layers"][0][k])
     print(f"gpt fp32 1 core: dtrain's epoch line by layer kind (share of its layers' time, median): "
           + ", ".join(f"{k} {med([x[k] for x in roof['layers']]):.1%}" for k in kinds)
