@@ -58,6 +58,10 @@ tokens/s) against the roof; on 1 core, dtrain's step with its products
 only (bench/gpt_gemms.c replays them, nothing else) against its whole
 step -- the share outside the GEMMs, and the tokens/s dtrain would reach
 were every other pass free -- and the epoch line's split by layer kind.
+On 1 core the same again by CPU seconds (the roof's and the replay's by
+the process's CPU clock, each side's step as above), which a shared
+host's waits for the core leave out: under load the clock's roof falls
+with the trainers' in some rounds and not in others.
 
 usage: [DTRAIN=BINARY] bench/gpt_vs_pytorch.py [--steps 6] [--rounds 3] [--batch 32]
                                               [--precision fp32|bf16]
@@ -294,7 +298,7 @@ def main():
                 if cores == 1:  # CPU per step: less a 1-step run (start-up, evaluation) over the steps
                     d_cpu = (runs[0][1] - run_dtrain(args, 1, 1, d, steps=1)[1]) / args.steps
                     dc.append(d_cpu), pc.append(p_cpu), cpu_ratios.append(p_cpu / d_cpu)
-                roof_round(args, cores, dt, p, runs[0][4] if cores == 1 else None, flops, roof)
+                roof_round(args, cores, dt, p, (runs[0][4], d_cpu, p_cpu) if cores == 1 else None, flops, roof)
             print_roof(cores, flops, roof)
             rows.append((cores, statistics.median(ds), statistics.median(ps), statistics.median(ratios)))
             print(f"gpt fp32 {cores} core{'s' if cores > 1 else ''}: dtrain {rows[-1][1]:.0f} tokens/s, "
@@ -339,10 +343,11 @@ def check_flops(args):
     return want
 
 
-def roof_round(args, cores, d_tps, p_tps, epoch, flops, roof):
+def roof_round(args, cores, d_tps, p_tps, one_core, flops, roof):
     """One round's roof (both libraries, beside the trainers) and GFLOP/s;
-    on 1 core also dtrain's step with its products only and the epoch's
-    split by layer kind."""
+    on 1 core (one_core: dtrain's epoch record, each side's CPU s a step)
+    the same by CPU seconds, dtrain's step with its products only and the
+    epoch's split by layer kind."""
     per_tok = {k: v / (args.batch * T) for k, v in flops.items()}
     one = gemms("onednn", cores, args.batch, 3 if cores == 1 else 0)
     ob = gemms("openblas", cores, args.batch, 0)
@@ -355,8 +360,17 @@ def roof_round(args, cores, d_tps, p_tps, epoch, flops, roof):
                  ("dtrain gf", d_gf), ("pytorch gf", p_gf), ("dtrain/roof", d_gf / best),
                  ("pytorch/roof", p_gf / best), ("need", need), ("need/roof", need / best)):
         roof[k].append(v)
-    if epoch is None:
+    if one_core is None:
         return
+    epoch, d_cpu, p_cpu = one_core
+    c_roof = max(one["roof_cpu_gflops"], ob["roof_cpu_gflops"])
+    for k, v in (("cpu roof", c_roof), ("cpu dtrain/roof", flops["dtrain"] / d_cpu / 1e9 / c_roof),
+                 ("cpu pytorch/roof", flops["pytorch"] / p_cpu / 1e9 / c_roof),
+                 ("cpu need/roof", 1.5 * flops["dtrain"] / p_cpu / 1e9 / c_roof),
+                 ("cpu gemm share", one["gemm_cpu_sec_median"] / d_cpu),
+                 ("cpu gemm-only ratio", p_cpu / one["gemm_cpu_sec_median"]),
+                 ("cpu gemm/roof", one["flops_per_step"] / one["gemm_cpu_sec_median"] / 1e9 / c_roof)):
+        roof[k].append(v)
     step = args.batch * T / d_tps  # dtrain's measured seconds a step
     g = one["gemm_sec_median"]
     roof["gemm step"].append(g), roof["step"].append(step)
@@ -392,6 +406,14 @@ def print_roof(cores, flops, roof):
     print(f"gpt fp32 1 core: dtrain's products alone {m['gemm gf']:.1f} GFLOP/s = {m['gemm gf'] / m['roof']:.0%} "
           f"of the roof: the dense ones (QKV, projections, MLP, head) {m['dense gf']:.1f}, the heads' causal "
           f"blocks {m['att gf']:.1f} ({m['att share']:.0%} of the products' time)", flush=True)
+    print(f"gpt fp32 1 core, by CPU seconds (what waits for the core leave out): sgemm roof {m['cpu roof']:.1f} "
+          f"GFLOP/s (rounds {spread0(roof['cpu roof'])}); dtrain {m['cpu dtrain/roof']:.0%} of it (rounds "
+          f"{spread(roof['cpu dtrain/roof'])}), its products alone {m['cpu gemm/roof']:.0%} (rounds "
+          f"{spread(roof['cpu gemm/roof'])}), pytorch {m['cpu pytorch/roof']:.0%} (rounds "
+          f"{spread(roof['cpu pytorch/roof'])}); 1.5x PyTorch would need {m['cpu need/roof']:.0%} of the roof "
+          f"(rounds {spread(roof['cpu need/roof'])}); dtrain's products alone {m['cpu gemm share']:.0%} of its "
+          f"step (rounds {spread(roof['cpu gemm share'])}), with every other pass free {m['cpu gemm-only ratio']:.2f}x "
+          f"pytorch (rounds {spread(roof['cpu gemm-only ratio'])})", flush=True)
     kinds = sorted(roof["layers"][0], key=lambda k: -roof["layers"][0][k])
     print(f"gpt fp32 1 core: dtrain's epoch line by layer kind (share of its layers' time, median): "
           + ", ".join(f"{k} {med([x[k] for x in roof['layers']]):.1%}" for k in kinds)
