@@ -65,7 +65,7 @@ with the trainers' in some rounds and not in others.
 
 usage: [DTRAIN=BINARY] bench/gpt_vs_pytorch.py [--steps 6] [--rounds 3] [--batch 32]
                                               [--precision fp32|bf16]
-Run from the repository root after `make` and `make build/bench/gpt_gemms`."""
+Run from the repository root after `make` (it builds build/bench/gpt_gemms too)."""
 import argparse, collections, json, os, re, resource, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -316,7 +316,7 @@ def gemms(lib, threads, batch, steps):
     """bench/gpt_gemms.c's record: the library's sgemm roof, and with steps
     > 0 gpt's products of a step alone (their FLOPs, seconds a step)."""
     if not os.path.exists(GEMMS):
-        sys.exit(f"{GEMMS} is missing: run `make build/bench/gpt_gemms`")
+        sys.exit(f"{GEMMS} is missing: run `make`")
     out = subprocess.run([GEMMS, lib, str(threads), str(batch), str(steps)], check=True, capture_output=True,
                          text=True, env=torch_env(threads)).stdout
     return json.loads(out)
