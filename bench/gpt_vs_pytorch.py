@@ -369,7 +369,10 @@ def roof_round(args, cores, d_tps, p_tps, one_core, flops, roof):
                  ("cpu need/roof", 1.5 * flops["dtrain"] / p_cpu / 1e9 / c_roof),
                  ("cpu gemm share", one["gemm_cpu_sec_median"] / d_cpu),
                  ("cpu gemm-only ratio", p_cpu / one["gemm_cpu_sec_median"]),
-                 ("cpu gemm/roof", one["flops_per_step"] / one["gemm_cpu_sec_median"] / 1e9 / c_roof)):
+                 ("cpu gemm/roof", one["flops_per_step"] / one["gemm_cpu_sec_median"] / 1e9 / c_roof),
+                 ("cpu att/roof", one["attention_flops_per_step"] / one["attention_cpu_sec_median"] / 1e9 / c_roof),
+                 ("cpu dense/roof", (one["flops_per_step"] - one["attention_flops_per_step"])
+                  / (one["gemm_cpu_sec_median"] - one["attention_cpu_sec_median"]) / 1e9 / c_roof)):
         roof[k].append(v)
     step = args.batch * T / d_tps  # dtrain's measured seconds a step
     g = one["gemm_sec_median"]
@@ -409,7 +412,8 @@ def print_roof(cores, flops, roof):
     print(f"gpt fp32 1 core, by CPU seconds (what waits for the core leave out): sgemm roof {m['cpu roof']:.1f} "
           f"GFLOP/s (rounds {spread0(roof['cpu roof'])}); dtrain {m['cpu dtrain/roof']:.0%} of it (rounds "
           f"{spread(roof['cpu dtrain/roof'])}), its products alone {m['cpu gemm/roof']:.0%} (rounds "
-          f"{spread(roof['cpu gemm/roof'])}), pytorch {m['cpu pytorch/roof']:.0%} (rounds "
+          f"{spread(roof['cpu gemm/roof'])}: the dense ones {m['cpu dense/roof']:.0%}, the heads' causal blocks "
+          f"{m['cpu att/roof']:.0%}), pytorch {m['cpu pytorch/roof']:.0%} (rounds "
           f"{spread(roof['cpu pytorch/roof'])}); 1.5x PyTorch would need {m['cpu need/roof']:.0%} of the roof "
           f"(rounds {spread(roof['cpu need/roof'])}); dtrain's products alone {m['cpu gemm share']:.0%} of its "
           f"step (rounds {spread(roof['cpu gemm share'])}), with every other pass free {m['cpu gemm-only ratio']:.2f}x "
