@@ -24,14 +24,64 @@ TorchDispatchMode), and the oneDNN matmul kernels each ran
 After the rounds each side's loss in fp32 and in bf16 (dtrain: held-out
 loss after its steps; PyTorch: the last step's training loss).
 
+fp32 only: each side's GFLOP/s against the machine's sgemm roof. FLOPs a
+step, matrix products only (2·m·n·k each; bias, norm, GELU, softmax and
+the optimizer not counted), batch B, N = B·T rows, width C, L blocks, H
+heads of hs = C/H, vocabulary V (the head tied to the token table):
+  dense    3 · 2N(12·L·C² + C·V)     QKV 3C², out proj C², MLP 4C² + 4C² a
+                                     block, head C·V; the backward twice the
+                                     forward (weight and input gradients of
+                                     every product: gpt's first product, block
+                                     0's QKV, passes its input gradient on to
+                                     the embeddings, so none is skipped)
+  attention  6 · 2·hs·A · B·H·L      S = QKᵀ and PV forward; dP = dY·Vᵀ,
+                                     dQ = dS·K, dV = Pᵀ·dY, dK = dSᵀ·Q backward
+where A is the area of the score matrix the products make: PyTorch makes
+all of it, A = T²; dtrain (src/nn/attention.c) makes row block i of
+ATT_BLOCK = 32 rows against key blocks 0..i, A = 32²·n(n+1)/2 with n = T/32
+(10,240 of 16,384 at T 128, the diagonal blocks' masked upper halves
+included, the blocks right of the diagonal not). gpt at B 32: dtrain
+82,946,555,904 (20.25 M a token), PyTorch 85,362,475,008 (20.84 M).
+Checked in the run: PyTorch's count is the sum over the aten mm, addmm and
+bmm of one step (a TorchDispatchMode; it must equal the formula with
+A = T²), dtrain's is bench/gpt_gemms.c's sum over the same products
+attention.c, linear.c and lmhead.c make (it must equal A = 32²·10); the
+two differ by exactly the blocks dtrain leaves out.
+
+The roof, each round beside the trainers: the best GFLOP/s of a 1024² and
+a 2048² sgemm through oneDNN (dtrain's fp32 library) and OpenBLAS
+(PyTorch's), on 1 thread and on 2 (bench/gpt_gemms.c; the roof is the
+better library's). Printed: each side's GFLOP/s (its own FLOPs a step ·
+steps / seconds) and its fraction of the roof; what 1.5× PyTorch's
+tokens/s would need of dtrain (dtrain's FLOPs a token · 1.5 · PyTorch's
+tokens/s) against the roof; on 1 core, dtrain's step with its products
+only (bench/gpt_gemms.c replays them, nothing else) against its whole
+step -- the share outside the GEMMs, and the tokens/s dtrain would reach
+were every other pass free -- and the epoch line's split by layer kind.
+On 1 core the same again by CPU seconds (the roof's and the replay's by
+the process's CPU clock, each side's step as above), which a shared
+host's waits for the core leave out: under load the clock's roof falls
+with the trainers' in some rounds and not in others.
+
 usage: [DTRAIN=BINARY] bench/gpt_vs_pytorch.py [--steps 6] [--rounds 3] [--batch 32]
                                               [--precision fp32|bf16]
-Run from the repository root after `make`."""
+Run from the repository root after `make` (it builds build/bench/gpt_gemms too)."""
 import argparse, collections, json, os, re, resource, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTRAIN = os.environ.get("DTRAIN") or os.path.join(ROOT, "build", "dtrain")  # DTRAIN: a copy to time
 T = 128
+GEMMS = os.path.join(ROOT, "build", "bench", "gpt_gemms")
+ATT_BLOCK = 32  # src/nn/attention.c
+
+
+def gpt_flops(batch, causal_blocks, L=4, H=4, C=256, V=256):
+    """Matrix-product FLOPs of one training step of gpt (the docstring's
+    formula): causal_blocks, dtrain's score area; else PyTorch's T²."""
+    n = T // ATT_BLOCK
+    area = ATT_BLOCK * ATT_BLOCK * n * (n + 1) // 2 if causal_blocks else T * T
+    dense = 3 * 2 * batch * T * (12 * L * C * C + C * V)
+    return dense + 6 * 2 * (C // H) * area * batch * H * L
 
 
 def torch_side(args):
@@ -74,6 +124,7 @@ def torch_side(args):
            "cpu_per_step": cpu / args.steps if args.steps else 0, "loss": loss.item()}
     if counter:
         rec["products"] = {f"{k[0]} {k[1]}": v for k, v in sorted(counter.counts.items())}
+        rec["flops"], rec["uncounted_products"] = counter.flops, counter.uncounted
     print(json.dumps(rec))
 
 
@@ -83,8 +134,15 @@ def product_counter(torch):
     from torch.utils._python_dispatch import TorchDispatchMode
     products = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "dot", "mv"}
 
+    def flops(name, args):  # 2·m·n·k from the operands' shapes; None: a product not counted here
+        a, b = {"mm": args[:2], "bmm": args[:2], "addmm": args[1:3]}.get(name, (None, None))
+        if a is None:
+            return None
+        return 2 * a.shape[0] * a.shape[1] * b.shape[-1] * (a.shape[2] if name == "bmm" else 1)
+
     class Count(TorchDispatchMode):
         counts = collections.Counter()
+        flops, uncounted = 0, 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.__name__.split(".")[0]
@@ -92,6 +150,9 @@ def product_counter(torch):
                 dtypes = sorted({str(a.dtype).replace("torch.", "") for a in args
                                  if isinstance(a, torch.Tensor)})
                 self.counts[(name, "+".join(dtypes))] += 1
+                f = flops(name, args)
+                Count.flops += f or 0
+                Count.uncounted += f is None
             return func(*args, **(kwargs or {}))
     return Count()
 
@@ -152,7 +213,8 @@ def run_dtrain(args, threads, workers, d, steps=None, precision="fp32", full=Fal
     recs = [json.loads(line) for line in open(metrics)]
     epoch = [r for r in recs if r.get("event") == "epoch"][0]
     if full:
-        return epoch["tokens_per_sec"], cpu, epoch["test_loss"], [r for r in recs if r.get("event") == "done"][0]
+        return (epoch["tokens_per_sec"], cpu, epoch["test_loss"], [r for r in recs if r.get("event") == "done"][0],
+                epoch)
     return epoch["tokens_per_sec"], cpu
 
 
@@ -220,18 +282,24 @@ def main():
         open(args.text, "wb").write(open("/usr/share/games/fortunes/cookie", "rb").read()[:200000])
         if args.precision == "bf16":
             return bench_bf16(args, d)
+        print(f"CPU: {cpu_name_and_bf16()[0]}, {os.cpu_count()} cores; load average at the start "
+              f"{' '.join(open('/proc/loadavg').read().split()[:3])}", flush=True)
+        flops = check_flops(args)
         rows = []
         for cores in (1, 2):
             ratios, ds, ps, cpu_ratios, dc, pc = [], [], [], [], [], []
+            roof = collections.defaultdict(list)
             for _ in range(args.rounds):
                 p, p_cpu = run_torch(args, cores)
                 settings = [(1, 1)] if cores == 1 else [(2, 1), (1, 2)]
-                runs = [run_dtrain(args, t, w, d) for t, w in settings]
+                runs = [run_dtrain(args, t, w, d, full=True) for t, w in settings]
                 dt = max(r[0] for r in runs)
                 ds.append(dt), ps.append(p), ratios.append(dt / p)
                 if cores == 1:  # CPU per step: less a 1-step run (start-up, evaluation) over the steps
                     d_cpu = (runs[0][1] - run_dtrain(args, 1, 1, d, steps=1)[1]) / args.steps
                     dc.append(d_cpu), pc.append(p_cpu), cpu_ratios.append(p_cpu / d_cpu)
+                roof_round(args, cores, dt, p, (runs[0][4], d_cpu, p_cpu) if cores == 1 else None, flops, roof)
+            print_roof(cores, flops, roof)
             rows.append((cores, statistics.median(ds), statistics.median(ps), statistics.median(ratios)))
             print(f"gpt fp32 {cores} core{'s' if cores > 1 else ''}: dtrain {rows[-1][1]:.0f} tokens/s, "
                   f"pytorch {rows[-1][2]:.0f} tokens/s, ratio {rows[-1][3]:.2f} "
@@ -241,6 +309,120 @@ def main():
                       f"{statistics.median(pc):.3f}, ratio pytorch/dtrain {statistics.median(cpu_ratios):.2f} "
                       f"(median of {args.rounds}; ratios {', '.join(f'{r:.2f}' for r in cpu_ratios)})",
                       flush=True)
+        print(f"load average at the end {' '.join(open('/proc/loadavg').read().split()[:3])}")
+
+
+def gemms(lib, threads, batch, steps):
+    """bench/gpt_gemms.c's record: the library's sgemm roof, and with steps
+    > 0 gpt's products of a step alone (their FLOPs, seconds a step)."""
+    if not os.path.exists(GEMMS):
+        sys.exit(f"{GEMMS} is missing: run `make`")
+    out = subprocess.run([GEMMS, lib, str(threads), str(batch), str(steps)], check=True, capture_output=True,
+                         text=True, env=torch_env(threads)).stdout
+    return json.loads(out)
+
+
+def check_flops(args):
+    """FLOPs a step of each side: the formula (the docstring's), checked
+    against PyTorch's aten products of one step and against the products
+    bench/gpt_gemms.c replays from dtrain's layers. Stops where they differ."""
+    want = {"dtrain": gpt_flops(args.batch, True), "pytorch": gpt_flops(args.batch, False)}
+    t = subprocess.run(torch_cmd(args, 1, steps=0) + ["--count-products"], env=torch_env(1),
+                       capture_output=True, text=True, check=True)
+    rec = last_json(t.stdout)
+    dtrain = gemms("onednn", 1, args.batch, 1)["flops_per_step"]
+    masked = want["pytorch"] - want["dtrain"]
+    print(f"gpt batch {args.batch}, matrix-product FLOPs a step (forward + backward): formula dtrain "
+          f"{want['dtrain']:,} (causal blocks of {ATT_BLOCK}), pytorch {want['pytorch']:,} (all T x T); "
+          f"counted: dtrain's products (bench/gpt_gemms.c) {dtrain:,.0f}, pytorch's aten products of a step "
+          f"{rec['flops']:,} ({', '.join(f'{k} x{v}' for k, v in rec['products'].items())}); difference "
+          f"{masked:,} = the score blocks right of the diagonal dtrain leaves out "
+          f"({masked / want['pytorch']:.1%} of pytorch's)", flush=True)
+    if rec["uncounted_products"] or rec["flops"] != want["pytorch"] or dtrain != want["dtrain"]:
+        sys.exit("a counted FLOP total differs from the formula (above): the GFLOP/s would be wrong")
+    return want
+
+
+def roof_round(args, cores, d_tps, p_tps, one_core, flops, roof):
+    """One round's roof (both libraries, beside the trainers) and GFLOP/s;
+    on 1 core (one_core: dtrain's epoch record, each side's CPU s a step)
+    the same by CPU seconds, dtrain's step with its products only and the
+    epoch's split by layer kind."""
+    per_tok = {k: v / (args.batch * T) for k, v in flops.items()}
+    one = gemms("onednn", cores, args.batch, 3 if cores == 1 else 0)
+    ob = gemms("openblas", cores, args.batch, 0)
+    r = {"onednn": max(one["roof_1024_gflops"], one["roof_2048_gflops"]),
+         "openblas": max(ob["roof_1024_gflops"], ob["roof_2048_gflops"])}
+    best = max(r.values())
+    d_gf, p_gf = per_tok["dtrain"] * d_tps / 1e9, per_tok["pytorch"] * p_tps / 1e9
+    need = 1.5 * p_tps * per_tok["dtrain"] / 1e9
+    for k, v in (("roof", best), ("roof onednn", r["onednn"]), ("roof openblas", r["openblas"]),
+                 ("dtrain gf", d_gf), ("pytorch gf", p_gf), ("dtrain/roof", d_gf / best),
+                 ("pytorch/roof", p_gf / best), ("need", need), ("need/roof", need / best)):
+        roof[k].append(v)
+    if one_core is None:
+        return
+    epoch, d_cpu, p_cpu = one_core
+    c_roof = max(one["roof_cpu_gflops"], ob["roof_cpu_gflops"])
+    for k, v in (("cpu roof", c_roof), ("cpu dtrain/roof", flops["dtrain"] / d_cpu / 1e9 / c_roof),
+                 ("cpu pytorch/roof", flops["pytorch"] / p_cpu / 1e9 / c_roof),
+                 ("cpu need/roof", 1.5 * flops["dtrain"] / p_cpu / 1e9 / c_roof),
+                 ("cpu gemm share", one["gemm_cpu_sec_median"] / d_cpu),
+                 ("cpu gemm-only ratio", p_cpu / one["gemm_cpu_sec_median"]),
+                 ("cpu gemm/roof", one["flops_per_step"] / one["gemm_cpu_sec_median"] / 1e9 / c_roof),
+                 ("cpu att/roof", one["attention_flops_per_step"] / one["attention_cpu_sec_median"] / 1e9 / c_roof),
+                 ("cpu dense/roof", (one["flops_per_step"] - one["attention_flops_per_step"])
+                  / (one["gemm_cpu_sec_median"] - one["attention_cpu_sec_median"]) / 1e9 / c_roof)):
+        roof[k].append(v)
+    step = args.batch * T / d_tps  # dtrain's measured seconds a step
+    g = one["gemm_sec_median"]
+    roof["gemm step"].append(g), roof["step"].append(step)
+    roof["gemm share"].append(g / step), roof["gemm-only ratio"].append(args.batch * T / g / p_tps)
+    a = one["attention_sec_median"]  # the heads' causal products, the rest dense
+    roof["gemm gf"].append(one["flops_per_step"] / g / 1e9)
+    roof["att gf"].append(one["attention_flops_per_step"] / a / 1e9)
+    roof["dense gf"].append((one["flops_per_step"] - one["attention_flops_per_step"]) / (g - a) / 1e9)
+    roof["att share"].append(a / g)
+    lay = epoch["layers"]
+    total = sum(v["compute_sec"] for v in lay.values())
+    gemm_kinds = ("attention", "linear", "lmhead")
+    roof["layers outside"].append(sum(v["compute_sec"] for k, v in lay.items() if k not in gemm_kinds) / total)
+    roof["layers"].append({k: v["compute_sec"] / total for k, v in lay.items()})
+
+
+def print_roof(cores, flops, roof):
+    label = f"{cores} core{'s' if cores > 1 else ''}"
+    m = {k: med(v) for k, v in roof.items() if k != "layers"}
+    print(f"gpt fp32 {label}: sgemm roof {m['roof']:.1f} GFLOP/s (best of 1024^2 and 2048^2 on {cores} "
+          f"thread{'s' if cores > 1 else ''}: oneDNN {m['roof onednn']:.1f}, OpenBLAS {m['roof openblas']:.1f}; "
+          f"rounds {spread0(roof['roof'])}); dtrain {m['dtrain gf']:.1f} GFLOP/s = {m['dtrain/roof']:.0%} of "
+          f"the roof (rounds {spread(roof['dtrain/roof'])}), pytorch {m['pytorch gf']:.1f} GFLOP/s = "
+          f"{m['pytorch/roof']:.0%} (rounds {spread(roof['pytorch/roof'])})", flush=True)
+    print(f"gpt fp32 {label}: 1.5x PyTorch would need {m['need']:.1f} GFLOP/s = {m['need/roof']:.0%} of the "
+          f"sgemm roof (rounds {spread(roof['need/roof'])})", flush=True)
+    if "step" not in m:
+        return
+    print(f"gpt fp32 1 core: dtrain's step {m['step']:.3f} s, its products alone (bench/gpt_gemms.c, oneDNN) "
+          f"{m['gemm step']:.3f} s = {m['gemm share']:.0%} of it (rounds {spread(roof['gemm share'])}); "
+          f"outside the GEMMs {1 - m['gemm share']:.0%}; with every other pass free dtrain would make "
+          f"{m['gemm-only ratio']:.2f}x pytorch's tokens/s (rounds {spread(roof['gemm-only ratio'])})", flush=True)
+    print(f"gpt fp32 1 core: dtrain's products alone {m['gemm gf']:.1f} GFLOP/s = {m['gemm gf'] / m['roof']:.0%} "
+          f"of the roof: the dense ones (QKV, projections, MLP, head) {m['dense gf']:.1f}, the heads' causal "
+          f"blocks {m['att gf']:.1f} ({m['att share']:.0%} of the products' time)", flush=True)
+    print(f"gpt fp32 1 core, by CPU seconds (what waits for the core leave out): sgemm roof {m['cpu roof']:.1f} "
+          f"GFLOP/s (rounds {spread0(roof['cpu roof'])}); dtrain {m['cpu dtrain/roof']:.0%} of it (rounds "
+          f"{spread(roof['cpu dtrain/roof'])}), its products alone {m['cpu gemm/roof']:.0%} (rounds "
+          f"{spread(roof['cpu gemm/roof'])}: the dense ones {m['cpu dense/roof']:.0%}, the heads' causal blocks "
+          f"{m['cpu att/roof']:.0%}), pytorch {m['cpu pytorch/roof']:.0%} (rounds "
+          f"{spread(roof['cpu pytorch/roof'])}); 1.5x PyTorch would need {m['cpu need/roof']:.0%} of the roof "
+          f"(rounds {spread(roof['cpu need/roof'])}); dtrain's products alone {m['cpu gemm share']:.0%} of its "
+          f"step (rounds {spread(roof['cpu gemm share'])}), with every other pass free {m['cpu gemm-only ratio']:.2f}x "
+          f"pytorch (rounds {spread(roof['cpu gemm-only ratio'])})", flush=True)
+    kinds = sorted(roof["layers"][0], key=lambda k: -roof["layers"][0][k])
+    print(f"gpt fp32 1 core: dtrain's epoch line by layer kind (share of its layers' time, median): "
+          + ", ".join(f"{k} {med([x[k] for x in roof['layers']]):.1%}" for k in kinds)
+          + f"; outside attention, linear and lmhead (layer norm, GELU, add, embeddings) "
+          f"{m['layers outside']:.1%}", flush=True)
 
 
 def med(xs):
