@@ -494,40 +494,43 @@ static void test_pipeline_bubbles(void) {
   CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
 }
 
-/* A rank whose parameters, gradients and optimizer state outgrow its
- * share of the last-level cache runs its passes from memory (the cold
- * times); one that fits keeps the warm ones; more ranks on the cache
- * shrink each one's share. Two ranks, each its own forward and backward:
- * rank 0 a 1,000-parameter layer, rank 1 a 100,000-parameter one (with
- * momentum: 12 bytes a parameter, 1.2 MB), a 4 MB cache. */
-static void test_cold_ranks(void) {
-  int host[2];
-  double fwd[2], bwd[2], fc[2], bc[2], l[2], bw[2], slow[2];
-  size_t params[2] = {1000, 100000};
+/* A pass runs from memory when the rank's own work since it last touched
+ * its layer's parameters -- each layer's weights once, its gradients once,
+ * an update's range (half of it: it swept the layer somewhere in it) --
+ * outgrows its share of the last-level cache. One rank: forward of layers
+ * 0 and 1, their backwards, the update (two layers of 100,000 parameters,
+ * momentum: 2.4 MB of update). Reuse distances: forward 0, 0.4 MB + 1.2
+ * from the step before's update = 1.6 MB; forward 1, 2.0 MB; backward 1,
+ * 0.8 MB (its forward just before); backward 0, 0.8 + 0.8 MB. */
+static void test_cold_passes(void) {
+  int host[1];
+  double fwd[2], bwd[2], fc[2], bc[2], l[1], bw[1], slow[1];
+  size_t params[2] = {100000, 100000};
   perf_compute_t pc;
   perf_cluster_t cl;
   hand_compute(&pc, 2, 8, fwd, bwd);
   for (int i = 0; i < 2; i++) fc[i] = 3 * F, bc[i] = 3 * B;
   pc.fwd_cold = fc, pc.bwd_cold = bc, pc.params = params;
-  pc.cache_bytes = 4u << 20, pc.state_floats = 1;
-  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
-  cl.cache_ranks = 2; /* 2 MB each: both fit */
+  pc.cache_bytes = 3000000, pc.state_floats = 1;
+  hand_cluster(&cl, 1, 1, 0, 0, host, l, bw, slow);
   step_desc_t d;
-  step_desc_init(&d, 2);
-  for (int r = 0; r < 2; r++) {
-    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, r, params[r], 8, .peer = -1, .after = -1});
-    step_add(&d, (step_task_t){TASK_BACKWARD, r, r, params[r], 8, .peer = -1, .after = f});
-  }
+  step_desc_init(&d, 1);
+  int f0 = step_add(&d, (step_task_t){TASK_FORWARD, 0, 0, params[0], 8, .peer = -1, .after = -1});
+  int f1 = step_add(&d, (step_task_t){TASK_FORWARD, 0, 1, params[1], 8, .peer = -1, .after = f0});
+  int b1 = step_add(&d, (step_task_t){TASK_BACKWARD, 0, 1, params[1], 8, .peer = -1, .after = f1});
+  int b0 = step_add(&d, (step_task_t){TASK_BACKWARD, 0, 0, params[0], 8, .peer = -1, .after = b1});
+  step_add(&d, (step_task_t){TASK_UPDATE, 0, -1, 200000, 8, .peer = -1, .after = b0});
   perf_sim_t sim;
+  cl.cache_ranks = 2; /* 1.5 MB: both forwards and backward 0 cold, backward 1 warm */
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
-  CHECK_NEAR(sim.step_sec, F + B, 1e-12);
-  cl.cache_ranks = 4; /* 1 MB each: rank 1's 1.2 MB does not fit, rank 0's 12 KB does */
+  CHECK_NEAR(sim.step_sec, 3 * F + 3 * F + B + 3 * B, 1e-12);
+  cl.cache_ranks = 1; /* 3 MB: every distance fits */
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
-  CHECK_NEAR(sim.step_sec, 3 * (F + B), 1e-12);
-  CHECK_NEAR(sim.compute_sec, F + B, 1e-12); /* rank 0's */
+  CHECK_NEAR(sim.step_sec, 2 * (F + B), 1e-12);
+  cl.cache_ranks = 2;
   pc.fwd_cold = pc.bwd_cold = NULL; /* not measured (a graph model): warm */
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
-  CHECK_NEAR(sim.step_sec, F + B, 1e-12);
+  CHECK_NEAR(sim.step_sec, 2 * (F + B), 1e-12);
   step_desc_free(&d);
   CHECK(perf_cache_bytes() >= 1u << 20 && perf_cache_bytes() <= 64u << 20);
 }
@@ -727,7 +730,7 @@ int main(void) {
   RUN(test_two_servers_steady);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
-  RUN(test_cold_ranks);
+  RUN(test_cold_passes);
   RUN(test_calibrated_operations);
   RUN(test_profile_reader);
   RUN(test_gemm_fit);

@@ -90,8 +90,8 @@ typedef struct {
   const perf_cluster_t *cl;
   const perf_compute_t *pc;
   long long epoch_steps;      /* perf_sim_options_t's */
-  unsigned char *cold;        /* [rank] its passes from memory: its working set outgrows its
-                               * share of the cache */
+  unsigned char *cold;        /* [task] a pass from memory: its layer's parameters pushed out of
+                               * the rank's share of the cache since it last touched them */
   node_t *n;
   inst_t *inst;
   int *succ, *succ_at;        /* CSR successors */
@@ -642,7 +642,7 @@ static void build_node(sim_t *s, const perf_compute_t *pc, int shared_update, in
   else if (t->kind == TASK_COMM && t->peer >= 0) n->kind = N_PAIR;
   else n->kind = t->kind == TASK_SYNC ? N_CPU : N_NOW;
   if (n->kind == N_CPU) /* a traced slice each, where --trace is on */
-    n->work = (cpu_work(t, pc, s->cl, s->d->nranks, shared_update, s->cold[t->rank]) +
+    n->work = (cpu_work(t, pc, s->cl, s->d->nranks, shared_update, s->cold[i]) +
                s->cl->trace_sec) * share(s, t);
   if (n->kind == N_PAIR) n->work = lone_message_sec(s, t);
   /* a compressed exchange's encoding and decoding: seconds of a core,
@@ -715,46 +715,74 @@ static int build_edges(sim_t *s, edges_t *g) {
   return rc;
 }
 
-/* Which ranks run their passes from memory: a rank's working set -- the
- * parameters of the layers it computes (its block of a tensor-parallel
- * one), their gradients and the optimizer's state -- against its share
- * of the last-level cache, which cl->cache_ranks ranks split. A pipeline
- * stage of the deep model (5.7 M parameters, 68 MB with momentum) streams
- * its weights at every micro-batch; an mlp replica (0.5 M, 6.4 MB) keeps
- * them. */
-static int cold_ranks(sim_t *s, const perf_compute_t *pc) {
+/* The bytes of its layer's parameters a compute task touches: a forward
+ * reads the weights, a backward the weights and the gradients (adding to
+ * them), an update the parameters, gradients and optimizer state of the
+ * range it steps. */
+static double task_bytes(const step_task_t *t, const perf_compute_t *pc) {
+  double n = t->params > 0 ? (double)t->params
+             : pc->params && t->layer >= 0 && t->layer < pc->nlayers ? (double)pc->params[t->layer] : 0;
+  if (t->kind == TASK_FORWARD) return 4.0 * n;
+  if (t->kind == TASK_BACKWARD) return 8.0 * n;
+  return t->kind == TASK_UPDATE ? 4.0 * (2.0 + pc->state_floats) * n : 0;
+}
+
+static int is_pass(const step_task_t *t) { return t->kind == TASK_FORWARD || t->kind == TASK_BACKWARD; }
+
+/* Which passes run from memory: a pass whose layer's parameters were
+ * pushed out of the rank's share of the last-level cache (cl->cache_ranks
+ * ranks split it) since the rank last touched them -- an LRU cache's
+ * reuse distance: the distinct bytes the rank's own compute touched in
+ * between (each layer's weights once, its gradients once, an update's
+ * whole range), walking back through its tasks in the order it runs them
+ * and round into the step before (the steady state). A pipeline stage of
+ * the deep model (5.7 M parameters) streams its weights between two
+ * micro-batches' forwards, an interleaved chunk of it (2.9 M) may not; an
+ * mlp replica (0.5 M, 6.4 MB with momentum) keeps them from step to step. */
+static int cold_passes(sim_t *s, const perf_compute_t *pc) {
   const step_desc_t *d = s->d;
-  int R = d->nranks, L = pc->nlayers > 0 ? pc->nlayers : 1;
-  s->cold = calloc((size_t)R + 1, 1);
-  double *params = calloc((size_t)R * (size_t)L + 1, sizeof *params);
-  if (!s->cold || !params) {
-    free(params);
+  int N = d->ntasks, R = d->nranks, L = pc->nlayers > 0 ? pc->nlayers : 1;
+  s->cold = calloc((size_t)N + 1, 1);
+  int *seq = malloc(((size_t)N + 1) * sizeof *seq);
+  unsigned char *seen = malloc(2 * (size_t)L + 1); /* [layer * 2 + grads] */
+  if (!s->cold || !seq || !seen) {
+    free(seq), free(seen);
     return dt_error("out of memory");
   }
-  for (int i = 0; i < d->ntasks; i++) { /* a layer's parameters once a rank: its largest task's */
-    const step_task_t *t = &d->task[i];
-    if ((t->kind != TASK_FORWARD && t->kind != TASK_BACKWARD) || t->layer < 0 || t->layer >= L ||
-        t->rank < 0 || t->rank >= R)
-      continue;
-    double *p = &params[(size_t)t->rank * L + t->layer];
-    double v = t->params > 0 ? (double)t->params : pc->params ? (double)pc->params[t->layer] : 0;
-    if (v > *p) *p = v;
-  }
   int sharing = s->cl->cache_ranks > 0 ? s->cl->cache_ranks : R;
-  double share = (double)pc->cache_bytes / sharing;
-  for (int r = 0; r < R && pc->fwd_cold && pc->cache_bytes > 0; r++) {
-    double sum = 0;
-    for (int l = 0; l < L; l++) sum += params[(size_t)r * L + l];
-    s->cold[r] = sum * sizeof(float) * (2.0 + pc->state_floats) > share;
+  double share = pc->cache_bytes > 0 ? (double)pc->cache_bytes / sharing : 0;
+  for (int r = 0; r < R && pc->fwd_cold && share > 0; r++) {
+    int n = 0; /* the rank's compute tasks, in the order its thread runs them */
+    for (int i = 0; i < N; i++)
+      if (d->task[i].rank == r && (is_pass(&d->task[i]) || d->task[i].kind == TASK_UPDATE)) seq[n++] = i;
+    for (int k = 0; k < n; k++) {
+      const step_task_t *t = &d->task[seq[k]];
+      if (!is_pass(t) || t->layer < 0 || t->layer >= L) continue;
+      memset(seen, 0, 2 * (size_t)L);
+      double dist = task_bytes(t, pc);
+      for (int back = 1; back < n && dist <= share; back++) {
+        const step_task_t *u = &d->task[seq[(k - back + n) % n]];
+        if (u->kind == TASK_UPDATE) { /* it swept this layer too, somewhere in its range */
+          dist += task_bytes(u, pc) / 2;
+          break;
+        }
+        if (u->layer == t->layer) break;
+        if (u->layer < 0 || u->layer >= L) continue;
+        int g = u->kind == TASK_BACKWARD;
+        if (!seen[u->layer * 2]) seen[u->layer * 2] = 1, dist += task_bytes(u, pc) / (g ? 2 : 1);
+        if (g && !seen[u->layer * 2 + 1]) seen[u->layer * 2 + 1] = 1, dist += task_bytes(u, pc) / 2;
+      }
+      s->cold[seq[k]] = dist > share;
+    }
   }
-  free(params);
+  free(seq), free(seen);
   return 0;
 }
 
 static int build(sim_t *s, const perf_compute_t *pc, int shared_update) {
   const step_desc_t *d = s->d;
   int N = d->ntasks;
-  DT_TRY(cold_ranks(s, pc));
+  DT_TRY(cold_passes(s, pc));
   for (int i = 0; i < N; i++) build_node(s, pc, shared_update, i);
   edges_t g = {0};
   int rc = build_edges(s, &g);
