@@ -33,8 +33,10 @@ float *dt_alloc_floats(size_t n);
 float *dt_dup_floats(const float *x, size_t n); /* a new copy of x[0..n) */
 /* n zero floats, page-aligned, whose pages the kernel maps on first touch:
  * for arenas a rank may use only a part of (a pipeline stage's range of
- * the model's, ZeRO-1's blocks of the optimizer's state), so that the part
- * it never touches takes no memory. Freed with dt_unmap_floats(p, n). */
+ * the model's gradients, ZeRO-1's blocks of the optimizer's state), so
+ * that the part it never touches takes no memory -- not for what a step
+ * touches whole at once (its first pass would take the faults). Freed
+ * with dt_unmap_floats(p, n). */
 float *dt_map_floats(size_t n);
 void dt_unmap_floats(float *p, size_t n);
 

@@ -75,9 +75,9 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
  * dt_map_floats), each chunk's activation slots -- `slots` micro-batches
  * of `micro` samples, each layer's output and its gradient, its scratch,
  * the chunk's input and its input's gradient (stage_new, plan_chunks) --,
- * PipeDream's P and 2BW's one older weight versions of its chunk, and,
- * as rank 0 holds them at an epoch's end, the model's activations for
- * the evaluation (rank 0 evaluates the gathered model). */
+ * PipeDream's P and 2BW's one older weight versions of its chunk, and
+ * the model's own activation arena (zeroed when it is built; rank 0
+ * evaluates the gathered model in it). */
 double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
                                   const unsigned char *own, int micro, size_t ntrain) {
   int async = pipe_kind_async((pipe_kind_t)cfg->pipe.schedule);
@@ -93,7 +93,7 @@ double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
   int versions = cfg->pipe.schedule == PIPE_PIPEDREAM ? cfg->pipe.stages : cfg->pipe.schedule == PIPE_2BW;
   double floats = (double)m->nparams + (1.0 + state_arenas(&cfg->optim) + versions) * params +
                   (double)m->nbuffers + (double)slots * micro * (acts + inputs);
-  train_config_t whole = *cfg; /* the model's own arena, as the evaluation touches it */
+  train_config_t whole = *cfg; /* the model's own arena */
   whole.pipe.stages = 1;
   double eval = perf_memory_bytes(&whole, m, ntrain) -
                 4.0 * ((2.0 + state_arenas(&cfg->optim)) * (double)m->nparams + (double)m->nbuffers);

@@ -274,8 +274,8 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
 double perf_codec_memory_bytes(const compress_config_t *cc, size_t nparams);
 /* A pipeline rank's bytes: the whole model's parameters, its chunks'
  * (own[layer] set: the layers it runs) gradients, optimizer state, weight
- * versions and activation slots of `micro` samples, and rank 0's
- * activations for the evaluation. */
+ * versions and activation slots of `micro` samples, and the model's own
+ * activation arena. */
 double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
                                   const unsigned char *own, int micro, size_t ntrain);
 
