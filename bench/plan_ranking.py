@@ -8,7 +8,9 @@ of 2S steps less a run of S steps (`dtrain train OPTIONS --max-steps N
 --metrics ...`, epoch_sec each), over S, so that the first step's
 start-up (threads, buffers, a tensor or pipeline grid's set-up) is left
 out as the prediction leaves it out; the median of --repeats such pairs,
-alternated with the predictions. Each set prints its candidates, predicted and measured, and
+alternated with the predictions, a set's candidates taken round-robin (each
+repeat measures every one once, so that the host's drift falls on all
+alike). Each set prints its candidates, predicted and measured, and
 whether the predicted fastest is the measured fastest or within 5% of it;
 the summary gives Kendall's tau over the pairs of candidates within each
 set, pooled over all sets (tau = (concordant - discordant) / pairs; a pair
@@ -176,18 +178,26 @@ def main():
                 max(0.0, float(open("/proc/loadavg").read().split()[0]) - 1)
             print(f"\n{name}: {model} on {workers} workers at {link} (predicted at load {load:.1f})")
             print(f"  {'candidate':16} {'predicted_s':>11} {'measured_s':>11} {'ratio':>6}")
-            for cname, opts in cands:
-                o = options(model, workers, link, opts, a.steps)
-                preds, meass, err = [], [], None
-                for _ in range(a.repeats):  # alternated: the load drifts
+            # round-robin: each repeat predicts and measures every candidate
+            # once, so that the host's drift (other tenants' memory traffic
+            # moves a memory-bound step 10-25% over minutes) falls on all alike
+            got = {c: ([], [], None) for c, _ in cands}
+            for _ in range(a.repeats):
+                for cname, opts in cands:
+                    preds, meass, err = got[cname]
+                    if err:
+                        continue
+                    o = options(model, workers, link, opts, a.steps)
                     plan, err = predict(o, a.profile, load)
-                    if plan is None:
-                        break
-                    meas, err = measure(o, d, a.steps)
-                    if meas is None:
-                        break
-                    preds.append(plan["step_sec"])
-                    meass.append(meas)
+                    meas = None
+                    if plan is not None:
+                        meas, err = measure(o, d, a.steps)
+                    if meas is not None:
+                        preds.append(plan["step_sec"])
+                        meass.append(meas)
+                    got[cname] = (preds, meass, err)
+            for cname, _ in cands:
+                preds, meass, err = got[cname]
                 if err:
                     print(f"  {cname:16} skipped: {err}")
                     continue
