@@ -494,6 +494,48 @@ static void test_pipeline_bubbles(void) {
   CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
 }
 
+/* dp 2 x tp 2 on mlp: rank 0's tp group {0, 1} and its replicas {0, 2}
+ * have one lowest rank, and their collectives each their own color, so
+ * that the simulator matches rank 0's tp sum with rank 1's (not with rank
+ * 2's bucket) and the step is one sum of each bucket: at compute 0, the
+ * buckets' bytes over the 1 Gbit/s link (the tp sum and the buckets one
+ * after another on rank 0, each an rhd over 2: 2 lat + S / bw). */
+static void test_grid_groups_apart(void) {
+  char *argv[] = {"train", "--data", "synthetic", "--workers", "4", "--tp", "2", "--batch", "16",
+                  "--exchange", "allreduce:rhd", NULL};
+  train_config_t cfg;
+  CHECK_OK(train_options_parse(11, argv, &cfg));
+  model_spec_t spec;
+  CHECK_OK(model_spec_builtin("mlp", &spec));
+  model_t *m = NULL;
+  CHECK_OK(model_build(&spec, (shape_t){1, 28, 28}, 10, 16, &m));
+  model_spec_free(&spec);
+  step_desc_t d;
+  CHECK_OK(strategy_describe(&cfg, m, &d));
+  int tp_color = -1, dp_color = -1;
+  double sent = 0, lat = 1e-4, bwps = 1.25e8;
+  int ncoll = 0;
+  for (int i = 0; i < d.ntasks; i++) {
+    const step_task_t *t = &d.task[i];
+    if (t->rank != 0 || t->kind != TASK_COMM || t->peer >= 0) continue;
+    if (t->thread == THREAD_COMPUTE && tp_color < 0) tp_color = t->color;
+    else dp_color = t->color;
+    sent += t->sent, ncoll++;
+  }
+  CHECK(tp_color > 0 && dp_color > 0 && tp_color != dp_color);
+  int host[4];
+  double fwd[4] = {0}, bwd[4] = {0}, l[4], bw[4], slow[4];
+  perf_compute_t pc = {.nlayers = m->nlayers, .nsizes = 1, .fwd = fwd, .bwd = bwd};
+  pc.size[0] = 16;
+  perf_cluster_t cl;
+  hand_cluster(&cl, 4, 4, lat, bwps, host, l, bw, slow);
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, 2 * ncoll * lat + sent / bwps, 1e-9); /* rhd's two halves a sum */
+  step_desc_free(&d);
+  model_free(m);
+}
+
 /* A pass runs from memory when the rank's own work since it last touched
  * its layer's parameters -- each layer's weights once, its gradients once,
  * an update's range (half of it: it swept the layer somewhere in it) --
@@ -731,6 +773,7 @@ int main(void) {
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_cold_passes);
+  RUN(test_grid_groups_apart);
   RUN(test_calibrated_operations);
   RUN(test_profile_reader);
   RUN(test_gemm_fit);

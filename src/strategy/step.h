@@ -104,14 +104,18 @@ int step_add_passes(step_desc_t *d, const model_t *m, int rank, int samples, int
  * rank's place in it and its allreduce (step_allreduce_algo's). */
 typedef struct {
   int size, rank, algo;
-  int color;              /* its collectives' color (STEP_GROUP_COLOR; 0: the only group) */
+  int color;              /* its collectives' color (STEP_TP_COLOR, STEP_REPLICA_COLOR; 0: the
+                           * only group) */
 } step_group_t;
-/* A group's own color (step_task_t.color), from its lowest world rank,
- * where groups of one size are several (the tp groups of each stage and
- * replica, the replicas' sums of each stage or tp rank): the simulator
- * then matches a group's collectives with its own members' only. Apart
- * from hier's colors (1 + a host, an index). */
-#define STEP_GROUP_COLOR(lowest) ((1 << 16) + (lowest))
+/* A group's own color (step_task_t.color), from its kind and its lowest
+ * world rank, where groups of one size are several (the tp groups of each
+ * stage and replica, the replicas' sums of each stage or tp rank): the
+ * simulator then matches a group's collectives with its own members' only.
+ * The kind keeps apart two groups with one lowest rank (rank 0's tp group
+ * {0, 1} and its replicas' {0, 2} under dp 2 x tp 2). Apart from hier's
+ * colors (1 + a host, an index). */
+#define STEP_TP_COLOR(lowest) ((1 << 16) + (lowest))      /* a tensor-parallel group */
+#define STEP_REPLICA_COLOR(lowest) ((2 << 16) + (lowest)) /* the replicas of a block or stage */
 /* The collectives added since task `from` that have no color get `color`. */
 void step_color_since(step_desc_t *d, int from, int color);
 typedef struct {

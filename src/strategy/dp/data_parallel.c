@@ -150,9 +150,9 @@ static int describe_step_times(step_desc_t *out, const train_config_t *c, int r,
 static int describe_groups(const train_config_t *c, const int *coord, int P, int T,
                            step_groups_t *g) {
   int tp0[GRID_AXES] = {coord[GRID_DP], 0, 0}, dp0[GRID_AXES] = {0, 0, coord[GRID_TP]};
-  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING, STEP_GROUP_COLOR(rank_grid_rank(P, 1, T, tp0))},
+  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING, STEP_TP_COLOR(rank_grid_rank(P, 1, T, tp0))},
                        {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING,
-                        STEP_GROUP_COLOR(rank_grid_rank(P, 1, T, dp0))}};
+                        STEP_REPLICA_COLOR(rank_grid_rank(P, 1, T, dp0))}};
   if (T > 1) DT_TRY(step_allreduce_algo(c->algo, T, &g->tp.algo));
   if (g->bn.size > 1) DT_TRY(step_allreduce_algo(c->algo, P, &g->bn.algo));
   return 0;

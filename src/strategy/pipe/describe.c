@@ -90,7 +90,7 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   case PIPE_FORWARD:
   case PIPE_BACKWARD: { /* chunk 0 computes no input gradient (the engine passes it none) */
     int tp0[GRID_AXES] = {r, s, 0}; /* this stage's tp group: its own sums */
-    d->groups.tp.color = STEP_GROUP_COLOR(rank_grid_rank(d->dp, d->P, d->T, tp0));
+    d->groups.tp.color = STEP_TP_COLOR(rank_grid_rank(d->dp, d->P, d->T, tp0));
     for (int k = 0; k < d->first[g + 1] - d->first[g] && prev != STEP_FAILED; k++) {
       int bw = in.op == PIPE_BACKWARD, i = bw ? d->first[g + 1] - 1 - k : d->first[g] + k;
       prev = step_add_layer(d->out, d->m, me, i, n, bw, d->first[g], g > 0, &d->groups, prev, NULL);
@@ -108,7 +108,7 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
       int first = d->out->ntasks;
       if (len) prev = step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
       /* this stage's (and tp rank's) replicas: their own sum */
-      if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_GROUP_COLOR(rank_of(d, 0, s)));
+      if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_REPLICA_COLOR(rank_of(d, 0, s)));
     }
     return prev;
   case PIPE_STEP: { /* the stage's own parameters: its chunks' (the engine's segments) */
