@@ -65,6 +65,7 @@ CONFIGS = [
     ("tensor", "tp-2", "--workers 2 --tp 2"),
     ("hybrid", "dp2-pp2", "--workers 4 --pp 2 --micro-batches 2 --partition 0,1"),
     ("hybrid", "pp2-tp2", "--workers 4 --pp 2 --tp 2 --micro-batches 2 --partition macs --model FOUR"),
+    ("hybrid", "dp2-tp2", "--workers 4 --tp 2 --exchange allreduce:ring"),
     ("codec", "fp16-2", "--workers 2 --exchange allreduce:ring --compress fp16"),
     ("codec", "int8-2", "--workers 2 --exchange allreduce:ring --compress int8"),
     ("codec", "topk-2", "--workers 2 --exchange allreduce:ring --compress topk:0.01"),

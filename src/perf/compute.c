@@ -46,12 +46,12 @@ static void evict(const float *buf, size_t n) {
 /* Layer i on n samples: forward (its loss where it ends the model), then
  * backward from a small output gradient; the least of each. cold (an
  * eviction buffer of nevict floats): each pass starts with the caches
- * emptied and the backward adds to the gradients, as a rank whose
- * parameters, gradients and optimizer state outgrow its share of the
- * cache runs its micro-batches after the first: the weights (and the
- * gradients) come from memory at every pass, which at a few samples a
- * pass costs more than the products (a 1536 x 1536 layer on 4 samples:
- * 9.4 MB streamed for 19 MFLOP). */
+ * emptied and the backward adds to the gradients, as a pass runs whose
+ * layer the rank's other work has pushed out of the cache (a pipeline
+ * stage's micro-batches after the first): the weights (and the gradients)
+ * come from memory, which at a few samples a pass costs more than the
+ * products (a 1536 x 1536 layer on 4 samples: 9.4 MB streamed for 19
+ * MFLOP). */
 static int time_layer(model_t *m, int i, int n, rng_t *rng, const float *evict_buf, size_t nevict,
                       double *fwd, double *bwd) {
   stage_t *st;
@@ -223,7 +223,6 @@ int perf_compute_measure(model_t *m, const optim_config_t *oc, const int *sizes,
   size_t nevict = graph ? 0 : out->cache_bytes / 2; /* floats: twice the cache's bytes */
   float *evict_buf = nevict ? dt_alloc_floats(nevict) : NULL;
   if (rc == 0 && evict_buf) {
-    for (size_t k = 0; k < nevict; k++) evict_buf[k] = 0;
     out->fwd_cold = calloc(cells + 1, sizeof *out->fwd_cold);
     out->bwd_cold = calloc(cells + 1, sizeof *out->bwd_cold);
     if (!out->fwd_cold || !out->bwd_cold) rc = dt_error("out of memory");

@@ -11,10 +11,9 @@
  * and its gradient a sample, the layers' scratch; under --recompute the
  * layers inside a segment only once, in the workspace the segments share),
  * and the worker's own: its batch's inputs and labels, the epoch's sample
- * order (worker.c). Not counted: a pipeline stage's own activation slots
- * (stage_new: M micro-batches of its layers), the kernels' workspaces
- * (oneDNN's: ~0.3 MiB a rank measured here), the collectives' scratch, a
- * thread's stack. */
+ * order (worker.c); a pipeline rank's: perf_pipeline_memory_bytes. Not
+ * counted: the kernels' workspaces (oneDNN's: ~0.3 MiB a rank measured
+ * here), the collectives' scratch, a thread's stack. */
 #include "compress/compressor.h"
 #include "perf/perf.h"
 #include "strategy/pipe/schedule.h"
