@@ -119,8 +119,9 @@ $(BUILD)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/replay.c fuzz/util.c fuzz/fuzz.h $(BU
 	$(CC) $(CFLAGS) $(LDFLAGS) -DFUZZ_NAME='"$*"' -o $@ $< fuzz/replay.c fuzz/util.c $(BUILD)/libdtrain.a $(LIBS)
 
 # The test runner runs every unit test binary, the end-to-end scripts and
-# the fuzz corpus replays, then prints "N passed, N failed".
-test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(REPLAY_BIN)
+# the fuzz corpus replays, then prints "N passed, N failed" (e2e_gpt_gemms.sh
+# runs a bench binary: gpt_gemms).
+test: $(BUILD)/dtrain $(TEST_BIN) $(MPI_TEST_BIN) $(REPLAY_BIN) $(BUILD)/bench/gpt_gemms
 	@BUILD=$(BUILD) SAN=$(SAN) TSAN=$(TSAN) sh tests/run.sh
 
 # ---- libFuzzer (clang): build-fuzz/fuzz_<name>, see docs/FUZZING.md --------
