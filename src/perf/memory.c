@@ -40,6 +40,23 @@ double perf_codec_memory_bytes(const compress_config_t *cc, size_t nparams) {
   return bytes;
 }
 
+/* The model's activation arena for the batch (each layer's output and
+ * its gradient a sample, the layers' scratch; under --recompute a
+ * segment's inside once), the worker's batch and the epoch's order. */
+static double batch_bytes(const train_config_t *cfg, const model_t *m, size_t ntrain) {
+  double acts = (double)m->nclasses * cfg->batch, ws = 0, seg = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const layer_t *l = &m->layers[i];
+    double own = 2.0 * (double)shape_size(l->out_shape) * cfg->batch + (double)l->scratch_len;
+    if (l->in_workspace) seg += own; /* --recompute: one segment's at a time */
+    else acts += own;
+    if (l->recompute_from) ws = seg > ws ? seg : ws, seg = 0;
+  }
+  acts += ws;
+  double inputs = (double)shape_size(m->layers[0].in_shape) * cfg->batch + cfg->batch; /* x, y */
+  return 4.0 * (acts + inputs + (double)ntrain);
+}
+
 double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntrain) {
   double params = (double)m->nparams;
   int tp = cfg->tensor.ranks > 1 ? cfg->tensor.ranks : 1, pp = cfg->pipe.stages > 1 ? cfg->pipe.stages : 1;
@@ -55,17 +72,7 @@ double perf_memory_bytes(const train_config_t *cfg, const model_t *m, size_t ntr
     compress_config_t cc = worker_compress_config(cfg);
     model += perf_codec_memory_bytes(&cc, m->nparams);
   }
-  double acts = (double)m->nclasses * cfg->batch, ws = 0, seg = 0;
-  for (int i = 0; i < m->nlayers; i++) {
-    const layer_t *l = &m->layers[i];
-    double own = 2.0 * (double)shape_size(l->out_shape) * cfg->batch + (double)l->scratch_len;
-    if (l->in_workspace) seg += own; /* --recompute: one segment's at a time */
-    else acts += own;
-    if (l->recompute_from) ws = seg > ws ? seg : ws, seg = 0;
-  }
-  acts += ws;
-  double inputs = (double)shape_size(m->layers[0].in_shape) * cfg->batch + cfg->batch; /* x, y */
-  return model + 4.0 * (acts + inputs + (double)ntrain);
+  return model + batch_bytes(cfg, m, ntrain);
 }
 
 /* A pipeline rank as the engine runs it (strategy/pipe/engine.c): the
@@ -92,9 +99,5 @@ double perf_pipeline_memory_bytes(const train_config_t *cfg, const model_t *m,
   int versions = cfg->pipe.schedule == PIPE_PIPEDREAM ? cfg->pipe.stages : cfg->pipe.schedule == PIPE_2BW;
   double floats = (double)m->nparams + (1.0 + state_arenas(&cfg->optim) + versions) * params +
                   (double)m->nbuffers + (double)slots * micro * (acts + inputs);
-  train_config_t whole = *cfg; /* the model's own arena */
-  whole.pipe.stages = 1;
-  double eval = perf_memory_bytes(&whole, m, ntrain) -
-                4.0 * ((2.0 + state_arenas(&cfg->optim)) * (double)m->nparams + (double)m->nbuffers);
-  return 4.0 * floats + eval;
+  return 4.0 * floats + batch_bytes(cfg, m, ntrain); /* the model's own arena, the batch */
 }
