@@ -446,9 +446,9 @@ static void test_neighbour_exchanges(void) {
 }
 
 /* A pipeline's step on a model of `layers` equal layers, every layer F
- * forward and B backward, free links: the instruction lists the engine
- * runs (strategy_describe), simulated. */
-static double pipeline_step(const char *schedule, int layers, const char *partition) {
+ * forward and B backward, links of bandwidth bw (0: free): the
+ * instruction lists the engine runs (strategy_describe), simulated. */
+static double pipeline_step_on(const char *schedule, int layers, const char *partition, double bw) {
   char sched[64], part[64];
   snprintf(sched, sizeof sched, "%s", schedule);
   snprintf(part, sizeof part, "%s", partition);
@@ -473,11 +473,11 @@ static double pipeline_step(const char *schedule, int layers, const char *partit
   step_desc_t d;
   if (rc == 0 && (rc = strategy_describe(&cfg, m, &d)) == 0) {
     int host[2];
-    double fwd[8], bwd[8], l[2], bw[2], slow[2];
+    double fwd[8], bwd[8], l[2], bws[2], slow[2];
     perf_compute_t pc;
     perf_cluster_t cl;
     hand_compute(&pc, m->nlayers, 4, fwd, bwd);
-    hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+    hand_cluster(&cl, 2, 2, 0, bw, host, l, bws, slow);
     perf_sim_t sim;
     if (perf_simulate(&d, &pc, &cl, 0, &sim) == 0) step = sim.step_sec;
     step_desc_free(&d);
@@ -487,11 +487,71 @@ static double pipeline_step(const char *schedule, int layers, const char *partit
   return step;
 }
 
+static double pipeline_step(const char *schedule, int layers, const char *partition) {
+  return pipeline_step_on(schedule, layers, partition, 0);
+}
+
 static void test_pipeline_bubbles(void) {
   int P = 2, M = 4, V = 2;
   CHECK_NEAR(pipeline_step("gpipe", 2, "0,1"), (M + P - 1) * (F + B), 1e-12);
   CHECK_NEAR(pipeline_step("1f1b", 2, "0,1"), (M + P - 1) * (F + B), 1e-12);
   CHECK_NEAR(pipeline_step("interleaved:2", 4, "0,1,2,3"), (V * M + P - 1) * (F + B), 1e-12);
+}
+
+/* The engine's sends are isends, waited for at REDUCE: a stage computes
+ * on while its link carries the last micro-batch. GPipe, 2 stages of one
+ * layer, 4 micro-batches of 4 samples: 128 bytes a message, L = 4 ms on
+ * the link (> F, B). Stage 0's forwards end at F, 2F, ...; its messages
+ * follow each other on the link, the last there at F + 4L; stage 1's
+ * last forward and first backward, then its gradients 4L on its link;
+ * stage 0's last backward: 2F + 8L + 2B (a blocking send, 4F + 8L + 3B
+ * + ...: 47 ms, not 38). */
+static void test_pipeline_sends_overlap(void) {
+  double L = 4e-3;
+  CHECK_NEAR(pipeline_step_on("gpipe", 2, "0,1", 128 / L), 2 * F + 8 * L + 2 * B, 1e-9);
+}
+
+/* Four ranks on two cores, a collective's own cost 1 ms a message calm
+ * and 5 ms crowded (local's oversubscribed calibration): ranks 0 and 1
+ * sum (rhd over 2: 2 messages) while ranks 2 and 3 sleep, then while they
+ * compute; then all four sum together. */
+static void test_crowded_collectives(void) {
+  int host[4];
+  double fwd[1] = {F}, bwd[1] = {B}, l[4], bw[4], slow[4];
+  perf_compute_t pc = {.nlayers = 1, .nsizes = 1, .fwd = fwd, .bwd = bwd};
+  pc.size[0] = 8;
+  perf_cluster_t cl;
+  hand_cluster(&cl, 4, 2, 0, 0, host, l, bw, slow);
+  cl.own = (perf_link_t){1e-3, 0};
+  for (int k = 0; k < PERF_NOPS; k++) cl.op[k] = cl.own;
+  cl.crowd = (perf_link_t){5e-3, 0};
+  for (int busy = 0; busy < 2; busy++) {
+    step_desc_t d;
+    step_desc_init(&d, 4);
+    for (int r = 0; r < 2; r++) {
+      int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+      step_add_allreduce(&d, r, r, 2, ALLREDUCE_RHD, 100, f, THREAD_COMPUTE, 1);
+    }
+    for (int r = 2; busy && r < 4; r++) /* a long forward each, beside the sum */
+      for (int k = 0; k < 20; k++) step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    perf_sim_t sim;
+    CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+    double msgs, bytes;
+    coll_allreduce_cost(ALLREDUCE_RHD, 2, 1, busy, &msgs, &bytes);
+    /* calm: ranks 0 and 1 a core each; busy: four forwards share the two
+     * cores (2F), then the sum crowded beside ranks 2 and 3's (which end
+     * at 21F: F of their work done in the first 2F) */
+    CHECK_NEAR(sim.step_sec, busy ? 2 * F + msgs * 5e-3 : F + msgs * 1e-3, 1e-9);
+    step_desc_free(&d);
+  }
+  step_desc_t d;
+  ring_step(&d, 4, 100); /* all four sum: crowded, every message a turn (ring over 4: 24) */
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  double msgs, bytes;
+  coll_allreduce_cost(ALLREDUCE_RING, 4, 1, 1, &msgs, &bytes);
+  CHECK_NEAR(sim.step_sec, 2 * (F + B) + msgs * 5e-3, 1e-9);
+  step_desc_free(&d);
 }
 
 /* dp 2 x tp 2 on mlp: rank 0's tp group {0, 1} and its replicas {0, 2}
@@ -772,6 +832,8 @@ int main(void) {
   RUN(test_two_servers_steady);
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
+  RUN(test_pipeline_sends_overlap);
+  RUN(test_crowded_collectives);
   RUN(test_cold_passes);
   RUN(test_grid_groups_apart);
   RUN(test_calibrated_operations);

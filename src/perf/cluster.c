@@ -51,8 +51,10 @@ int perf_cluster_from_config(const train_config_t *cfg, int nranks, const perf_p
   if (cfg->comm == COMM_MPI && over && !prof->mpi_measured)
     perf_cluster_own(out, &prof->mpi_oversubscribed, NULL, 0);
   else if (cfg->comm == COMM_MPI) perf_cluster_own(out, &prof->mpi, prof->mpi_op, prof->mpi_ops);
-  else if (over) perf_cluster_own(out, &prof->local_oversubscribed, NULL, 0);
   else perf_cluster_own(out, &prof->local, prof->local_op, prof->local_ops);
+  /* local's waits sleep: a collective crowds the cores only when the
+   * threads at work then outnumber them (simulate.c decides, as it runs) */
+  if (cfg->comm == COMM_LOCAL && over) out->crowd = prof->local_oversubscribed;
   /* shared sync's exchange across cores, as calibrated with a core a rank */
   out->shm_sec = cfg->comm == COMM_LOCAL && !over ? prof->shm_sec : 0;
   out->trace_sec = cfg->trace[0] ? prof->trace_slice_sec : 0;

@@ -195,6 +195,8 @@ typedef struct {
                               * when the plan is made: a shared machine) */
   perf_link_t own;           /* the transport's own cost, added to every message ... */
   perf_link_t op[PERF_NOPS]; /* ... each operation's, where calibrated (else own) */
+  perf_link_t crowd;         /* a message's own cost while the threads at work outnumber the
+                              * cores (local's oversubscribed calibration; zero: own and op) */
   double shm_sec;            /* shared sync's sum and push a value (0: one core's sum, copy) */
   double trace_sec;          /* a traced slice a task (--trace; else 0) */
   int polling;               /* a thread waiting on the transport polls it (mpi: Open MPI's

@@ -100,6 +100,7 @@ typedef struct {
   int nrun;
   int *waiting;               /* [rank * 2 + comm thread]: its communication tasks under way */
   int polling;                /* the threads with one under way (on the cores where cl->polling) */
+  int in_coll;                /* the threads inside a collective that has started */
   int *pend;                  /* tasks whose end time is fixed, not yet reached */
   int npend;
   double *link_free;          /* [rank * 2 + intra] */
@@ -182,8 +183,16 @@ static double tree_reduce_sec(int P, double bytes, double lat, double pb) {
 
 /* The transport's own cost of a collective: its operation's calibrated fit
  * (the ring's where that operation was not measured). */
-static const perf_link_t *coll_own(const sim_t *s, const step_task_t *t) {
+static int has_crowd(const perf_cluster_t *cl) { return cl->crowd.alpha > 0 || cl->crowd.beta > 0; }
+
+/* A message's own cost: the crowded one wherever ranks outnumber cores. */
+static const perf_link_t *p2p_own(const sim_t *s) {
+  return s->cl->nranks > s->cl->cores && has_crowd(s->cl) ? &s->cl->crowd : &s->cl->op[PERF_OP_P2P];
+}
+
+static const perf_link_t *coll_own(const sim_t *s, const step_task_t *t, int crowded) {
   const perf_link_t *op = s->cl->op;
+  if (crowded && has_crowd(s->cl)) return &s->cl->crowd;
   const char *p = t->pattern ? t->pattern : "";
   if (!strcmp(p, "allreduce") && t->algo && !strcmp(t->algo, "rhd")) return &op[PERF_OP_RHD];
   if (!strcmp(p, "allreduce") && t->algo && !strcmp(t->algo, "tree")) return &op[PERF_OP_TREE];
@@ -195,12 +204,13 @@ static const perf_link_t *coll_own(const sim_t *s, const step_task_t *t) {
 }
 
 /* A collective's seconds on the link (lat, per_byte) with the transport's
- * own cost: messages in sequence on the link, and (oversubscribed) the
- * turns they take on the shared cores. */
-static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
-  const perf_link_t *own = coll_own(s, t);
+ * own cost: messages in sequence on the link, and (over: the threads at
+ * work outnumber the cores) the turns they take on the shared cores. */
+static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte,
+                            int over) {
+  const perf_link_t *own = coll_own(s, t, over);
   double pb = per_byte + (own->beta > 0 ? 1.0 / own->beta : 0);
-  int P = t->group, over = s->cl->nranks > s->cl->cores;
+  int P = t->group;
   if (t->kind == TASK_SYNC) return 2.0 * ceil_lg(P) * (lat + own->alpha);
   allreduce_algo_t algo;
   double S = (double)t->count * sizeof(float);
@@ -221,8 +231,8 @@ static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, do
 }
 
 /* ... and a traced slice where --trace is on. */
-static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte) {
-  return coll_link_sec(s, t, lat, per_byte) + s->cl->trace_sec;
+static double coll_sec(const sim_t *s, const step_task_t *t, double lat, double per_byte, int over) {
+  return coll_link_sec(s, t, lat, per_byte, over) + s->cl->trace_sec;
 }
 
 static void pend_at(sim_t *s, int i, double t) {
@@ -252,11 +262,26 @@ static void host_busiest(sim_t *s, int h, void *arg) {
   if (s->host_flows[h] > *(int *)arg) *(int *)arg = s->host_flows[h];
 }
 
+static void inst_cost(sim_t *s, int c, int over);
+
+/* Whether a collective starting now takes turns on the cores: its ranks,
+ * the threads computing and those in other collectives outnumber them. A
+ * rank blocked on a message sleeps on `local` (a pipeline stage waiting
+ * while the next one's tensor-parallel pair sums has its cores to
+ * itself); a polling transport's waits are all at work. */
+static int crowded(const sim_t *s, const inst_t *c) {
+  if (s->cl->nranks <= s->cl->cores) return 0;
+  if (s->cl->polling) return 1;
+  return c->members + s->in_coll + s->nrun > s->cl->cores;
+}
+
 /* The collective's members have all arrived: each ends after the longest.
  * One across hosts that share a link (link=shared) first holds its hosts'
  * links, as a flow that shares each with the others on it (advance). */
 static void start_collective(sim_t *s, int k) {
   inst_t *c = &s->inst[k];
+  inst_cost(s, k, crowded(s, c));
+  s->in_coll += c->members;
   for (int j = c->first; j < c->first + c->members; j++)
     if (!s->n[s->keys[j].task].coding) s->n[s->keys[j].task].start = c->ready; /* else from its codec */
   if (c->flow <= 0) {
@@ -295,7 +320,7 @@ static void start_send(sim_t *s, int i) {
     if (*lf > start) start = *lf;
     *lf = start + len;
   }
-  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
+  const perf_link_t *own = p2p_own(s);
   double finish = start + len + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
   n->start = s->now;
   n->issued = 1;
@@ -316,7 +341,7 @@ static double exchange_leg(sim_t *s, int a, int b, double bytes, double t, doubl
   double *lf = &s->link_free[a * 2 + !cross_host(s, a, b)];
   double start = *lf > t ? *lf : t;
   *lf = start + bytes * pb;
-  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
+  const perf_link_t *own = p2p_own(s);
   *sent_at = *lf + own->alpha + (own->beta > 0 ? bytes / own->beta : 0);
   return *sent_at + lat;
 }
@@ -414,6 +439,7 @@ static void make_ready(sim_t *s, int i) {
 static void finish(sim_t *s, int i) {
   node_t *n = &s->n[i];
   if (communicates(n)) wait_ends(s, i);
+  if (n->kind == N_COLL) s->in_coll--;
   n->done = 1;
   if (n->end < s->now) n->end = s->now;
   s->ndone++;
@@ -495,7 +521,7 @@ static int key_cmp(const void *a, const void *b) {
  * hosts, then the slowest member's link. Across hosts that share a link,
  * the part of its time that is bandwidth (its time less its time on a
  * link of no cost per byte) is a flow on its hosts' links. */
-static void inst_cost(sim_t *s, int c) {
+static void inst_cost(sim_t *s, int c, int over) {
   inst_t *in = &s->inst[c];
   const coll_key_t *key = s->keys + in->first;
   int spans = 0;
@@ -511,8 +537,8 @@ static void inst_cost(sim_t *s, int c) {
   }
   for (int j = 0; j < in->members; j++) {
     const step_task_t *t = &s->d->task[key[j].task];
-    double sec = coll_sec(s, t, lat, pb) * share(s, t);
-    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0) * share(s, t) : 0;
+    double sec = coll_sec(s, t, lat, pb, over) * share(s, t);
+    double flow = spans && s->cl->shared_link ? sec - coll_sec(s, t, lat, 0, over) * share(s, t) : 0;
     if (sec > in->dur) in->dur = sec;
     if (flow > in->flow) in->flow = flow;
   }
@@ -555,7 +581,6 @@ static int match_collectives(sim_t *s) {
   s->flowing = calloc((size_t)ninst + 2, sizeof *s->flowing);
   s->frate = calloc((size_t)ninst + 2, sizeof *s->frate);
   if (!s->flow_rem || !s->flowing || !s->frate) return dt_error("out of memory");
-  for (int c = 0; c <= ninst; c++) inst_cost(s, c);
   return 0;
 }
 
@@ -604,7 +629,7 @@ static void match_messages(sim_t *s) {
 static double lone_message_sec(const sim_t *s, const step_task_t *t) {
   double lat, pb;
   link_of(s, t->rank, t->peer, &lat, &pb);
-  const perf_link_t *own = &s->cl->op[PERF_OP_P2P];
+  const perf_link_t *own = p2p_own(s);
   double bytes = t->sent > t->received ? t->sent : t->received;
   return (lat + own->alpha + bytes * (pb + (own->beta > 0 ? 1.0 / own->beta : 0))) * share(s, t);
 }

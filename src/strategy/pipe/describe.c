@@ -22,6 +22,7 @@ typedef struct {
   double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
                                * rank's cut (the engine's world rank 0 times for all) */
   allreduce_algo_t algo;      /* the replicas' sum */
+  int last_send;              /* the stage's latest message out (a task on its comm thread), or -1 */
   step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
 } pipe_desc_t;
@@ -97,11 +98,20 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
     }
     return prev;
   }
-  case PIPE_SEND_ACT: t.peer = next, t.sent = act * chunk_out(d, g); break;
+  case PIPE_SEND_ACT:
+  case PIPE_SEND_GRAD: { /* isend: the link takes it while the stage computes on */
+    t.peer = in.op == PIPE_SEND_ACT ? next : back;
+    t.sent = act * (in.op == PIPE_SEND_ACT ? chunk_out(d, g) : chunk_in(d, g));
+    t.thread = THREAD_COMM;
+    int sent = step_add(d->out, t);
+    if (sent == STEP_FAILED) return sent;
+    d->last_send = sent;
+    return prev;
+  }
   case PIPE_RECV_ACT: t.pattern = "recv", t.peer = back, t.received = act * chunk_in(d, g); break;
   case PIPE_RECV_GRAD: t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g); break;
-  case PIPE_SEND_GRAD: t.peer = back, t.sent = act * chunk_in(d, g); break;
-  case PIPE_REDUCE:
+  case PIPE_REDUCE: /* the step's sends delivered first (sync_reduce's wait), then the sums */
+    if (d->last_send >= 0) prev = d->last_send;
     prev = add_tied(d, r, s, 1, prev);
     for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
       size_t len = chunk_params(d, v * d->P + s);
@@ -131,6 +141,7 @@ static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
   for (int r = 0; r < d->dp; r++)
     for (int s = 0; s < d->P; s++) {
       int prev = -1;
+      d->last_send = -1;
       for (int i = 0; i < sched->len[s] && prev != STEP_FAILED; i++) {
         pipe_instr_t in = sched->prog[s][i];
         size_t off, n = 0;
