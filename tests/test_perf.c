@@ -554,6 +554,36 @@ static void test_crowded_collectives(void) {
   step_desc_free(&d);
 }
 
+/* allreduce_shm on 2 ranks, 10^6 floats: its two barriers (2 empty
+ * messages each, 1 us of the transport's own) and the pass over the
+ * buffers, one core's sum and copy a value (1 + 0.5 ns) or shared
+ * sync's calibrated pass (2 ns). */
+static void test_shm_allreduce(void) {
+  int host[2];
+  double fwd[1] = {F}, bwd[1] = {B}, l[2], bw[2], slow[2];
+  perf_compute_t pc = {.nlayers = 1, .nsizes = 1, .fwd = fwd, .bwd = bwd, .sum_sec = 1e-9,
+                       .copy_sec = 0.5e-9};
+  pc.size[0] = 8;
+  perf_cluster_t cl;
+  hand_cluster(&cl, 2, 2, 0, 0, host, l, bw, slow);
+  cl.own = (perf_link_t){1e-6, 0};
+  for (int k = 0; k < PERF_NOPS; k++) cl.op[k] = cl.own;
+  step_desc_t d;
+  step_desc_init(&d, 2);
+  for (int r = 0; r < 2; r++) {
+    int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
+    int b = step_add(&d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = f});
+    step_add_allreduce(&d, r, r, 2, ALLREDUCE_SHM, 1000000, b, THREAD_COMPUTE, 1);
+  }
+  perf_sim_t sim;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B + 4e-6 + 1.5e-3, 1e-9);
+  cl.shm_sec = 2e-9;
+  CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
+  CHECK_NEAR(sim.step_sec, F + B + 4e-6 + 2e-3, 1e-9);
+  step_desc_free(&d);
+}
+
 /* dp 2 x tp 2 on mlp: rank 0's tp group {0, 1} and its replicas {0, 2}
  * have one lowest rank, and their collectives each their own color, so
  * that the simulator matches rank 0's tp sum with rank 1's (not with rank
@@ -834,6 +864,7 @@ int main(void) {
   RUN(test_pipeline_bubbles);
   RUN(test_pipeline_sends_overlap);
   RUN(test_crowded_collectives);
+  RUN(test_shm_allreduce);
   RUN(test_cold_passes);
   RUN(test_grid_groups_apart);
   RUN(test_calibrated_operations);

@@ -203,6 +203,16 @@ static const perf_link_t *coll_own(const sim_t *s, const step_task_t *t, int cro
   return &s->cl->own;
 }
 
+/* allreduce_shm's pass: its two barriers (2 ceil(lg P) empty messages
+ * each), and a rank's block of every rank's buffer summed and written
+ * back into every buffer: `count` values read and summed, `count`
+ * written -- across cores as calibrated (shm_sec, shared sync's pass),
+ * else one core's sum and copy a value. */
+static double shm_allreduce_sec(const sim_t *s, int P, double count, double msg) {
+  double per = s->cl->shm_sec > 0 ? s->cl->shm_sec : s->pc->sum_sec + s->pc->copy_sec;
+  return 4.0 * ceil_lg(P) * msg + count * per;
+}
+
 /* A collective's seconds on the link (lat, per_byte) with the transport's
  * own cost: messages in sequence on the link, and (over: the threads at
  * work outnumber the cores) the turns they take on the shared cores. */
@@ -219,6 +229,8 @@ static double coll_link_sec(const sim_t *s, const step_task_t *t, double lat, do
   if (tree && !strcmp(t->pattern, "reduce")) return tree_reduce_sec(P, S, lat + own->alpha, pb);
   if (tree && !strcmp(t->pattern, "allreduce"))
     return tree_reduce_sec(P, S, lat + own->alpha, pb) + tree_broadcast_sec(P, S, lat + own->alpha, pb);
+  if (!strcmp(t->pattern, "allreduce") && t->count && t->algo && !strcmp(t->algo, "shm"))
+    return shm_allreduce_sec(s, P, (double)t->count, lat + own->alpha);
   if (!strcmp(t->pattern, "allreduce") && t->count && t->algo &&
       allreduce_algo_parse(t->algo, &algo) == 0) {
     double m, b, mc, bc;
