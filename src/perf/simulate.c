@@ -19,7 +19,11 @@
  *   messages and bytes in sequence), with the link the ranks share; a
  *   binomial tree's (broadcast, reduce, the tree allreduce) as its sends
  *   go, rank by rank (a parent's children one after the other on its
- *   link, a reduce's children each on its own);
+ *   link, a reduce's children each on its own); with more ranks than
+ *   cores, every message of every rank a turn on the cores at the
+ *   cluster's `crowd` cost, where its ranks, the threads computing and
+ *   those in other collectives then outnumber the cores (crowded);
+ *   allreduce:shm its barriers and its pass over the buffers;
  * - the transport's own cost (alpha per message, beta per byte: copying,
  *   summing) on top of every message's link time;
  * - a compressed exchange's codec (perf_codec_work: the encodings and
