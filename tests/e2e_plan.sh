@@ -198,6 +198,10 @@ if [ -x /usr/bin/time ]; then
   # a pipeline rank: the whole model's parameters, its stage's gradients,
   # Adam's state and activation slots (185 MB as a replica, 121 as a stage)
   memory plan_memory_pipeline_stage --model deep --optimizer adam --pp 2 --micro-batches 4 --partition macs
+  # the streams without flush: their weight versions (PipeDream P stashed
+  # copies of the stage, 2BW one) and activation slots (M + P)
+  memory plan_memory_pipedream_versions --model deep --pp 2 --micro-batches 1 --pipe-schedule pipedream --partition macs
+  memory plan_memory_2bw_versions --model deep --pp 2 --micro-batches 4 --pipe-schedule 2bw --partition macs
   saving plan_memory_zero1_saves --model deep --exchange allreduce:ring --optimizer adam -- --shard-optimizer on
 fi
 

@@ -10,6 +10,7 @@
 
 #include "dtrain/coll.h"
 #include "perf/perf.h"
+#include "strategy/pipe/schedule.h"
 #include "strategy/strategy.h"
 #include "test.h"
 
@@ -449,11 +450,12 @@ static void test_neighbour_exchanges(void) {
  * forward and B backward, links of bandwidth bw (0: free): the
  * instruction lists the engine runs (strategy_describe), simulated. */
 static double pipeline_step_on(const char *schedule, int layers, const char *partition, double bw) {
-  char sched[64], part[64];
+  char sched[64], part[64], micro[8];
   snprintf(sched, sizeof sched, "%s", schedule);
   snprintf(part, sizeof part, "%s", partition);
+  snprintf(micro, sizeof micro, "%d", strcmp(schedule, "pipedream") && strcmp(schedule, "ddg") ? 4 : 1);
   char *argv[] = {"train", "--data", "synthetic", "--workers", "2", "--pp", "2",
-                  "--micro-batches", "4", "--batch", "16", "--partition", part,
+                  "--micro-batches", micro, "--batch", "16", "--partition", part,
                   "--pipe-schedule", sched, NULL};
   train_config_t cfg;
   double step = -1;
@@ -479,7 +481,8 @@ static double pipeline_step_on(const char *schedule, int layers, const char *par
     hand_compute(&pc, m->nlayers, 4, fwd, bwd);
     hand_cluster(&cl, 2, 2, 0, bw, host, l, bws, slow);
     perf_sim_t sim;
-    if (perf_simulate(&d, &pc, &cl, 0, &sim) == 0) step = sim.step_sec;
+    perf_sim_options_t so = {.steady_steps = pipe_kind_async((pipe_kind_t)cfg.pipe.schedule) ? 8 : 0};
+    if (perf_simulate_with(&d, &pc, &cl, &so, &sim) == 0) step = sim.step_sec;
     step_desc_free(&d);
   }
   if (rc != 0) fprintf(stderr, "  %s\n", dt_errmsg());
@@ -506,6 +509,19 @@ static void test_pipeline_bubbles(void) {
  * last forward and first backward, then its gradients 4L on its link;
  * stage 0's last backward: 2F + 8L + 2B (a blocking send, 4F + 8L + 3B
  * + ...: 47 ms, not 38). */
+/* The streams without flush, in steady state: 2BW (4 units of 4 samples
+ * a step) and PipeDream and DDG (one of 16) on 2 stages of one layer
+ * each, free links (the layers' times in proportion to the samples).
+ * Stage 0 runs F of unit u then B of u - 1, whose gradient stage 1 sent
+ * the moment its F and B of u - 1 ended: no stage waits, a unit takes
+ * F + B of each. Stage 0's first backward of a step takes the gradient
+ * stage 1 sent in the step before (the receive's lag). */
+static void test_pipeline_streams(void) {
+  CHECK_NEAR(pipeline_step("2bw", 2, "0,1"), 4 * (F + B), 1e-12);
+  CHECK_NEAR(pipeline_step("pipedream", 2, "0,1"), 4 * (F + B), 1e-12); /* a unit of 16 samples */
+  CHECK_NEAR(pipeline_step("ddg", 2, "0,1"), 4 * (F + B), 1e-12);       /* the same */
+}
+
 static void test_pipeline_sends_overlap(void) {
   double L = 4e-3;
   CHECK_NEAR(pipeline_step_on("gpipe", 2, "0,1", 128 / L), 2 * F + 8 * L + 2 * B, 1e-9);
@@ -863,6 +879,7 @@ int main(void) {
   RUN(test_neighbour_exchanges);
   RUN(test_pipeline_bubbles);
   RUN(test_pipeline_sends_overlap);
+  RUN(test_pipeline_streams);
   RUN(test_crowded_collectives);
   RUN(test_shm_allreduce);
   RUN(test_cold_passes);

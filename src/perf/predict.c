@@ -7,6 +7,7 @@
 
 #include "perf/partition.h"
 #include "perf/perf.h"
+#include "strategy/pipe/schedule.h"
 #include "strategy/strategy.h"
 #include "strategy/worker.h"
 
@@ -107,6 +108,12 @@ static int64_t epoch_steps(const train_config_t *cfg, size_t ntrain) {
 static int ps_asynchronous(const train_config_t *cfg) {
   return cfg->exchange == EXCHANGE_PS &&
          (cfg->schedule == SCHEDULE_ASYNC || (cfg->schedule == SCHEDULE_SSP && cfg->schedule_param >= 1));
+}
+
+/* An asynchronous pipeline (PipeDream, 2BW, DDG): a stream whose units
+ * cross steps, its step the steady one. */
+static int pipe_stream(const train_config_t *cfg) {
+  return cfg->pipe.stages > 1 && pipe_kind_async((pipe_kind_t)cfg->pipe.schedule);
 }
 
 /* The figures of a step simulated: what a run's metrics carry. */
@@ -271,7 +278,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
   /* the epoch's own runs of what runs every E steps; async: steady steps */
   perf_sim_options_t so = {.shared_update = cfg->exchange == EXCHANGE_SHARED && cfg->schedule == SCHEDULE_SYNC,
                            .epoch_steps = epoch_steps(cfg, ntrain),
-                           .steady_steps = ps_asynchronous(cfg) ? PERF_STEADY_STEPS : 0};
+                           .steady_steps = ps_asynchronous(cfg) || pipe_stream(cfg) ? PERF_STEADY_STEPS : 0};
   if (rc == 0) rc = perf_simulate_with(&d, &pc, &cl, &so, &sim);
   if (rc == 0) {
     fill_plan(cfg, s, &d, &sim, ntrain, out);

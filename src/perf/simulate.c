@@ -621,18 +621,25 @@ static void match_exchanges(sim_t *s) {
   }
 }
 
-/* The k-th message from a to b meets the k-th receive at b from a. */
+/* The k-th receive at b from a meets the (k - lag)-th message from a to b
+ * (lag: a stream's messages that cross steps, sent a message earlier);
+ * one whose message was sent before the steps simulated is there at the
+ * start (an asynchronous pipeline's first gradient in steady state). */
 static void match_messages(sim_t *s) {
   const step_desc_t *d = s->d;
-  for (int i = 0; i < d->ntasks; i++) {
-    if (s->n[i].kind != N_SEND) continue;
-    const step_task_t *t = &d->task[i];
-    int k = 0;
-    for (int j = 0; j < i; j++)
-      if (s->n[j].kind == N_SEND && d->task[j].rank == t->rank && d->task[j].peer == t->peer) k++;
-    for (int j = 0; j < d->ntasks; j++) {
-      const step_task_t *u = &d->task[j];
-      if (s->n[j].kind != N_RECV || u->rank != t->peer || u->peer != t->rank) continue;
+  for (int j = d->ntasks - 1; j >= 0; j--) { /* from the last: an earlier one is still N_RECV */
+    if (s->n[j].kind != N_RECV) continue;
+    const step_task_t *u = &d->task[j];
+    int k = -u->lag;
+    for (int i = 0; i < j; i++)
+      if (s->n[i].kind == N_RECV && d->task[i].rank == u->rank && d->task[i].peer == u->peer) k++;
+    if (k < 0) {
+      s->n[j].kind = N_NOW, s->n[j].work = 0;
+      continue;
+    }
+    for (int i = 0; i < d->ntasks; i++) {
+      const step_task_t *t = &d->task[i];
+      if (s->n[i].kind != N_SEND || t->rank != u->peer || t->peer != u->rank) continue;
       if (k-- == 0) {
         s->n[i].inst = j, s->n[j].inst = i;
         break;

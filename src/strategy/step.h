@@ -65,6 +65,10 @@ typedef struct {
    * one every rank of the step joins; hier's phases: one per host inside,
    * one per index across), so that the simulator matches only its own */
   int color;
+  /* comm, a receive: its message is its peer's `lag` messages before its
+   * place in the order (a stream across steps: an asynchronous pipeline's
+   * gradient, sent in the step before for the step's first unit) */
+  int lag;
 } step_task_t;
 
 /* What allreduce:auto and :hier decide from, as the run's communicator

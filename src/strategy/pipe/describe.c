@@ -3,11 +3,15 @@
  * per layer on its micro-batch, with the sums of its tensor-parallel
  * layers, each activation and gradient message with its bytes
  * (micro-batch samples x the chunk's input or output size) and its peer,
- * and the replicas' allreduce of each chunk's gradients at REDUCE. Ranks
+ * and the replicas' allreduce of each chunk's gradients at REDUCE. The
+ * asynchronous schedules (PipeDream, 2BW, DDG) are their stream's steady
+ * step, whose first gradient each stage receives was sent in the step
+ * before (a receive's lag: the simulator runs steady steps). Ranks
  * follow the grid (grid.h: stages outermost, tensor-parallel ranks
  * adjacent); each tp rank's stages are its blocks of the model
  * (tensor/describe.c), cut as it cuts them. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "strategy/grid.h"
 #include "strategy/pipe/engine.h"
@@ -18,6 +22,7 @@ typedef struct {
   const train_config_t *c;
   const model_t *m;           /* tp rank t's model */
   int P, V, dp, T, t;
+  int async;                  /* a stream without flush: REDUCE mid-step, the sends waited at the end */
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
   double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
                                * rank's cut (the engine's world rank 0 times for all) */
@@ -109,9 +114,11 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
     return prev;
   }
   case PIPE_RECV_ACT: t.pattern = "recv", t.peer = back, t.received = act * chunk_in(d, g); break;
-  case PIPE_RECV_GRAD: t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g); break;
+  case PIPE_RECV_GRAD:
+    t.pattern = "recv", t.peer = next, t.received = act * chunk_out(d, g), t.lag = d->async;
+    break;
   case PIPE_REDUCE: /* the step's sends delivered first (sync_reduce's wait), then the sums */
-    if (d->last_send >= 0) prev = d->last_send;
+    if (!d->async && d->last_send >= 0) prev = d->last_send;
     prev = add_tied(d, r, s, 1, prev);
     for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
       size_t len = chunk_params(d, v * d->P + s);
@@ -145,31 +152,53 @@ static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
       for (int i = 0; i < sched->len[s] && prev != STEP_FAILED; i++) {
         pipe_instr_t in = sched->prog[s][i];
         size_t off, n = 0;
-        if (in.mb >= 0) data_shard((size_t)c->batch, in.mb, c->pipe.micro_batches, &off, &n);
+        int M = c->pipe.micro_batches; /* a stream's unit k is micro-batch k % M of its step */
+        if (in.mb >= 0) data_shard((size_t)c->batch, in.mb % M, M, &off, &n);
         prev = add_instr(d, r, s, in, (int)n, prev);
       }
+      if (prev != STEP_FAILED && d->async && d->last_send >= 0) /* async_step's wait for its sends */
+        prev = step_add(d->out, (step_task_t){TASK_COMM, rank_of(d, r, s), -1, .pattern = "wait",
+                                               .peer = -1, .group = 1, .after = d->last_send});
       if (prev == STEP_FAILED) return -1;
     }
   return 0;
 }
 
+/* An asynchronous schedule's steady step: step P of its stream on every
+ * stage (each one's backwards of earlier units under way by then). */
+static int steady_stream(pipe_kind_t kind, int P, int M, pipe_schedule_t *out) {
+  memset(out, 0, sizeof *out);
+  *out = (pipe_schedule_t){.kind = kind, .P = P, .V = 1, .M = M, .steps = 1, .units = M};
+  out->len = calloc((size_t)P, sizeof *out->len);
+  out->prog = calloc((size_t)P, sizeof *out->prog);
+  for (int s = 0; out->len && out->prog && s < P; s++) {
+    if (!(out->prog[s] = calloc((size_t)pipe_async_max_len(P, M), sizeof *out->prog[s]))) break;
+    out->len[s] = pipe_async_step(kind, P, M, s, P, out->prog[s]);
+  }
+  if (!out->len || !out->prog || !out->prog[P - 1]) {
+    pipe_schedule_free(out);
+    return dt_error("out of memory");
+  }
+  return 0;
+}
+
 int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE || pipe_kind_async((pipe_kind_t)c->pipe.schedule))
-    return dt_error("pipeline: describe_step covers the synchronous schedules (gpipe, 1f1b, "
-                    "interleaved) without --compress so far");
+  if (c->compression.codec.kind != CODEC_NONE)
+    return dt_error("pipeline: describe_step covers the pipeline schedules without --compress so far");
   int T = c->tensor.ranks > 1 ? c->tensor.ranks : 1, algo = ALLREDUCE_RING, tp_algo = ALLREDUCE_RING;
   pipe_desc_t *d = calloc(1, sizeof *d);
   if (!d) return dt_error("out of memory");
   *d = (pipe_desc_t){.c = c, .P = c->pipe.stages, .V = c->pipe.chunks, .dp = c->workers / (c->pipe.stages * T),
-                     .T = T, .out = out};
+                     .T = T, .async = pipe_kind_async((pipe_kind_t)c->pipe.schedule), .out = out};
   tensor_desc_t *td = NULL;
   int rc = step_allreduce_algo(c->algo, d->dp, &algo);
   if (rc == 0 && T > 1) rc = step_allreduce_algo(c->algo, T, &tp_algo);
   if (rc == 0) rc = tensor_desc_new(c, m, T, 1, &td);
   d->algo = (allreduce_algo_t)algo;
   pipe_schedule_t sched;
-  int built = rc == 0 && pipe_schedule_build((pipe_kind_t)c->pipe.schedule, d->P, d->V,
-                                             c->pipe.micro_batches, 1, &sched) == 0;
+  pipe_kind_t kind = (pipe_kind_t)c->pipe.schedule;
+  int built = rc == 0 && (d->async ? steady_stream(kind, d->P, c->pipe.micro_batches, &sched)
+                                   : pipe_schedule_build(kind, d->P, d->V, c->pipe.micro_batches, 1, &sched)) == 0;
   if (rc == 0 && !built) rc = -1;
   for (int t = 0; t < T && rc == 0; t++) {
     d->t = t, d->m = tensor_desc_model(td, t);
