@@ -11,7 +11,6 @@
  * adjacent); each tp rank's stages are its blocks of the model
  * (tensor/describe.c), cut as it cuts them. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "strategy/grid.h"
 #include "strategy/pipe/engine.h"
@@ -167,7 +166,6 @@ static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
 /* An asynchronous schedule's steady step: step P of its stream on every
  * stage (each one's backwards of earlier units under way by then). */
 static int steady_stream(pipe_kind_t kind, int P, int M, pipe_schedule_t *out) {
-  memset(out, 0, sizeof *out);
   *out = (pipe_schedule_t){.kind = kind, .P = P, .V = 1, .M = M, .steps = 1, .units = M};
   out->len = calloc((size_t)P, sizeof *out->len);
   out->prog = calloc((size_t)P, sizeof *out->prog);
