@@ -248,6 +248,12 @@ described bytes_described_pipe_four_interleaved_dp2 4 --model "$TMP/four.model" 
 described bytes_described_pipe_2bw 2 --pp 2 --partition 0,1 --micro-batches 4 --pipe-schedule 2bw
 described bytes_described_pipe_pipedream_dp2 4 --pp 2 --partition 0,1 --micro-batches 1 --pipe-schedule pipedream
 described bytes_described_pipe_ddg_lenet_pp3 3 --model lenet --pp 3 --partition macs --micro-batches 1 --pipe-schedule ddg
+# compressed: each stage's replicas sum a chunk as a bucket through the
+# compressor (the warm-up's dense steps, then the codec's, each at its steps)
+described bytes_described_pipe_dp2_fp16 4 --pp 2 --partition 0,1 --micro-batches 2 --compress fp16
+described bytes_described_pipe_dp2_powersgd_1f1b 4 --pp 2 --partition 0,1 --micro-batches 2 --pipe-schedule 1f1b --compress powersgd:2
+described bytes_described_pipe_dp2_topk_warmup 4 --pp 2 --partition 0,1 --micro-batches 2 --compress topk:0.01 --compress-warmup-steps 3
+described bytes_described_pipe_dp2_int8_2bw 4 --pp 2 --partition 0,1 --micro-batches 2 --pipe-schedule 2bw --compress int8
 # --compress: every codec at 2 and 3 or 4 workers, error feedback off where
 # a codec has it on by default (the same bytes), the warm-up (its dense
 # steps, DGC's ramp, the shared momentum's exact steps), top-k past the
@@ -369,7 +375,6 @@ pooled() {
 pooled bytes_pooled_distbelief 2 --preset distbelief
 pooled bytes_pooled_distbelief_every_2 2 --preset distbelief --fetch-every 2 --push-every 2
 pooled bytes_pooled_backup_3 3 --exchange ps:2 --schedule backup:1
-expect_error describe_not_yet_compressed_pipeline 1 "describe_step covers the pipeline schedules without --compress" -- "$DTRAIN" describe $BASE --workers 4 --pp 2 --partition 0,1 --compress fp16
 # shared memory (local only): nothing on a wire, as described
 for opts in "--exchange shared --schedule sync" "--exchange shared --schedule sync --balance on" "--exchange shared --schedule async"; do
   name="bytes_described_$(echo "$opts" | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//')"

@@ -3,7 +3,9 @@
  * per layer on its micro-batch, with the sums of its tensor-parallel
  * layers, each activation and gradient message with its bytes
  * (micro-batch samples x the chunk's input or output size) and its peer,
- * and the replicas' allreduce of each chunk's gradients at REDUCE. The
+ * and the replicas' allreduce of each chunk's gradients at REDUCE (under
+ * --compress the compressor's exchange, a chunk a bucket, each phase of
+ * its warm-up at its steps, as data parallelism's are described). The
  * asynchronous schedules (PipeDream, 2BW, DDG) are their stream's steady
  * step, whose first gradient each stage receives was sent in the step
  * before (a receive's lag: the simulator runs steady steps). Ranks
@@ -26,6 +28,8 @@ typedef struct {
   double *sec;                /* --partition balanced: tp rank 0's layer times, every tp
                                * rank's cut (the engine's world rank 0 times for all) */
   allreduce_algo_t algo;      /* the replicas' sum */
+  compress_config_t cc;       /* --compress: the compressor's configuration (algo: the sum's) */
+  compress_matrix_t *mats;    /* --compress: tp rank t's model's tensors as matrices */
   int last_send;              /* the stage's latest message out (a task on its comm thread), or -1 */
   step_groups_t groups;       /* the split layers' sums over the tp group (algo: tp's) */
   step_desc_t *out;
@@ -85,6 +89,35 @@ static int add_tied(pipe_desc_t *d, int r, int s, int grads, int prev) {
   return step_add(d->out, t);
 }
 
+/* Chunk g's gradients summed over its replicas at steps [from, until):
+ * the allreduce, or the compressor's exchange of the chunk as a bucket. */
+static int add_sum(pipe_desc_t *d, int r, int g, int64_t from, int64_t until, int prev) {
+  size_t len = chunk_params(d, g), off = d->m->layers[d->first[g]].param_off;
+  int me = rank_of(d, r, g % d->P);
+  if (!len) return prev;
+  if (d->c->compression.codec.kind == CODEC_NONE)
+    return step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
+  int mat, nmats = compress_tensors_in(d->m, off, len, &mat);
+  step_buffer_t buf = {&d->cc, off, len, d->mats + mat, nmats};
+  return step_add_compressed(d->out, me, r, d->dp, &buf, from, until, prev, THREAD_COMPUTE, 1);
+}
+
+/* REDUCE's sums of stage s's chunks over the replicas (this stage's and tp
+ * rank's: their own color); compressed, each phase of the warm-up's at
+ * its steps, every phase after the same task (one runs a step). */
+static int add_sums(pipe_desc_t *d, int r, int s, int prev) {
+  int64_t from = 0, until = 0;
+  int start = prev, first = d->out->ntasks;
+  do {
+    until = d->c->compression.codec.kind != CODEC_NONE ? compress_phase_end(&d->cc, from) : 0;
+    prev = start;
+    for (int v = 0; v < d->V && prev != STEP_FAILED; v++) prev = add_sum(d, r, v * d->P + s, from, until, prev);
+    from = until;
+  } while (until && prev != STEP_FAILED);
+  if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_REPLICA_COLOR(rank_of(d, 0, s)));
+  return prev;
+}
+
 /* One instruction of stage s (replica r) on micro-batch samples n. */
 static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int prev) {
   int g = in.chunk * d->P + s, me = rank_of(d, r, s);
@@ -119,13 +152,7 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
   case PIPE_REDUCE: /* the step's sends delivered first (sync_reduce's wait), then the sums */
     if (!d->async && d->last_send >= 0) prev = d->last_send;
     prev = add_tied(d, r, s, 1, prev);
-    for (int v = 0; v < d->V && d->dp > 1 && prev != STEP_FAILED; v++) {
-      size_t len = chunk_params(d, v * d->P + s);
-      int first = d->out->ntasks;
-      if (len) prev = step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
-      /* this stage's (and tp rank's) replicas: their own sum */
-      if (prev != STEP_FAILED) step_color_since(d->out, first, STEP_REPLICA_COLOR(rank_of(d, 0, s)));
-    }
+    if (d->dp > 1 && prev != STEP_FAILED) prev = add_sums(d, r, s, prev);
     return prev;
   case PIPE_STEP: { /* the stage's own parameters: its chunks' (the engine's segments) */
     size_t mine = 0;
@@ -144,6 +171,12 @@ static int add_instr(pipe_desc_t *d, int r, int s, pipe_instr_t in, int n, int p
 static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
   const train_config_t *c = d->c;
   DT_TRY(plan_chunks(d));
+  free(d->mats);
+  d->mats = NULL;
+  if (c->compression.codec.kind != CODEC_NONE) {
+    if (!(d->mats = calloc((size_t)d->m->ntensors + 1, sizeof *d->mats))) return dt_error("out of memory");
+    compress_model_matrices(d->m, d->mats);
+  }
   for (int r = 0; r < d->dp; r++)
     for (int s = 0; s < d->P; s++) {
       int prev = -1;
@@ -181,8 +214,6 @@ static int steady_stream(pipe_kind_t kind, int P, int M, pipe_schedule_t *out) {
 }
 
 int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (c->compression.codec.kind != CODEC_NONE)
-    return dt_error("pipeline: describe_step covers the pipeline schedules without --compress so far");
   int T = c->tensor.ranks > 1 ? c->tensor.ranks : 1, algo = ALLREDUCE_RING, tp_algo = ALLREDUCE_RING;
   pipe_desc_t *d = calloc(1, sizeof *d);
   if (!d) return dt_error("out of memory");
@@ -193,6 +224,8 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (rc == 0 && T > 1) rc = step_allreduce_algo(c->algo, T, &tp_algo);
   if (rc == 0) rc = tensor_desc_new(c, m, T, 1, &td);
   d->algo = (allreduce_algo_t)algo;
+  d->cc = worker_compress_config(c);
+  d->cc.algo = d->algo;
   pipe_schedule_t sched;
   pipe_kind_t kind = (pipe_kind_t)c->pipe.schedule;
   int built = rc == 0 && (d->async ? steady_stream(kind, d->P, c->pipe.micro_batches, &sched)
@@ -207,6 +240,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   tensor_desc_free(td);
   free(d->first);
   free(d->sec);
+  free(d->mats);
   free(d);
   return rc;
 }
