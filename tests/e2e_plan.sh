@@ -222,7 +222,14 @@ assert len(strat) >= 21 and len(ok) >= 15 and sps == sorted(sps, reverse=True), 
 for r in ok:  # the step split adds up
     p = r['plan']
     assert abs(p['compute_sec'] + r['exposed_sec'] + r['bubble_sec'] + r['waiting_sec'] - p['step_sec']) <= 1e-5 * p['step_sec'] + 1e-8, r
-    assert ('pipeline' in p['strategy']) == (r['bubble_sec'] > 0), r
+    # a bubble only in a pipeline, at most Megatron's share of rank 0's compute: none where
+    # rank 0's stage is the slowest and never waits (its sends are isends)
+    if 'pipeline' not in p['strategy']: assert r['bubble_sec'] == 0, r
+    else:
+        o = r['options'].split()
+        P, M = int(o[o.index('--pp') + 1]), int(o[o.index('--micro-batches') + 1])
+        V = int(r['options'].split('interleaved:')[1].split()[0]) if 'interleaved:' in r['options'] else 1
+        assert 0 <= r['bubble_sec'] <= p['compute_sec'] * (P - 1) / (V * M) * (1 + 1e-6), r
 opts = [r['options'] for r in strat]
 for want in ('ps:1 --schedule async', 'ps:1 --schedule ssp:2', '--bucket-mb 1', 'interleaved:2', '--preset easgd'):
     assert any(want in o for o in opts), want
