@@ -35,6 +35,8 @@ typedef struct {
   step_desc_t *out;
 } pipe_desc_t;
 
+static int compressing(const pipe_desc_t *d) { return d->c->compression.codec.kind != CODEC_NONE; }
+
 static size_t floats_of(shape_t s) { return (size_t)s.c * s.h * s.w; }
 static size_t chunk_in(const pipe_desc_t *d, int g) { return floats_of(d->m->layers[d->first[g]].in_shape); }
 static size_t chunk_out(const pipe_desc_t *d, int g) { return floats_of(d->m->layers[d->first[g + 1] - 1].out_shape); }
@@ -95,7 +97,7 @@ static int add_sum(pipe_desc_t *d, int r, int g, int64_t from, int64_t until, in
   size_t len = chunk_params(d, g), off = d->m->layers[d->first[g]].param_off;
   int me = rank_of(d, r, g % d->P);
   if (!len) return prev;
-  if (d->c->compression.codec.kind == CODEC_NONE)
+  if (!compressing(d))
     return step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
   int mat, nmats = compress_tensors_in(d->m, off, len, &mat);
   step_buffer_t buf = {&d->cc, off, len, d->mats + mat, nmats};
@@ -109,7 +111,7 @@ static int add_sums(pipe_desc_t *d, int r, int s, int prev) {
   int64_t from = 0, until = 0;
   int start = prev, first = d->out->ntasks;
   do {
-    until = d->c->compression.codec.kind != CODEC_NONE ? compress_phase_end(&d->cc, from) : 0;
+    until = compressing(d) ? compress_phase_end(&d->cc, from) : 0;
     prev = start;
     for (int v = 0; v < d->V && prev != STEP_FAILED; v++) prev = add_sum(d, r, v * d->P + s, from, until, prev);
     from = until;
@@ -173,10 +175,11 @@ static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
   DT_TRY(plan_chunks(d));
   free(d->mats);
   d->mats = NULL;
-  if (c->compression.codec.kind != CODEC_NONE) {
+  if (compressing(d)) {
     if (!(d->mats = calloc((size_t)d->m->ntensors + 1, sizeof *d->mats))) return dt_error("out of memory");
     compress_model_matrices(d->m, d->mats);
   }
+  int M = c->pipe.micro_batches; /* a stream's unit k is micro-batch k % M of its step */
   for (int r = 0; r < d->dp; r++)
     for (int s = 0; s < d->P; s++) {
       int prev = -1;
@@ -184,7 +187,6 @@ static int describe_tp_rank(pipe_desc_t *d, const pipe_schedule_t *sched) {
       for (int i = 0; i < sched->len[s] && prev != STEP_FAILED; i++) {
         pipe_instr_t in = sched->prog[s][i];
         size_t off, n = 0;
-        int M = c->pipe.micro_batches; /* a stream's unit k is micro-batch k % M of its step */
         if (in.mb >= 0) data_shard((size_t)c->batch, in.mb % M, M, &off, &n);
         prev = add_instr(d, r, s, in, (int)n, prev);
       }
