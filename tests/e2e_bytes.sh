@@ -341,6 +341,18 @@ described bytes_described_ps2_replicas_3 3 --exchange ps:2 --ps-replicas 2
 described bytes_described_ps2_factors_2 2 --exchange ps:2 --ps-push factors
 described bytes_described_ps3_factors_lenet_3 3 --exchange ps:3 --ps-push factors --model lenet
 described bytes_described_ps2_factors_threads_3 3 --exchange ps:2 --ps-push factors --ps-server-threads 2
+# priority order (ps_prio.c): each layer in --partition-kb parts, a part
+# split at the shards' edges, pulls and pushes alike; TicTac's order moves
+# the same parts; --compress: a push's part is its codec's encoding (int8
+# exact, threshold bounded), --compress-pulls: the first pull whole, then
+# the encoded changes
+described bytes_described_ps2_priority_parts_2 2 --exchange ps:2 --comm-order priority --partition-kb 64
+described bytes_described_bytescheduler_ps_lenet_3 3 --preset bytescheduler-ps --model lenet --partition-kb 4
+described bytes_described_tictac_2 2 --preset tictac
+described bytes_described_ps2_int8_2 2 --exchange ps:2 --compress int8
+described bytes_described_psn_topk_3 3 --exchange ps:n --compress topk:0.01
+described bytes_described_ps2_int8_pulls_2 2 --exchange ps:2 --compress int8 --compress-pulls on
+described bytes_described_ps1_threshold_ssp_2 2 --exchange ps:1 --compress threshold:0.001 --schedule ssp:2
 
 # counted NAME NP SENT_FIELD RECEIVED_FIELD near|atmost OPTIONS...: a description
 # whose rank 0 bytes are expected (a coin, timing): the bytes equal the runs
@@ -375,6 +387,8 @@ pooled() {
 pooled bytes_pooled_distbelief 2 --preset distbelief
 pooled bytes_pooled_distbelief_every_2 2 --preset distbelief --fetch-every 2 --push-every 2
 pooled bytes_pooled_backup_3 3 --exchange ps:2 --schedule backup:1
+pooled bytes_pooled_distbelief_priority 2 --preset distbelief --comm-order priority --partition-kb 256
+pooled bytes_pooled_distbelief_int8 2 --preset distbelief --compress int8
 # shared memory (local only): nothing on a wire, as described
 for opts in "--exchange shared --schedule sync" "--exchange shared --schedule sync --balance on" "--exchange shared --schedule async"; do
   name="bytes_described_$(echo "$opts" | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/^_//')"
@@ -382,7 +396,7 @@ for opts in "--exchange shared --schedule sync" "--exchange shared --schedule sy
     run "$name" "describe:$TMP/$name.step.json" -- $L --workers 3 $opts
   else fail "$name" "describe: $(head -c 300 "$TMP/err")"; fi
 done
-expect_error describe_not_yet_ps_tp 1 "describe_step covers whole-model pushes" -- "$DTRAIN" describe $BASE --workers 4 --exchange ps:2 --tp 2
+expect_error describe_not_yet_ps_tp 1 "describe_step covers a worker of one rank" -- "$DTRAIN" describe $BASE --workers 4 --exchange ps:2 --tp 2
 # tensor parallelism: the split layers' sums over the group, each rank's
 # own blocks (3 ranks: 512, 20 and 50 do not divide), the data-parallel
 # ring over each block's replicas, a split=channels convolution's
@@ -426,7 +440,7 @@ described bytes_described_priority_lenet_rhd 4 --model lenet --comm-order priori
 described bytes_described_balance 3 --balance on --exchange allreduce:ring
 run bytes_described_shm_zero exact:0 -- $L --workers 3 --exchange allreduce:shm
 check bytes_described_shm_says_zero sh -c "\"$DTRAIN\" describe $BASE --workers 3 --exchange allreduce:shm | grep -q '\"rank\":0,\"sent\":0,\"received\":0'"
-expect_error describe_project_adam_tp 1 "describe_step covers whole-model pushes" -- \
+expect_error describe_project_adam_tp 1 "describe_step covers a worker of one rank" -- \
   "$DTRAIN" describe $BASE --workers 4 --preset project-adam
 
 if have_mpi; then

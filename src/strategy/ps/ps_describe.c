@@ -63,54 +63,196 @@ typedef struct {
   int N, K;
 } ps_desc_t;
 
+/* A part's values on the wire: `most` bytes, and `least` where a codec's
+ * size depends on the values (threshold: its head alone; else least =
+ * most). */
+typedef struct {
+  size_t most, least;
+} part_values_t;
+
+static part_values_t exact_values(size_t bytes) { return (part_values_t){bytes, bytes}; }
+
 /* One part of op between worker w and server k, on both: the worker
  * sends what the server receives and the other way round. Returns the
  * worker's task or STEP_FAILED. */
-static int add_part(ps_desc_t *d, int op, int w, int k, size_t values, step_task_t how) {
-  size_t sent, received;
-  ps_part_bytes(op, values, &sent, &received);
+static int add_part(ps_desc_t *d, int op, int w, int k, part_values_t values, step_task_t how) {
+  size_t sent, received, sent_min, received_min;
+  ps_part_bytes(op, values.most, &sent, &received);
+  ps_part_bytes(op, values.least, &sent_min, &received_min);
   int server = d->N + k;
   static const char *names[] = {[PS_OP_PUSH] = "push", [PS_OP_PULL] = "pull",
                                 [PS_OP_NEXT] = "call"};
   step_task_t t = how;
   t.kind = TASK_COMM, t.layer = -1, t.pattern = names[op], t.group = 2;
   t.rank = w, t.peer = server, t.sent = (double)sent, t.received = (double)received;
+  t.bounded = values.least != values.most;
+  t.sent_min = (double)sent_min, t.received_min = (double)received_min;
   int mine = step_add(d->out, t);
   t.rank = server, t.peer = w, t.sent = (double)received, t.received = (double)sent, t.after = -1;
+  t.sent_min = (double)received_min, t.received_min = (double)sent_min;
   t.thread = THREAD_COMM;
   return mine == STEP_FAILED || step_add(d->out, t) == STEP_FAILED ? STEP_FAILED : mine;
 }
 
-/* A pull or a push of the whole model by worker w: a part per shard. */
-static int add_transfer(ps_desc_t *d, int op, int w, step_task_t how) {
+/* What a push's part of n keys carries: their gradient, or under
+ * --compress its encoding (codec_bytes; a threshold codec's is bounded by
+ * its head and codec_max_bytes). */
+static part_values_t push_values(const ps_desc_t *d, size_t n) {
+  const codec_spec_t *k = &d->c->compression.codec;
+  if (k->kind == CODEC_NONE) return exact_values(ps_values_bytes(n));
+  size_t fixed = codec_bytes(k, n);
+  return fixed ? exact_values(fixed) : (part_values_t){codec_max_bytes(k, n), codec_max_bytes(k, 0)};
+}
+
+/* Shard k's part of a push or a pull of the whole model. */
+static part_values_t shard_values(const ps_desc_t *d, int op, int k) {
+  ps_range_t r = d->map.shards[k];
+  if (op != PS_OP_PUSH) return exact_values(ps_values_bytes(r.end - r.begin));
+  if (d->c->ps.push_factors)
+    return exact_values(ps_factor_bytes(&d->fplan, r.begin, r.end, (size_t)d->c->batch));
+  return push_values(d, r.end - r.begin);
+}
+
+/* Shard k's part of a whole-model pull or push by worker w. Under
+ * --compress-pulls a pull's reply is the change since the last pull,
+ * encoded, and the first one (step 0) the shard whole. */
+static int add_shard_part(ps_desc_t *d, int op, int w, int k, step_task_t how) {
+  if (op != PS_OP_PULL || !d->c->compression.pulls) return add_part(d, op, w, k, shard_values(d, op, k), how);
+  ps_range_t r = d->map.shards[k];
+  step_task_t first = how, later = how;
+  first.until = 1, later.from = 1;
+  part_values_t change = exact_values(codec_bytes(&d->c->compression.codec, r.end - r.begin));
+  int dense = add_part(d, op, w, k, shard_values(d, op, k), first);
+  return dense == STEP_FAILED ? STEP_FAILED : add_part(d, op, w, k, change, later);
+}
+
+/* A whole-model pull or push by every worker: a part per shard
+ * (ps_client.c start_ranged). A client starts its parts at once and a
+ * server answers them as they come, but the step's graph gives a rank's
+ * messages one thread: so worker w takes the shards from shard w on, and
+ * the parts are added in rounds (round j: every worker's j-th), which
+ * gives server k the workers from worker k on, and the servers answer in
+ * parallel rather than each serving worker 0 first. last[w]: in, what
+ * worker w's first part waits for; out, its last part. */
+static int add_transfers(ps_desc_t *d, int op, step_task_t how, int *last) {
+  for (int j = 0; j < d->K; j++)
+    for (int w = 0; w < d->N; w++) {
+      if (last[w] == STEP_FAILED) return -1;
+      how.after = last[w];
+      last[w] = add_shard_part(d, op, w, (w + j) % d->K, how);
+    }
+  for (int w = 0; w < d->N; w++)
+    if (last[w] == STEP_FAILED) return -1;
+  return 0;
+}
+
+/* The parts of keys [begin, begin + n) by worker w, one per shard they
+ * touch (ps_client.c start_ranged), each after the one before. */
+static int add_range(ps_desc_t *d, int op, int w, size_t begin, size_t n, step_task_t how) {
   int last = how.after;
   for (int k = 0; k < d->K && last != STEP_FAILED; k++) {
     ps_range_t r = d->map.shards[k];
-    size_t bytes = op == PS_OP_PUSH && d->c->ps.push_factors
-                       ? ps_factor_bytes(&d->fplan, r.begin, r.end, (size_t)d->c->batch)
-                       : ps_values_bytes(r.end - r.begin);
-    last = add_part(d, op, w, k, bytes, how);
+    if (r.end <= begin || r.begin >= begin + n) continue;
+    size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < begin + n ? r.end : begin + n;
+    how.after = last;
+    last = add_part(d, op, w, k, op == PS_OP_PUSH ? push_values(d, hi - lo)
+                                                   : exact_values(ps_values_bytes(hi - lo)), how);
   }
   return last;
 }
 
-/* Worker w's step: (pool: its NEXT call,) its pull, its passes, its push. */
-static int describe_worker(ps_desc_t *d, int w) {
-  const train_config_t *c = d->c;
-  int prev = -1;
-  step_task_t pull = {.after = -1}, push = {0};
-  if (ps_pool_schedule(c)) {
-    step_task_t next = {.after = -1, .expected = 1};
-    prev = add_part(d, PS_OP_NEXT, w, 0, 0, next);
-    pull = (step_task_t){.after = prev, .expected = 1, .every = c->ps.fetch_every};
-    push = (step_task_t){.expected = 1, .every = c->ps.push_every};
-  } else if (c->ps.refresh_lazy) {
-    pull = (step_task_t){.after = -1, .expected = 1, .chance = 1.0 / (c->schedule_param + 1)};
+/* Layer i's keys in --partition-kb parts (ps_prio.c enqueue), each a
+ * range; returns the last part's task, or `how.after` for a layer with no
+ * parameters. */
+static int add_layer_parts(ps_desc_t *d, int op, int w, int i, step_task_t how) {
+  const layer_t *l = &d->m->layers[i];
+  size_t part = d->c->partition_bytes / sizeof(float) ? d->c->partition_bytes / sizeof(float) : 1;
+  int last = how.after;
+  for (size_t done = 0; done < l->param_len && last != STEP_FAILED; done += part) {
+    size_t n = l->param_len - done < part ? l->param_len - done : part;
+    how.after = last;
+    last = add_range(d, op, w, l->param_off + done, n, how);
   }
-  if (prev != STEP_FAILED) prev = add_transfer(d, PS_OP_PULL, w, pull);
-  if (prev != STEP_FAILED) prev = step_add_passes(d->out, d->m, w, c->batch, NULL);
-  push.after = prev;
-  return prev == STEP_FAILED ? STEP_FAILED : add_transfer(d, PS_OP_PUSH, w, push);
+  return last;
+}
+
+/* How worker w's pull and push run, by schedule: every step (sync, ssp
+ * eager); by chance (lazy: once the cached model is S clocks old); per
+ * batch drawn, every --fetch-every and --push-every (the pool). */
+static void worker_templates(const ps_desc_t *d, step_task_t *pull, step_task_t *push) {
+  const train_config_t *c = d->c;
+  *pull = (step_task_t){.after = -1}, *push = (step_task_t){0};
+  if (ps_pool_schedule(c)) {
+    *pull = (step_task_t){.expected = 1, .every = c->ps.fetch_every};
+    *push = (step_task_t){.expected = 1, .every = c->ps.push_every};
+  } else if (c->ps.refresh_lazy) {
+    *pull = (step_task_t){.after = -1, .expected = 1, .chance = 1.0 / (c->schedule_param + 1)};
+  }
+  if (c->comm_order != COLL_ORDER_FIFO) pull->thread = push->thread = THREAD_COMM;
+}
+
+/* Worker w's pulls layer by layer under --comm-order priority or tictac
+ * (ps_prio.c): they go out at the step's start, on the worker's
+ * communication side (tictac's order is the layers' on a chain once their
+ * forwards are timed: ps_schedule.c); pulled[i] gets layer i's last part,
+ * what its forward waits for. Returns the last part. */
+static int describe_prio_pulls(ps_desc_t *d, int w, step_task_t pull, int *pulled) {
+  int prev = pull.after;
+  for (int i = 0; i < d->m->nlayers && prev != STEP_FAILED; i++) {
+    pull.after = prev;
+    pulled[i] = prev = add_layer_parts(d, PS_OP_PULL, w, i, pull);
+  }
+  return prev;
+}
+
+/* Worker w's passes under priority order, each forward after its layer's
+ * parts, and each layer's push as its backward ends. */
+static int describe_prio_compute(ps_desc_t *d, int w, step_task_t push, const int *pulled) {
+  const model_t *m = d->m;
+  int fwd = -1;
+  for (int i = 0; i < m->nlayers && fwd != STEP_FAILED; i++)
+    fwd = step_add_layer(d->out, m, w, i, d->c->batch, 0, 0, 0, NULL,
+                         m->layers[i].param_len ? pulled[i] : fwd, NULL);
+  int last = fwd;
+  for (int i = m->nlayers - 1; i >= 0 && last != STEP_FAILED; i--) {
+    int bwd = step_add_layer(d->out, m, w, i, d->c->batch, 1, 0, 0, NULL, -1, NULL);
+    push.after = bwd;
+    last = bwd == STEP_FAILED ? STEP_FAILED : add_layer_parts(d, PS_OP_PUSH, w, i, push);
+  }
+  return last;
+}
+
+/* The workers' steps: (pool: each one's NEXT call,) every pull, each
+ * worker's passes, then the pushes, so that a server answers a step's
+ * pulls before its pushes come (a server serves its messages in the order
+ * of its tasks). Fifo pulls the model whole and pushes the gradient after
+ * backprop, on the compute thread (the passes follow the pull there). */
+static int describe_workers(ps_desc_t *d) {
+  int N = d->N, L = d->m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO;
+  int *last = malloc((size_t)N * sizeof *last), *pulled = malloc((size_t)N * L * sizeof *pulled);
+  int rc = last && pulled ? 0 : dt_error("out of memory");
+  step_task_t pull, push;
+  worker_templates(d, &pull, &push);
+  for (int w = 0; w < N && rc == 0; w++) {
+    last[w] = -1;
+    if (ps_pool_schedule(d->c))
+      last[w] = add_part(d, PS_OP_NEXT, w, 0, exact_values(0), (step_task_t){.after = -1, .expected = 1});
+    if (last[w] == STEP_FAILED) rc = -1;
+  }
+  if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PULL, pull, last);
+  for (int w = 0; w < N && rc == 0 && prio; w++) {
+    pull.after = last[w];
+    if (describe_prio_pulls(d, w, pull, pulled + (size_t)w * L) == STEP_FAILED) rc = -1;
+  }
+  for (int w = 0; w < N && rc == 0; w++) {
+    last[w] = prio ? describe_prio_compute(d, w, push, pulled + (size_t)w * L)
+                   : step_add_passes(d->out, d->m, w, d->c->batch, NULL);
+    if (last[w] == STEP_FAILED) rc = -1;
+  }
+  if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PUSH, push, last);
+  free(last);
+  free(pulled);
+  return rc;
 }
 
 /* A worker's push, on from server k (its shard's primary) to the backup,
@@ -167,9 +309,9 @@ static int describe_update(ps_desc_t *d, int k) {
 }
 
 int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (ps_group_size(c) > 1 || c->compression.codec.kind != CODEC_NONE || c->comm_order != COLL_ORDER_FIFO)
-    return dt_error("parameter servers: describe_step covers whole-model pushes and pulls so "
-                    "far, not --tp, --compress or --comm-order priority|tictac");
+  if (ps_group_size(c) > 1)
+    return dt_error("parameter servers: describe_step covers a worker of one rank so far, not "
+                    "--tp (Project Adam's replicas)");
   ps_desc_t d = {.c = c, .m = m, .out = out, .N = c->workers, .K = ps_nservers(c, c->workers)};
   if (c->ps.push_factors) {
     ps_keys_t keys; /* one worker: its keys are the arena */
@@ -179,8 +321,7 @@ int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out
     DT_TRY(frc);
   }
   int rc = ps_shard_plan_factors(m, d.K, c->optim.kind == OPTIM_LARS, &d.fplan, &d.map);
-  for (int w = 0; w < d.N && rc == 0; w++)
-    if (describe_worker(&d, w) == STEP_FAILED) rc = -1;
+  if (rc == 0) rc = describe_workers(&d);
   for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
     for (int k = 0; k < d.K && rc == 0; k++)
       if (add_replication(&d, k) == STEP_FAILED) rc = -1;
