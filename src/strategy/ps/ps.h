@@ -88,6 +88,9 @@ void ps_keys_unpack(const ps_keys_t *k, const model_t *m, const float *keys, flo
 /* The table of rank t's keys as a model: its tensors at their keys, the
  * initial values packed into params; no layers (a server's view). */
 int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int T, model_t **out);
+/* The same table from rank t's model m and its keys k (m's parameters
+ * packed as they are). */
+int ps_keys_table_of(const model_t *m, const ps_keys_t *k, model_t **out);
 
 /* ---- --ps-server-threads T: a server's update over T threads (ps_apply.c) ----
  * The shard's segments cut into T slices once (whole segments under LARS);

@@ -49,19 +49,51 @@
  * instead of its gradient, a row count and, per dense layer there, the
  * batch's factors: 8 + 4 (g_k + sum over its dense layers of batch (in +
  * out)) bytes, g_k the shard's other keys; each dense layer's weight and
- * bias on one shard. */
+ * bias on one shard.
+ *
+ * --comm-order priority or tictac (ps_prio.c): a layer's keys go in parts
+ * of --partition-kb, each part split at the shards' edges into one
+ * message a shard: a push's as backprop readies the layer, a pull's at
+ * the step's start, the forward waiting before a layer for its parts.
+ *
+ * --compress: a push's part carries its codec's encoding, codec_bytes of
+ * its keys (threshold's depends on the values: bounded by its head and
+ * codec_max_bytes); under --compress-pulls a pull's reply is the encoded
+ * change since the last, its first (step 0) the shard whole.
+ *
+ * --tp T (Project Adam, ps_group.c): tp rank t of every replica pulls and
+ * pushes its own keys on slice t of the servers, after each pull gives
+ * the group the tensors it holds whole (a tree broadcast a tensor from
+ * tp rank 0), and under the pool tp rank 0 makes the NEXT call and sends
+ * each other rank a status and the reply. */
 #include <stdlib.h>
 
 #include "strategy/ps/ps.h"
+#include "strategy/tensor/tensor.h"
 
+/* What tensor-parallel rank t of every replica holds (ps_group.c): its
+ * model (its blocks of the split layers), its keys cut into its slice's
+ * shards, their factors. Without --tp one slice: the whole model. */
 typedef struct {
-  const train_config_t *c;
   const model_t *m;
-  step_desc_t *out;
   ps_shard_map_t map;
   ps_factor_plan_t fplan;     /* --ps-push factors (else empty) */
-  int N, K;
+} ps_slice_t;
+
+/* Worker rank w is tp rank w % T of replica w / T (a replica's ranks
+ * adjacent); the servers follow the R T worker ranks, slice t's K from
+ * first + t K on, server 0 (slice 0's first) the coordinator. */
+typedef struct {
+  const train_config_t *c;
+  step_desc_t *out;
+  tensor_desc_t *td;          /* the tp ranks' models */
+  ps_slice_t *slice;          /* [T] */
+  int R, T, K;                /* replicas (the servers' workers), tp ranks each, servers a slice */
+  int first;                  /* world rank of server 0 */
 } ps_desc_t;
+
+static int server_rank(const ps_desc_t *d, int w, int k) { return d->first + (w % d->T) * d->K + k; }
+static const ps_slice_t *slice_of(const ps_desc_t *d, int w) { return &d->slice[w % d->T]; }
 
 /* A part's values on the wire: `most` bytes, and `least` where a codec's
  * size depends on the values (threshold: its head alone; else least =
@@ -79,7 +111,7 @@ static int add_part(ps_desc_t *d, int op, int w, int k, part_values_t values, st
   size_t sent, received, sent_min, received_min;
   ps_part_bytes(op, values.most, &sent, &received);
   ps_part_bytes(op, values.least, &sent_min, &received_min);
-  int server = d->N + k;
+  int server = server_rank(d, w, k);
   static const char *names[] = {[PS_OP_PUSH] = "push", [PS_OP_PULL] = "pull",
                                 [PS_OP_NEXT] = "call"};
   step_task_t t = how;
@@ -104,12 +136,13 @@ static part_values_t push_values(const ps_desc_t *d, size_t n) {
   return fixed ? exact_values(fixed) : (part_values_t){codec_max_bytes(k, n), codec_max_bytes(k, 0)};
 }
 
-/* Shard k's part of a push or a pull of the whole model. */
-static part_values_t shard_values(const ps_desc_t *d, int op, int k) {
-  ps_range_t r = d->map.shards[k];
+/* Shard k's part of a push or a pull of the whole model by worker w. */
+static part_values_t shard_values(const ps_desc_t *d, int op, int w, int k) {
+  const ps_slice_t *s = slice_of(d, w);
+  ps_range_t r = s->map.shards[k];
   if (op != PS_OP_PUSH) return exact_values(ps_values_bytes(r.end - r.begin));
   if (d->c->ps.push_factors)
-    return exact_values(ps_factor_bytes(&d->fplan, r.begin, r.end, (size_t)d->c->batch));
+    return exact_values(ps_factor_bytes(&s->fplan, r.begin, r.end, (size_t)d->c->batch));
   return push_values(d, r.end - r.begin);
 }
 
@@ -117,31 +150,32 @@ static part_values_t shard_values(const ps_desc_t *d, int op, int k) {
  * --compress-pulls a pull's reply is the change since the last pull,
  * encoded, and the first one (step 0) the shard whole. */
 static int add_shard_part(ps_desc_t *d, int op, int w, int k, step_task_t how) {
-  if (op != PS_OP_PULL || !d->c->compression.pulls) return add_part(d, op, w, k, shard_values(d, op, k), how);
-  ps_range_t r = d->map.shards[k];
+  if (op != PS_OP_PULL || !d->c->compression.pulls) return add_part(d, op, w, k, shard_values(d, op, w, k), how);
+  ps_range_t r = slice_of(d, w)->map.shards[k];
   step_task_t first = how, later = how;
   first.until = 1, later.from = 1;
   part_values_t change = exact_values(codec_bytes(&d->c->compression.codec, r.end - r.begin));
-  int dense = add_part(d, op, w, k, shard_values(d, op, k), first);
+  int dense = add_part(d, op, w, k, shard_values(d, op, w, k), first);
   return dense == STEP_FAILED ? STEP_FAILED : add_part(d, op, w, k, change, later);
 }
 
 /* A whole-model pull or push by every worker: a part per shard
  * (ps_client.c start_ranged). A client starts its parts at once and a
  * server answers them as they come, but the step's graph gives a rank's
- * messages one thread: so worker w takes the shards from shard w on, and
+ * messages one thread: so replica r takes the shards from shard r on, and
  * the parts are added in rounds (round j: every worker's j-th), which
- * gives server k the workers from worker k on, and the servers answer in
- * parallel rather than each serving worker 0 first. last[w]: in, what
- * worker w's first part waits for; out, its last part. */
+ * gives server k the replicas from replica k on, and the servers answer
+ * in parallel rather than each serving replica 0 first. last[w]: in, what
+ * worker rank w's first part waits for; out, its last part. */
 static int add_transfers(ps_desc_t *d, int op, step_task_t how, int *last) {
+  int W = d->R * d->T;
   for (int j = 0; j < d->K; j++)
-    for (int w = 0; w < d->N; w++) {
+    for (int w = 0; w < W; w++) {
       if (last[w] == STEP_FAILED) return -1;
       how.after = last[w];
-      last[w] = add_shard_part(d, op, w, (w + j) % d->K, how);
+      last[w] = add_shard_part(d, op, w, (w / d->T + j) % d->K, how);
     }
-  for (int w = 0; w < d->N; w++)
+  for (int w = 0; w < W; w++)
     if (last[w] == STEP_FAILED) return -1;
   return 0;
 }
@@ -151,7 +185,7 @@ static int add_transfers(ps_desc_t *d, int op, step_task_t how, int *last) {
 static int add_range(ps_desc_t *d, int op, int w, size_t begin, size_t n, step_task_t how) {
   int last = how.after;
   for (int k = 0; k < d->K && last != STEP_FAILED; k++) {
-    ps_range_t r = d->map.shards[k];
+    ps_range_t r = slice_of(d, w)->map.shards[k];
     if (r.end <= begin || r.begin >= begin + n) continue;
     size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < begin + n ? r.end : begin + n;
     how.after = last;
@@ -165,7 +199,7 @@ static int add_range(ps_desc_t *d, int op, int w, size_t begin, size_t n, step_t
  * range; returns the last part's task, or `how.after` for a layer with no
  * parameters. */
 static int add_layer_parts(ps_desc_t *d, int op, int w, int i, step_task_t how) {
-  const layer_t *l = &d->m->layers[i];
+  const layer_t *l = &slice_of(d, w)->m->layers[i];
   size_t part = d->c->partition_bytes / sizeof(float) ? d->c->partition_bytes / sizeof(float) : 1;
   int last = how.after;
   for (size_t done = 0; done < l->param_len && last != STEP_FAILED; done += part) {
@@ -198,7 +232,7 @@ static void worker_templates(const ps_desc_t *d, step_task_t *pull, step_task_t 
  * what its forward waits for. Returns the last part. */
 static int describe_prio_pulls(ps_desc_t *d, int w, step_task_t pull, int *pulled) {
   int prev = pull.after;
-  for (int i = 0; i < d->m->nlayers && prev != STEP_FAILED; i++) {
+  for (int i = 0; i < slice_of(d, w)->m->nlayers && prev != STEP_FAILED; i++) {
     pull.after = prev;
     pulled[i] = prev = add_layer_parts(d, PS_OP_PULL, w, i, pull);
   }
@@ -208,7 +242,7 @@ static int describe_prio_pulls(ps_desc_t *d, int w, step_task_t pull, int *pulle
 /* Worker w's passes under priority order, each forward after its layer's
  * parts, and each layer's push as its backward ends. */
 static int describe_prio_compute(ps_desc_t *d, int w, step_task_t push, const int *pulled) {
-  const model_t *m = d->m;
+  const model_t *m = slice_of(d, w)->m;
   int fwd = -1;
   for (int i = 0; i < m->nlayers && fwd != STEP_FAILED; i++)
     fwd = step_add_layer(d->out, m, w, i, d->c->batch, 0, 0, 0, NULL,
@@ -222,31 +256,87 @@ static int describe_prio_compute(ps_desc_t *d, int w, step_task_t push, const in
   return last;
 }
 
+/* Under --tp, a replica's tensors held whole (its tp rank 0's keys),
+ * given by rank 0 to the others after each pull (ps_worker.c
+ * share_replicated: a tree broadcast over the group a tensor), as the
+ * pull runs (`how`). */
+static int add_share_replicated(ps_desc_t *d, int w, step_task_t how) {
+  const model_t *m = slice_of(d, w)->m;
+  int t = w % d->T, last = how.after;
+  for (int i = 0; i < m->ntensors && last != STEP_FAILED; i++) {
+    const tensor_info_t *ti = &m->tensors[i];
+    if (ti->len != tensor_full_len(ti)) continue;
+    size_t sent, received;
+    coll_tree_bytes(0, d->T, 0, t, ti->len, &sent, &received);
+    step_task_t x = how;
+    x.kind = TASK_COMM, x.rank = w, x.layer = -1, x.pattern = "broadcast", x.algo = "tree";
+    x.peer = -1, x.group = d->T, x.sent = (double)sent, x.received = (double)received;
+    x.count = ti->len, x.after = last, x.color = STEP_TP_COLOR(w - t);
+    last = step_add(d->out, x);
+  }
+  return last;
+}
+
+/* Under --tp and the pool, tp rank 0's NEXT answer to the rest of its
+ * group (ps_worker.c group_share: a status and the reply, to each). */
+static int add_share_next(ps_desc_t *d, int w, int after) {
+  int t = w % d->T, leader = w - t;
+  double bytes = (double)(sizeof(int32_t) + PS_REPLY_BYTES);
+  step_task_t x = {.kind = TASK_COMM, .layer = -1, .pattern = "share", .group = 2, .expected = 1,
+                   .after = after};
+  for (int j = 1; j < d->T && after != STEP_FAILED; j++) {
+    if (t != 0 && t != j) continue;
+    x.rank = w, x.peer = t ? leader : leader + j;
+    x.sent = t ? 0 : bytes, x.received = t ? bytes : 0;
+    x.after = after = step_add(d->out, x);
+  }
+  return after;
+}
+
+/* Worker rank w's (pool: NEXT call, by its replica's tp rank 0, and its
+ * answer shared). */
+static int describe_next(ps_desc_t *d, int w) {
+  if (!ps_pool_schedule(d->c)) return -1;
+  int last = -1;
+  if (w % d->T == 0)
+    last = add_part(d, PS_OP_NEXT, w, 0, exact_values(0), (step_task_t){.after = -1, .expected = 1});
+  return d->T > 1 ? add_share_next(d, w, last) : last;
+}
+
+/* Worker rank w's passes, with its tensor-parallel group's sums (--tp). */
+static int describe_passes(ps_desc_t *d, int w) {
+  const model_t *m = slice_of(d, w)->m;
+  if (d->T == 1) return step_add_passes(d->out, m, w, d->c->batch, NULL);
+  int t = w % d->T, algo;
+  DT_TRY(step_allreduce_algo(d->c->algo, d->T, &algo));
+  step_groups_t g = {{d->T, t, algo, STEP_TP_COLOR(w - t)}, {1, 0, algo, 0}};
+  return step_add_passes_summed(d->out, m, w, d->c->batch, &g, NULL);
+}
+
 /* The workers' steps: (pool: each one's NEXT call,) every pull, each
  * worker's passes, then the pushes, so that a server answers a step's
  * pulls before its pushes come (a server serves its messages in the order
  * of its tasks). Fifo pulls the model whole and pushes the gradient after
  * backprop, on the compute thread (the passes follow the pull there). */
 static int describe_workers(ps_desc_t *d) {
-  int N = d->N, L = d->m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO;
-  int *last = malloc((size_t)N * sizeof *last), *pulled = malloc((size_t)N * L * sizeof *pulled);
+  int W = d->R * d->T, L = d->slice[0].m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO;
+  int *last = malloc((size_t)W * sizeof *last), *pulled = malloc((size_t)W * L * sizeof *pulled);
   int rc = last && pulled ? 0 : dt_error("out of memory");
   step_task_t pull, push;
   worker_templates(d, &pull, &push);
-  for (int w = 0; w < N && rc == 0; w++) {
-    last[w] = -1;
-    if (ps_pool_schedule(d->c))
-      last[w] = add_part(d, PS_OP_NEXT, w, 0, exact_values(0), (step_task_t){.after = -1, .expected = 1});
-    if (last[w] == STEP_FAILED) rc = -1;
-  }
+  for (int w = 0; w < W && rc == 0; w++)
+    if ((last[w] = describe_next(d, w)) == STEP_FAILED) rc = -1;
   if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PULL, pull, last);
-  for (int w = 0; w < N && rc == 0 && prio; w++) {
+  for (int w = 0; w < W && rc == 0 && d->T > 1; w++) {
+    pull.after = last[w];
+    if ((last[w] = add_share_replicated(d, w, pull)) == STEP_FAILED) rc = -1;
+  }
+  for (int w = 0; w < W && rc == 0 && prio; w++) {
     pull.after = last[w];
     if (describe_prio_pulls(d, w, pull, pulled + (size_t)w * L) == STEP_FAILED) rc = -1;
   }
-  for (int w = 0; w < N && rc == 0; w++) {
-    last[w] = prio ? describe_prio_compute(d, w, push, pulled + (size_t)w * L)
-                   : step_add_passes(d->out, d->m, w, d->c->batch, NULL);
+  for (int w = 0; w < W && rc == 0; w++) {
+    last[w] = prio ? describe_prio_compute(d, w, push, pulled + (size_t)w * L) : describe_passes(d, w);
     if (last[w] == STEP_FAILED) rc = -1;
   }
   if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PUSH, push, last);
@@ -258,8 +348,8 @@ static int describe_workers(ps_desc_t *d) {
 /* A worker's push, on from server k (its shard's primary) to the backup,
  * and the backup's acknowledgement back. */
 static int add_replication(ps_desc_t *d, int k) {
-  ps_range_t r = d->map.shards[k];
-  int primary = d->N + k, backup = d->N + (k + 1) % d->K;
+  ps_range_t r = d->slice[0].map.shards[k];
+  int primary = d->first + k, backup = d->first + (k + 1) % d->K;
   step_task_t t = {.kind = TASK_COMM, .layer = -1, .pattern = "replicate", .group = 2,
                    .thread = THREAD_COMM, .after = -1};
   if (ps_pool_schedule(d->c)) t.expected = 1, t.every = d->c->ps.push_every;
@@ -273,12 +363,12 @@ static int add_replication(ps_desc_t *d, int k) {
 /* Copies of the coordinator's state (server 0) to its standby (server
  * 1), and the acks back: `how` says how many a step. */
 static int add_coord_copy(ps_desc_t *d, step_task_t how) {
-  size_t req = PS_REQ_BYTES, state = ps_coord_state_size(d->N);
+  size_t req = PS_REQ_BYTES, state = ps_coord_state_size(d->R);
   step_task_t t = how;
   t.kind = TASK_COMM, t.layer = -1, t.pattern = "coordinator", t.group = 2, t.thread = THREAD_COMM;
-  t.rank = d->N, t.peer = d->N + 1, t.sent = (double)(req + state), t.received = (double)req;
+  t.rank = d->first, t.peer = d->first + 1, t.sent = (double)(req + state), t.received = (double)req;
   int mine = step_add(d->out, t);
-  t.rank = d->N + 1, t.peer = d->N, t.sent = (double)req, t.received = (double)(req + state);
+  t.rank = d->first + 1, t.peer = d->first, t.sent = (double)req, t.received = (double)(req + state);
   t.after = -1;
   return mine == STEP_FAILED || step_add(d->out, t) == STEP_FAILED ? STEP_FAILED : mine;
 }
@@ -297,42 +387,59 @@ static int describe_coord_copies(ps_desc_t *d, int w) {
   return add_coord_copy(d, next) == STEP_FAILED ? STEP_FAILED : add_coord_copy(d, push);
 }
 
-/* Server k's update of its shard: once a clock (sync, ssp; backup:B's
- * first N - B pushes), or once a push (async, value:V). */
-static int describe_update(ps_desc_t *d, int k) {
+/* The update of shard k of slice t by its server: once a clock (sync,
+ * ssp; backup:B's first N - B pushes), or once a push (async, value:V). */
+static int describe_update(ps_desc_t *d, int t, int k) {
   const train_config_t *c = d->c;
-  ps_range_t r = d->map.shards[k];
-  step_task_t t = {TASK_UPDATE, d->N + k, -1, r.end - r.begin, c->batch, .peer = -1, .after = -1,
-                   .expected = ps_pool_schedule(c)};
-  if (t.expected && c->schedule != SCHEDULE_BACKUP) t.chance = d->N, t.every = c->ps.push_every;
-  return step_add(d->out, t);
+  ps_range_t r = d->slice[t].map.shards[k];
+  step_task_t x = {TASK_UPDATE, d->first + t * d->K + k, -1, r.end - r.begin, c->batch, .peer = -1,
+                   .after = -1, .expected = ps_pool_schedule(c)};
+  if (x.expected && c->schedule != SCHEDULE_BACKUP) x.chance = d->R, x.every = c->ps.push_every;
+  return step_add(d->out, x);
+}
+
+/* Slice t: tp rank t's model (tensor_desc: its blocks), its keys and
+ * their shards on K servers (ps_worker.c plan_keys; one slice without
+ * --tp: the arena itself). */
+static int plan_slice(ps_desc_t *d, int t) {
+  const train_config_t *c = d->c;
+  ps_slice_t *s = &d->slice[t];
+  s->m = tensor_desc_model(d->td, t);
+  ps_keys_t keys;
+  DT_TRY(ps_keys_plan(s->m, t, d->T, &keys));
+  model_t *tab = NULL;
+  int rc = c->ps.push_factors ? ps_factor_plan(s->m, &keys, &s->fplan) : 0;
+  if (rc == 0 && d->T > 1) rc = ps_keys_table_of(s->m, &keys, &tab);
+  ps_keys_free(&keys);
+  if (rc == 0) rc = ps_shard_plan_factors(tab ? tab : s->m, d->K, c->optim.kind == OPTIM_LARS, &s->fplan, &s->map);
+  model_free(tab);
+  return rc;
 }
 
 int ps_describe_step(const train_config_t *c, const model_t *m, step_desc_t *out) {
-  if (ps_group_size(c) > 1)
-    return dt_error("parameter servers: describe_step covers a worker of one rank so far, not "
-                    "--tp (Project Adam's replicas)");
-  ps_desc_t d = {.c = c, .m = m, .out = out, .N = c->workers, .K = ps_nservers(c, c->workers)};
-  if (c->ps.push_factors) {
-    ps_keys_t keys; /* one worker: its keys are the arena */
-    DT_TRY(ps_keys_plan(m, 0, 1, &keys));
-    int frc = ps_factor_plan(m, &keys, &d.fplan);
-    ps_keys_free(&keys);
-    DT_TRY(frc);
-  }
-  int rc = ps_shard_plan_factors(m, d.K, c->optim.kind == OPTIM_LARS, &d.fplan, &d.map);
+  int T = ps_group_size(c);
+  ps_desc_t d = {.c = c, .out = out, .R = c->workers / T, .T = T, .K = ps_nservers(c, c->workers) / T,
+                 .first = c->workers};
+  d.slice = calloc((size_t)T, sizeof *d.slice);
+  int rc = d.slice ? tensor_desc_new(c, m, T, 1, &d.td) : dt_error("out of memory");
+  for (int t = 0; t < T && rc == 0; t++) rc = plan_slice(&d, t);
   if (rc == 0) rc = describe_workers(&d);
-  for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
+  for (int w = 0; c->ps.replicas > 1 && w < d.R && rc == 0; w++)
     for (int k = 0; k < d.K && rc == 0; k++)
       if (add_replication(&d, k) == STEP_FAILED) rc = -1;
-  for (int w = 0; c->ps.replicas > 1 && w < d.N && rc == 0; w++)
+  for (int w = 0; c->ps.replicas > 1 && w < d.R && rc == 0; w++)
     if (describe_coord_copies(&d, w) == STEP_FAILED) rc = -1;
   if (c->ps.replicas > 1 && c->schedule == SCHEDULE_SYNC && rc == 0 && /* the step's update */
       add_coord_copy(&d, (step_task_t){.after = -1}) == STEP_FAILED)
     rc = -1;
-  for (int k = 0; k < d.K && rc == 0; k++)
-    if (describe_update(&d, k) == STEP_FAILED) rc = -1;
-  ps_shard_free(&d.map);
-  ps_factor_plan_free(&d.fplan);
+  for (int t = 0; t < T && rc == 0; t++)
+    for (int k = 0; k < d.K && rc == 0; k++)
+      if (describe_update(&d, t, k) == STEP_FAILED) rc = -1;
+  for (int t = 0; d.slice && t < T; t++) {
+    ps_shard_free(&d.slice[t].map);
+    ps_factor_plan_free(&d.slice[t].fplan);
+  }
+  free(d.slice);
+  tensor_desc_free(d.td);
   return rc;
 }

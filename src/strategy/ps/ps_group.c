@@ -89,40 +89,44 @@ int ps_keys_table(const train_config_t *cfg, const dataset_t *train, int t, int 
   return ps_keys_table_factors(cfg, train, t, T, out, NULL);
 }
 
+int ps_keys_table_of(const model_t *m, const ps_keys_t *k, model_t **out) {
+  model_t *tab = calloc(1, sizeof *tab);
+  int rc = tab ? 0 : dt_error("out of memory");
+  if (rc == 0) {
+    tab->tensors = calloc((size_t)m->ntensors + 1, sizeof *tab->tensors);
+    tab->params = dt_alloc_floats(k->nkeys);
+    if (!tab->tensors || !tab->params) rc = dt_error("out of memory");
+  }
+  for (int i = 0; rc == 0 && i < m->ntensors; i++) {
+    if (k->key[i] == PS_NO_KEY) continue;
+    tensor_info_t *ti = &tab->tensors[tab->ntensors++];
+    *ti = m->tensors[i];
+    ti->off = k->key[i];
+  }
+  if (rc != 0) {
+    model_free(tab);
+    return -1;
+  }
+  tab->nparams = k->nkeys;
+  tab->input = m->input;
+  tab->nclasses = m->nclasses;
+  ps_keys_pack(k, m, m->params, tab->params);
+  *out = tab;
+  return 0;
+}
+
 int ps_keys_table_factors(const train_config_t *cfg, const dataset_t *train, int t, int T,
                           model_t **out, ps_factor_plan_t *fp) {
   model_t *m;
   if (fp) memset(fp, 0, sizeof *fp);
   DT_TRY(build_rank_model(cfg, train, t, T, &m));
   ps_keys_t k;
-  model_t *tab = calloc(1, sizeof *tab);
-  int rc = tab ? ps_keys_plan(m, t, T, &k) : dt_error("out of memory");
+  int rc = ps_keys_plan(m, t, T, &k);
   if (rc == 0 && fp && cfg->ps.push_factors) rc = ps_factor_plan(m, &k, fp);
-  if (rc == 0) {
-    tab->tensors = calloc((size_t)m->ntensors + 1, sizeof *tab->tensors);
-    tab->params = dt_alloc_floats(k.nkeys);
-    if (!tab->tensors || !tab->params) rc = dt_error("out of memory");
-  }
-  for (int i = 0; rc == 0 && i < m->ntensors; i++) {
-    if (k.key[i] == PS_NO_KEY) continue;
-    tensor_info_t *ti = &tab->tensors[tab->ntensors++];
-    *ti = m->tensors[i];
-    ti->off = k.key[i];
-  }
-  if (rc == 0) {
-    tab->nparams = k.nkeys;
-    tab->input = m->input;
-    tab->nclasses = m->nclasses;
-    ps_keys_pack(&k, m, m->params, tab->params);
-  }
-  if (tab) ps_keys_free(&k);
+  if (rc == 0) rc = ps_keys_table_of(m, &k, out);
+  ps_keys_free(&k);
   model_free(m);
-  if (rc != 0) {
-    model_free(tab);
-    return -1;
-  }
-  *out = tab;
-  return 0;
+  return rc;
 }
 
 int ps_server_slice(int k, int K, int T) { return k / (K / T); }
