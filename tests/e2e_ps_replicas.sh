@@ -187,6 +187,31 @@ print("ok %d batches, %d copies (expected %d + the close's)" % (batches, copies,
 PYEOF
 then pass "replicas_coordinator_bytes_async_expected($(cat "$TMP/check.out"))"
 else fail replicas_coordinator_bytes_async_expected "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
+# ssp:2: per step N copies for the pushes counted (exact), and the updates'
+# N expected (a push within the bound is applied as it comes; pushes
+# applied in one pass share a copy): over T steps between T N and T 2N
+# copies, plus the once-a-run 1 + N and the epoch's close (2N at most);
+# an ack a copy.
+if "$DTRAIN" describe $R --schedule ssp:2 >"$TMP/sstep.json" 2>"$TMP/err" &&
+   "$DTRAIN" train $R --schedule ssp:2 >/dev/null 2>"$TMP/run.err" &&
+   $PY - "$TMP/sstep.json" "$TMP/run.err" 10 >"$TMP/check.out" 2>&1 <<'PYEOF'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text, T, N = open(sys.argv[2]).read(), int(sys.argv[3]), 3
+tasks = [t for t in d["tasks"] if t.get("pattern") == "coordinator" and t["rank"] == N]
+exact = [t for t in tasks if not t.get("expected")]
+expected = [t for t in tasks if t.get("expected")]
+assert len(exact) == N and len(expected) == N, (len(exact), len(expected))
+copy, req = tasks[0]["sent"], tasks[0]["received"]
+got = {int(k): (int(c), int(a)) for k, c, a in
+       re.findall(r"ps: server (\d+): replication sent \d+ bytes \(state copies \d+\); the coordinator's state (\d+) bytes \(acks of it (\d+)\)", text)}
+copies, acks = got[0][0] / copy, got[1][1] / req
+lo, hi = T * N + 1 + N, T * 2 * N + 1 + N + 2 * N
+assert copies == acks and lo <= copies <= hi, (copies, acks, lo, hi)
+print("ok %d copies in [%d, %d], described %d a step" % (copies, lo, hi, len(tasks)))
+PYEOF
+then pass "replicas_coordinator_bytes_ssp_within_described($(cat "$TMP/check.out"))"
+else fail replicas_coordinator_bytes_ssp_within_described "$(tail -c 600 "$TMP/err" "$TMP/run.err" "$TMP/check.out")"; fi
 if have_mpi; then # the same under mpi (eager sends: the acks, one a copy, as on local)
   if $MPIRUN -np 5 "$DTRAIN" train --comm mpi $R >/dev/null 2>"$TMP/mpi.err" &&
      $PY "$TMP/coord.py" "$TMP/step.json" "$TMP/mpi.err" 10 >"$TMP/check.out" 2>&1
