@@ -180,34 +180,28 @@ static int add_transfers(ps_desc_t *d, int op, step_task_t how, int *last) {
   return 0;
 }
 
-/* The parts of keys [begin, begin + n) by worker w, one per shard they
- * touch (ps_client.c start_ranged), each after the one before. */
-static int add_range(ps_desc_t *d, int op, int w, size_t begin, size_t n, step_task_t how) {
-  int last = how.after;
-  for (int k = 0; k < d->K && last != STEP_FAILED; k++) {
-    ps_range_t r = slice_of(d, w)->map.shards[k];
-    if (r.end <= begin || r.begin >= begin + n) continue;
-    size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < begin + n ? r.end : begin + n;
-    how.after = last;
-    last = add_part(d, op, w, k, op == PS_OP_PUSH ? push_values(d, hi - lo)
+/* The parts of keys [begin, begin + n) by worker w that go to shard
+ * `only` (ps_client.c start_ranged: one a shard the range touches), each
+ * after the one before; returns the last, or how.after if none. */
+static int add_range(ps_desc_t *d, int op, int w, size_t begin, size_t n, int only, step_task_t how) {
+  ps_range_t r = slice_of(d, w)->map.shards[only];
+  if (r.end <= begin || r.begin >= begin + n) return how.after;
+  size_t lo = r.begin > begin ? r.begin : begin, hi = r.end < begin + n ? r.end : begin + n;
+  return add_part(d, op, w, only, op == PS_OP_PUSH ? push_values(d, hi - lo)
                                                    : exact_values(ps_values_bytes(hi - lo)), how);
-  }
-  return last;
 }
 
 /* Layer i's keys in --partition-kb parts (ps_prio.c enqueue), each a
- * range; returns the last part's task, or `how.after` for a layer with no
- * parameters. */
-static int add_layer_parts(ps_desc_t *d, int op, int w, int i, step_task_t how) {
+ * range, its messages to shard `only`; returns the last one's task, or
+ * how.after if none. */
+static int add_layer_parts(ps_desc_t *d, int op, int w, int i, int only, step_task_t how) {
   const layer_t *l = &slice_of(d, w)->m->layers[i];
   size_t part = d->c->partition_bytes / sizeof(float) ? d->c->partition_bytes / sizeof(float) : 1;
-  int last = how.after;
-  for (size_t done = 0; done < l->param_len && last != STEP_FAILED; done += part) {
+  for (size_t done = 0; done < l->param_len && how.after != STEP_FAILED; done += part) {
     size_t n = l->param_len - done < part ? l->param_len - done : part;
-    how.after = last;
-    last = add_range(d, op, w, l->param_off + done, n, how);
+    how.after = add_range(d, op, w, l->param_off + done, n, only, how);
   }
-  return last;
+  return how.after;
 }
 
 /* How worker w's pull and push run, by schedule: every step (sync, ssp
@@ -225,35 +219,53 @@ static void worker_templates(const ps_desc_t *d, step_task_t *pull, step_task_t 
   if (c->comm_order != COLL_ORDER_FIFO) pull->thread = push->thread = THREAD_COMM;
 }
 
-/* Worker w's pulls layer by layer under --comm-order priority or tictac
- * (ps_prio.c): they go out at the step's start, on the worker's
- * communication side (tictac's order is the layers' on a chain once their
- * forwards are timed: ps_schedule.c); pulled[i] gets layer i's last part,
- * what its forward waits for. Returns the last part. */
-static int describe_prio_pulls(ps_desc_t *d, int w, step_task_t pull, int *pulled) {
-  int prev = pull.after;
-  for (int i = 0; i < slice_of(d, w)->m->nlayers && prev != STEP_FAILED; i++) {
-    pull.after = prev;
-    pulled[i] = prev = add_layer_parts(d, PS_OP_PULL, w, i, pull);
-  }
+/* Priority order or TicTac (ps_prio.c): a worker's parts go out at
+ * once, most urgent first (tictac's order is the layers' on a chain once
+ * their forwards are timed: ps_schedule.c), and every server answers
+ * its own as they come. The step's graph gives a rank's messages one
+ * thread, so the parts are added as add_transfers adds a whole model's:
+ * in rounds, replica r's to shard r + j in round j, each shard's in the
+ * layers' order (pushes: the last layer first, as backprop readies
+ * them). A layer's parts on two shards land by the later one. */
+
+/* Every worker's pulls, on its communication side from its start (last[w]);
+ * pulled[w L + i] gets the task layer i's forward waits for. */
+static int describe_prio_pulls(ps_desc_t *d, step_task_t pull, int *last, int *pulled) {
+  int W = d->R * d->T, L = d->slice[0].m->nlayers;
+  for (int w = 0; w < W * L; w++) pulled[w] = -1;
+  for (int j = 0; j < d->K; j++)
+    for (int w = 0; w < W; w++)
+      for (int i = 0; i < L; i++) {
+        pull.after = last[w];
+        int x = add_layer_parts(d, PS_OP_PULL, w, i, (w / d->T + j) % d->K, pull);
+        if (x == STEP_FAILED) return -1;
+        if (x != last[w]) pulled[w * L + i] = last[w] = x;
+      }
+  return 0;
+}
+
+/* Worker rank w's passes, each forward after its layer's parts; bwd gets
+ * each layer's backward task. */
+static int describe_prio_passes(ps_desc_t *d, int w, const int *pulled, int *bwd) {
+  const model_t *m = slice_of(d, w)->m;
+  int prev = -1;
+  for (int i = 0; i < m->nlayers && prev != STEP_FAILED; i++)
+    prev = step_add_layer(d->out, m, w, i, d->c->batch, 0, 0, 0, NULL, pulled[i] >= 0 ? pulled[i] : prev, NULL);
+  for (int i = m->nlayers - 1; i >= 0 && prev != STEP_FAILED; i--)
+    prev = bwd[i] = step_add_layer(d->out, m, w, i, d->c->batch, 1, 0, 0, NULL, -1, NULL);
   return prev;
 }
 
-/* Worker w's passes under priority order, each forward after its layer's
- * parts, and each layer's push as its backward ends. */
-static int describe_prio_compute(ps_desc_t *d, int w, step_task_t push, const int *pulled) {
-  const model_t *m = slice_of(d, w)->m;
-  int fwd = -1;
-  for (int i = 0; i < m->nlayers && fwd != STEP_FAILED; i++)
-    fwd = step_add_layer(d->out, m, w, i, d->c->batch, 0, 0, 0, NULL,
-                         m->layers[i].param_len ? pulled[i] : fwd, NULL);
-  int last = fwd;
-  for (int i = m->nlayers - 1; i >= 0 && last != STEP_FAILED; i--) {
-    int bwd = step_add_layer(d->out, m, w, i, d->c->batch, 1, 0, 0, NULL, -1, NULL);
-    push.after = bwd;
-    last = bwd == STEP_FAILED ? STEP_FAILED : add_layer_parts(d, PS_OP_PUSH, w, i, push);
-  }
-  return last;
+/* Every worker's pushes, each layer's parts after its backward. */
+static int describe_prio_pushes(ps_desc_t *d, step_task_t push, const int *bwd) {
+  int W = d->R * d->T, L = d->slice[0].m->nlayers;
+  for (int j = 0; j < d->K; j++)
+    for (int w = 0; w < W; w++)
+      for (int i = L - 1; i >= 0; i--) {
+        push.after = bwd[w * L + i];
+        if (add_layer_parts(d, PS_OP_PUSH, w, i, (w / d->T + j) % d->K, push) == STEP_FAILED) return -1;
+      }
+  return 0;
 }
 
 /* Under --tp, a replica's tensors held whole (its tp rank 0's keys),
@@ -321,27 +333,26 @@ static int describe_passes(ps_desc_t *d, int w) {
 static int describe_workers(ps_desc_t *d) {
   int W = d->R * d->T, L = d->slice[0].m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO;
   int *last = malloc((size_t)W * sizeof *last), *pulled = malloc((size_t)W * L * sizeof *pulled);
-  int rc = last && pulled ? 0 : dt_error("out of memory");
+  int *bwd = malloc((size_t)W * L * sizeof *bwd);
+  int rc = last && pulled && bwd ? 0 : dt_error("out of memory");
   step_task_t pull, push;
   worker_templates(d, &pull, &push);
   for (int w = 0; w < W && rc == 0; w++)
     if ((last[w] = describe_next(d, w)) == STEP_FAILED) rc = -1;
-  if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PULL, pull, last);
+  if (rc == 0) rc = prio ? describe_prio_pulls(d, pull, last, pulled) : add_transfers(d, PS_OP_PULL, pull, last);
   for (int w = 0; w < W && rc == 0 && d->T > 1; w++) {
     pull.after = last[w];
     if ((last[w] = add_share_replicated(d, w, pull)) == STEP_FAILED) rc = -1;
   }
-  for (int w = 0; w < W && rc == 0 && prio; w++) {
-    pull.after = last[w];
-    if (describe_prio_pulls(d, w, pull, pulled + (size_t)w * L) == STEP_FAILED) rc = -1;
-  }
   for (int w = 0; w < W && rc == 0; w++) {
-    last[w] = prio ? describe_prio_compute(d, w, push, pulled + (size_t)w * L) : describe_passes(d, w);
+    last[w] = prio ? describe_prio_passes(d, w, pulled + (size_t)w * L, bwd + (size_t)w * L)
+                   : describe_passes(d, w);
     if (last[w] == STEP_FAILED) rc = -1;
   }
-  if (rc == 0 && !prio) rc = add_transfers(d, PS_OP_PUSH, push, last);
+  if (rc == 0) rc = prio ? describe_prio_pushes(d, push, bwd) : add_transfers(d, PS_OP_PUSH, push, last);
   free(last);
   free(pulled);
+  free(bwd);
   return rc;
 }
 
