@@ -313,6 +313,14 @@ static int compress_check(const train_config_t *c) {
                     "--exchange %s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange));
+  /* the dense warm-up lives in the summed-gradient reducer (reducer.c,
+   * pipe/engine.c): pushes, averages and mirrors would compress from step 0 */
+  if (c->compression.warmup_steps && how != COMPRESS_GRADIENTS)
+    return dt_error("option --compress-warmup-steps: no dense warm-up under %s, every %s is "
+                    "compressed from the first step (only synchronous allreduce and a "
+                    "pipeline's replicas have one): drop the option", method,
+                    how == COMPRESS_PUSHES ? "push" : how == COMPRESS_AVERAGES ? "average"
+                                                                               : "model change");
   if (c->exchange == EXCHANGE_PS && (k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: with --exchange ps:K a push is one worker's gradient "
                     "to each server; %s needs the synchronous allreduce (use topk:R there)", name,
