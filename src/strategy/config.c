@@ -422,6 +422,9 @@ int train_config_check(const train_config_t *c) {
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
   if (c->decentral.tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->decentral.tau);
+  if (c->optim.nesterov && c->optim.kind == OPTIM_SGD && !(c->optim.momentum > 0)) /* else every rank fails */
+    return dt_error("option --nesterov: looks ahead along the momentum, and --momentum is 0: "
+                    "give --momentum M > 0, or drop --nesterov");
   if (c->bf16 && !kern_bf16_available())
     return dt_error("option --precision bf16: %s (use --precision fp32)",
                     cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)
