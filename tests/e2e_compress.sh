@@ -404,6 +404,10 @@ expect_error mpca_threshold 2 "MPCA-SGD sends messages of a fixed size" -- "$DTR
 expect_error mpca_error_feedback 2 "MPCA-SGD keeps copies" -- "$DTRAIN" train --workers 4 --preset mpca-sgd --compress topk:0.1 --error-feedback on
 expect_error easgd_threshold 2 "EASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset easgd --compress threshold:0.1
 expect_error easgd_error_feedback 2 "EASGD keeps copies" -- "$DTRAIN" train --workers 3 --preset easgd-async --compress topk:0.1 --error-feedback on
+# off was accepted and changed nothing (the copies carry what was not sent whatever it says)
+expect_error choco_error_feedback_off 2 "option --error-feedback off: D-PSGD's compressed gossip (CHOCO-SGD) keeps copies" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress int8 --error-feedback off --max-steps 1
+expect_error easgd_error_feedback_off 2 "option --error-feedback off: EASGD keeps copies" -- "$DTRAIN" train --workers 2 --preset easgd --compress int8 --error-feedback off --max-steps 1
+expect_error gosgd_error_feedback_off 2 "option --error-feedback off: GoSGD keeps copies" -- "$DTRAIN" train --workers 3 --preset gosgd --compress int8 --error-feedback off --max-steps 1
 expect_error tree_easgd_powersgd 2 "TreeEASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset tree-easgd --compress powersgd:2
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on

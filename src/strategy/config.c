@@ -301,9 +301,11 @@ static int compress_check(const train_config_t *c) {
       (!codec_fixed_size(k) || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
-  if (how == COMPRESS_MIRRORS && c->compression.error_feedback == 1)
-    return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
-                    "carry what was not sent; drop the option", method);
+  /* on or off: the mirrors are the memory, and neither value would change it */
+  if (how == COMPRESS_MIRRORS && c->compression.error_feedback != -1)
+    return dt_error("option --error-feedback %s: %s keeps copies of what each end holds, which "
+                    "carry what was not sent (always, whatever the option); drop the option",
+                    c->compression.error_feedback ? "on" : "off", method);
   if (how == COMPRESS_NOT_BUILT)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
