@@ -438,5 +438,8 @@ expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the on
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
 expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --pp 2 --tp-conv data
+# accepted before and silently ignored (the one weird trick ran on whole batches, no factors)
+expect_error owt_preset_micro_batches 2 "options --tp-conv data and --micro-batches 2 do not combine" -- "$DTRAIN" train --preset one-weird-trick --workers 2 --micro-batches 2 --max-steps 1
+expect_error owt_sufficient_factors 2 "option --sufficient-factors on: not with --tp-conv data" -- "$DTRAIN" train --tp-conv data --workers 2 --sufficient-factors on --max-steps 1
 expect_error owt_bad_value 2 "option --tp-conv: 'both' (expected split or data)" -- \
   "$DTRAIN" train $BASE --tp-conv both

@@ -270,6 +270,10 @@ static int compress_check(const train_config_t *c) {
   if (c->compression.sufficient_factors && c->tensor.ranks > 1)
     return dt_error("option --sufficient-factors on: not with --tp %d (a split layer's factors "
                     "are its block's; use --tp 1)", c->tensor.ranks);
+  if (c->compression.sufficient_factors && c->tensor.conv_data) /* else nothing would be factored */
+    return dt_error("option --sufficient-factors on: not with --tp-conv data (the one weird "
+                    "trick splits every dense layer, whose gradients then never go on the wire); "
+                    "drop the option");
   if (c->compression.sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
                                 c->comm_order == COLL_ORDER_PRIORITY))
     return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
