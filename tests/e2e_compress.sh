@@ -114,6 +114,8 @@ expect_error momentum_correction_value 2 "expected off, velocity or shared" -- "
 expect_error momentum_correction_unbiased 2 "use a biased codec with --error-feedback on" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --momentum-correction shared
 expect_error momentum_correction_adam 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --optimizer adam
 expect_error momentum_correction_nesterov 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --momentum 0.9 --nesterov
+# with --momentum 0 the velocity is the gradient: accepted before, bit for bit the run without it
+expect_error velocity_without_momentum 2 "option --momentum-correction velocity: corrects SGD's momentum, and --momentum is 0" -- "$DTRAIN" train --workers 2 --compress topk:0.01 --momentum-correction velocity --max-steps 1
 expect_error momentum_correction_ps 2 "synchronous data parallelism's gradients" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress onebit --momentum-correction shared
 expect_error velocity_warmup 2 "would go without momentum" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction velocity --compress-warmup-steps 5
 expect_error momentum_correction_without_codec 2 "option --momentum-correction" -- "$DTRAIN" train --workers 2 --momentum-correction shared

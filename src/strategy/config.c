@@ -371,6 +371,11 @@ static int compress_check(const train_config_t *c) {
     if (c->optim.kind != OPTIM_SGD || c->optim.nesterov) /* --momentum 0: the gradient alone */
       return dt_error("option --momentum-correction: corrects SGD's momentum (--momentum M): use "
                       "--optimizer sgd, without --nesterov");
+    /* u = 0 u + g: the velocity is the gradient, the memory plain error feedback */
+    if (c->compression.momentum_correction == MC_VELOCITY && !(c->optim.momentum > 0))
+      return dt_error("option --momentum-correction velocity: corrects SGD's momentum, and "
+                      "--momentum is 0 (the velocity would be the gradient, as without the "
+                      "option): give --momentum M > 0, or drop the option");
   }
   if (c->compression.dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
