@@ -249,6 +249,10 @@ k = e['layers']
 assert k['batchnorm']['bytes_sent'] == want < e['bytes_sent'], (k, want)
 assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
 \""
+# one replica (one worker, one tp group): accepted before, bit for bit the run without it
+expect_error sync_bn_one_worker 2 "option --sync-bn on: one worker is one data-parallel replica" -- "$DTRAIN" train $BN --workers 1 --sync-bn on
+printf 'dense units=64\nbatchnorm\nrelu\ndense units=64\nrelu\ndense units=10\n' >"$TMP/bn_tp.txt"
+expect_error sync_bn_one_tp_group 2 "option --sync-bn on: --tp 2 on 2 workers is one data-parallel replica" -- "$DTRAIN" train $BN --model "$TMP/bn_tp.txt" --workers 2 --tp 2 --sync-bn on
 expect_error sync_bn_no_batchnorm 2 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used by a pipeline" -- \

@@ -190,6 +190,22 @@ static int compress_check_replicas(const train_config_t *c) {
                   "compressed: use --workers 2 or more, or drop --compress", name);
 }
 
+/* --sync-bn and --balance act between data-parallel replicas: with one
+ * (one worker, or one tensor-parallel group) they would change nothing. */
+static int replica_options_check(const train_config_t *c) {
+  if ((!c->sync_bn && !c->balance) || train_pipelined(c) || c->workers != c->tensor.ranks) return 0;
+  const char *opt = c->sync_bn ? "--sync-bn on" : "--balance on";
+  const char *what = c->sync_bn ? "no other replica's batch statistics to add"
+                                : "no other replica to move samples to";
+  if (c->tensor.ranks > 1)
+    return dt_error("option %s: --tp %d on %d workers is one data-parallel replica, %s: use "
+                    "--workers %d for two, or drop the option", opt, c->tensor.ranks, c->workers,
+                    what, 2 * c->tensor.ranks);
+  return dt_error("option %s: %s is one data-parallel replica, %s: use %s, or drop the option",
+                  opt, c->comm == COMM_MPI ? "mpirun -np 1" : "one worker", what,
+                  c->comm == COMM_MPI ? "mpirun -np 2 or more" : "--workers 2 or more");
+}
+
 int train_config_check_ranks(const train_config_t *c) {
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with %d workers",
@@ -198,6 +214,7 @@ int train_config_check_ranks(const train_config_t *c) {
     return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
                     c->workers);
   if (strategy_check_world(c) != 0) return -1;
+  if (replica_options_check(c) != 0) return -1;
   return compress_check_replicas(c);
 }
 
