@@ -114,6 +114,8 @@ expect_error momentum_correction_value 2 "expected off, velocity or shared" -- "
 expect_error momentum_correction_unbiased 2 "use a biased codec with --error-feedback on" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --momentum-correction shared
 expect_error momentum_correction_adam 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --optimizer adam
 expect_error momentum_correction_nesterov 2 "without --nesterov" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction shared --momentum 0.9 --nesterov
+# with --momentum 0 the velocity is the gradient: accepted before, bit for bit the run without it
+expect_error velocity_without_momentum 2 "option --momentum-correction velocity: corrects SGD's momentum, and --momentum is 0" -- "$DTRAIN" train --workers 2 --compress topk:0.01 --momentum-correction velocity --max-steps 1
 expect_error momentum_correction_ps 2 "synchronous data parallelism's gradients" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress onebit --momentum-correction shared
 expect_error velocity_warmup 2 "would go without momentum" -- "$DTRAIN" train --workers 2 --compress onebit --momentum-correction velocity --compress-warmup-steps 5
 expect_error momentum_correction_without_codec 2 "option --momentum-correction" -- "$DTRAIN" train --workers 2 --momentum-correction shared
@@ -404,6 +406,10 @@ expect_error mpca_threshold 2 "MPCA-SGD sends messages of a fixed size" -- "$DTR
 expect_error mpca_error_feedback 2 "MPCA-SGD keeps copies" -- "$DTRAIN" train --workers 4 --preset mpca-sgd --compress topk:0.1 --error-feedback on
 expect_error easgd_threshold 2 "EASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset easgd --compress threshold:0.1
 expect_error easgd_error_feedback 2 "EASGD keeps copies" -- "$DTRAIN" train --workers 3 --preset easgd-async --compress topk:0.1 --error-feedback on
+# off was accepted and changed nothing (the copies carry what was not sent whatever it says)
+expect_error choco_error_feedback_off 2 "option --error-feedback off: D-PSGD's compressed gossip (CHOCO-SGD) keeps copies" -- "$DTRAIN" train --workers 3 --preset d-psgd --compress int8 --error-feedback off --max-steps 1
+expect_error easgd_error_feedback_off 2 "option --error-feedback off: EASGD keeps copies" -- "$DTRAIN" train --workers 2 --preset easgd --compress int8 --error-feedback off --max-steps 1
+expect_error gosgd_error_feedback_off 2 "option --error-feedback off: GoSGD keeps copies" -- "$DTRAIN" train --workers 3 --preset gosgd --compress int8 --error-feedback off --max-steps 1
 expect_error tree_easgd_powersgd 2 "TreeEASGD sends messages of a fixed size" -- "$DTRAIN" train --workers 3 --preset tree-easgd --compress powersgd:2
 expect_error compress_ps_powersgd 2 "PowerSGD sums its factors" -- "$DTRAIN" train --workers 2 --exchange ps:1 --compress powersgd:2
 expect_error ef_unbiased 2 "qsgd:4 is unbiased" -- "$DTRAIN" train --workers 2 --compress qsgd:4 --error-feedback on

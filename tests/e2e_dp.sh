@@ -184,6 +184,7 @@ if have_mpi; then
   check default_exchange_mpi_is_allreduce_auto grep -q '"exchange":"allreduce:auto","schedule":"sync"' "$TMP/default_mpi.jsonl"
 fi
 expect_error balance_needs_sync_data_parallelism 2 "option --balance: applies to synchronous data parallelism" -- "$DTRAIN" train --workers 2 --schedule async --exchange ps:1 --balance on
+expect_error balance_one_worker 2 "option --balance on: one worker is one data-parallel replica" -- "$DTRAIN" train --workers 1 --exchange allreduce:ring --balance on --max-steps 1
 expect_error balance_on_or_off 2 "option --balance" -- "$DTRAIN" train --workers 2 --balance yes
 expect_error shared_sync_no_lars 1 "--optimizer lars and --exchange shared --schedule sync do not combine" -- "$DTRAIN" train $BASE --workers 2 --exchange shared --schedule sync --optimizer lars
 expect_error allreduce_shm_needs_local 2 "option --exchange allreduce:shm needs shared memory: use --comm local" -- "$DTRAIN" train --exchange allreduce:shm --comm mpi

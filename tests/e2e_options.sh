@@ -134,6 +134,13 @@ expect_error net_under_mpi 2 "option --net: not used with --comm mpi (it applies
 expect_error beta1_with_sgd 2 "option --beta1: not used with --optimizer sgd (it applies to --optimizer adam)" -- $T --beta1 0.8
 expect_error momentum_with_adam 2 "option --momentum: not used with --optimizer adam" -- $T --optimizer adam --momentum 0.9
 expect_error lr_gamma_constant 2 "option --lr-gamma: not used with --lr-schedule constant (it applies to --lr-schedule step)" -- $T --lr-gamma 0.5
+# --nesterov without momentum failed on every rank at start (exit 1, a line per rank)
+expect_error nesterov_without_momentum 2 "option --nesterov: looks ahead along the momentum, and --momentum is 0" -- $T --workers 2 --nesterov --max-steps 1
+# --compress-warmup-steps: only the summed-gradient reducer has a dense warm-up
+expect_error compress_warmup_ps 2 "option --compress-warmup-steps: no dense warm-up under parameter servers, every push is compressed" -- $T --workers 2 --exchange ps:2 --compress int8 --compress-warmup-steps 3 --max-steps 1
+expect_error compress_warmup_local_sgd 2 "option --compress-warmup-steps: no dense warm-up under model averaging (local SGD), every average" -- $T --preset local-sgd --workers 2 --compress int8 --compress-warmup-steps 3 --max-steps 1
+expect_error compress_warmup_dpsgd 2 "option --compress-warmup-steps: no dense warm-up under D-PSGD's compressed gossip (CHOCO-SGD), every model change" -- $T --preset d-psgd --workers 3 --compress int8 --compress-warmup-steps 3 --max-steps 1
+expect_error compress_warmup_easgd 2 "option --compress-warmup-steps: no dense warm-up under EASGD" -- $T --preset easgd --workers 2 --compress int8 --compress-warmup-steps 3 --max-steps 1
 
 # ---- what stays accepted: a preset's own options, overridden presets, used options ----------------
 # a small real set: the synthetic one (60,000 generated images) took most

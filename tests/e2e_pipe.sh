@@ -65,6 +65,8 @@ expect_error pipe_interleaved_m_not_multiple_of_p 2 "a multiple of --pp 3 micro-
   "$DTRAIN" train $E8 --workers 3 --pp 3 --micro-batches 4 --pipe-schedule interleaved:2
 expect_error pipe_interleaved_m1 2 "a multiple of --pp 2" -- \
   "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:2
+# with --pp 1 (micro-batches alone) every rank holds every layer: --partition was accepted and did nothing
+expect_error pipe_partition_one_stage 2 "option --partition: not used with --optimization central --schedule sync --exchange allreduce (it applies to --pp P > 1)" -- "$DTRAIN" train --workers 2 --micro-batches 2 --partition macs --max-steps 1
 expect_error pipe_interleaved_needs_v 2 "interleaved:V" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved
 expect_error pipe_interleaved_bad_v 2 "1 to 64" -- "$DTRAIN" train $E8 --workers 2 --pp 2 --pipe-schedule interleaved:0
 expect_error pipe_interleaved_too_many_chunks 2 "at most --pp x V = 8" -- \

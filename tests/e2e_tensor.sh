@@ -249,6 +249,10 @@ k = e['layers']
 assert k['batchnorm']['bytes_sent'] == want < e['bytes_sent'], (k, want)
 assert all(v['bytes_sent'] == 0 for n, v in k.items() if n != 'batchnorm'), k
 \""
+# one replica (one worker, one tp group): accepted before, bit for bit the run without it
+expect_error sync_bn_one_worker 2 "option --sync-bn on: one worker is one data-parallel replica" -- "$DTRAIN" train $BN --workers 1 --sync-bn on
+printf 'dense units=64\nbatchnorm\nrelu\ndense units=64\nrelu\ndense units=10\n' >"$TMP/bn_tp.txt"
+expect_error sync_bn_one_tp_group 2 "option --sync-bn on: --tp 2 on 2 workers is one data-parallel replica" -- "$DTRAIN" train $BN --model "$TMP/bn_tp.txt" --workers 2 --tp 2 --sync-bn on
 expect_error sync_bn_no_batchnorm 2 "option --sync-bn on: builtin:mlp has no batchnorm layer" -- \
   "$DTRAIN" train $BASE --workers 2 --sync-bn on
 expect_error sync_bn_not_data_parallel 2 "option --sync-bn: not used by a pipeline" -- \
@@ -438,5 +442,8 @@ expect_error owt_tp_not_all_workers 2 "options --tp-conv data and --tp 2: the on
   "$DTRAIN" train $BASE --model lenet --workers 4 --tp 2 --tp-conv data
 expect_error owt_with_pipeline 2 "options --tp-conv data and --pp 2 do not combine" -- \
   "$DTRAIN" train $BASE --model lenet --workers 4 --pp 2 --tp-conv data
+# accepted before and silently ignored (the one weird trick ran on whole batches, no factors)
+expect_error owt_preset_micro_batches 2 "options --tp-conv data and --micro-batches 2 do not combine" -- "$DTRAIN" train --preset one-weird-trick --workers 2 --micro-batches 2 --max-steps 1
+expect_error owt_sufficient_factors 2 "option --sufficient-factors on: not with --tp-conv data" -- "$DTRAIN" train --tp-conv data --workers 2 --sufficient-factors on --max-steps 1
 expect_error owt_bad_value 2 "option --tp-conv: 'both' (expected split or data)" -- \
   "$DTRAIN" train $BASE --tp-conv both

@@ -190,6 +190,22 @@ static int compress_check_replicas(const train_config_t *c) {
                   "compressed: use --workers 2 or more, or drop --compress", name);
 }
 
+/* --sync-bn and --balance act between data-parallel replicas: with one
+ * (one worker, or one tensor-parallel group) they would change nothing. */
+static int replica_options_check(const train_config_t *c) {
+  if ((!c->sync_bn && !c->balance) || train_pipelined(c) || c->workers != c->tensor.ranks) return 0;
+  const char *opt = c->sync_bn ? "--sync-bn on" : "--balance on";
+  const char *what = c->sync_bn ? "no other replica's batch statistics to add"
+                                : "no other replica to move samples to";
+  if (c->tensor.ranks > 1)
+    return dt_error("option %s: --tp %d on %d workers is one data-parallel replica, %s: use "
+                    "--workers %d for two, or drop the option", opt, c->tensor.ranks, c->workers,
+                    what, 2 * c->tensor.ranks);
+  return dt_error("option %s: %s is one data-parallel replica, %s: use %s, or drop the option",
+                  opt, c->comm == COMM_MPI ? "mpirun -np 1" : "one worker", what,
+                  c->comm == COMM_MPI ? "mpirun -np 2 or more" : "--workers 2 or more");
+}
+
 int train_config_check_ranks(const train_config_t *c) {
   if (c->straggler_rank >= c->workers)
     return dt_error("option --straggler: rank %d does not exist with %d workers",
@@ -198,6 +214,7 @@ int train_config_check_ranks(const train_config_t *c) {
     return dt_error("option --kill: rank %d does not exist with %d workers", c->kill_rank,
                     c->workers);
   if (strategy_check_world(c) != 0) return -1;
+  if (replica_options_check(c) != 0) return -1;
   return compress_check_replicas(c);
 }
 
@@ -270,6 +287,10 @@ static int compress_check(const train_config_t *c) {
   if (c->compression.sufficient_factors && c->tensor.ranks > 1)
     return dt_error("option --sufficient-factors on: not with --tp %d (a split layer's factors "
                     "are its block's; use --tp 1)", c->tensor.ranks);
+  if (c->compression.sufficient_factors && c->tensor.conv_data) /* else nothing would be factored */
+    return dt_error("option --sufficient-factors on: not with --tp-conv data (the one weird "
+                    "trick splits every dense layer, whose gradients then never go on the wire); "
+                    "drop the option");
   if (c->compression.sufficient_factors && (k->kind != CODEC_NONE || c->shard_optimizer || c->balance ||
                                 c->comm_order == COLL_ORDER_PRIORITY))
     return dt_error("option --sufficient-factors on: does not combine with %s (it sends a dense "
@@ -301,9 +322,11 @@ static int compress_check(const train_config_t *c) {
       (!codec_fixed_size(k) || k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: %s sends messages of a fixed size: use fp16, bf16, "
                     "int8, onebit, qsgd:S, terngrad, topk:R or randomk:R", name, method);
-  if (how == COMPRESS_MIRRORS && c->compression.error_feedback == 1)
-    return dt_error("option --error-feedback on: %s keeps copies of what each end holds, which "
-                    "carry what was not sent; drop the option", method);
+  /* on or off: the mirrors are the memory, and neither value would change it */
+  if (how == COMPRESS_MIRRORS && c->compression.error_feedback != -1)
+    return dt_error("option --error-feedback %s: %s keeps copies of what each end holds, which "
+                    "carry what was not sent (always, whatever the option); drop the option",
+                    c->compression.error_feedback ? "on" : "off", method);
   if (how == COMPRESS_NOT_BUILT)
     return dt_error("option --compress %s: built for synchronous data parallelism (--optimization "
                     "central --schedule sync --exchange allreduce:ALGO), parameter-server pushes and pulls "
@@ -313,6 +336,14 @@ static int compress_check(const train_config_t *c) {
                     "--exchange %s", name,
                     c->optimization == OPTIMIZATION_CENTRAL ? "central" : "decentral",
                     exchange_name(c->exchange));
+  /* the dense warm-up lives in the summed-gradient reducer (reducer.c,
+   * pipe/engine.c): pushes, averages and mirrors would compress from step 0 */
+  if (c->compression.warmup_steps && how != COMPRESS_GRADIENTS)
+    return dt_error("option --compress-warmup-steps: no dense warm-up under %s, every %s is "
+                    "compressed from the first step (only synchronous allreduce and a "
+                    "pipeline's replicas have one): drop the option", method,
+                    how == COMPRESS_PUSHES ? "push" : how == COMPRESS_AVERAGES ? "average"
+                                                                               : "model change");
   if (c->exchange == EXCHANGE_PS && (k->kind == CODEC_POWERSGD || k->kind == CODEC_DGC))
     return dt_error("option --compress %s: with --exchange ps:K a push is one worker's gradient "
                     "to each server; %s needs the synchronous allreduce (use topk:R there)", name,
@@ -357,6 +388,11 @@ static int compress_check(const train_config_t *c) {
     if (c->optim.kind != OPTIM_SGD || c->optim.nesterov) /* --momentum 0: the gradient alone */
       return dt_error("option --momentum-correction: corrects SGD's momentum (--momentum M): use "
                       "--optimizer sgd, without --nesterov");
+    /* u = 0 u + g: the velocity is the gradient, the memory plain error feedback */
+    if (c->compression.momentum_correction == MC_VELOCITY && !(c->optim.momentum > 0))
+      return dt_error("option --momentum-correction velocity: corrects SGD's momentum, and "
+                      "--momentum is 0 (the velocity would be the gradient, as without the "
+                      "option): give --momentum M > 0, or drop the option");
   }
   if (c->compression.dgc_clip > 0 && k->kind != CODEC_DGC)
     return dt_error("option --dgc-clip: applies to --compress dgc:R, not %s", name);
@@ -414,6 +450,9 @@ int train_config_check(const train_config_t *c) {
   if (c->workers < 1) return dt_error("option --workers: %d (expected at least 1)", c->workers);
   if (c->threads < 1) return dt_error("option --threads: %d (expected at least 1)", c->threads);
   if (c->decentral.tau < 1) return dt_error("option --tau: %d (expected at least 1 local step)", c->decentral.tau);
+  if (c->optim.nesterov && c->optim.kind == OPTIM_SGD && !(c->optim.momentum > 0)) /* else every rank fails */
+    return dt_error("option --nesterov: looks ahead along the momentum, and --momentum is 0: "
+                    "give --momentum M > 0, or drop --nesterov");
   if (c->bf16 && !kern_bf16_available())
     return dt_error("option --precision bf16: %s (use --precision fp32)",
                     cpu_has(CPU_AVX512_BF16) || cpu_has(CPU_AMX_BF16)

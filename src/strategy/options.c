@@ -54,6 +54,9 @@ static int is_ssp_ps(const train_config_t *c) {
   return is_ps(c) && c->schedule == SCHEDULE_SSP && !isinf(c->schedule_param);
 }
 static int is_pipeline(const train_config_t *c) { return train_pipelined(c); }
+/* A partition needs two stages to place layers in: with --pp 1 (micro-batches
+ * alone) every layer is on every rank whatever it says. */
+static int is_staged(const train_config_t *c) { return is_pipeline(c) && c->pipe.stages > 1; }
 static int is_pipedream(const train_config_t *c) {
   return is_pipeline(c) && c->pipe.schedule == PIPE_PIPEDREAM;
 }
@@ -375,7 +378,7 @@ static const option_t OPTIONS[] = {
     {ONOFF("vertical-sync", pipe.vertical_sync), is_pipedream, "--pipe-schedule pipedream", AX_STRATEGY,
      .help = "on|off\tpipedream: every stage runs a batch on stage 0's weight\n"
              "version [off]"},
-    {FUNC("partition", set_partition), is_pipeline, "--pp P > 1 or --micro-batches M > 1", AX_STRATEGY,
+    {FUNC("partition", set_partition), is_staged, "--pp P > 1", AX_STRATEGY,
      .help = "balanced|macs|L0,L1,...\tstages of even measured time (each layer's\n"
              "forward + backward timed first), of even multiply-adds, or\n"
              "the first layer of each (counted after dense+relu fusion)\n"

@@ -14,9 +14,11 @@ int tensor_check(const train_config_t *c) {
   if (c->tensor.conv_data && c->tensor.ranks > 1 && c->comm != COMM_MPI && c->tensor.ranks != c->workers)
     return dt_error("options --tp-conv data and --tp %d: the one weird trick splits the dense "
                     "layers over every worker (leave --tp out, or give --tp %d)", c->tensor.ranks, c->workers);
-  if (c->tensor.conv_data && c->pipe.stages > 1)
-    return dt_error("options --tp-conv data and --pp %d do not combine (the one weird trick "
-                    "exchanges the batch between its data-parallel and its split layers)", c->pipe.stages);
+  if (c->tensor.conv_data && (c->pipe.stages > 1 || c->pipe.micro_batches > 1))
+    return dt_error("options --tp-conv data and --%s %d do not combine (the one weird trick "
+                    "exchanges the batch between its data-parallel and its split layers)",
+                    c->pipe.stages > 1 ? "pp" : "micro-batches",
+                    c->pipe.stages > 1 ? c->pipe.stages : c->pipe.micro_batches);
   if (c->tensor.ranks <= 1 && !c->tensor.conv_data) return 0;
   char opt[40];
   if (c->tensor.conv_data) snprintf(opt, sizeof opt, "--tp-conv data");
