@@ -3,13 +3,14 @@
 figures): for each worker count W (weak scaling, batch 64 per worker, the
 same number of steps), in interleaved rounds,
   - dtrain W workers with no --exchange (the default: shared sync on local);
+  - the same with --bind core (each rank's thread pinned to a CPU);
   - dtrain W workers --exchange allreduce:auto (the allreduce path);
   - W independent 1-worker dtrain processes at once: what W cores give with
     no exchange at all (the machine's ceiling);
   - PyTorch DDP (gloo, loopback), W processes of one thread each;
 and one dtrain worker alone. Prints each one's samples/s (best round, and
 the median), its speed-up over one worker and its share of the ceiling;
-for dtrain's two, also the share of the epoch rank 0 spent in the exchange
+for dtrain's three, also the share of the epoch rank 0 spent in the exchange
 and its barriers (comm_sec / (compute_sec + comm_sec) of the metrics,
 median over the rounds), which says whether a loss is the exchange.
 The goal is >= 90% of the ceiling at 16 workers.
@@ -50,6 +51,8 @@ def main():
     for w in map(int, args.workers.split(",")):
         configs = {
             "default": lambda: timed(dv.dtrain(*common, "--workers", w), share["default"]),
+            "default, bound": lambda: timed(dv.dtrain(*common, "--workers", w, "--bind", "core"),
+                                            share["default, bound"]),
             "allreduce:auto": lambda: timed(dv.dtrain(*common, "--workers", w, "--exchange",
                                                       "allreduce:auto"), share["allreduce:auto"]),
             "ceiling": lambda: sum(map(dv.rate, dv.dtrain_concurrently(w, *common))),
@@ -58,7 +61,7 @@ def main():
             configs["pytorch ddp"] = lambda: dv.pytorch_ddp(
                 "--model", args.model, "--procs", w, "--batch", 64, "--max-steps", args.steps,
                 "--synthetic")["samples_per_sec"]
-        share = {"default": [], "allreduce:auto": []}
+        share = {"default": [], "default, bound": [], "allreduce:auto": []}
         got = {k: [] for k in configs}
         for _ in range(args.rounds):
             one.append(dv.rate(dv.dtrain(*common)))
@@ -72,8 +75,9 @@ def main():
                   f"{' '.join('%.0f' % x for x in v)})"
                   + (f"  exchange {statistics.median(share[k]):4.0%} of the epoch" if k in share else ""))
         row = {"bench": "scaling_cores", "cpu": dv.cpu_name(), "model": args.model, "workers": w,
-               "one": round(base), **{k.replace(" ", "_"): round(max(v)) for k, v in got.items()},
+               "one": round(base), **{k.replace(", ", "_").replace(" ", "_"): round(max(v)) for k, v in got.items()},
                "default_of_ceiling": round(max(got["default"]) / ceil, 3),
+               "bound_of_ceiling": round(max(got["default, bound"]) / ceil, 3),
                "allreduce_of_ceiling": round(max(got["allreduce:auto"]) / ceil, 3),
                "default_exchange_share": round(statistics.median(share["default"]), 3),
                "allreduce_exchange_share": round(statistics.median(share["allreduce:auto"]), 3)}

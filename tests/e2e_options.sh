@@ -131,6 +131,8 @@ expect_error bucket_mb_under_ps 2 "option --bucket-mb: not used with --optimizat
 expect_error overlap_under_decentral 2 "option --overlap: not used with --optimization decentral" -- $T --preset local-sgd --overlap off
 expect_error partition_kb_fifo 2 "option --partition-kb: not used with --comm-order fifo (it applies to --comm-order priority or tictac)" -- $T --workers 2 --partition-kb 64
 expect_error net_under_mpi 2 "option --net: not used with --comm mpi (it applies to --comm local)" -- $T --comm mpi --net latency=50us
+expect_error bind_under_mpi 2 "option --bind: not used with --comm mpi (it applies to --comm local)" -- $T --comm mpi --bind core
+expect_error bind_unknown_word 2 "option --bind: 'cores' (expected none or core)" -- $T --bind cores
 expect_error beta1_with_sgd 2 "option --beta1: not used with --optimizer sgd (it applies to --optimizer adam)" -- $T --beta1 0.8
 expect_error momentum_with_adam 2 "option --momentum: not used with --optimizer adam" -- $T --optimizer adam --momentum 0.9
 expect_error lr_gamma_constant 2 "option --lr-gamma: not used with --lr-schedule constant (it applies to --lr-schedule step)" -- $T --lr-gamma 0.5

@@ -5,6 +5,8 @@
  * test checks comm_local_run's result. */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -198,6 +200,46 @@ static int rank_peer_exits(comm_t *c, void *arg) {
   if (comm_rank(c) == 0) return 0;
   RCHECK_FAILS_WITH(comm_recv(c, 0, 1, &x, sizeof x), "rank 0 finished without sending it");
   return 0;
+}
+
+/* ---- --bind core ---------------------------------------------------------- */
+
+/* Each rank's thread runs on one CPU, the (rank mod n)-th of the process's
+ * own, and a thread it starts is on the same one. */
+static void *affinity_of_thread(void *arg) {
+  cpu_set_t *set = arg;
+  return (void *)(intptr_t)sched_getaffinity(0, sizeof *set, set);
+}
+
+static int rank_bound(comm_t *c, void *arg) {
+  const cpu_set_t *all = arg;
+  int me = comm_rank(c), n = CPU_COUNT(all), want = -1;
+  for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && want < 0; cpu++)
+    if (CPU_ISSET(cpu, all) && k++ == me % n) want = cpu;
+  cpu_set_t mine, child;
+  RCHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  RCHECK(CPU_COUNT(&mine) == 1 && CPU_ISSET(want, &mine));
+  pthread_t t;
+  void *rc;
+  RCHECK(pthread_create(&t, NULL, affinity_of_thread, &child) == 0);
+  pthread_join(t, &rc);
+  RCHECK(rc == NULL && CPU_EQUAL(&mine, &child));
+  return 0;
+}
+
+static int rank_unbound(comm_t *c, void *arg) {
+  cpu_set_t mine;
+  RCHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  RCHECK(CPU_EQUAL(&mine, (const cpu_set_t *)arg));
+  return 0;
+}
+
+static void test_bind_core_pins_each_rank(void) {
+  cpu_set_t all;
+  CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  comm_net_t net = {.bind_cores = 1};
+  CHECK_OK(comm_local_run(CPU_COUNT(&all) + 1, &net, rank_bound, &all)); /* one CPU twice */
+  CHECK_OK(comm_local_run(2, NULL, rank_unbound, &all));
 }
 
 static void test_peer_exit_fails_fast(void) {
@@ -764,6 +806,7 @@ static void test_wire_check_header(void) {
 
 int main(void) {
   RUN(test_ordering_by_tag);
+  RUN(test_bind_core_pins_each_rank);
   RUN(test_any_source);
   RUN(test_send_before_recv);
   RUN(test_recv_before_send);

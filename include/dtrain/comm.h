@@ -67,6 +67,9 @@ typedef struct {
   double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
   double stall_warning;      /* seconds a blocking call waits before a stall line, repeated at
                               * that period (the stall inspector); 0 = default 60 */
+  int bind_cores;            /* local (--bind core): rank r's thread pinned to the r-th CPU
+                              * this process may run on, modulo their count (mpi: mpirun's
+                              * --bind-to) */
   /* Hosts: consecutive ranks on `hosts` machines (0 or 1 = one host), as
    * even as possible (the first P mod hosts hosts one rank more) unless
    * host_ranks lists the ranks of each (hosts entries, summing to P).

@@ -100,6 +100,7 @@ typedef struct {
   stall_slot_t *stall;      /* [size] */
   double spin;              /* seconds a wait spins before sleeping, unless the thread set its own */
   int yield;                /* spin with sched_yield: ranks outnumber cores */
+  int *cpu, ncpu;           /* --bind core: the CPUs this process may use (NULL: no binding) */
   int emulated;
   double latency, bandwidth, *rank_latency, *rank_bandwidth, *rank_slowdown;
   double intra_latency, intra_bandwidth; /* between two ranks of one host (multihost) */
@@ -974,9 +975,36 @@ static void world_free(world_t *w) {
   dt_free(w->stall);
   free(w->rank_latency), free(w->rank_bandwidth), free(w->rank_slowdown);
   free(w->host);
+  free(w->cpu);
   free(w->host_out_free), free(w->host_in_free);
   if (w->shared_link) pthread_mutex_destroy(&w->host_mu);
   free(w);
+}
+
+/* --bind core: the CPUs this process may run on (its affinity: taskset,
+ * a cgroup's cpuset), in order; rank r takes the (r mod n)-th. */
+static int allowed_cpus(world_t *w) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0)
+    return dt_error("option --bind core: cannot read this process's CPUs (%s)", strerror(errno));
+  w->ncpu = CPU_COUNT(&set);
+  if (!(w->cpu = malloc((size_t)w->ncpu * sizeof *w->cpu))) return dt_error("out of memory");
+  for (int c = 0, n = 0; c < CPU_SETSIZE && n < w->ncpu; c++)
+    if (CPU_ISSET(c, &set)) w->cpu[n++] = c;
+  return 0;
+}
+
+/* Pins the calling rank's thread to its CPU (--bind core); the threads it
+ * starts later (a progress thread) inherit it. */
+static int bind_rank(const world_t *w, int me) {
+  if (!w->cpu) return 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(w->cpu[me % w->ncpu], &set);
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return rc ? dt_error("option --bind core: rank %d cannot be pinned to CPU %d (%s)", me,
+                       w->cpu[me % w->ncpu], strerror(rc))
+            : 0;
 }
 
 static int world_new(int size, const comm_net_t *net, world_t **out) {
@@ -1000,6 +1028,10 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
    * then sleep. */
   w->spin = size <= cores ? 5e-3 : 1e-3;
   w->yield = size > cores;
+  if (net && net->bind_cores && allowed_cpus(w) != 0) {
+    world_free(w);
+    return -1;
+  }
   atomic_init(&w->failed_rank, -1);
   atomic_init(&w->next_comm_id, 1); /* 0 is the world */
   pthread_condattr_init(&w->cvattr);
@@ -1087,7 +1119,7 @@ static void *rank_main(void *p) {
   snprintf(name, sizeof name, "dtrain-rank%d", me);
   pthread_setname_np(pthread_self(), name);
   dt_error_clear();
-  if (rr->fn(rr->comm, rr->arg) != 0) record_failure(w, me);
+  if (bind_rank(w, me) != 0 || rr->fn(rr->comm, rr->arg) != 0) record_failure(w, me);
   rank_cleanup(w, me);
   atomic_store(&w->mb[me].exited, 1);
   wake_all(w);

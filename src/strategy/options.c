@@ -355,6 +355,10 @@ static const option_t OPTIONS[] = {
              "its own (own: every rank a machine's bandwidth) [shared].\n"
              "e.g. --net hosts=2,intra-bandwidth=10Gbit,intra-latency=5us,\n"
              "           bandwidth=1Gbit,latency=50us"},
+    {WORDS("bind", net.bind_cores, "none|core", NULL), is_local, "--comm local", AX_COMM,
+     .help = "none|core\tcore: each rank's thread pinned to a CPU of its own (rank r to\n"
+             "the r-th this process may use, modulo their count), as mpirun's\n"
+             "--bind-to core; under --comm mpi, bind with mpirun [none]"},
     {FUNC("straggler", set_straggler), NULL, NULL, AX_STRATEGY,
      .help = "rank=R,slowdown=F\tslow down one rank's compute F times (1..1000)"},
     {FLT("comm-timeout", net.timeout, 0.001, 1e6), NULL, NULL, AX_STRATEGY,
