@@ -66,6 +66,14 @@ if have_mpi; then
 fi
 RATIO=$($PY -c "print($DENSE / $(bytes_of topk:0.001))")
 check "bytes_topk_0.001_over_100x_fewer($RATIO)" $PY -c "import sys; sys.exit(0 if $RATIO >= 100 else 1)"
+# the dgc preset is the paper's momentum SGD (momentum 0.9): its momentum
+# correction has a velocity to correct; without one it would be top-k's
+# residual alone
+P="--data $SMALL --lr 0.05 --seed 3 --quiet --max-steps 6 --epochs 1 --batch 16 --workers 2"
+"$DTRAIN" train $P --preset dgc --checkpoint "$TMP/dgc_preset.st" >/dev/null 2>&1
+"$DTRAIN" train $P --preset dgc --momentum 0.9 --checkpoint "$TMP/dgc_m9.st" >/dev/null 2>&1
+"$DTRAIN" train $P --preset dgc --momentum 0 --checkpoint "$TMP/dgc_m0.st" >/dev/null 2>&1
+check "dgc_preset_is_momentum_sgd" sh -c "cmp -s '$TMP/dgc_preset.st' '$TMP/dgc_m9.st' && [ -s '$TMP/dgc_m0.st' ] && ! cmp -s '$TMP/dgc_preset.st' '$TMP/dgc_m0.st'"
 "$DTRAIN" train $BASE --workers 2 --compress dgc:0.001 --metrics "$TMP/dgc.jsonl" >/dev/null
 check "dgc_reports_ratio_and_memory" $PY -c "
 import json
