@@ -22,6 +22,7 @@
 typedef struct {
   const train_config_t *c;
   const model_t *m;           /* tp rank t's model */
+  tensor_desc_t *td;          /* the tp ranks' models */
   int P, V, dp, T, t;
   int async;                  /* a stream without flush: REDUCE mid-step, the sends waited at the end */
   int *first;                 /* [G + 1]: chunk g's first layer; first[G] = nlayers */
@@ -67,8 +68,13 @@ static int plan_chunks(pipe_desc_t *d) {
     int micro = d->c->batch / (d->c->pipe.micro_batches > 0 ? d->c->pipe.micro_batches : 1);
     if (!(d->sec = calloc((size_t)d->m->nlayers + 1, sizeof *d->sec))) return dt_error("out of memory");
     /* timing writes the layers' gradients and scratch (restoring the
-     * buffers), which no description reads: the const is cast away */
-    DT_TRY(pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, d->sec));
+     * buffers), which no description reads: the const is cast away. The
+     * tp sums are left out of the times (the run's include them, summed
+     * among the tp ranks timing together) */
+    tensor_desc_time_alone(d->td, 1);
+    int rc = pipe_profile_layers((model_t *)d->m, micro > 0 ? micro : 1, d->c->seed, d->sec);
+    tensor_desc_time_alone(d->td, 0);
+    DT_TRY(rc);
   }
   return pipe_partition(d->c, d->m, d->sec, d->first);
 }
@@ -225,6 +231,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   int rc = step_allreduce_algo(c->algo, d->dp, &algo);
   if (rc == 0 && T > 1) rc = step_allreduce_algo(c->algo, T, &tp_algo);
   if (rc == 0) rc = tensor_desc_new(c, m, T, 1, &td);
+  d->td = td;
   d->algo = (allreduce_algo_t)algo;
   d->cc = worker_compress_config(c);
   d->cc.algo = d->algo;

@@ -44,6 +44,19 @@ int tensor_desc_new(const train_config_t *c, const model_t *m, int T, int bn, te
 
 model_t *tensor_desc_model(const tensor_desc_t *d, int t) { return d->model[t]; }
 
+/* A sum left out: the layer runs on its own block alone (timing only). */
+static int skip_sum(tp_link_t *l, float *buf, size_t count) { return 0; }
+static int skip_exchange(tp_link_t *l, const tp_msg_t *msgs, int n) { return 0; }
+
+void tensor_desc_time_alone(tensor_desc_t *d, int on) {
+  for (int t = 0; t < d->T && d->owned; t++) {
+    tp_link_t *l = &d->tp[t];
+    l->allreduce = l->allgather = on ? skip_sum : no_sum;
+    l->exchange = on ? skip_exchange : NULL;
+    l->failed = 0;
+  }
+}
+
 void tensor_desc_free(tensor_desc_t *d) {
   if (!d) return;
   for (int t = 0; d->owned && d->model && t < d->T; t++) model_free(d->model[t]);

@@ -68,6 +68,10 @@ typedef struct tensor_desc tensor_desc_t;
 int tensor_desc_new(const train_config_t *cfg, const model_t *m, int T, int bn, tensor_desc_t **out);
 /* The model tp rank t builds (t < T). */
 model_t *tensor_desc_model(const tensor_desc_t *d, int t);
+/* on: the models' sums and halo exchanges do nothing, so that a layer can
+ * be timed on its block alone (a pipeline's --partition balanced); off:
+ * refused again, as a description runs none. */
+void tensor_desc_time_alone(tensor_desc_t *d, int on);
 void tensor_desc_free(tensor_desc_t *d);
 
 /* The one weird trick (one_weird_trick.c, Krizhevsky 2014): the layers
