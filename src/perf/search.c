@@ -27,6 +27,7 @@ static const char *const FIXED[] = {
     "--exchange shared",
     "--exchange ps:1",
     "--exchange ps:2",
+    "--exchange ps:2 --comm-order priority",
     "--exchange ps:1 --schedule ssp:2",
     "--exchange ps:1 --schedule async",
     "--exchange ps:2 --schedule async",
