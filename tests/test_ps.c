@@ -888,6 +888,30 @@ static void test_value_queue_orders_by_staleness(void) {
   CHECK(n == 4 && order[0] == 3 && order[1] == 4 && order[2] == 0 && order[3] == 1);
 }
 
+/* The stall line's reason for a held pull: under ssp the workers behind
+ * the pull's clock with their counts; under backup:B the pushes the step
+ * still lacks and the workers that have not pushed. */
+static void test_held_pull_names_what_it_waits_for(void) {
+  ps_worker_state_t ws[4];
+  memset(ws, 0, sizeof ws);
+  static const int64_t clocks[4] = {5, 3, 5, 1};
+  for (int w = 0; w < 4; w++) ws[w].push.clock = clocks[w];
+  train_config_t cfg;
+  train_config_default(&cfg);
+  cfg.schedule = SCHEDULE_SSP, cfg.schedule_param = 1;
+  ps_server_t s;
+  memset(&s, 0, sizeof s);
+  s.cfg = &cfg, s.N = 4, s.workers = ws;
+  ps_req_t req = {.op = PS_OP_PULL, .clock = 5};
+  char buf[256];
+  ps_rule_ssp.held_for(&s, &req, buf, sizeof buf);
+  CHECK(!strcmp(buf, "for worker 1 (3 clocks pushed), worker 3 (1 clock pushed) to push clock 5"));
+  cfg.schedule = SCHEDULE_BACKUP, cfg.schedule_param = 1;
+  ws[2].push.held = 1, ws[3].dead = 1;
+  ps_rule_backup.held_for(&s, &req, buf, sizeof buf);
+  CHECK(!strcmp(buf, "for 2 more pushes of this step (1 of the 3 it takes), from workers 0, 1"));
+}
+
 /* The shard-folder manifest as ps_ckpt_write_manifest writes it, and
  * broken ones: each refused with a line naming what is wrong. */
 #define MF_HEAD "{\"format\":\"dtrain-ps-manifest-1\",\"epoch\":2,\"step\":64,\"seed\":1,"
@@ -1313,6 +1337,7 @@ int main(void) {
   RUN(test_value_bound_holds_after_every_update);
   RUN(test_value_bound_releases_waiting_workers_together);
   RUN(test_value_queue_orders_by_staleness);
+  RUN(test_held_pull_names_what_it_waits_for);
   RUN(test_manifest_parse);
   RUN(test_cache_fresh_rule);
   RUN(test_pull_carries_the_slowest_clock);

@@ -54,7 +54,9 @@ int wire_error(wire_status_t status, const comm_header_t *h, size_t nbytes, cons
 #define COMM_NET_BANDWIDTH_MIN (1e3 / 8)   /* bytes per second: 1 kbit/s */
 #define COMM_NET_BANDWIDTH_MAX (10e12 / 8) /* 10 Tbit/s */
 
-#define COMM_NET_MAX_HOST_LIST 64   /* hosts=A+B+...: at most this many sizes */
+#define COMM_NET_MAX_HOST_LIST 64
+
+#define COMM_STALL_WARNING 60.0     /* --stall-warning's default, seconds */   /* hosts=A+B+...: at most this many sizes */
 
 typedef struct {
   double latency;            /* seconds; with hosts > 1: the links between hosts */
@@ -66,7 +68,7 @@ typedef struct {
                               * past the end take the global value */
   double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
   double stall_warning;      /* seconds a blocking call waits before a stall line, repeated at
-                              * that period (the stall inspector); 0 = default 60 */
+                              * that period (the stall inspector); 0 = COMM_STALL_WARNING */
   int bind_cores;            /* local (--bind core): rank r's thread pinned to the r-th CPU
                               * this process may run on, modulo their count (mpi: mpirun's
                               * --bind-to) */

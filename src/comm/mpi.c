@@ -52,8 +52,7 @@ typedef struct {
   atomic_size_t bytes;
 } mcomm_t;
 
-#define DEFAULT_STALL_WARNING 60.0
-static double stall_warning = DEFAULT_STALL_WARNING;  /* one run per process */
+static double stall_warning = COMM_STALL_WARNING;  /* one run per process */
 
 typedef struct mreq mreq_t;
 struct mreq {

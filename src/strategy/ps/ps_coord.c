@@ -306,6 +306,7 @@ int ps_coord_check(ps_server_t *s) {
   ps_coord_t *c = s->coord;
   DT_TRY(ps_chain_watch(s)); /* the servers' liveness (ps_replica.c) */
   DT_TRY(check_liveness(s));
+  ps_server_report_held(s);
   if (s->rule->pool && !c->closed && !c->done && c->pushed >= c->cut) cut_epoch(s);
   if (s->rule->pool && !c->closed && !c->done && !has_batch(s) && all_settled(s)) close_epoch(s);
   DT_TRY(ps_coord_repl_sync(s));

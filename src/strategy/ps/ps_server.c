@@ -27,6 +27,7 @@
 struct ps_deferred {
   int src;
   ps_req_t req;
+  double since, report_at;   /* when it was held; its next stall line */
 };
 
 struct ps_out {
@@ -232,8 +233,40 @@ int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req) {
     s->deferred = d;
     s->cap_deferred = cap;
   }
-  s->deferred[s->ndeferred++] = (ps_deferred_t){src, *req};
+  double now = dt_now(), period = s->cfg->net.stall_warning > 0 ? s->cfg->net.stall_warning
+                                                               : COMM_STALL_WARNING;
+  s->deferred[s->ndeferred++] = (ps_deferred_t){src, *req, now, now + period};
   return 0;
+}
+
+/* "ssp:1", "backup:1", "sync": the schedule as the option gives it. */
+static void schedule_text(const train_config_t *c, char *buf, size_t cap) {
+  if (c->schedule == SCHEDULE_SSP || c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
+    snprintf(buf, cap, "%s:%g", schedule_name(c->schedule), c->schedule_param);
+  else snprintf(buf, cap, "%s", schedule_name(c->schedule));
+}
+
+/* One line a period for every pull held past it: their workers, and what
+ * the oldest waits for. */
+void ps_server_report_held(ps_server_t *s) {
+  double now = dt_now(), period = s->cfg->net.stall_warning > 0 ? s->cfg->net.stall_warning
+                                                               : COMM_STALL_WARNING;
+  char who[256] = "", why[512] = "", sched[48];
+  size_t n = 0;
+  const ps_deferred_t *oldest = NULL;
+  for (int i = 0; i < s->ndeferred; i++) {
+    ps_deferred_t *d = &s->deferred[i];
+    if (d->req.op != PS_OP_PULL || now < d->report_at) continue;
+    if (!oldest || d->since < oldest->since) oldest = d;
+    if (n < sizeof who) n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", n ? ", " : "", d->src);
+    while (d->report_at <= now) d->report_at += period;
+  }
+  if (!oldest) return;
+  if (s->rule->held_for) s->rule->held_for(s, &oldest->req, why, sizeof why);
+  schedule_text(s->cfg, sched, sizeof sched);
+  dt_log(DT_LOG_WARN, "stall: server %d (rank %d) has held the pull of worker%s %s for %.1f s%s%s "
+         "(--schedule %s; --stall-warning %g)", s->index, s->rank, strchr(who, ',') ? "s" : "", who,
+         now - oldest->since, why[0] ? " " : "", why, sched, period);
 }
 
 int ps_server_waiting(const ps_server_t *s, int w) {

@@ -108,6 +108,9 @@ typedef struct {
   /* Worker w silent for `silent` s, `lost` written off before it, `over`:
    * every batch handed out. 0: go on without it; -1: the run stops (why). */
   int (*may_lose)(const ps_server_t *s, int w, double silent, int lost, int over);
+  /* What a held pull waits for, in words (the stall line: "for worker 1
+   * (3 clocks pushed) to push clock 4"); NULL: the line names the pull only. */
+  void (*held_for)(const ps_server_t *s, const ps_req_t *req, char *buf, size_t cap);
 } ps_rule_ops_t;
 
 extern const ps_rule_ops_t ps_rule_ssp, ps_rule_async, ps_rule_value, ps_rule_backup;
@@ -254,6 +257,12 @@ int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *f
     __attribute__((format(printf, 4, 5)));
 int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req);
 int ps_server_waiting(const ps_server_t *s, int w); /* w has a deferred request */
+/* The stall inspector for held pulls (the coordinator, while it polls):
+ * a pull held past --stall-warning, and each period after, gets one line
+ * naming the worker and what the rule holds it for (held_for): the slow
+ * workers themselves, where a worker's own stall line can only name the
+ * server it waits on. */
+void ps_server_report_held(ps_server_t *s);
 /* w has a deferred pull of this whole shard's parameters (flags none but
  * PS_PULL_OWN): once ready it is answered from the shard as it then is,
  * before the server reads another request. */

@@ -82,6 +82,19 @@ static int backup_may_lose(const ps_server_t *s, int w, double silent, int lost,
   return 0;
 }
 
+/* A pull waits for the step its worker's push is in: N - B pushes (the
+ * held ones are the step's so far), named by who has not pushed yet. */
+static void backup_held_for(const ps_server_t *s, const ps_req_t *req, char *buf, size_t cap) {
+  int need = s->N - backups(s), have = 0;
+  for (int w = 0; w < s->N; w++) have += s->workers[w].push.held != 0;
+  size_t n = (size_t)snprintf(buf, cap, "for %d more push%s of this step (%d of the %d it takes), "
+                              "from workers", need - have, need - have == 1 ? "" : "es", have, need);
+  for (int w = 0, k = 0; w < s->N && n < cap; w++)
+    if (!s->workers[w].push.held && !s->workers[w].dead)
+      n += (size_t)snprintf(buf + n, cap - n, "%s %d", k++ ? "," : "", w);
+}
+
 const ps_rule_ops_t ps_rule_backup = {
     .pool = 1, .init = backup_init, .push = backup_push, .pull_ready = backup_pull_ready,
-    .progress = backup_progress, .epoch_end = backup_epoch_end, .may_lose = backup_may_lose};
+    .progress = backup_progress, .epoch_end = backup_epoch_end, .may_lose = backup_may_lose,
+    .held_for = backup_held_for};

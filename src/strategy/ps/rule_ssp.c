@@ -115,6 +115,20 @@ static int ssp_may_lose(const ps_server_t *s, int w, double silent, int lost, in
                   w, silent, schedule_name(s->cfg->schedule));
 }
 
+/* A pull at clock t waits for the workers that have pushed fewer than t
+ * clocks: named with their counts. */
+static void ssp_held_for(const ps_server_t *s, const ps_req_t *req, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "for");
+  int slow = 0;
+  for (int w = 0; w < s->N && n < cap; w++) {
+    int64_t c = s->workers[w].push.clock;
+    if (c >= req->clock) continue;
+    n += (size_t)snprintf(buf + n, cap - n, "%s worker %d (%lld clock%s pushed)", slow++ ? "," : "",
+                          w, (long long)c, c == 1 ? "" : "s");
+  }
+  if (n < cap) snprintf(buf + n, cap - n, " to push clock %lld", (long long)req->clock);
+}
+
 const ps_rule_ops_t ps_rule_ssp = {
     .pool = 0, .init = ssp_init, .push = ssp_push, .pull_ready = ssp_pull_ready,
-    .progress = ssp_progress, .may_lose = ssp_may_lose};
+    .progress = ssp_progress, .may_lose = ssp_may_lose, .held_for = ssp_held_for};
