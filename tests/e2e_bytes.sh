@@ -204,6 +204,18 @@ described_here bytes_hier_2x2_described --workers 4 --net hosts=2 --exchange all
 described_here bytes_auto_hosts_described --workers 4 --net hosts=2 --exchange allreduce:auto -- $L --workers 4 --net hosts=2 --exchange allreduce:auto
 described_here bytes_hier_3+2_fold_described --workers 5 --net hosts=2 --exchange allreduce:hier -- $L --workers 5 --net hosts=2 --exchange allreduce:hier
 described_here bytes_hier_one_host_described --workers 6 --exchange allreduce:hier -- $L --workers 6 --exchange allreduce:hier
+# hier and auto over a group of some of the ranks, on hosts: the replicas
+# of each tp rank (stride T), a stage's replicas; each group's hosts
+# numbered as its communicator numbers them, uneven hosts folding; every
+# rank checked where the run reports each (tp)
+for spec in "8 --tp 2 --net hosts=2 --exchange allreduce:hier" "8 --tp 2 --net hosts=3+5 --exchange allreduce:hier" \
+            "6 --tp 2 --net hosts=2+4 --exchange allreduce:auto" \
+            "8 --pp 2 --micro-batches 2 --partition 0,2 --net hosts=2 --exchange allreduce:auto" \
+            "12 --pp 2 --tp 2 --micro-batches 2 --partition macs --net hosts=2 --exchange allreduce:hier"; do
+  np=${spec%% *}; opts=${spec#* }
+  name="bytes_group_$(echo "$spec" | tr -c 'a-z0-9\n' '_' | sed 's/__*/_/g; s/_$//')_described"
+  described_here "$name" --workers $np $opts -- $L --workers $np $opts
+done
 if have_mpi; then
   described_here bytes_auto_4_described_mpi --workers 4 --comm mpi --exchange allreduce:auto -- $MPIRUN -np 4 $DTRAIN train $BASE --comm mpi --workers 4 --exchange allreduce:auto
   described_here bytes_hier_one_host_described_mpi --workers 6 --comm mpi --exchange allreduce:hier -- $MPIRUN -np 6 $DTRAIN train $BASE --comm mpi --workers 6 --exchange allreduce:hier

@@ -40,7 +40,7 @@ static void ring_step(step_desc_t *d, int P, size_t count) {
   for (int r = 0; r < P; r++) {
     int f = step_add(d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
     int b = step_add(d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = f});
-    int a = step_add_allreduce(d, r, r, P, ALLREDUCE_RING, count, b, THREAD_COMPUTE, 1);
+    int a = step_add_allreduce(d, r, r, P, 1, ALLREDUCE_RING, count, b, THREAD_COMPUTE, 1);
     step_add(d, (step_task_t){TASK_UPDATE, r, -1, 10, 8, .peer = -1, .after = a});
   }
 }
@@ -92,7 +92,7 @@ static void test_periodic_share(void) {
   step_desc_init(&d, P);
   for (int r = 0; r < P; r++) {
     int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
-    step_add_allreduce(&d, r, r, P, ALLREDUCE_RING, count, f, THREAD_COMPUTE, 8);
+    step_add_allreduce(&d, r, r, P, 1, ALLREDUCE_RING, count, f, THREAD_COMPUTE, 8);
   }
   double ring = coll_allreduce_time(ALLREDUCE_RING, P, 4 * count, 1, 0, 50e-6, 125e6);
   perf_sim_t sim;
@@ -205,7 +205,7 @@ static void test_shared_host_link(void) {
     for (int r = 0; r < 4; r++) {
       int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
       if (late && r % 2) f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = f});
-      int a = step_add_allreduce(&d, r, r / 2, 2, ALLREDUCE_RING, (size_t)(S / 4), f, THREAD_COMPUTE, 1);
+      int a = step_add_allreduce(&d, r, r / 2, 2, 2, ALLREDUCE_RING, (size_t)(S / 4), f, THREAD_COMPUTE, 1);
       d.task[a].color = 1 + r % 2; /* the pair across the hosts: {0, 2} or {1, 3} */
     }
     cl.shared_link = 0;
@@ -546,7 +546,7 @@ static void test_crowded_collectives(void) {
     step_desc_init(&d, 4);
     for (int r = 0; r < 2; r++) {
       int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
-      step_add_allreduce(&d, r, r, 2, ALLREDUCE_RHD, 100, f, THREAD_COMPUTE, 1);
+      step_add_allreduce(&d, r, r, 2, 1, ALLREDUCE_RHD, 100, f, THREAD_COMPUTE, 1);
     }
     for (int r = 2; busy && r < 4; r++) /* a long forward each, beside the sum */
       for (int k = 0; k < 20; k++) step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
@@ -589,7 +589,7 @@ static void test_shm_allreduce(void) {
   for (int r = 0; r < 2; r++) {
     int f = step_add(&d, (step_task_t){TASK_FORWARD, r, 0, 10, 8, .peer = -1, .after = -1});
     int b = step_add(&d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = f});
-    step_add_allreduce(&d, r, r, 2, ALLREDUCE_SHM, 1000000, b, THREAD_COMPUTE, 1);
+    step_add_allreduce(&d, r, r, 2, 1, ALLREDUCE_SHM, 1000000, b, THREAD_COMPUTE, 1);
   }
   perf_sim_t sim;
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));
@@ -700,7 +700,7 @@ static void test_calibrated_operations(void) {
   step_desc_init(&d, P);
   for (int r = 0; r < P; r++) {
     int b = step_add(&d, (step_task_t){TASK_BACKWARD, r, 0, 10, 8, .peer = -1, .after = -1});
-    step_add_allreduce(&d, r, r, P, ALLREDUCE_RHD, 1000, b, THREAD_COMPUTE, 1);
+    step_add_allreduce(&d, r, r, P, 1, ALLREDUCE_RHD, 1000, b, THREAD_COMPUTE, 1);
   }
   perf_sim_t sim;
   CHECK_OK(perf_simulate(&d, &pc, &cl, 0, &sim));

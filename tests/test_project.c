@@ -79,7 +79,7 @@ static double simulated(allreduce_algo_t algo, int P) {
       int x = step_add_tree(&d, r, 1, P, 0, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
       step_add_tree(&d, r, 0, P, 0, (size_t)(S / 4), x, THREAD_COMPUTE, 1);
     } else {
-      step_add_allreduce(&d, r, r, P, algo, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
+      step_add_allreduce(&d, r, r, P, 1, algo, (size_t)(S / 4), -1, THREAD_COMPUTE, 1);
     }
   }
   perf_sim_t sim;

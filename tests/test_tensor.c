@@ -319,7 +319,7 @@ static int costs_rank(comm_t *c, void *arg) {
    * bytes the layers sent */
   step_desc_t sd;
   step_desc_init(&sd, TP);
-  step_groups_t groups = {{TP, comm_rank(c), ALLREDUCE_RING, 0}, {1, 0, ALLREDUCE_RING, 0}};
+  step_groups_t groups = {{TP, comm_rank(c), ALLREDUCE_RING, 0, 1}, {1, 0, ALLREDUCE_RING, 0, 1}};
   RCHECK(step_add_passes_summed(&sd, m, comm_rank(c), N, &groups, NULL) >= 0);
   int sums = 0;
   double said = 0;

@@ -134,7 +134,7 @@ static int add_group_sum(step_desc_t *d, int rank, const step_group_t *grp, laye
                                      .after = after});
   if (s.gather)
     return step_add_ring_half(d, rank, grp->rank, grp->size, 1, s.count, after, THREAD_COMPUTE);
-  return step_add_allreduce(d, rank, grp->rank, grp->size, grp->algo, s.count, after,
+  return step_add_allreduce(d, rank, grp->rank, grp->size, grp->stride, grp->algo, s.count, after,
                             THREAD_COMPUTE, 1);
 }
 
@@ -176,9 +176,9 @@ int step_allreduce_algo(int algo, int P, int *out) {
 }
 
 int step_add_clip_sums(step_desc_t *d, int rank, int tp_rank, int T, int stage, int P, int after) {
-  if (T > 1) after = step_add_allreduce(d, rank, tp_rank, T, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+  if (T > 1) after = step_add_allreduce(d, rank, tp_rank, T, 1, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
   if (P > 1 && after != STEP_FAILED)
-    after = step_add_allreduce(d, rank, stage, P, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
+    after = step_add_allreduce(d, rank, stage, P, 0, ALLREDUCE_RING, 1, after, THREAD_COMPUTE, 1);
   return after;
 }
 
@@ -195,28 +195,59 @@ static int flat_allreduce(step_desc_t *d, int rank, int group_rank, int group, i
                                    .color = color});
 }
 
-/* Whether a group of `group` ranks has the step's hosts (all its ranks). */
-static int group_is_world(const step_desc_t *d, int group) { return group == d->nranks; }
+/* A group of the step's ranks: `size` world ranks `stride` apart from
+ * `first`, and their hosts numbered 0, 1, ... in the order of each one's
+ * first member (comm_hosts_set, as the run's communicator has them). */
+typedef struct {
+  int first, stride, size, nhosts;
+  int *host;                  /* [size], or NULL: no hosts known */
+} step_members_t;
+
+static int members_of(const step_desc_t *d, int rank, int group_rank, int group, int stride,
+                      step_members_t *g) {
+  *g = (step_members_t){rank - group_rank * (stride > 0 ? stride : 1), stride > 0 ? stride : 1, group, 1, NULL};
+  if (!d->topo.host) return 0;
+  int *label = malloc((size_t)d->topo.nhosts * sizeof *label);
+  g->host = malloc((size_t)group * sizeof *g->host);
+  if (!label || !g->host) {
+    free(label);
+    return dt_error("out of memory");
+  }
+  for (int h = 0; h < d->topo.nhosts; h++) label[h] = -1;
+  g->nhosts = 0;
+  for (int k = 0; k < group; k++) {
+    int h = d->topo.host[g->first + k * g->stride];
+    if (label[h] < 0) label[h] = g->nhosts++;
+    g->host[k] = label[h];
+  }
+  free(label);
+  return 0;
+}
+
+static int member_rank(const step_members_t *g, int k) { return g->first + k * g->stride; }
+
+/* hier's phases' colors: 1 + a host, 1 + H + an index in a group of every
+ * rank of the step; in a smaller group, apart for each group (its first
+ * member), where several groups sum at once (the replicas of each tp rank) */
+static int hier_color_base(const step_desc_t *d, const step_members_t *g) {
+  return g->size == d->nranks ? 0 : (3 << 16) + g->first * 1024;
+}
 
 /* allreduce_choose: hier with more than one host and at least two ranks
  * on each; otherwise the cheapest flat algorithm for this size. */
-static int decide_auto(const step_desc_t *d, int group, size_t count, int *algo) {
+static int decide_auto(const step_desc_t *d, const step_members_t *g, size_t count, int *algo) {
   const step_topology_t *t = &d->topo;
-  if (!t->host)
+  if (!g->host)
     return dt_error("--exchange allreduce:auto over %d ranks: the algorithm is picked from the "
-                    "hosts and the link, and this description was given neither", group);
-  if (t->nhosts > 1 && !group_is_world(d, group))
-    return dt_error("--exchange allreduce:auto over a group of %d of the %d ranks spread over "
-                    "%d hosts: its hosts are not described yet; name the algorithm (ring, rhd, "
-                    "tree)", group, d->nranks, t->nhosts);
-  int worth = t->nhosts > 1;
-  for (int h = 0; worth && h < t->nhosts; h++) {
+                    "hosts and the link, and this description was given neither", g->size);
+  int worth = g->nhosts > 1;
+  for (int h = 0; worth && h < g->nhosts; h++) {
     int n = 0;
-    for (int r = 0; r < d->nranks; r++) n += t->host[r] == h;
+    for (int k = 0; k < g->size; k++) n += g->host[k] == h;
     worth = n >= 2;
   }
   *algo = worth ? ALLREDUCE_HIER
-                : (int)coll_allreduce_pick(group, count, t->seg, t->oversubscribed, t->latency,
+                : (int)coll_allreduce_pick(g->size, count, t->seg, t->oversubscribed, t->latency,
                                            t->bandwidth);
   return 0;
 }
@@ -235,61 +266,61 @@ static int hier_message(step_desc_t *d, int rank, int peer, int send, size_t cou
                                    .every = every});
 }
 
-/* allreduce_hier's phases for one rank of a group of all the step's
- * ranks (on one host hier takes groups of ceil(sqrt P) consecutive ranks
- * as its hosts). */
-static int hier_allreduce(step_desc_t *d, int rank, int group_rank, int group, size_t count,
-                          int after, step_thread_t thread, int every) {
+/* allreduce_hier's phases for one member of a group (on one host hier
+ * takes groups of ceil(sqrt P) consecutive members as its hosts). */
+static int hier_allreduce(step_desc_t *d, int rank, int group_rank, const step_members_t *g,
+                          size_t count, int after, step_thread_t thread, int every) {
   const step_topology_t *t = &d->topo;
-  if (!group_is_world(d, group)) {
-    dt_error("allreduce:hier over a group of %d of the %d ranks: its hosts and peers are not "
-             "described yet; name a flat algorithm (ring, rhd, tree)", group, d->nranks);
-    return STEP_FAILED;
-  }
+  int group = g->size, base = hier_color_base(d, g);
   int *host = malloc((size_t)group * sizeof *host), *folded = malloc((size_t)group * sizeof *folded);
   hier_place_t pl;
   int prev = host && folded ? after : (dt_error("out of memory"), STEP_FAILED);
   if (prev != STEP_FAILED) {
-    coll_hier_hosts(group, t->nhosts > 1 ? t->host : NULL, t->nhosts, 0, host);
+    coll_hier_hosts(group, g->nhosts > 1 ? g->host : NULL, g->nhosts, 0, host);
     if (coll_hier_place(group, host, group_rank, folded, &pl) != 0) prev = STEP_FAILED;
   }
-  /* the group is the step's ranks: a place in it is a world rank */
   if (prev != STEP_FAILED && pl.partner >= 0) { /* folded: its vector there and back */
-    prev = hier_message(d, rank, pl.partner, 1, count, prev, thread, every);
-    if (prev != STEP_FAILED) prev = hier_message(d, rank, pl.partner, 0, count, prev, thread, every);
+    int partner = member_rank(g, pl.partner);
+    prev = hier_message(d, rank, partner, 1, count, prev, thread, every);
+    if (prev != STEP_FAILED) prev = hier_message(d, rank, partner, 0, count, prev, thread, every);
   } else if (prev != STEP_FAILED) {
     int m = pl.per_host, H = pl.hosts;
     for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
-      prev = hier_message(d, rank, folded[k], 0, count, prev, thread, every);
+      prev = hier_message(d, rank, member_rank(g, folded[k]), 0, count, prev, thread, every);
     if (prev != STEP_FAILED && m > 1)
-      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 0, count, prev, thread), 1 + pl.host, every);
+      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 0, count, prev, thread),
+                       base + 1 + pl.host, every);
     size_t off, len;
     coll_block(count, m, pl.local, &off, &len);
     if (prev != STEP_FAILED && H > 1 && len > 0) {
       int inter = (int)coll_allreduce_pick(H, len, t->seg, t->oversubscribed, t->latency, t->bandwidth);
-      prev = flat_allreduce(d, rank, pl.host, H, inter, len, prev, thread, every, 1 + H + pl.local);
+      prev = flat_allreduce(d, rank, pl.host, H, inter, len, prev, thread, every, base + 1 + H + pl.local);
     }
     if (prev != STEP_FAILED && m > 1)
-      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 1, count, prev, thread), 1 + pl.host, every);
+      prev = set_color(d, step_add_ring_half(d, rank, pl.local, m, 1, count, prev, thread),
+                       base + 1 + pl.host, every);
     for (int k = 0; k < pl.nfolded && prev != STEP_FAILED; k++)
-      prev = hier_message(d, rank, folded[k], 1, count, prev, thread, every);
+      prev = hier_message(d, rank, member_rank(g, folded[k]), 1, count, prev, thread, every);
   }
   free(host), free(folded);
   return prev;
 }
 
-int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
-                       int after, step_thread_t thread, int every) {
+int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int stride, int algo,
+                       size_t count, int after, step_thread_t thread, int every) {
   if (algo == ALLREDUCE_AUTO && group <= 2) algo = ALLREDUCE_RHD;
-  if (algo == ALLREDUCE_AUTO && decide_auto(d, group, count, &algo) != 0) return STEP_FAILED;
-  if (algo == ALLREDUCE_HIER && group > 1) {
-    if (!d->topo.host) {
-      dt_error("--exchange allreduce:hier: its hosts are not known to this description");
-      return STEP_FAILED;
-    }
-    return hier_allreduce(d, rank, group_rank, group, count, after, thread, every);
-  }
-  return flat_allreduce(d, rank, group_rank, group, algo, count, after, thread, every, 0);
+  if (algo != ALLREDUCE_AUTO && (algo != ALLREDUCE_HIER || group <= 1))
+    return flat_allreduce(d, rank, group_rank, group, algo, count, after, thread, every, 0);
+  step_members_t g;
+  if (members_of(d, rank, group_rank, group, stride, &g) != 0) return STEP_FAILED;
+  int rc = algo == ALLREDUCE_AUTO ? decide_auto(d, &g, count, &algo) : 0;
+  if (rc == 0 && algo == ALLREDUCE_HIER && !g.host)
+    rc = dt_error("--exchange allreduce:hier: its hosts are not known to this description");
+  int last = rc != 0 ? STEP_FAILED
+             : algo == ALLREDUCE_HIER ? hier_allreduce(d, rank, group_rank, &g, count, after, thread, every)
+                                      : flat_allreduce(d, rank, group_rank, group, algo, count, after, thread, every, 0);
+  free(g.host);
+  return last;
 }
 
 int step_add_tree(step_desc_t *d, int rank, int reduce, int group, int root, size_t count,

@@ -110,6 +110,8 @@ typedef struct {
   int size, rank, algo;
   int color;              /* its collectives' color (STEP_TP_COLOR, STEP_REPLICA_COLOR; 0: the
                            * only group) */
+  int stride;             /* world ranks between two members (0 or 1: adjacent, as a tp
+                           * group's; T: the replicas of a tp rank) */
 } step_group_t;
 /* A group's own color (step_task_t.color), from its kind and its lowest
  * world rank, where groups of one size are several (the tp groups of each
@@ -146,13 +148,15 @@ int step_add_local_step(step_desc_t *d, const model_t *m, int rank, int samples)
 int step_allreduce_algo(int algo, int P, int *out);
 /* One allreduce of `count` floats by `algo` over `group` ranks, on world
  * rank `rank` (`group_rank` within the group), after task `after`, every
- * `every` steps. auto is decided as allreduce_choose decides it (the
- * topology's hosts, link and segment); hier is its phases (allreduce_hier.c:
- * the folds, the ring inside a host, the flat allreduce across, the ring
- * again), described for a group of all the step's ranks, or of one host's.
+ * `every` steps. The members are world ranks `stride` apart (1: adjacent;
+ * rank - group_rank stride is the first). auto is decided as
+ * allreduce_choose decides it (the members' hosts, the link and the
+ * segment); hier is its phases (allreduce_hier.c: the folds, the ring
+ * inside a host, the flat allreduce across, the ring again) over the
+ * members' hosts, numbered as the run's communicator numbers them.
  * Returns its index (its last task's) or STEP_FAILED. */
-int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int algo, size_t count,
-                       int after, step_thread_t thread, int every);
+int step_add_allreduce(step_desc_t *d, int rank, int group_rank, int group, int stride, int algo,
+                       size_t count, int after, step_thread_t thread, int every);
 /* --clip-grad-norm's sums of the squared norm (worker.c global_sumsq): a
  * ring allreduce of one float over the tensor-parallel group (T ranks,
  * rank tp_rank in it) and then over the pipeline's stages (P, this rank

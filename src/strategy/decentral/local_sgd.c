@@ -149,9 +149,9 @@ static int local_sgd_describe_step(const train_config_t *c, const model_t *m, st
     if (prev != STEP_FAILED && P > 1)
       prev = c->compression.codec.kind != CODEC_NONE
                  ? step_add_compressed(out, r, r, P, &model, 0, 0, prev, THREAD_COMPUTE, c->decentral.tau)
-                 : step_add_allreduce(out, r, r, P, algo, m->nparams, prev, THREAD_COMPUTE, c->decentral.tau);
+                 : step_add_allreduce(out, r, r, P, 1, algo, m->nparams, prev, THREAD_COMPUTE, c->decentral.tau);
     if (prev != STEP_FAILED && P > 1 && m->nbuffers)
-      prev = step_add_allreduce(out, r, r, P, algo, m->nbuffers, prev, THREAD_COMPUTE, c->decentral.tau);
+      prev = step_add_allreduce(out, r, r, P, 1, algo, m->nbuffers, prev, THREAD_COMPUTE, c->decentral.tau);
     if (prev == STEP_FAILED) rc = -1;
   }
   free(mats);

@@ -97,6 +97,9 @@ int strategy_data_parallel(worker_t *w) {
 
 /* ---- the step as data ---------------------------------------------------------- */
 
+/* World ranks between two replicas of a block: its tp group's size. */
+static int replica_stride(const train_config_t *c) { return c->tensor.ranks > 1 ? c->tensor.ranks : 1; }
+
 /* --comm-order priority: a bucket goes out in parts (reducer_part_len),
  * each after the ranks' agreement on which request runs next
  * (coll_async_agree_bytes); the progress thread runs the most urgent
@@ -111,7 +114,8 @@ static int describe_bucket_in_parts(step_desc_t *out, const train_config_t *c, i
                                        .peer = -1, .group = P, .sent = (double)sent,
                                        .received = (double)received, .thread = THREAD_COMM,
                                        .after = prev});
-    if (prev != STEP_FAILED) prev = step_add_allreduce(out, r, me, P, algo, n, prev, THREAD_COMM, 1);
+    if (prev != STEP_FAILED)
+      prev = step_add_allreduce(out, r, me, P, replica_stride(c), algo, n, prev, THREAD_COMM, 1);
   }
   return prev;
 }
@@ -142,7 +146,8 @@ static int describe_updates(step_desc_t *out, const train_config_t *c, int r, in
 static int describe_step_times(step_desc_t *out, const train_config_t *c, int r, int me, int P,
                                int prev) {
   if (!c->balance || P == 1 || defers_updates(c, P)) return prev;
-  return step_add_allreduce(out, r, me, P, ALLREDUCE_TREE, (size_t)P, prev, THREAD_COMPUTE, 1);
+  return step_add_allreduce(out, r, me, P, replica_stride(c), ALLREDUCE_TREE, (size_t)P, prev,
+                            THREAD_COMPUTE, 1);
 }
 
 /* The groups rank r's layers sum over: its tensor-parallel group (tp
@@ -150,9 +155,9 @@ static int describe_step_times(step_desc_t *out, const train_config_t *c, int r,
 static int describe_groups(const train_config_t *c, const int *coord, int P, int T,
                            step_groups_t *g) {
   int tp0[GRID_AXES] = {coord[GRID_DP], 0, 0}, dp0[GRID_AXES] = {0, 0, coord[GRID_TP]};
-  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING, STEP_TP_COLOR(rank_grid_rank(P, 1, T, tp0))},
+  *g = (step_groups_t){{T, coord[GRID_TP], ALLREDUCE_RING, STEP_TP_COLOR(rank_grid_rank(P, 1, T, tp0)), 1},
                        {c->sync_bn ? P : 1, coord[GRID_DP], ALLREDUCE_RING,
-                        STEP_REPLICA_COLOR(rank_grid_rank(P, 1, T, dp0))}};
+                        STEP_REPLICA_COLOR(rank_grid_rank(P, 1, T, dp0)), T}};
   if (T > 1) DT_TRY(step_allreduce_algo(c->algo, T, &g->tp.algo));
   if (g->bn.size > 1) DT_TRY(step_allreduce_algo(c->algo, P, &g->bn.algo));
   return 0;
@@ -201,7 +206,8 @@ static int add_bucket(const dp_desc_t *d, const model_t *m, step_desc_t *out, in
   }
   if (defers_updates(d->c, d->P))
     return describe_bucket_in_parts(out, d->c, r, me, d->P, d->algo, b->len, after);
-  if (!compressing(d)) return step_add_allreduce(out, r, me, d->P, d->algo, b->len, after, thread, 1);
+  if (!compressing(d))
+    return step_add_allreduce(out, r, me, d->P, replica_stride(d->c), d->algo, b->len, after, thread, 1);
   int first, nmats = compress_tensors_in(m, b->off, b->len, &first);
   step_buffer_t buf = {&d->cc, b->off, b->len, d->mats + first, nmats};
   return step_add_compressed(out, r, me, d->P, &buf, from, until, after, thread, 1);

@@ -104,7 +104,7 @@ static int add_sum(pipe_desc_t *d, int r, int g, int64_t from, int64_t until, in
   int me = rank_of(d, r, g % d->P);
   if (!len) return prev;
   if (!compressing(d))
-    return step_add_allreduce(d->out, me, r, d->dp, d->algo, len, prev, THREAD_COMPUTE, 1);
+    return step_add_allreduce(d->out, me, r, d->dp, d->T, d->algo, len, prev, THREAD_COMPUTE, 1);
   int mat, nmats = compress_tensors_in(d->m, off, len, &mat);
   step_buffer_t buf = {&d->cc, off, len, d->mats + mat, nmats};
   return step_add_compressed(d->out, me, r, d->dp, &buf, from, until, prev, THREAD_COMPUTE, 1);
@@ -242,7 +242,7 @@ int pipe_describe_step(const train_config_t *c, const model_t *m, step_desc_t *o
   if (rc == 0 && !built) rc = -1;
   for (int t = 0; t < T && rc == 0; t++) {
     d->t = t, d->m = tensor_desc_model(td, t);
-    d->groups = (step_groups_t){{T, t, tp_algo, 0}, {1, 0, tp_algo, 0}};
+    d->groups = (step_groups_t){{T, t, tp_algo, 0, 1}, {1, 0, tp_algo, 0, 1}};
     rc = describe_tp_rank(d, &sched);
   }
   if (built) pipe_schedule_free(&sched);

@@ -321,7 +321,7 @@ static int describe_passes(ps_desc_t *d, int w) {
   if (d->T == 1) return step_add_passes(d->out, m, w, d->c->batch, NULL);
   int t = w % d->T, algo;
   DT_TRY(step_allreduce_algo(d->c->algo, d->T, &algo));
-  step_groups_t g = {{d->T, t, algo, STEP_TP_COLOR(w - t)}, {1, 0, algo, 0}};
+  step_groups_t g = {{d->T, t, algo, STEP_TP_COLOR(w - t), 1}, {1, 0, algo, 0, 1}};
   return step_add_passes_summed(d->out, m, w, d->c->batch, &g, NULL);
 }
 

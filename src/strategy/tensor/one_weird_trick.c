@@ -393,7 +393,7 @@ static int describe_worker(step_desc_t *out, const train_config_t *c, model_t *m
   int cut = plan_cut(m), b = c->batch, prev = -1, S = passes(c->tensor.owt_scheme, K);
   if (cut < 0) return -1;
   owt_scheme_t scheme = c->tensor.owt_scheme;
-  step_groups_t g = {{K, me, algo, 0}, {1, 0, algo, 0}};
+  step_groups_t g = {{K, me, algo, 0, 1}, {1, 0, algo, 0, 1}};
   size_t feat = shape_size(m->layers[cut].in_shape), cnt[K], front = front_params(m, cut);
   for (int i = 0; i < K; i++) cnt[i] = (size_t)b;
   for (int i = 0; i < cut && prev != STEP_FAILED; i++)
@@ -422,7 +422,7 @@ static int describe_worker(step_desc_t *out, const train_config_t *c, model_t *m
   for (int i = cut - 1; i >= 0 && prev != STEP_FAILED; i--)
     prev = step_add_layer(out, m, me, i, b, 1, 0, 0, &g, prev, NULL);
   if (cut > 0 && prev != STEP_FAILED)
-    prev = step_add_allreduce(out, me, me, K, algo, front, prev, THREAD_COMPUTE, 1);
+    prev = step_add_allreduce(out, me, me, K, 1, algo, front, prev, THREAD_COMPUTE, 1);
   if (prev != STEP_FAILED)
     prev = step_add(out, (step_task_t){TASK_UPDATE, me, -1, S > 1 ? front : m->nparams, K * b,
                                        .peer = -1, .after = prev});
