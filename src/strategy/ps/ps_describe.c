@@ -90,9 +90,17 @@ typedef struct {
   ps_slice_t *slice;          /* [T] */
   int R, T, K;                /* replicas (the servers' workers), tp ranks each, servers a slice */
   int first;                  /* world rank of server 0 */
+  int wa, wb;                 /* the worker ranks being described: [wa, wb) */
+  int lockstep;               /* sync (ssp:0): a step's pulls wait for every push before */
 } ps_desc_t;
 
 static int server_rank(const ps_desc_t *d, int w, int k) { return d->first + (w % d->T) * d->K + k; }
+
+/* The shard worker rank w's j-th part of a transfer goes to: in lockstep
+ * replica r's from shard r on (add_transfers), else in shard order. */
+static int shard_for(const ps_desc_t *d, int w, int j) {
+  return d->lockstep ? (w / d->T + j) % d->K : j;
+}
 static const ps_slice_t *slice_of(const ps_desc_t *d, int w) { return &d->slice[w % d->T]; }
 
 /* A part's values on the wire: `most` bytes, and `least` where a codec's
@@ -159,23 +167,24 @@ static int add_shard_part(ps_desc_t *d, int op, int w, int k, step_task_t how) {
   return dense == STEP_FAILED ? STEP_FAILED : add_part(d, op, w, k, change, later);
 }
 
-/* A whole-model pull or push by every worker: a part per shard
- * (ps_client.c start_ranged). A client starts its parts at once and a
- * server answers them as they come, but the step's graph gives a rank's
- * messages one thread: so replica r takes the shards from shard r on, and
- * the parts are added in rounds (round j: every worker's j-th), which
- * gives server k the replicas from replica k on, and the servers answer
- * in parallel rather than each serving replica 0 first. last[w]: in, what
- * worker rank w's first part waits for; out, its last part. */
+/* A whole-model pull or push by worker ranks [wa, wb): a part per shard
+ * (ps_client.c start_ranged). A client starts its parts at once, so each
+ * waits only for the transfer's start. A server serves its tasks in order:
+ * in lockstep the parts are added in rounds (round j: every worker's j-th,
+ * replica r's to shard r + j), which gives server k the replicas from
+ * replica k on rather than every server replica 0 first. last[w]: in,
+ * what worker rank w's transfer waits for; out, its last part. */
 static int add_transfers(ps_desc_t *d, int op, step_task_t how, int *last) {
-  int W = d->R * d->T;
+  int *start = malloc((size_t)(d->wb - d->wa) * sizeof *start);
+  if (!start) return dt_error("out of memory");
+  for (int w = d->wa; w < d->wb; w++) start[w - d->wa] = last[w];
   for (int j = 0; j < d->K; j++)
-    for (int w = 0; w < W; w++) {
-      if (last[w] == STEP_FAILED) return -1;
-      how.after = last[w];
-      last[w] = add_shard_part(d, op, w, (w / d->T + j) % d->K, how);
+    for (int w = d->wa; w < d->wb && last[w] != STEP_FAILED; w++) {
+      how.after = start[w - d->wa]; /* the parts go out at once: each from the start */
+      last[w] = add_shard_part(d, op, w, shard_for(d, w, j), how);
     }
-  for (int w = 0; w < W; w++)
+  free(start);
+  for (int w = d->wa; w < d->wb; w++)
     if (last[w] == STEP_FAILED) return -1;
   return 0;
 }
@@ -231,13 +240,13 @@ static void worker_templates(const ps_desc_t *d, step_task_t *pull, step_task_t 
 /* Every worker's pulls, on its communication side from its start (last[w]);
  * pulled[w L + i] gets the task layer i's forward waits for. */
 static int describe_prio_pulls(ps_desc_t *d, step_task_t pull, int *last, int *pulled) {
-  int W = d->R * d->T, L = d->slice[0].m->nlayers;
-  for (int w = 0; w < W * L; w++) pulled[w] = -1;
+  int L = d->slice[0].m->nlayers;
+  for (int w = d->wa * L; w < d->wb * L; w++) pulled[w] = -1;
   for (int j = 0; j < d->K; j++)
-    for (int w = 0; w < W; w++)
+    for (int w = d->wa; w < d->wb; w++)
       for (int i = 0; i < L; i++) {
         pull.after = last[w];
-        int x = add_layer_parts(d, PS_OP_PULL, w, i, (w / d->T + j) % d->K, pull);
+        int x = add_layer_parts(d, PS_OP_PULL, w, i, shard_for(d, w, j), pull);
         if (x == STEP_FAILED) return -1;
         if (x != last[w]) pulled[w * L + i] = last[w] = x;
       }
@@ -258,12 +267,12 @@ static int describe_prio_passes(ps_desc_t *d, int w, const int *pulled, int *bwd
 
 /* Every worker's pushes, each layer's parts after its backward. */
 static int describe_prio_pushes(ps_desc_t *d, step_task_t push, const int *bwd) {
-  int W = d->R * d->T, L = d->slice[0].m->nlayers;
+  int L = d->slice[0].m->nlayers;
   for (int j = 0; j < d->K; j++)
-    for (int w = 0; w < W; w++)
+    for (int w = d->wa; w < d->wb; w++)
       for (int i = L - 1; i >= 0; i--) {
         push.after = bwd[w * L + i];
-        if (add_layer_parts(d, PS_OP_PUSH, w, i, (w / d->T + j) % d->K, push) == STEP_FAILED) return -1;
+        if (add_layer_parts(d, PS_OP_PUSH, w, i, shard_for(d, w, j), push) == STEP_FAILED) return -1;
       }
   return 0;
 }
@@ -325,31 +334,47 @@ static int describe_passes(ps_desc_t *d, int w) {
   return step_add_passes_summed(d->out, m, w, d->c->batch, &g, NULL);
 }
 
-/* The workers' steps: (pool: each one's NEXT call,) every pull, each
- * worker's passes, then the pushes, so that a server answers a step's
- * pulls before its pushes come (a server serves its messages in the order
- * of its tasks). Fifo pulls the model whole and pushes the gradient after
- * backprop, on the compute thread (the passes follow the pull there). */
-static int describe_workers(ps_desc_t *d) {
-  int W = d->R * d->T, L = d->slice[0].m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO;
-  int *last = malloc((size_t)W * sizeof *last), *pulled = malloc((size_t)W * L * sizeof *pulled);
-  int *bwd = malloc((size_t)W * L * sizeof *bwd);
-  int rc = last && pulled && bwd ? 0 : dt_error("out of memory");
+/* Worker ranks [wa, wb)'s steps: (pool: each one's NEXT call,) their
+ * pulls, their passes, then their pushes. Fifo pulls the model whole and
+ * pushes the gradient after backprop, on the compute thread (the passes
+ * follow the pull there). */
+static int describe_range(ps_desc_t *d, int *last, int *pulled, int *bwd) {
+  int L = d->slice[0].m->nlayers, prio = d->c->comm_order != COLL_ORDER_FIFO, rc = 0;
   step_task_t pull, push;
   worker_templates(d, &pull, &push);
-  for (int w = 0; w < W && rc == 0; w++)
+  for (int w = d->wa; w < d->wb && rc == 0; w++)
     if ((last[w] = describe_next(d, w)) == STEP_FAILED) rc = -1;
   if (rc == 0) rc = prio ? describe_prio_pulls(d, pull, last, pulled) : add_transfers(d, PS_OP_PULL, pull, last);
-  for (int w = 0; w < W && rc == 0 && d->T > 1; w++) {
+  for (int w = d->wa; w < d->wb && rc == 0 && d->T > 1; w++) {
     pull.after = last[w];
     if ((last[w] = add_share_replicated(d, w, pull)) == STEP_FAILED) rc = -1;
   }
-  for (int w = 0; w < W && rc == 0; w++) {
+  for (int w = d->wa; w < d->wb && rc == 0; w++) {
     last[w] = prio ? describe_prio_passes(d, w, pulled + (size_t)w * L, bwd + (size_t)w * L)
                    : describe_passes(d, w);
     if (last[w] == STEP_FAILED) rc = -1;
   }
   if (rc == 0) rc = prio ? describe_prio_pushes(d, push, bwd) : add_transfers(d, PS_OP_PUSH, push, last);
+  return rc;
+}
+
+/* The workers' steps. A server serves its messages in the order of its
+ * tasks. In lockstep (sync) a step's pulls are answered once every push
+ * before them is in: every worker's pulls are added first, then the
+ * passes, then the pushes. Otherwise (ssp:S, the pool) a server answers a
+ * pull as it comes, and a worker's next pull overlaps its last push: each
+ * worker's step is added whole, one worker after another. */
+static int describe_workers(ps_desc_t *d) {
+  int W = d->R * d->T, L = d->slice[0].m->nlayers;
+  int *last = malloc((size_t)W * sizeof *last), *pulled = malloc((size_t)W * L * sizeof *pulled);
+  int *bwd = malloc((size_t)W * L * sizeof *bwd);
+  int rc = last && pulled && bwd ? 0 : dt_error("out of memory");
+  d->lockstep = d->c->schedule == SCHEDULE_SYNC ||
+                (d->c->schedule == SCHEDULE_SSP && d->c->schedule_param == 0 && !d->c->ps.refresh_lazy);
+  for (int w = 0; w < W && rc == 0; w = d->wb) {
+    d->wa = w, d->wb = d->lockstep ? W : w + 1;
+    rc = describe_range(d, last, pulled, bwd);
+  }
   free(last);
   free(pulled);
   free(bwd);
