@@ -216,6 +216,8 @@ int train_describe_step(train_config_t *cfg, FILE *out);
  * workers; under mpi called once -np has fixed it. */
 int train_config_check_ranks(const train_config_t *cfg);
 const char *schedule_name(schedule_t s);
+/* The schedule as --schedule spells it ("sync", "ssp:2", "ssp:inf", "backup:1"). */
+void schedule_format(const train_config_t *cfg, char *buf, size_t cap);
 const char *exchange_name(exchange_t e);
 /* The exchange as --exchange spells it ("allreduce:auto", "ps:2", "shared"). */
 void exchange_spec(const train_config_t *cfg, char *buf, size_t cap);

@@ -65,6 +65,15 @@ const char *schedule_name(schedule_t s) {
   return names[s];
 }
 
+void schedule_format(const train_config_t *c, char *buf, size_t cap) {
+  if (c->schedule == SCHEDULE_SSP || c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP) {
+    if (isinf(c->schedule_param)) snprintf(buf, cap, "%s:inf", schedule_name(c->schedule));
+    else snprintf(buf, cap, "%s:%g", schedule_name(c->schedule), c->schedule_param);
+  } else {
+    snprintf(buf, cap, "%s", schedule_name(c->schedule));
+  }
+}
+
 const char *exchange_name(exchange_t e) {
   static const char *names[] = {"allreduce", "ps", "master", "neighbors", "gossip", "tree", "shared"};
   return names[e];

@@ -225,6 +225,11 @@ int ps_server_reject(ps_server_t *s, int src, const ps_req_t *req, const char *f
   return ps_server_reply(s, src, req, &rep, NULL, 0, 0);
 }
 
+/* --stall-warning: a held pull's first stall line, and their period. */
+static double stall_period(const ps_server_t *s) {
+  return s->cfg->net.stall_warning > 0 ? s->cfg->net.stall_warning : COMM_STALL_WARNING;
+}
+
 int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req) {
   if (s->ndeferred == s->cap_deferred) {
     int cap = s->cap_deferred ? 2 * s->cap_deferred : 16;
@@ -233,24 +238,15 @@ int ps_server_defer(ps_server_t *s, int src, const ps_req_t *req) {
     s->deferred = d;
     s->cap_deferred = cap;
   }
-  double now = dt_now(), period = s->cfg->net.stall_warning > 0 ? s->cfg->net.stall_warning
-                                                               : COMM_STALL_WARNING;
-  s->deferred[s->ndeferred++] = (ps_deferred_t){src, *req, now, now + period};
+  double now = dt_now();
+  s->deferred[s->ndeferred++] = (ps_deferred_t){src, *req, now, now + stall_period(s)};
   return 0;
-}
-
-/* "ssp:1", "backup:1", "sync": the schedule as the option gives it. */
-static void schedule_text(const train_config_t *c, char *buf, size_t cap) {
-  if (c->schedule == SCHEDULE_SSP || c->schedule == SCHEDULE_VALUE || c->schedule == SCHEDULE_BACKUP)
-    snprintf(buf, cap, "%s:%g", schedule_name(c->schedule), c->schedule_param);
-  else snprintf(buf, cap, "%s", schedule_name(c->schedule));
 }
 
 /* One line a period for every pull held past it: their workers, and what
  * the oldest waits for. */
 void ps_server_report_held(ps_server_t *s) {
-  double now = dt_now(), period = s->cfg->net.stall_warning > 0 ? s->cfg->net.stall_warning
-                                                               : COMM_STALL_WARNING;
+  double now = dt_now(), period = stall_period(s);
   char who[256] = "", why[512] = "", sched[48];
   size_t n = 0;
   const ps_deferred_t *oldest = NULL;
@@ -263,7 +259,7 @@ void ps_server_report_held(ps_server_t *s) {
   }
   if (!oldest) return;
   if (s->rule->held_for) s->rule->held_for(s, &oldest->req, why, sizeof why);
-  schedule_text(s->cfg, sched, sizeof sched);
+  schedule_format(s->cfg, sched, sizeof sched);
   dt_log(DT_LOG_WARN, "stall: server %d (rank %d) has held the pull of worker%s %s for %.1f s%s%s "
          "(--schedule %s; --stall-warning %g)", s->index, s->rank, strchr(who, ',') ? "s" : "", who,
          now - oldest->since, why[0] ? " " : "", why, sched, period);

@@ -38,7 +38,6 @@
  * and after a pull gives the group the replicated tensors. The worker
  * index is the group's (the slice rank), so clocks, the pool's batches and
  * the gradient's scale count replicas. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,10 +315,7 @@ static size_t tp_json(const psw_t *p, char *buf, size_t cap) {
 static void build_extra(psw_t *p, const ps_epoch_stats_t *ep, const ps_worker_stats_t *cur) {
   const train_config_t *cfg = p->w->cfg;
   char sched[32];
-  if (cfg->schedule == SCHEDULE_SYNC || cfg->schedule == SCHEDULE_ASYNC)
-    snprintf(sched, sizeof sched, "%s", schedule_name(cfg->schedule));
-  else if (isinf(cfg->schedule_param)) snprintf(sched, sizeof sched, "%s:inf", schedule_name(cfg->schedule));
-  else snprintf(sched, sizeof sched, "%s:%g", schedule_name(cfg->schedule), cfg->schedule_param);
+  schedule_format(cfg, sched, sizeof sched);
   size_t n = (size_t)snprintf(p->extra, p->extra_cap,
                               "\"exchange\":\"ps\",\"schedule\":\"%s\",%s\"servers\":%d,"
                               "\"staleness_mean\":%.4g,\"staleness_max\":%.0f,\"dropped\":%.0f,"
