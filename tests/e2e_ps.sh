@@ -47,9 +47,27 @@ assert all(b > 0 for b in e["bytes_pushed"]) and all(b > 0 for b in e["bytes_pul
 assert sum(sum(x["batches"]) for x in ep) == 64, [x["batches"] for x in ep]
 assert e["staleness_max"] >= e["staleness_mean"] >= 0 and e["test_acc"] > 0.3, e
 if sys.argv[2] == "backup:1": assert e["staleness_max"] == 0, e
+# the done line counts as the epoch lines do: the servers' updates, the samples trained
+d = lines[-1]
+assert d["steps"] == e["step"], (d["steps"], e["step"])
+assert abs(d["samples_per_sec"] * d["total_sec"] - 2 * 2048) < 0.005 * 2 * 2048, d
 print("ok")
 PYEOF
   then pass "schedule_${s}_trains_and_reports"; else fail "schedule_${s}_trains_and_reports" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
+done
+# --max-steps 10 under the pool: 10 x 4 batches of 64 over the 2 epochs of 32
+# (before, the done line counted worker 0's last batch index as its steps
+# and the samples of 2 whole epochs)
+for s in async backup:1; do
+  if run --data "$SMALL" --workers 4 --exchange ps:2 --schedule $s --epochs 2 --max-steps 10 --quiet --metrics "$TMP/m.jsonl" &&
+     $PY -c "
+import json; lines = [json.loads(l) for l in open('$TMP/m.jsonl')]
+ep = [l for l in lines if l['event'] == 'epoch']; d = lines[-1]
+assert d['event'] == 'done' and d['steps'] == ep[-1]['step'] and len(ep) == 2, (d, ep)
+assert sum(sum(e['batches']) for e in ep) == 40, [e['batches'] for e in ep]
+assert abs(d['samples_per_sec'] * d['total_sec'] - 40 * 64) < 0.01 * 40 * 64, d
+assert abs(sum(e['samples_per_sec'] * e['epoch_sec'] for e in ep) - 40 * 64) < 0.01 * 40 * 64, ep" >"$TMP/check.out" 2>&1
+  then pass "pool_done_line_counts_max_steps_${s}"; else fail "pool_done_line_counts_max_steps_${s}" "$(cat "$TMP/check.out" "$TMP/run.err" | tail -c 400)"; fi
 done
 # ---- ssp:S, Bosen's lazy SSP cache against ESSP's eager refresh ---------------------
 # 4 workers, ssp:3, 2 epochs of 32 clocks (batch 16). Eager pulls every
@@ -117,7 +135,11 @@ check dc_asgd_adaptive_under_value_bound run --data "$SMALL" --workers 3 --excha
 if [ -n "$TSAN" ]; then
   echo "SKIP hogwild_trains_and_reports: lock-free races by design (ThreadSanitizer)"
 elif run --data "$SMALL" --workers 4 --exchange shared --schedule async --epochs 2 --quiet --metrics "$TMP/h.jsonl" &&
-   grep -q '"exchange":"shared".*"staleness_mean"' "$TMP/h.jsonl" && grep -q 'test acc' "$TMP/run.out"; then
+   grep -q '"exchange":"shared".*"staleness_mean"' "$TMP/h.jsonl" && grep -q 'test acc' "$TMP/run.out" &&
+   $PY -c "
+import json; lines = [json.loads(l) for l in open('$TMP/h.jsonl')]
+e = [l for l in lines if l['event'] == 'epoch'][-1]; d = lines[-1]
+assert d['steps'] == e['step'] == 2 * 32 // 4, (d, e)  # updates per worker, in both lines" >"$TMP/check.out" 2>&1; then
   pass hogwild_trains_and_reports; else fail hogwild_trains_and_reports "$(tail -c 300 "$TMP/run.err")"; fi
 
 # ---- a worker that stops ----------------------------------------------------------

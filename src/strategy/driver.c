@@ -60,7 +60,8 @@ static void fill_report(worker_t *w, epoch_report_t *r, int epoch, int64_t taken
    * as the compute waited for it. */
   if (r->timers.comm < r->timers.comm_exposed) r->timers.comm = r->timers.comm_exposed;
   r->lr = lr_at(&w->sched, w->step > 0 ? w->step - 1 : 0);
-  r->samples_per_sec = train_sec > 0 ? (double)samples / train_sec : 0;
+  r->samples = (double)samples;
+  r->samples_per_sec = train_sec > 0 ? r->samples / train_sec : 0;
 }
 
 /* 0 when the epoch was reported, DRIVE_SKIP when this rank has nothing
@@ -80,7 +81,7 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
   const train_config_t *cfg = w->cfg;
   epoch_report_t r, last = {0};
   int have_report = 0;
-  double run_t0 = dt_now();
+  double run_t0 = dt_now(), samples = 0;
   for (int epoch = w->first_epoch; epoch < cfg->epochs; epoch++) {
     double t0 = dt_now();
     worker_begin_epoch(w, epoch);
@@ -97,11 +98,11 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
     fill_report(w, &r, epoch, taken, dt_now() - t0);
     int reported = report_epoch(w, ops, st, &r);
     if (reported < 0) return -1;
-    if (reported == 0) last = r, have_report = 1;
+    if (reported == 0) last = r, have_report = 1, samples += r.samples;
     if (rc == DRIVE_RUN_END || step_limit_reached(w, ops) || r.budget_spent) break;
   }
   if (ops->end_run && ops->end_run(st) != 0) return -1;
-  return worker_report_done(w, have_report ? &last : NULL, dt_now() - run_t0);
+  return worker_report_done(w, have_report ? &last : NULL, samples, dt_now() - run_t0);
 }
 
 double worker_comm_since(worker_t *w, double t0) {

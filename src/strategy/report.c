@@ -304,13 +304,9 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r) {
   return checkpoint_line(w, r->epoch, samples, dt_now() - t0);
 }
 
-int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec) {
+int worker_report_done(worker_t *w, const epoch_report_t *last, double samples, double total_sec) {
   if (!worker_reports(w)) return 0;
   end_progress_line(w);
-  int64_t steps = w->step - w->first_step;
-  double samples = (double)steps * w->cfg->batch * w->nranks; /* short last steps overcount */
-  if (last && samples > (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n)
-    samples = (double)(last->epoch + 1 - w->first_epoch) * (double)w->train->n;
   double sps = total_sec > 0 ? samples / total_sec : 0;
   char exchange[64], gemm[96], products[80] = "";
   exchange_spec(w->cfg, exchange, sizeof exchange);

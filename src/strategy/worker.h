@@ -154,6 +154,7 @@ typedef struct {
   int64_t steps;                /* steps this rank took in the epoch */
   double train_loss, train_acc, test_loss, test_acc;
   double epoch_sec, eval_sec, samples_per_sec, lr;  /* epoch_sec: training only */
+  double samples;               /* trained on in the epoch, all replicas (samples_per_sec's) */
   step_timers_t timers;
   const char *extra_json;       /* strategy-specific fields, without braces, or NULL */
   int budget_spent;             /* --time-budget: every rank ends the run after this epoch */
@@ -170,7 +171,8 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r);
 int worker_step_diverged(worker_t *w, double loss);
 /* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
 int worker_interrupted(const worker_t *w);
-int worker_report_done(worker_t *w, const epoch_report_t *last, double total_sec);
+/* The run's summary: its reported epochs' samples over total_sec. */
+int worker_report_done(worker_t *w, const epoch_report_t *last, double samples, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);
 /* The same mid-epoch: `samples` of epoch `epoch` done (0: the epoch is). */
 int worker_save_checkpoint_at(worker_t *w, int epoch, size_t samples);

@@ -88,6 +88,7 @@ static int epoch_figures(hog_t *h, epoch_report_t *r) {
     }
     r->train_loss = samples > 0 ? loss / samples : 0;
     r->train_acc = samples > 0 ? correct / samples : 0;
+    r->samples = samples;
     r->samples_per_sec = r->epoch_sec > 0 ? samples / r->epoch_sec : 0;
     size_t n = (size_t)snprintf(h->extra, sizeof h->extra,
                                 "\"exchange\":\"shared\",\"schedule\":\"async\",\"staleness_mean\":"
@@ -102,10 +103,17 @@ static int epoch_figures(hog_t *h, epoch_report_t *r) {
   return rc;
 }
 
+/* The steps so far, as the epoch and done lines count them: updates per
+ * worker (each batch sets w->step to its index for its dropout masks). */
+static void count_steps(hog_t *h) {
+  h->w->step = atomic_load(&h->ctr->updates) / h->w->nranks;
+}
+
 /* Every update of the epoch is in; rank 0 evaluates the shared arena. */
 static int evaluate(void *st, epoch_report_t *r) {
   hog_t *h = st;
   worker_t *w = h->w;
+  count_steps(h);
   r->lr = lr_of_batch(h, r->epoch, h->batches_per_epoch - 1);
   DT_TRY(epoch_figures(h, r));
   if (w->rank != 0) return 0;
@@ -143,10 +151,8 @@ static int end_epoch(void *st, int epoch) {
   return (int64_t)(epoch + 1) * h->batches_per_epoch >= h->cap ? DRIVE_RUN_END : 0;
 }
 
-/* The run's steps, for the done line: updates per worker. */
 static int end_run(void *st) {
-  hog_t *h = st;
-  h->w->step = atomic_load(&h->ctr->updates) / h->w->nranks;
+  count_steps(st);
   return 0;
 }
 

@@ -393,6 +393,7 @@ static int evaluate_model(psw_t *p, epoch_report_t *r) {
   r->test_acc = test_correct / (double)w->test->n;
   r->train_loss = ep->samples > 0 ? ep->loss_sum / ep->samples : 0;
   r->train_acc = ep->samples > 0 ? ep->correct / ep->samples : 0;
+  r->samples = ep->samples;
   r->samples_per_sec = r->epoch_sec > 0 ? ep->samples / r->epoch_sec : 0;
   if (p->pool) r->lr = lr_at(&w->sched, (int64_t)(r->epoch + 1) * w->steps_per_epoch - 1);
   build_extra(p, ep, (ps_worker_stats_t *)(p->stats_buf + sizeof *ep));
@@ -606,6 +607,7 @@ static int pool_end_run(void *st) {
     p->next = fetch_batch(p);
     if (p->next == -100) return -1;
   }
+  p->w->step = p->report_step; /* the done line's steps: the servers' updates, as the epochs' */
   return push_pending(p);
 }
 
