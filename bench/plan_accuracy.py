@@ -19,7 +19,8 @@ per family, with the issue's targets (median <= 10%, p90 <= 25%).
 
 The configurations are the families `dtrain describe` covers (allreduce
 ring, rhd, tree, shm; shared memory; PS sync and SSP; local SGD, D-PSGD,
-EASGD; GPipe, 1F1B and interleaved; tensor; dp x pp x tp; four codecs), each
+EASGD; GPipe, 1F1B and interleaved, and without a flush PipeDream and
+2BW (their steady step); tensor; dp x pp x tp; four codecs), each
 on `local` under emulated 100 Mbit/s, 1 Gbit/s and 10 Gbit/s links, and
 (--mpi) a few on `mpi` under mpirun; allreduce:hier and auto with two
 emulated hosts, and auto on one. Not covered: asynchronous PS (its pool
@@ -62,6 +63,8 @@ CONFIGS = [
     ("pipeline", "gpipe-pp2-m4", "--workers 2 --pp 2 --micro-batches 4 --partition 0,1"),
     ("pipeline", "1f1b-pp2-m4", "--workers 2 --pp 2 --micro-batches 4 --partition 0,1 --pipe-schedule 1f1b"),
     ("pipeline", "interleaved-pp2-m4", "--workers 2 --pp 2 --micro-batches 4 --pipe-schedule interleaved:2 --partition macs --model FOUR"),
+    ("pipeline", "pipedream-pp2", "--workers 2 --pp 2 --micro-batches 1 --partition 0,1 --pipe-schedule pipedream"),
+    ("pipeline", "2bw-pp2-m4", "--workers 2 --pp 2 --micro-batches 4 --partition 0,1 --pipe-schedule 2bw"),
     ("tensor", "tp-2", "--workers 2 --tp 2"),
     ("hybrid", "dp2-pp2", "--workers 4 --pp 2 --micro-batches 2 --partition 0,1"),
     ("hybrid", "pp2-tp2", "--workers 4 --pp 2 --tp 2 --micro-batches 2 --partition macs --model FOUR"),

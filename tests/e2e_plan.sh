@@ -233,6 +233,9 @@ for r in ok:  # the step split adds up
 opts = [r['options'] for r in strat]
 for want in ('ps:1 --schedule async', 'ps:1 --schedule ssp:2', '--bucket-mb 1', 'interleaved:2', '--preset easgd'):
     assert any(want in o for o in opts), want
+# the pipelines without a flush are ranked, marked as stale, and only they
+stale = sorted(r['options'].split('--pipe-schedule ')[1] for r in ok if r['plan'].get('stale_weights'))
+assert stale == ['2bw', 'pipedream'], stale
 assert len(codecs) == 8 and all('accuracy_points_mlp' in r for r in codecs), codecs
 assert any(r['plan'].get('expected') for r in ok), 'no asynchronous candidate predicted'"
 $DTRAIN plan $BASE --workers 2 --explain >"$TMP/explain" 2>&1

@@ -305,6 +305,10 @@ typedef struct {
   double exposed_sec, bubble_sec, waiting_sec;
   int asynchronous;
   double step_best_sec, step_worst_sec, staleness_expected;
+  /* a pipeline without a flush (PipeDream, 2BW, DDG): the step is the
+   * steady one, and a stage's gradient is computed on weights older than
+   * those it updates -- other numerics than a flushed pipeline's */
+  int stale_weights;
 } perf_plan_t;
 
 /* What predictions of one model on one data set share (the search's):

@@ -171,6 +171,7 @@ int perf_plan_json(const perf_plan_t *p, FILE *out) {
   if (p->asynchronous)
     fprintf(out, ",\"expected\":true,\"step_best_sec\":%.6g,\"step_worst_sec\":%.6g,"
                  "\"staleness_expected\":%.4g", p->step_best_sec, p->step_worst_sec, p->staleness_expected);
+  if (p->stale_weights) fputs(",\"stale_weights\":true", out);
   fputc('}', out);
   return ferror(out) ? dt_error("writing the plan: write error") : 0;
 }
@@ -285,6 +286,7 @@ int perf_predict(train_config_t *cfg, const perf_profile_t *prof, perf_cache_t *
     out->memory_bytes = rank_memory(cfg, m, &d, ntrain);
     out->background = cl.background;
     asynchronous_bounds(cfg, out);
+    out->stale_weights = pipe_stream(cfg);
   }
   perf_cluster_free(&cl);
   if (!cache) perf_compute_free(&pc); /* else the cache holds it */

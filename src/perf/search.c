@@ -5,6 +5,8 @@
  * counts and schedules (sync, ssp, async: expected values), decentralized
  * methods, pipeline schedules and micro-batch counts with the stages cut
  * by PipeDream's dynamic program (--partition balanced, perf/partition.c),
+ * PipeDream's and 2BW's pipelines without a flush (their steady step,
+ * marked: their weights are stale),
  * and the data x pipeline x tensor grids that divide N -- appended to the
  * user's own options, so that every candidate is a command line `dtrain
  * train` accepts as it is; one the options refuse, or describe_step does
@@ -40,6 +42,8 @@ static const char *const FIXED[] = {
     "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule 1f1b",
     "--pp 2 --micro-batches 8 --partition balanced --pipe-schedule 1f1b",
     "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule interleaved:2",
+    "--pp 2 --micro-batches 1 --partition balanced --pipe-schedule pipedream",
+    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule 2bw",
     "--tp 2 --exchange allreduce:ring",
 };
 #define NFIXED ((int)(sizeof FIXED / sizeof *FIXED))
@@ -138,7 +142,7 @@ static int by_speed(const void *a, const void *b) {
 
 static void print_row(const row_t *r, const char *rank, double memory_per_rank, FILE *out) {
   if (!r->ok) {
-    fprintf(out, "%-4s %-70s %s\n", "-", r->options, r->why);
+    fprintf(out, "%-4s %-76s %s\n", "-", r->options, r->why);
     return;
   }
   const perf_plan_t *p = &r->plan;
@@ -150,16 +154,19 @@ static void print_row(const row_t *r, const char *rank, double memory_per_rank, 
   else if (p->asynchronous)
     snprintf(why, sizeof why, "%s: expected (best %.2f, worst %.2f ms), staleness %.1f", p->strategy,
              1e3 * p->step_best_sec, 1e3 * p->step_worst_sec, p->staleness_expected);
+  else if (p->stale_weights)
+    snprintf(why, sizeof why, "%s, no flush (stale weights): the steady step, rank 0 computes %.0f%%",
+             p->strategy, p->step_sec > 0 ? 100 * p->compute_sec / p->step_sec : 0);
   else
     snprintf(why, sizeof why, "%s: rank 0 computes %.0f%% of the step", p->strategy,
              p->step_sec > 0 ? 100 * p->compute_sec / p->step_sec : 0);
-  fprintf(out, "%-4s %-70s %9.3f %9.0f %12.0f %8.1f %8.3f %8.3f  %s\n", rank, r->options,
+  fprintf(out, "%-4s %-76s %9.3f %9.0f %12.0f %8.1f %8.3f %8.3f  %s\n", rank, r->options,
           1e3 * p->step_sec, p->samples_per_sec, p->bytes_sent, mib, 1e3 * p->exposed_sec,
           1e3 * p->bubble_sec, why);
 }
 
 static void print_table(const row_t *rows, int n, double memory_per_rank, FILE *out) {
-  fprintf(out, "%-4s %-70s %9s %9s %12s %8s %8s %8s  %s\n", "rank", "options", "step_ms", "samples/s",
+  fprintf(out, "%-4s %-76s %9s %9s %12s %8s %8s %8s  %s\n", "rank", "options", "step_ms", "samples/s",
           "bytes/step", "mem_MiB", "expo_ms", "bubbl_ms", "why");
   char rank[16];
   for (int k = 0, next = 1; k < n; k++) {
