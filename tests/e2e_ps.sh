@@ -143,6 +143,12 @@ assert d['steps'] == e['step'] == 2 * 32 // 4, (d, e)  # updates per worker, in 
   pass hogwild_trains_and_reports; else fail hogwild_trains_and_reports "$(tail -c 300 "$TMP/run.err")"; fi
 
 # ---- a worker that stops ----------------------------------------------------------
+# A first step longer than the 3 s lease is no death (a GPT's on two cores:
+# before, the coordinator gave up on worker 1 after its first pull): the
+# lease waits for a push, which measures a step, else --comm-timeout.
+if run --data "$SMALL" --workers 2 --exchange ps:1 --max-steps 1 --epochs 1 --batch 256 --straggler rank=1,slowdown=150 &&
+   ! grep -q "has stopped" "$TMP/run.err"
+then pass ps_long_first_step_is_no_death; else fail ps_long_first_step_is_no_death "$(tail -c 300 "$TMP/run.err")"; fi
 KILL="--data $SMALL --workers 4 --exchange ps:2 --epochs 3 --quiet --kill rank=3,at-step=10"
 if run $KILL --schedule async --metrics "$TMP/k.jsonl" && grep -q "worker 3 has stopped" "$TMP/run.err" &&
    grep -q "done: 3 epochs" "$TMP/run.out"; then pass async_goes_on_without_a_stopped_worker; else fail async_goes_on_without_a_stopped_worker "$(tail -c 300 "$TMP/run.err")"; fi

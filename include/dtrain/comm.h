@@ -66,7 +66,7 @@ typedef struct {
   double *rank_slowdown;     /* compute slow-down factor per rank (stragglers) */
   int rank_table_len;        /* entries in the rank_* tables (0 = one per rank); mpi ranks
                               * past the end take the global value */
-  double timeout;            /* seconds a blocking call waits before failing; 0 = default 300 */
+  double timeout;            /* seconds a blocking call waits before failing; 0 = COMM_TIMEOUT */
   double stall_warning;      /* seconds a blocking call waits before a stall line, repeated at
                               * that period (the stall inspector); 0 = COMM_STALL_WARNING */
   int bind_cores;            /* local (--bind core): rank r's thread pinned to the r-th CPU
@@ -108,6 +108,10 @@ void comm_net_link_estimate(const comm_net_t *net, int size, int oversubscribed,
                             double *bandwidth);
 /* Whether net delays messages on local (any latency or bandwidth set). */
 int comm_net_emulated(const comm_net_t *net, int size);
+/* The seconds a blocking call waits before failing: net's timeout, or
+ * COMM_TIMEOUT (net NULL too). */
+#define COMM_TIMEOUT 300.0
+double comm_net_timeout(const comm_net_t *net);
 /* The alpha-beta link model, the one both the emulator (local.c: a
  * message holds its sender's link for bytes / bandwidth and arrives
  * latency later) and the cost formulas (coll_allreduce_time) use:

@@ -37,7 +37,6 @@
 #define TAG_SPLIT (-1)      /* internal tags: user tags are >= 0 */
 #define TAG_BARRIER (-2)
 #define SLAB_REQS 64
-#define DEFAULT_TIMEOUT 300.0
 #define MAX_RANKS 4096
 
 enum { K_FREE, K_SEND, K_RECV };
@@ -1010,7 +1009,7 @@ static int world_new(int size, const comm_net_t *net, world_t **out) {
   world_t *w = calloc(1, sizeof *w);
   if (!w) return dt_error("out of memory creating %d local ranks", size);
   w->size = size;
-  w->timeout = net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT;
+  w->timeout = comm_net_timeout(net);
   w->stall_warning = net && net->stall_warning > 0 ? net->stall_warning : COMM_STALL_WARNING;
   w->stall = dt_alloc((size_t)size * sizeof *w->stall);
   if (!w->stall) {

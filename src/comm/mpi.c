@@ -39,7 +39,6 @@ int comm_mpi_allreduce_sum_float(comm_t *c, float *buf, size_t count) {
 #include <string.h>
 #include <unistd.h>
 
-#define DEFAULT_TIMEOUT 300.0
 #define CANCEL_GRACE 0.1 /* seconds a cancelled request may take to settle */
 
 typedef struct {
@@ -625,7 +624,7 @@ static int world_comm(const comm_net_t *net, int provided, comm_t **out) {
   MPI_Comm hc, pc;
   MPI_Comm_dup(MPI_COMM_WORLD, &hc);
   MPI_Comm_dup(MPI_COMM_WORLD, &pc);
-  int rc = make_comm(hc, pc, net && net->timeout > 0 ? net->timeout : DEFAULT_TIMEOUT, &like, out);
+  int rc = make_comm(hc, pc, comm_net_timeout(net), &like, out);
   if (rc == 0) rc = comm_hosts_set(*out, label);
   free(label);
   return rc == 0 ? comm_counters_new(*out) : -1;

@@ -148,6 +148,10 @@ static int any_nonzero(const double *a, int n) {
   return 0;
 }
 
+double comm_net_timeout(const comm_net_t *net) {
+  return net && net->timeout > 0 ? net->timeout : COMM_TIMEOUT;
+}
+
 int comm_net_emulated(const comm_net_t *net, int size) {
   if (!net) return 0;
   int intra = net->hosts > 1 && (net->intra_latency > 0 || net->intra_bandwidth > 0);

@@ -122,6 +122,7 @@ void ps_coord_heard(ps_server_t *s, int src, const ps_req_t *req) {
   ws->coord.last_heard = now;
   if (ws->dead) take_back(s, src);
   if (req->op != PS_OP_PUSH) return;
+  ws->coord.pushed = 1;
   ps_worker_stats_t *wst = &ws->coord.stats;
   wst->bytes_pushed = req->bytes_pushed;
   wst->bytes_pulled = req->bytes_pulled;
@@ -284,6 +285,11 @@ static int check_liveness(ps_server_t *s) {
     double lease = LEASE_INTERVALS * ws->coord.interval;
     double floor = c->done ? LEASE_MIN_DONE : LEASE_MIN;
     if (lease < floor) lease = floor; /* once done, every live worker is about to say bye */
+    /* before its first push its interval has not seen a step: a first step
+     * longer than the floor (a GPT's on two cores takes seconds) is no
+     * death; the transport's timeout bounds it */
+    double first = comm_net_timeout(&s->cfg->net);
+    if (!ws->coord.pushed && !c->done && lease < first) lease = first;
     double silent = now - ws->coord.last_heard;
     if (silent > lease) DT_TRY(give_up_on(s, w, silent));
   }

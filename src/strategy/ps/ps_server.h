@@ -74,6 +74,7 @@ typedef struct {
   /* ps_coord.c (server 0 only) */
   struct {
     double last_heard, interval; /* the lease */
+    int pushed;              /* a push is in: its interval has seen a step's compute */
     int bye;
     int64_t drawn, settled;  /* batches of the epoch: handed out; pushed or lost */
     ps_worker_stats_t stats;
