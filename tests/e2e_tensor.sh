@@ -180,6 +180,13 @@ printf 'conv2d filters=4 kernel=3\nrelu\nflatten\ndense units=10\n' >"$TMP/nopai
 expect_error tensor_tp_above_features 2 "use --tp 3 or fewer" -- "$DTRAIN" train $BASE --model "$TMP/narrow.txt" --workers 4 --tp 4
 expect_error tensor_no_pair_to_split 2 "option --tp 2: .* has no pair of layers to split" -- \
   "$DTRAIN" train $BASE --model "$TMP/nopair.txt" --workers 2 --tp 2
+# the one weird trick and Project Adam split dense pairs only: a GPT has
+# none, and the line says so and names Megatron's split (before, it listed
+# linear and attention among what would be split)
+for o in "--preset one-weird-trick" "--exchange ps:2 --workers 2 --tp 2"; do
+  expect_error "tensor_dense_only_says_why_${o#--}" 2 "has no pair of dense layers, and with --tp-conv data" -- \
+    "$DTRAIN" train --model gpt --data fortunes --max-steps 1 $o
+done
 expect_error tensor_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train $BASE --workers 3 --tp 2
 expect_error tensor_grid_not_multiple 2 "multiple of 4" -- "$DTRAIN" train $BASE --workers 6 --tp 2 --pp 2 --partition macs
 expect_error tensor_zero 2 "option --tp" -- "$DTRAIN" train $BASE --tp 0

@@ -86,6 +86,13 @@ static int plan(model_spec_t *spec, int tp, int dense_only, int *pairs) {
     }
   }
   if (pairs) *pairs = n;
+  if (n == 0 && tp > 1 && dense_only)
+    return dt_error("option --tp %d: %s has no pair of dense layers, and with --tp-conv data (the "
+                    "one weird trick) or parameter servers' workers (Project Adam) tensor "
+                    "parallelism splits only those (a dense layer followed, through relu, tanh, "
+                    "sigmoid or dropout only, by another): use --tp 1, or --exchange allreduce "
+                    "with --tp-conv split (Megatron's pairs of linear layers, attention by "
+                    "heads)", tp, spec->source);
   if (n == 0 && tp > 1)
     return dt_error("option --tp %d: %s has no pair of layers to split (tensor parallelism "
                     "splits a dense layer followed, through relu, tanh, sigmoid or dropout only, "
