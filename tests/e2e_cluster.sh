@@ -23,7 +23,8 @@ fi
 ip netns del "dtprobe$$"
 CL="scripts/cluster.sh"
 NAME="k$(($$ % 100000))"
-cleanup() { $CL down "$NAME" >/dev/null 2>&1; rm -rf "$TMP"; }
+WN="w$(($$ % 10000))" # a second cluster's name (with, refusals)
+cleanup() { $CL down "$NAME" >/dev/null 2>&1; $CL down "$WN" >/dev/null 2>&1; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -37,6 +38,9 @@ BASE="--data $SMALL --batch 16 --epochs 1 --max-steps $T --seed 3 --quiet --work
 check cluster_up "$CL" up "$NAME" 2
 expect_error cluster_same_name_refused 2 "exists already" -- "$CL" up "$NAME" 2
 expect_error cluster_bad_name_refused 2 "cluster name" -- "$CL" up "Bad-Name" 2
+# a subnet not of the form A.B.C made hosts at addresses mpirun refused
+expect_error cluster_bad_subnet_refused 2 "subnet '10.77': expected A.B.C" -- "$CL" up "$WN" 2 --subnet 10.77
+expect_error cluster_subnet_of_4_refused 2 "subnet '10.77.3.0': expected A.B.C" -- "$CL" up "$WN" 2 --subnet 10.77.3.0
 "$CL" run "$NAME" 2 -- hostname >"$TMP/hosts" 2>"$TMP/err"
 check cluster_hostnames sh -c "[ \"\$(sort '$TMP/hosts' | uniq -c | awk '{print \$1 \$2}' | tr '\n' ' ')\" = '2$NAME-h0 2$NAME-h1 ' ]"
 # a host sees only its loopback and its own address on the cluster's subnet
@@ -139,3 +143,4 @@ check cluster_link_cut_nothing_left sh -c "[ -z '$(left)' ] || { ps -o pid,args 
 "$CL" down "$NAME"
 check cluster_down_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$NAME-' && ! ip link show dc${NAME}br >/dev/null 2>&1 && [ ! -e /run/dtrain-cluster/$NAME ]"
 expect_error cluster_down_unknown 2 "no cluster" -- "$CL" down "$NAME"
+
