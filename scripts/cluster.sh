@@ -219,10 +219,18 @@ with() { # NAME HOSTS [up options] -- COMMAND...
   shift
   up "$name" "$hosts" $opts >&2
   trap 'down "$name"' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
+  # The command runs in the background and the shell waits for it: a
+  # signal to this script alone (kill, a supervisor's TERM) is taken at
+  # once, where a command in the foreground would hold it until the
+  # command ends. Such a command ignores SIGINT (sh's rule for background
+  # jobs), so it is ended with SIGTERM; down ends what runs on the hosts.
+  exec 3<&0
+  CLUSTER_RUN="$SELF run $name" CLUSTER_NAME=$name "$@" <&3 3<&- &
+  child=$!
+  trap 'kill -s TERM $child 2>/dev/null; exit 130' INT
+  trap 'kill -s TERM $child 2>/dev/null; exit 143' TERM
   rc=0
-  CLUSTER_RUN="$SELF run $name" CLUSTER_NAME=$name "$@" || rc=$?
+  wait $child || rc=$?
   exit $rc
 }
 

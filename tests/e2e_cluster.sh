@@ -144,3 +144,26 @@ check cluster_link_cut_nothing_left sh -c "[ -z '$(left)' ] || { ps -o pid,args 
 check cluster_down_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$NAME-' && ! ip link show dc${NAME}br >/dev/null 2>&1 && [ ! -e /run/dtrain-cluster/$NAME ]"
 expect_error cluster_down_unknown 2 "no cluster" -- "$CL" down "$NAME"
 
+# ---- with: a signal to the script ends the command and takes the cluster down -----------
+# (a foreground command held the script's SIGINT or SIGTERM until it ended
+# of itself; sent from a process that leaves SIGINT at its default, as a
+# shell's background job would ignore it)
+check cluster_with_sigint_ends_at_once $PY -c "
+import os, signal, subprocess, sys, time
+p = subprocess.Popen(['$CL', 'with', '$WN', '1', '--', 'sleep', '60'], stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+t = time.time()
+def kids():  # the command started: sleep, a child of the script
+    out = []
+    for q in filter(str.isdigit, os.listdir('/proc')):
+        try: st = open(f'/proc/{q}/stat').read()
+        except OSError: continue
+        if int(st.rsplit(')', 1)[1].split()[1]) == p.pid and '(sleep)' in st: out.append(q)
+    return out
+while not kids() and time.time() - t < 20: time.sleep(0.05)
+t = time.time()
+p.send_signal(signal.SIGINT)
+rc = p.wait(timeout=70)
+took = time.time() - t
+assert rc == 130 and took < 5, (rc, took)"
+check cluster_with_sigint_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$WN-' && [ ! -e /run/dtrain-cluster/$WN ]"
