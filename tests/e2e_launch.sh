@@ -120,15 +120,20 @@ rc=$?
 check launch_below_min_np_fails [ $rc -eq 1 ]
 check launch_below_min_np_says_so sh -c "tail -n 1 '$TMP/twice.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 2 ranks remain, below --min-np 3: giving up after 1 restart$'"
 
-# ---- a pipeline's rank lost ------------------------------------------------
-# SIGUSR1 to a stage's thread stops that rank (the pipeline's step ignored
-# it: the run went on as if nothing had happened)
+# ---- a grid the ranks left cannot form: one line, exit 1 -----------------------
+# dp 2 x pp 2 losing a rank: 3 ranks make no pipeline of 2 stages. (The
+# pipeline's step ignored the lost-rank signal, and a restart train then
+# refused ended launch with "unknown error", exit 2, after a restart record.)
 "$DTRAIN" launch --np 4 -- $B --epochs 100 --pp 2 --micro-batches 2 --checkpoint "$TMP/pp.st" \
   --metrics "$TMP/pp.jsonl" >/dev/null 2>"$TMP/pp.err" &
 lp=$!
 $PY tests/launch_kill.py $lp "$TMP/pp.jsonl" local 3 e1 >/dev/null || fail launch_pipeline_kill "no epoch within 60 s"
 wait $lp
+check launch_pipeline_cannot_shrink_exit_1 [ $? -eq 1 ]
 check launch_pipeline_rank_lost grep -q '^dtrain train: rank 3: .*stopped by SIGUSR1 at step [0-9]*: this rank is lost' "$TMP/pp.err"
+check launch_pipeline_cannot_shrink_one_line sh -c "[ \$(grep -c '^dtrain launch' '$TMP/pp.err') -eq 1 ] &&
+  grep -q '^dtrain launch: rank 3 lost (SIGUSR1): the run cannot go on on 3 ranks (options --workers 3 and --pp 2: .*): giving up after 0 restarts$' '$TMP/pp.err'"
+check launch_pipeline_no_restart_record sh -c "! grep -q '\"restart\"' '$TMP/pp.jsonl'"
 
 # ---- bad input: one line, exit 2 -----------------------------------------------
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
