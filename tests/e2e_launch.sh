@@ -135,6 +135,23 @@ check launch_pipeline_cannot_shrink_one_line sh -c "[ \$(grep -c '^dtrain launch
   grep -q '^dtrain launch: rank 3 lost (SIGUSR1): the run cannot go on on 3 ranks (options --workers 3 and --pp 2: .*): giving up after 0 restarts$' '$TMP/pp.err'"
 check launch_pipeline_no_restart_record sh -c "! grep -q '\"restart\"' '$TMP/pp.jsonl'"
 
+# ---- a parameter server's rank lost --------------------------------------------
+# SIGUSR1 to the server's thread (rank 3: 3 workers, then ps:1's server)
+# fails the run naming it (the server ignored it: the run went on as if
+# nothing had happened); launch restarts on 2 workers and 1 server.
+"$DTRAIN" launch --np 3 -- $B --epochs 30 --exchange ps:1 --checkpoint "$TMP/psl.st" \
+  --metrics "$TMP/psl.jsonl" >/dev/null 2>"$TMP/psl.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/psl.jsonl" local 3 e1 >/dev/null || fail launch_ps_server_kill "no epoch within 60 s"
+wait $lp
+check launch_ps_server_lost_exit_0 [ $? -eq 0 ]
+check launch_ps_server_lost_restarts_on_2 $PY -c "
+import json
+recs = [json.loads(l) for l in open('$TMP/psl.jsonl')]
+r = [d for d in recs if d['event'] == 'restart']
+assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 2 and r[0]['signal'] == 'SIGUSR1', r
+assert recs[-1]['event'] == 'done' and recs[-1]['epochs'] == 30 and recs[-1]['workers'] == 2, recs[-1]"
+
 # ---- bad input: one line, exit 2 -----------------------------------------------
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
 expect_error launch_unknown_host 2 "hostfile .*hosts line 2: unknown host 'no-such-host.invalid'" -- \
