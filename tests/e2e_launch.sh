@@ -152,6 +152,21 @@ r = [d for d in recs if d['event'] == 'restart']
 assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 2 and r[0]['signal'] == 'SIGUSR1', r
 assert recs[-1]['event'] == 'done' and recs[-1]['epochs'] == 30 and recs[-1]['workers'] == 2, recs[-1]"
 
+# ---- Hogwild's rank lost ------------------------------------------------------
+# The lost rank waited in comm_shared_free for the others, which waited
+# at the epoch's barrier for it: the run hung to --comm-timeout and failed
+# without naming the loss. Now the peers stop at once and launch restarts.
+"$DTRAIN" launch --np 4 -- $B --epochs 30 --preset hogwild --exchange shared --comm-timeout 20 --checkpoint "$TMP/hog.st" \
+  --metrics "$TMP/hog.jsonl" >/dev/null 2>"$TMP/hog.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/hog.jsonl" local 3 e1 >/dev/null || fail launch_hogwild_kill "no epoch within 60 s"
+wait $lp
+check launch_hogwild_rank_lost_exit_0 [ $? -eq 0 ]
+check launch_hogwild_restarts_on_3 $PY -c "
+import json
+r = [json.loads(l) for l in open('$TMP/hog.jsonl') if '\"restart\"' in l]
+assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 3, r"
+
 # ---- bad input: one line, exit 2 -----------------------------------------------
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
 expect_error launch_unknown_host 2 "hostfile .*hosts line 2: unknown host 'no-such-host.invalid'" -- \
