@@ -152,6 +152,21 @@ r = [d for d in recs if d['event'] == 'restart']
 assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 2 and r[0]['signal'] == 'SIGUSR1', r
 assert recs[-1]['event'] == 'done' and recs[-1]['epochs'] == 30 and recs[-1]['workers'] == 2, recs[-1]"
 
+# on mpi too (train's parse leaves -np's grid to the run: the restart on 3
+# ranks started, and every rank refused it)
+if have_mpi; then
+  DTRAIN_MPIRUN="$MPIRUN" "$DTRAIN" launch --np 4 -- $B --epochs 100 --comm mpi --pp 2 --micro-batches 2 \
+    --checkpoint "$TMP/ppm.st" --metrics "$TMP/ppm.jsonl" >/dev/null 2>"$TMP/ppm.err" &
+  lp=$!
+  $PY tests/launch_kill.py $lp "$TMP/ppm.jsonl" mpi 3 e1 >/dev/null || fail launch_pipeline_mpi_kill "no epoch within 60 s"
+  wait $lp
+  check launch_pipeline_mpi_cannot_shrink_exit_1 [ $? -eq 1 ]
+  check launch_pipeline_mpi_cannot_shrink_one_line sh -c "[ \$(grep -c '^dtrain launch' '$TMP/ppm.err') -eq 1 ] &&
+    grep -q '^dtrain launch: rank 3 .*lost (SIGKILL): the run cannot go on on 3 ranks (mpirun -np 3 and --pp 2: ' '$TMP/ppm.err'"
+  expect_error launch_mpi_np_not_fitting_grid 2 "mpirun -np 3 and --pp 2: workers = dp x pp" -- \
+    "$DTRAIN" launch --np 3 -- $RUN --comm mpi --pp 2 --checkpoint "$TMP/bad.st"
+fi
+
 # ---- Hogwild's rank lost ------------------------------------------------------
 # The lost rank waited in comm_shared_free for the others, which waited
 # at the epoch's barrier for it: the run hung to --comm-timeout and failed

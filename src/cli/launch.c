@@ -169,7 +169,9 @@ static int build_cmdline(cmdline_t *c, const launch_opts_t *o, int mpi, int worl
   return 0;
 }
 
-/* The train options as train will read them, checked before anything runs. */
+/* The train options as train will read them on `world` ranks, checked
+ * before anything runs: under mpi the workers and grid mpirun -np world
+ * leaves (on local train's parse checks --workers world). */
 static int check_train_options(const launch_opts_t *o, int world, train_config_t *cfg) {
   cmdline_t c;
   char exe[] = "dtrain", words[8] = "";
@@ -178,6 +180,11 @@ static int check_train_options(const launch_opts_t *o, int world, train_config_t
   if (o->hostfile && cfg->comm != COMM_MPI)
     return dt_error("--hostfile: needs --comm mpi among the train options (on local the ranks are "
                     "threads of one process on this host)");
+  if (cfg->comm == COMM_MPI) {
+    train_config_t fit = *cfg;
+    fit.workers = 1; /* not given: found from the world, as train finds it */
+    DT_TRY(train_config_fit_world(&fit, world));
+  }
   return train_check_outputs(cfg);
 }
 
