@@ -182,6 +182,20 @@ import json
 r = [json.loads(l) for l in open('$TMP/hog.jsonl') if '\"restart\"' in l]
 assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 3, r"
 
+# ---- a master's rank lost (EASGD: rank 4, after the 4 workers) -----------------
+# (the master computes no gradient, and its step did not check the signal:
+# the run went on as if nothing had happened)
+"$DTRAIN" launch --np 4 -- $B --epochs 30 --preset easgd --exchange master --checkpoint "$TMP/ea.st" \
+  --metrics "$TMP/ea.jsonl" >/dev/null 2>"$TMP/ea.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/ea.jsonl" local 4 e1 >/dev/null || fail launch_master_kill "no epoch within 60 s"
+wait $lp
+check launch_master_lost_exit_0 [ $? -eq 0 ]
+check launch_master_lost_restarts_on_3 $PY -c "
+import json
+r = [json.loads(l) for l in open('$TMP/ea.jsonl') if '\"restart\"' in l]
+assert len(r) == 1 and r[0]['lost_rank'] == 4 and r[0]['workers'] == 3, r"
+
 # ---- bad input: one line, exit 2 -----------------------------------------------
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
 expect_error launch_unknown_host 2 "hostfile .*hosts line 2: unknown host 'no-such-host.invalid'" -- \
