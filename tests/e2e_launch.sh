@@ -120,6 +120,15 @@ rc=$?
 check launch_below_min_np_fails [ $rc -eq 1 ]
 check launch_below_min_np_says_so sh -c "tail -n 1 '$TMP/twice.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 2 ranks remain, below --min-np 3: giving up after 1 restart$'"
 
+# --min-np equal to --np: the first loss ends it ("1 rank remains")
+"$DTRAIN" launch --np 2 --min-np 2 --checkpoint-every 4 -- $RUN --checkpoint "$TMP/two.st" \
+  --metrics "$TMP/two.jsonl" >/dev/null 2>"$TMP/two.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/two.jsonl" local 1 4 >/dev/null
+wait $lp
+check launch_min_np_equal_np_fails [ $? -eq 1 ]
+check launch_min_np_equal_np_says_so sh -c "tail -n 1 '$TMP/two.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 1 rank remains, below --min-np 2: giving up after 0 restarts$'"
+
 # ---- a grid the ranks left cannot form: one line, exit 1 -----------------------
 # dp 2 x pp 2 losing a rank: 3 ranks make no pipeline of 2 stages. (The
 # pipeline's step ignored the lost-rank signal, and a restart train then

@@ -381,8 +381,9 @@ static int plan_restart(launch_t *l, const child_end_t *end, restart_t *r, char 
   }
   *r = (restart_t){.restart = l->restarts + 1, .was = l->world, .world = world, .end = end, .what = what};
   if (world < l->o.min_np)
-    return dt_error("%s lost (%s): %d ranks remain, below --min-np %ld: giving up after %d restart%s",
-                    what, end->lost_signal[0] ? end->lost_signal : "ended", world, l->o.min_np,
+    return dt_error("%s lost (%s): %d rank%s, below --min-np %ld: giving up after %d restart%s",
+                    what, end->lost_signal[0] ? end->lost_signal : "ended", world,
+                    world == 1 ? " remains" : "s remain", l->o.min_np,
                     l->restarts, l->restarts == 1 ? "" : "s");
   if (l->restarts >= l->o.max_restarts)
     return dt_error("%s lost (%s): --max-restarts %ld reached: giving up", what,
