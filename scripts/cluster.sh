@@ -46,6 +46,19 @@ check_name() {
   [ ${#1} -le 6 ] || die "cluster name '$1': at most 6 characters (interface names are short)"
 }
 
+# A /24's first three numbers, A.B.C, each 0 to 255: the hosts are A.B.C.(k+1).
+check_subnet() {
+  case $1 in
+  *[!0-9.]* | .* | *. | *..* | *.*.*.*) bad=1 ;;
+  *.*.*) bad= ;;
+  *) bad=1 ;;
+  esac
+  if [ -z "$bad" ]; then
+    for b in $(echo "$1" | tr . ' '); do [ ${#b} -le 3 ] && [ "$b" -le 255 ] || bad=1; done
+  fi
+  [ -z "$bad" ] || die "up: --subnet '$1': expected A.B.C, three numbers from 0 to 255 (the hosts are A.B.C.1 ...)"
+}
+
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (network namespaces, veth pairs, a bridge)"; }
 
 # A subnet no other cluster here uses: 10.213.N.
@@ -76,7 +89,8 @@ up() {
     esac
   done
   check_name "$name"
-  case $hosts in '' | *[!0-9]*) die "up: HOSTS '$hosts' is not a number (2 to 64)" ;; esac
+  [ -z "$subnet" ] || check_subnet "$subnet"
+  case $hosts in '' | *[!0-9]*) die "up: HOSTS '$hosts' is not a number (1 to 64)" ;; esac
   [ "$hosts" -ge 1 ] && [ "$hosts" -le 64 ] || die "up: HOSTS $hosts (expected 1 to 64)"
   need_root
   [ ! -e "$STATE/$name" ] || die "cluster '$name' exists already (scripts/cluster.sh down $name)"
@@ -205,10 +219,18 @@ with() { # NAME HOSTS [up options] -- COMMAND...
   shift
   up "$name" "$hosts" $opts >&2
   trap 'down "$name"' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
+  # The command runs in the background and the shell waits for it: a
+  # signal to this script alone (kill, a supervisor's TERM) is taken at
+  # once, where a command in the foreground would hold it until the
+  # command ends. Such a command ignores SIGINT (sh's rule for background
+  # jobs), so it is ended with SIGTERM; down ends what runs on the hosts.
+  exec 3<&0
+  CLUSTER_RUN="$SELF run $name" CLUSTER_NAME=$name "$@" <&3 3<&- &
+  child=$!
+  trap 'kill -s TERM $child 2>/dev/null; exit 130' INT
+  trap 'kill -s TERM $child 2>/dev/null; exit 143' TERM
   rc=0
-  CLUSTER_RUN="$SELF run $name" CLUSTER_NAME=$name "$@" || rc=$?
+  wait $child || rc=$?
   exit $rc
 }
 

@@ -23,7 +23,8 @@ fi
 ip netns del "dtprobe$$"
 CL="scripts/cluster.sh"
 NAME="k$(($$ % 100000))"
-cleanup() { $CL down "$NAME" >/dev/null 2>&1; rm -rf "$TMP"; }
+WN="w$(($$ % 10000))" # a second cluster's name (with, refusals)
+cleanup() { $CL down "$NAME" >/dev/null 2>&1; $CL down "$WN" >/dev/null 2>&1; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -37,6 +38,9 @@ BASE="--data $SMALL --batch 16 --epochs 1 --max-steps $T --seed 3 --quiet --work
 check cluster_up "$CL" up "$NAME" 2
 expect_error cluster_same_name_refused 2 "exists already" -- "$CL" up "$NAME" 2
 expect_error cluster_bad_name_refused 2 "cluster name" -- "$CL" up "Bad-Name" 2
+# a subnet not of the form A.B.C made hosts at addresses mpirun refused
+expect_error cluster_bad_subnet_refused 2 "subnet '10.77': expected A.B.C" -- "$CL" up "$WN" 2 --subnet 10.77
+expect_error cluster_subnet_of_4_refused 2 "subnet '10.77.3.0': expected A.B.C" -- "$CL" up "$WN" 2 --subnet 10.77.3.0
 "$CL" run "$NAME" 2 -- hostname >"$TMP/hosts" 2>"$TMP/err"
 check cluster_hostnames sh -c "[ \"\$(sort '$TMP/hosts' | uniq -c | awk '{print \$1 \$2}' | tr '\n' ' ')\" = '2$NAME-h0 2$NAME-h1 ' ]"
 # a host sees only its loopback and its own address on the cluster's subnet
@@ -139,3 +143,27 @@ check cluster_link_cut_nothing_left sh -c "[ -z '$(left)' ] || { ps -o pid,args 
 "$CL" down "$NAME"
 check cluster_down_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$NAME-' && ! ip link show dc${NAME}br >/dev/null 2>&1 && [ ! -e /run/dtrain-cluster/$NAME ]"
 expect_error cluster_down_unknown 2 "no cluster" -- "$CL" down "$NAME"
+
+# ---- with: a signal to the script ends the command and takes the cluster down -----------
+# (a foreground command held the script's SIGINT or SIGTERM until it ended
+# of itself; sent from a process that leaves SIGINT at its default, as a
+# shell's background job would ignore it)
+check cluster_with_sigint_ends_at_once $PY -c "
+import os, signal, subprocess, sys, time
+p = subprocess.Popen(['$CL', 'with', '$WN', '1', '--', 'sleep', '60'], stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+t = time.time()
+def kids():  # the command started: sleep, a child of the script
+    out = []
+    for q in filter(str.isdigit, os.listdir('/proc')):
+        try: st = open(f'/proc/{q}/stat').read()
+        except OSError: continue
+        if int(st.rsplit(')', 1)[1].split()[1]) == p.pid and '(sleep)' in st: out.append(q)
+    return out
+while not kids() and time.time() - t < 20: time.sleep(0.05)
+t = time.time()
+p.send_signal(signal.SIGINT)
+rc = p.wait(timeout=70)
+took = time.time() - t
+assert rc == 130 and took < 5, (rc, took)"
+check cluster_with_sigint_leaves_nothing sh -c "! ip netns list | grep -q 'dc-$WN-' && [ ! -e /run/dtrain-cluster/$WN ]"

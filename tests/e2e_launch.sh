@@ -120,6 +120,91 @@ rc=$?
 check launch_below_min_np_fails [ $rc -eq 1 ]
 check launch_below_min_np_says_so sh -c "tail -n 1 '$TMP/twice.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 2 ranks remain, below --min-np 3: giving up after 1 restart$'"
 
+# --min-np equal to --np: the first loss ends it ("1 rank remains")
+"$DTRAIN" launch --np 2 --min-np 2 --checkpoint-every 4 -- $RUN --checkpoint "$TMP/two.st" \
+  --metrics "$TMP/two.jsonl" >/dev/null 2>"$TMP/two.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/two.jsonl" local 1 4 >/dev/null
+wait $lp
+check launch_min_np_equal_np_fails [ $? -eq 1 ]
+check launch_min_np_equal_np_says_so sh -c "tail -n 1 '$TMP/two.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 1 rank remains, below --min-np 2: giving up after 0 restarts$'"
+
+# ---- a grid the ranks left cannot form: one line, exit 1 -----------------------
+# dp 2 x pp 2 losing a rank: 3 ranks make no pipeline of 2 stages. (The
+# pipeline's step ignored the lost-rank signal, and a restart train then
+# refused ended launch with "unknown error", exit 2, after a restart record.)
+"$DTRAIN" launch --np 4 -- $B --epochs 100 --pp 2 --micro-batches 2 --checkpoint "$TMP/pp.st" \
+  --metrics "$TMP/pp.jsonl" >/dev/null 2>"$TMP/pp.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/pp.jsonl" local 3 e1 >/dev/null || fail launch_pipeline_kill "no epoch within 60 s"
+wait $lp
+check launch_pipeline_cannot_shrink_exit_1 [ $? -eq 1 ]
+check launch_pipeline_rank_lost grep -q '^dtrain train: rank 3: .*stopped by SIGUSR1 at step [0-9]*: this rank is lost' "$TMP/pp.err"
+check launch_pipeline_cannot_shrink_one_line sh -c "[ \$(grep -c '^dtrain launch' '$TMP/pp.err') -eq 1 ] &&
+  grep -q '^dtrain launch: rank 3 lost (SIGUSR1): the run cannot go on on 3 ranks (options --workers 3 and --pp 2: .*): giving up after 0 restarts$' '$TMP/pp.err'"
+check launch_pipeline_no_restart_record sh -c "! grep -q '\"restart\"' '$TMP/pp.jsonl'"
+
+# ---- a parameter server's rank lost --------------------------------------------
+# SIGUSR1 to the server's thread (rank 3: 3 workers, then ps:1's server)
+# fails the run naming it (the server ignored it: the run went on as if
+# nothing had happened); launch restarts on 2 workers and 1 server.
+"$DTRAIN" launch --np 3 -- $B --epochs 30 --exchange ps:1 --checkpoint "$TMP/psl.st" \
+  --metrics "$TMP/psl.jsonl" >/dev/null 2>"$TMP/psl.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/psl.jsonl" local 3 e1 >/dev/null || fail launch_ps_server_kill "no epoch within 60 s"
+wait $lp
+check launch_ps_server_lost_exit_0 [ $? -eq 0 ]
+check launch_ps_server_lost_restarts_on_2 $PY -c "
+import json
+recs = [json.loads(l) for l in open('$TMP/psl.jsonl')]
+r = [d for d in recs if d['event'] == 'restart']
+assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 2 and r[0]['signal'] == 'SIGUSR1', r
+assert recs[-1]['event'] == 'done' and recs[-1]['epochs'] == 30 and recs[-1]['workers'] == 2, recs[-1]"
+
+# on mpi too (train's parse leaves -np's grid to the run: the restart on 3
+# ranks started, and every rank refused it)
+if have_mpi; then
+  DTRAIN_MPIRUN="$MPIRUN" "$DTRAIN" launch --np 4 -- $B --epochs 100 --comm mpi --pp 2 --micro-batches 2 \
+    --checkpoint "$TMP/ppm.st" --metrics "$TMP/ppm.jsonl" >/dev/null 2>"$TMP/ppm.err" &
+  lp=$!
+  $PY tests/launch_kill.py $lp "$TMP/ppm.jsonl" mpi 3 e1 >/dev/null || fail launch_pipeline_mpi_kill "no epoch within 60 s"
+  wait $lp
+  check launch_pipeline_mpi_cannot_shrink_exit_1 [ $? -eq 1 ]
+  check launch_pipeline_mpi_cannot_shrink_one_line sh -c "[ \$(grep -c '^dtrain launch' '$TMP/ppm.err') -eq 1 ] &&
+    grep -q '^dtrain launch: rank 3 .*lost (SIGKILL): the run cannot go on on 3 ranks (mpirun -np 3 and --pp 2: ' '$TMP/ppm.err'"
+  expect_error launch_mpi_np_not_fitting_grid 2 "mpirun -np 3 and --pp 2: workers = dp x pp" -- \
+    "$DTRAIN" launch --np 3 -- $RUN --comm mpi --pp 2 --checkpoint "$TMP/bad.st"
+fi
+
+# ---- Hogwild's rank lost ------------------------------------------------------
+# The lost rank waited in comm_shared_free for the others, which waited
+# at the epoch's barrier for it: the run hung to --comm-timeout and failed
+# without naming the loss. Now the peers stop at once and launch restarts.
+"$DTRAIN" launch --np 4 -- $B --epochs 30 --preset hogwild --exchange shared --comm-timeout 20 --checkpoint "$TMP/hog.st" \
+  --metrics "$TMP/hog.jsonl" >/dev/null 2>"$TMP/hog.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/hog.jsonl" local 3 e1 >/dev/null || fail launch_hogwild_kill "no epoch within 60 s"
+wait $lp
+check launch_hogwild_rank_lost_exit_0 [ $? -eq 0 ]
+check launch_hogwild_restarts_on_3 $PY -c "
+import json
+r = [json.loads(l) for l in open('$TMP/hog.jsonl') if '\"restart\"' in l]
+assert len(r) == 1 and r[0]['lost_rank'] == 3 and r[0]['workers'] == 3, r"
+
+# ---- a master's rank lost (EASGD: rank 4, after the 4 workers) -----------------
+# (the master computes no gradient, and its step did not check the signal:
+# the run went on as if nothing had happened)
+"$DTRAIN" launch --np 4 -- $B --epochs 30 --preset easgd --exchange master --checkpoint "$TMP/ea.st" \
+  --metrics "$TMP/ea.jsonl" >/dev/null 2>"$TMP/ea.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/ea.jsonl" local 4 e1 >/dev/null || fail launch_master_kill "no epoch within 60 s"
+wait $lp
+check launch_master_lost_exit_0 [ $? -eq 0 ]
+check launch_master_lost_restarts_on_3 $PY -c "
+import json
+r = [json.loads(l) for l in open('$TMP/ea.jsonl') if '\"restart\"' in l]
+assert len(r) == 1 and r[0]['lost_rank'] == 4 and r[0]['workers'] == 3, r"
+
 # ---- bad input: one line, exit 2 -----------------------------------------------
 printf 'localhost slots=2\nno-such-host.invalid slots=2\n' >"$TMP/hosts"
 expect_error launch_unknown_host 2 "hostfile .*hosts line 2: unknown host 'no-such-host.invalid'" -- \

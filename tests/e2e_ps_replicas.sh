@@ -59,6 +59,22 @@ for s in ssp:2 async; do
   else fail "replicas_${s}_kill_loses_nothing" "$(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
 done
 
+# ---- the lost-rank signal to a server's thread (dtrain launch's fault) -----------
+# SIGUSR1 to server 1's thread (rank 5) under dtrain launch: the server
+# vanishes as --kill-server's does and the run goes on on the copies, with
+# no restart (the server ignored the signal: nothing was lost at all)
+"$DTRAIN" launch --np 4 -- $(echo "$BASE" | sed 's/--workers 4 //') --epochs 4 --ps-replicas 2 --schedule async --metrics "$TMP/sig.jsonl" \
+  >/dev/null 2>"$TMP/err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/sig.jsonl" local 5 e1 >/dev/null || fail replicas_signal_kill "no epoch within 60 s"
+wait $lp
+rc=$?
+if [ $rc -eq 0 ] && grep -q 'server 1 (rank 5): stopping abruptly (SIGUSR1 to its thread)' "$TMP/err" &&
+   ! grep -q '"restart"' "$TMP/sig.jsonl" && grep -q '"event":"done"' "$TMP/sig.jsonl" &&
+   $PY "$TMP/counts.py" "$TMP/err" async >"$TMP/check.out" 2>&1; then
+  pass "replicas_server_signal_loses_nothing($(cat "$TMP/check.out"))"
+else fail replicas_server_signal_loses_nothing "exit $rc: $(tail -c 600 "$TMP/err" "$TMP/check.out")"; fi
+
 # ---- mpi: kill -9 of a server process -------------------------------------------
 # --kill-server raises SIGKILL in the server's process (nothing of it runs
 # after). mpirun tears a job down when a process dies, and with

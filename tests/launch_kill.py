@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The fault for tests/e2e_launch.sh: a real signal to one rank of a run
 that `dtrain launch` (pid LAUNCH) watches, once the run's metrics show a
-mid-epoch checkpoint at step >= STEP written after RESTARTS restart records.
+mid-epoch checkpoint at step >= STEP written after RESTARTS restart records
+(STEP eN: once the metrics show epoch N's line, for strategies that write
+no mid-epoch checkpoint).
 
   launch_kill.py LAUNCH METRICS local|mpi|child RANK STEP [RESTARTS]
 
@@ -14,7 +16,9 @@ SIGKILL. child: launch's child itself (every rank of a local run), SIGKILL
 the checkpoint it waited for; exits 1 if none came within 60 s."""
 import ctypes, json, os, signal, sys, time
 
-launch, metrics, mode, rank, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+launch, metrics, mode, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+by_epoch = sys.argv[5].startswith("e")
+step = int(sys.argv[5][by_epoch:])
 restarts = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 
 
@@ -33,7 +37,9 @@ def seen():
             continue  # a line being written
         if d.get("event") == "restart":
             got += 1
-        elif d.get("event") == "checkpoint" and d.get("epoch_samples") and got >= restarts:
+        elif by_epoch and d.get("event") == "epoch" and got >= restarts:
+            best = d["epoch"]
+        elif not by_epoch and d.get("event") == "checkpoint" and d.get("epoch_samples") and got >= restarts:
             best = d["step"]
     return best
 

@@ -215,6 +215,10 @@ int train_describe_step(train_config_t *cfg, FILE *out);
 /* The options that name ranks (--straggler, --kill) against the number of
  * workers; under mpi called once -np has fixed it. */
 int train_config_check_ranks(const train_config_t *cfg);
+/* Under mpi the world size comes from mpirun -np: sets the workers to what
+ * is left after the strategy's other ranks (servers, a master), and checks
+ * them (the grid, train_config_check_ranks); an error where -np cannot fit. */
+int train_config_fit_world(train_config_t *cfg, int size);
 const char *schedule_name(schedule_t s);
 /* The schedule as --schedule spells it ("sync", "ssp:2", "ssp:inf", "backup:1"). */
 void schedule_format(const train_config_t *cfg, char *buf, size_t cap);

@@ -169,7 +169,9 @@ static int build_cmdline(cmdline_t *c, const launch_opts_t *o, int mpi, int worl
   return 0;
 }
 
-/* The train options as train will read them, checked before anything runs. */
+/* The train options as train will read them on `world` ranks, checked
+ * before anything runs: under mpi the workers and grid mpirun -np world
+ * leaves (on local train's parse checks --workers world). */
 static int check_train_options(const launch_opts_t *o, int world, train_config_t *cfg) {
   cmdline_t c;
   char exe[] = "dtrain", words[8] = "";
@@ -178,6 +180,11 @@ static int check_train_options(const launch_opts_t *o, int world, train_config_t
   if (o->hostfile && cfg->comm != COMM_MPI)
     return dt_error("--hostfile: needs --comm mpi among the train options (on local the ranks are "
                     "threads of one process on this host)");
+  if (cfg->comm == COMM_MPI) {
+    train_config_t fit = *cfg;
+    fit.workers = 1; /* not given: found from the world, as train finds it */
+    DT_TRY(train_config_fit_world(&fit, world));
+  }
   return train_check_outputs(cfg);
 }
 
@@ -350,6 +357,19 @@ static int ranks_lost(launch_t *l, const child_end_t *end, char *what, size_t ca
   return placed - now > 0 ? placed - now : 1;
 }
 
+/* The train options on the world a loss leaves: a grid the remaining
+ * ranks cannot form (--pp 2 on 3) ends launch with train's reason, before
+ * a restart that train would refuse. */
+static int check_new_world(const launch_t *l, int world, const char *what, const child_end_t *end) {
+  train_config_t cfg;
+  if (check_train_options(&l->o, world, &cfg) == 0) return 0;
+  char why[512];
+  snprintf(why, sizeof why, "%s", dt_errmsg());
+  return dt_error("%s lost (%s): the run cannot go on on %d ranks (%s): giving up after %d restart%s",
+                  what, end->lost_signal[0] ? end->lost_signal : "ended", world, why, l->restarts,
+                  l->restarts == 1 ? "" : "s");
+}
+
 /* Whether the attempt's end is a loss to restart from; if so the new world. */
 static int plan_restart(launch_t *l, const child_end_t *end, restart_t *r, char *what, size_t cap) {
   int lost = ranks_lost(l, end, what, cap);
@@ -361,12 +381,14 @@ static int plan_restart(launch_t *l, const child_end_t *end, restart_t *r, char 
   }
   *r = (restart_t){.restart = l->restarts + 1, .was = l->world, .world = world, .end = end, .what = what};
   if (world < l->o.min_np)
-    return dt_error("%s lost (%s): %d ranks remain, below --min-np %ld: giving up after %d restart%s",
-                    what, end->lost_signal[0] ? end->lost_signal : "ended", world, l->o.min_np,
+    return dt_error("%s lost (%s): %d rank%s, below --min-np %ld: giving up after %d restart%s",
+                    what, end->lost_signal[0] ? end->lost_signal : "ended", world,
+                    world == 1 ? " remains" : "s remain", l->o.min_np,
                     l->restarts, l->restarts == 1 ? "" : "s");
   if (l->restarts >= l->o.max_restarts)
     return dt_error("%s lost (%s): --max-restarts %ld reached: giving up", what,
                     end->lost_signal[0] ? end->lost_signal : "ended", l->o.max_restarts);
+  if (world != l->world) return check_new_world(l, world, what, end);
   return 0;
 }
 
@@ -387,7 +409,10 @@ static int run_launch(launch_t *l, char *exe) {
     int st = end.status;
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
     if (dt_interrupted()) return dt_error("interrupted by %s: not restarted", dt_signal_name(dt_interrupted()));
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) return TRAIN_REFUSED;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2) {
+      dt_error("train refused its options on %d ranks (the line above): not restarted", l->world);
+      return TRAIN_REFUSED;
+    }
     if (end.lost_rank < 0 && !(end.lost_host[0] && l->o.hostfile) && !WIFSIGNALED(st))
       return dt_error("the run failed (exit %d) without losing a rank: not restarted (a restart "
                       "would meet the same failure)", WEXITSTATUS(st));

@@ -25,9 +25,7 @@ static int load_data(run_t *r) {
   return 0;
 }
 
-/* Under mpi the world size comes from mpirun -np: the workers are what is
- * left after the strategy's other ranks (servers, a master). */
-static int resolve_mpi_world(train_config_t *cfg, int size) {
+int train_config_fit_world(train_config_t *cfg, int size) {
   int given = cfg->workers, found = 0;
   for (int n = 1; n <= size && !found; n++) {
     cfg->workers = n;
@@ -46,7 +44,7 @@ static int resolve_mpi_world(train_config_t *cfg, int size) {
 static int run_rank(comm_t *comm, void *arg) {
   run_t *r = arg;
   if (load_data(r) != 0) return -1; /* under mpi every process loads its own copy */
-  if (r->cfg->comm == COMM_MPI && resolve_mpi_world(r->cfg, comm_size(comm)) != 0) return -1;
+  if (r->cfg->comm == COMM_MPI && train_config_fit_world(r->cfg, comm_size(comm)) != 0) return -1;
   const strategy_t *strategy = strategy_select(r->cfg);
   if (!strategy) return -1;
   dt_trace_t *trace;

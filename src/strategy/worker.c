@@ -238,12 +238,17 @@ int worker_interrupted(const worker_t *w) {
                   cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
 }
 
-int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
-                            const step_hooks_t *hooks) {
+int worker_stopped(const worker_t *w) {
   if (dt_interrupted()) return worker_interrupted(w);
   if (dt_rank_signalled())
     return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
                     (long long)w->step);
+  return 0;
+}
+
+int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,
+                            const step_hooks_t *hooks) {
+  DT_TRY(worker_stopped(w));
   double t0 = dt_now();
   model_t *m = w->model;
   w->step_compute = 0;

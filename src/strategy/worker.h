@@ -171,6 +171,10 @@ int worker_report_epoch(worker_t *w, const epoch_report_t *r);
 int worker_step_diverged(worker_t *w, double loss);
 /* The error of a run stopped by SIGINT/SIGTERM, saying what it keeps. */
 int worker_interrupted(const worker_t *w);
+/* Before a step: the run asked to stop (SIGINT, SIGTERM) or this rank's
+ * thread lost (SIGUSR1, the fault dtrain launch restarts from) is an
+ * error naming the step; 0 to go on. Every strategy's step checks it. */
+int worker_stopped(const worker_t *w);
 /* The run's summary: its reported epochs' samples over total_sec. */
 int worker_report_done(worker_t *w, const epoch_report_t *last, double samples, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);

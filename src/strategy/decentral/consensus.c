@@ -163,6 +163,7 @@ static void replica_back(void *st) {
 
 static int method_step(void *st, int epoch, int64_t k) {
   decentral_t *d = st;
+  DT_TRY(worker_stopped(d->w)); /* a master computes no gradient: it checks here */
   return d->ops->step(d, k);
 }
 

@@ -431,7 +431,7 @@ static int begin_epoch(void *engine, int epoch) {
 
 static int step(void *engine, int epoch, int64_t k) {
   pipe_engine_t *e = engine;
-  if (dt_interrupted()) return worker_interrupted(e->w);
+  DT_TRY(worker_stopped(e->w));
   int m = slice_step(e, k);
   return e->ops->step(e, k, m);
 }

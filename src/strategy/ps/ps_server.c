@@ -23,6 +23,7 @@
 
 #define MAX_RECV_FAILURES 8 /* in a row: the transport itself is failing */
 #define KILLED 2            /* serve's return: --kill-server stopped this server */
+#define SIGNALLED 3         /* serve's return: the lost-rank signal, with replicas */
 
 struct ps_deferred {
   int src;
@@ -749,9 +750,20 @@ static int next_request(ps_server_t *s, int *src) {
   return comm_wait_src(s->world, r, src, NULL);
 }
 
+/* SIGUSR1 to this server's thread (on local the lost-rank fault that
+ * dtrain launch restarts from; a worker's step checks it too): with
+ * replicas the server vanishes as --kill-server's does and its shards go
+ * on on their copies; without, the run fails naming the rank lost. */
+static int rank_lost(const ps_server_t *s) {
+  if (s->cfg->ps.replicas > 1) return SIGNALLED;
+  return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
+                  (long long)s->version);
+}
+
 static int serve(ps_server_t *s) {
   int failures = 0;
   while (!s->stop) {
+    if (dt_rank_signalled()) return rank_lost(s);
     int rank = -1;
     memset(&s->in, 0, sizeof s->in);
     int rc = next_request(s, &rank);
@@ -768,6 +780,7 @@ static int serve(ps_server_t *s) {
     ps_req_t req = s->in;
     rc = handle(s, src, &req);
     if (rc == KILLED) return KILLED;
+    if (rc == 0 && dt_rank_signalled()) return rank_lost(s);
     if (rc != 0 || advance(s) != 0) return dt_error_prefix("server %d: ", s->index);
     sweep_outbox(s);
     for (int i = 0; i < s->repl.nhosted; i++) sweep_outbox(s->repl.hosted[i]);
@@ -938,9 +951,13 @@ static void withdraw_outbox(ps_server_t *s) {
  * rank's thread ends at once: nothing is answered, said or waited for,
  * what it had posted is withdrawn (as the transport does for a rank that
  * ends), and its memory is freed only so that leak checkers stay quiet. */
-static int die(ps_server_t *s) {
-  dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly at its push %lld (--kill-server)",
-         s->index, s->rank, (long long)s->repl.kill_count);
+static int die(ps_server_t *s, int why) {
+  if (why == KILLED)
+    dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly at its push %lld (--kill-server)",
+           s->index, s->rank, (long long)s->repl.kill_count);
+  else
+    dt_log(DT_LOG_WARN, "server %d (rank %d): stopping abruptly (%s to its thread): its shards go on "
+           "on their copies", s->index, s->rank, dt_signal_name(dt_rank_signalled()));
   if (s->cfg->comm == COMM_MPI) raise(SIGKILL);
   for (int i = 0; i < ps_chain_ninstances(s); i++) withdraw_outbox(ps_chain_instance(s, i));
   return 0;
@@ -969,7 +986,7 @@ int ps_server_run(comm_t *world, const train_config_t *cfg, int nworkers, const 
   if (rc == 0) rc = ps_chain_setup(&s, b, train);
   else ps_server_free_instance(b); /* not yet the rank's */
   if (rc == 0) rc = serve(&s);
-  if (rc == KILLED) rc = die(&s);
+  if (rc == KILLED || rc == SIGNALLED) rc = die(&s, rc);
   else if (rc == 0) ps_chain_report(&s);
   for (int i = 0; i < s.repl.nhosted; i++) ps_server_free_instance(s.repl.hosted[i]);
   free(s.repl.hosted);

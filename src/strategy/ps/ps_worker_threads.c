@@ -202,10 +202,7 @@ size_t ps_wthreads_factor_pack(ps_wthreads_t *pool, const ps_factor_plan_t *p, c
 
 int ps_wthreads_gradient(ps_wthreads_t *pool, size_t begin, size_t count, int denom, float lr) {
   worker_t *w = pool->w;
-  if (dt_interrupted()) return worker_interrupted(w);
-  if (dt_rank_signalled())
-    return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
-                    (long long)w->step);
+  DT_TRY(worker_stopped(w));
   double t0 = dt_now();
   for (int i = 0; i < pool->T; i++) { /* share i: images [begin + i count / T, ...) */
     size_t a = count * (size_t)i / (size_t)pool->T, b = count * (size_t)(i + 1) / (size_t)pool->T;

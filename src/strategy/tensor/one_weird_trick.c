@@ -322,7 +322,7 @@ static int run_pass(owt_t *o, int j, size_t in_step, xarg_t *back, double *comm,
 static int step(void *st, int epoch, int64_t k) {
   owt_t *o = st;
   worker_t *w = o->w;
-  if (dt_interrupted()) return worker_interrupted(w);
+  DT_TRY(worker_stopped(w));
   size_t gb = (size_t)w->cfg->batch * o->K, start = (size_t)k * gb;
   size_t in_step = w->train->n - start < gb ? w->train->n - start : gb;
   for (int i = 0; i < o->K; i++) data_shard(in_step, i, o->K, &o->off[i], &o->cnt[i]);
