@@ -83,14 +83,17 @@ if have_mpi; then
 fi
 
 # resume: one epoch on tp 2, then a second from its checkpoint on tp 2 (bit
-# for bit) and on tp 3 (to rounding) = two epochs straight
+# for bit) and on tp 3 (to rounding) = two epochs straight. Rounding grows
+# over the 256 steps with the kernels: under 1e-6 with AVX-512 GEMMs,
+# 2.15e-6 with oneDNN's AVX2 ones (AMD EPYC without AVX-512, 2026-11-28);
+# a lost or doubled part of a step would be orders above 1e-5
 R="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16 --exchange allreduce:ring"
 "$DTRAIN" train $R --epochs 2 --workers 2 --tp 2 --checkpoint "$TMP/two.st" >/dev/null 2>&1
 "$DTRAIN" train $R --epochs 2 --checkpoint "$TMP/two1.st" >/dev/null 2>&1
 "$DTRAIN" train $R --epochs 1 --workers 2 --tp 2 --checkpoint "$TMP/half.st" >/dev/null 2>&1
 equal tensor_resume_bit_exact 0 "$TMP/two.st" -- "$DTRAIN" train $R --epochs 2 --workers 2 --tp 2 --resume "$TMP/half.st"
-equal tensor_resume_onto_tp3 1e-6 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --workers 3 --tp 3 --resume "$TMP/half.st"
-equal tensor_resume_onto_one_worker 1e-6 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --resume "$TMP/half.st"
+equal tensor_resume_onto_tp3 1e-5 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --workers 3 --tp 3 --resume "$TMP/half.st"
+equal tensor_resume_onto_one_worker 1e-5 "$TMP/two1.st" -- "$DTRAIN" train $R --epochs 2 --resume "$TMP/half.st"
 
 # bytes per step: the split layers' ring allreduces (rank 0 sends 2S - |b0|
 # - |b1| floats of an S-float sum, tests/e2e_bytes.sh), nothing else; with
