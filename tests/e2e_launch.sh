@@ -129,6 +129,25 @@ wait $lp
 check launch_min_np_equal_np_fails [ $? -eq 1 ]
 check launch_min_np_equal_np_says_so sh -c "tail -n 1 '$TMP/two.err' | grep -q '^dtrain launch: rank 1 lost (SIGUSR1): 1 rank remains, below --min-np 2: giving up after 0 restarts$'"
 
+# ---- a restart from the start keeps the metrics -------------------------------
+# No --checkpoint: the restart begins again, and its metrics continue after
+# the first attempt's lines and the restart record (train made the file
+# anew, so the record and the first attempt's epochs were lost).
+"$DTRAIN" launch --np 3 -- $B --epochs 30 --metrics "$TMP/scratch.jsonl" >/dev/null 2>"$TMP/scratch.err" &
+lp=$!
+$PY tests/launch_kill.py $lp "$TMP/scratch.jsonl" local 2 e1 >/dev/null || fail launch_scratch_kill "no epoch within 60 s"
+wait $lp
+check launch_from_start_exit_0 [ $? -eq 0 ]
+check launch_from_start_keeps_the_metrics $PY -c "
+import json
+ev = [json.loads(l) for l in open('$TMP/scratch.jsonl')]
+i = [k for k, d in enumerate(ev) if d['event'] == 'restart']
+assert len(i) == 1 and ev[i[0]]['workers'] == 2 and ev[i[0]]['checkpoint'] is None, ev[i[0]] if i else [d['event'] for d in ev]
+before, after = ev[:i[0]], ev[i[0] + 1:]
+assert any(d['event'] == 'epoch' and d['workers'] == 3 for d in before), before
+assert after[0]['event'] == 'epoch' and after[0]['epoch'] == 1 and after[0]['workers'] == 2, after[0]
+assert after[-1]['event'] == 'done' and after[-1]['epochs'] == 30, after[-1]"
+
 # ---- a grid the ranks left cannot form: one line, exit 1 -----------------------
 # dp 2 x pp 2 losing a rank: 3 ranks make no pipeline of 2 stages. (The
 # pipeline's step ignored the lost-rank signal, and a restart train then

@@ -172,6 +172,7 @@ typedef struct {
   double straggler_slowdown;
   /* files and output */
   char metrics[256], checkpoint[256], resume[256];
+  int metrics_append;           /* --metrics-append: continue --metrics (as --resume does) */
   char trace[256];              /* --trace FILE.json: a timeline of every rank ("" = off) */
   long long trace_from, trace_to;  /* --trace-steps A:B: global steps [A, B) */
   int progress;                 /* live progress line on stderr */

@@ -139,9 +139,11 @@ static int push_mpirun(cmdline_t *c, char *words, size_t cap) {
 }
 
 /* [mpirun ... -np N [--hostfile H]] EXE train OPTIONS --workers N
- * [--checkpoint-every S] [--resume CKPT] */
+ * [--checkpoint-every S] [--resume CKPT] [--metrics-append on]; `append`:
+ * a restart, whose metrics continue after its restart record */
 static int build_cmdline(cmdline_t *c, const launch_opts_t *o, int mpi, int world, char *exe,
-                         char *mpirun_words, size_t cap, char *live_hostfile, char *resume) {
+                         char *mpirun_words, size_t cap, char *live_hostfile, char *resume,
+                         int append) {
   c->argc = 0;
   if (mpi) {
     DT_TRY(push_mpirun(c, mpirun_words, cap));
@@ -166,6 +168,8 @@ static int build_cmdline(cmdline_t *c, const launch_opts_t *o, int mpi, int worl
   }
   if (resume) DT_TRY(push(c, "--resume")); /* a later option overrides the user's own */
   if (resume) DT_TRY(push(c, resume));
+  if (append) DT_TRY(push(c, "--metrics-append"));
+  if (append) DT_TRY(push(c, "on"));
   return 0;
 }
 
@@ -175,7 +179,7 @@ static int build_cmdline(cmdline_t *c, const launch_opts_t *o, int mpi, int worl
 static int check_train_options(const launch_opts_t *o, int world, train_config_t *cfg) {
   cmdline_t c;
   char exe[] = "dtrain", words[8] = "";
-  DT_TRY(build_cmdline(&c, o, 0, world, exe, words, sizeof words, NULL, NULL));
+  DT_TRY(build_cmdline(&c, o, 0, world, exe, words, sizeof words, NULL, NULL, 0));
   if (train_options_parse(c.argc - 1, c.argv + 1, cfg) != 0) return -1;
   if (o->hostfile && cfg->comm != COMM_MPI)
     return dt_error("--hostfile: needs --comm mpi among the train options (on local the ranks are "
@@ -262,7 +266,8 @@ static void json_str(char *out, size_t cap, const char *s) {
   out[n] = 0;
 }
 
-/* Appended whole to the run's metrics (the next attempt appends after it). */
+/* Appended whole to the run's metrics (the next attempt appends after it;
+ * made here where train was lost before it made it). */
 static int restart_record(const char *metrics, const restart_t *r) {
   if (!metrics[0]) return 0;
   char host[300], ckpt[600], rank[32], step[32];
@@ -278,7 +283,7 @@ static int restart_record(const char *metrics, const restart_t *r) {
                    r->restart, rank, host[0] ? "\"" : "", host[0] ? host : "null", host[0] ? "\"" : "",
                    r->end->lost_signal, step, r->at.step, r->at.epoch, r->at.samples,
                    r->from ? "\"" : "", r->from ? ckpt : "null", r->from ? "\"" : "", r->world, r->was);
-  int fd = open(metrics, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  int fd = open(metrics, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return dt_error("--metrics %s: %s", metrics, strerror(errno));
   int ok = n > 0 && n < (int)sizeof line && write(fd, line, (size_t)n) == n;
   close(fd);
@@ -396,7 +401,8 @@ static int attempt(launch_t *l, char *exe, char *resume, child_end_t *end) {
   cmdline_t c;
   char words[4096];
   DT_TRY(build_cmdline(&c, &l->o, l->mpi, l->world, exe, words, sizeof words,
-                       l->o.hostfile ? l->live_hostfile : NULL, resume));
+                       l->o.hostfile ? l->live_hostfile : NULL, resume,
+                       l->restarts > 0 && l->cfg.metrics[0]));
   return launch_run_child(c.argv, end);
 }
 
@@ -428,7 +434,7 @@ static int run_launch(launch_t *l, char *exe) {
     if (resume && read_resume_point(resume, &r.at) != 0) return -1;
     r.from = resume;
     restart_line(&r, l->o.max_restarts);
-    if (resume) DT_TRY(restart_record(l->cfg.metrics, &r)); /* from the start, train makes the file anew */
+    DT_TRY(restart_record(l->cfg.metrics, &r)); /* the next attempt appends after it */
     l->restarts++;
     l->world = r.world;
   }

@@ -69,6 +69,7 @@ static int is_owt(const train_config_t *c) { return c->tensor.conv_data || c->te
 static int is_sync_dp(const train_config_t *c) {
   return is_data_parallel(c) && c->schedule == SCHEDULE_SYNC;
 }
+static int has_metrics(const train_config_t *c) { return c->metrics[0] != 0; }
 static int takes_comm_order(const train_config_t *c) { return is_sync_dp(c) || is_ps(c); }
 static int is_ps_priority(const train_config_t *c) { return is_ps(c) && c->comm_order != COLL_ORDER_FIFO; }
 static int is_priority(const train_config_t *c) {
@@ -509,6 +510,10 @@ static const option_t OPTIONS[] = {
     {PATH("metrics", metrics), NULL, NULL, AX_STRATEGY,
      .section = "files and output",
      .help = "FILE.jsonl\tone JSON object per epoch and a final 'done' line"},
+    {ONOFF("metrics-append", metrics_append), has_metrics, "--metrics FILE", AX_STRATEGY,
+     .help = "on|off\tcontinue --metrics after what it holds, as --resume does,\n"
+             "instead of starting it anew (dtrain launch's restarts from\n"
+             "the start, after their restart record) [off]"},
     {PATH("checkpoint", checkpoint), NULL, NULL, AX_STRATEGY,
      .help = "FILE\tsafetensors checkpoint, written atomically after every epoch"},
     {INT("checkpoint-every", checkpoint_every, 1, 1L << 50), is_sync_dp,

@@ -118,7 +118,7 @@ int worker_init(worker_t *w, const train_config_t *cfg, comm_t *comm, const data
     return -1;
   if (cfg->resume[0] && worker_load_checkpoint(w, cfg->resume) != 0) return -1;
   if (worker_reports(w) && cfg->metrics[0]) {
-    w->metrics = file_open_output(cfg->metrics, cfg->resume[0] != 0);
+    w->metrics = file_open_output(cfg->metrics, cfg->resume[0] != 0 || cfg->metrics_append);
     if (!w->metrics) return dt_error_prefix("--metrics: ");
   }
   return 0;
