@@ -164,3 +164,5 @@ for p in $("$DTRAIN" presets | awk '/^[a-z]/ {print $1}'); do
   if "$DTRAIN" train --preset "$p" --workers $W $S >/dev/null 2>"$TMP/err"; then pass "preset_${p}_starts"
   else fail "preset_${p}_starts" "$(head -c 300 "$TMP/err")"; fi
 done
+# --metrics-append continues a --metrics file: alone it is refused, as every option that applies to nothing
+expect_error metrics_append_needs_metrics 2 "option --metrics-append: not used with .* (it applies to --metrics FILE)" -- $T --metrics-append on
