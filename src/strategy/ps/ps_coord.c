@@ -47,7 +47,6 @@
 #include "strategy/ps/ps_server.h"
 
 #define LEASE_MIN 3.0      /* seconds */
-#define LEASE_MIN_DONE 2.0 /* seconds, once training is over (0.5 wrote off workers merely slowed, under TSAN: their late push then failed the run) */
 #define LEASE_INTERVALS 20 /* times a worker's usual interval between requests */
 #define STATS_RING 4
 
@@ -276,20 +275,34 @@ static int give_up_on(ps_server_t *s, int w, double silent) {
   return 0;
 }
 
+/* Whether the transport knows one of worker w's ranks has ended (its
+ * thread returned on local, its process on this node under mpi). */
+static int worker_gone(ps_server_t *s, int w) {
+  for (int t = 0; t < s->T; t++)
+    if (comm_gone(s->world, w * s->T + t)) return 1;
+  return 0;
+}
+
+/* How long worker w may be silent before it is given up on: 20 of its
+ * intervals, at least LEASE_MIN. Before its first push the interval has
+ * not seen a step (a GPT's first takes seconds on two cores), and once
+ * training is over a worker written off by mistake finds the servers
+ * gone and waits for them to its timeout (a worker slowed by a loaded
+ * host took 2.8 s over its last batch): then only the transport's timeout,
+ * unless the transport knows the worker has ended. */
+static double lease_of(ps_server_t *s, int w) {
+  const ps_worker_state_t *ws = &s->workers[w];
+  if (!ws->coord.pushed || s->coord->done) return worker_gone(s, w) ? 0 : comm_net_timeout(&s->cfg->net);
+  double lease = LEASE_INTERVALS * ws->coord.interval;
+  return lease < LEASE_MIN ? LEASE_MIN : lease;
+}
+
 static int check_liveness(ps_server_t *s) {
-  ps_coord_t *c = s->coord;
   double now = dt_now();
   for (int w = 1; w < s->N; w++) {
     const ps_worker_state_t *ws = &s->workers[w];
     if (ws->coord.bye || ws->dead || ps_server_waiting(s, w)) continue;
-    double lease = LEASE_INTERVALS * ws->coord.interval;
-    double floor = c->done ? LEASE_MIN_DONE : LEASE_MIN;
-    if (lease < floor) lease = floor; /* once done, every live worker is about to say bye */
-    /* before its first push its interval has not seen a step: a first step
-     * longer than the floor (a GPT's on two cores takes seconds) is no
-     * death; the transport's timeout bounds it */
-    double first = comm_net_timeout(&s->cfg->net);
-    if (!ws->coord.pushed && !c->done && lease < first) lease = first;
+    double lease = lease_of(s, w);
     double silent = now - ws->coord.last_heard;
     if (silent > lease) DT_TRY(give_up_on(s, w, silent));
   }
