@@ -6,6 +6,9 @@
  * rank counts and the stability range of the elastic coefficients. Ranks
  * are threads (comm local) on a small synthetic task and a small model. */
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -804,6 +807,53 @@ static void test_elastic_stable_range(void) {
   CHECK_OK(train_config_check(&c));
 }
 
+/* dtrain launch's lost rank on local records its loss as the world's
+ * failure before its strategy's teardown withdraws what it had posted.
+ * Rank 1 sends rank 0 a model, which rank 0's receive matches; rank 1 then
+ * takes SIGUSR1, stops (worker_stopped), withdraws the send as a teardown
+ * does and is slow to end. Rank 0's receive fails as the peer's failure,
+ * not as a cancelled message of its own, and the run's error is rank 1's
+ * loss: the line launch reads. Before, rank 0's "the sender cancelled the
+ * message" was recorded first and launch saw no lost rank (AD-PSGD, 3
+ * runs in 100). */
+static atomic_int lost_posted, lost_withdrawn;
+static char lost_rank0_err[512];
+
+static int lost_rank_fn(comm_t *c, void *arg) {
+  (void)arg;
+  float model[4] = {1, 2, 3, 4}, got[4];
+  comm_req_t *req;
+  if (comm_rank(c) == 1) {
+    if (comm_isend(c, 0, 7, model, sizeof model, &req) != 0) return -1;
+    while (!atomic_load(&lost_posted)) dt_sleep_until(dt_now() + 1e-4);
+    dt_catch_rank_signal();
+    pthread_kill(pthread_self(), SIGUSR1); /* launch_kill.py's tgkill */
+    worker_t w;
+    memset(&w, 0, sizeof w);
+    w.comm = c, w.step = 5;
+    int rc = worker_stopped(&w);
+    comm_cancel(c, req); /* the teardown */
+    atomic_store(&lost_withdrawn, 1);
+    dt_sleep_until(dt_now() + 0.2); /* the rest of the teardown, before the thread ends */
+    return rc;
+  }
+  if (comm_irecv(c, 1, 7, got, sizeof got, &req) != 0) return -1;
+  atomic_store(&lost_posted, 1);
+  while (!atomic_load(&lost_withdrawn)) dt_sleep_until(dt_now() + 1e-4);
+  int rc = comm_wait(c, req);
+  snprintf(lost_rank0_err, sizeof lost_rank0_err, "%s", rc ? dt_errmsg() : "");
+  return rc;
+}
+
+static void test_lost_rank_fails_the_world_before_its_teardown(void) {
+  atomic_store(&lost_posted, 0), atomic_store(&lost_withdrawn, 0);
+  CHECK(comm_local_run(2, NULL, lost_rank_fn, NULL) != 0);
+  CHECK(strstr(dt_errmsg(), "rank 1: stopped by SIGUSR1 at step 5: this rank is lost") != NULL);
+  CHECK(strstr(lost_rank0_err, "peer rank 1 failed") != NULL);
+  if (!strstr(dt_errmsg(), "this rank is lost")) printf("  run's error: %s\n", dt_errmsg());
+  if (!strstr(lost_rank0_err, "peer rank 1 failed")) printf("  rank 0's error: %s\n", lost_rank0_err);
+}
+
 int main(void) {
   snprintf(tmp_dir, sizeof tmp_dir, "/tmp/dtrain-decentral.XXXXXX");
   if (!mkdtemp(tmp_dir)) return 1;
@@ -814,6 +864,7 @@ int main(void) {
   fclose(f);
   kern_set_threads(1);
   RUN(test_selection_and_ranks);
+  RUN(test_lost_rank_fails_the_world_before_its_teardown);
   RUN(test_elastic_stable_range);
   RUN(test_local_sgd_tau1_equals_data_parallel);
   RUN(test_local_sgd_tau1_short_last_step);

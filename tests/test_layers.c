@@ -3,6 +3,9 @@
  * convolution, batchnorm statistics against hand-computed values, and the
  * setup errors. Layers are built here without a model: a small helper
  * allocates the views. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "dtrain/nn.h"
@@ -1363,6 +1366,78 @@ static void run_on_reference_path(void) {
   kern_use_reference(0);
 }
 
+/* oneDNN's generated f32 GEMM kernels (jit_avx_gemm_f32 and its AVX-512
+ * twin, up to oneDNN 3.11: uxlfoundation/oneDNN#4845) point rsp at their
+ * workspace on the heap while they run, so a signal taken there has its
+ * frame written into the heap: dtrain launch's lost-rank SIGUSR1 to an
+ * AD-PSGD rank killed the whole run with "free(): invalid next size
+ * (fast)". kern_sgemm_onednn holds the asynchronous signals for the
+ * product: a thread doing products under a storm of SIGUSR1 takes every
+ * one on its own stack. */
+static char *storm_stack_lo, *storm_stack_hi;
+static atomic_int storm_ready, storm_stop, storm_taken, storm_off_stack, storm_failed;
+
+static void storm_handler(int signo) {
+  char *frame = __builtin_frame_address(0); /* the real frame, not ASan's fake stack */
+  (void)signo;
+  if (frame < storm_stack_lo || frame >= storm_stack_hi) atomic_store(&storm_off_stack, 1);
+  atomic_fetch_add(&storm_taken, 1);
+}
+
+static void *storm_products(void *arg) {
+  (void)arg;
+  pthread_attr_t attr;
+  void *base = NULL;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &base, &size);
+    pthread_attr_destroy(&attr);
+  }
+  storm_stack_lo = base, storm_stack_hi = (char *)base + size;
+  enum { M = 16, N = 256, K = 784 }; /* a batch of 16 through mlp's first layer, and back */
+  float *a = calloc((size_t)M * K, sizeof *a), *b = calloc((size_t)N * K, sizeof *b);
+  float *c = calloc((size_t)M * N, sizeof *c), *g = calloc((size_t)N * K, sizeof *g);
+  for (size_t i = 0; a && b && i < (size_t)M * K; i++) a[i] = (float)(i % 7) - 3;
+  for (size_t i = 0; b && i < (size_t)N * K; i++) b[i] = (float)(i % 5) - 2;
+  atomic_store(&storm_ready, 1);
+  while (a && b && c && g && !atomic_load(&storm_stop)) {
+    if (kern_sgemm_onednn(0, 1, M, N, K, 1, a, K, b, K, 0, c, N) != 0 ||     /* forward */
+        kern_sgemm_onednn(1, 0, N, K, M, 1, c, N, a, K, 0, g, K) != 0 ||     /* weights' gradient */
+        kern_sgemm_onednn(0, 0, M, K, N, 1, c, N, b, K, 0, a, K) != 0)       /* input's gradient */
+      atomic_store(&storm_failed, 1);
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) - 3;
+  }
+  if (!a || !b || !c || !g) atomic_store(&storm_failed, 1);
+  free(a), free(b), free(c), free(g);
+  return NULL;
+}
+
+static void test_onednn_products_take_signals_on_the_stack(void) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = storm_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
+  atomic_store(&storm_ready, 0), atomic_store(&storm_stop, 0), atomic_store(&storm_taken, 0);
+  atomic_store(&storm_off_stack, 0), atomic_store(&storm_failed, 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, storm_products, NULL) == 0);
+  while (!atomic_load(&storm_ready)) dt_sleep_until(dt_now() + 1e-4);
+  int sent = 0;
+  for (double end = dt_now() + 0.5; dt_now() < end && !atomic_load(&storm_off_stack); sent++) {
+    pthread_kill(t, SIGUSR1);
+    dt_sleep_until(dt_now() + 50e-6);
+  }
+  atomic_store(&storm_stop, 1);
+  pthread_join(t, NULL);
+  sigaction(SIGUSR1, &old, NULL);
+  printf("  %d signals sent, %d taken\n", sent, atomic_load(&storm_taken));
+  CHECK(!atomic_load(&storm_failed));
+  CHECK(atomic_load(&storm_taken) > 0);
+  CHECK(!atomic_load(&storm_off_stack)); /* a frame outside the thread's stack: in the heap */
+}
+
 /* The same on oneDNN's sgemm, the CLI's default library where built. */
 static void run_on_onednn_path(void) {
   if (!kern_onednn_available()) {
@@ -1379,6 +1454,8 @@ static void run_on_onednn_path(void) {
   test_run("test_softmax_xent_onednn", test_softmax_xent);
   test_run("test_sequence_layer_gradients_onednn", test_sequence_layer_gradients);
   test_run("test_attention_matches_direct_onednn", test_attention_matches_direct);
+  test_run("test_onednn_products_take_signals_on_the_stack",
+           test_onednn_products_take_signals_on_the_stack);
   kern_set_gemm_lib(GEMM_OPENBLAS);
 }
 

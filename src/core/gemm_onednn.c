@@ -13,16 +13,43 @@
  *
  * oneDNN threads with OpenMP: each calling thread (a rank of --comm local
  * is one) gets --threads of them, set on its first product and whenever
- * --threads changed since. */
+ * --threads changed since.
+ *
+ * Signals wait for the product. oneDNN's generated f32 GEMM kernels
+ * (jit_avx_gemm_f32, jit_avx512_common_gemm_f32; up to oneDNN 3.11,
+ * uxlfoundation/oneDNN#4845, fixed upstream by #4855) point rsp at their
+ * workspace on the heap while they run, so the kernel writes the frame of
+ * a signal taken there (registers and FPU/AVX state, 1-3 KiB) below that
+ * rsp: over the heap chunks before the workspace. dtrain launch's lost-rank
+ * SIGUSR1, sent to a rank's thread of --comm local, landed there and the
+ * whole run died later in free() ("invalid next size"); so would a
+ * SIGINT or SIGTERM that the kernel gives to a rank's thread. The
+ * asynchronous signals are blocked on the calling thread for the product
+ * and taken as it returns (pthread_sigmask runs a pending one's handler
+ * before it returns); the faults a product itself raises stay unblocked.
+ * OpenMP threads that a product starts inherit the blocked mask, so the
+ * kernel never picks them for a signal sent to the whole process. Two
+ * system calls a product: 0.7-0.8 us the pair on this 2-core VM. */
 #include "dtrain/core.h"
 
 #ifdef DTRAIN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 
 void omp_set_num_threads(int);
 
 int kern_onednn_available(void) { return 1; }
+
+/* Blocks every signal but those a fault raises; *old gets the mask to restore. */
+static void hold_signals(sigset_t *old) {
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+  sigset_t set;
+  sigfillset(&set);
+  for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) sigdelset(&set, faults[i]);
+  pthread_sigmask(SIG_BLOCK, &set, old);
+}
 
 int kern_sgemm_onednn(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc) {
@@ -31,8 +58,12 @@ int kern_sgemm_onednn(int ta, int tb, int m, int n, int k, float alpha, const fl
     omp_threads = kern_get_threads();
     omp_set_num_threads(omp_threads);
   }
-  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) ==
-                 dnnl_success ? 0 : -1;
+  sigset_t old;
+  hold_signals(&old);
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
+                                beta, c, ldc);
+  pthread_sigmask(SIG_SETMASK, &old, NULL); /* a signal held meanwhile is taken here */
+  return st == dnnl_success ? 0 : -1;
 }
 
 /* The widest instruction set oneDNN's kernels use here. */

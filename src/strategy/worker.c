@@ -238,11 +238,20 @@ int worker_interrupted(const worker_t *w) {
                   cfg->metrics[0] ? "; the metrics file ends with the last finished epoch" : "");
 }
 
+/* A lost rank is the world's failure from the moment it stops, recorded
+ * (comm_fail; on local) before its strategy's teardown withdraws the
+ * messages it had posted: a peer that matched one of them then fails as
+ * "stopped because peer rank R failed", not as a cancelled message of its
+ * own that could be recorded first, its line then the run's and launch
+ * seeing no lost rank (AD-PSGD's passive ranks, 3 runs in 100). */
 int worker_stopped(const worker_t *w) {
   if (dt_interrupted()) return worker_interrupted(w);
-  if (dt_rank_signalled())
-    return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
-                    (long long)w->step);
+  if (dt_rank_signalled()) {
+    dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
+             (long long)w->step);
+    if (w->comm) comm_fail(w->comm);
+    return -1;
+  }
   return 0;
 }
 
