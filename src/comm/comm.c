@@ -233,11 +233,20 @@ void comm_forget(comm_t *c, int rank) {
   if (c->ops->forget && rank >= 0 && rank < c->size) c->ops->forget(c, rank);
 }
 
+/* Every other rank of c has ended (as the transport knows it): a rank
+ * still sleeping as a straggler waits for nobody (an asynchronous run
+ * that wrote it off and finished). */
+static int peers_gone(comm_t *c) {
+  for (int r = 0; r < c->size; r++)
+    if (r != c->rank && !comm_gone(c, r)) return 0;
+  return c->size > 1;
+}
+
 void comm_compute_delay(comm_t *c, double seconds) {
   if (c->slowdown <= 1 || seconds <= 0) return;
   double end = dt_now() + (c->slowdown - 1) * seconds;
   while (end - dt_now() > 0.05) {
-    if (c->ops->aborted && c->ops->aborted(c)) return;
+    if ((c->ops->aborted && c->ops->aborted(c)) || peers_gone(c)) return;
     dt_sleep_until(dt_now() + 0.02);
   }
   dt_sleep_until(end);
