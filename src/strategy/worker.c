@@ -247,12 +247,16 @@ int worker_interrupted(const worker_t *w) {
 int worker_stopped(const worker_t *w) {
   if (dt_interrupted()) return worker_interrupted(w);
   if (dt_rank_signalled()) {
-    dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
-             (long long)w->step);
+    worker_rank_lost(w->step);
     if (w->comm) comm_fail(w->comm);
     return -1;
   }
   return 0;
+}
+
+int worker_rank_lost(int64_t step) {
+  return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
+                  (long long)step);
 }
 
 int worker_compute_gradient(worker_t *w, size_t begin, size_t count, int denom,

@@ -175,6 +175,9 @@ int worker_interrupted(const worker_t *w);
  * thread lost (SIGUSR1, the fault dtrain launch restarts from) is an
  * error naming the step; 0 to go on. Every strategy's step checks it. */
 int worker_stopped(const worker_t *w);
+/* The error of a rank that took the lost-rank signal at `step`, in the
+ * words dtrain launch reads (launch_child.c: ": this rank is lost"). */
+int worker_rank_lost(int64_t step);
 /* The run's summary: its reported epochs' samples over total_sec. */
 int worker_report_done(worker_t *w, const epoch_report_t *last, double samples, double total_sec);
 int worker_save_checkpoint(worker_t *w, int epoch);

@@ -756,8 +756,7 @@ static int next_request(ps_server_t *s, int *src) {
  * on on their copies; without, the run fails naming the rank lost. */
 static int rank_lost(const ps_server_t *s) {
   if (s->cfg->ps.replicas > 1) return SIGNALLED;
-  return dt_error("stopped by %s at step %lld: this rank is lost", dt_signal_name(dt_rank_signalled()),
-                  (long long)s->version);
+  return worker_rank_lost(s->version);
 }
 
 static int serve(ps_server_t *s) {
