@@ -435,6 +435,43 @@ out:
   CHECK_FAILS_WITH(dataset_synthetic(0, 1, 28, 28, 4, 7, &a), "0 samples");
 }
 
+/* The ziggurat's values are N(0, 1): moments, a chi-square over 66 bins
+ * (65 degrees of freedom: mean 65, sd 11.4), and the tail past its base
+ * layer's edge R = 3.654, which takes the slow path. A wrong table or a
+ * skipped wedge test moves a bin or the tail well past these bounds. */
+static void test_fill_normal_is_standard_normal(void) {
+  enum { n = 4000000, bins = 64 };
+  float *z = malloc(n * sizeof *z);
+  if (!z) return;
+  rng_t r;
+  rng_seed(&r, 11);
+  rng_fill_normal(&r, n, z);
+  double sum = 0, sq = 0, count[bins + 2] = {0};
+  size_t past_r = 0, past_45 = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = z[i];
+    sum += x, sq += x * x;
+    int b = x < -4.0 ? 0 : x >= 4.0 ? bins + 1 : 1 + (int)((x + 4.0) / 0.125);
+    count[b]++;
+    past_r += fabs(x) > 3.6541528853610088;
+    past_45 += fabs(x) > 4.5;
+  }
+  CHECK_NEAR(sum / n, 0.0, 5.0 / sqrt(n));
+  CHECK_NEAR(sq / n, 1.0, 5.0 * sqrt(2.0 / n));
+  double chi2 = 0;
+  for (int b = 0; b < bins + 2; b++) {
+    double lo = b == 0 ? -INFINITY : -4.0 + 0.125 * (b - 1);
+    double hi = b == bins + 1 ? INFINITY : -4.0 + 0.125 * b;
+    double p = 0.5 * (erfc(-hi / sqrt(2.0)) - erfc(-lo / sqrt(2.0)));
+    chi2 += (count[b] - n * p) * (count[b] - n * p) / (n * p);
+  }
+  CHECK(chi2 < 130);
+  double tail = erfc(3.6541528853610088 / sqrt(2.0)) * n; /* expected count, both sides */
+  CHECK_NEAR((double)past_r, tail, 5.0 * sqrt(tail));
+  CHECK(past_45 > 0 && past_45 < 70); /* expected 27 */
+  free(z);
+}
+
 static void test_load_synthetic(void) {
   dataset_t d;
   CHECK_OK(dataset_load("synthetic", 0, 3, &d));
@@ -598,6 +635,7 @@ int main(void) {
   RUN(test_load_folder);
   RUN(test_load_bad_spec);
   RUN(test_synthetic);
+  RUN(test_fill_normal_is_standard_normal);
   RUN(test_load_synthetic);
   RUN(test_epoch_order);
   RUN(test_shards_partition);

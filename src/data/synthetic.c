@@ -28,7 +28,8 @@ static int synthetic_check(size_t n, int c, int h, int w, int nclasses) {
 }
 
 static void fill_normal(rng_t *r, float scale, size_t n, float *x) {
-  for (size_t i = 0; i < n; i++) x[i] = scale * rng_normal(r);
+  rng_fill_normal(r, n, x);
+  for (size_t i = 0; i < n; i++) x[i] *= scale;
 }
 
 int dataset_synthetic_split(size_t n, int c, int h, int w, int nclasses, uint64_t seed,
@@ -55,7 +56,8 @@ int dataset_synthetic_split(size_t n, int c, int h, int w, int nclasses, uint64_
     int32_t y = (int32_t)(i % (size_t)nclasses); /* balanced; epochs shuffle anyway */
     const float *p = protos + (size_t)y * dim;
     float *x = out->x + i * dim;
-    for (size_t j = 0; j < dim; j++) x[j] = p[j] + noise * rng_normal(&r);
+    rng_fill_normal(&r, dim, x);
+    for (size_t j = 0; j < dim; j++) x[j] = p[j] + noise * x[j];
     out->y[i] = y;
   }
   dt_free(protos);
