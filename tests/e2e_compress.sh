@@ -130,8 +130,10 @@ expect_error momentum_correction_without_codec 2 "option --momentum-correction" 
 
 # resume: every rank's memory (DGC's velocity, PowerSGD's Q) is in the
 # checkpoint, so 1 + 1 epochs are the 2-epoch run bit for bit (3 ranks;
-# mpi resumes what local wrote)
-RES="--data $SMALL --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16"
+# mpi resumes what local wrote). 16 steps an epoch: a memory built over
+# an epoch is what the checkpoint must carry, not many epochs' worth.
+make_small_fashion "$TMP/res" 768 128
+RES="--data $TMP/res --lr 0.05 --momentum 0.9 --seed 3 --quiet --batch 16"
 for c in dgc:0.001 topk:0.01 onebit powersgd:2 "onebit --momentum-correction shared"; do
   tag=$(echo $c | tr ':. -' '____')
   "$DTRAIN" train $RES --workers 3 --compress $c --epochs 2 --checkpoint "$TMP/r_$tag.a" >/dev/null
