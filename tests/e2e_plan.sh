@@ -248,6 +248,23 @@ for l in lines:
     assert abs(c + e + b + w - s) <= 0.003, l"
 check plan_search_prints_pipedream_partition grep -Eq "^PipeDream's partition over 2 machines .*: layers 0-[0-9]+ x[12].* ms a batch" "$TMP/explain"
 expect_error plan_explain_is_the_searchs 2 "--explain is the search's option" -- $PLAN --workers 2 --explain
+# Workers that 2 does not divide: the pipelines at the smallest divisor's
+# stages (3 here), micro-batches that divide the batch, and the tensor
+# split over 3: predicted, not refused for a --pp 2 the workers cannot hold
+$DTRAIN plan $BASE --workers 3 --batch 48 --json "$TMP/search3.jsonl" >/dev/null 2>&1
+check plan_search_odd_workers_splits $PY -c "
+import json
+rows = [json.loads(l) for l in open('$TMP/search3.jsonl') if '\"strategies\"' in l]
+ok = [r['options'] for r in rows if r['predicted']]
+bad = [r['why'] for r in rows if not r['predicted'] and 'multiple of' in r['why']]
+assert not bad, bad
+for want in ('--pp 3 --micro-batches 6 --partition balanced', '--pp 3 --micro-batches 12 --partition balanced --pipe-schedule 1f1b', '--tp 3 --exchange allreduce:ring'):
+    assert want in ok, (want, ok)"
+# a model of another input than the data: every candidate would say so, so
+# the search says it once
+expect_error plan_search_model_misfit_one_line 2 "models/vgg16.model: the model expects input 3x224x224 but the data is 1x28x28" -- \
+  $DTRAIN plan --model models/vgg16.model --data synthetic --workers 3
+check plan_search_model_misfit_no_table test ! -s "$TMP/out"
 
 # Asynchronous parameter servers: the step an expectation between Yan et
 # al.'s bounds, and the expected staleness N (F + P) / (2P) - 1 (4 workers

@@ -37,16 +37,28 @@ static const char *const FIXED[] = {
     "--preset local-sgd",
     "--preset d-psgd",
     "--preset easgd",
-    "--pp 2 --micro-batches 4 --partition balanced",
-    "--pp 2 --micro-batches 8 --partition balanced",
-    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule 1f1b",
-    "--pp 2 --micro-batches 8 --partition balanced --pipe-schedule 1f1b",
-    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule interleaved:2",
-    "--pp 2 --micro-batches 1 --partition balanced --pipe-schedule pipedream",
-    "--pp 2 --micro-batches 4 --partition balanced --pipe-schedule 2bw",
-    "--tp 2 --exchange allreduce:ring",
 };
 #define NFIXED ((int)(sizeof FIXED / sizeof *FIXED))
+
+/* The pipelines at P stages, P the workers' smallest divisor above 1 (2
+ * where the workers are even, 3 on 3 or 9, all of them on a prime), each
+ * at micro-batches a multiple of P (none: PipeDream's one), cut by
+ * PipeDream's dynamic program. */
+typedef struct {
+  int micro_per_stage; /* 0: one micro-batch */
+  int stage_multiple;  /* Megatron's interleaving takes M a multiple of P */
+  const char *schedule;
+} pipe_row_t;
+static const pipe_row_t PIPES[] = {
+    {2, 0, ""},
+    {4, 0, ""},
+    {2, 0, " --pipe-schedule 1f1b"},
+    {4, 0, " --pipe-schedule 1f1b"},
+    {2, 1, " --pipe-schedule interleaved:2"},
+    {0, 0, " --pipe-schedule pipedream"},
+    {2, 0, " --pipe-schedule 2bw"},
+};
+#define NPIPES ((int)(sizeof PIPES / sizeof *PIPES))
 
 /* Codecs on the ring, each with the test-accuracy change dtrain measured
  * against the dense ring (docs/BENCHMARKS.md, "Gradient compression
@@ -69,7 +81,7 @@ static const codec_row_t CODECS[] = {
 #define NCODECS ((int)(sizeof CODECS / sizeof *CODECS))
 
 #define MAX_GRID 16
-#define MAX_ROWS (NFIXED + MAX_GRID)
+#define MAX_ROWS (NFIXED + NPIPES + 1 + MAX_GRID)
 #define MAX_WORDS 64
 #define EXPLAINED 3
 
@@ -103,27 +115,60 @@ static void predict_row(int argc, char **argv, const perf_profile_t *prof, perf_
   r->ok = 1;
 }
 
-/* The data x pipeline x tensor grids of the user's workers beyond the
- * fixed rows' (pp 2 alone, tp 2 alone): pp in 2, 4, 8 and tp in 1, 2, 4
- * with pp x tp dividing the workers, data parallel over the rest, at 2 pp
- * micro-batches (with tp, GPipe cut by multiply-adds: the tensor
- * description refuses some of the measured cuts, and 1F1B under tp). */
-static int grid_rows(int argc, char **argv, row_t *rows) {
-  train_config_t cfg;
-  if (train_options_parse(argc, argv, &cfg) != 0) return 0;
-  int N = cfg.workers, n = 0;
-  for (int pp = 1; pp <= 8; pp *= 2)
-    for (int tp = 1; tp <= 4; tp *= 2) {
-      if (pp * tp <= 1 || N % (pp * tp) != 0 || (pp <= 2 && tp == 1) || (pp == 1 && tp == 2))
+/* The smallest divisor of n above 1 (n itself on a prime; 2 below 2, so
+ * that one worker's rows say why they need more). */
+static int first_divisor(int n) {
+  for (int d = 2; d <= n; d++)
+    if (n % d == 0) return d;
+  return 2;
+}
+
+/* Micro-batches: the fewest, at least `least` and a multiple of `step`,
+ * that divide the batch (a micro-batch is batch / M samples); `least`
+ * where none does, which the options then refuse with their reason. */
+static int micro_batches(int batch, int least, int step) {
+  for (int m = least; m <= batch; m += step)
+    if (batch % m == 0) return m;
+  return least;
+}
+
+/* The pipelines at first_divisor(N) stages and the tensor split over as
+ * many ranks, data parallel over the rest. */
+static int split_rows(int N, int batch, row_t *rows) {
+  int P = first_divisor(N), n = 0;
+  size_t cap = sizeof rows[0].options;
+  for (int k = 0; k < NPIPES; k++) {
+    const pipe_row_t *r = &PIPES[k];
+    int m = r->micro_per_stage ? micro_batches(batch, r->micro_per_stage * P, r->stage_multiple ? P : 1) : 1;
+    snprintf(rows[n++].options, cap, "--pp %d --micro-batches %d --partition balanced%s", P, m,
+             r->schedule);
+  }
+  snprintf(rows[n++].options, cap, "--tp %d --exchange allreduce:ring", P);
+  return n;
+}
+
+/* The data x pipeline x tensor grids of the user's workers beyond
+ * split_rows' (pp P alone, tp P alone): pp up to 8 and tp up to 4, each a
+ * divisor, pp x tp dividing the workers, data parallel over the rest, at
+ * 2 pp micro-batches or the next that divides the batch (with tp, GPipe
+ * cut by multiply-adds: the tensor description refuses some of the
+ * measured cuts, and 1F1B under tp). */
+static int grid_rows(int N, int batch, row_t *rows) {
+  int P = first_divisor(N), n = 0;
+  for (int pp = 1; pp <= 8; pp++)
+    for (int tp = 1; tp <= 4; tp++) {
+      if (pp * tp <= 1 || N % (pp * tp) != 0 || (pp == P && tp == 1) || (pp == 1 && tp == P))
         continue;
       if (n == MAX_GRID) return n;
       char *o = rows[n++].options;
       size_t cap = sizeof rows[0].options;
       if (pp == 1) snprintf(o, cap, "--tp %d --exchange allreduce:ring", tp);
       else if (tp == 1)
-        snprintf(o, cap, "--pp %d --micro-batches %d --partition balanced --pipe-schedule 1f1b", pp, 2 * pp);
+        snprintf(o, cap, "--pp %d --micro-batches %d --partition balanced --pipe-schedule 1f1b", pp,
+                 micro_batches(batch, 2 * pp, 1));
       else /* GPipe cut by multiply-adds: the description under tp covers these */
-        snprintf(o, cap, "--pp %d --tp %d --micro-batches %d --partition macs", pp, tp, 2 * pp);
+        snprintf(o, cap, "--pp %d --tp %d --micro-batches %d --partition macs", pp, tp,
+                 micro_batches(batch, 2 * pp, 1));
     }
   return n;
 }
@@ -245,6 +290,17 @@ static void json_row(const row_t *r, const codec_row_t *codec, FILE *json) {
   }
 }
 
+/* No candidate nor codec could be predicted: where the user's own options
+ * fail too (a model of another input shape), their reason is said once
+ * rather than as a table of rows repeating it. */
+static int no_row_ok(const row_t *rows, int n, const row_t *codecs) {
+  for (int k = 0; k < n; k++)
+    if (rows[k].ok) return 0;
+  for (int k = 0; k < NCODECS; k++)
+    if (codecs[k].ok) return 0;
+  return 1;
+}
+
 int perf_search(int argc, char **argv, const perf_profile_t *prof, const perf_search_opts_t *o,
                 FILE *out) {
   double memory_per_rank = o->memory_per_rank;
@@ -252,13 +308,25 @@ int perf_search(int argc, char **argv, const perf_profile_t *prof, const perf_se
   if (!rows) return dt_error("out of memory");
   int n = 0;
   for (; n < NFIXED; n++) snprintf(rows[n].options, sizeof rows[n].options, "%s", FIXED[n]);
-  n += grid_rows(argc, argv, rows + n);
+  train_config_t cfg;
+  int parsed = train_options_parse(argc, argv, &cfg) == 0;
+  int workers = parsed ? cfg.workers : 1, batch = parsed ? cfg.batch : 64;
+  n += split_rows(workers, batch, rows + n);
+  n += grid_rows(workers, batch, rows + n);
   for (int k = 0; k < NCODECS; k++) snprintf(codecs[k].options, sizeof codecs[k].options, "%s", CODECS[k].options);
   /* the data set read once, the layers measured once a size; the cluster
    * file's hosts, links and speeds where one is given */
   perf_cache_t cache = {.cluster = o->cluster};
   for (int k = 0; k < n; k++) predict_row(argc, argv, prof, &cache, &rows[k]);
   for (int k = 0; k < NCODECS; k++) predict_row(argc, argv, prof, &cache, &codecs[k]);
+  row_t own = {.options = ""};
+  if (no_row_ok(rows, n, codecs)) predict_row(argc, argv, prof, &cache, &own);
+  if (no_row_ok(rows, n, codecs) && !own.ok) { /* the user's options or model: said once */
+    int rc = dt_error("%s", own.why);
+    perf_cache_free(&cache);
+    free(rows);
+    return rc;
+  }
   qsort(rows, (size_t)n, sizeof *rows, by_speed);
   int fit = 0, any = 0;
   for (int k = 0; k < n; k++) fit += fits(&rows[k], memory_per_rank), any |= rows[k].ok;
