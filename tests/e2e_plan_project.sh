@@ -160,6 +160,9 @@ check plan_cluster_search_grid_simulated sh -c "! grep -q 'wait for each other' 
 # them (shared memory's row refused, saying why); with --comm local, 16
 # workers span two of its hosts, which shared memory cannot
 check plan_cluster_search_as_mpi grep -q "exchange shared needs shared memory" "$TMP/s8.txt"
+# PipeDream's partition cuts where the hosts' NIC carries the activations
+# (the file's inter link), not on links without limit
+check plan_cluster_search_pipedream_on_the_nic grep -q "^PipeDream's partition over 8 machines (stage replication, 2a/B at each cut, B [0-9.e+]* Gbit/s, the hosts' NIC)" "$TMP/s8.txt"
 $SEARCH --workers 16 --comm local >"$TMP/s16.txt" 2>/dev/null
 check plan_cluster_search_shared_one_host grep -q "exchange shared: the step's 16 ranks span 2 hosts" "$TMP/s16.txt"
 # the file's memory per rank bounds the candidates (each row says by how much)

@@ -19,6 +19,7 @@
 
 #include "perf/partition.h"
 #include "perf/perf.h"
+#include "perf/project.h"
 
 static const char *const FIXED[] = {
     "--exchange allreduce:ring",
@@ -245,12 +246,18 @@ static void print_pipedream(int argc, char **argv, perf_cache_t *cache, FILE *ou
   train_config_t cfg;
   partition_t part;
   if (train_options_parse(argc, argv, &cfg) != 0) return;
+  if (cache->cluster && !(cfg.net.bandwidth > 0)) /* the file's hosts: a cut crosses their NIC */
+    cfg.net.bandwidth = cache->cluster->inter.beta;
   if (perf_pipedream(&cfg, cache, cfg.workers, &part) != 0) {
     fprintf(out, "\nPipeDream's partition: %s\n", dt_errmsg());
     return;
   }
+  char link[64] = ", links unlimited";
+  if (cfg.net.bandwidth > 0)
+    snprintf(link, sizeof link, ", B %.3g Gbit/s%s", 8e-9 * cfg.net.bandwidth,
+             cache->cluster ? ", the hosts' NIC" : "");
   fprintf(out, "\nPipeDream's partition over %d machines (stage replication, 2a/B at each cut%s): ",
-          cfg.workers, cfg.net.bandwidth > 0 ? "" : ", links unlimited");
+          cfg.workers, link);
   for (int k = 0; k < part.stages; k++)
     fprintf(out, "%slayers %d-%d x%d", k ? ", " : "", part.first[k], part.first[k + 1] - 1, part.replicas[k]);
   fprintf(out, "; %.3f ms a batch at its slowest stage or cut (%s)\n", 1e3 * part.slowest,
