@@ -12,11 +12,16 @@ SMALLQ="--data $TINY --quiet"
 # rank 1 is 1000x slower, so the others time out in a barrier and fail
 # while it still pushes into their parameters (shared sync) or reads their
 # buffers (allreduce:shm): a use-after-free crash (exit 139) before.
+# The ranks that time out fail the world before their teardown (driver_run),
+# so the straggler's 1000x sleep ends with them: allreduce:shm's ran out
+# (9-15 s) while its peers waited in the table's teardown.
 for ex in shared allreduce:shm; do
   for i in 1 2; do
+    t0=$(date +%s)
     expect_error "straggler_timeout_no_crash_${ex}_$i" 1 "timed out after 1 s" -- \
       "$DTRAIN" train $SYN --max-steps 60 --workers 3 --exchange $ex \
       --straggler rank=1,slowdown=1000 --comm-timeout 1
+    check "straggler_timeout_ends_soon_${ex}_$i" test $(($(date +%s) - t0)) -lt 8
   done
 done
 

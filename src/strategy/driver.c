@@ -77,7 +77,7 @@ static int report_epoch(worker_t *w, const driver_ops_t *ops, void *st, epoch_re
   return rc;
 }
 
-int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
+static int drive(worker_t *w, const driver_ops_t *ops, void *st) {
   const train_config_t *cfg = w->cfg;
   epoch_report_t r, last = {0};
   int have_report = 0;
@@ -103,6 +103,15 @@ int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
   }
   if (ops->end_run && ops->end_run(st) != 0) return -1;
   return worker_report_done(w, have_report ? &last : NULL, samples, dt_now() - run_t0);
+}
+
+int driver_run(worker_t *w, const driver_ops_t *ops, void *st) {
+  int rc = drive(w, ops, st);
+  /* a failed rank fails its world before the strategy's teardown, which may
+   * wait on its peers (allreduce:shm's table): they stop now, not at their
+   * timeout, and a straggler's emulated sleep ends with them */
+  if (rc < 0 && w->comm) comm_fail(w->comm);
+  return rc;
 }
 
 double worker_comm_since(worker_t *w, double t0) {
