@@ -64,7 +64,9 @@ expect_error preset_unknown 2 "unknown preset 'nope'" -- $T --preset nope
 # ---- key=value lists: trailing junk, overflow, empty, unknown, duplicate keys -----------
 expect_error kill_rank_wraps 2 "option --kill rank: 4294967297 is out of range" -- $T --workers 2 --exchange ps:1 --schedule async --kill rank=4294967297,at-step=2
 expect_error kill_step_junk 2 "option --kill at-step: '2xyz' is not an integer" -- $T --workers 2 --exchange ps:1 --schedule async --kill rank=1,at-step=2xyz
-expect_error kill_step_overflow 2 "option --kill at-step: '99999999999999999999' is not an integer" -- $T --workers 2 --exchange ps:1 --schedule async --kill rank=1,at-step=99999999999999999999
+expect_error kill_step_overflow 2 "option --kill at-step: 99999999999999999999 is out of range (expected" -- $T --workers 2 --exchange ps:1 --schedule async --kill rank=1,at-step=99999999999999999999
+# an integer past what a long holds is out of range, not "not an integer"
+expect_error seed_overflow_says_range 2 "option --seed: 18446744073709551616 is out of range (expected 0.." -- $T --seed 18446744073709551616
 expect_error kill_unknown_key 2 "option --kill: unknown key 'step'" -- $T --workers 2 --exchange ps:1 --kill rank=1,step=2
 expect_error kill_duplicate_key 2 "option --kill: key 'rank' given twice" -- $T --workers 2 --exchange ps:1 --kill rank=1,rank=1,at-step=2
 expect_error kill_trailing_comma 2 "option --kill: empty item" -- $T --workers 2 --exchange ps:1 --kill rank=1,at-step=2,

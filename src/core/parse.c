@@ -13,7 +13,9 @@ int parse_int(const char *opt, const char *text, long lo, long hi, long *out) {
   errno = 0;
   if (!text || !*text) return dt_error("option --%s: missing value (expected an integer)", opt);
   long v = strtol(text, &end, 10);
-  if (errno || *end) return dt_error("option --%s: '%s' is not an integer", opt, text);
+  if (*end || end == text) return dt_error("option --%s: '%s' is not an integer", opt, text);
+  if (errno == ERANGE) /* an integer all the same: say what range would do */
+    return dt_error("option --%s: %s is out of range (expected %ld..%ld)", opt, text, lo, hi);
   if (v < lo || v > hi)
     return dt_error("option --%s: %ld is out of range (expected %ld..%ld)", opt, v, lo, hi);
   *out = v;
