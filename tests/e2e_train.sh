@@ -38,6 +38,20 @@ printf 'conv2d filters=4 kernel=30\ndense units=10\n' >"$TMP/shape.model"
 expect_error model_bad_shape 2 "shape.model:1: conv2d" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/shape.model" $Q
 printf 'dense units=64\nrelu\ndense units=7\n' >"$TMP/classes.model"
 expect_error model_wrong_classes 2 "classes.model:3: the last layer gives 7 outputs but the data has 10 classes" -- "$DTRAIN" train --data "$SMALL" --model "$TMP/classes.model" $Q
+# data of 20 classes (an IDX folder of 16x16 images): a built-in model says
+# how to fit it, and the mlp copied from docs/MODEL_FORMAT.md with units=20
+# on its last layer trains on it
+mkdir -p "$TMP/c20"
+$PY - "$TMP/c20" <<'PYEOF'
+import struct, random, sys
+random.seed(1)
+for split, n in (("train", 256), ("t10k", 64)):
+    open(f"{sys.argv[1]}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 16, 16) + bytes(random.randrange(256) for _ in range(n * 256)))
+    open(f"{sys.argv[1]}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + bytes(random.randrange(20) for _ in range(n)))
+PYEOF
+expect_error builtin_wrong_classes_says_how 2 "builtin:mlp:6: the last layer gives 10 outputs but the data has 20 classes (copy the model from docs/MODEL_FORMAT.md into a file with units=20" -- "$DTRAIN" train --data "$TMP/c20" $Q
+$PY -c "import sys; t = open('docs/MODEL_FORMAT.md').read(); print(t.split('\`mlp\` is', 1)[1].split('\`\`\`')[1].strip().replace('units=10', 'units=20'))" >"$TMP/mlp20.model"
+check builtin_copy_with_classes_trains sh -c "grep -q 'units=20' '$TMP/mlp20.model' && '$DTRAIN' train --data '$TMP/c20' --model '$TMP/mlp20.model' --max-steps 2 $Q >/dev/null 2>&1"
 
 # ---- a user-written model file trains --------------------------------------
 printf '# a small convnet\nconv2d filters=8 kernel=3 pad=1\nbatchnorm\nrelu\nmaxpool kernel=2\nflatten\ndropout rate=0.25\ndense units=32\ntanh\ndense units=10\n' >"$TMP/user.model"

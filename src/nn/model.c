@@ -395,9 +395,13 @@ static int setup_layers(model_t *m, const char *source) {
       return dt_error("%s:%d: lmhead predicts %d tokens but the data has %d (set vocab=%d)", source,
                       last->spec.line, last->out_shape.c, m->nclasses, m->nclasses);
     m->positions = last->out_shape.h * last->out_shape.w;
-  } else if (shape_size(last->out_shape) != (size_t)m->nclasses)
-    return dt_error("%s:%d: the last layer gives %zu outputs but the data has %d classes", source,
-                    last->spec.line, shape_size(last->out_shape), m->nclasses);
+  } else if (shape_size(last->out_shape) != (size_t)m->nclasses) {
+    int builtin = strncmp(source, "builtin:", 8) == 0; /* its text is not the user's to edit */
+    return dt_error("%s:%d: the last layer gives %zu outputs but the data has %d classes (%s units=%d "
+                    "on it%s)", source, last->spec.line, shape_size(last->out_shape), m->nclasses,
+                    builtin ? "copy the model from docs/MODEL_FORMAT.md into a file with" : "set",
+                    m->nclasses, builtin ? ", and give --model that file" : "");
+  }
   return 0;
 }
 
