@@ -68,7 +68,7 @@ static const codec_row_t CODECS[] = {
 };
 #define NCODECS ((int)(sizeof CODECS / sizeof *CODECS))
 
-#define MAX_GRID 16
+#define MAX_GRID 32 /* every pp 1..8 x tp 1..4 */
 #define MAX_ROWS (NFIXED + MAX_GRID)
 #define MAX_WORDS 64
 #define EXPLAINED 3
@@ -103,27 +103,38 @@ static void predict_row(int argc, char **argv, const perf_profile_t *prof, perf_
   r->ok = 1;
 }
 
+/* Micro-batches for a pp-stage grid row: 2 pp where the batch splits so,
+ * else the largest count up to 2 pp that divides it (--batch 32, --pp 3: 4),
+ * so that the row is a command train accepts. */
+static int grid_micro_batches(int pp, int batch) {
+  for (int m = 2 * pp; m > 1; m--)
+    if (batch % m == 0) return m;
+  return 1;
+}
+
 /* The data x pipeline x tensor grids of the user's workers beyond the
- * fixed rows' (pp 2 alone, tp 2 alone): pp in 2, 4, 8 and tp in 1, 2, 4
- * with pp x tp dividing the workers, data parallel over the rest, at 2 pp
- * micro-batches (with tp, GPipe cut by multiply-adds: the tensor
+ * fixed rows' (pp 2 alone, tp 2 alone): pp from 2 to 8 and tp from 1 to 4
+ * with pp x tp dividing the workers (6 workers: pp 3 and tp 3 too, not only
+ * the powers of two), data parallel over the rest, at 2 pp micro-batches
+ * where the batch divides (with tp, GPipe cut by multiply-adds: the tensor
  * description refuses some of the measured cuts, and 1F1B under tp). */
 static int grid_rows(int argc, char **argv, row_t *rows) {
   train_config_t cfg;
   if (train_options_parse(argc, argv, &cfg) != 0) return 0;
   int N = cfg.workers, n = 0;
-  for (int pp = 1; pp <= 8; pp *= 2)
-    for (int tp = 1; tp <= 4; tp *= 2) {
+  for (int pp = 1; pp <= 8; pp++)
+    for (int tp = 1; tp <= 4; tp++) {
       if (pp * tp <= 1 || N % (pp * tp) != 0 || (pp <= 2 && tp == 1) || (pp == 1 && tp == 2))
         continue;
       if (n == MAX_GRID) return n;
       char *o = rows[n++].options;
       size_t cap = sizeof rows[0].options;
+      int M = grid_micro_batches(pp, cfg.batch);
       if (pp == 1) snprintf(o, cap, "--tp %d --exchange allreduce:ring", tp);
       else if (tp == 1)
-        snprintf(o, cap, "--pp %d --micro-batches %d --partition balanced --pipe-schedule 1f1b", pp, 2 * pp);
+        snprintf(o, cap, "--pp %d --micro-batches %d --partition balanced --pipe-schedule 1f1b", pp, M);
       else /* GPipe cut by multiply-adds: the description under tp covers these */
-        snprintf(o, cap, "--pp %d --tp %d --micro-batches %d --partition macs", pp, tp, 2 * pp);
+        snprintf(o, cap, "--pp %d --tp %d --micro-batches %d --partition macs", pp, tp, M);
     }
   return n;
 }
