@@ -114,6 +114,13 @@ for p in local-sgd sparknet easgd d-psgd mpca-sgd; do
   check "${p}_bitwise_repeatable" cmp -s "$TMP/$p.local" "$TMP/$p.again"
   if have_mpi; then check "mpi_${p}_bitwise_equals_local" cmp -s "$TMP/$p.local" "$TMP/$p.mpi"; fi
 done
+# 7 ranks, where auto's pick differs between the transports' link
+# estimates: D-PSGD's consensus mean (the checkpoint) on a fixed algorithm
+"$DTRAIN" train $BASE --epochs 1 --max-steps 2 --workers 7 --preset d-psgd --checkpoint "$TMP/dpsgd7.local" >/dev/null
+if have_mpi; then
+  $MPIRUN -np 7 "$DTRAIN" train $BASE --epochs 1 --max-steps 2 --comm mpi --preset d-psgd --checkpoint "$TMP/dpsgd7.mpi" >/dev/null 2>&1
+  check mpi_d-psgd_7_bitwise_equals_local cmp -s "$TMP/dpsgd7.local" "$TMP/dpsgd7.mpi"
+fi
 
 # ---- local SGD, tau = 1, plain SGD = synchronous allreduce data parallelism -------
 # (the same sums in another order: measured max |diff| ~1e-7 on weights ~0.1)

@@ -38,6 +38,11 @@ SGD="--optimizer sgd --lr 0.1 --momentum 0.9"
 "$DTRAIN" train $RUN $SGD --batch 24 --checkpoint "$TMP/one.st" >/dev/null
 "$DTRAIN" train $RUN $SGD --workers 3 --exchange ps:2 --schedule sync --checkpoint "$TMP/ps.st" >/dev/null
 check gpt_ps_sync_follows_one_worker close "$TMP/one.st" "$TMP/ps.st" 1e-5
+# AdamW: the servers exempt the norms and biases from the decay, as the
+# worker's optimizer does (a decayed layer-norm gain: lr x 0.01 a step off)
+"$DTRAIN" train $RUN $ADAMW --batch 24 --checkpoint "$TMP/one_adamw.st" >/dev/null
+"$DTRAIN" train $RUN $ADAMW --workers 3 --exchange ps:2 --schedule sync --checkpoint "$TMP/ps_adamw.st" >/dev/null
+if close "$TMP/one_adamw.st" "$TMP/ps_adamw.st" 1e-5; then pass gpt_ps_sync_adamw_follows_one_worker; else fail gpt_ps_sync_adamw_follows_one_worker "$(cat "$TMP/cmp.out")"; fi
 
 # ---- each family learns --------------------------------------------------------------
 learns ps_async $ADAMW --workers 2 --exchange ps:2 --schedule async

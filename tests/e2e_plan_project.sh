@@ -121,6 +121,10 @@ check plan_predict_cluster_speed $PY -c "import sys; sys.exit(not ($(field "$TMP
 expect_error plan_predict_cluster_projected 2 "groups\[0\] is projected" -- $PRED --cluster docs/clusters/horovod-p100.json
 expect_error plan_predict_cluster_too_many 2 "has 1024 ranks" -- $PRED --cluster $C --workers 2000
 expect_error plan_predict_cluster_not_project 2 "--project is not one of its options" -- $PRED --cluster $C --project 8:16
+# the file's ranks run as mpi: -np 3 cannot hold a grid of 2, refused as
+# train refuses it (the search's rows say so), not a step with an idle rank
+expect_error plan_predict_cluster_grid_fits_ranks 2 "mpirun -np 3 and --pp 2: workers = dp x pp" -- $PRED --cluster $C --workers 3 --pp 2
+expect_error describe_mpi_grid_fits_ranks 1 "mpirun -np 3 and --tp 2: workers = dp x pp x tp" -- $DTRAIN describe --data $SMALL --batch 16 --comm mpi --workers 3 --tp 2
 
 # ---- bad input: one line naming the key or constraint, exit 2 ---------------
 expect_error plan_cluster_more_ranks 2 "has 1024 ranks (128 hosts); give at most 1024" -- $PROJ --project 8:2048

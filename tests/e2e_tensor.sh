@@ -192,6 +192,9 @@ for o in "--preset one-weird-trick" "--exchange ps:2 --workers 2 --tp 2"; do
 done
 expect_error tensor_workers_not_multiple 2 "multiple of 2" -- "$DTRAIN" train $BASE --workers 3 --tp 2
 expect_error tensor_grid_not_multiple 2 "multiple of 4" -- "$DTRAIN" train $BASE --workers 6 --tp 2 --pp 2 --partition macs
+# 3 workers, not even a multiple of pp: the grid's product named, not pp's
+expect_error tensor_grid_not_multiple_of_pp 2 "so --workers must be a multiple of 4 (e.g. --workers 4" -- "$DTRAIN" train $BASE --workers 3 --tp 2 --pp 2 --partition macs
+expect_error tensor_grid_not_multiple_of_pp_mpi 1 "so -np must be a multiple of 4 (e.g. mpirun -np 4)" -- "$DTRAIN" describe $BASE --comm mpi --workers 3 --tp 2 --pp 2 --partition macs
 expect_error tensor_zero 2 "option --tp" -- "$DTRAIN" train $BASE --tp 0
 expect_error tensor_decentral 2 "option --tp 2: tensor parallelism runs with --optimization central" -- \
   "$DTRAIN" train $BASE --workers 2 --tp 2 --preset local-sgd

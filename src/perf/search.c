@@ -81,7 +81,7 @@ static const codec_row_t CODECS[] = {
 };
 #define NCODECS ((int)(sizeof CODECS / sizeof *CODECS))
 
-#define MAX_GRID 16
+#define MAX_GRID 32 /* every pp 1..8 x tp 1..4 */
 #define MAX_ROWS (NFIXED + NPIPES + 1 + MAX_GRID)
 #define MAX_WORDS 64
 #define EXPLAINED 3

@@ -48,6 +48,11 @@ int strategy_total_ranks(const train_config_t *c) {
 int strategy_describe(const train_config_t *c, const model_t *m, step_desc_t *out) {
   const strategy_t *s = strategy_select(c);
   if (!s) return -1;
+  /* Under mpi, train checks what depends on the workers once -np is known
+   * (train_config_fit_world). A description takes --workers for that world,
+   * so it checks here: a grid -np cannot run (--pp 2 on 3 ranks) is refused
+   * as train refuses it, not described with an idle rank. */
+  if (c->comm == COMM_MPI && train_config_check_ranks(c) != 0) return -1;
   if (!s->describe_step)
     return dt_error("%s: its step is not described yet (describe_step)", s->name);
   step_desc_init(out, strategy_total_ranks(c));

@@ -31,6 +31,11 @@ static int decentral_init(decentral_t *d, worker_t *w, const decentral_ops_t *op
   d->w = w;
   d->ops = ops;
   d->method = method;
+  /* The consensus is the evaluation's sum, not training traffic: a fixed
+   * algorithm, so its bits are the same on local and mpi. auto picks by the
+   * transport's link estimate, which differ (D-PSGD on 7 ranks: local's
+   * mean 7e-9 off mpi's). Local SGD's averages set their own (setup). */
+  d->algo = ALLREDUCE_RING;
   if (count_workers(d, masters) != 0) return -1;
   d->is_worker = comm_rank(w->comm) < d->nworkers;
   worker_plan_steps(w, d->nworkers);
@@ -100,7 +105,7 @@ static int average_buffers(decentral_t *d, float *out) {
   if (!m->nbuffers) return 0;
   if (d->is_worker) kern_copy(m->nbuffers, m->buffers, out);
   else kern_zero(m->nbuffers, out);
-  if (comm_size(d->w->comm) > 1 && allreduce(d->w->coll, ALLREDUCE_AUTO, out, m->nbuffers) != 0)
+  if (comm_size(d->w->comm) > 1 && allreduce(d->w->coll, d->algo, out, m->nbuffers) != 0)
     return -1;
   kern_scale(m->nbuffers, 1.0f / (float)d->nworkers, out);
   return 0;

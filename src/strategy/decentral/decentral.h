@@ -94,7 +94,7 @@ struct decentral {
   const decentral_ops_t *ops;
   int nworkers;           /* ranks 0 .. nworkers-1 train a replica */
   int is_worker;          /* 0 on a rank that holds no replica (the EASGD master) */
-  allreduce_algo_t algo;  /* for decentral_weighted_sum [auto] */
+  allreduce_algo_t algo;  /* for decentral_weighted_sum [ring; local SGD: its own] */
   float *consensus;       /* nparams */
   float *replica;         /* this rank's params while the consensus is swapped in */
   void *method;           /* the method's own state */

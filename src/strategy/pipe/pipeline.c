@@ -31,7 +31,10 @@ int pipe_partition_parse(const char *text, int *first, int cap) {
 }
 
 int pipe_check_world(const train_config_t *c) {
-  if (!train_pipelined(c) || c->workers % c->pipe.stages == 0) return 0;
+  /* With --tp the grid is dp x pp x tp: the tensor family's check names
+   * the whole product. A multiple of pp alone (--workers 2 for --pp 2
+   * --tp 2) would be refused next. */
+  if (!train_pipelined(c) || c->tensor.ranks > 1 || c->workers % c->pipe.stages == 0) return 0;
   if (c->comm == COMM_MPI)
     return dt_error("mpirun -np %d and --pp %d: workers = dp x pp, so -np must be a multiple of "
                     "--pp (e.g. mpirun -np %d for dp = 1)", c->workers, c->pipe.stages, c->pipe.stages);

@@ -60,6 +60,9 @@ void ps_shard_free(ps_shard_map_t *map);
 /* The tensors of the model cut to range r, as optimizer segments with
  * offsets relative to r.begin (the shard's own arenas). */
 int ps_shard_segments(const model_t *m, ps_range_t r, optim_segment_t **segs, int *nsegs);
+/* AdamW decays matrices and tables, not norms and biases: the shard's 1-D
+ * tensors exempted on its optimizer, as the worker's (worker.c). */
+int ps_shard_no_decay(const model_t *m, ps_range_t r, optimizer_t *opt);
 
 /* ---- a tensor-parallel group as one worker (ps_group.c) ------------------------
  * Project Adam: under --tp T the T adjacent ranks of a tensor-parallel

@@ -879,6 +879,7 @@ static int setup(ps_server_t *s, comm_t *world, const train_config_t *cfg, int n
   memcpy(s->params, s->model->params + s->r.begin, s->len * sizeof(float));
   optim_config_t ocfg = ps_server_optim(cfg, s->N);
   DT_TRY(optim_new(&ocfg, s->len, &s->opt));
+  DT_TRY(ps_shard_no_decay(s->model, s->r, s->opt));
   DT_TRY(ps_shard_segments(s->model, s->r, &s->segs, &s->nsegs));
   DT_TRY(ps_apply_new(cfg->ps.server_threads, s->segs, s->nsegs, s->len, cfg->optim.kind == OPTIM_LARS,
                       &s->apply));

@@ -90,16 +90,32 @@ void ps_shard_free(ps_shard_map_t *map) {
   memset(map, 0, sizeof *map);
 }
 
-int ps_shard_segments(const model_t *m, ps_range_t r, optim_segment_t **segs, int *nsegs) {
+/* The parts of the tensors in r, in the shard's own offsets; only_1d: of
+ * the 1-D tensors alone. */
+static int shard_parts(const model_t *m, ps_range_t r, int only_1d, optim_segment_t **segs,
+                       int *nsegs) {
   *segs = calloc((size_t)m->ntensors + 1, sizeof **segs);
   if (!*segs) return dt_error("out of memory");
   int n = 0;
   for (int i = 0; i < m->ntensors; i++) {
     size_t b = m->tensors[i].off, e = b + m->tensors[i].len;
-    if (e <= r.begin || b >= r.end) continue;
+    if (e <= r.begin || b >= r.end || (only_1d && m->tensors[i].ndim >= 2)) continue;
     size_t lo = b > r.begin ? b : r.begin, hi = e < r.end ? e : r.end;
     (*segs)[n++] = (optim_segment_t){lo - r.begin, hi - lo};
   }
   *nsegs = n;
   return 0;
+}
+
+int ps_shard_segments(const model_t *m, ps_range_t r, optim_segment_t **segs, int *nsegs) {
+  return shard_parts(m, r, 0, segs, nsegs);
+}
+
+int ps_shard_no_decay(const model_t *m, ps_range_t r, optimizer_t *opt) {
+  optim_segment_t *keep = NULL;
+  int n = 0;
+  DT_TRY(shard_parts(m, r, 1, &keep, &n));
+  int rc = optim_set_no_decay(opt, keep, n);
+  free(keep);
+  return rc;
 }
