@@ -175,7 +175,9 @@ stop_one_rank() { # NAME [CONT-AFTER-SECONDS] -- dtrain options
   victim=$(pgrep -P $mp | sort -n | tail -1)
   [ -n "$victim" ] && kill -STOP "$victim"
   [ -n "$victim" ] && [ "$cont" != 0 ] && { sleep "$cont"; kill -CONT "$victim"; }
-  ( sleep 100; kill -9 $mp 2>/dev/null ) & dog=$!
+  # the watchdog's sleep outlives `kill $dog` (its shell): off the script's
+  # output, or the runner's pipe stays open 100 s after the script ends
+  ( sleep 100; kill -9 $mp 2>/dev/null ) >/dev/null 2>&1 & dog=$!
   wait $mp; rc=$?
   kill $dog 2>/dev/null
   [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
