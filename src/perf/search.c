@@ -326,9 +326,12 @@ int perf_search(int argc, char **argv, const perf_profile_t *prof, const perf_se
   perf_cache_t cache = {.cluster = o->cluster};
   for (int k = 0; k < n; k++) predict_row(argc, argv, prof, &cache, &rows[k]);
   for (int k = 0; k < NCODECS; k++) predict_row(argc, argv, prof, &cache, &codecs[k]);
-  row_t own = {.options = ""};
-  if (no_row_ok(rows, n, codecs)) predict_row(argc, argv, prof, &cache, &own);
-  if (no_row_ok(rows, n, codecs) && !own.ok) { /* the user's options or model: said once */
+  row_t own = {.options = "", .ok = 1}; /* the user's own options, where nothing else was predicted */
+  if (no_row_ok(rows, n, codecs)) {
+    own.ok = 0;
+    predict_row(argc, argv, prof, &cache, &own);
+  }
+  if (!own.ok) { /* the user's options or model: said once */
     int rc = dt_error("%s", own.why);
     perf_cache_free(&cache);
     free(rows);
