@@ -172,8 +172,7 @@ int strategy_hogwild(worker_t *w) {
   h.cap = w->cfg->max_steps ? w->cfg->max_steps * w->nranks : INT64_MAX;
   driver_ops_t ops = {.begin_epoch = begin_epoch, .step = step, .end_epoch = end_epoch,
                       .evaluate = evaluate, .end_run = end_run, .open_ended = 1};
-  int rc = driver_run(w, &ops, &h);
-  if (rc != 0) comm_fail(w->comm); /* peers at the epoch's barrier stop now, not at their timeout */
+  int rc = driver_run(w, &ops, &h); /* failed, it has failed the world: peers stop now */
   comm_shared_free(w->comm, shared); /* waits for every rank: none still writes */
   return rc;
 }

@@ -159,8 +159,10 @@ int strategy_shared_sync(worker_t *w) {
   shared_sync_t s = {.w = w};
   int rc = setup(&s);
   driver_ops_t ops = {.step = train_step, .evaluate = evaluate};
-  if (rc == 0) rc = driver_run(w, &ops, &s);
-  if (rc != 0) comm_fail(w->comm); /* peers waiting on this rank stop now, not at their timeout */
+  /* peers waiting on this rank stop now, not at their timeout (driver_run
+   * fails the world for its own failures) */
+  if (rc != 0) comm_fail(w->comm);
+  else rc = driver_run(w, &ops, &s);
   teardown(&s);
   return rc;
 }
